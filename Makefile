@@ -1,0 +1,26 @@
+# Two commands on a fresh machine: `make run` (set-up + default job) and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+FLWR := $(VENV)/bin/flwr
+NODES ?= 10
+RUN_CONFIG ?=
+export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION := 1
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# the CPU wheel first, or pip pulls GBs of CUDA packages
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $@
+
+.PHONY: install run test
+install: $(VENV)/.installed
+
+run: $(VENV)/.installed
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(FLWR) run . --stream \
+	  --federation-config "num-supernodes=$(NODES) client-resources-num-cpus=1" \
+	  $(if $(RUN_CONFIG),--run-config "$(RUN_CONFIG)")
+
+test: $(VENV)/.installed
+	$(PY) -m pytest

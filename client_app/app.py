@@ -1,0 +1,55 @@
+"""ClientApp: dispatches each message to the registered algorithm's client procedure."""
+
+from __future__ import annotations
+
+import os
+import torch
+from flwr.app import Context, Message
+from flwr.clientapp import ClientApp
+
+from oracles.job import ClientJob
+from strategies.registry import Algorithm, get_algorithm
+from tasks.errors import ConfigError
+from tasks.federation import local_data
+from tasks.run_config import RunSettings
+
+# Small models on few cores: one intra-op thread per process is ~50x faster than
+# oversubscribing (measured 0.6 ms vs 30 ms per MLP step on 2 busy cores).
+torch.set_num_threads(int(os.environ.get("FL_TORCH_THREADS", "1")))
+
+app = ClientApp()
+
+
+def partition_of(context: Context) -> tuple[int, int]:
+    """``partition-id`` and ``num-partitions`` from the node config (simulation or --node-config)."""
+    try:
+        return int(context.node_config["partition-id"]), int(context.node_config["num-partitions"])
+    except KeyError as err:
+        raise ConfigError(
+            f"node config lacks {err.args[0]!r}; start the SuperNode with "
+            "--node-config \"partition-id=<i> num-partitions=<n>\""
+        ) from None
+
+
+def job_for(message: Message, context: Context) -> tuple[Algorithm, ClientJob]:
+    """The algorithm named in the run config and everything its procedure needs."""
+    settings = RunSettings.from_run_config(context.run_config)
+    algorithm = get_algorithm(settings.algorithm)
+    partition_id, num_partitions = partition_of(context)
+    data = local_data(settings, partition_id, num_partitions)
+    job = ClientJob(message.content, context.state, data, settings, dict(context.node_config))
+    return algorithm, job
+
+
+@app.train()
+def train(message: Message, context: Context) -> Message:
+    """Local training step of the run's algorithm."""
+    algorithm, job = job_for(message, context)
+    return Message(algorithm.client_train(job), reply_to=message)
+
+
+@app.evaluate()
+def evaluate(message: Message, context: Context) -> Message:
+    """Federated evaluation of the received model on this node's data."""
+    algorithm, job = job_for(message, context)
+    return Message(algorithm.client_evaluate(job), reply_to=message)

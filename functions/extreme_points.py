@@ -1,0 +1,205 @@
+"""Compact wire encodings of LMO outputs (extreme points of D), one dict of arrays per tensor.
+
+What travels per tensor (the radius and the shape never travel; both sides know them):
+
+- l1:      ``index`` (smallest unsigned int dtype holding ``n - 1``, shape (1,)) and ``sign``
+           (int8, shape (1,), +1/-1): s = sign * r * e_index.
+- simplex: ``index`` only, as for l1: s = r * e_index.
+- box:     ``bits`` = ``np.packbits(s > 0)`` (uint8, ceil(n/8) bytes, padding bits zero):
+           s = +r where the bit is set, -r elsewhere.
+- nuclear: ``u`` (float32, m) and ``v`` (float32, n), unit vectors with s = r * u v^T (the sign of
+           the LMO is folded into u); 0-D/1-D tensors are 1 x n matrices, so ``u`` has length 1.
+- l2:      ``x`` = s flattened, float32 (a sphere point has no shorter exact form).
+
+Decoders trust nothing: exact key sets, dtypes, shapes, ranges, finiteness and unit norms are
+checked, and any violation raises ``DecodeError`` naming the tensor. Membership in D then holds by
+construction for l1, simplex, box and nuclear (renormalised u, v give nuclear norm exactly r, with
+no SVD of a possibly large matrix); the dense l2 point is checked with ``Constraint.contains`` and
+projected to undo float32 rounding. Decoders return float64, so the server averages exactly.
+"""
+
+import re
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from functions.errors import DecodeError
+from oracles.lmo import Constraint
+
+# Encoders accept a point as an extreme point of D up to this relative error (float32 rounding).
+_ENCODE_RTOL = 1e-5
+# Decoders accept |‖u‖ - 1| and |‖v‖ - 1| up to this, then renormalise.
+_UNIT_TOL = 1e-3
+# float32 rounding can push a dense l2 point just outside the ball; accept that much, then project.
+_DENSE_RTOL = 1e-5
+_KEY = re.compile(r"t(0|[1-9][0-9]*)\.(.+)")
+
+
+def encode_extreme_point(constraint: Constraint, s: np.ndarray) -> dict[str, np.ndarray]:
+    """The fewest bytes that reconstruct the extreme point ``s`` of D (see the module docstring).
+
+    Raises ``ValueError`` when ``s`` is not an extreme point of the kind the encoding assumes.
+    """
+    s = np.asarray(s, dtype=np.float64)
+    if s.size == 0 or not np.all(np.isfinite(s)):
+        raise ValueError(f"cannot encode an empty or non-finite point of shape {s.shape}")
+    r = constraint.radius
+    flat = s.ravel()
+    if constraint.kind == "box":
+        if not np.allclose(np.abs(flat), r, rtol=_ENCODE_RTOL, atol=0):
+            raise ValueError("not a box vertex: some |s_j| differs from the radius")
+        return {"bits": np.packbits(flat > 0)}
+    if constraint.kind == "l2":
+        return {"x": flat.astype(np.float32)}
+    if constraint.kind == "nuclear":
+        return _encode_rank_one(s.reshape(1, -1) if s.ndim < 2 else s, r)
+    j = int(np.argmax(np.abs(flat)))
+    rest = np.delete(flat, j)
+    if not (np.isclose(abs(flat[j]), r, rtol=_ENCODE_RTOL, atol=0) and not np.any(rest)):
+        raise ValueError(f"not a {constraint.kind} vertex: expected one nonzero entry of size {r}")
+    index = np.array([j], dtype=_index_dtype(flat.size))
+    if constraint.kind == "simplex":
+        if flat[j] < 0:
+            raise ValueError("not a simplex vertex: the nonzero entry is negative")
+        return {"index": index}
+    return {"index": index, "sign": np.array([1 if flat[j] > 0 else -1], dtype=np.int8)}
+
+
+def decode_extreme_point(
+    constraint: Constraint,
+    arrays: Mapping[str, np.ndarray],
+    shape: tuple[int, ...],
+    max_elements: int = 50_000_000,
+    *,
+    name: str = "tensor",
+) -> np.ndarray:
+    """Rebuild a point of D (float64, ``shape``) from its encoding; ``DecodeError`` on any fault."""
+    n = int(np.prod(shape, dtype=np.int64))
+    if not 1 <= n <= max_elements:
+        raise DecodeError(f"{name}: {n} elements is outside [1, {max_elements}]")
+    if not isinstance(arrays, Mapping):
+        raise DecodeError(f"{name}: expected a mapping of arrays, got {type(arrays).__name__}")
+    kind, r = constraint.kind, constraint.radius
+    if kind == "nuclear":
+        if len(shape) > 2:
+            raise DecodeError(f"{name}: nuclear points need at most 2 dimensions, got {shape}")
+        m, k = (1, n) if len(shape) < 2 else shape
+        fields = _fields(arrays, {"u": (np.float32, m), "v": (np.float32, k)}, name)
+        u, v = (_unit(fields[key], key, name) for key in ("u", "v"))
+        return (r * np.outer(u, v)).reshape(shape)
+    if kind == "box":
+        bits = _fields(arrays, {"bits": (np.uint8, -(-n // 8))}, name)["bits"]
+        set_bits = np.unpackbits(bits)
+        if np.any(set_bits[n:]):
+            raise DecodeError(f"{name}: nonzero padding bits after the {n} coordinates")
+        return np.where(set_bits[:n] == 1, r, -r).reshape(shape)
+    if kind == "l2":
+        x = _fields(arrays, {"x": (np.float32, n)}, name)["x"].astype(np.float64)
+        if not np.all(np.isfinite(x)):
+            raise DecodeError(f"{name}: dense point contains NaN or inf")
+        if not constraint.contains(x, rtol=_DENSE_RTOL):
+            norm = constraint.norm(x)
+            raise DecodeError(f"{name}: point of l2 norm {norm:.6g} is outside D (r={r})")
+        return constraint.project(x).reshape(shape)
+    spec = {"index": (_index_dtype(n), 1)}
+    if kind == "l1":
+        spec["sign"] = (np.int8, 1)
+    fields = _fields(arrays, spec, name)
+    j = int(fields["index"][0])
+    if j >= n:
+        raise DecodeError(f"{name}: index {j} out of range for {n} coordinates")
+    sign = 1
+    if kind == "l1":
+        sign = int(fields["sign"][0])
+        if sign not in (-1, 1):
+            raise DecodeError(f"{name}: sign must be -1 or +1, got {sign}")
+    s = np.zeros(n)
+    s[j] = sign * r
+    return s.reshape(shape)
+
+
+def encode_point_list(
+    constraint: Constraint, points: Sequence[np.ndarray]
+) -> dict[str, np.ndarray]:
+    """Encode one extreme point per model tensor, keys ``t{k}.<field>``; shapes are not sent."""
+    return {
+        f"t{k}.{key}": arr
+        for k, point in enumerate(points)
+        for key, arr in encode_extreme_point(constraint, point).items()
+    }
+
+
+def decode_point_list(
+    constraint: Constraint,
+    arrays: Mapping[str, np.ndarray],
+    shapes: Sequence[tuple[int, ...]],
+    max_elements: int = 50_000_000,
+) -> list[np.ndarray]:
+    """Decode ``encode_point_list`` output against the model's known ``shapes`` (float64).
+
+    ``max_elements`` bounds each tensor; a key that names no tensor raises ``DecodeError``.
+    """
+    if not isinstance(arrays, Mapping):
+        raise DecodeError(f"expected a mapping of arrays, got {type(arrays).__name__}")
+    groups: list[dict[str, np.ndarray]] = [{} for _ in shapes]
+    for key, arr in arrays.items():
+        match = _KEY.fullmatch(key) if isinstance(key, str) else None
+        if match is None or int(match.group(1)) >= len(shapes):
+            raise DecodeError(f"unexpected key {key!r} for a model of {len(shapes)} tensors")
+        groups[int(match.group(1))][match.group(2)] = arr
+    return [
+        decode_extreme_point(constraint, group, tuple(shape), max_elements, name=f"t{k}")
+        for k, (group, shape) in enumerate(zip(groups, shapes))
+    ]
+
+
+def dense_nbytes(shapes: Sequence[tuple[int, ...]], dtype: np.dtype = np.float32) -> int:
+    """Bytes of the same tensors sent densely, the baseline for compression ratios."""
+    return sum(int(np.prod(shape, dtype=np.int64)) for shape in shapes) * np.dtype(dtype).itemsize
+
+
+def encoded_nbytes(arrays: Mapping[str, np.ndarray]) -> int:
+    """Payload bytes of an encoding (array data only, no container overhead)."""
+    return sum(arr.nbytes for arr in arrays.values())
+
+
+def _index_dtype(n: int) -> np.dtype:
+    """The smallest unsigned integer dtype holding every index below ``n``."""
+    return np.min_scalar_type(max(n - 1, 0))
+
+
+def _encode_rank_one(s: np.ndarray, r: float) -> dict[str, np.ndarray]:
+    """Factor a nuclear-ball extreme point s = r u v^T (unit u, v) from its largest column."""
+    j = int(np.argmax(np.linalg.norm(s, axis=0)))
+    u = s[:, j] / np.linalg.norm(s[:, j])
+    v = s.T @ u / r
+    if not (np.isclose(np.linalg.norm(v), 1.0, rtol=0, atol=_ENCODE_RTOL)
+            and np.linalg.norm(s - r * np.outer(u, v)) <= _ENCODE_RTOL * r):
+        raise ValueError("not a nuclear-ball extreme point: expected rank one with nuclear norm r")
+    return {"u": u.astype(np.float32), "v": (v / np.linalg.norm(v)).astype(np.float32)}
+
+
+def _fields(
+    arrays: Mapping[str, np.ndarray], spec: dict[str, tuple[np.dtype, int]], name: str
+) -> dict[str, np.ndarray]:
+    """The arrays named in ``spec``, each checked to be 1-D with the expected dtype and length."""
+    if set(arrays) != set(spec):
+        raise DecodeError(f"{name}: expected keys {sorted(spec)}, got {sorted(map(str, arrays))}")
+    for key, (dtype, length) in spec.items():
+        arr = arrays[key]
+        if not isinstance(arr, np.ndarray) or arr.dtype != np.dtype(dtype):
+            got = getattr(arr, "dtype", type(arr).__name__)
+            expected = np.dtype(dtype)
+            raise DecodeError(f"{name}.{key}: expected an array of dtype {expected}, got {got}")
+        if arr.shape != (length,):
+            raise DecodeError(f"{name}.{key}: expected shape ({length},), got {arr.shape}")
+    return dict(arrays)
+
+
+def _unit(x: np.ndarray, key: str, name: str) -> np.ndarray:
+    """``x`` as a float64 unit vector, refusing non-finite values or a norm far from 1."""
+    y = x.astype(np.float64)
+    norm = np.linalg.norm(y) if np.all(np.isfinite(y)) else np.nan
+    if not abs(norm - 1.0) <= _UNIT_TOL:
+        raise DecodeError(f"{name}.{key}: expected a finite unit vector, got norm {norm}")
+    return y / norm

@@ -1,0 +1,93 @@
+"""A Grid wrapper that counts the payload bytes and failed replies of every exchange."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from flwr.app import Message, RecordDict
+from flwr.serverapp import Grid
+
+from functions.records import payload_bytes
+
+
+@dataclass
+class TrafficCounters:
+    """Totals since the last ``take()``."""
+
+    bytes_down: int = 0
+    bytes_up: int = 0
+    messages_down: int = 0
+    replies: int = 0
+    failures: int = 0
+
+
+class MeteredGrid(Grid):
+    """Delegates to a real Grid and meters what the strategy sends and receives.
+
+    ``bytes_down`` counts the payload of every instruction message, ``bytes_up`` the
+    payload of every reply (see ``functions.records.payload_bytes``); a reply carrying
+    an error, or a message whose reply never came, counts as a failure.
+    """
+
+    def __init__(self, inner: Grid) -> None:
+        self._inner = inner
+        self._counters = TrafficCounters()
+
+    def take(self) -> TrafficCounters:
+        """Return the counters accumulated so far and start new ones."""
+        counters, self._counters = self._counters, TrafficCounters()
+        return counters
+
+    # -- metering ------------------------------------------------------------
+    def _count_down(self, messages: list[Message]) -> None:
+        for msg in messages:
+            self._counters.messages_down += 1
+            self._counters.bytes_down += payload_bytes(msg.content)
+
+    def _count_up(self, replies: list[Message]) -> None:
+        for msg in replies:
+            self._counters.replies += 1
+            if msg.has_error():
+                self._counters.failures += 1
+            else:
+                self._counters.bytes_up += payload_bytes(msg.content)
+
+    # -- Grid API --------------------------------------------------------------
+    def set_run(self, run) -> None:  # noqa: ANN001 - Flower's Run type
+        self._inner.set_run(run)
+
+    @property
+    def run(self):  # noqa: ANN201
+        return self._inner.run
+
+    def create_message(
+        self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str,
+        ttl: float | None = None,
+    ) -> Message:
+        return Message(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return self._inner.get_node_ids()
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        messages = list(messages)
+        self._count_down(messages)
+        return self._inner.push_messages(messages)
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
+        replies = list(self._inner.pull_messages(message_ids))
+        self._count_up(replies)
+        return replies
+
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> Iterable[Message]:
+        messages = list(messages)
+        if not messages:
+            return []
+        self._count_down(messages)
+        replies = list(self._inner.send_and_receive(messages, timeout=timeout))
+        self._count_up(replies)
+        self._counters.failures += max(0, len(messages) - len(replies))
+        return replies

@@ -1,0 +1,56 @@
+"""Where results go and what config.json records about the run."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from tasks.run_config import RunSettings
+
+DEFAULT_OUTPUT_DIR = Path.home() / "flower-results"
+
+
+def results_directory(settings: RunSettings) -> Path:
+    """``<output-dir>/<run-name>``; defaults: ~/flower-results and algorithm-task-timestamp."""
+    base = Path(settings.output_dir).expanduser() if settings.output_dir else DEFAULT_OUTPUT_DIR
+    name = settings.run_name or (
+        f"{settings.algorithm}-{settings.task}-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
+    return base.resolve() / name
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _git_commit() -> str | None:
+    """The commit of the checkout the app runs from, if it runs from one."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+            text=True, timeout=5, check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def run_config_record(settings: RunSettings, num_nodes: int, model: str) -> dict[str, Any]:
+    """The contents of config.json."""
+    return {
+        "run_config": dict(sorted(settings.raw.items())),
+        "model": model,
+        "num_nodes": num_nodes,
+        "versions": {
+            "flwr": _version("flwr"),
+            "torch": _version("torch"),
+            "project": _version("flower-beyond-averaging"),
+        },
+        "git_commit": _git_commit(),
+    }

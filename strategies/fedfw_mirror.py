@@ -1,0 +1,65 @@
+"""The server half of FedFW (Algorithm 1, server-level aggregation), on numpy, without Flower.
+
+Algorithm 1 writes the aggregation as x_bar^{t+1} = (1 - eta_t) x_bar^t + eta_t mean_i s_i^t, which
+holds only when every client steps. Under partial participation (section 4.2) non-participants keep
+x_i^{t+1} = x_i^t, so the server mirrors every client's x_i and keeps x_bar the exact average of
+them. The mirror applies the same ``apply_step`` as the clients, so a client that keeps float64
+state holds bit-for-bit the x_i the server has for it.
+"""
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from oracles.frank_wolfe import Params, apply_step
+
+
+class ConsensusMirror:
+    """Server copy of every client's x_i, so that x_bar stays the exact average of the x_i
+    under partial participation."""
+
+    def __init__(self, x0: Params, client_ids: Sequence[int]) -> None:
+        ids = list(client_ids)
+        if not ids:
+            raise ValueError("ConsensusMirror needs at least one client")
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"duplicate client ids in {ids}")
+        start = [np.array(a, dtype=np.float64) for a in x0]
+        self._points = {cid: [a.copy() for a in start] for cid in ids}
+        self._sum = [a * len(ids) for a in start]
+
+    @property
+    def x_bar(self) -> Params:
+        """The consensus point (1/n) sum_i x_i, as fresh float64 arrays."""
+        n = len(self._points)
+        return [total / n for total in self._sum]
+
+    def apply(self, points: Mapping[int, Params], eta: float) -> Params:
+        """x_i <- (1 - eta) x_i + eta s_i for each client i in ``points``; others are unchanged.
+
+        The running sum is updated by the participants' differences only, O(|points| * model size).
+        Every point is checked before any is applied, so a bad one leaves the mirror untouched.
+        Returns the new x_bar.
+        """
+        unknown = [cid for cid in points if cid not in self._points]
+        if unknown:
+            raise KeyError(f"unknown client ids {unknown}")
+        updated = {
+            cid: apply_step(self._points[cid], [np.asarray(a, dtype=np.float64) for a in s], eta)
+            for cid, s in points.items()
+        }
+        for cid, new in updated.items():
+            old = self._points[cid]
+            for k, (new_k, old_k) in enumerate(zip(new, old)):
+                self._sum[k] += new_k - old_k
+            self._points[cid] = new
+        return self.x_bar
+
+    def consensus_distance(self) -> float:
+        """mean_i ||x_i - x_bar||_2, the norm taken over all tensors of the model together."""
+        x_bar = self.x_bar
+        distances = [
+            np.sqrt(sum(float(np.sum((xk - bk) ** 2)) for xk, bk in zip(x, x_bar)))
+            for x in self._points.values()
+        ]
+        return float(np.mean(distances))

@@ -1,0 +1,42 @@
+"""Loss and metrics of a torch model on arrays, shared by central and federated evaluation."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+CLASSIFICATION = "classification"
+
+
+def loss_function(kind: str) -> nn.Module:
+    """Cross-entropy for classification, mean squared error for regression."""
+    return nn.CrossEntropyLoss() if kind == CLASSIFICATION else nn.MSELoss()
+
+
+def as_targets(y: np.ndarray, kind: str) -> torch.Tensor:
+    """Targets in the dtype and shape the task's loss expects."""
+    if kind == CLASSIFICATION:
+        return torch.as_tensor(y, dtype=torch.long)
+    return torch.as_tensor(y, dtype=torch.float32).reshape(-1, 1)
+
+
+@torch.no_grad()
+def evaluate_model(
+    model: nn.Module, x: np.ndarray, y: np.ndarray, kind: str, batch_size: int = 2048
+) -> dict[str, float]:
+    """Mean loss and accuracy (classification) or MSE (regression) over all of (x, y)."""
+    model.eval()
+    criterion = loss_function(kind)
+    total_loss, correct, n = 0.0, 0, len(x)
+    for start in range(0, n, batch_size):
+        xb = torch.from_numpy(np.array(x[start : start + batch_size], copy=True))
+        yb = as_targets(y[start : start + batch_size], kind)
+        out = model(xb)
+        total_loss += float(criterion(out, yb)) * len(xb)
+        if kind == CLASSIFICATION:
+            correct += int((out.argmax(dim=1) == yb).sum())
+    loss = total_loss / max(n, 1)
+    if kind == CLASSIFICATION:
+        return {"loss": loss, "accuracy": correct / max(n, 1)}
+    return {"loss": loss, "mse": loss}

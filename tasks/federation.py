@@ -1,0 +1,82 @@
+"""One node's share of a task: its training partition and a test shard for federated evaluation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from tasks.datasets import TaskData, load_task
+from tasks.errors import ConfigError
+from tasks.partitioning import partition
+from tasks.run_config import RunSettings
+
+
+@dataclass(frozen=True)
+class LocalData:
+    """What one client holds; ``task`` carries the shapes, kind and default model."""
+
+    task: TaskData
+    partition_id: int
+    num_partitions: int
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+
+
+def task_for(settings: RunSettings) -> TaskData:
+    """The run's task, loaded (and cached) once per process."""
+    return load_task(
+        settings.task,
+        seed=settings.seed,
+        synthetic_alpha=settings.synthetic_alpha,
+        synthetic_beta=settings.synthetic_beta,
+    )
+
+
+@lru_cache(maxsize=8)
+def _train_partitions(settings: RunSettings, num_partitions: int) -> tuple[np.ndarray, ...]:
+    task = task_for(settings)
+    parts = partition(
+        settings.partitioning,
+        num_partitions,
+        task.y_train,
+        features=task.x_train,
+        seed=settings.seed,
+        s=settings.partitioning_s,
+        alpha=settings.partitioning_alpha,
+        labels_per_client=settings.labels_per_client,
+        num_classes=task.num_classes or None,
+    )
+    return tuple(parts)
+
+
+def _test_shard(n_test: int, partition_id: int, num_partitions: int, seed: int) -> np.ndarray:
+    """An iid shard of the test set, so federated evaluation covers it exactly once."""
+    order = np.random.default_rng(seed + 7919).permutation(n_test)
+    return np.sort(np.array_split(order, num_partitions)[partition_id])
+
+
+def check_partitioning(settings: RunSettings, num_partitions: int) -> None:
+    """Fail before training if the partition request cannot be met."""
+    _train_partitions(settings, num_partitions)
+
+
+def local_data(settings: RunSettings, partition_id: int, num_partitions: int) -> LocalData:
+    """The data of node ``partition_id`` of ``num_partitions``."""
+    if not 0 <= partition_id < num_partitions:
+        raise ConfigError.bound("partition-id", partition_id, f"in [0, {num_partitions})")
+    task = task_for(settings)
+    train_idx = _train_partitions(settings, num_partitions)[partition_id]
+    test_idx = _test_shard(len(task.y_test), partition_id, num_partitions, settings.seed)
+    return LocalData(
+        task=task,
+        partition_id=partition_id,
+        num_partitions=num_partitions,
+        x_train=task.x_train[train_idx],
+        y_train=task.y_train[train_idx],
+        x_test=task.x_test[test_idx],
+        y_test=task.y_test[test_idx],
+    )

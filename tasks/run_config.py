@@ -1,0 +1,112 @@
+"""Typed, validated view of the Flower run config shared by the ServerApp and ClientApp.
+
+Family-specific keys (``fedfw.*``, ``ffgb.*``, ``fedfun.*``) stay in ``raw`` and are
+parsed by the family that owns them, so adding a family never touches this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tasks.errors import ConfigError
+
+Scalar = int | float | str | bool
+
+
+def _get(raw: Mapping[str, Any], key: str, kind: type, default: Any) -> Any:
+    """Read ``key`` as ``kind``; ints are accepted where floats are expected."""
+    value = raw.get(key, default)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if kind is int and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+        raise ConfigError.bound(key, value, f"of type {kind.__name__}")
+    return value
+
+
+def require(condition: bool, key: str, value: object, requirement: str) -> None:
+    """Raise a one-line ConfigError for ``key`` unless ``condition`` holds."""
+    if not condition:
+        raise ConfigError.bound(key, value, requirement)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The common run-config keys of DESIGN.md section 3, validated."""
+
+    algorithm: str = "fedavg"
+    task: str = "digits"
+    model: str = ""
+    partitioning: str = "iid"
+    partitioning_s: float = 0.1
+    partitioning_alpha: float = 0.5
+    labels_per_client: int = 3
+    num_rounds: int = 20
+    seed: int = 0
+    output_dir: str = ""
+    run_name: str = ""
+    central_evaluation: bool = True
+    fraction_train: float = 1.0
+    local_epochs: int = 1
+    local_steps: int = 0
+    batch_size: int = 16
+    learning_rate: float = 0.3
+    fedprox_mu: float = 0.01
+    synthetic_alpha: float = 1.0
+    synthetic_beta: float = 1.0
+    raw: Mapping[str, Scalar] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_run_config(cls, raw: Mapping[str, Any]) -> RunSettings:
+        """Parse and validate a Flower run config; raise ConfigError naming the bad key."""
+        d = cls()
+        settings = cls(
+            algorithm=_get(raw, "algorithm", str, d.algorithm),
+            task=_get(raw, "task", str, d.task),
+            model=_get(raw, "model", str, d.model),
+            partitioning=_get(raw, "partitioning", str, d.partitioning),
+            partitioning_s=_get(raw, "partitioning.s", float, d.partitioning_s),
+            partitioning_alpha=_get(raw, "partitioning.alpha", float, d.partitioning_alpha),
+            labels_per_client=_get(raw, "partitioning.labels-per-client", int, d.labels_per_client),
+            num_rounds=_get(raw, "num-server-rounds", int, d.num_rounds),
+            seed=_get(raw, "seed", int, d.seed),
+            output_dir=_get(raw, "output-dir", str, d.output_dir),
+            run_name=_get(raw, "run-name", str, d.run_name),
+            central_evaluation=_get(raw, "central-evaluation", bool, d.central_evaluation),
+            fraction_train=_get(raw, "fraction-train", float, d.fraction_train),
+            local_epochs=_get(raw, "local-epochs", int, d.local_epochs),
+            local_steps=_get(raw, "local-steps", int, d.local_steps),
+            batch_size=_get(raw, "batch-size", int, d.batch_size),
+            learning_rate=_get(raw, "learning-rate", float, d.learning_rate),
+            fedprox_mu=_get(raw, "fedprox.mu", float, d.fedprox_mu),
+            synthetic_alpha=_get(raw, "synthetic.alpha", float, d.synthetic_alpha),
+            synthetic_beta=_get(raw, "synthetic.beta", float, d.synthetic_beta),
+            raw=dict(raw),
+        )
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        """Range checks that do not need the task or the registry."""
+        require(self.num_rounds >= 1, "num-server-rounds", self.num_rounds, ">= 1")
+        require(0.0 <= self.partitioning_s <= 1.0, "partitioning.s", self.partitioning_s, "in [0, 1]")
+        require(self.partitioning_alpha > 0.0, "partitioning.alpha", self.partitioning_alpha, "> 0")
+        require(self.labels_per_client >= 1, "partitioning.labels-per-client", self.labels_per_client, ">= 1")
+        require(0.0 < self.fraction_train <= 1.0, "fraction-train", self.fraction_train, "in (0, 1]")
+        require(self.local_epochs >= 0, "local-epochs", self.local_epochs, ">= 0")
+        require(self.local_steps >= 0, "local-steps", self.local_steps, ">= 0")
+        require(self.local_epochs > 0 or self.local_steps > 0, "local-epochs", self.local_epochs,
+                "> 0 when local-steps is 0")
+        require(self.batch_size >= 1, "batch-size", self.batch_size, ">= 1")
+        require(self.learning_rate > 0.0, "learning-rate", self.learning_rate, "> 0")
+        require(self.fedprox_mu >= 0.0, "fedprox.mu", self.fedprox_mu, ">= 0")
+        require(self.synthetic_alpha >= 0.0, "synthetic.alpha", self.synthetic_alpha, ">= 0")
+        require(self.synthetic_beta >= 0.0, "synthetic.beta", self.synthetic_beta, ">= 0")
+
+    def family(self, prefix: str) -> dict[str, Scalar]:
+        """The keys of one family's table (``prefix.*``) with the prefix removed."""
+        start = prefix + "."
+        return {k[len(start):]: v for k, v in self.raw.items() if k.startswith(start)}

@@ -1,0 +1,121 @@
+"""The whole ServerApp + ClientApp path in-process, through Flower's message serialisation."""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+
+import pytest
+
+from client_app.app import app as client_app
+from server_app.app import main as server_main
+from tests.harness import LocalGrid, run_config, server_context
+
+REQUIRED_ROW_KEYS = {"round", "test_accuracy", "test_loss", "train_loss", "bytes_up",
+                     "bytes_down", "wall_time_s", "failures"}
+
+
+def run_job(tmp_path, num_nodes=4, node_configs=None, **overrides):
+    """Run the ServerApp against ``num_nodes`` in-process clients; return (grid, results dir)."""
+    config = run_config(**{"output-dir": str(tmp_path), "run-name": "job", **overrides})
+    grid = LocalGrid(client_app, config, num_nodes, node_configs)
+    server_main(grid, server_context(config))
+    return grid, tmp_path / "job"
+
+
+def read_metrics(out_dir):
+    return json.loads((out_dir / "metrics.json").read_text())
+
+
+def model_bytes(grid) -> int:
+    arrays = grid.down[0].content["arrays"]
+    return sum(math.prod(a.shape) * 4 for a in arrays.values())
+
+
+def test_fedavg_digits_writes_the_results_contract(tmp_path):
+    grid, out = run_job(tmp_path, **{"num-server-rounds": 3})
+    metrics = read_metrics(out)
+    rows = metrics["rounds"]
+    assert [r["round"] for r in rows] == [0, 1, 2, 3]
+    for row in rows[1:]:
+        assert REQUIRED_ROW_KEYS <= row.keys()
+    assert rows[-1]["test_accuracy"] > 0.85, rows[-1]
+    assert rows[-1]["test_loss"] < rows[0]["test_loss"]
+    config = json.loads((out / "config.json").read_text())
+    assert config["num_nodes"] == 4 and config["run_config"]["algorithm"] == "fedavg"
+    assert config["versions"]["flwr"].startswith("1.41")
+    with open(out / "metrics.csv") as handle:
+        assert len(list(csv.DictReader(handle))) == 4
+    assert (out / "test_accuracy_vs_round.png").stat().st_size > 1000
+    assert (out / "test_accuracy_vs_bytes.png").stat().st_size > 1000
+    assert metrics["summary"]["final_test_accuracy"] == rows[-1]["test_accuracy"]
+
+
+def test_bytes_are_exactly_the_payload_sent(tmp_path):
+    grid, out = run_job(tmp_path, **{"num-server-rounds": 2})
+    rows = read_metrics(out)["rounds"]
+    per_model = model_bytes(grid)
+    # down: the model + the "server-round" config int; up: the model + two metrics
+    assert rows[1]["bytes_down"] == 4 * (per_model + 8)
+    assert rows[1]["bytes_up"] == 4 * (per_model + 2 * 8)
+    assert rows[0]["bytes_up"] == rows[0]["bytes_down"] == 0
+
+
+def test_same_seed_gives_same_numbers(tmp_path):
+    _, first = run_job(tmp_path / "a", **{"num-server-rounds": 2})
+    _, second = run_job(tmp_path / "b", **{"num-server-rounds": 2})
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "wall_time_s"} for r in rows]
+    assert strip(read_metrics(first)["rounds"]) == strip(read_metrics(second)["rounds"])
+    _, other = run_job(tmp_path / "c", **{"num-server-rounds": 2, "seed": 1})
+    assert strip(read_metrics(other)["rounds"]) != strip(read_metrics(first)["rounds"])
+
+
+def test_fedprox_sends_mu_and_trains(tmp_path):
+    grid, out = run_job(tmp_path, **{"algorithm": "fedprox", "fedprox.mu": 0.5,
+                                     "num-server-rounds": 2, "partitioning": "label-sort"})
+    assert grid.down[0].content["config"]["proximal-mu"] == 0.5
+    assert read_metrics(out)["rounds"][-1]["test_accuracy"] > 0.5
+
+
+def test_federated_evaluation_when_server_has_no_test_set(tmp_path):
+    grid, out = run_job(tmp_path, **{"central-evaluation": False, "num-server-rounds": 2})
+    rows = read_metrics(out)["rounds"]
+    assert "test_accuracy" not in rows[0]
+    assert rows[-1]["test_accuracy"] > 0.8 and rows[-1]["train_loss"] > 0
+    assert any(m.metadata.message_type == "evaluate" for m in grid.down)
+
+
+def test_regression_task_reports_mse(tmp_path):
+    _, out = run_job(tmp_path, **{"task": "diabetes", "num-server-rounds": 2,
+                                  "learning-rate": 0.05})
+    rows = read_metrics(out)["rounds"]
+    assert "test_mse" in rows[-1] and rows[-1]["test_mse"] < rows[0]["test_mse"]
+
+
+def test_a_failing_node_is_counted_and_the_run_goes_on(tmp_path):
+    broken = [{}, {}, {}, {"partition-id": 99}]
+    _, out = run_job(tmp_path, node_configs=broken, **{"num-server-rounds": 2})
+    rows = read_metrics(out)["rounds"]
+    assert [r["failures"] for r in rows[1:]] == [1, 1]
+    assert rows[-1]["test_accuracy"] > 0.8
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        ({"algorithm": "nope"}, "algorithm='nope' is not valid; allowed values: fedavg, fedprox"),
+        ({"task": "imagenet"}, "task='imagenet' is not valid; allowed values: digits"),
+        ({"partitioning": "zipf"}, "partitioning='zipf' is not valid"),
+        ({"num-server-rounds": -1}, "num-server-rounds=-1 is not valid; it must be >= 1"),
+        ({"partitioning.s": 1.5}, "partitioning.s=1.5 is not valid; it must be in [0, 1]"),
+    ],
+)
+def test_bad_config_stops_before_training_with_one_line(tmp_path, caplog, overrides, fragment):
+    caplog.set_level(logging.ERROR, logger="flwr")
+    with pytest.raises(SystemExit):
+        grid, _ = run_job(tmp_path, **overrides)
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and fragment in errors[0], errors
+    assert "\n" not in errors[0]

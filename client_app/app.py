@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+
 import torch
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
 from oracles.job import ClientJob
-from strategies.registry import Algorithm, get_algorithm
+from strategies.registry import MESSAGE_TYPES, get_algorithm
 from tasks.errors import ConfigError
 from tasks.federation import local_data
 from tasks.run_config import RunSettings
@@ -31,25 +32,26 @@ def partition_of(context: Context) -> tuple[int, int]:
         ) from None
 
 
-def job_for(message: Message, context: Context) -> tuple[Algorithm, ClientJob]:
-    """The algorithm named in the run config and everything its procedure needs."""
+def handle(message: Message, context: Context) -> Message:
+    """Run the procedure that the run's algorithm registered for this message type."""
     settings = RunSettings.from_run_config(context.run_config)
     algorithm = get_algorithm(settings.algorithm)
+    message_type = message.metadata.message_type
+    procedure = algorithm.handlers.get(message_type)
+    if procedure is None:
+        raise ConfigError(f"algorithm {algorithm.name!r} does not handle {message_type!r} messages")
     partition_id, num_partitions = partition_of(context)
     data = local_data(settings, partition_id, num_partitions)
     job = ClientJob(message.content, context.state, data, settings, dict(context.node_config))
-    return algorithm, job
+    return Message(procedure(job), reply_to=message)
 
 
-@app.train()
-def train(message: Message, context: Context) -> Message:
-    """Local training step of the run's algorithm."""
-    algorithm, job = job_for(message, context)
-    return Message(algorithm.client_train(job), reply_to=message)
+def _register(message_type: str) -> None:
+    """Register ``handle`` for "category" or "category.action" with Flower's ClientApp."""
+    category, _, action = message_type.partition(".")
+    decorator = getattr(app, category)
+    (decorator(action) if action else decorator())(handle)
 
 
-@app.evaluate()
-def evaluate(message: Message, context: Context) -> Message:
-    """Federated evaluation of the received model on this node's data."""
-    algorithm, job = job_for(message, context)
-    return Message(algorithm.client_evaluate(job), reply_to=message)
+for _message_type in MESSAGE_TYPES:
+    _register(_message_type)

@@ -203,3 +203,27 @@ def _unit(x: np.ndarray, key: str, name: str) -> np.ndarray:
     if not abs(norm - 1.0) <= _UNIT_TOL:
         raise DecodeError(f"{name}.{key}: expected a finite unit vector, got norm {norm}")
     return y / norm
+
+
+def encode_model_point(
+    constraint: Constraint, points: Sequence[np.ndarray], scope: str
+) -> dict[str, np.ndarray]:
+    """Encode a whole model's extreme point: one ball per tensor, or one flat tensor (global)."""
+    if scope == "global":
+        return encode_point_list(constraint, [np.concatenate([np.ravel(p) for p in points])])
+    return encode_point_list(constraint, points)
+
+
+def decode_model_point(
+    constraint: Constraint,
+    arrays: Mapping[str, np.ndarray],
+    shapes: Sequence[tuple[int, ...]],
+    scope: str,
+) -> list[np.ndarray]:
+    """Inverse of ``encode_model_point`` against the model's known tensor ``shapes``."""
+    if scope != "global":
+        return decode_point_list(constraint, arrays, shapes)
+    sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
+    (flat,) = decode_point_list(constraint, arrays, [(sum(sizes),)])
+    pieces = np.split(flat, np.cumsum(sizes)[:-1])
+    return [piece.reshape(shape) for piece, shape in zip(pieces, shapes)]

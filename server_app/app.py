@@ -18,7 +18,7 @@ from server_app.metered_grid import MeteredGrid
 from server_app.recording import RecordedStrategy, RoundRecorder
 from server_app.results import ResultsWriter
 from server_app.run_info import results_directory, run_config_record
-from strategies.build import BuildContext
+from strategies.build import BuildContext, ProvidesInitialArrays
 from strategies.registry import get_algorithm
 from tasks.datasets import TaskData
 from tasks.errors import ConfigError
@@ -70,14 +70,17 @@ def prepare(context: Context, grid: Grid):
     num_nodes = wait_for_nodes(grid, min_nodes)
     check_partitioning(settings, num_nodes)
     build = BuildContext(settings=settings, task=task, num_nodes=num_nodes, min_nodes=min_nodes)
-    return settings, algorithm, task, initial, build
+    strategy = algorithm.build_strategy(build)
+    if isinstance(strategy, ProvidesInitialArrays):
+        initial = strategy.initial_arrays()
+    return settings, algorithm, task, initial, build, strategy
 
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Run one federated job and write its results folder."""
     try:
-        settings, algorithm, task, initial, build = prepare(context, grid)
+        settings, algorithm, task, initial, build, inner = prepare(context, grid)
     except ConfigError as err:
         log(ERROR, "Invalid run config: %s", err)
         raise SystemExit(2) from None
@@ -93,7 +96,7 @@ def main(grid: Grid, context: Context) -> None:
         algorithm.name, algorithm.summary, settings.task, build.num_nodes, out_dir)
 
     metered = MeteredGrid(grid)
-    strategy = RecordedStrategy(algorithm.build_strategy(build))
+    strategy = RecordedStrategy(inner)
     central = central_evaluator(settings, task) if settings.central_evaluation else None
     recorder = RoundRecorder(strategy, metered, writer, settings.num_rounds, central)
     strategy.start(grid=metered, initial_arrays=initial, num_rounds=settings.num_rounds,

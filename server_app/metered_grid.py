@@ -17,16 +17,24 @@ class TrafficCounters:
 
     bytes_down: int = 0
     bytes_up: int = 0
+    bytes_down_train: int = 0
+    bytes_up_train: int = 0
     messages_down: int = 0
     replies: int = 0
     failures: int = 0
+
+
+def _is_train(message: Message) -> bool:
+    return message.metadata.message_type.split(".")[0] == "train"
 
 
 class MeteredGrid(Grid):
     """Delegates to a real Grid and meters what the strategy sends and receives.
 
     ``bytes_down`` counts the payload of every instruction message, ``bytes_up`` the
-    payload of every reply (see ``functions.records.payload_bytes``); a reply carrying
+    payload of every reply (see ``functions.records.payload_bytes``), and the ``*_train``
+    counters the same for train messages alone (what the algorithm itself exchanges,
+    without evaluation traffic); a reply carrying
     an error, or a message whose reply never came, counts as a failure.
     """
 
@@ -42,8 +50,11 @@ class MeteredGrid(Grid):
     # -- metering ------------------------------------------------------------
     def _count_down(self, messages: list[Message]) -> None:
         for msg in messages:
+            size = payload_bytes(msg.content)
             self._counters.messages_down += 1
-            self._counters.bytes_down += payload_bytes(msg.content)
+            self._counters.bytes_down += size
+            if _is_train(msg):
+                self._counters.bytes_down_train += size
 
     def _count_up(self, replies: list[Message]) -> None:
         for msg in replies:
@@ -51,7 +62,10 @@ class MeteredGrid(Grid):
             if msg.has_error():
                 self._counters.failures += 1
             else:
-                self._counters.bytes_up += payload_bytes(msg.content)
+                size = payload_bytes(msg.content)
+                self._counters.bytes_up += size
+                if _is_train(msg):
+                    self._counters.bytes_up_train += size
 
     # -- Grid API --------------------------------------------------------------
     def set_run(self, run) -> None:  # noqa: ANN001 - Flower's Run type

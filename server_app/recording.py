@@ -78,6 +78,8 @@ class RoundRecorder:
         row.update(
             bytes_up=traffic.bytes_up,
             bytes_down=traffic.bytes_down,
+            bytes_up_train=traffic.bytes_up_train,
+            bytes_down_train=traffic.bytes_down_train,
             failures=traffic.failures + int(row.get("failures", 0)),
             wall_time_s=round(time.monotonic() - self.start, 3),
         )

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from flwr.app import ArrayRecord
 
 from tasks.datasets import TaskData
 from tasks.run_config import RunSettings
@@ -16,3 +19,10 @@ class BuildContext:
     task: TaskData
     num_nodes: int
     min_nodes: int
+
+
+@runtime_checkable
+class ProvidesInitialArrays(Protocol):
+    """A strategy whose starting point is not the model's initial weights (e.g. projected onto D)."""
+
+    def initial_arrays(self) -> ArrayRecord: ...

@@ -29,6 +29,15 @@ class ConsensusMirror:
         self._sum = [a * len(ids) for a in start]
 
     @property
+    def client_ids(self) -> list[int]:
+        """The clients, in the order they were given."""
+        return list(self._points)
+
+    def x_of(self, client_id: int) -> Params:
+        """A copy of client ``client_id``'s mirrored x_i."""
+        return [a.copy() for a in self._points[client_id]]
+
+    @property
     def x_bar(self) -> Params:
         """The consensus point (1/n) sum_i x_i, as fresh float64 arrays."""
         n = len(self._points)

@@ -2,39 +2,51 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from flwr.serverapp.strategy import Strategy
 
-from oracles import fedavg_client
+from oracles import fedavg_client, fedfw_client
 from oracles.job import ClientProcedure
 from strategies.baselines import build_fedavg, build_fedprox
 from strategies.build import BuildContext
+from strategies.fedfw import build_fedfw
 from tasks.errors import ConfigError
 
 
 @dataclass(frozen=True)
 class Algorithm:
-    """A registered algorithm: a strategy factory plus the client procedures it drives."""
+    """A registered algorithm: a strategy factory plus the client procedure of each message type.
+
+    ``handlers`` maps a Flower message type ("train", "evaluate", "query.bounds", ...) to
+    the client procedure that answers it.
+    """
 
     name: str
     family: str
     summary: str
     build_strategy: Callable[[BuildContext], Strategy]
-    client_train: ClientProcedure
-    client_evaluate: ClientProcedure
+    handlers: Mapping[str, ClientProcedure]
 
+
+_SGD = {"train": fedavg_client.train, "evaluate": fedavg_client.evaluate}
+_FW = {"train": fedfw_client.train, "evaluate": fedfw_client.evaluate,
+       "query.bounds": fedfw_client.bounds}
 
 ALGORITHMS: dict[str, Algorithm] = {
     a.name: a
     for a in (
-        Algorithm("fedavg", "baseline", "FedAvg (Flower's strategy), local SGD",
-                  build_fedavg, fedavg_client.train, fedavg_client.evaluate),
+        Algorithm("fedavg", "baseline", "FedAvg (Flower's strategy), local SGD", build_fedavg, _SGD),
         Algorithm("fedprox", "baseline", "FedProx (Flower's strategy), proximal local SGD",
-                  build_fedprox, fedavg_client.train, fedavg_client.evaluate),
+                  build_fedprox, _SGD),
+        Algorithm("fedfw", "fedfw", "Federated Frank-Wolfe, quadratic penalty", build_fedfw, _FW),
+        Algorithm("fedfw-plus", "fedfw", "FedFW+, augmented Lagrangian", build_fedfw, _FW),
+        Algorithm("fedfw-sto", "fedfw", "FedFW-sto, averaged minibatch gradients", build_fedfw, _FW),
     )
 }
+
+MESSAGE_TYPES: tuple[str, ...] = tuple(sorted({t for a in ALGORITHMS.values() for t in a.handlers}))
 
 
 def get_algorithm(name: str) -> Algorithm:

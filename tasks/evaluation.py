@@ -17,8 +17,8 @@ def loss_function(kind: str) -> nn.Module:
 def as_targets(y: np.ndarray, kind: str) -> torch.Tensor:
     """Targets in the dtype and shape the task's loss expects."""
     if kind == CLASSIFICATION:
-        return torch.as_tensor(y, dtype=torch.long)
-    return torch.as_tensor(y, dtype=torch.float32).reshape(-1, 1)
+        return torch.tensor(y, dtype=torch.long)
+    return torch.tensor(y, dtype=torch.float32).reshape(-1, 1)
 
 
 @torch.no_grad()

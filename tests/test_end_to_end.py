@@ -11,7 +11,7 @@ import pytest
 
 from client_app.app import app as client_app
 from server_app.app import main as server_main
-from tests.harness import LocalGrid, run_config, server_context
+from server_app.inprocess_grid import LocalGrid, run_config, server_context
 
 REQUIRED_ROW_KEYS = {"round", "test_accuracy", "test_loss", "train_loss", "bytes_up",
                      "bytes_down", "wall_time_s", "failures"}

@@ -4,7 +4,7 @@ import pytest
 
 from tasks.errors import ConfigError
 from tasks.run_config import RunSettings
-from tests.harness import default_run_config, run_config
+from server_app.inprocess_grid import default_run_config, run_config
 
 
 def test_defaults_parse_and_match_the_dataclass():

@@ -1,4 +1,6 @@
-"""An in-process Grid for fast end-to-end tests of the real ServerApp and ClientApp.
+"""An in-process Grid that drives the real ServerApp and ClientApp without Ray or processes.
+
+Used by the fast end-to-end tests and by the benchmarks (many rounds, many configs).
 
 Each message is passed through Flower's own protobuf serialisation both ways, each
 node keeps its own Context (so Context.state persists across rounds), and a client
@@ -20,7 +22,7 @@ from flwr.common.serde import message_from_proto, message_to_proto
 from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
+PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the checkout (run config defaults)
 RUN_ID = 1
 SERVER_NODE_ID = 1
 CLIENT_EXCEPTION_CODE = 1  # what Flower's runtime reports for a ClientApp exception

@@ -1,0 +1,77 @@
+"""The ``fedfw.*`` run-config table, validated once and shared by the client and server halves."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from oracles.frank_wolfe import VARIANTS
+from oracles.lmo import SCOPES, Constraint, make_constraint
+from oracles.schedules import SCHEDULE_NAMES, FWSchedule, make_schedule
+from tasks.errors import ConfigError
+from tasks.run_config import RunSettings, require
+
+AUTO_SCHEDULE = "auto"
+NODE_CONSTRAINT_KEY = "fedfw.constraint"
+NODE_RADIUS_KEY = "fedfw.radius"
+
+
+@dataclass(frozen=True)
+class FedFWSettings:
+    """Everything the FedFW family reads from the run config."""
+
+    variant: str
+    constraint: Constraint
+    scope: str
+    schedule: FWSchedule
+    batch_size: int
+    gap: bool
+    federated_eval: bool
+
+    @property
+    def participation(self) -> float:
+        return self.schedule.participation
+
+
+def default_schedule(variant: str) -> str:
+    """The theorem that covers the variant: Theorem 1 (convex) or Theorem 3 (stochastic)."""
+    return "stochastic" if variant == "fedfw-sto" else "convex"
+
+
+def fedfw_settings(settings: RunSettings) -> FedFWSettings:
+    """Parse ``fedfw.*``; ConfigError names the key."""
+    table = settings.family("fedfw")
+    variant = settings.algorithm if settings.algorithm in VARIANTS else "fedfw"
+    scope = str(table.get("scope", "per-tensor"))
+    if scope not in SCOPES:
+        raise ConfigError.choice("fedfw.scope", scope, SCOPES)
+    kind = str(table.get("schedule", AUTO_SCHEDULE))
+    if kind == AUTO_SCHEDULE:
+        kind = default_schedule(variant)
+    if kind not in SCHEDULE_NAMES:
+        raise ConfigError.choice("fedfw.schedule", kind, (AUTO_SCHEDULE, *SCHEDULE_NAMES))
+    schedule = make_schedule(
+        kind, table.get("lambda0", 0.01), settings.num_rounds,
+        participation=table.get("participation", 1.0),
+        eta_constant=table.get("eta-constant", 0.1),
+        lambda_constant=table.get("lambda-constant", 1e-3),
+    )
+    batch_size = int(table.get("batch-size", 64))
+    require(batch_size >= 1, "fedfw.batch-size", batch_size, ">= 1")
+    return FedFWSettings(
+        variant=variant,
+        constraint=make_constraint(str(table.get("constraint", "l1")),
+                                   float(table.get("radius", 10.0))),
+        scope=scope,
+        schedule=schedule,
+        batch_size=batch_size,
+        gap=bool(table.get("gap", True)),
+        federated_eval=bool(table.get("federated-eval", True)),
+    )
+
+
+def node_constraint(node_config: dict, default: Constraint) -> Constraint:
+    """A node's own set D_i (section 4.3) from its node config, else the run's D."""
+    if NODE_CONSTRAINT_KEY not in node_config and NODE_RADIUS_KEY not in node_config:
+        return default
+    return make_constraint(str(node_config.get(NODE_CONSTRAINT_KEY, default.kind)),
+                           float(node_config.get(NODE_RADIUS_KEY, default.radius)))

@@ -1,0 +1,34 @@
+"""Loss and gradient of a task's torch model at given parameters (the first-order oracle)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from functions.params import Params
+from tasks.evaluation import as_targets, loss_function
+
+
+def load_params(model: nn.Module, params: Params) -> None:
+    """Copy ``params`` (state_dict order) into the model's parameters."""
+    named = list(model.named_parameters())
+    if len(named) != len(params):
+        raise ValueError(f"model has {len(named)} parameter tensors, got {len(params)}")
+    with torch.no_grad():
+        for (_, p), value in zip(named, params):
+            p.copy_(torch.as_tensor(np.asarray(value), dtype=p.dtype).reshape(p.shape))
+
+
+def loss_and_grad(model: nn.Module, params: Params, x: np.ndarray, y: np.ndarray,
+                  kind: str, index: np.ndarray | None = None) -> tuple[float, Params]:
+    """Mean loss over (x, y) (or the rows in ``index``) and its gradient, in float64."""
+    load_params(model, params)
+    model.train()
+    model.zero_grad(set_to_none=True)
+    if index is not None:
+        x, y = x[index], y[index]
+    loss = loss_function(kind)(model(torch.tensor(x)), as_targets(y, kind))
+    loss.backward()
+    grads = [p.grad.detach().numpy().astype(np.float64) for _, p in model.named_parameters()]
+    return float(loss.detach()), grads

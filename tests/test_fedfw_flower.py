@@ -1,0 +1,153 @@
+"""FedFW family end to end on the in-process grid: wire size, mirror exactness, robustness."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+from flwr.app import ConfigRecord, RecordDict
+
+from client_app.app import app as client_app
+from server_app.app import main as server_main
+from strategies.registry import ALGORITHMS
+from server_app.inprocess_grid import LocalGrid, run_config, server_context
+
+FAST = {"task": "synthetic", "num-server-rounds": 6, "fedfw.gap": False}
+
+
+def run_fw(tmp_path, num_nodes=5, node_configs=None, client=client_app, **overrides):
+    config = run_config(**{"output-dir": str(tmp_path), "run-name": "fw", "algorithm": "fedfw",
+                           **FAST, **overrides})
+    grid = LocalGrid(client, config, num_nodes, node_configs)
+    server_main(grid, server_context(config))
+    rows = json.loads((tmp_path / "fw" / "metrics.json").read_text())["rounds"]
+    return grid, rows
+
+
+def last_xbar(grid) -> list[np.ndarray]:
+    """x-bar after the final round, as the server sent it for evaluation."""
+    message = [m for m in grid.down if m.metadata.message_type == "evaluate"][-1]
+    return [a.numpy().astype(np.float64) for a in message.content["xbar"].values()]
+
+
+def client_x(grid, node) -> list[np.ndarray]:
+    state = grid.contexts[node].state
+    return [a.numpy() for a in state["fedfw.pending.x"].values()]
+
+
+def test_l1_upload_is_a_few_bytes_per_client(tmp_path):
+    grid, rows = run_fw(tmp_path, num_nodes=10, **{"num-server-rounds": 3})
+    for row in rows[1:]:
+        assert row["participants"] == 10 and row["failures"] == 0
+        # MCLR 60x10: per tensor a uint16/uint8 index and an int8 sign = 5 bytes per client
+        assert row["bytes_up_train"] / row["participants"] <= 64
+        assert row["bytes_up_train"] == 10 * 5
+
+
+def test_server_mirror_equals_the_mean_of_client_states(tmp_path):
+    grid, rows = run_fw(tmp_path, num_nodes=4)
+    xbar = last_xbar(grid)
+    xs = [client_x(grid, node) for node in grid.node_ids]
+    for k, xb in enumerate(xbar):
+        mean = np.mean([x[k] for x in xs], axis=0)
+        np.testing.assert_allclose(mean, xb, rtol=0, atol=1e-6)
+    assert rows[-1]["consensus_distance"] > 0
+    assert rows[-1]["test_accuracy"] > rows[0]["test_accuracy"]
+
+
+@pytest.mark.parametrize("algorithm", ["fedfw", "fedfw-plus", "fedfw-sto"])
+def test_each_variant_learns_and_reports_the_gap(tmp_path, algorithm):
+    _, rows = run_fw(tmp_path, algorithm=algorithm, **{"num-server-rounds": 12,
+                                                       "fedfw.gap": True})
+    late = rows[-3:]  # Frank-Wolfe iterates oscillate early: judge the last three rounds
+    assert max(r["train_loss"] for r in late) < rows[1]["train_loss"]
+    assert max(r["test_accuracy"] for r in late) > 0.3
+    assert all(r["fw_gap"] >= -1e-9 for r in rows[1:])
+    assert max(r["fw_gap"] for r in late) < rows[1]["fw_gap"]
+
+
+def test_partial_participation_keeps_the_average_exact(tmp_path):
+    grid, rows = run_fw(tmp_path, num_nodes=6, **{"fedfw.participation": 0.5,
+                                                  "num-server-rounds": 8})
+    counts = [r["participants"] for r in rows[1:]]
+    assert min(counts) < 6 and sum(counts) > 0
+    # every pending step was accepted (no failures), so each node's pending x_i is its mirror x_i
+    # even for nodes that sat out the last rounds; their mean must be x-bar
+    assert all(r["failures"] == 0 for r in rows[1:])
+    xbar = last_xbar(grid)
+    xs = [client_x(grid, node) for node in grid.node_ids]
+    for k, xb in enumerate(xbar):
+        np.testing.assert_allclose(np.mean([x[k] for x in xs], axis=0), xb, atol=1e-6)
+
+
+def test_a_point_outside_the_declared_set_is_dropped_and_the_node_resynced(
+        tmp_path, monkeypatch, caplog):
+    """Node 0 declares the run's l2 ball but answers from an l2 ball 3x larger.
+
+    (An l1 point cannot leave D at all: its radius is implied, never sent.)"""
+    handlers = ALGORITHMS["fedfw"].handlers
+
+    def declares_small_ball(job):
+        return RecordDict({"bounds": ConfigRecord({"constraint": "l2", "radius": 10.0})})
+
+    monkeypatch.setitem(handlers, "query.bounds", declares_small_ball)
+    caplog.set_level(logging.WARNING, logger="flwr")
+    cheat = [{"fedfw.radius": 30.0}, {}, {}, {}]
+    grid, rows = run_fw(tmp_path, num_nodes=4, node_configs=cheat, **{"fedfw.constraint": "l2"})
+    assert [r["failures"] for r in rows[1:]] == [1] * 6
+    assert [r["participants"] for r in rows[1:]] == [3] * 6
+    assert any("l2 norm 30 is outside D (r=10.0)" in r.getMessage() for r in caplog.records)
+    to_cheat = [m for m in grid.down
+                if m.metadata.message_type == "train" and m.metadata.dst_node_id == grid.node_ids[0]]
+    # never accepted, so it is re-sent its unchanged x_i = x^1 every round
+    assert [m.content["config"]["sync"] for m in to_cheat] == ["xbar"] + ["xi"] * 5
+    x1 = [a.numpy() for a in to_cheat[0].content["xbar"].values()]
+    for message in to_cheat[1:]:
+        for resent, first in zip(message.content["xi"].values(), x1):
+            np.testing.assert_array_equal(resent.numpy(), first)
+
+
+def test_per_client_l2_superset_runs_and_sends_dense_points(tmp_path):
+    sets = [{"fedfw.constraint": "l2", "fedfw.radius": 10.0}, {}, {}, {}]
+    _, rows = run_fw(tmp_path, num_nodes=4, node_configs=sets, **{"num-server-rounds": 3})
+    assert rows[-1]["failures"] == 0
+    assert rows[-1]["bytes_up_train"] == 3 * 5 + (60 * 10 + 10) * 4
+
+
+def test_a_node_that_lost_its_state_is_resent_x_i(tmp_path):
+    """Node 1 forgets everything before round 3; it fails once, then is resynced."""
+
+    def forgetful(message, context):
+        if (context.node_config["partition-id"] == 1 and message.metadata.message_type == "train"
+                and message.content["config"]["server-round"] == 3):
+            for key in list(context.state.keys()):
+                del context.state[key]
+        return client_app(message, context)
+
+    grid, rows = run_fw(tmp_path, num_nodes=4, client=forgetful)
+    assert [r["failures"] for r in rows[1:]] == [0, 0, 1, 0, 0, 0]
+    syncs = [m.content["config"]["sync"] for m in grid.down
+             if m.metadata.message_type == "train" and m.metadata.dst_node_id == grid.node_ids[1]]
+    assert syncs == ["xbar", "none", "none", "xi", "none", "none"]
+    xbar = last_xbar(grid)
+    xs = [client_x(grid, node) for node in grid.node_ids]
+    np.testing.assert_allclose(np.mean([x[0] for x in xs], axis=0), xbar[0], atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        ({"fedfw.constraint": "l3"}, "fedfw.constraint='l3' is not valid; allowed values: l1, l2"),
+        ({"fedfw.radius": -1.0}, "fedfw.radius=-1.0 is not valid"),
+        ({"fedfw.schedule": "fast"}, "fedfw.schedule='fast' is not valid"),
+        ({"fedfw.participation": 1.5}, "fedfw.participation=1.5 is not valid"),
+    ],
+)
+def test_bad_fedfw_config_stops_before_training(tmp_path, caplog, overrides, fragment):
+    caplog.set_level(logging.ERROR, logger="flwr")
+    with pytest.raises(SystemExit):
+        run_fw(tmp_path, **overrides)
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and fragment in errors[0], errors

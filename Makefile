@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $@
 
-.PHONY: install run test
+.PHONY: install run test stop
 install: $(VENV)/.installed
 
 run: $(VENV)/.installed
@@ -24,3 +24,9 @@ run: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m pytest
+
+# `flwr run .` leaves its local SuperLink running in the background (flwr 1.41 has no stop
+# command); this stops the one that belongs to $FLWR_HOME (default ~/.flwr), by PID.
+stop:
+	@pids=$$(pgrep -f "flower-superlink .*$${FLWR_HOME:-$$HOME/.flwr}/local-superlink/"); \
+	if [ -n "$$pids" ]; then kill $$pids && echo "stopped SuperLink $$pids"; else echo "no local SuperLink running"; fi

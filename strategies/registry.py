@@ -7,11 +7,13 @@ from dataclasses import dataclass
 
 from flwr.serverapp.strategy import Strategy
 
-from oracles import fedavg_client, fedfw_client
+from oracles import fedavg_client, feddr_client, fedfw_client
 from oracles.job import ClientProcedure
 from strategies.baselines import build_fedavg, build_fedprox
 from strategies.build import BuildContext
+from strategies.feddr import build_feddr
 from strategies.fedfw import build_fedfw
+from strategies.projected_fedavg import build_projected_fedavg
 from tasks.errors import ConfigError
 
 
@@ -33,6 +35,7 @@ class Algorithm:
 _SGD = {"train": fedavg_client.train, "evaluate": fedavg_client.evaluate}
 _FW = {"train": fedfw_client.train, "evaluate": fedfw_client.evaluate,
        "query.bounds": fedfw_client.bounds}
+_DR = {"train": feddr_client.train, "evaluate": feddr_client.evaluate}
 
 ALGORITHMS: dict[str, Algorithm] = {
     a.name: a
@@ -43,6 +46,10 @@ ALGORITHMS: dict[str, Algorithm] = {
         Algorithm("fedfw", "fedfw", "Federated Frank-Wolfe, quadratic penalty", build_fedfw, _FW),
         Algorithm("fedfw-plus", "fedfw", "FedFW+, augmented Lagrangian", build_fedfw, _FW),
         Algorithm("fedfw-sto", "fedfw", "FedFW-sto, averaged minibatch gradients", build_fedfw, _FW),
+        Algorithm("feddr", "baseline", "FedDR, Douglas-Rachford splitting, x-bar projected onto D",
+                  build_feddr, _DR),
+        Algorithm("fedavg-proj", "baseline", "FedAvg whose average is projected onto D",
+                  build_projected_fedavg, _SGD),
     )
 }
 

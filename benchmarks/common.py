@@ -1,0 +1,257 @@
+"""Shared code of the FedFW benchmarks: run jobs on the in-process engine, read their rows,
+pick hyper-parameters, write markdown reports with the machine and commit they ran on.
+
+A job runs the project's real ServerApp and ClientApp through ``server_app.inprocess_grid``
+(Flower's message serialisation both ways, one Context per node, no Ray), exactly as the
+end-to-end tests do, and its rows are read back from ``<out>/<run-name>/metrics.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+ROOT = BENCH_DIR.parent
+RESULTS = BENCH_DIR / "results"
+HPARAMS_FILE = RESULTS / "hparams.json"  # written by fedfw_table1, read by the others
+
+
+@dataclass(frozen=True)
+class Job:
+    """One federated run: ``num_nodes`` clients and run-config ``overrides``."""
+
+    name: str
+    num_nodes: int
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+
+# -- running --------------------------------------------------------------------------------
+def _run_in_this_process(job: dict, out_dir: str) -> dict:
+    """Run one job (in a worker process) and return its rows and wall time."""
+    import logging
+
+    logging.disable(logging.WARNING)  # Flower logs every round at INFO; keep WARNING+ quiet too
+    from client_app.app import app as client_app
+    from server_app.app import main as server_main
+    from server_app.inprocess_grid import LocalGrid, run_config, server_context
+
+    config = run_config(**{"output-dir": out_dir, "run-name": job["name"], **job["overrides"]})
+    start = time.perf_counter()
+    grid = LocalGrid(client_app, config, job["num_nodes"])
+    server_main(grid, server_context(config))
+    wall = time.perf_counter() - start
+    run_dir = Path(out_dir) / job["name"]
+    rows = json.loads((run_dir / "metrics.json").read_text())["rounds"]
+    (run_dir / "job.json").write_text(json.dumps({**job, "wall_s": wall}, indent=1))
+    return {"name": job["name"], "rows": rows, "wall_s": wall}
+
+
+def _cached(job: dict, out_dir: Path) -> dict | None:
+    run_dir = out_dir / job["name"]
+    try:
+        saved = json.loads((run_dir / "job.json").read_text())
+        rows = json.loads((run_dir / "metrics.json").read_text())["rounds"]
+    except (OSError, ValueError, KeyError):
+        return None
+    if {k: saved.get(k) for k in job} != job:
+        return None
+    return {"name": job["name"], "rows": rows, "wall_s": saved["wall_s"], "cached": True}
+
+
+def run_jobs(jobs: list[Job], out_dir: Path, workers: int = 2, reuse: bool = False
+             ) -> dict[str, dict]:
+    """Run ``jobs`` on up to ``workers`` processes; {name: {"rows", "wall_s"}}.
+
+    ``reuse`` takes a job's earlier result from ``out_dir`` when it ran with the same spec.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    names = [j.name for j in jobs]
+    if len(set(names)) != len(names):
+        raise ValueError("job names must be unique")
+    results: dict[str, dict] = {}
+    todo = []
+    for job in jobs:
+        spec = json.loads(json.dumps(asdict(job)))
+        hit = _cached(spec, out_dir) if reuse else None
+        if hit:
+            results[job.name] = hit
+        else:
+            todo.append(spec)
+    if todo:
+        with ProcessPoolExecutor(max_workers=max(1, workers),
+                                 mp_context=get_context("spawn")) as pool:
+            futures = {pool.submit(_run_in_this_process, spec, str(out_dir)): spec["name"]
+                       for spec in todo}
+            for future in as_completed(futures):
+                result = future.result()
+                results[result["name"]] = result
+                last = result["rows"][-1]
+                print(f"  {result['name']:<48} {result['wall_s']:6.1f} s  "
+                      f"acc={last.get('test_accuracy', float('nan')):.4f}  "
+                      f"train_loss={last.get('train_loss', float('nan')):.4f}", flush=True)
+    return {name: results[name] for name in names}
+
+
+def available_algorithms() -> list[str]:
+    """The algorithms registered in strategies/registry.py right now."""
+    from strategies.registry import ALGORITHMS
+
+    return list(ALGORITHMS)
+
+
+# -- reading rows ---------------------------------------------------------------------------
+def train_rows(rows: list[dict]) -> list[dict]:
+    """Rows of training rounds (round >= 1); round 0 is the initial evaluation."""
+    return [r for r in rows if r.get("round", 0) >= 1]
+
+
+def final(rows: list[dict], key: str) -> float:
+    return float(rows[-1].get(key, float("nan")))
+
+
+def best(rows: list[dict], key: str, lowest: bool = False) -> float:
+    values = [r[key] for r in train_rows(rows) if key in r]
+    if not values:
+        return float("nan")
+    return float(min(values) if lowest else max(values))
+
+
+def at_round(rows: list[dict], round_: int, key: str) -> float:
+    for r in rows:
+        if r.get("round") == round_:
+            return float(r.get(key, float("nan")))
+    return float("nan")
+
+
+def pick(results: dict[str, float]) -> str:
+    """The key with the smallest finite value (NaN/inf lose)."""
+    finite = {k: v for k, v in results.items() if v == v and v != float("inf")}
+    if not finite:
+        raise ValueError(f"no finite value to pick from: {results}")
+    return min(finite, key=finite.get)
+
+
+def load_hparams() -> dict[str, Any]:
+    """Hyper-parameters chosen by fedfw_table1 (empty when it has not run)."""
+    try:
+        return json.loads(HPARAMS_FILE.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def save_hparams(values: dict[str, Any]) -> None:
+    HPARAMS_FILE.parent.mkdir(parents=True, exist_ok=True)
+    HPARAMS_FILE.write_text(json.dumps(values, indent=1, sort_keys=True) + "\n")
+
+
+# -- formatting -----------------------------------------------------------------------------
+def pct(value: float, digits: int = 2) -> str:
+    return "n/a" if value != value else f"{100 * value:.{digits}f}"
+
+
+def num(value: float, fmt: str = ".4f") -> str:
+    return "n/a" if value != value else format(value, fmt)
+
+
+def md_table(headers: list[str], rows: list[list[Any]]) -> str:
+    """A GitHub markdown table; the first column is left-aligned, the others right-aligned."""
+    lines = ["| " + " | ".join(headers) + " |",
+             "|" + "|".join([":--"] + ["--:"] * (len(headers) - 1)) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _run(cmd: list[str]) -> str:
+    try:
+        return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=30,
+                              check=False).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def machine_info() -> dict[str, str]:
+    """CPU, cores, RAM, git commit (and whether the tree had changes), versions, date."""
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    ram = ""
+    try:
+        kib = int(Path("/proc/meminfo").read_text().split("MemTotal:")[1].split()[0])
+        ram = f"{kib / 2**20:.1f} GiB"
+    except (OSError, IndexError, ValueError):
+        pass
+    status = _run(["git", "status", "--porcelain"]).splitlines()
+    changed = [s for s in status if not s.startswith("??")]
+    untracked = [s for s in status if s.startswith("??")]
+    dirty = ("clean" if not status else
+             f"{len(changed)} modified, {len(untracked)} untracked paths: "
+             + ", ".join(s[3:] for s in status))
+    versions = []
+    for mod in ("flwr", "torch", "numpy", "scipy"):
+        try:
+            versions.append(f"{mod} {__import__(mod).__version__}")
+        except ImportError:
+            pass
+    return {
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu": f"{cpu} ({_run(['nproc']) or os.cpu_count()} cores visible to nproc)",
+        "ram": ram,
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "versions": ", ".join(versions),
+        "commit": _run(["git", "rev-parse", "--short", "HEAD"]) or "unknown",
+        "working tree": dirty,
+    }
+
+
+def command_line() -> str:
+    module = Path(sys.argv[0]).stem
+    return " ".join(["python -m", f"benchmarks.{module}", *sys.argv[1:]])
+
+
+def write_report(path: Path, title: str, wall_s: float, body: str) -> None:
+    """``body`` under a header giving the command, machine, commit, date and wall time."""
+    info = machine_info()
+    header = [f"# {title}", "",
+              f"- command: `{command_line()}` (from the repository root, venv active)",
+              f"- wall time: {wall_s / 60:.1f} min ({wall_s:.0f} s)"]
+    header += [f"- {k}: {v}" for k, v in info.items()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(header) + "\n\n" + body.rstrip() + "\n")
+    print(f"wrote {path}")
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--quick", action="store_true",
+                   help="smoke version (< 1 min); writes under benchmarks/results/quick/")
+    p.add_argument("--workers", type=int, default=2, help="parallel runs (default 2)")
+    p.add_argument("--reuse", action="store_true",
+                   help="reuse finished runs with an identical spec from an earlier invocation")
+    return p
+
+
+def results_dir(quick: bool) -> Path:
+    return RESULTS / "quick" if quick else RESULTS
+
+
+def runs_dir(quick: bool, bench: str) -> Path:
+    """Raw run folders (metrics.json, config.json, plots) of one benchmark."""
+    return results_dir(quick) / "runs" / bench

@@ -35,11 +35,41 @@ class Job:
     name: str
     num_nodes: int
     overrides: dict[str, Any] = field(default_factory=dict)
+    wire: bool = False  # also measure Flower's serialised message sizes
 
 
 # -- running --------------------------------------------------------------------------------
+def _wire_grid_class():
+    """LocalGrid that also records the size of every message as Flower serialises it."""
+    from flwr.common.serde import message_to_proto, recorddict_to_proto
+    from server_app.inprocess_grid import LocalGrid
+
+    class WireGrid(LocalGrid):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.wire: list[dict] = []
+
+        def _deliver(self, message):  # noqa: ANN001, ANN202
+            reply = super()._deliver(message)
+            self.wire.append({
+                "type": message.metadata.message_type,
+                "down_content": recorddict_to_proto(message.content).ByteSize(),
+                "down_message": message_to_proto(message).ByteSize(),
+                "up_content": (0 if reply.has_error()
+                               else recorddict_to_proto(reply.content).ByteSize()),
+                "up_message": message_to_proto(reply).ByteSize(),
+            })
+            return reply
+
+    return WireGrid
+
+
 def _run_in_this_process(job: dict, out_dir: str) -> dict:
-    """Run one job (in a worker process) and return its rows and wall time."""
+    """Run one job (in a worker process) and return its rows and wall time.
+
+    With ``job["wire"]`` true the result also has ``wire``: for every delivered message the
+    bytes of its content (Flower's RecordDict protobuf) and of the whole Message protobuf.
+    """
     import logging
 
     logging.disable(logging.WARNING)  # Flower logs every round at INFO; keep WARNING+ quiet too
@@ -49,13 +79,18 @@ def _run_in_this_process(job: dict, out_dir: str) -> dict:
 
     config = run_config(**{"output-dir": out_dir, "run-name": job["name"], **job["overrides"]})
     start = time.perf_counter()
-    grid = LocalGrid(client_app, config, job["num_nodes"])
+    grid = (_wire_grid_class() if job.get("wire") else LocalGrid)(client_app, config,
+                                                                  job["num_nodes"])
     server_main(grid, server_context(config))
     wall = time.perf_counter() - start
     run_dir = Path(out_dir) / job["name"]
     rows = json.loads((run_dir / "metrics.json").read_text())["rounds"]
+    result = {"name": job["name"], "rows": rows, "wall_s": wall}
+    if job.get("wire"):
+        result["wire"] = grid.wire
+        (run_dir / "wire.json").write_text(json.dumps(grid.wire))
     (run_dir / "job.json").write_text(json.dumps({**job, "wall_s": wall}, indent=1))
-    return {"name": job["name"], "rows": rows, "wall_s": wall}
+    return result
 
 
 def _cached(job: dict, out_dir: Path) -> dict | None:
@@ -65,9 +100,15 @@ def _cached(job: dict, out_dir: Path) -> dict | None:
         rows = json.loads((run_dir / "metrics.json").read_text())["rounds"]
     except (OSError, ValueError, KeyError):
         return None
-    if {k: saved.get(k) for k in job} != job:
+    if {k: saved.get(k, False if k == "wire" else None) for k in job} != job:
         return None
-    return {"name": job["name"], "rows": rows, "wall_s": saved["wall_s"], "cached": True}
+    hit = {"name": job["name"], "rows": rows, "wall_s": saved["wall_s"], "cached": True}
+    if job.get("wire"):
+        try:
+            hit["wire"] = json.loads((run_dir / "wire.json").read_text())
+        except (OSError, ValueError):
+            return None
+    return hit
 
 
 def run_jobs(jobs: list[Job], out_dir: Path, workers: int = 2, reuse: bool = False
@@ -173,10 +214,11 @@ def md_table(headers: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
-def _run(cmd: list[str]) -> str:
+def _run(cmd: list[str], strip: bool = True) -> str:
     try:
-        return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=30,
-                              check=False).stdout.strip()
+        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=30,
+                             check=False).stdout
+        return out.strip() if strip else out
     except (OSError, subprocess.SubprocessError):
         return ""
 
@@ -197,7 +239,7 @@ def machine_info() -> dict[str, str]:
         ram = f"{kib / 2**20:.1f} GiB"
     except (OSError, IndexError, ValueError):
         pass
-    status = _run(["git", "status", "--porcelain"]).splitlines()
+    status = [s for s in _run(["git", "status", "--porcelain"], strip=False).splitlines() if s]
     changed = [s for s in status if not s.startswith("??")]
     untracked = [s for s in status if s.startswith("??")]
     dirty = ("clean" if not status else
@@ -218,6 +260,8 @@ def machine_info() -> dict[str, str]:
         "versions": ", ".join(versions),
         "commit": _run(["git", "rev-parse", "--short", "HEAD"]) or "unknown",
         "working tree": dirty,
+        "load average (1/5/15 min) when the report was written": " / ".join(
+            f"{v:.2f}" for v in os.getloadavg()),
     }
 
 

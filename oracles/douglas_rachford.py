@@ -131,6 +131,10 @@ class FedDRServer:
             raise ValueError(f"client ids must be non-empty and distinct, got {ids}")
         self._x_hats = {cid: [np.array(a, dtype=np.float64) for a in x0] for cid in ids}
 
+    def x_hat_of(self, client_id: int) -> Params:
+        """A copy of client ``client_id``'s last x_hat_i (its restart point after a lost state)."""
+        return [a.copy() for a in self._x_hats[client_id]]
+
     def aggregate(
         self, received: Mapping[int, Params], constraint: Constraint, scope: str = "per-tensor"
     ) -> Params:

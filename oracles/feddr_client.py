@@ -17,53 +17,31 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-from flwr.app import ConfigRecord, RecordDict
+from flwr.app import RecordDict
 
 from functions.params import ParamLayout, Params, params_to_record, record_to_params
 from oracles.douglas_rachford import DRClientState, feddr_client_init, feddr_client_step
-from oracles.fedavg_client import evaluation_sums
 from oracles.feddr_settings import feddr_settings
 from oracles.job import ClientJob
-from oracles.torch_grad import load_params, loss_and_grad
+from oracles.pending_state import PendingStore, restart_point
+from oracles.torch_grad import loss_and_grad
 from oracles.torch_models import new_model
 from tasks.federation import LocalData
 
-SYNC_NONE, SYNC_FROM_XBAR, SYNC_FROM_XHAT = "none", "xbar", "xhat"
-_STATE = {"x": "feddr.x", "y": "feddr.y", "x_hat": "feddr.x_hat"}
-_PENDING = {"x": "feddr.pending.x", "y": "feddr.pending.y", "x_hat": "feddr.pending.x_hat"}
-_META = "feddr.meta"
-
-
-class LostStateError(RuntimeError):
-    """The node has no FedDR state (e.g. its SuperNode restarted); the server will resend it."""
-
-
-def _save(job: ClientJob, keys: dict[str, str], layout: ParamLayout, state: DRClientState) -> None:
-    for field, key in keys.items():
-        job.state[key] = params_to_record(layout, getattr(state, field), dtype=np.float64)
-
-
-def _load(job: ClientJob, keys: dict[str, str], layout: ParamLayout) -> DRClientState | None:
-    if not all(key in job.state for key in keys.values()):
-        return None
-    return DRClientState(**{f: record_to_params(job.state[k], layout) for f, k in keys.items()})
+POINT_KEY = "xhat"  # message key (and sync value) of a re-sent x_hat_i
+STORE = PendingStore("feddr", ("x", "y", "x_hat"))
 
 
 def _current_state(job: ClientJob, layout: ParamLayout, xbar: Params) -> DRClientState:
     """Commit or drop the pending step; a node without state starts at the server's point."""
-    config = job.content["config"]
-    committed = _load(job, _STATE, layout)
-    pending = _load(job, _PENDING, layout)
-    meta = job.state.get(_META, ConfigRecord({"pending-round": -1}))
-    if pending is not None and meta["pending-round"] == config["last-accepted"]:
-        committed = pending
+    committed = STORE.resolve(job.state, layout, job.content["config"]["last-accepted"])
     if committed is not None:
-        return committed
-    sync = config["sync"]
-    if sync == SYNC_NONE:
-        raise LostStateError("no FedDR state on this node; the server will resend its x_hat_i")
-    start = xbar if sync == SYNC_FROM_XBAR else record_to_params(job.content["xhat"], layout)
-    return feddr_client_init(start)
+        return DRClientState(**committed)
+    return feddr_client_init(restart_point(job.content, layout, xbar, POINT_KEY))
+
+
+def _variables(state: DRClientState) -> dict[str, Params]:
+    return {"x": state.x, "y": state.y, "x_hat": state.x_hat}
 
 
 def gradient_oracle(job: ClientJob, batch_size: int, server_round: int
@@ -90,15 +68,5 @@ def train(job: ClientJob) -> RecordDict:
     state = _current_state(job, layout, xbar)
     pending = feddr_client_step(state, xbar, gradient_oracle(job, dr.batch_size, t), dr.alpha,
                                 dr.eta, dr.local_steps, dr.lr)
-    _save(job, _STATE, layout, state)
-    _save(job, _PENDING, layout, pending)
-    job.state[_META] = ConfigRecord({"pending-round": t})
+    STORE.stage(job.state, layout, _variables(state), _variables(pending), t)
     return RecordDict({"xhat": params_to_record(layout, pending.x_hat)})
-
-
-def evaluate(job: ClientJob) -> RecordDict:
-    """Loss sums at x-bar on this node's test shard and training partition."""
-    model = new_model(job.settings, job.data.task)
-    xbar = record_to_params(job.content["xbar"], ParamLayout.of_state_dict(model.state_dict()))
-    load_params(model, xbar)
-    return RecordDict({"metrics": evaluation_sums(model, job.data)})

@@ -9,17 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from oracles.lmo import SCOPES, Constraint, make_constraint
-from tasks.errors import ConfigError
-from tasks.run_config import RunSettings, _get, require
-
-
-@dataclass(frozen=True)
-class ConstraintSet:
-    """D: a ball per tensor (``scope="per-tensor"``) or one ball over the flattened model."""
-
-    constraint: Constraint
-    scope: str
+from oracles.fedfw_settings import ConstraintSet, constraint_set
+from tasks.run_config import RunSettings, read_key, require
 
 
 @dataclass(frozen=True)
@@ -36,28 +27,18 @@ class FedDRSettings:
     federated_eval: bool
 
 
-def constraint_set(settings: RunSettings) -> ConstraintSet:
-    """D from the ``fedfw.*`` keys (same defaults as FedFW); ConfigError names the key."""
-    table = settings.family("fedfw")
-    scope = str(table.get("scope", "per-tensor"))
-    if scope not in SCOPES:
-        raise ConfigError.choice("fedfw.scope", scope, SCOPES)
-    return ConstraintSet(make_constraint(str(table.get("constraint", "l1")),
-                                         table.get("radius", 10.0)), scope)
-
-
 def feddr_settings(settings: RunSettings) -> FedDRSettings:
     """Parse ``feddr.*`` and D; ConfigError names the key."""
     raw = settings.raw
     out = FedDRSettings(
         domain=constraint_set(settings),
-        alpha=_get(raw, "feddr.alpha", float, 1.0),
-        eta=_get(raw, "feddr.eta", float, 1.0),
-        local_steps=_get(raw, "feddr.local-steps", int, 5),
-        lr=_get(raw, "feddr.lr", float, 0.1),
-        batch_size=_get(raw, "feddr.batch-size", int, 0),
-        participation=_get(raw, "feddr.participation", float, 1.0),
-        federated_eval=_get(raw, "feddr.federated-eval", bool, True),
+        alpha=read_key(raw, "feddr.alpha", float, 1.0),
+        eta=read_key(raw, "feddr.eta", float, 1.0),
+        local_steps=read_key(raw, "feddr.local-steps", int, 5),
+        lr=read_key(raw, "feddr.lr", float, 0.1),
+        batch_size=read_key(raw, "feddr.batch-size", int, 0),
+        participation=read_key(raw, "feddr.participation", float, 1.0),
+        federated_eval=read_key(raw, "feddr.federated-eval", bool, True),
     )
     require(0.0 < out.alpha < 2.0, "feddr.alpha", out.alpha, "in (0, 2)")
     require(0.0 < out.eta < float("inf"), "feddr.eta", out.eta, "finite and > 0")

@@ -8,11 +8,33 @@ from oracles.frank_wolfe import VARIANTS
 from oracles.lmo import SCOPES, Constraint, make_constraint
 from oracles.schedules import SCHEDULE_NAMES, FWSchedule, make_schedule
 from tasks.errors import ConfigError
-from tasks.run_config import RunSettings, require
+from tasks.run_config import RunSettings, read_key, require
 
 AUTO_SCHEDULE = "auto"
 NODE_CONSTRAINT_KEY = "fedfw.constraint"
 NODE_RADIUS_KEY = "fedfw.radius"
+
+
+@dataclass(frozen=True)
+class ConstraintSet:
+    """D: a ball per tensor (``scope="per-tensor"``) or one ball over the flattened model.
+
+    Read from the ``fedfw.*`` keys by FedFW and by its baselines (FedDR, projected FedAvg),
+    so that every algorithm of the comparison solves the same constrained problem.
+    """
+
+    constraint: Constraint
+    scope: str
+
+
+def constraint_set(settings: RunSettings) -> ConstraintSet:
+    """D from ``fedfw.constraint``, ``fedfw.radius``, ``fedfw.scope``; ConfigError names the key."""
+    raw = settings.raw
+    scope = read_key(raw, "fedfw.scope", str, "per-tensor")
+    if scope not in SCOPES:
+        raise ConfigError.choice("fedfw.scope", scope, SCOPES)
+    return ConstraintSet(make_constraint(read_key(raw, "fedfw.constraint", str, "l1"),
+                                         read_key(raw, "fedfw.radius", float, 10.0)), scope)
 
 
 @dataclass(frozen=True)
@@ -39,33 +61,30 @@ def default_schedule(variant: str) -> str:
 
 def fedfw_settings(settings: RunSettings) -> FedFWSettings:
     """Parse ``fedfw.*``; ConfigError names the key."""
-    table = settings.family("fedfw")
+    raw = settings.raw
     variant = settings.algorithm if settings.algorithm in VARIANTS else "fedfw"
-    scope = str(table.get("scope", "per-tensor"))
-    if scope not in SCOPES:
-        raise ConfigError.choice("fedfw.scope", scope, SCOPES)
-    kind = str(table.get("schedule", AUTO_SCHEDULE))
+    domain = constraint_set(settings)
+    kind = read_key(raw, "fedfw.schedule", str, AUTO_SCHEDULE)
     if kind == AUTO_SCHEDULE:
         kind = default_schedule(variant)
     if kind not in SCHEDULE_NAMES:
         raise ConfigError.choice("fedfw.schedule", kind, (AUTO_SCHEDULE, *SCHEDULE_NAMES))
     schedule = make_schedule(
-        kind, table.get("lambda0", 0.01), settings.num_rounds,
-        participation=table.get("participation", 1.0),
-        eta_constant=table.get("eta-constant", 0.1),
-        lambda_constant=table.get("lambda-constant", 1e-3),
+        kind, read_key(raw, "fedfw.lambda0", float, 0.01), settings.num_rounds,
+        participation=read_key(raw, "fedfw.participation", float, 1.0),
+        eta_constant=read_key(raw, "fedfw.eta-constant", float, 0.1),
+        lambda_constant=read_key(raw, "fedfw.lambda-constant", float, 1e-3),
     )
-    batch_size = int(table.get("batch-size", 64))
+    batch_size = read_key(raw, "fedfw.batch-size", int, 64)
     require(batch_size >= 1, "fedfw.batch-size", batch_size, ">= 1")
     return FedFWSettings(
         variant=variant,
-        constraint=make_constraint(str(table.get("constraint", "l1")),
-                                   float(table.get("radius", 10.0))),
-        scope=scope,
+        constraint=domain.constraint,
+        scope=domain.scope,
         schedule=schedule,
         batch_size=batch_size,
-        gap=bool(table.get("gap", True)),
-        federated_eval=bool(table.get("federated-eval", True)),
+        gap=read_key(raw, "fedfw.gap", bool, True),
+        federated_eval=read_key(raw, "fedfw.federated-eval", bool, True),
     )
 
 

@@ -54,7 +54,9 @@ class LocalGrid(Grid):
         TaskIdentity.node_id = SERVER_NODE_ID
         TaskIdentity.task_id = 1
         self.client_app = client_app
-        self.node_ids = [1000 + i for i in range(num_nodes)]
+        # Flower's node ids are random uint64s; straddle 2**63 so code that puts ids into
+        # numpy arrays (silently float64 for such a mix) fails here as it would on the engine
+        self.node_ids = [(1 << 63) + 977 * (i - num_nodes // 2) for i in range(num_nodes)]
         self.contexts = {
             node_id: Context(
                 run_id=RUN_ID, node_id=node_id,

@@ -8,7 +8,7 @@ from strategies.build import BuildContext
 from strategies.federated_metrics import aggregate_evaluation_sums
 
 
-def _common(ctx: BuildContext) -> dict:
+def fedavg_options(ctx: BuildContext) -> dict:
     federated_eval = not ctx.settings.central_evaluation
     return {
         "fraction_train": ctx.settings.fraction_train,
@@ -22,9 +22,9 @@ def _common(ctx: BuildContext) -> dict:
 
 def build_fedavg(ctx: BuildContext) -> Strategy:
     """McMahan et al.'s FedAvg: sample-weighted average of locally trained models."""
-    return FedAvg(**_common(ctx))
+    return FedAvg(**fedavg_options(ctx))
 
 
 def build_fedprox(ctx: BuildContext) -> Strategy:
     """Li et al.'s FedProx: FedAvg whose clients add (mu/2)||w - w_global||^2."""
-    return FedProx(proximal_mu=ctx.settings.fedprox_mu, **_common(ctx))
+    return FedProx(proximal_mu=ctx.settings.fedprox_mu, **fedavg_options(ctx))

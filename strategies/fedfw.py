@@ -21,7 +21,7 @@ from functions.errors import DecodeError
 from functions.extreme_points import decode_model_point
 from functions.params import ParamLayout, Params, params_to_record, record_to_arrays, record_to_params
 from oracles.douglas_rachford import project_params
-from oracles.fedfw_client import SYNC_FROM_XBAR, SYNC_FROM_XI, SYNC_NONE
+from oracles.fedfw_client import POINT_KEY
 from oracles.fedfw_settings import FedFWSettings, fedfw_settings
 from oracles.frank_wolfe import fw_gap
 from oracles.lmo import Constraint, make_constraint
@@ -29,6 +29,7 @@ from oracles.torch_models import new_model
 from strategies.build import BuildContext
 from strategies.federated_metrics import aggregate_evaluation_sums
 from strategies.fedfw_mirror import ConsensusMirror
+from strategies.node_book import NodeBook
 from tasks.errors import ConfigError
 
 
@@ -42,9 +43,8 @@ class FedFWStrategy(Strategy):
                    project_params(fw.constraint, x0, fw.scope)]
         self.rng = np.random.default_rng(seed)
         self.mirror: ConsensusMirror | None = None
+        self.book: NodeBook | None = None
         self.node_sets: dict[int, Constraint] = {}
-        self.last_accepted: dict[int, int] = {}
-        self.needs_sync: dict[int, bool] = {}
 
     def initial_arrays(self) -> ArrayRecord:
         """x-bar^1: the model's initial weights projected onto D (float32-exact)."""
@@ -59,10 +59,9 @@ class FedFWStrategy(Strategy):
 
     def _start(self, grid: Grid) -> None:
         """Fix the client set, and ask every node for its D_i (message type query.bounds)."""
-        node_ids = sorted(grid.get_node_ids())
+        self.book = NodeBook(grid.get_node_ids(), "FedFW", self.layout, POINT_KEY)
+        node_ids = self.book.node_ids
         self.mirror = ConsensusMirror(self.x0, node_ids)
-        self.last_accepted = {n: 0 for n in node_ids}
-        self.needs_sync = {n: True for n in node_ids}
         queries = [Message(RecordDict(), n, "query.bounds") for n in node_ids]
         for reply in grid.send_and_receive(queries):
             node = reply.metadata.src_node_id
@@ -87,54 +86,23 @@ class FedFWStrategy(Strategy):
                         grid: Grid) -> Iterable[Message]:
         if self.mirror is None:
             self._start(grid)
-        node_ids = self.mirror.client_ids
+        node_ids = self.book.node_ids
         chosen = [n for n in node_ids if self.rng.random() < self.fw.participation]
         xbar = self.mirror.x_bar
         xbar_wire = params_to_record(self.layout, xbar)
-        xbar_exact = [np.asarray(p, np.float32).astype(np.float64) for p in xbar]
-        messages = []
-        for node in chosen:
-            content = RecordDict({"xbar": xbar_wire})
-            sync = SYNC_NONE
-            if self.needs_sync[node]:
-                x_i = self.mirror.x_of(node)
-                if all(np.array_equal(a, b) for a, b in zip(x_i, xbar_exact)):
-                    sync = SYNC_FROM_XBAR
-                else:
-                    sync = SYNC_FROM_XI
-                    content["xi"] = params_to_record(self.layout, x_i, dtype=np.float64)
-            content["config"] = ConfigRecord({
-                "server-round": server_round, "num-clients": len(node_ids),
-                "last-accepted": self.last_accepted[node], "sync": sync,
-            })
-            messages.append(Message(content, node, "train", group_id=str(server_round)))
+        messages = [self.book.train_message(node, server_round, xbar, xbar_wire, self.mirror.x_of,
+                                            **{"num-clients": len(node_ids)})
+                    for node in chosen]
         log(INFO, "FedFW round %d: %d of %d nodes participate", server_round, len(chosen),
             len(node_ids))
         return messages
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]
                         ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        points: dict[int, Params] = {}
-        rejected = 0
-        for reply in replies:
-            node = reply.metadata.src_node_id
-            if reply.has_error():  # counted as a failure by the metered grid
-                self.needs_sync[node] = True
-                log(WARNING, "FedFW round %d: node %s failed: %s", server_round, node,
-                    reply.error.reason)
-                continue
-            try:
-                points[node] = self._checked_point(node, reply)
-            except DecodeError as err:
-                rejected += 1
-                self.needs_sync[node] = True
-                log(WARNING, "FedFW round %d: dropped the point of node %s: %s",
-                    server_round, node, err)
+        points, rejected = self.book.screen(server_round, replies, self._checked_point)
         eta = self.fw.schedule.eta(server_round)
         self.mirror.apply(points, eta)
-        for node in points:
-            self.last_accepted[node] = server_round
-            self.needs_sync[node] = False
+        self.book.accept(server_round, points)
         metrics = MetricRecord({
             "failures": rejected,  # points that failed the checks; error replies add to it
             "participants": len(points),
@@ -146,8 +114,6 @@ class FedFWStrategy(Strategy):
 
     def _checked_point(self, node: int, reply: Message) -> Params:
         """Decode s_i and check it lies in the node's declared D_i (decoders validate)."""
-        if node not in self.node_sets:
-            raise DecodeError("reply from a node outside the federation")
         record = reply.content.array_records.get("point")
         if record is None:
             raise DecodeError("reply has no 'point' record")
@@ -167,11 +133,8 @@ class FedFWStrategy(Strategy):
                            grid: Grid) -> Iterable[Message]:
         if not self.fw.federated_eval:
             return []
-        content = RecordDict({"xbar": params_to_record(self.layout, self.mirror.x_bar),
-                              "config": ConfigRecord({"fw-gap": self.fw.gap,
-                                                      "server-round": server_round})})
-        return [Message(content, node, "evaluate", group_id=str(server_round))
-                for node in self.mirror.client_ids]
+        return self.book.evaluate_messages(server_round, self.mirror.x_bar,
+                                           **{"fw-gap": self.fw.gap})
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
                            ) -> MetricRecord | None:

@@ -22,7 +22,7 @@ from functions.params import ParamLayout, Params, params_to_record, record_to_pa
 from oracles.douglas_rachford import project_params, projected_average
 from oracles.feddr_settings import ConstraintSet, constraint_set
 from oracles.torch_models import new_model
-from strategies.baselines import _common
+from strategies.baselines import fedavg_options
 from strategies.build import BuildContext
 
 
@@ -100,4 +100,4 @@ def build_projected_fedavg(ctx: BuildContext) -> ProjectedFedAvg:
     """Projected FedAvg over D from the ``fedfw.*`` keys, with FedAvg's common options."""
     domain = constraint_set(ctx.settings)
     layout, x0 = projected_start(ctx, domain)
-    return ProjectedFedAvg(domain, layout, x0, **_common(ctx))
+    return ProjectedFedAvg(domain, layout, x0, **fedavg_options(ctx))

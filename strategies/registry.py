@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from flwr.serverapp.strategy import Strategy
 
-from oracles import fedavg_client, feddr_client, fedfw_client
+from oracles import consensus_eval, fedavg_client, feddr_client, fedfw_client
 from oracles.job import ClientProcedure
 from strategies.baselines import build_fedavg, build_fedprox
 from strategies.build import BuildContext
@@ -35,7 +35,7 @@ class Algorithm:
 _SGD = {"train": fedavg_client.train, "evaluate": fedavg_client.evaluate}
 _FW = {"train": fedfw_client.train, "evaluate": fedfw_client.evaluate,
        "query.bounds": fedfw_client.bounds}
-_DR = {"train": feddr_client.train, "evaluate": feddr_client.evaluate}
+_DR = {"train": feddr_client.train, "evaluate": consensus_eval.evaluate_xbar}
 
 ALGORITHMS: dict[str, Algorithm] = {
     a.name: a

@@ -15,8 +15,8 @@ from tasks.errors import ConfigError
 Scalar = int | float | str | bool
 
 
-def _get(raw: Mapping[str, Any], key: str, kind: type, default: Any) -> Any:
-    """Read ``key`` as ``kind``; ints are accepted where floats are expected."""
+def read_key(raw: Mapping[str, Any], key: str, kind: type, default: Any) -> Any:
+    """Read ``key`` as ``kind`` (ints are accepted for floats); ConfigError names the key."""
     value = raw.get(key, default)
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
@@ -64,26 +64,26 @@ class RunSettings:
         """Parse and validate a Flower run config; raise ConfigError naming the bad key."""
         d = cls()
         settings = cls(
-            algorithm=_get(raw, "algorithm", str, d.algorithm),
-            task=_get(raw, "task", str, d.task),
-            model=_get(raw, "model", str, d.model),
-            partitioning=_get(raw, "partitioning", str, d.partitioning),
-            partitioning_s=_get(raw, "partitioning.s", float, d.partitioning_s),
-            partitioning_alpha=_get(raw, "partitioning.alpha", float, d.partitioning_alpha),
-            labels_per_client=_get(raw, "partitioning.labels-per-client", int, d.labels_per_client),
-            num_rounds=_get(raw, "num-server-rounds", int, d.num_rounds),
-            seed=_get(raw, "seed", int, d.seed),
-            output_dir=_get(raw, "output-dir", str, d.output_dir),
-            run_name=_get(raw, "run-name", str, d.run_name),
-            central_evaluation=_get(raw, "central-evaluation", bool, d.central_evaluation),
-            fraction_train=_get(raw, "fraction-train", float, d.fraction_train),
-            local_epochs=_get(raw, "local-epochs", int, d.local_epochs),
-            local_steps=_get(raw, "local-steps", int, d.local_steps),
-            batch_size=_get(raw, "batch-size", int, d.batch_size),
-            learning_rate=_get(raw, "learning-rate", float, d.learning_rate),
-            fedprox_mu=_get(raw, "fedprox.mu", float, d.fedprox_mu),
-            synthetic_alpha=_get(raw, "synthetic.alpha", float, d.synthetic_alpha),
-            synthetic_beta=_get(raw, "synthetic.beta", float, d.synthetic_beta),
+            algorithm=read_key(raw, "algorithm", str, d.algorithm),
+            task=read_key(raw, "task", str, d.task),
+            model=read_key(raw, "model", str, d.model),
+            partitioning=read_key(raw, "partitioning", str, d.partitioning),
+            partitioning_s=read_key(raw, "partitioning.s", float, d.partitioning_s),
+            partitioning_alpha=read_key(raw, "partitioning.alpha", float, d.partitioning_alpha),
+            labels_per_client=read_key(raw, "partitioning.labels-per-client", int, d.labels_per_client),
+            num_rounds=read_key(raw, "num-server-rounds", int, d.num_rounds),
+            seed=read_key(raw, "seed", int, d.seed),
+            output_dir=read_key(raw, "output-dir", str, d.output_dir),
+            run_name=read_key(raw, "run-name", str, d.run_name),
+            central_evaluation=read_key(raw, "central-evaluation", bool, d.central_evaluation),
+            fraction_train=read_key(raw, "fraction-train", float, d.fraction_train),
+            local_epochs=read_key(raw, "local-epochs", int, d.local_epochs),
+            local_steps=read_key(raw, "local-steps", int, d.local_steps),
+            batch_size=read_key(raw, "batch-size", int, d.batch_size),
+            learning_rate=read_key(raw, "learning-rate", float, d.learning_rate),
+            fedprox_mu=read_key(raw, "fedprox.mu", float, d.fedprox_mu),
+            synthetic_alpha=read_key(raw, "synthetic.alpha", float, d.synthetic_alpha),
+            synthetic_beta=read_key(raw, "synthetic.beta", float, d.synthetic_beta),
             raw=dict(raw),
         )
         settings.validate()

@@ -9,9 +9,7 @@ import math
 
 import pytest
 
-from client_app.app import app as client_app
-from server_app.app import main as server_main
-from server_app.inprocess_grid import LocalGrid, run_config, server_context
+from tests.helpers import run_app
 
 REQUIRED_ROW_KEYS = {"round", "test_accuracy", "test_loss", "train_loss", "bytes_up",
                      "bytes_down", "wall_time_s", "failures"}
@@ -19,10 +17,8 @@ REQUIRED_ROW_KEYS = {"round", "test_accuracy", "test_loss", "train_loss", "bytes
 
 def run_job(tmp_path, num_nodes=4, node_configs=None, **overrides):
     """Run the ServerApp against ``num_nodes`` in-process clients; return (grid, results dir)."""
-    config = run_config(**{"output-dir": str(tmp_path), "run-name": "job", **overrides})
-    grid = LocalGrid(client_app, config, num_nodes, node_configs)
-    server_main(grid, server_context(config))
-    return grid, tmp_path / "job"
+    run = run_app(tmp_path, num_nodes, node_configs, **overrides)
+    return run.grid, run.out_dir
 
 
 def read_metrics(out_dir):

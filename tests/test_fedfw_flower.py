@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 
 import numpy as np
@@ -10,31 +9,20 @@ import pytest
 from flwr.app import ConfigRecord, RecordDict
 
 from client_app.app import app as client_app
-from server_app.app import main as server_main
 from strategies.registry import ALGORITHMS
-from server_app.inprocess_grid import LocalGrid, run_config, server_context
+from tests.helpers import last_xbar, run_app, state_params, train_messages
 
 FAST = {"task": "synthetic", "num-server-rounds": 6, "fedfw.gap": False}
 
 
 def run_fw(tmp_path, num_nodes=5, node_configs=None, client=client_app, **overrides):
-    config = run_config(**{"output-dir": str(tmp_path), "run-name": "fw", "algorithm": "fedfw",
-                           **FAST, **overrides})
-    grid = LocalGrid(client, config, num_nodes, node_configs)
-    server_main(grid, server_context(config))
-    rows = json.loads((tmp_path / "fw" / "metrics.json").read_text())["rounds"]
-    return grid, rows
-
-
-def last_xbar(grid) -> list[np.ndarray]:
-    """x-bar after the final round, as the server sent it for evaluation."""
-    message = [m for m in grid.down if m.metadata.message_type == "evaluate"][-1]
-    return [a.numpy().astype(np.float64) for a in message.content["xbar"].values()]
+    run = run_app(tmp_path, num_nodes, node_configs, client, **{"algorithm": "fedfw", **FAST,
+                                                                **overrides})
+    return run.grid, run.rows
 
 
 def client_x(grid, node) -> list[np.ndarray]:
-    state = grid.contexts[node].state
-    return [a.numpy() for a in state["fedfw.pending.x"].values()]
+    return state_params(grid, node, "fedfw.pending.x")
 
 
 def test_l1_upload_is_a_few_bytes_per_client(tmp_path):
@@ -99,14 +87,15 @@ def test_a_point_outside_the_declared_set_is_dropped_and_the_node_resynced(
     assert [r["failures"] for r in rows[1:]] == [1] * 6
     assert [r["participants"] for r in rows[1:]] == [3] * 6
     assert any("l2 norm 30 is outside D (r=10.0)" in r.getMessage() for r in caplog.records)
-    to_cheat = [m for m in grid.down
-                if m.metadata.message_type == "train" and m.metadata.dst_node_id == grid.node_ids[0]]
-    # never accepted, so it is re-sent its unchanged x_i = x^1 every round
-    assert [m.content["config"]["sync"] for m in to_cheat] == ["xbar"] + ["xi"] * 5
+    to_cheat = train_messages(grid, grid.node_ids[0])
+    # never accepted: the node keeps its committed x_i = x^1 (no re-sync needed), every round
+    # it is told its last accepted round is 0, and its state still matches the server's mirror
+    assert [m.content["config"]["sync"] for m in to_cheat] == ["xbar"] + ["none"] * 5
+    assert [m.content["config"]["last-accepted"] for m in to_cheat] == [0] * 6
     x1 = [a.numpy() for a in to_cheat[0].content["xbar"].values()]
-    for message in to_cheat[1:]:
-        for resent, first in zip(message.content["xi"].values(), x1):
-            np.testing.assert_array_equal(resent.numpy(), first)
+    committed = grid.contexts[grid.node_ids[0]].state["fedfw.x"]
+    for kept, first in zip(committed.values(), x1):
+        np.testing.assert_array_equal(kept.numpy(), first)
 
 
 def test_per_client_l2_superset_runs_and_sends_dense_points(tmp_path):
@@ -128,8 +117,7 @@ def test_a_node_that_lost_its_state_is_resent_x_i(tmp_path):
 
     grid, rows = run_fw(tmp_path, num_nodes=4, client=forgetful)
     assert [r["failures"] for r in rows[1:]] == [0, 0, 1, 0, 0, 0]
-    syncs = [m.content["config"]["sync"] for m in grid.down
-             if m.metadata.message_type == "train" and m.metadata.dst_node_id == grid.node_ids[1]]
+    syncs = [m.content["config"]["sync"] for m in train_messages(grid, grid.node_ids[1])]
     assert syncs == ["xbar", "none", "none", "xi", "none", "none"]
     xbar = last_xbar(grid)
     xs = [client_x(grid, node) for node in grid.node_ids]

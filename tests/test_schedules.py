@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from oracles.schedules import SCHEDULE_NAMES, FWSchedule, make_schedule
+from oracles.schedules import SCHEDULE_NAMES, make_schedule
 from tasks.errors import ConfigError
 
 

@@ -1,0 +1,53 @@
+"""Shared helpers of the in-process end-to-end tests."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from client_app.app import app as client_app
+from server_app.app import main as server_main
+from server_app.inprocess_grid import LocalGrid, run_config, server_context
+
+RUN_NAME = "job"
+
+
+@dataclass
+class AppRun:
+    """A finished in-process run: the grid (messages, node contexts) and its results folder."""
+
+    grid: LocalGrid
+    out_dir: Path
+
+    @property
+    def rows(self) -> list[dict]:
+        return json.loads((self.out_dir / "metrics.json").read_text())["rounds"]
+
+
+def run_app(tmp_path: Path, num_nodes: int = 4, node_configs=None, client=client_app,
+            **overrides) -> AppRun:
+    """Run the real ServerApp against ``num_nodes`` in-process clients."""
+    config = run_config(**{"output-dir": str(tmp_path), "run-name": RUN_NAME, **overrides})
+    grid = LocalGrid(client, config, num_nodes, node_configs)
+    server_main(grid, server_context(config))
+    return AppRun(grid, tmp_path / RUN_NAME)
+
+
+def last_xbar(grid: LocalGrid) -> list[np.ndarray]:
+    """x-bar after the final round, as the server sent it for evaluation."""
+    message = [m for m in grid.down if m.metadata.message_type == "evaluate"][-1]
+    return [a.numpy().astype(np.float64) for a in message.content["xbar"].values()]
+
+
+def train_messages(grid: LocalGrid, node: int) -> list:
+    """The train messages sent to ``node``, in order."""
+    return [m for m in grid.down
+            if m.metadata.message_type == "train" and m.metadata.dst_node_id == node]
+
+
+def state_params(grid: LocalGrid, node: int, key: str) -> list[np.ndarray]:
+    """A parameter record from a node's Context.state."""
+    return [a.numpy() for a in grid.contexts[node].state[key].values()]

@@ -20,33 +20,13 @@ from oracles.douglas_rachford import (
 from oracles.frank_wolfe import fw_gap
 from oracles.lmo import make_constraint
 from tasks.errors import ConfigError
-
-N_CLIENTS, DIM, N_SAMPLES = 3, 10, 100
-L1_BALL = make_constraint("l1", 2.0)
+from tests.logreg_problem import DATA, DIM, L1_BALL, N_CLIENTS, N_SAMPLES, grad
 
 
-def _client_data(seed: int = 0):
-    """Non-IID binary logistic regression: each client's features are shifted in its own coordinates."""
-    rng = np.random.default_rng(seed)
-    w_true = rng.standard_normal(DIM)
-    data = []
-    for i in range(N_CLIENTS):
-        shift = np.zeros(DIM)
-        shift[3 * i : 3 * i + 3] = 2.0
-        features = rng.standard_normal((N_SAMPLES, DIM)) + shift
-        logits = features @ w_true - (i - 1)
-        data.append((features, (rng.random(N_SAMPLES) < 1 / (1 + np.exp(-logits))).astype(float)))
-    return data
 
-
-DATA = _client_data()
 SMOOTHNESS = 0.25 * max(np.linalg.norm(np.c_[f, np.ones(N_SAMPLES)], 2) ** 2 / N_SAMPLES for f, _ in DATA)
 
 
-def grad(x, features, labels):
-    z = features @ x[0] + x[1][0]
-    r = (1 / (1 + np.exp(-z)) - labels) / len(labels)
-    return [features.T @ r, np.array([r.sum()])]
 
 
 def gap_at(x) -> float:

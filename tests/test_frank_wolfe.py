@@ -15,40 +15,14 @@ from oracles.lmo import make_constraint
 from oracles.schedules import make_schedule
 from strategies.fedfw_mirror import ConsensusMirror
 from tasks.errors import ConfigError
-
-N_CLIENTS, DIM, N_SAMPLES = 3, 10, 100
-L1_BALL = make_constraint("l1", 2.0)
+from tests.logreg_problem import DATA, DIM, L1_BALL, N_CLIENTS, N_SAMPLES, grad, loss
 
 
-# --- the logistic-regression problem -----------------------------------------------------------
 
 
-def _client_data(seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
-    rng = np.random.default_rng(seed)
-    w_true = rng.standard_normal(DIM)
-    data = []
-    for i in range(N_CLIENTS):
-        shift = np.zeros(DIM)
-        shift[3 * i : 3 * i + 3] = 2.0
-        features = rng.standard_normal((N_SAMPLES, DIM)) + shift
-        logits = features @ w_true - (i - 1)
-        labels = (rng.random(N_SAMPLES) < 1 / (1 + np.exp(-logits))).astype(float)
-        data.append((features, labels))
-    return data
 
 
-DATA = _client_data()
 
-
-def loss(x, features, labels) -> float:
-    z = features @ x[0] + x[1][0]
-    return float(np.mean(np.logaddexp(0.0, z) - labels * z))
-
-
-def grad(x, features, labels):
-    z = features @ x[0] + x[1][0]
-    r = (1 / (1 + np.exp(-z)) - labels) / len(labels)
-    return [features.T @ r, np.array([r.sum()])]
 
 
 def objective(x) -> float:

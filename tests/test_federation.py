@@ -1,0 +1,34 @@
+"""One node's share of a task: training partition, test shard, early errors."""
+
+import numpy as np
+import pytest
+
+from server_app.inprocess_grid import run_config
+from tasks.errors import ConfigError
+from tasks.federation import check_partitioning, local_data, task_for
+from tasks.run_config import RunSettings
+
+
+def settings(**overrides) -> RunSettings:
+    return RunSettings.from_run_config(run_config(**overrides))
+
+
+def test_nodes_cover_train_and_test_sets_exactly_once():
+    s = settings(partitioning="dirichlet")
+    task = task_for(s)
+    shares = [local_data(s, i, 5) for i in range(5)]
+    assert sum(len(d.y_train) for d in shares) == len(task.y_train)
+    assert sum(len(d.y_test) for d in shares) == len(task.y_test)
+    rows = np.concatenate([d.x_test for d in shares])
+    assert len(np.unique(rows, axis=0)) == len(np.unique(task.x_test, axis=0))
+
+
+def test_by_class_with_the_wrong_number_of_nodes_fails_before_training():
+    with pytest.raises(ConfigError, match="num-partitions"):
+        check_partitioning(settings(partitioning="by-class"), 4)
+    check_partitioning(settings(partitioning="by-class"), 10)
+
+
+def test_partition_id_out_of_range_names_the_key():
+    with pytest.raises(ConfigError, match="partition-id=7"):
+        local_data(settings(), 7, 5)

@@ -33,6 +33,7 @@ def task_for(settings: RunSettings) -> TaskData:
         seed=settings.seed,
         synthetic_alpha=settings.synthetic_alpha,
         synthetic_beta=settings.synthetic_beta,
+        synthetic_samples=settings.synthetic_samples,
     )
 
 

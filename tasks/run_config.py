@@ -57,6 +57,7 @@ class RunSettings:
     fedprox_mu: float = 0.01
     synthetic_alpha: float = 1.0
     synthetic_beta: float = 1.0
+    synthetic_samples: int = 6000
     raw: Mapping[str, Scalar] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -84,6 +85,7 @@ class RunSettings:
             fedprox_mu=read_key(raw, "fedprox.mu", float, d.fedprox_mu),
             synthetic_alpha=read_key(raw, "synthetic.alpha", float, d.synthetic_alpha),
             synthetic_beta=read_key(raw, "synthetic.beta", float, d.synthetic_beta),
+            synthetic_samples=read_key(raw, "synthetic.samples", int, d.synthetic_samples),
             raw=dict(raw),
         )
         settings.validate()
@@ -105,6 +107,7 @@ class RunSettings:
         require(self.fedprox_mu >= 0.0, "fedprox.mu", self.fedprox_mu, ">= 0")
         require(self.synthetic_alpha >= 0.0, "synthetic.alpha", self.synthetic_alpha, ">= 0")
         require(self.synthetic_beta >= 0.0, "synthetic.beta", self.synthetic_beta, ">= 0")
+        require(self.synthetic_samples >= 10, "synthetic.samples", self.synthetic_samples, ">= 10")
 
     def family(self, prefix: str) -> dict[str, Scalar]:
         """The keys of one family's table (``prefix.*``) with the prefix removed."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import subprocess
@@ -42,6 +43,7 @@ class Job:
 def _wire_grid_class():
     """LocalGrid that also records the size of every message as Flower serialises it."""
     from flwr.common.serde import message_to_proto, recorddict_to_proto
+
     from server_app.inprocess_grid import LocalGrid
 
     class WireGrid(LocalGrid):
@@ -49,7 +51,7 @@ def _wire_grid_class():
             super().__init__(*args, **kwargs)
             self.wire: list[dict] = []
 
-        def _deliver(self, message):  # noqa: ANN001, ANN202
+        def _deliver(self, message):
             reply = super()._deliver(message)
             self.wire.append({
                 "type": message.metadata.message_type,
@@ -178,7 +180,7 @@ def at_round(rows: list[dict], round_: int, key: str) -> float:
 
 def pick(results: dict[str, float]) -> str:
     """The key with the smallest finite value (NaN/inf lose)."""
-    finite = {k: v for k, v in results.items() if v == v and v != float("inf")}
+    finite = {k: v for k, v in results.items() if math.isfinite(v)}
     if not finite:
         raise ValueError(f"no finite value to pick from: {results}")
     return min(finite, key=finite.get)
@@ -199,11 +201,11 @@ def save_hparams(values: dict[str, Any]) -> None:
 
 # -- formatting -----------------------------------------------------------------------------
 def pct(value: float, digits: int = 2) -> str:
-    return "n/a" if value != value else f"{100 * value:.{digits}f}"
+    return "n/a" if math.isnan(value) else f"{100 * value:.{digits}f}"
 
 
 def num(value: float, fmt: str = ".4f") -> str:
-    return "n/a" if value != value else format(value, fmt)
+    return "n/a" if math.isnan(value) else format(value, fmt)
 
 
 def md_table(headers: list[str], rows: list[list[Any]]) -> str:

@@ -15,7 +15,15 @@ import time
 from statistics import mean, pstdev
 
 from benchmarks.common import (
-    Job, at_round, load_hparams, md_table, parser, results_dir, run_jobs, runs_dir, train_rows,
+    Job,
+    at_round,
+    load_hparams,
+    md_table,
+    parser,
+    results_dir,
+    run_jobs,
+    runs_dir,
+    train_rows,
     write_report,
 )
 
@@ -94,8 +102,9 @@ def main() -> None:
     body = f"""\
 FedFW, MCLR, `synthetic` (Synthetic(1,1)), IID partitioning over 10 clients, per-tensor l1 ball
 of radius 10, {rounds} rounds, convex schedule with participation p. lambda0 = the value
-fedfw_table1 chose and ten times it. Mean ± population std over seeds {seeds} (the seed changes
-which clients participate and the model initialisation). "client updates" = total accepted
+fedfw_table1 chose and ten times it. Mean ± population std over seeds {seeds} (the run's one
+`seed` fixes the synthetic draw, the train/test split, the initial model and which clients take
+part, so the spread mixes all four). "client updates" = total accepted
 client steps over the run (about 10 p per round).
 
 {md_table(headers, table)}

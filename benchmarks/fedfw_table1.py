@@ -18,8 +18,20 @@ from __future__ import annotations
 import time
 
 from benchmarks.common import (
-    Job, available_algorithms, best, final, md_table, num, pct, pick, results_dir, run_jobs,
-    runs_dir, save_hparams, write_report, parser,
+    Job,
+    available_algorithms,
+    best,
+    final,
+    md_table,
+    num,
+    parser,
+    pct,
+    pick,
+    results_dir,
+    run_jobs,
+    runs_dir,
+    save_hparams,
+    write_report,
 )
 
 # Table 1 of the paper, test accuracy in %, the MNIST and Synthetic columns only.

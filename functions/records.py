@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+from flwr.common.serde import recorddict_to_proto
 
 _SCALAR_BYTES = 8  # int64 / float64 as Flower's protobuf carries them
 
@@ -43,3 +44,9 @@ def payload_bytes(content: RecordDict) -> int:
         elif isinstance(record, (ConfigRecord, MetricRecord)):
             total += sum(_value_bytes(v) for v in record.values())
     return total
+
+
+def wire_bytes(content: RecordDict) -> int:
+    """Size of the content as Flower serialises it: payload plus keys, dtypes, shapes and the
+    ~128-byte header Flower stores with every array (so many tiny arrays cost more than one)."""
+    return recorddict_to_proto(content).ByteSize()

@@ -27,9 +27,11 @@ from tasks.errors import ConfigError
 CONSTRAINT_NAMES = ("l1", "l2", "box", "nuclear", "simplex")
 SCOPES = ("per-tensor", "global")
 
-# Below this smaller dimension a full SVD is cheaper than ARPACK (measured: 10x60 0.16 ms vs
-# 1.3 ms; 64x300 7 ms vs 2.7 ms); ARPACK also needs min(shape) > 1 for k=1.
+# A full SVD is cheaper than ARPACK for thin or small matrices (benchmarks/fedfw_wire.py, one BLAS
+# thread: 60x100 1.2 ms vs 2.8 ms, 100x100 2.5 vs 2.6, but 100x784 9.9 vs 5.2, 1000x1000 575 vs 88);
+# ARPACK also needs min(shape) > 1 for k=1.
 _FULL_SVD_MAX_MIN_DIM = 32
+_FULL_SVD_MAX_SIZE = 30_000
 
 
 @dataclass(frozen=True)
@@ -190,7 +192,7 @@ def _top_singular_pair(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ARPACK starts from a seeded random vector, not ones: softmax gradients have rows summing to
     zero, so a constant start can be orthogonal to the answer. The seed keeps clients deterministic.
     """
-    if min(m.shape) <= _FULL_SVD_MAX_MIN_DIM:
+    if min(m.shape) <= _FULL_SVD_MAX_MIN_DIM or m.size <= _FULL_SVD_MAX_SIZE:
         u, _, vt = np.linalg.svd(m, full_matrices=False)
     else:
         v0 = np.random.default_rng(0).standard_normal(min(m.shape))

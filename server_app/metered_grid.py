@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
-from functions.records import payload_bytes
+from functions.records import payload_bytes, wire_bytes
 
 
 @dataclass
@@ -19,6 +19,8 @@ class TrafficCounters:
     bytes_up: int = 0
     bytes_down_train: int = 0
     bytes_up_train: int = 0
+    wire_bytes_down: int = 0
+    wire_bytes_up: int = 0
     messages_down: int = 0
     replies: int = 0
     failures: int = 0
@@ -34,7 +36,9 @@ class MeteredGrid(Grid):
     ``bytes_down`` counts the payload of every instruction message, ``bytes_up`` the
     payload of every reply (see ``functions.records.payload_bytes``), and the ``*_train``
     counters the same for train messages alone (what the algorithm itself exchanges,
-    without evaluation traffic); a reply carrying
+    without evaluation traffic); ``wire_*`` counts the serialised message content (keys,
+    shapes, Flower's per-array header included), what actually crosses the network less the
+    message envelope; a reply carrying
     an error, or a message whose reply never came, counts as a failure.
     """
 
@@ -53,6 +57,7 @@ class MeteredGrid(Grid):
             size = payload_bytes(msg.content)
             self._counters.messages_down += 1
             self._counters.bytes_down += size
+            self._counters.wire_bytes_down += wire_bytes(msg.content)
             if _is_train(msg):
                 self._counters.bytes_down_train += size
 
@@ -64,6 +69,7 @@ class MeteredGrid(Grid):
             else:
                 size = payload_bytes(msg.content)
                 self._counters.bytes_up += size
+                self._counters.wire_bytes_up += wire_bytes(msg.content)
                 if _is_train(msg):
                     self._counters.bytes_up_train += size
 

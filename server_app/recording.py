@@ -80,6 +80,8 @@ class RoundRecorder:
             bytes_down=traffic.bytes_down,
             bytes_up_train=traffic.bytes_up_train,
             bytes_down_train=traffic.bytes_down_train,
+            wire_bytes_up=traffic.wire_bytes_up,
+            wire_bytes_down=traffic.wire_bytes_down,
             failures=traffic.failures + int(row.get("failures", 0)),
             wall_time_s=round(time.monotonic() - self.start, 3),
         )

@@ -57,6 +57,8 @@ def test_bytes_are_exactly_the_payload_sent(tmp_path):
     assert rows[1]["bytes_down"] == 4 * (per_model + 8)
     assert rows[1]["bytes_up"] == 4 * (per_model + 2 * 8)
     assert rows[0]["bytes_up"] == rows[0]["bytes_down"] == 0
+    # serialised content adds keys, shapes and a header per array, but not much for a model
+    assert per_model * 4 < rows[1]["wire_bytes_down"] < 1.1 * rows[1]["bytes_down"] + 4 * 2000
 
 
 def test_same_seed_gives_same_numbers(tmp_path):

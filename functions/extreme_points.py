@@ -1,6 +1,7 @@
-"""Compact wire encodings of LMO outputs (extreme points of D), one dict of arrays per tensor.
+"""Compact wire encodings of LMO outputs (extreme points of D).
 
-What travels per tensor (the radius and the shape never travel; both sides know them):
+What travels per tensor (the radius and the shape never travel; both sides know them); a model's
+tensors are packed field by field into one array each (``encode_point_list``):
 
 - l1:      ``index`` (smallest unsigned int dtype holding ``n - 1``, shape (1,)) and ``sign``
            (int8, shape (1,), +1/-1): s = sign * r * e_index.
@@ -18,7 +19,6 @@ no SVD of a possibly large matrix); the dense l2 point is checked with ``Constra
 projected to undo float32 rounding. Decoders return float64, so the server averages exactly.
 """
 
-import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -32,7 +32,6 @@ _ENCODE_RTOL = 1e-5
 _UNIT_TOL = 1e-3
 # float32 rounding can push a dense l2 point just outside the ball; accept that much, then project.
 _DENSE_RTOL = 1e-5
-_KEY = re.compile(r"t(0|[1-9][0-9]*)\.(.+)")
 
 
 def encode_extreme_point(constraint: Constraint, s: np.ndarray) -> dict[str, np.ndarray]:
@@ -121,11 +120,20 @@ def decode_extreme_point(
 def encode_point_list(
     constraint: Constraint, points: Sequence[np.ndarray]
 ) -> dict[str, np.ndarray]:
-    """Encode one extreme point per model tensor, keys ``t{k}.<field>``; shapes are not sent."""
+    """Encode one extreme point per model tensor, each field packed across tensors.
+
+    ``index`` holds one entry per tensor (in the dtype of the largest tensor), ``bits``, ``u``,
+    ``v``, ``x`` the tensors' fields one after another. Shapes are not sent: the receiver splits
+    by the model's known shapes. One array per field instead of one per field and tensor saves
+    the key, dtype, shape and ~128-byte header Flower serialises with every array.
+    """
+    if not points:
+        raise ValueError("cannot encode an empty list of points")
+    per_tensor = [encode_extreme_point(constraint, point) for point in points]
     return {
-        f"t{k}.{key}": arr
-        for k, point in enumerate(points)
-        for key, arr in encode_extreme_point(constraint, point).items()
+        key: np.concatenate([fields[key].astype(np.result_type(*(f[key] for f in per_tensor)))
+                             for fields in per_tensor])
+        for key in per_tensor[0]
     }
 
 
@@ -137,20 +145,57 @@ def decode_point_list(
 ) -> list[np.ndarray]:
     """Decode ``encode_point_list`` output against the model's known ``shapes`` (float64).
 
-    ``max_elements`` bounds each tensor; a key that names no tensor raises ``DecodeError``.
+    ``max_elements`` bounds each tensor. Each packed field must have exactly the dtype and total
+    length the shapes imply; indices are range-checked per tensor before any narrowing cast.
     """
     if not isinstance(arrays, Mapping):
         raise DecodeError(f"expected a mapping of arrays, got {type(arrays).__name__}")
-    groups: list[dict[str, np.ndarray]] = [{} for _ in shapes]
-    for key, arr in arrays.items():
-        match = _KEY.fullmatch(key) if isinstance(key, str) else None
-        if match is None or int(match.group(1)) >= len(shapes):
-            raise DecodeError(f"unexpected key {key!r} for a model of {len(shapes)} tensors")
-        groups[int(match.group(1))][match.group(2)] = arr
+    if not shapes:
+        raise DecodeError("no tensor shapes to decode against")
+    sizes = [int(np.prod(shape, dtype=np.int64)) for shape in shapes]
+    for k, n in enumerate(sizes):
+        if not 1 <= n <= max_elements:
+            raise DecodeError(f"t{k}: {n} elements is outside [1, {max_elements}]")
+    lengths = [_field_lengths(constraint.kind, shape, n) for shape, n in zip(shapes, sizes)]
+    spec = {key: (_packed_dtype(key, max(sizes)), sum(length[key] for length in lengths))
+            for key in lengths[0]}
+    packed = _fields(arrays, spec, "point")
+    pieces: list[dict[str, np.ndarray]] = [{} for _ in shapes]
+    for key, arr in packed.items():
+        bounds = np.cumsum([0] + [length[key] for length in lengths])
+        for k, n in enumerate(sizes):
+            piece = arr[bounds[k] : bounds[k + 1]]
+            if key == "index":
+                if int(piece[0]) >= n:
+                    raise DecodeError(f"t{k}: index {int(piece[0])} out of range for {n} coordinates")
+                piece = piece.astype(_index_dtype(n))
+            pieces[k][key] = piece
     return [
-        decode_extreme_point(constraint, group, tuple(shape), max_elements, name=f"t{k}")
-        for k, (group, shape) in enumerate(zip(groups, shapes))
+        decode_extreme_point(constraint, piece, tuple(shape), max_elements, name=f"t{k}")
+        for k, (piece, shape) in enumerate(zip(pieces, shapes))
     ]
+
+
+def _field_lengths(kind: str, shape: tuple[int, ...], n: int) -> dict[str, int]:
+    """Length of each encoded field of one tensor of ``shape`` (``n`` elements)."""
+    if kind == "nuclear":
+        if len(shape) > 2:
+            raise DecodeError(f"nuclear points need at most 2 dimensions, got {shape}")
+        m, k = (1, n) if len(shape) < 2 else shape
+        return {"u": m, "v": k}
+    if kind == "box":
+        return {"bits": -(-n // 8)}
+    if kind == "l2":
+        return {"x": n}
+    if kind == "simplex":
+        return {"index": 1}
+    return {"index": 1, "sign": 1}
+
+
+def _packed_dtype(key: str, largest: int) -> np.dtype:
+    """The dtype a packed field must have."""
+    return {"index": _index_dtype(largest), "sign": np.dtype(np.int8),
+            "bits": np.dtype(np.uint8)}.get(key, np.dtype(np.float32))
 
 
 def dense_nbytes(shapes: Sequence[tuple[int, ...]], dtype: np.dtype = np.float32) -> int:

@@ -57,7 +57,8 @@ def test_mclr_encoded_sizes():
     assert dense == 4 * (600 + 10) == 2440
     sizes = {kind: encoded_nbytes(encode_point_list(Constraint(kind, R), mclr_points(kind)))
              for kind in CONSTRAINT_NAMES}
-    assert sizes == {"l1": (2 + 1) + (1 + 1), "simplex": 2 + 1, "box": 75 + 2,
+    # packed across tensors: indices in the largest tensor's dtype (uint16 for 600 entries)
+    assert sizes == {"l1": 2 * 2 + 2 * 1, "simplex": 2 * 2, "box": 75 + 2,
                      "nuclear": 4 * (10 + 60) + 4 * (1 + 10), "l2": dense}
     assert sizes["l1"] <= 2 * (4 + 1)
     weight_only = {
@@ -168,12 +169,21 @@ def test_decoder_rejects_bad_sizes_and_shapes():
         decode_extreme_point(c, [good("l1")], (4, 5))
 
 
-def test_point_list_decoder_rejects_bad_keys():
+def test_point_list_decoder_rejects_bad_keys_lengths_and_ranges():
     c = Constraint("l1", R)
     arrays = encode_point_list(c, mclr_points("l1"))
-    for key in ("t2.index", "index", "t01.index", "x.t0.index"):
-        with pytest.raises(DecodeError, match="unexpected key"):
+    assert sorted(arrays) == ["index", "sign"] and arrays["index"].dtype == np.uint16
+    for key in ("t2.index", "t0.index", "x"):
+        with pytest.raises(DecodeError, match="expected keys"):
             decode_point_list(c, {**arrays, key: np.array([0], dtype=np.uint8)}, MCLR)
-    missing = {k: v for k, v in arrays.items() if not k.startswith("t1.")}
-    with pytest.raises(DecodeError, match="^t1: expected keys"):
-        decode_point_list(c, missing, MCLR)
+    with pytest.raises(DecodeError, match="expected keys"):
+        decode_point_list(c, {"index": arrays["index"]}, MCLR)
+    with pytest.raises(DecodeError, match=r"expected shape \(2,\)"):
+        decode_point_list(c, {**arrays, "sign": np.array([1], dtype=np.int8)}, MCLR)
+    # the bias has 10 entries: index 10 is out of its range although it fits the packed uint16;
+    # a range check after narrowing to the bias's uint8 would let 266 wrap to 10 and 261 to 5
+    for bad in (10, 261, 600):
+        with pytest.raises(DecodeError, match="^t1: index"):
+            decode_point_list(c, {**arrays, "index": np.array([3, bad], dtype=np.uint16)}, MCLR)
+    with pytest.raises(DecodeError, match="dtype uint16"):
+        decode_point_list(c, {**arrays, "index": np.array([3, 5], dtype=np.uint32)}, MCLR)

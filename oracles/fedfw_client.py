@@ -75,7 +75,10 @@ def evaluate(job: ClientJob) -> RecordDict:
 
 
 def bounds(job: ClientJob) -> RecordDict:
-    """This node's constraint set D_i (section 4.3), so the server can check its points."""
+    """This node's set D_i (section 4.3), so the server can check its points, and its partition id,
+    so the server can order nodes independently of Flower's random node ids (same seed, same
+    participants)."""
     constraint = node_constraint(job.node_config, fedfw_settings(job.settings).constraint)
     return RecordDict({"bounds": ConfigRecord({"constraint": constraint.kind,
-                                               "radius": float(constraint.radius)})})
+                                               "radius": float(constraint.radius),
+                                               "partition-id": job.data.partition_id})})

@@ -52,7 +52,7 @@ class FedDRStrategy(Strategy):
 
     def _start(self, grid: Grid) -> None:
         """Fix the client set; every x_hat_i starts at x^0 (``feddr_client_init``)."""
-        self.book = NodeBook(grid.get_node_ids(), "FedDR", self.layout, POINT_KEY)
+        self.book = NodeBook(sorted(grid.get_node_ids()), "FedDR", self.layout, POINT_KEY)
         self.server = FedDRServer(self.x0, self.book.node_ids)
 
     # -- training ----------------------------------------------------------------

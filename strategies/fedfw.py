@@ -36,9 +36,8 @@ from tasks.errors import ConfigError
 class FedFWStrategy(Strategy):
     """FedFW family on Flower's Message API, with partial participation and per-node D_i."""
 
-    def __init__(self, fw: FedFWSettings, layout: ParamLayout, x0: Params, seed: int,
-                 min_nodes: int) -> None:
-        self.fw, self.layout, self.min_nodes = fw, layout, min_nodes
+    def __init__(self, fw: FedFWSettings, layout: ParamLayout, x0: Params, seed: int) -> None:
+        self.fw, self.layout = fw, layout
         self.x0 = [np.asarray(p, dtype=np.float32).astype(np.float64) for p in
                    project_params(fw.constraint, x0, fw.scope)]
         self.rng = np.random.default_rng(seed)
@@ -58,20 +57,24 @@ class FedFWStrategy(Strategy):
             fw.schedule.lambda0, fw.participation)
 
     def _start(self, grid: Grid) -> None:
-        """Fix the client set, and ask every node for its D_i (message type query.bounds)."""
-        self.book = NodeBook(grid.get_node_ids(), "FedFW", self.layout, POINT_KEY)
-        node_ids = self.book.node_ids
-        self.mirror = ConsensusMirror(self.x0, node_ids)
+        """Ask every node for its D_i and partition id (query.bounds); fix the client order."""
+        node_ids = sorted(grid.get_node_ids())
+        partitions: dict[int, int] = {}
         queries = [Message(RecordDict(), n, "query.bounds") for n in node_ids]
         for reply in grid.send_and_receive(queries):
             node = reply.metadata.src_node_id
             try:
                 self.node_sets[node] = self._declared_set(reply)
-            except (ConfigError, DecodeError, KeyError, TypeError) as err:
+                partitions[node] = int(reply.content["bounds"]["partition-id"])
+            except (ConfigError, DecodeError, KeyError, TypeError, ValueError) as err:
                 log(WARNING, "node %s: unusable bounds reply (%s); it uses the run's D", node, err)
         for node in node_ids:
             self.node_sets.setdefault(node, self.fw.constraint)
-        log(INFO, "FedFW: %d clients; node sets: %s", len(node_ids), sorted(
+        # Flower's node ids are random per run; partition ids make sampling reproducible
+        order = sorted(node_ids, key=lambda n: (partitions.get(n, len(node_ids)), n))
+        self.book = NodeBook(order, "FedFW", self.layout, POINT_KEY)
+        self.mirror = ConsensusMirror(self.x0, order)
+        log(INFO, "FedFW: %d clients; node sets: %s", len(order), sorted(
             {f"{c.kind}({c.radius:g})" for c in self.node_sets.values()}))
 
     @staticmethod
@@ -158,4 +161,4 @@ def build_fedfw(ctx: BuildContext) -> FedFWStrategy:
     fw = fedfw_settings(ctx.settings)
     state = new_model(ctx.settings, ctx.task).state_dict()
     x0 = [v.detach().numpy().astype(np.float64) for v in state.values()]
-    return FedFWStrategy(fw, ParamLayout.of_state_dict(state), x0, ctx.settings.seed, ctx.min_nodes)
+    return FedFWStrategy(fw, ParamLayout.of_state_dict(state), x0, ctx.settings.seed)

@@ -25,7 +25,8 @@ class NodeBook:
 
     def __init__(self, node_ids: Iterable[int], label: str, layout: ParamLayout,
                  point_key: str) -> None:
-        self.node_ids = sorted(node_ids)
+        """``node_ids`` in a fixed order: sampling and aggregation follow it."""
+        self.node_ids = list(node_ids)
         self.label, self.layout, self.point_key = label, layout, point_key
         self.last_accepted = {n: 0 for n in self.node_ids}
         self.needs_sync = {n: True for n in self.node_ids}
@@ -77,7 +78,8 @@ class NodeBook:
                 rejected += 1
                 log(WARNING, "%s round %d: dropped the reply of node %s: %s", self.label,
                     server_round, node, err)
-        return points, rejected
+        ordered = {n: points[n] for n in self.node_ids if n in points}  # reply order varies
+        return ordered, rejected
 
     def accept(self, server_round: int, nodes: Iterable[int]) -> None:
         """Record that the steps of ``nodes`` in ``server_round`` entered the aggregate."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 
 import numpy as np
@@ -9,6 +10,8 @@ import pytest
 from flwr.app import ConfigRecord, RecordDict
 
 from client_app.app import app as client_app
+from server_app.app import main as server_main
+from server_app.inprocess_grid import LocalGrid, run_config, server_context
 from strategies.registry import ALGORITHMS
 from tests.helpers import last_xbar, run_app, state_params, train_messages
 
@@ -80,7 +83,8 @@ def test_a_point_outside_the_declared_set_is_dropped_and_the_node_resynced(
     handlers = ALGORITHMS["fedfw"].handlers
 
     def declares_small_ball(job):
-        return RecordDict({"bounds": ConfigRecord({"constraint": "l2", "radius": 10.0})})
+        return RecordDict({"bounds": ConfigRecord({"constraint": "l2", "radius": 10.0,
+                                                   "partition-id": job.data.partition_id})})
 
     monkeypatch.setitem(handlers, "query.bounds", declares_small_ball)
     caplog.set_level(logging.WARNING, logger="flwr")
@@ -141,3 +145,21 @@ def test_bad_fedfw_config_stops_before_training(tmp_path, caplog, overrides, fra
         run_fw(tmp_path, **overrides)
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and fragment in errors[0], errors
+
+
+def test_partial_participation_does_not_depend_on_flowers_node_ids(tmp_path):
+    """Flower draws node ids at random: the same seed must pick the same partitions anyway."""
+
+    def run_with_ids(out, reverse):
+        config = run_config(**{"output-dir": str(out), "run-name": "fw", "algorithm": "fedfw",
+                               **FAST, "fedfw.participation": 0.5})
+        grid = LocalGrid(client_app, config, 6)
+        if reverse:  # partition 0 gets the largest id, and so on
+            ids = list(reversed(grid.node_ids))
+            grid.contexts = {new: grid.contexts[old] for old, new in zip(grid.node_ids, ids)}
+            grid.node_ids = ids
+        server_main(grid, server_context(config))
+        rows = json.loads((out / "fw" / "metrics.json").read_text())["rounds"]
+        return [{k: v for k, v in r.items() if k != "wall_time_s"} for r in rows]
+
+    assert run_with_ids(tmp_path / "a", False) == run_with_ids(tmp_path / "b", True)

@@ -24,10 +24,9 @@ from functions.params import ParamLayout, Params, params_to_record, record_to_pa
 from oracles.douglas_rachford import FedDRServer
 from oracles.feddr_client import POINT_KEY
 from oracles.feddr_settings import FedDRSettings, feddr_settings
-from strategies.build import BuildContext
+from strategies.build import BuildContext, projected_start
 from strategies.federated_metrics import aggregate_evaluation_sums
 from strategies.node_book import NodeBook
-from strategies.projected_fedavg import projected_start
 
 
 class FedDRStrategy(Strategy):

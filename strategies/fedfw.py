@@ -20,13 +20,11 @@ from flwr.serverapp.strategy import Strategy
 from functions.errors import DecodeError
 from functions.extreme_points import decode_model_point
 from functions.params import ParamLayout, Params, params_to_record, record_to_arrays, record_to_params
-from oracles.douglas_rachford import project_params
 from oracles.fedfw_client import POINT_KEY
-from oracles.fedfw_settings import FedFWSettings, fedfw_settings
+from oracles.fedfw_settings import ConstraintSet, FedFWSettings, fedfw_settings
 from oracles.frank_wolfe import fw_gap
 from oracles.lmo import Constraint, make_constraint
-from oracles.torch_models import new_model
-from strategies.build import BuildContext
+from strategies.build import BuildContext, projected_start
 from strategies.federated_metrics import aggregate_evaluation_sums
 from strategies.fedfw_mirror import ConsensusMirror
 from strategies.node_book import NodeBook
@@ -37,9 +35,8 @@ class FedFWStrategy(Strategy):
     """FedFW family on Flower's Message API, with partial participation and per-node D_i."""
 
     def __init__(self, fw: FedFWSettings, layout: ParamLayout, x0: Params, seed: int) -> None:
-        self.fw, self.layout = fw, layout
-        self.x0 = [np.asarray(p, dtype=np.float32).astype(np.float64) for p in
-                   project_params(fw.constraint, x0, fw.scope)]
+        """``x0``: x^1 of every client, already in D and float32-exact (``projected_start``)."""
+        self.fw, self.layout, self.x0 = fw, layout, x0
         self.rng = np.random.default_rng(seed)
         self.mirror: ConsensusMirror | None = None
         self.book: NodeBook | None = None
@@ -159,6 +156,5 @@ class FedFWStrategy(Strategy):
 def build_fedfw(ctx: BuildContext) -> FedFWStrategy:
     """FedFW, FedFW+ or FedFW-sto (``algorithm``) from the ``fedfw.*`` table."""
     fw = fedfw_settings(ctx.settings)
-    state = new_model(ctx.settings, ctx.task).state_dict()
-    x0 = [v.detach().numpy().astype(np.float64) for v in state.values()]
-    return FedFWStrategy(fw, ParamLayout.of_state_dict(state), x0, ctx.settings.seed)
+    layout, x0 = projected_start(ctx, ConstraintSet(fw.constraint, fw.scope))
+    return FedFWStrategy(fw, layout, x0, ctx.settings.seed)

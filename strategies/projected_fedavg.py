@@ -2,7 +2,7 @@
 
 Clients run the usual local SGD (``oracles.fedavg_client``); the server forms
 x = proj_D(sum_i n_i x_i / sum_i n_i) with ``projected_average`` over the replies that pass
-validation. D comes from the ``fedfw.*`` keys (``oracles.feddr_settings.constraint_set``), the
+validation. D comes from the ``fedfw.*`` keys (``oracles.fedfw_settings.constraint_set``), the
 same set FedFW and FedDR use, and the start point is the model's init projected onto D, so
 every global model lies in D.
 """
@@ -19,20 +19,10 @@ from flwr.serverapp.strategy import FedAvg
 
 from functions.errors import DecodeError
 from functions.params import ParamLayout, Params, params_to_record, record_to_params
-from oracles.douglas_rachford import project_params, projected_average
-from oracles.feddr_settings import ConstraintSet, constraint_set
-from oracles.torch_models import new_model
+from oracles.douglas_rachford import projected_average
+from oracles.fedfw_settings import ConstraintSet, constraint_set
 from strategies.baselines import fedavg_options
-from strategies.build import BuildContext
-
-
-def projected_start(ctx: BuildContext, domain: ConstraintSet) -> tuple[ParamLayout, Params]:
-    """The model's initial weights projected onto D, rounded to float32 (exact on the wire)."""
-    state = new_model(ctx.settings, ctx.task).state_dict()
-    x0 = project_params(domain.constraint, [v.detach().numpy() for v in state.values()],
-                        domain.scope)
-    return ParamLayout.of_state_dict(state), [np.asarray(p, np.float32).astype(np.float64)
-                                              for p in x0]
+from strategies.build import BuildContext, projected_start
 
 
 class ProjectedFedAvg(FedAvg):

@@ -24,7 +24,7 @@ from tasks.datasets import TaskData
 from tasks.errors import ConfigError
 from tasks.evaluation import CLASSIFICATION, evaluate_model
 from tasks.federation import check_partitioning, task_for
-from tasks.run_config import RunSettings
+from tasks.run_config import RunSettings, read_key
 
 # Small models on few cores: one intra-op thread per process is ~50x faster than
 # oversubscribing (measured 0.6 ms vs 30 ms per MLP step on 2 busy cores).
@@ -63,16 +63,16 @@ def prepare(context: Context, grid: Grid):
     settings = RunSettings.from_run_config(context.run_config)
     algorithm = get_algorithm(settings.algorithm)
     task = task_for(settings)
-    initial = ArrayRecord(new_model(settings, task).state_dict())
-    min_nodes = int(settings.raw.get(MIN_NODES_KEY, 2))
+    model = new_model(settings, task)  # checks ``model`` before waiting for nodes
+    min_nodes = read_key(settings.raw, MIN_NODES_KEY, int, 2)
     if min_nodes < 1:
         raise ConfigError.bound(MIN_NODES_KEY, min_nodes, ">= 1")
     num_nodes = wait_for_nodes(grid, min_nodes)
     check_partitioning(settings, num_nodes)
     build = BuildContext(settings=settings, task=task, num_nodes=num_nodes, min_nodes=min_nodes)
     strategy = algorithm.build_strategy(build)
-    if isinstance(strategy, ProvidesInitialArrays):
-        initial = strategy.initial_arrays()
+    initial = (strategy.initial_arrays() if isinstance(strategy, ProvidesInitialArrays)
+               else ArrayRecord(model.state_dict()))
     return settings, algorithm, task, initial, build, strategy
 
 

@@ -120,11 +120,8 @@ class FedFWStrategy(Strategy):
         constraint = self.node_sets[node]
         point = decode_model_point(constraint, record_to_arrays(record), self.layout.shapes,
                                    self.fw.scope)
-        if self.fw.scope == "global":
-            flat = np.concatenate([np.ravel(p) for p in point])
-            if not constraint.contains(flat):
-                raise DecodeError(f"point outside {constraint.kind} ball of radius {constraint.radius}")
-        elif not all(constraint.contains(p) for p in point):
+        balls = [np.concatenate([np.ravel(p) for p in point])] if self.fw.scope == "global" else point
+        if not all(constraint.contains(ball) for ball in balls):
             raise DecodeError(f"point outside {constraint.kind} ball of radius {constraint.radius}")
         return point
 

@@ -17,12 +17,18 @@ $(VENV)/.installed: pyproject.toml
 .PHONY: install run test stop
 install: $(VENV)/.installed
 
+# The engine runs an installed copy of the app (no .git): pass the checkout's commit along.
+GIT_COMMIT := $(shell git rev-parse HEAD 2>/dev/null)
+
+# preflight validates the run config in seconds, before any engine starts (exit 2 if invalid)
 run: $(VENV)/.installed
+	$(PY) -m server_app.preflight --nodes $(NODES) "$(RUN_CONFIG)"
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(FLWR) run . --stream \
 	  --federation-config "num-supernodes=$(NODES) client-resources-num-cpus=1" \
-	  $(if $(RUN_CONFIG),--run-config "$(RUN_CONFIG)")
+	  --run-config "$(RUN_CONFIG) git-commit='$(GIT_COMMIT)'"
 
 test: $(VENV)/.installed
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest
 
 # `flwr run .` leaves its local SuperLink running in the background (flwr 1.41 has no stop

@@ -1,7 +1,7 @@
 """Shared code of the FedFW benchmarks: run jobs on the in-process engine, read their rows,
 pick hyper-parameters, write markdown reports with the machine and commit they ran on.
 
-A job runs the project's real ServerApp and ClientApp through ``server_app.inprocess_grid``
+A job runs the project's real ServerApp and ClientApp through ``testing.inprocess_grid``
 (Flower's message serialisation both ways, one Context per node, no Ray), exactly as the
 end-to-end tests do, and its rows are read back from ``<out>/<run-name>/metrics.json``.
 """
@@ -44,7 +44,7 @@ def _wire_grid_class():
     """LocalGrid that also records the size of every message as Flower serialises it."""
     from flwr.common.serde import message_to_proto, recorddict_to_proto
 
-    from server_app.inprocess_grid import LocalGrid
+    from testing.inprocess_grid import LocalGrid
 
     class WireGrid(LocalGrid):
         def __init__(self, *args, **kwargs) -> None:
@@ -77,7 +77,7 @@ def _run_in_this_process(job: dict, out_dir: str) -> dict:
     logging.disable(logging.WARNING)  # Flower logs every round at INFO; keep WARNING+ quiet too
     from client_app.app import app as client_app
     from server_app.app import main as server_main
-    from server_app.inprocess_grid import LocalGrid, run_config, server_context
+    from testing.inprocess_grid import LocalGrid, run_config, server_context
 
     config = run_config(**{"output-dir": out_dir, "run-name": job["name"], **job["overrides"]})
     start = time.perf_counter()

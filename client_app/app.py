@@ -1,4 +1,4 @@
-"""ClientApp: dispatches each message to the registered algorithm's client procedure."""
+"""ClientApp: dispatches each message to the run's algorithm's client procedure."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ import torch
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
-from oracles.job import ClientJob
-from strategies.registry import MESSAGE_TYPES, get_algorithm
+from client_app.job import ClientJob
+from client_app.registry import client_half, message_types
+from functions.protocol import NUM_PARTITIONS, PARTITION_ID
+from run_config.common import RunSettings
 from tasks.errors import ConfigError
 from tasks.federation import local_data
-from tasks.run_config import RunSettings
 
 # Small models on few cores: one intra-op thread per process is ~50x faster than
 # oversubscribing (measured 0.6 ms vs 30 ms per MLP step on 2 busy cores).
@@ -24,7 +25,7 @@ app = ClientApp()
 def partition_of(context: Context) -> tuple[int, int]:
     """``partition-id`` and ``num-partitions`` from the node config (simulation or --node-config)."""
     try:
-        return int(context.node_config["partition-id"]), int(context.node_config["num-partitions"])
+        return int(context.node_config[PARTITION_ID]), int(context.node_config[NUM_PARTITIONS])
     except KeyError as err:
         raise ConfigError(
             f"node config lacks {err.args[0]!r}; start the SuperNode with "
@@ -35,13 +36,13 @@ def partition_of(context: Context) -> tuple[int, int]:
 def handle(message: Message, context: Context) -> Message:
     """Run the procedure that the run's algorithm registered for this message type."""
     settings = RunSettings.from_run_config(context.run_config)
-    algorithm = get_algorithm(settings.algorithm)
     message_type = message.metadata.message_type
-    procedure = algorithm.handlers.get(message_type)
+    procedure = client_half(settings.algorithm).get(message_type)
     if procedure is None:
-        raise ConfigError(f"algorithm {algorithm.name!r} does not handle {message_type!r} messages")
+        raise ConfigError(f"algorithm {settings.algorithm!r} does not handle {message_type!r} "
+                          "messages")
     partition_id, num_partitions = partition_of(context)
-    data = local_data(settings, partition_id, num_partitions)
+    data = local_data(settings.data, partition_id, num_partitions)
     job = ClientJob(message.content, context.state, data, settings, dict(context.node_config))
     return Message(procedure(job), reply_to=message)
 
@@ -53,5 +54,5 @@ def _register(message_type: str) -> None:
     (decorator(action) if action else decorator())(handle)
 
 
-for _message_type in MESSAGE_TYPES:
+for _message_type in message_types():
     _register(_message_type)

@@ -15,16 +15,29 @@ tensors are packed field by field into one array each (``encode_point_list``):
 Decoders trust nothing: exact key sets, dtypes, shapes, ranges, finiteness and unit norms are
 checked, and any violation raises ``DecodeError`` naming the tensor. Membership in D then holds by
 construction for l1, simplex, box and nuclear (renormalised u, v give nuclear norm exactly r, with
-no SVD of a possibly large matrix); the dense l2 point is checked with ``Constraint.contains`` and
-projected to undo float32 rounding. Decoders return float64, so the server averages exactly.
+no SVD of a possibly large matrix); the dense l2 point's norm is checked and the point projected
+onto the ball to undo float32 rounding. Decoders return float64, so the server averages exactly.
+
+A codec needs only the set's ``kind`` and ``radius`` (``Ball``); ``oracles.lmo.Constraint`` is one.
 """
 
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 import numpy as np
 
 from functions.errors import DecodeError
-from oracles.lmo import Constraint
+
+
+class Ball(Protocol):
+    """The constraint set an extreme point belongs to: its kind ("l1", "l2", ...) and radius."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def radius(self) -> float: ...
+
 
 # Encoders accept a point as an extreme point of D up to this relative error (float32 rounding).
 _ENCODE_RTOL = 1e-5
@@ -34,7 +47,7 @@ _UNIT_TOL = 1e-3
 _DENSE_RTOL = 1e-5
 
 
-def encode_extreme_point(constraint: Constraint, s: np.ndarray) -> dict[str, np.ndarray]:
+def encode_extreme_point(constraint: Ball, s: np.ndarray) -> dict[str, np.ndarray]:
     """The fewest bytes that reconstruct the extreme point ``s`` of D (see the module docstring).
 
     Raises ``ValueError`` when ``s`` is not an extreme point of the kind the encoding assumes.
@@ -65,7 +78,7 @@ def encode_extreme_point(constraint: Constraint, s: np.ndarray) -> dict[str, np.
 
 
 def decode_extreme_point(
-    constraint: Constraint,
+    constraint: Ball,
     arrays: Mapping[str, np.ndarray],
     shape: tuple[int, ...],
     max_elements: int = 50_000_000,
@@ -96,10 +109,10 @@ def decode_extreme_point(
         x = _fields(arrays, {"x": (np.float32, n)}, name)["x"].astype(np.float64)
         if not np.all(np.isfinite(x)):
             raise DecodeError(f"{name}: dense point contains NaN or inf")
-        if not constraint.contains(x, rtol=_DENSE_RTOL):
-            norm = constraint.norm(x)
+        norm = float(np.linalg.norm(x))
+        if not norm <= r * (1.0 + _DENSE_RTOL):
             raise DecodeError(f"{name}: point of l2 norm {norm:.6g} is outside D (r={r})")
-        return constraint.project(x).reshape(shape)
+        return (x * (r / norm) if norm > r else x).reshape(shape)
     spec = {"index": (_index_dtype(n), 1)}
     if kind == "l1":
         spec["sign"] = (np.int8, 1)
@@ -118,7 +131,7 @@ def decode_extreme_point(
 
 
 def encode_point_list(
-    constraint: Constraint, points: Sequence[np.ndarray]
+    constraint: Ball, points: Sequence[np.ndarray]
 ) -> dict[str, np.ndarray]:
     """Encode one extreme point per model tensor, each field packed across tensors.
 
@@ -138,7 +151,7 @@ def encode_point_list(
 
 
 def decode_point_list(
-    constraint: Constraint,
+    constraint: Ball,
     arrays: Mapping[str, np.ndarray],
     shapes: Sequence[tuple[int, ...]],
     max_elements: int = 50_000_000,
@@ -251,7 +264,7 @@ def _unit(x: np.ndarray, key: str, name: str) -> np.ndarray:
 
 
 def encode_model_point(
-    constraint: Constraint, points: Sequence[np.ndarray], scope: str
+    constraint: Ball, points: Sequence[np.ndarray], scope: str
 ) -> dict[str, np.ndarray]:
     """Encode a whole model's extreme point: one ball per tensor, or one flat tensor (global)."""
     if scope == "global":
@@ -260,7 +273,7 @@ def encode_model_point(
 
 
 def decode_model_point(
-    constraint: Constraint,
+    constraint: Ball,
     arrays: Mapping[str, np.ndarray],
     shapes: Sequence[tuple[int, ...]],
     scope: str,

@@ -58,9 +58,6 @@ class Network(nn.Sequential):
         super().__init__(*layers)
         self.spec = spec
 
-    def linear_layers(self) -> list[nn.Linear]:
-        return [m for m in self if isinstance(m, nn.Linear)]
-
     def predict(self, x: np.ndarray) -> np.ndarray:
         with torch.no_grad():
             out = self(torch.as_tensor(np.asarray(x, dtype=np.float32)))

@@ -22,6 +22,8 @@ is uniform, as in the paper (the authors' code weights by sample counts). The in
 the authors' code (proximal-term SGD started from the local model).
 """
 
+from __future__ import annotations
+
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -131,6 +133,21 @@ class FedDRServer:
             raise ValueError(f"client ids must be non-empty and distinct, got {ids}")
         self._x_hats = {cid: [np.array(a, dtype=np.float64) for a in x0] for cid in ids}
 
+    @classmethod
+    def restore(cls, x_hats: Mapping[int, Params]) -> FedDRServer:
+        """The server whose ``x_hats()`` were ``x_hats``."""
+        return cls(next(iter(x_hats.values())), list(x_hats)).store(x_hats)
+
+    def store(self, x_hats: Mapping[int, Params]) -> FedDRServer:
+        """Replace the kept x_hat_i of the given clients (float64 copies)."""
+        for cid, x_hat in x_hats.items():
+            self._x_hats[cid] = [np.array(a, dtype=np.float64) for a in x_hat]
+        return self
+
+    def x_hats(self) -> dict[int, Params]:
+        """Every client's last x_hat_i (copies)."""
+        return {cid: self.x_hat_of(cid) for cid in self._x_hats}
+
     def x_hat_of(self, client_id: int) -> Params:
         """A copy of client ``client_id``'s last x_hat_i (its restart point after a lost state)."""
         return [a.copy() for a in self._x_hats[client_id]]
@@ -147,6 +164,5 @@ class FedDRServer:
             got = [np.shape(a) for a in x_hat]
             if got != shapes:
                 raise ValueError(f"client {cid} sent shapes {got}, expected {shapes}")
-        for cid, x_hat in received.items():
-            self._x_hats[cid] = [np.array(a, dtype=np.float64) for a in x_hat]
+        self.store(received)
         return feddr_aggregate(list(self._x_hats.values()), constraint, scope)

@@ -61,9 +61,8 @@ class Constraint:
             j = int(np.argmax(np.abs(flat)))
             s[j] = -r if flat[j] > 0 else r
         elif self.kind == "l2":
-            norm = np.linalg.norm(flat)
-            if norm > 0:
-                s = -r * flat / norm
+            if np.any(flat):
+                s = _scaled_unit_l2(flat, -r)
             else:
                 s[0] = r
         elif self.kind == "box":
@@ -91,7 +90,7 @@ class Constraint:
         if self.kind == "l1":
             return float(np.abs(flat).sum())
         if self.kind == "l2":
-            return float(np.linalg.norm(flat))
+            return _l2_norm(flat)
         if self.kind == "box":
             return float(np.abs(flat).max(initial=0.0))
         if self.kind == "simplex":
@@ -116,8 +115,11 @@ class Constraint:
         if self.kind == "l1":
             p = _project_l1(y.ravel(), r)
         elif self.kind == "l2":
-            norm = np.linalg.norm(y)
-            p = y * (r / norm) if norm > r else y
+            norm = _l2_norm(y)
+            if norm <= r:
+                p = y
+            else:  # y * (r / norm) unless even the scaled norm overflows
+                p = y * (r / norm) if np.isfinite(norm) else _scaled_unit_l2(y, r)
         elif self.kind == "box":
             p = np.clip(y, -r, r)
         elif self.kind == "simplex":
@@ -160,6 +162,67 @@ def lmo_per_tensor(
     flat = constraint.lmo(np.concatenate([_checked_float64(a).ravel() for a in arrays]))
     parts = np.split(flat, np.cumsum([a.size for a in arrays])[:-1])
     return [p.reshape(a.shape).astype(_float_dtype(a)) for p, a in zip(parts, arrays)]
+
+
+def smallest_set(sets: list[Constraint], shapes: list[tuple[int, ...]], scope: str
+                 ) -> Constraint | None:
+    """The one of ``sets`` contained in all the others, i.e. their intersection, or None.
+
+    FedFW with client sets D_i (section 4.3) solves over D = intersection of the D_i; an LMO over
+    an intersection has no closed form, but when one D_i lies inside every other, D is that D_i.
+    Containment is decided per tensor of ``shapes`` (one flat tensor for ``scope="global"``) from
+    the largest gauge of the outer ball over the inner one's extreme points; a pair it cannot
+    decide (the simplex, the nuclear norm of a box) counts as not contained.
+    """
+    if scope == "global":
+        shapes = [(int(sum(int(np.prod(s, dtype=np.int64)) for s in shapes)),)]
+    distinct = list(dict.fromkeys(sets))
+    for inner in distinct:
+        if all(_contains(outer, inner, shape) for outer in distinct for shape in shapes):
+            return inner
+    return None
+
+
+def _contains(outer: Constraint, inner: Constraint, shape: tuple[int, ...]) -> bool:
+    """Whether the ball ``inner`` lies inside the ball ``outer`` on a tensor of ``shape``."""
+    if outer == inner:
+        return True
+    if "simplex" in (outer.kind, inner.kind):
+        return False
+    n = int(np.prod(shape, dtype=np.int64))
+    m, k = (1, n) if len(shape) < 2 else shape[:2]
+    # max of the outer gauge over the inner ball of radius 1 (attained at an extreme point)
+    sup = {
+        ("l1", "l1"): 1.0, ("l1", "l2"): 1.0, ("l1", "box"): 1.0, ("l1", "nuclear"): 1.0,
+        ("l2", "l1"): np.sqrt(n), ("l2", "l2"): 1.0, ("l2", "box"): 1.0,
+        ("l2", "nuclear"): np.sqrt(min(m, k)),
+        ("box", "l1"): float(n), ("box", "l2"): np.sqrt(n), ("box", "box"): 1.0,
+        ("nuclear", "l1"): np.sqrt(m * k), ("nuclear", "l2"): 1.0, ("nuclear", "box"): 1.0,
+        ("nuclear", "nuclear"): 1.0,
+    }.get((inner.kind, outer.kind))
+    return sup is not None and sup * inner.radius <= outer.radius * (1 + 1e-12)
+
+
+def _l2_norm(x: np.ndarray) -> float:
+    """||x||_2 without overflow or underflow of the squares (entries near 1e308 or 1e-320)."""
+    with np.errstate(over="ignore", under="ignore"):
+        norm = float(np.linalg.norm(x))
+    if np.isfinite(norm) and (norm > 0 or not np.any(x)):
+        return norm
+    scale = float(np.abs(x).max())
+    return scale * float(np.linalg.norm(x / scale))
+
+
+def _scaled_unit_l2(x: np.ndarray, r: float) -> np.ndarray:
+    """r * x / ||x||_2 for a nonzero finite x, scaled first where the plain formula over- or
+    underflows (entries near 1e308 or 1e-320); elsewhere exactly the plain formula's bits."""
+    with np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore"):
+        norm = np.linalg.norm(x)
+        out = r * x / norm if np.isfinite(norm) and norm > 0 else None
+    if out is not None and np.all(np.isfinite(out)):
+        return out
+    scaled = x / np.abs(x).max()
+    return r * (scaled / np.linalg.norm(scaled))
 
 
 def _checked_float64(x: np.ndarray) -> np.ndarray:

@@ -21,8 +21,6 @@ class TrafficCounters:
     bytes_up_train: int = 0
     wire_bytes_down: int = 0
     wire_bytes_up: int = 0
-    messages_down: int = 0
-    replies: int = 0
     failures: int = 0
 
 
@@ -55,7 +53,6 @@ class MeteredGrid(Grid):
     def _count_down(self, messages: list[Message]) -> None:
         for msg in messages:
             size = payload_bytes(msg.content)
-            self._counters.messages_down += 1
             self._counters.bytes_down += size
             self._counters.wire_bytes_down += wire_bytes(msg.content)
             if _is_train(msg):
@@ -63,7 +60,6 @@ class MeteredGrid(Grid):
 
     def _count_up(self, replies: list[Message]) -> None:
         for msg in replies:
-            self._counters.replies += 1
             if msg.has_error():
                 self._counters.failures += 1
             else:

@@ -1,9 +1,9 @@
-"""Turns each round of any Strategy into one results row and one log line."""
+"""Turns each round of a strategy into one results row, one log line and one checkpoint."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from logging import INFO
 from typing import Any
 
@@ -12,22 +12,24 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
+from server_app.checkpoint import Checkpoint, write_checkpoint
 from server_app.metered_grid import MeteredGrid
 from server_app.results import ResultsWriter
+from strategies.base import FederatedStrategy
 
-CentralEvaluator = Callable[[ArrayRecord], dict[str, float]]
 _CLIENT_BOOKKEEPING = ("num-examples",)
 
 
 class RecordedStrategy(Strategy):
     """Delegates to ``inner`` and keeps the metrics it aggregated in the current round.
 
-    Same decorator pattern as Flower's DP wrappers: the inner strategy is unchanged,
-    and Flower's own ``Strategy.start`` drives the rounds.
+    Same decorator pattern as Flower's DP wrappers: the inner strategy is unchanged, and Flower's
+    own ``Strategy.start`` drives the rounds. ``done`` rounds already ran before this start (a
+    resumed run): Flower's round r is the run's round r + done.
     """
 
-    def __init__(self, inner: Strategy) -> None:
-        self.inner = inner
+    def __init__(self, inner: FederatedStrategy, done: int = 0) -> None:
+        self.inner, self.done = inner, done
         self.round_metrics: dict[str, Any] = {}
 
     def summary(self) -> None:
@@ -36,45 +38,52 @@ class RecordedStrategy(Strategy):
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
         self.round_metrics = {}
-        return self.inner.configure_train(server_round, arrays, config, grid)
+        return self.inner.configure_train(server_round + self.done, arrays, config, grid)
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]):  # noqa: ANN201
-        arrays, metrics = self.inner.aggregate_train(server_round, replies)
+        arrays, metrics = self.inner.aggregate_train(server_round + self.done, replies)
         self._keep(metrics)
         return arrays, metrics
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
-        return self.inner.configure_evaluate(server_round, arrays, config, grid)
+        return self.inner.configure_evaluate(server_round + self.done, arrays, config, grid)
 
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        metrics = self.inner.aggregate_evaluate(server_round, replies)
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
+                           ) -> MetricRecord | None:
+        metrics = self.inner.aggregate_evaluate(server_round + self.done, replies)
         self._keep(metrics)
         return metrics
 
     def _keep(self, metrics: MetricRecord | None) -> None:
-        if metrics is not None:
-            self.round_metrics.update(
-                {k: v for k, v in metrics.items() if k not in _CLIENT_BOOKKEEPING}
-            )
+        """Later metrics replace earlier ones, except ``failures``, which add up."""
+        if metrics is None:
+            return
+        failures = self.round_metrics.get("failures", 0) + metrics.get("failures", 0)
+        self.round_metrics.update(
+            {k: v for k, v in metrics.items() if k not in _CLIENT_BOOKKEEPING})
+        self.round_metrics["failures"] = failures
 
 
 class RoundRecorder:
-    """Flower's ``evaluate_fn``: central evaluation, then the round's row and log line."""
+    """Flower's ``evaluate_fn``: central evaluation, then the round's row, log line and checkpoint."""
 
     def __init__(self, strategy: RecordedStrategy, grid: MeteredGrid, writer: ResultsWriter,
-                 num_rounds: int, central: CentralEvaluator | None) -> None:
+                 num_rounds: int, algorithm: str) -> None:
         self.strategy, self.grid, self.writer = strategy, grid, writer
-        self.num_rounds, self.central = num_rounds, central
-        self.start = time.monotonic()
+        self.num_rounds, self.algorithm = num_rounds, algorithm
+        already = writer.rounds[-1]["wall_time_s"] if writer.rounds else 0.0
+        self.start = time.monotonic() - already
 
-    def __call__(self, server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+    def __call__(self, flower_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+        server_round = flower_round + self.strategy.done
+        if flower_round == 0 and self.strategy.done > 0:
+            return None  # a resumed run: this round's row is already on disk
         traffic = self.grid.take()
         row: dict[str, Any] = {"round": server_round}
         if server_round > 0:
             row.update(self.strategy.round_metrics)
-        if self.central is not None:
-            row.update(self.central(arrays))
+        row.update(self.strategy.inner.evaluate_global(server_round, arrays))
         row.update(
             bytes_up=traffic.bytes_up,
             bytes_down=traffic.bytes_down,
@@ -86,6 +95,9 @@ class RoundRecorder:
             wall_time_s=round(time.monotonic() - self.start, 3),
         )
         self.writer.add_round(row)
+        write_checkpoint(self.writer.directory, Checkpoint(
+            self.algorithm, server_round, arrays, self.writer.rounds,
+            self.strategy.inner.state_record()))
         log(INFO, "%s", format_row(row, self.num_rounds))
         return MetricRecord({k: v for k, v in row.items() if isinstance(v, (int, float))})
 
@@ -93,7 +105,7 @@ class RoundRecorder:
 def format_row(row: dict[str, Any], num_rounds: int) -> str:
     """One line per round: accuracy or MSE, losses, bytes, time."""
     parts = [f"round {row['round']}/{num_rounds}"]
-    for key in ("test_accuracy", "test_mse", "test_loss", "train_loss"):
+    for key in ("test_accuracy", "test_mse", "test_accuracy_mean", "test_loss", "train_loss"):
         if row.get(key) is not None:
             parts.append(f"{key}={row[key]:.4f}")
     parts.append(f"up={row['bytes_up'] / 1e3:.1f}kB down={row['bytes_down'] / 1e3:.1f}kB")

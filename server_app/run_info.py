@@ -8,7 +8,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from tasks.run_config import RunSettings
+from run_config.common import RunSettings
 
 DEFAULT_OUTPUT_DIR = Path.home() / "flower-results"
 
@@ -30,7 +30,8 @@ def _version(package: str) -> str | None:
 
 
 def _git_commit() -> str | None:
-    """The commit of the checkout the app runs from, if it runs from one."""
+    """The commit of the checkout the app runs from, if it runs from one (in-process runs; Flower's
+    engines run an installed copy, so ``make run`` passes the commit as ``git-commit``)."""
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
@@ -41,16 +42,17 @@ def _git_commit() -> str | None:
     return out.stdout.strip() or None
 
 
-def run_config_record(settings: RunSettings, num_nodes: int, model: str) -> dict[str, Any]:
+def run_config_record(settings: RunSettings, num_nodes: int,
+                      global_function: dict[str, Any]) -> dict[str, Any]:
     """The contents of config.json."""
     return {
         "run_config": dict(sorted(settings.raw.items())),
-        "model": model,
+        "global_function": global_function,
         "num_nodes": num_nodes,
         "versions": {
             "flwr": _version("flwr"),
             "torch": _version("torch"),
             "project": _version("flower-beyond-averaging"),
         },
-        "git_commit": _git_commit(),
+        "git_commit": settings.git_commit or _git_commit(),
     }

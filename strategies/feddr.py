@@ -5,7 +5,7 @@ validates each reply, keeps the last accepted x_hat_i of every node (``FedDRServ
 sets x-bar = proj_D(mean_i x_hat_i) over all nodes. D is read from the ``fedfw.*`` keys, so
 ``algorithm='feddr' fedfw.constraint='l1' fedfw.radius=10`` solves the same problem as FedFW.
 A rejected x_hat_i is not accepted: the server keeps the node's previous one, and the node,
-told by ``last-accepted``, drops its pending step (see ``oracles.feddr_client``).
+told by ``last-accepted``, drops its pending step (see ``client_app.feddr``).
 """
 
 from __future__ import annotations
@@ -14,30 +14,36 @@ from collections.abc import Iterable
 from logging import INFO
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import Strategy
 
-from functions.errors import DecodeError
-from functions.params import ParamLayout, Params, params_to_record, record_to_params
+from functions.params import Params, params_to_record, record_to_params
+from functions.protocol import DR_XHAT, METRICS, XBAR
 from oracles.douglas_rachford import FedDRServer
-from oracles.feddr_client import POINT_KEY
-from oracles.feddr_settings import FedDRSettings, feddr_settings
-from strategies.build import BuildContext, projected_start
-from strategies.federated_metrics import aggregate_evaluation_sums
-from strategies.node_book import NodeBook
+from run_config.common import RunSettings
+from run_config.feddr import FedDRSettings, feddr_settings
+from strategies.evaluation import combine_evaluation_sums, decode_evaluation_sums
+from strategies.node_book import NodeBook, dense_restart
+from strategies.roster import Roster
+from strategies.screening import exact_records, screen_replies
+from strategies.state_records import params_by_node, params_by_node_record, restore_rng, rng_record
+from strategies.torch_model import TorchGlobal, TorchModelStrategy
 
 
-class FedDRStrategy(Strategy):
+class FedDRStrategy(TorchModelStrategy):
     """FedDR on Flower's Message API: per-node sync, reply validation, partial participation."""
 
-    def __init__(self, dr: FedDRSettings, layout: ParamLayout, x0: Params, seed: int) -> None:
-        self.dr, self.layout, self.x0 = dr, layout, x0
+    label = "FedDR"
+
+    def __init__(self, dr: FedDRSettings, model: TorchGlobal, x0: Params, seed: int) -> None:
+        self.dr, self.model, self.x0 = dr, model, x0
         self.xbar = x0
         self.rng = np.random.default_rng(seed)
-        self.server: FedDRServer | None = None
+        self.roster: Roster | None = None
         self.book: NodeBook | None = None
+        self.server: FedDRServer | None = None
+        self._roster_failures = 0
 
     def initial_arrays(self) -> ArrayRecord:
         """x-bar^0: the model's initial weights projected onto D (float32-exact)."""
@@ -49,9 +55,10 @@ class FedDRStrategy(Strategy):
             "(lr=%s, batch %s), p=%s", d.constraint.kind, d.constraint.radius, d.scope, dr.alpha,
             dr.eta, dr.local_steps, dr.lr, dr.batch_size or "full", dr.participation)
 
-    def _start(self, grid: Grid) -> None:
-        """Fix the client set; every x_hat_i starts at x^0 (``feddr_client_init``)."""
-        self.book = NodeBook(sorted(grid.get_node_ids()), "FedDR", self.layout, POINT_KEY)
+    def _start(self, grid: Grid, server_round: int) -> None:
+        """Fix the client order; every x_hat_i starts at x^0 (``feddr_client_init``)."""
+        self.roster, self._roster_failures = Roster.query(grid, self.label, server_round)
+        self.book = NodeBook(self.roster.node_ids, self.label)
         self.server = FedDRServer(self.x0, self.book.node_ids)
 
     # -- training ----------------------------------------------------------------
@@ -59,15 +66,19 @@ class FedDRStrategy(Strategy):
                         grid: Grid) -> Iterable[Message]:
         """Send x-bar to a seeded sample of int(p n) nodes, at least one (as Flower's FedAvg)."""
         if self.server is None:
-            self._start(grid)
+            self._start(grid, server_round)
         node_ids = self.book.node_ids
         size = max(1, int(self.dr.participation * len(node_ids)))
         # sample positions: node ids are uint64 and would lose digits in a float array
         picked = self.rng.choice(len(node_ids), size=size, replace=False)
-        chosen = sorted(node_ids[i] for i in picked)
-        xbar_wire = params_to_record(self.layout, self.xbar)
-        messages = [self.book.train_message(node, server_round, self.xbar, xbar_wire,
-                                            self.server.x_hat_of) for node in chosen]
+        chosen = [node_ids[i] for i in sorted(picked)]
+        content = {XBAR: params_to_record(self.layout, self.xbar)}
+
+        def restart(node: int) -> tuple[str, dict]:
+            return dense_restart(self.layout, self.xbar, self.server.x_hat_of(node), DR_XHAT)
+
+        messages = [self.book.train_message(node, server_round, content, restart)
+                    for node in chosen]
         log(INFO, "FedDR round %d: %d of %d nodes participate", server_round, len(chosen),
             len(node_ids))
         return messages
@@ -79,15 +90,15 @@ class FedDRStrategy(Strategy):
         domain = self.dr.domain
         self.xbar = self.server.aggregate(received, domain.constraint, domain.scope)
         self.book.accept(server_round, received)
-        metrics = MetricRecord({"failures": rejected, "participants": len(received)})
+        metrics = MetricRecord({"failures": rejected + self._roster_failures,
+                                "participants": len(received)})
+        self._roster_failures = 0
         return params_to_record(self.layout, self.xbar), metrics
 
-    def _checked_x_hat(self, node: int, reply: Message) -> Params:
-        """Decode x_hat_i: the model's names and shapes, finite floats."""
-        record = reply.content.array_records.get("xhat")
-        if record is None:
-            raise DecodeError("reply has no 'xhat' record")
-        return record_to_params(record, self.layout)
+    def _checked_x_hat(self, reply: Message) -> Params:
+        """Decode x_hat_i: the model's names and shapes, finite float32."""
+        record = exact_records(reply.content, {DR_XHAT: ArrayRecord})[DR_XHAT]
+        return record_to_params(record, self.layout, np.float32)
 
     # -- evaluation ----------------------------------------------------------------
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
@@ -95,16 +106,42 @@ class FedDRStrategy(Strategy):
         """F(x-bar) on every node's data (gives ``train_loss``), unless switched off."""
         if not self.dr.federated_eval:
             return []
-        return self.book.evaluate_messages(server_round, self.xbar)
+        return self.book.evaluate_messages(server_round,
+                                           {XBAR: params_to_record(self.layout, self.xbar)})
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
                            ) -> MetricRecord | None:
-        good = [r.content for r in replies if not r.has_error()]
-        return aggregate_evaluation_sums(good, "num-examples")
+        screened = screen_replies(
+            self.label, server_round, replies,
+            lambda r: decode_evaluation_sums(
+                exact_records(r.content, {METRICS: MetricRecord})[METRICS], self.kind),
+            self.book.node_ids)
+        sums = screened.in_order(self.book.node_ids).values()
+        return MetricRecord({**combine_evaluation_sums(sums, self.kind),
+                             "failures": screened.rejected})
+
+    # -- state -----------------------------------------------------------------------
+    def state_record(self) -> RecordDict:
+        state = RecordDict({"rng": rng_record(self.rng),
+                            "xbar": params_to_record(self.layout, self.xbar, dtype=np.float64)})
+        if self.server is not None:
+            state["roster"] = self.roster.to_record()
+            state["book"] = self.book.to_record()
+            state["x-hats"] = params_by_node_record(self.server.x_hats(), self.layout)
+        return state
+
+    def load_state_record(self, state: RecordDict) -> None:
+        self.rng = restore_rng(state["rng"])
+        self.xbar = record_to_params(state["xbar"], self.layout)
+        if "roster" in state:
+            self.roster = Roster.from_record(state["roster"])
+            self.book = NodeBook.from_record(state["book"], self.label)
+            self.server = FedDRServer.restore(
+                params_by_node(state["x-hats"], self.layout, self.roster.node_ids))
 
 
-def build_feddr(ctx: BuildContext) -> FedDRStrategy:
+def build_feddr(settings: RunSettings) -> FedDRStrategy:
     """FedDR from the ``feddr.*`` table, over D from the ``fedfw.*`` keys."""
-    dr = feddr_settings(ctx.settings)
-    layout, x0 = projected_start(ctx, dr.domain)
-    return FedDRStrategy(dr, layout, x0, ctx.settings.seed)
+    dr = feddr_settings(settings)
+    model = TorchGlobal(settings)
+    return FedDRStrategy(dr, model, model.projected_start(dr.domain), settings.seed)

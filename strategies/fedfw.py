@@ -1,9 +1,9 @@
 """Server half of FedFW / FedFW+ / FedFW-sto: checks extreme points, mirrors every x_i, averages.
 
 One round (Algorithm 1): each sampled node gets x-bar^t and returns s_i^t in compact form;
-the server decodes and checks s_i against that node's D_i, mirrors
-x_i <- (1 - eta_t) x_i + eta_t s_i for the accepted points only, and x-bar^{t+1} is the exact
-mean of all mirrored x_i (section 4.2: non-participants keep x_i).
+the server decodes s_i against that node's D_i (the decoders rebuild a point of D_i by
+construction), mirrors x_i <- (1 - eta_t) x_i + eta_t s_i for the accepted points only, and
+x-bar^{t+1} is the exact mean of all mirrored x_i (section 4.2: non-participants keep x_i).
 """
 
 from __future__ import annotations
@@ -15,32 +15,47 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import Strategy
 
-from functions.errors import DecodeError
 from functions.extreme_points import decode_model_point
-from functions.params import ParamLayout, Params, params_to_record, record_to_arrays, record_to_params
-from oracles.fedfw_client import POINT_KEY
-from oracles.fedfw_settings import ConstraintSet, FedFWSettings, fedfw_settings
+from functions.params import Params, params_to_record, record_to_arrays, record_to_params
+from functions.protocol import (
+    CONSTRAINT,
+    FW_GAP,
+    FW_GRAD,
+    FW_POINT,
+    FW_RESTART,
+    METRICS,
+    NUM_CLIENTS,
+    RADIUS,
+    XBAR,
+)
 from oracles.frank_wolfe import fw_gap
-from oracles.lmo import Constraint, make_constraint
-from strategies.build import BuildContext, projected_start
-from strategies.federated_metrics import aggregate_evaluation_sums
+from oracles.lmo import Constraint, make_constraint, smallest_set
+from run_config.common import RunSettings
+from run_config.fedfw import ConstraintSet, FedFWSettings, fedfw_settings
+from strategies.evaluation import combine_evaluation_sums, decode_evaluation_sums
 from strategies.fedfw_mirror import ConsensusMirror
-from strategies.node_book import NodeBook
-from tasks.errors import ConfigError
+from strategies.node_book import NodeBook, dense_restart
+from strategies.roster import Roster
+from strategies.screening import exact_records, screen_replies
+from strategies.state_records import params_by_node, params_by_node_record, restore_rng, rng_record
+from strategies.torch_model import TorchGlobal, TorchModelStrategy
 
 
-class FedFWStrategy(Strategy):
+class FedFWStrategy(TorchModelStrategy):
     """FedFW family on Flower's Message API, with partial participation and per-node D_i."""
 
-    def __init__(self, fw: FedFWSettings, layout: ParamLayout, x0: Params, seed: int) -> None:
+    label = "FedFW"
+
+    def __init__(self, fw: FedFWSettings, model: TorchGlobal, x0: Params, seed: int) -> None:
         """``x0``: x^1 of every client, already in D and float32-exact (``projected_start``)."""
-        self.fw, self.layout, self.x0 = fw, layout, x0
+        self.fw, self.model, self.x0 = fw, model, x0
         self.rng = np.random.default_rng(seed)
-        self.mirror: ConsensusMirror | None = None
+        self.roster: Roster | None = None
         self.book: NodeBook | None = None
+        self.mirror: ConsensusMirror | None = None
         self.node_sets: dict[int, Constraint] = {}
+        self._roster_failures = 0
 
     def initial_arrays(self) -> ArrayRecord:
         """x-bar^1: the model's initial weights projected onto D (float32-exact)."""
@@ -53,45 +68,40 @@ class FedFWStrategy(Strategy):
             fw.variant, fw.constraint.kind, fw.constraint.radius, fw.scope, fw.schedule.kind,
             fw.schedule.lambda0, fw.participation)
 
-    def _start(self, grid: Grid) -> None:
-        """Ask every node for its D_i and partition id (query.bounds); fix the client order."""
-        node_ids = sorted(grid.get_node_ids())
-        partitions: dict[int, int] = {}
-        queries = [Message(RecordDict(), n, "query.bounds") for n in node_ids]
-        for reply in grid.send_and_receive(queries):
-            node = reply.metadata.src_node_id
-            try:
-                self.node_sets[node] = self._declared_set(reply)
-                partitions[node] = int(reply.content["bounds"]["partition-id"])
-            except (ConfigError, DecodeError, KeyError, TypeError, ValueError) as err:
-                log(WARNING, "node %s: unusable bounds reply (%s); it uses the run's D", node, err)
-        for node in node_ids:
-            self.node_sets.setdefault(node, self.fw.constraint)
-        # Flower's node ids are random per run; partition ids make sampling reproducible
-        order = sorted(node_ids, key=lambda n: (partitions.get(n, len(node_ids)), n))
-        self.book = NodeBook(order, "FedFW", self.layout, POINT_KEY)
-        self.mirror = ConsensusMirror(self.x0, order)
-        log(INFO, "FedFW: %d clients; node sets: %s", len(order), sorted(
+    def _start(self, grid: Grid, server_round: int) -> None:
+        """Ask every node for its partition and D_i (query.node); fix the client order."""
+        self.roster, self._roster_failures = Roster.query(grid, self.label, server_round)
+        for node in self.roster.node_ids:
+            self.node_sets[node] = self._declared_set(node)
+        self.book = NodeBook(self.roster.node_ids, self.label)
+        self.mirror = ConsensusMirror(self.x0, self.roster.node_ids)
+        log(INFO, "FedFW: node sets: %s", sorted(
             {f"{c.kind}({c.radius:g})" for c in self.node_sets.values()}))
 
-    @staticmethod
-    def _declared_set(reply: Message) -> Constraint:
-        if reply.has_error():
-            raise DecodeError(reply.error.reason)
-        bounds = reply.content["bounds"]
-        return make_constraint(str(bounds["constraint"]), float(bounds["radius"]))
+    def _declared_set(self, node: int) -> Constraint:
+        """The D_i a node declared, or the run's D when it declared none usable."""
+        facts = self.roster.facts.get(node, {})
+        try:
+            return make_constraint(str(facts[CONSTRAINT]), float(facts[RADIUS]))
+        except (KeyError, TypeError, ValueError) as err:
+            log(WARNING, "node %s: no usable D_i (%s); it uses the run's D", node, err)
+            return self.fw.constraint
 
     # -- training ----------------------------------------------------------------
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
         if self.mirror is None:
-            self._start(grid)
+            self._start(grid, server_round)
         node_ids = self.book.node_ids
         chosen = [n for n in node_ids if self.rng.random() < self.fw.participation]
         xbar = self.mirror.x_bar
-        xbar_wire = params_to_record(self.layout, xbar)
-        messages = [self.book.train_message(node, server_round, xbar, xbar_wire, self.mirror.x_of,
-                                            **{"num-clients": len(node_ids)})
+        content = {XBAR: params_to_record(self.layout, xbar)}
+
+        def restart(node: int) -> tuple[str, dict]:
+            return dense_restart(self.layout, xbar, self.mirror.x_of(node), FW_RESTART)
+
+        messages = [self.book.train_message(node, server_round, content, restart,
+                                            **{NUM_CLIENTS: len(node_ids)})
                     for node in chosen]
         log(INFO, "FedFW round %d: %d of %d nodes participate", server_round, len(chosen),
             len(node_ids))
@@ -104,54 +114,82 @@ class FedFWStrategy(Strategy):
         self.mirror.apply(points, eta)
         self.book.accept(server_round, points)
         metrics = MetricRecord({
-            "failures": rejected,  # points that failed the checks; error replies add to it
+            "failures": rejected + self._roster_failures,  # error replies add to it
             "participants": len(points),
             "eta": eta,
             "lambda": self.fw.schedule.lam(server_round),
             "consensus_distance": self.mirror.consensus_distance(),
         })
+        self._roster_failures = 0
         return params_to_record(self.layout, self.mirror.x_bar), metrics
 
-    def _checked_point(self, node: int, reply: Message) -> Params:
-        """Decode s_i and check it lies in the node's declared D_i (decoders validate)."""
-        record = reply.content.array_records.get("point")
-        if record is None:
-            raise DecodeError("reply has no 'point' record")
-        constraint = self.node_sets[node]
-        point = decode_model_point(constraint, record_to_arrays(record), self.layout.shapes,
-                                   self.fw.scope)
-        balls = [np.concatenate([np.ravel(p) for p in point])] if self.fw.scope == "global" else point
-        if not all(constraint.contains(ball) for ball in balls):
-            raise DecodeError(f"point outside {constraint.kind} ball of radius {constraint.radius}")
-        return point
+    def _checked_point(self, reply: Message) -> Params:
+        """Decode s_i against the node's declared D_i (the decoders validate everything)."""
+        record = exact_records(reply.content, {FW_POINT: ArrayRecord})[FW_POINT]
+        constraint = self.node_sets[reply.metadata.src_node_id]
+        return decode_model_point(constraint, record_to_arrays(record), self.layout.shapes,
+                                  self.fw.scope)
 
     # -- evaluation ----------------------------------------------------------------
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
         if not self.fw.federated_eval:
             return []
-        return self.book.evaluate_messages(server_round, self.mirror.x_bar,
-                                           **{"fw-gap": self.fw.gap})
+        return self.book.evaluate_messages(
+            server_round, {XBAR: params_to_record(self.layout, self.mirror.x_bar)},
+            **{FW_GAP: self.fw.gap})
+
+    def _checked_evaluation(self, reply: Message):  # noqa: ANN202
+        """Evaluation sums, and grad f_i(x-bar) when the gap is on."""
+        kinds = {METRICS: MetricRecord, **({FW_GRAD: ArrayRecord} if self.fw.gap else {})}
+        records = exact_records(reply.content, kinds)
+        sums = decode_evaluation_sums(records[METRICS], self.kind)
+        grad = record_to_params(records[FW_GRAD], self.layout, np.float32) if self.fw.gap else None
+        return sums, grad
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
                            ) -> MetricRecord | None:
-        good = [r for r in replies if not r.has_error()]
-        metrics = aggregate_evaluation_sums([r.content for r in good], "num-examples")
-        if self.fw.gap:
-            grads = []
-            for reply in good:
-                try:
-                    grads.append(record_to_params(reply.content["grad"], self.layout))
-                except (DecodeError, KeyError) as err:
-                    log(WARNING, "node %s: unusable gradient (%s)", reply.metadata.src_node_id, err)
-            if len(grads) == len(self.mirror.client_ids):
-                metrics["fw_gap"] = fw_gap(grads, self.mirror.x_bar, self.fw.constraint,
-                                           self.fw.scope, len(grads))
+        screened = screen_replies(self.label, server_round, replies, self._checked_evaluation,
+                                  self.book.node_ids)
+        good, rejected = screened.in_order(self.book.node_ids), screened.rejected
+        metrics = MetricRecord({**combine_evaluation_sums([s for s, _ in good.values()], self.kind),
+                                "failures": rejected})
+        domain = self._gap_domain()
+        if self.fw.gap and domain is not None and len(good) == len(self.book.node_ids):
+            metrics["fw_gap"] = fw_gap([g for _, g in good.values()], self.mirror.x_bar, domain,
+                                       self.fw.scope, len(good))
         return metrics
 
+    def _gap_domain(self) -> Constraint | None:
+        """D = the intersection of the nodes' D_i (section 4.3), when it is one of them."""
+        return smallest_set(list(self.node_sets.values()), list(self.layout.shapes), self.fw.scope)
 
-def build_fedfw(ctx: BuildContext) -> FedFWStrategy:
+    # -- state -----------------------------------------------------------------------
+    def state_record(self) -> RecordDict:
+        state = RecordDict({"rng": rng_record(self.rng)})
+        if self.mirror is not None:
+            points, total = self.mirror.state()
+            state["roster"] = self.roster.to_record()
+            state["book"] = self.book.to_record()
+            state["mirror"] = params_by_node_record(points, self.layout)
+            state["mirror-sum"] = params_to_record(self.layout, total, dtype=np.float64)
+        return state
+
+    def load_state_record(self, state: RecordDict) -> None:
+        self.rng = restore_rng(state["rng"])
+        if "roster" not in state:
+            return
+        self.roster = Roster.from_record(state["roster"])
+        self.book = NodeBook.from_record(state["book"], self.label)
+        nodes = self.roster.node_ids
+        self.mirror = ConsensusMirror.restore(params_by_node(state["mirror"], self.layout, nodes),
+                                              record_to_params(state["mirror-sum"], self.layout))
+        self.node_sets = {n: self._declared_set(n) for n in nodes}
+
+
+def build_fedfw(settings: RunSettings) -> FedFWStrategy:
     """FedFW, FedFW+ or FedFW-sto (``algorithm``) from the ``fedfw.*`` table."""
-    fw = fedfw_settings(ctx.settings)
-    layout, x0 = projected_start(ctx, ConstraintSet(fw.constraint, fw.scope))
-    return FedFWStrategy(fw, layout, x0, ctx.settings.seed)
+    fw = fedfw_settings(settings)
+    model = TorchGlobal(settings)
+    x0 = model.projected_start(ConstraintSet(fw.constraint, fw.scope))
+    return FedFWStrategy(fw, model, x0, settings.seed)

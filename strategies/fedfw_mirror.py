@@ -7,6 +7,8 @@ them. The mirror applies the same ``apply_step`` as the clients, so a client tha
 state holds bit-for-bit the x_i the server has for it.
 """
 
+from __future__ import annotations
+
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -27,6 +29,20 @@ class ConsensusMirror:
         start = [np.array(a, dtype=np.float64) for a in x0]
         self._points = {cid: [a.copy() for a in start] for cid in ids}
         self._sum = [a * len(ids) for a in start]
+
+    @classmethod
+    def restore(cls, points: Mapping[int, Params], total: Params) -> ConsensusMirror:
+        """The mirror whose ``state()`` was ``(points, total)``, bit for bit."""
+        mirror = cls(next(iter(points.values())), list(points))
+        mirror._points = {cid: [np.array(a, dtype=np.float64) for a in x]
+                          for cid, x in points.items()}
+        mirror._sum = [np.array(a, dtype=np.float64) for a in total]
+        return mirror
+
+    def state(self) -> tuple[dict[int, Params], Params]:
+        """Every x_i and the running sum (kept, not recomputed: its rounding is part of x-bar)."""
+        return {cid: [a.copy() for a in x] for cid, x in self._points.items()}, [
+            a.copy() for a in self._sum]
 
     @property
     def client_ids(self) -> list[int]:

@@ -1,62 +1,57 @@
-"""The one place that maps an ``algorithm`` name to its server and client halves."""
+"""The server half of every algorithm: a strategy factory and the message types it sends.
+
+The client half registers under the same names in ``client_app.registry``; a test checks that
+both sides name the same algorithms and message types. Nothing here imports the client half.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from flwr.serverapp.strategy import Strategy
-
-from oracles import consensus_eval, fedavg_client, feddr_client, fedfw_client
-from oracles.job import ClientProcedure
-from strategies.baselines import build_fedavg, build_fedprox
-from strategies.build import BuildContext
+from functions.protocol import EVALUATE, QUERY_NODE, TRAIN
+from run_config.common import RunSettings
+from strategies.base import FederatedStrategy
+from strategies.fedavg import build_fedavg, build_fedprox, build_projected_fedavg
 from strategies.feddr import build_feddr
 from strategies.fedfw import build_fedfw
-from strategies.projected_fedavg import build_projected_fedavg
 from tasks.errors import ConfigError
+
+STANDARD_MESSAGES = (TRAIN, EVALUATE, QUERY_NODE)
 
 
 @dataclass(frozen=True)
-class Algorithm:
-    """A registered algorithm: a strategy factory plus the client procedure of each message type.
+class ServerAlgorithm:
+    """A registered algorithm's server half.
 
-    ``handlers`` maps a Flower message type ("train", "evaluate", "query.bounds", ...) to
-    the client procedure that answers it.
+    ``build`` parses the algorithm's run-config keys (``run_config``) and returns its strategy;
+    it raises ConfigError before any node is contacted. ``message_types`` are those its strategy
+    sends, each of which the client half must answer.
     """
 
     name: str
-    family: str
     summary: str
-    build_strategy: Callable[[BuildContext], Strategy]
-    handlers: Mapping[str, ClientProcedure]
+    build: Callable[[RunSettings], FederatedStrategy]
+    message_types: tuple[str, ...] = STANDARD_MESSAGES
 
 
-_SGD = {"train": fedavg_client.train, "evaluate": fedavg_client.evaluate}
-_FW = {"train": fedfw_client.train, "evaluate": fedfw_client.evaluate,
-       "query.bounds": fedfw_client.bounds}
-_DR = {"train": feddr_client.train, "evaluate": consensus_eval.evaluate_xbar}
-
-ALGORITHMS: dict[str, Algorithm] = {
+ALGORITHMS: dict[str, ServerAlgorithm] = {
     a.name: a
     for a in (
-        Algorithm("fedavg", "baseline", "FedAvg (Flower's strategy), local SGD", build_fedavg, _SGD),
-        Algorithm("fedprox", "baseline", "FedProx (Flower's strategy), proximal local SGD",
-                  build_fedprox, _SGD),
-        Algorithm("fedfw", "fedfw", "Federated Frank-Wolfe, quadratic penalty", build_fedfw, _FW),
-        Algorithm("fedfw-plus", "fedfw", "FedFW+, augmented Lagrangian", build_fedfw, _FW),
-        Algorithm("fedfw-sto", "fedfw", "FedFW-sto, averaged minibatch gradients", build_fedfw, _FW),
-        Algorithm("feddr", "baseline", "FedDR, Douglas-Rachford splitting, x-bar projected onto D",
-                  build_feddr, _DR),
-        Algorithm("fedavg-proj", "baseline", "FedAvg whose average is projected onto D",
-                  build_projected_fedavg, _SGD),
+        ServerAlgorithm("fedavg", "FedAvg (Flower's strategy), local SGD", build_fedavg),
+        ServerAlgorithm("fedprox", "FedProx, proximal local SGD", build_fedprox),
+        ServerAlgorithm("fedfw", "Federated Frank-Wolfe, quadratic penalty", build_fedfw),
+        ServerAlgorithm("fedfw-plus", "FedFW+, augmented Lagrangian", build_fedfw),
+        ServerAlgorithm("fedfw-sto", "FedFW-sto, averaged minibatch gradients", build_fedfw),
+        ServerAlgorithm("feddr", "FedDR, Douglas-Rachford splitting, x-bar projected onto D",
+                        build_feddr),
+        ServerAlgorithm("fedavg-proj", "FedAvg whose average is projected onto D",
+                        build_projected_fedavg),
     )
 }
 
-MESSAGE_TYPES: tuple[str, ...] = tuple(sorted({t for a in ALGORITHMS.values() for t in a.handlers}))
 
-
-def get_algorithm(name: str) -> Algorithm:
+def get_algorithm(name: str) -> ServerAlgorithm:
     """The registered algorithm, or a ConfigError naming the allowed values."""
     try:
         return ALGORITHMS[name]

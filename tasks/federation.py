@@ -10,7 +10,21 @@ import numpy as np
 from tasks.datasets import TaskData, load_task
 from tasks.errors import ConfigError
 from tasks.partitioning import partition
-from tasks.run_config import RunSettings
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """Which task, how it is generated and split, and how it is partitioned over the nodes."""
+
+    task: str = "digits"
+    seed: int = 0
+    synthetic_alpha: float = 1.0
+    synthetic_beta: float = 1.0
+    synthetic_samples: int = 6000
+    partitioning: str = "iid"
+    partitioning_s: float = 0.1
+    partitioning_alpha: float = 0.5
+    labels_per_client: int = 3
 
 
 @dataclass(frozen=True)
@@ -26,29 +40,29 @@ class LocalData:
     y_test: np.ndarray
 
 
-def task_for(settings: RunSettings) -> TaskData:
+def task_for(spec: DataSpec) -> TaskData:
     """The run's task, loaded (and cached) once per process."""
     return load_task(
-        settings.task,
-        seed=settings.seed,
-        synthetic_alpha=settings.synthetic_alpha,
-        synthetic_beta=settings.synthetic_beta,
-        synthetic_samples=settings.synthetic_samples,
+        spec.task,
+        seed=spec.seed,
+        synthetic_alpha=spec.synthetic_alpha,
+        synthetic_beta=spec.synthetic_beta,
+        synthetic_samples=spec.synthetic_samples,
     )
 
 
 @lru_cache(maxsize=8)
-def _train_partitions(settings: RunSettings, num_partitions: int) -> tuple[np.ndarray, ...]:
-    task = task_for(settings)
+def _train_partitions(spec: DataSpec, num_partitions: int) -> tuple[np.ndarray, ...]:
+    task = task_for(spec)
     parts = partition(
-        settings.partitioning,
+        spec.partitioning,
         num_partitions,
         task.y_train,
         features=task.x_train,
-        seed=settings.seed,
-        s=settings.partitioning_s,
-        alpha=settings.partitioning_alpha,
-        labels_per_client=settings.labels_per_client,
+        seed=spec.seed,
+        s=spec.partitioning_s,
+        alpha=spec.partitioning_alpha,
+        labels_per_client=spec.labels_per_client,
         num_classes=task.num_classes or None,
     )
     return tuple(parts)
@@ -60,18 +74,18 @@ def _test_shard(n_test: int, partition_id: int, num_partitions: int, seed: int) 
     return np.sort(np.array_split(order, num_partitions)[partition_id])
 
 
-def check_partitioning(settings: RunSettings, num_partitions: int) -> None:
+def check_partitioning(spec: DataSpec, num_partitions: int) -> None:
     """Fail before training if the partition request cannot be met."""
-    _train_partitions(settings, num_partitions)
+    _train_partitions(spec, num_partitions)
 
 
-def local_data(settings: RunSettings, partition_id: int, num_partitions: int) -> LocalData:
+def local_data(spec: DataSpec, partition_id: int, num_partitions: int) -> LocalData:
     """The data of node ``partition_id`` of ``num_partitions``."""
     if not 0 <= partition_id < num_partitions:
         raise ConfigError.bound("partition-id", partition_id, f"in [0, {num_partitions})")
-    task = task_for(settings)
-    train_idx = _train_partitions(settings, num_partitions)[partition_id]
-    test_idx = _test_shard(len(task.y_test), partition_id, num_partitions, settings.seed)
+    task = task_for(spec)
+    train_idx = _train_partitions(spec, num_partitions)[partition_id]
+    test_idx = _test_shard(len(task.y_test), partition_id, num_partitions, spec.seed)
     return LocalData(
         task=task,
         partition_id=partition_id,

@@ -18,6 +18,7 @@ from collections import OrderedDict
 import torch
 from torch import nn
 
+from tasks.datasets import TaskData
 from tasks.errors import ConfigError
 
 MODEL_NAMES = ("mclr", "mlp", "dnn", "cnn")
@@ -43,6 +44,11 @@ def build_model(
             return _cnn(tuple(input_shape), num_outputs)
         widths = {"mclr": (), "mlp": (MLP_HIDDEN,), "dnn": DNN_HIDDEN}[name]
         return _fully_connected(_numel(input_shape), widths, num_outputs)
+
+
+def model_for(name: str, task: TaskData, seed: int) -> nn.Module:
+    """The run's model for ``task``: ``name``, or the task's default when empty."""
+    return build_model(name or task.default_model, task.input_shape, task.num_outputs, seed)
 
 
 def _numel(shape: tuple[int, ...]) -> int:

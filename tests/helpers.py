@@ -10,7 +10,7 @@ import numpy as np
 
 from client_app.app import app as client_app
 from server_app.app import main as server_main
-from server_app.inprocess_grid import LocalGrid, run_config, server_context
+from testing.inprocess_grid import LocalGrid, run_config, server_context
 
 RUN_NAME = "job"
 

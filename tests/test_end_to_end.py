@@ -9,6 +9,7 @@ import math
 
 import pytest
 
+from server_app.app import InvalidRunConfig
 from tests.helpers import run_app
 
 REQUIRED_ROW_KEYS = {"round", "test_accuracy", "test_loss", "train_loss", "bytes_up",
@@ -26,8 +27,8 @@ def read_metrics(out_dir):
 
 
 def model_bytes(grid) -> int:
-    arrays = grid.down[0].content["arrays"]
-    return sum(math.prod(a.shape) * 4 for a in arrays.values())
+    first_train = next(m for m in grid.down if m.metadata.message_type == "train")
+    return sum(math.prod(a.shape) * 4 for a in first_train.content["arrays"].values())
 
 
 def test_fedavg_digits_writes_the_results_contract(tmp_path):
@@ -53,9 +54,15 @@ def test_bytes_are_exactly_the_payload_sent(tmp_path):
     grid, out = run_job(tmp_path, **{"num-server-rounds": 2})
     rows = read_metrics(out)["rounds"]
     per_model = model_bytes(grid)
-    # down: the model + the "server-round" config int; up: the model + two metrics
-    assert rows[1]["bytes_down"] == 4 * (per_model + 8)
-    assert rows[1]["bytes_up"] == 4 * (per_model + 2 * 8)
+    for row in rows[1:]:
+        # train: the model + the "server-round" config int down; the model + two metrics up
+        assert row["bytes_down_train"] == 4 * (per_model + 8)
+        assert row["bytes_up_train"] == 4 * (per_model + 2 * 8)
+    # evaluation: the model + "server-round" down, five evaluation sums up; round 1 also asks
+    # every node who it is (query.node: an empty message down, two ints up)
+    assert rows[2]["bytes_down"] == 2 * 4 * (per_model + 8)
+    assert rows[2]["bytes_up"] == 4 * (per_model + 2 * 8) + 4 * 5 * 8
+    assert rows[1]["bytes_up"] == rows[2]["bytes_up"] + 4 * 2 * 8
     assert rows[0]["bytes_up"] == rows[0]["bytes_down"] == 0
     # serialised content adds keys, shapes and a header per array, but not much for a model
     assert per_model * 4 < rows[1]["wire_bytes_down"] < 1.1 * rows[1]["bytes_down"] + 4 * 2000
@@ -73,7 +80,8 @@ def test_same_seed_gives_same_numbers(tmp_path):
 def test_fedprox_sends_mu_and_trains(tmp_path):
     grid, out = run_job(tmp_path, **{"algorithm": "fedprox", "fedprox.mu": 0.5,
                                      "num-server-rounds": 2, "partitioning": "label-sort"})
-    assert grid.down[0].content["config"]["proximal-mu"] == 0.5
+    trains = [m for m in grid.down if m.metadata.message_type == "train"]
+    assert trains and all(m.content["config"]["proximal-mu"] == 0.5 for m in trains)
     assert read_metrics(out)["rounds"][-1]["test_accuracy"] > 0.5
 
 
@@ -96,7 +104,8 @@ def test_a_failing_node_is_counted_and_the_run_goes_on(tmp_path):
     broken = [{}, {}, {}, {"partition-id": 99}]
     _, out = run_job(tmp_path, node_configs=broken, **{"num-server-rounds": 2})
     rows = read_metrics(out)["rounds"]
-    assert [r["failures"] for r in rows[1:]] == [1, 1]
+    # its query.node, train and evaluate replies fail in round 1; train and evaluate in round 2
+    assert [r["failures"] for r in rows[1:]] == [3, 2]
     assert rows[-1]["test_accuracy"] > 0.8
 
 
@@ -112,7 +121,7 @@ def test_a_failing_node_is_counted_and_the_run_goes_on(tmp_path):
 )
 def test_bad_config_stops_before_training_with_one_line(tmp_path, caplog, overrides, fragment):
     caplog.set_level(logging.ERROR, logger="flwr")
-    with pytest.raises(SystemExit):
+    with pytest.raises(InvalidRunConfig):
         grid, _ = run_job(tmp_path, **overrides)
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and fragment in errors[0], errors

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord
 
+from client_app import feddr
 from client_app.app import app as client_app
-from oracles import feddr_client
+from client_app.registry import CLIENT_HALVES
 from oracles.douglas_rachford import project_params
 from oracles.lmo import make_constraint
-from strategies.registry import ALGORITHMS
+from server_app.app import InvalidRunConfig
 from tests.helpers import last_xbar, run_app, state_params, train_messages
 
 FAST = {"task": "synthetic", "algorithm": "feddr", "num-server-rounds": 5}
@@ -55,7 +56,8 @@ def test_partial_participation_averages_over_all_nodes(tmp_path):
                         **{"feddr.participation": 0.5, "num-server-rounds": 6})
     assert [r["participants"] for r in rows[1:]] == [3] * 6
     assert rows[-1]["test_accuracy"] > rows[0]["test_accuracy"] + 0.3
-    x0 = [a.numpy() for a in grid.down[0].content["xbar"].values()]
+    first_train = next(m for m in grid.down if m.metadata.message_type == "train")
+    x0 = [a.numpy() for a in first_train.content["xbar"].values()]
     late_starters = 0
     for node in grid.node_ids:
         first = train_messages(grid, node)[0]
@@ -75,7 +77,7 @@ def test_a_bad_reply_is_dropped_and_the_node_resumes(tmp_path, monkeypatch, capl
     """Node 0 sends a bad x_hat in round 2: dropped, counted; it drops its pending step."""
 
     def faulty(job):
-        reply = feddr_client.train(job)
+        reply = feddr.train(job)
         if job.data.partition_id == 0 and job.content["config"]["server-round"] == 2:
             bad = {"nan": lambda a: np.full(a.shape, np.nan, np.float32),
                    "shape": lambda a: np.zeros(a.shape + (2,), np.float32)}[fault]
@@ -83,7 +85,7 @@ def test_a_bad_reply_is_dropped_and_the_node_resumes(tmp_path, monkeypatch, capl
                                          for k, v in reply["xhat"].items()})
         return reply
 
-    monkeypatch.setitem(ALGORITHMS["feddr"].handlers, "train", faulty)
+    monkeypatch.setitem(CLIENT_HALVES["feddr"], "train", faulty)
     caplog.set_level(logging.WARNING, logger="flwr")
     grid, rows = run_dr(tmp_path)
     assert [r["failures"] for r in rows[1:]] == [0, 1, 0, 0, 0]
@@ -104,12 +106,13 @@ def test_a_node_that_lost_its_state_restarts_at_its_last_accepted_x_hat(tmp_path
 
     def forgetful(message, context):
         is_node_1 = context.node_config["partition-id"] == 1
-        server_round = message.content["config"]["server-round"]
-        if is_node_1 and message.metadata.message_type == "train" and server_round == 3:
+        is_train = message.metadata.message_type == "train"
+        server_round = message.content["config"]["server-round"] if is_train else None
+        if is_node_1 and is_train and server_round == 3:
             for key in list(context.state.keys()):
                 del context.state[key]
         reply = client_app(message, context)
-        if is_node_1 and message.metadata.message_type == "train" and not reply.has_error():
+        if is_node_1 and is_train and not reply.has_error():
             sent_by_node_1[server_round] = [a.numpy() for a in reply.content["xhat"].values()]
         return reply
 
@@ -140,7 +143,7 @@ def test_a_node_that_lost_its_state_restarts_at_its_last_accepted_x_hat(tmp_path
 )
 def test_bad_feddr_config_stops_before_training(tmp_path, caplog, overrides, fragment):
     caplog.set_level(logging.ERROR, logger="flwr")
-    with pytest.raises(SystemExit):
+    with pytest.raises(InvalidRunConfig):
         run_dr(tmp_path, **overrides)
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and fragment in errors[0], errors

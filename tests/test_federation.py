@@ -3,14 +3,14 @@
 import numpy as np
 import pytest
 
-from server_app.inprocess_grid import run_config
+from run_config.common import RunSettings
 from tasks.errors import ConfigError
-from tasks.federation import check_partitioning, local_data, task_for
-from tasks.run_config import RunSettings
+from tasks.federation import DataSpec, check_partitioning, local_data, task_for
+from testing.inprocess_grid import run_config
 
 
-def settings(**overrides) -> RunSettings:
-    return RunSettings.from_run_config(run_config(**overrides))
+def settings(**overrides) -> DataSpec:
+    return RunSettings.from_run_config(run_config(**overrides)).data
 
 
 def test_nodes_cover_train_and_test_sets_exactly_once():

@@ -10,9 +10,10 @@ import pytest
 from flwr.app import ConfigRecord, RecordDict
 
 from client_app.app import app as client_app
+from client_app.registry import CLIENT_HALVES
+from server_app.app import InvalidRunConfig
 from server_app.app import main as server_main
-from server_app.inprocess_grid import LocalGrid, run_config, server_context
-from strategies.registry import ALGORITHMS
+from testing.inprocess_grid import LocalGrid, run_config, server_context
 from tests.helpers import last_xbar, run_app, state_params, train_messages
 
 FAST = {"task": "synthetic", "num-server-rounds": 6, "fedfw.gap": False}
@@ -80,13 +81,14 @@ def test_a_point_outside_the_declared_set_is_dropped_and_the_node_resynced(
     """Node 0 declares the run's l2 ball but answers from an l2 ball 3x larger.
 
     (An l1 point cannot leave D at all: its radius is implied, never sent.)"""
-    handlers = ALGORITHMS["fedfw"].handlers
+    handlers = CLIENT_HALVES["fedfw"]
 
     def declares_small_ball(job):
-        return RecordDict({"bounds": ConfigRecord({"constraint": "l2", "radius": 10.0,
-                                                   "partition-id": job.data.partition_id})})
+        return RecordDict({"node": ConfigRecord({"constraint": "l2", "radius": 10.0,
+                                                 "partition-id": job.data.partition_id,
+                                                 "num-partitions": job.data.num_partitions})})
 
-    monkeypatch.setitem(handlers, "query.bounds", declares_small_ball)
+    monkeypatch.setitem(handlers, "query.node", declares_small_ball)
     caplog.set_level(logging.WARNING, logger="flwr")
     cheat = [{"fedfw.radius": 30.0}, {}, {}, {}]
     grid, rows = run_fw(tmp_path, num_nodes=4, node_configs=cheat, **{"fedfw.constraint": "l2"})
@@ -141,7 +143,7 @@ def test_a_node_that_lost_its_state_is_resent_x_i(tmp_path):
 )
 def test_bad_fedfw_config_stops_before_training(tmp_path, caplog, overrides, fragment):
     caplog.set_level(logging.ERROR, logger="flwr")
-    with pytest.raises(SystemExit):
+    with pytest.raises(InvalidRunConfig):
         run_fw(tmp_path, **overrides)
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and fragment in errors[0], errors

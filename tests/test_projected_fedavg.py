@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord
 
+from client_app import fedavg
 from client_app.app import app as client_app
-from oracles import fedavg_client
+from client_app.registry import CLIENT_HALVES
 from oracles.douglas_rachford import project_params
 from oracles.lmo import make_constraint
-from strategies.registry import ALGORITHMS
+from server_app.app import InvalidRunConfig
 from tests.helpers import run_app
 
 # federated evaluation sends the final model, so it can be checked too
@@ -73,7 +74,7 @@ def test_every_global_model_is_the_projected_weighted_mean(tmp_path, kind, radiu
 @pytest.mark.parametrize("fault", ["nan", "shape"])
 def test_a_bad_model_is_dropped_counted_and_the_run_goes_on(tmp_path, monkeypatch, caplog, fault):
     def faulty(job):
-        reply = fedavg_client.train(job)
+        reply = fedavg.train(job)
         if job.data.partition_id == 0:
             bad = {"nan": lambda a: np.full(a.shape, np.nan, np.float32),
                    "shape": lambda a: np.zeros(a.shape[::-1] + (1,), np.float32)}[fault]
@@ -81,13 +82,13 @@ def test_a_bad_model_is_dropped_counted_and_the_run_goes_on(tmp_path, monkeypatc
                                            for k, v in reply["arrays"].items()})
         return reply
 
-    monkeypatch.setitem(ALGORITHMS["fedavg-proj"].handlers, "train", faulty)
+    monkeypatch.setitem(CLIENT_HALVES["fedavg-proj"], "train", faulty)
     caplog.set_level(logging.WARNING, logger="flwr")
     grid, rows, _ = run_pavg(tmp_path)
     assert [r["failures"] for r in rows[1:]] == [1] * 5
     assert [r["participants"] for r in rows[1:]] == [3] * 5
     reason = {"nan": "contains NaN", "shape": "shape"}[fault]
-    assert any(f"model of node {grid.node_ids[0]}" in r.getMessage() and reason in r.getMessage()
+    assert any(f"dropped the reply of node {grid.node_ids[0]}" in r.getMessage() and reason in r.getMessage()
                for r in caplog.records)
     assert rows[-1]["test_accuracy"] > rows[1]["test_accuracy"] + 0.1
     assert all(make_constraint("l1", 10.0).contains(p) for p in global_models(grid)[-1])
@@ -111,7 +112,7 @@ def test_partial_participation_uses_fraction_train(tmp_path):
 )
 def test_bad_constraint_config_stops_before_training(tmp_path, caplog, overrides, fragment):
     caplog.set_level(logging.ERROR, logger="flwr")
-    with pytest.raises(SystemExit):
+    with pytest.raises(InvalidRunConfig):
         run_pavg(tmp_path, **overrides)
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and fragment in errors[0], errors

@@ -19,7 +19,7 @@ def test_writer_keeps_every_round_on_disk_and_plots(tmp_path):
     writer.add_round({"round": 1, "test_accuracy": 0.5, "bytes_up": 10, "bytes_down": 20,
                       "fw_gap": 0.3})
     plots = writer.finish({"final_test_accuracy": 0.5})
-    assert sorted(p.name for p in plots) == ["test_accuracy_vs_bytes.png",
+    assert sorted(p.name for p in plots) == ["bytes_vs_round.png", "test_accuracy_vs_bytes.png",
                                              "test_accuracy_vs_round.png"]
     with open(tmp_path / "run" / "metrics.csv") as handle:
         rows = list(csv.DictReader(handle))

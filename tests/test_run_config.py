@@ -2,19 +2,20 @@
 
 import pytest
 
+from run_config.common import RunSettings
+from run_config.declared import declared_defaults, parse_overrides, with_overrides
 from tasks.errors import ConfigError
-from tasks.run_config import RunSettings
-from server_app.inprocess_grid import default_run_config, run_config
+from testing.inprocess_grid import run_config
 
 
 def test_defaults_parse_and_match_the_dataclass():
-    settings = RunSettings.from_run_config(default_run_config())
+    settings = RunSettings.from_run_config(declared_defaults())
     assert settings == RunSettings()
 
 
-def test_ints_are_accepted_for_floats_and_family_keys_are_split():
+def test_ints_are_accepted_for_floats():
     settings = RunSettings.from_run_config(run_config(**{"learning-rate": 1, "fedprox.mu": 2}))
-    assert settings.learning_rate == 1.0 and settings.family("fedprox") == {"mu": 2}
+    assert settings.learning_rate == 1.0 and settings.fedprox_mu == 2.0
 
 
 @pytest.mark.parametrize(
@@ -36,6 +37,21 @@ def test_bad_values_name_the_key(key, value, fragment):
     assert str(err.value).startswith(f"{key}={value!r} is not valid") and fragment in str(err.value)
 
 
-def test_unknown_key_is_rejected_like_flower_does():
-    with pytest.raises(ValueError, match="not present"):
-        run_config(**{"no-such-key": 1})
+@pytest.mark.parametrize(("key", "fragment"), [
+    ("num-server-round", "did you mean 'num-server-rounds'?"),
+    ("fedfw.raduis", "did you mean 'fedfw.radius'"),
+    ("zzzz", "see the run-configuration table in README.md"),
+])
+def test_an_unknown_key_names_the_closest_declared_one(key, fragment):
+    with pytest.raises(ConfigError) as err:
+        with_overrides({key: 1})
+    message = str(err.value)
+    assert message.startswith(f"{key!r} is not a run-config key; ") and fragment in message
+
+
+def test_overrides_are_parsed_as_flower_parses_them():
+    assert parse_overrides("algorithm='fedfw' num-server-rounds=3 fedfw.radius=2.5") == {
+        "algorithm": "fedfw", "num-server-rounds": 3, "fedfw.radius": 2.5}
+    assert parse_overrides("  ") == {}
+    with pytest.raises(ConfigError, match="cannot parse"):
+        parse_overrides("algorithm=fedfw")  # a bare word is not a TOML value

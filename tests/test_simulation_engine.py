@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from server_app.inprocess_grid import PROJECT_ROOT
+from testing.inprocess_grid import PROJECT_ROOT
 
 BIN = Path(sys.executable).parent
 

@@ -1,4 +1,4 @@
-"""Client procedures of FedDR (Tran-Dinh et al. 2021, Algorithm 1) with g = indicator of D.
+"""Client half of FedDR (Tran-Dinh et al. 2021, Algorithm 1) with g = indicator of D.
 
 The node keeps (x_i, y_i, x_hat_i) in its Context.state. As in FedFW, a step stays *pending*
 until the server confirms, in the next message's ``last-accepted``, that it accepted x_hat_i;
@@ -19,35 +19,45 @@ from collections.abc import Callable
 import numpy as np
 from flwr.app import RecordDict
 
+from client_app.evaluation import evaluate_xbar
+from client_app.job import ClientJob
+from client_app.models import model_layout, new_model
+from client_app.node_info import describe_node
+from client_app.node_state import PendingStore, params_records, records_params, restart_point
 from functions.params import ParamLayout, Params, params_to_record, record_to_params
+from functions.protocol import (
+    CONFIG,
+    DR_XHAT,
+    EVALUATE,
+    LAST_ACCEPTED,
+    QUERY_NODE,
+    SERVER_ROUND,
+    TRAIN,
+    XBAR,
+)
 from oracles.douglas_rachford import DRClientState, feddr_client_init, feddr_client_step
-from oracles.feddr_settings import feddr_settings
-from oracles.job import ClientJob
-from oracles.pending_state import PendingStore, restart_point
 from oracles.torch_grad import loss_and_grad
-from oracles.torch_models import new_model
-from tasks.federation import LocalData
+from run_config.feddr import feddr_settings
 
-POINT_KEY = "xhat"  # message key (and sync value) of a re-sent x_hat_i
-STORE = PendingStore("feddr", ("x", "y", "x_hat"))
+STORE = PendingStore("feddr")
 
 
 def _current_state(job: ClientJob, layout: ParamLayout, xbar: Params) -> DRClientState:
     """Commit or drop the pending step; a node without state starts at the server's point."""
-    committed = STORE.resolve(job.state, layout, job.content["config"]["last-accepted"])
-    if committed is not None:
-        return DRClientState(**committed)
-    return feddr_client_init(restart_point(job.content, layout, xbar, POINT_KEY))
+    records = STORE.resolve(job.state, job.content[CONFIG][LAST_ACCEPTED])
+    if records is not None:
+        return DRClientState(**records_params(layout, records))
+    return feddr_client_init(restart_point(job.content, layout, xbar, DR_XHAT))
 
 
-def _variables(state: DRClientState) -> dict[str, Params]:
-    return {"x": state.x, "y": state.y, "x_hat": state.x_hat}
+def _records(layout: ParamLayout, state: DRClientState) -> dict:
+    return params_records(layout, {"x": state.x, "y": state.y, "x_hat": state.x_hat})
 
 
 def gradient_oracle(job: ClientJob, batch_size: int, server_round: int
                     ) -> Callable[[Params], Params]:
     """grad f_i on the node's training partition: full batch, or seeded minibatches when > 0."""
-    data: LocalData = job.data
+    data = job.data
     model = new_model(job.settings, data.task)
     n = len(data.y_train)
     rng = np.random.default_rng([job.settings.seed, server_round, data.partition_id])
@@ -62,11 +72,14 @@ def gradient_oracle(job: ClientJob, batch_size: int, server_round: int
 def train(job: ClientJob) -> RecordDict:
     """One FedDR client update at the received x-bar; reply with x_hat_i (dense float32)."""
     dr = feddr_settings(job.settings)
-    t = int(job.content["config"]["server-round"])
-    layout = ParamLayout.of_state_dict(new_model(job.settings, job.data.task).state_dict())
-    xbar = record_to_params(job.content["xbar"], layout)
+    t = int(job.content[CONFIG][SERVER_ROUND])
+    layout = model_layout(job.settings, job.data.task)
+    xbar = record_to_params(job.content[XBAR], layout)
     state = _current_state(job, layout, xbar)
     pending = feddr_client_step(state, xbar, gradient_oracle(job, dr.batch_size, t), dr.alpha,
                                 dr.eta, dr.local_steps, dr.lr)
-    STORE.stage(job.state, layout, _variables(state), _variables(pending), t)
-    return RecordDict({"xhat": params_to_record(layout, pending.x_hat)})
+    STORE.stage(job.state, _records(layout, state), _records(layout, pending), t)
+    return RecordDict({DR_XHAT: params_to_record(layout, pending.x_hat)})
+
+
+HANDLERS = {TRAIN: train, EVALUATE: evaluate_xbar, QUERY_NODE: describe_node}

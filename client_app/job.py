@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from flwr.app import RecordDict
 
+from run_config.common import RunSettings
 from tasks.federation import LocalData
-from tasks.run_config import RunSettings
 
 
 @dataclass

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from oracles.frank_wolfe import VARIANTS
 from oracles.lmo import SCOPES, Constraint, make_constraint
 from oracles.schedules import SCHEDULE_NAMES, FWSchedule, make_schedule
+from run_config.common import RunSettings, read_key, require
 from tasks.errors import ConfigError
-from tasks.run_config import RunSettings, read_key, require
 
 AUTO_SCHEDULE = "auto"
 NODE_CONSTRAINT_KEY = "fedfw.constraint"

@@ -1,23 +1,24 @@
-"""Build the run's torch model and move weights between it and Flower ArrayRecords."""
+"""The run's torch model on a node, and weights received from the server loaded into it."""
 
 from __future__ import annotations
 
 from flwr.app import ArrayRecord
 from torch import nn
 
+from functions.params import ParamLayout
+from run_config.common import RunSettings
 from tasks.datasets import TaskData
-from tasks.models import build_model
-from tasks.run_config import RunSettings
-
-
-def model_name(settings: RunSettings, task: TaskData) -> str:
-    """The configured model, or the task's default."""
-    return settings.model or task.default_model
+from tasks.models import model_for
 
 
 def new_model(settings: RunSettings, task: TaskData) -> nn.Module:
     """A freshly initialised model for the run (same weights for the same seed)."""
-    return build_model(model_name(settings, task), task.input_shape, task.num_outputs, seed=settings.seed)
+    return model_for(settings.model, task, settings.seed)
+
+
+def model_layout(settings: RunSettings, task: TaskData) -> ParamLayout:
+    """Names and shapes of the run's model tensors, in the order they travel."""
+    return ParamLayout.of_state_dict(new_model(settings, task).state_dict())
 
 
 def model_from_arrays(settings: RunSettings, task: TaskData, arrays: ArrayRecord) -> nn.Module:

@@ -1,6 +1,7 @@
 """An in-process Grid that drives the real ServerApp and ClientApp without Ray or processes.
 
-Used by the fast end-to-end tests and by the benchmarks (many rounds, many configs).
+Used by the fast end-to-end tests and by the benchmarks (many rounds, many configs); not part
+of the shipped packages.
 
 Each message is passed through Flower's own protobuf serialisation both ways, each
 node keeps its own Context (so Context.state persists across rounds), and a client
@@ -9,7 +10,6 @@ exception becomes an error reply, as on Flower's engines. No Ray, no processes.
 
 from __future__ import annotations
 
-import tomllib
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
@@ -17,27 +17,21 @@ from typing import Any
 
 from flwr.app import Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
-from flwr.common.config import flatten_dict, fuse_dicts
 from flwr.common.serde import message_from_proto, message_to_proto
 from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
-PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the checkout (run config defaults)
+from run_config.declared import with_overrides
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the checkout
 RUN_ID = 1
 SERVER_NODE_ID = 1
 CLIENT_EXCEPTION_CODE = 1  # what Flower's runtime reports for a ClientApp exception
 
 
-def default_run_config() -> dict[str, Any]:
-    """The run-config defaults declared in pyproject.toml, flattened as Flower does."""
-    with open(PROJECT_ROOT / "pyproject.toml", "rb") as handle:
-        table = tomllib.load(handle)["tool"]["flwr"]["app"]["config"]
-    return flatten_dict(table)
-
-
 def run_config(**overrides: Any) -> dict[str, Any]:
-    """Defaults with overrides (keys as in --run-config; unknown keys raise like Flower)."""
-    return fuse_dicts(default_run_config(), overrides)
+    """Defaults with overrides (keys as in --run-config; an unknown key is a ConfigError)."""
+    return with_overrides(overrides)
 
 
 def _wire(message: Message) -> Message:

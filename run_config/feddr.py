@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from oracles.fedfw_settings import ConstraintSet, constraint_set
-from tasks.run_config import RunSettings, read_key, require
+from run_config.common import RunSettings, read_key, require
+from run_config.fedfw import ConstraintSet, constraint_set
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
-"""Typed, validated view of the Flower run config shared by the ServerApp and ClientApp.
+"""The common run-config keys of DESIGN.md section 3, typed and validated.
 
-Family-specific keys (``fedfw.*``, ``ffgb.*``, ``fedfun.*``) stay in ``raw`` and are
-parsed by the family that owns them, so adding a family never touches this module.
+Shared by the ServerApp, the ClientApp and the preflight check; family tables (``fedfw.*``,
+``feddr.*``, ...) are parsed by the sibling modules of this package.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tasks.errors import ConfigError
+from tasks.federation import DataSpec
 
 Scalar = int | float | str | bool
 
@@ -35,7 +36,7 @@ def require(condition: bool, key: str, value: object, requirement: str) -> None:
 
 @dataclass(frozen=True)
 class RunSettings:
-    """The common run-config keys of DESIGN.md section 3, validated."""
+    """The common run-config keys, validated; ``raw`` keeps every key for the family parsers."""
 
     algorithm: str = "fedavg"
     task: str = "digits"
@@ -46,8 +47,10 @@ class RunSettings:
     labels_per_client: int = 3
     num_rounds: int = 20
     seed: int = 0
+    min_nodes: int = 2
     output_dir: str = ""
     run_name: str = ""
+    git_commit: str = ""
     central_evaluation: bool = True
     fraction_train: float = 1.0
     local_epochs: int = 1
@@ -74,8 +77,10 @@ class RunSettings:
             labels_per_client=read_key(raw, "partitioning.labels-per-client", int, d.labels_per_client),
             num_rounds=read_key(raw, "num-server-rounds", int, d.num_rounds),
             seed=read_key(raw, "seed", int, d.seed),
+            min_nodes=read_key(raw, "min-nodes", int, d.min_nodes),
             output_dir=read_key(raw, "output-dir", str, d.output_dir),
             run_name=read_key(raw, "run-name", str, d.run_name),
+            git_commit=read_key(raw, "git-commit", str, d.git_commit),
             central_evaluation=read_key(raw, "central-evaluation", bool, d.central_evaluation),
             fraction_train=read_key(raw, "fraction-train", float, d.fraction_train),
             local_epochs=read_key(raw, "local-epochs", int, d.local_epochs),
@@ -91,9 +96,20 @@ class RunSettings:
         settings.validate()
         return settings
 
+    @property
+    def data(self) -> DataSpec:
+        """What ``tasks`` needs to load the task and partition it."""
+        return DataSpec(
+            task=self.task, seed=self.seed, synthetic_alpha=self.synthetic_alpha,
+            synthetic_beta=self.synthetic_beta, synthetic_samples=self.synthetic_samples,
+            partitioning=self.partitioning, partitioning_s=self.partitioning_s,
+            partitioning_alpha=self.partitioning_alpha, labels_per_client=self.labels_per_client,
+        )
+
     def validate(self) -> None:
         """Range checks that do not need the task or the registry."""
         require(self.num_rounds >= 1, "num-server-rounds", self.num_rounds, ">= 1")
+        require(self.min_nodes >= 1, "min-nodes", self.min_nodes, ">= 1")
         require(0.0 <= self.partitioning_s <= 1.0, "partitioning.s", self.partitioning_s, "in [0, 1]")
         require(self.partitioning_alpha > 0.0, "partitioning.alpha", self.partitioning_alpha, "> 0")
         require(self.labels_per_client >= 1, "partitioning.labels-per-client", self.labels_per_client, ">= 1")
@@ -108,8 +124,3 @@ class RunSettings:
         require(self.synthetic_alpha >= 0.0, "synthetic.alpha", self.synthetic_alpha, ">= 0")
         require(self.synthetic_beta >= 0.0, "synthetic.beta", self.synthetic_beta, ">= 0")
         require(self.synthetic_samples >= 10, "synthetic.samples", self.synthetic_samples, ">= 10")
-
-    def family(self, prefix: str) -> dict[str, Scalar]:
-        """The keys of one family's table (``prefix.*``) with the prefix removed."""
-        start = prefix + "."
-        return {k[len(start):]: v for k, v in self.raw.items() if k.startswith(start)}

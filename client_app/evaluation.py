@@ -1,0 +1,58 @@
+"""Evaluation sums of a torch model on a node's data, and evaluation at the consensus point x-bar.
+
+A node sends sums and counts, not means, so the server can form exact global means: the
+sample-weighted test metrics and the papers' F(x) = (1/n) sum_i f_i(x) (``train_loss``).
+"""
+
+from __future__ import annotations
+
+from flwr.app import MetricRecord, RecordDict
+from torch import nn
+
+from client_app.job import ClientJob
+from client_app.models import model_layout, new_model
+from functions.params import params_to_record, record_to_params
+from functions.protocol import (
+    FW_GRAD,
+    METRICS,
+    NUM_EXAMPLES,
+    TEST_CORRECT_SUM,
+    TEST_LOSS_SUM,
+    TRAIN_EXAMPLES,
+    TRAIN_LOSS_SUM,
+    XBAR,
+)
+from oracles.torch_grad import load_params, loss_and_grad
+from tasks.evaluation import CLASSIFICATION, evaluate_model
+from tasks.federation import LocalData
+
+
+def evaluation_sums(model: nn.Module, data: LocalData) -> MetricRecord:
+    """Loss sums and counts of ``model`` on a node's test shard and training partition."""
+    kind = data.task.kind
+    test = evaluate_model(model, data.x_test, data.y_test, kind)
+    train = evaluate_model(model, data.x_train, data.y_train, kind)
+    n_test, n_train = len(data.y_test), len(data.y_train)
+    record = MetricRecord({
+        NUM_EXAMPLES: n_test,
+        TEST_LOSS_SUM: test["loss"] * n_test,
+        TRAIN_LOSS_SUM: train["loss"] * n_train,
+        TRAIN_EXAMPLES: n_train,
+    })
+    if kind == CLASSIFICATION:
+        record[TEST_CORRECT_SUM] = test["accuracy"] * n_test
+    return record
+
+
+def evaluate_xbar(job: ClientJob, with_gradient: bool = False) -> RecordDict:
+    """Loss sums at x-bar on this node's data; with ``with_gradient``, also grad f_i(x-bar)."""
+    data = job.data
+    model = new_model(job.settings, data.task)
+    layout = model_layout(job.settings, data.task)
+    xbar = record_to_params(job.content[XBAR], layout)
+    load_params(model, xbar)
+    reply = RecordDict({METRICS: evaluation_sums(model, data)})
+    if with_gradient:
+        _, grad = loss_and_grad(model, xbar, data.x_train, data.y_train, data.task.kind)
+        reply[FW_GRAD] = params_to_record(layout, grad)
+    return reply

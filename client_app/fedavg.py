@@ -1,0 +1,52 @@
+"""Client half of FedAvg, FedProx and projected FedAvg: local SGD from the received model."""
+
+from __future__ import annotations
+
+from flwr.app import ArrayRecord, MetricRecord, RecordDict
+
+from client_app.evaluation import evaluation_sums
+from client_app.job import ClientJob
+from client_app.models import model_from_arrays
+from client_app.node_info import describe_node
+from functions.protocol import (
+    ARRAYS,
+    CONFIG,
+    EVALUATE,
+    LOCAL_TRAIN_LOSS,
+    METRICS,
+    NUM_EXAMPLES,
+    PROXIMAL_MU,
+    QUERY_NODE,
+    SERVER_ROUND,
+    TRAIN,
+)
+from oracles.local_sgd import SGDConfig, train_sgd
+
+
+def train(job: ClientJob) -> RecordDict:
+    """Run local SGD (with FedProx's proximal term when the server sends ``proximal-mu``)."""
+    config = job.content[CONFIG]
+    s, data = job.settings, job.data
+    model = model_from_arrays(s, data.task, job.content[ARRAYS])
+    sgd = SGDConfig(
+        epochs=s.local_epochs,
+        steps=s.local_steps,
+        batch_size=s.batch_size,
+        learning_rate=s.learning_rate,
+        proximal_mu=float(config.get(PROXIMAL_MU, 0.0)),
+    )
+    seed = s.seed * 100_003 + int(config.get(SERVER_ROUND, 0)) * 1_009 + data.partition_id
+    loss = train_sgd(model, data.x_train, data.y_train, data.task.kind, sgd, seed)
+    return RecordDict({
+        ARRAYS: ArrayRecord(model.state_dict()),
+        METRICS: MetricRecord({LOCAL_TRAIN_LOSS: loss, NUM_EXAMPLES: len(data.y_train)}),
+    })
+
+
+def evaluate(job: ClientJob) -> RecordDict:
+    """Evaluation sums of the received model on this node's test shard and training partition."""
+    model = model_from_arrays(job.settings, job.data.task, job.content[ARRAYS])
+    return RecordDict({METRICS: evaluation_sums(model, job.data)})
+
+
+HANDLERS = {TRAIN: train, EVALUATE: evaluate, QUERY_NODE: describe_node}

@@ -1,0 +1,51 @@
+"""Message types and record keys that the server and client halves of each family share.
+
+Both halves import their names from here, so neither imports the other (strategies/ never imports
+client_app/). Values are what travels on Flower's wire; changing one changes the protocol.
+"""
+
+# -- message types ---------------------------------------------------------------------------
+TRAIN = "train"
+EVALUATE = "evaluate"
+QUERY_NODE = "query.node"  # once per run: who is this node (partition id, family extras)
+
+# -- every instruction ----------------------------------------------------------------------
+CONFIG = "config"  # the ConfigRecord of an instruction
+SERVER_ROUND = "server-round"
+
+# -- query.node reply ------------------------------------------------------------------------
+NODE = "node"  # the ConfigRecord describing the node
+PARTITION_ID = "partition-id"
+NUM_PARTITIONS = "num-partitions"
+
+# -- stateful nodes (NodeBook on the server, PendingStore on the node) ----------------------
+LAST_ACCEPTED = "last-accepted"  # the last round whose step the server accepted from this node
+SYNC = "sync"  # where a node without state restarts: SYNC_NONE, SYNC_FROM_XBAR or a record key
+SYNC_NONE = "none"
+SYNC_FROM_XBAR = "xbar"
+XBAR = "xbar"  # the consensus point, dense float32
+
+# -- evaluation sums (every family that evaluates a model on the nodes' data) ----------------
+METRICS = "metrics"
+NUM_EXAMPLES = "num-examples"  # test examples of the node (Flower's weighting key)
+TEST_LOSS_SUM = "test-loss-sum"
+TEST_CORRECT_SUM = "test-correct-sum"
+TRAIN_LOSS_SUM = "train-loss-sum"
+TRAIN_EXAMPLES = "train-examples"
+
+# -- FedAvg, FedProx, projected FedAvg (Flower's FedAvg keys) --------------------------------
+ARRAYS = "arrays"
+PROXIMAL_MU = "proximal-mu"
+LOCAL_TRAIN_LOSS = "local_train_loss"  # mean loss over the local SGD steps of a round
+
+# -- FedFW family ----------------------------------------------------------------------------
+FW_POINT = "point"  # s_i, compact
+FW_RESTART = "xi"  # a re-sent x_i (also the sync value)
+FW_GRAD = "grad"  # grad f_i(x-bar) for the FW gap
+FW_GAP = "fw-gap"  # evaluation config: send the gradient
+NUM_CLIENTS = "num-clients"
+CONSTRAINT = "constraint"  # query.node extras: the node's D_i
+RADIUS = "radius"
+
+# -- FedDR -----------------------------------------------------------------------------------
+DR_XHAT = "xhat"  # x_hat_i (also the sync value of a re-sent one)

@@ -1,0 +1,82 @@
+"""A run's checkpoint: after every round, everything needed to continue it exactly.
+
+``checkpoint.pb`` in the results folder holds the completed round, the global arrays Flower
+passes on, the recorder's rows and the strategy's ``state_record()``, as one Flower RecordDict in
+Flower's protobuf serialisation (written atomically; read back without pickle, and every part is
+validated by the decoders that read it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flwr.app import ArrayRecord, ConfigRecord, RecordDict
+from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
+from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
+
+from functions.errors import DecodeError
+
+FILE_NAME = "checkpoint.pb"
+FORMAT = 1
+_META, _ARRAYS, _STRATEGY = "checkpoint", "checkpoint.arrays", "strategy."
+
+
+@dataclass
+class Checkpoint:
+    """The state after ``server_round`` of a run of ``algorithm``."""
+
+    algorithm: str
+    server_round: int
+    arrays: ArrayRecord
+    rows: list[dict[str, Any]]
+    strategy: RecordDict
+
+    def to_bytes(self) -> bytes:
+        content = RecordDict({
+            _META: ConfigRecord({"format": FORMAT, "algorithm": self.algorithm,
+                                 "round": self.server_round, "rows": json.dumps(self.rows)}),
+            _ARRAYS: self.arrays,
+        })
+        for key, record in self.strategy.items():
+            content[_STRATEGY + key] = record
+        return recorddict_to_proto(content).SerializeToString()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Checkpoint:
+        """Parse a checkpoint; ``DecodeError`` if it is not one this version wrote."""
+        try:
+            content = recorddict_from_proto(ProtoRecordDict.FromString(data))
+            meta = content[_META]
+            if meta["format"] != FORMAT:
+                raise DecodeError(f"checkpoint format {meta['format']!r}, expected {FORMAT}")
+            rows = json.loads(str(meta["rows"]))
+            server_round = int(meta["round"])
+            arrays = content[_ARRAYS]
+        except DecodeError:
+            raise
+        except Exception as err:  # noqa: BLE001 - any fault in a file read back from disk
+            raise DecodeError(f"not a checkpoint ({type(err).__name__}: {err})") from None
+        if not isinstance(arrays, ArrayRecord) or not isinstance(rows, list):
+            raise DecodeError("checkpoint: arrays or rows of the wrong kind")
+        strategy = RecordDict({k[len(_STRATEGY):]: v for k, v in content.items()
+                               if k.startswith(_STRATEGY)})
+        return cls(str(meta["algorithm"]), server_round, arrays, rows, strategy)
+
+
+def write_checkpoint(directory: Path, checkpoint: Checkpoint) -> Path:
+    """Write ``checkpoint.pb`` atomically (a crash mid-write leaves the previous one)."""
+    path = directory / FILE_NAME
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes(checkpoint.to_bytes())
+    os.replace(tmp, path)
+    return path
+
+
+def read_checkpoint(path: Path) -> Checkpoint:
+    """The checkpoint at ``path`` (a file, or a results folder holding one)."""
+    path = Path(path)
+    return Checkpoint.from_bytes((path / FILE_NAME if path.is_dir() else path).read_bytes())

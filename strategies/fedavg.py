@@ -1,0 +1,218 @@
+"""FedAvg, FedProx and projected FedAvg: Flower's FedAvg with screened replies and a fixed node order.
+
+Flower's ``FedAvg`` builds the messages and averages the models (``aggregate_arrayrecords``); on
+top of it every reply is checked before Flower sees it (a bad one is a counted failure, never an
+exception), nodes are sampled with the run's seed in partition order (``strategies.roster``) so
+the same seed picks the same partitions on every engine, and every round ends with a federated
+evaluation of the global model on all nodes (``train_loss`` = F(x), as for every algorithm).
+
+FedProx is FedAvg whose train config carries ``proximal-mu`` (all that Flower's ``FedProx`` adds);
+it is written as that one key here because the node sampling replaces FedAvg's ``configure_train``.
+Projected FedAvg replaces the average by proj_D of the sample-weighted mean (``oracles``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from logging import INFO
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.common.logger import log
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAvg
+
+from functions.params import Params, params_to_record, record_to_params
+from functions.protocol import (
+    ARRAYS,
+    CONFIG,
+    LOCAL_TRAIN_LOSS,
+    METRICS,
+    NUM_EXAMPLES,
+    PROXIMAL_MU,
+    SERVER_ROUND,
+)
+from oracles.douglas_rachford import projected_average
+from run_config.common import RunSettings
+from run_config.fedfw import ConstraintSet, constraint_set
+from strategies.evaluation import (
+    checked_count,
+    checked_metrics,
+    combine_evaluation_sums,
+    decode_evaluation_sums,
+)
+from strategies.roster import Roster
+from strategies.screening import exact_records, screen_replies
+from strategies.state_records import restore_rng, rng_record
+from strategies.torch_model import TorchGlobal, TorchModelStrategy
+
+
+class CheckedFedAvg(FedAvg, TorchModelStrategy):
+    """McMahan et al.'s FedAvg: sample-weighted average of locally trained models."""
+
+    label = "FedAvg"
+
+    def __init__(self, model: TorchGlobal, start: ArrayRecord, seed: int,
+                 fraction_train: float) -> None:
+        super().__init__(fraction_train=fraction_train, fraction_evaluate=1.0,
+                         min_train_nodes=1, min_evaluate_nodes=1, min_available_nodes=1,
+                         weighted_by_key=NUM_EXAMPLES, arrayrecord_key=ARRAYS,
+                         configrecord_key=CONFIG)
+        self.model, self.start = model, start
+        self.rng = np.random.default_rng(seed)
+        self.roster: Roster | None = None
+        self._roster_failures = 0
+
+    # -- the global function --------------------------------------------------------------
+    def initial_arrays(self) -> ArrayRecord:
+        return self.start
+
+    # -- training ---------------------------------------------------------------------------
+    def _nodes(self, grid: Grid, server_round: int) -> list[int]:
+        """Every node of the run in partition order (asked once, in the first round)."""
+        if self.roster is None:
+            self.roster, self._roster_failures = Roster.query(grid, self.label, server_round)
+        return self.roster.node_ids
+
+    def _train_config(self, config: ConfigRecord, server_round: int) -> ConfigRecord:
+        config[SERVER_ROUND] = server_round
+        return config
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        """The global model to a seeded sample of max(1, int(fraction n)) nodes."""
+        nodes = self._nodes(grid, server_round)
+        size = min(len(nodes), max(int(len(nodes) * self.fraction_train), self.min_train_nodes))
+        if size < len(nodes):  # sample positions: node ids are uint64
+            nodes = [nodes[i] for i in sorted(self.rng.choice(len(nodes), size, replace=False))]
+        log(INFO, "%s round %d: %d of %d nodes train", self.label, server_round, len(nodes),
+            len(self.roster.node_ids))
+        record = RecordDict({ARRAYS: arrays, CONFIG: self._train_config(config, server_round)})
+        return self._construct_messages(record, nodes, MessageType.TRAIN)
+
+    def _checked_model(self, reply: Message) -> tuple[Params, float]:
+        """The reply's model (the run's names and shapes, finite float32) and its sample count."""
+        records = exact_records(reply.content, {ARRAYS: ArrayRecord, METRICS: MetricRecord})
+        model = record_to_params(records[ARRAYS], self.layout, dtype=np.float32)
+        metrics = checked_metrics(records[METRICS], (LOCAL_TRAIN_LOSS, NUM_EXAMPLES))
+        return model, float(checked_count(metrics, NUM_EXAMPLES, minimum=1))
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]
+                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """The average of the replies that pass the checks; bad ones are dropped and counted."""
+        replies = list(replies)
+        screened = screen_replies(self.label, server_round, replies, self._checked_model,
+                                  self.roster.node_ids)
+        good = screened.in_order(self.roster.node_ids)
+        failures = screened.rejected + self._roster_failures
+        self._roster_failures = 0
+        metrics = MetricRecord({"failures": failures, "participants": len(good)})
+        if not good:
+            return None, metrics  # Flower keeps the previous global model
+        by_node = {r.metadata.src_node_id: r for r in replies if not r.has_error()}
+        arrays, train_metrics = self._average([by_node[n] for n in good], good, server_round)
+        metrics.update(train_metrics)
+        return arrays, metrics
+
+    def _average(self, replies: list[Message], decoded: dict[int, tuple[Params, float]],
+                 server_round: int) -> tuple[ArrayRecord, MetricRecord]:
+        """Flower's FedAvg aggregation over the checked replies, in node order."""
+        return super().aggregate_train(server_round, replies)
+
+    # -- evaluation -------------------------------------------------------------------------
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                           grid: Grid) -> Iterable[Message]:
+        """The global model to every node: F(x) on the training data, metrics on the test shards."""
+        config[SERVER_ROUND] = server_round
+        record = RecordDict({ARRAYS: arrays, CONFIG: config})
+        return self._construct_messages(record, self._nodes(grid, server_round),
+                                        MessageType.EVALUATE)
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
+                           ) -> MetricRecord | None:
+        screened = screen_replies(
+            self.label, server_round, replies,
+            lambda r: decode_evaluation_sums(
+                exact_records(r.content, {METRICS: MetricRecord})[METRICS], self.kind),
+            self.roster.node_ids)
+        sums = screened.in_order(self.roster.node_ids).values()
+        return MetricRecord({**combine_evaluation_sums(sums, self.kind),
+                             "failures": screened.rejected})
+
+    # -- state ------------------------------------------------------------------------------
+    def state_record(self) -> RecordDict:
+        state = RecordDict({"rng": rng_record(self.rng)})
+        if self.roster is not None:
+            state["roster"] = self.roster.to_record()
+        return state
+
+    def load_state_record(self, state: RecordDict) -> None:
+        self.rng = restore_rng(state["rng"])
+        self.roster = Roster.from_record(state["roster"]) if "roster" in state else None
+
+
+class CheckedFedProx(CheckedFedAvg):
+    """Li et al.'s FedProx: FedAvg whose clients add (mu/2)||w - w_global||^2."""
+
+    label = "FedProx"
+
+    def __init__(self, proximal_mu: float, **fedavg) -> None:
+        super().__init__(**fedavg)
+        self.proximal_mu = proximal_mu
+
+    def summary(self) -> None:
+        super().summary()
+        log(INFO, "\t└──> FedProx: proximal mu %s", self.proximal_mu)
+
+    def _train_config(self, config: ConfigRecord, server_round: int) -> ConfigRecord:
+        config = super()._train_config(config, server_round)
+        config[PROXIMAL_MU] = self.proximal_mu
+        return config
+
+
+class ProjectedFedAvg(CheckedFedAvg):
+    """FedAvg whose server step projects the sample-weighted mean onto D (``fedfw.*`` keys)."""
+
+    label = "projected FedAvg"
+
+    def __init__(self, domain: ConstraintSet, **fedavg) -> None:
+        super().__init__(**fedavg)
+        self.domain = domain
+
+    def summary(self) -> None:
+        log(INFO, "\tprojected FedAvg: D = %s ball of radius %s (%s)",
+            self.domain.constraint.kind, self.domain.constraint.radius, self.domain.scope)
+        super().summary()
+
+    def _average(self, replies: list[Message], decoded: dict[int, tuple[Params, float]],
+                 server_round: int) -> tuple[ArrayRecord, MetricRecord]:
+        """proj_D(sum_i n_i x_i / sum_i n_i) in float64."""
+        models = [model for model, _ in decoded.values()]
+        weights = [weight for _, weight in decoded.values()]
+        average = projected_average(models, weights, self.domain.constraint, self.domain.scope)
+        metrics = self.train_metrics_aggr_fn([r.content for r in replies], self.weighted_by_key)
+        return params_to_record(self.layout, average), metrics
+
+
+def _fedavg_options(settings: RunSettings, model: TorchGlobal, start: ArrayRecord) -> dict:
+    return {"model": model, "start": start, "seed": settings.seed,
+            "fraction_train": settings.fraction_train}
+
+
+def build_fedavg(settings: RunSettings) -> CheckedFedAvg:
+    model = TorchGlobal(settings)
+    return CheckedFedAvg(**_fedavg_options(settings, model, ArrayRecord(model.model.state_dict())))
+
+
+def build_fedprox(settings: RunSettings) -> CheckedFedProx:
+    model = TorchGlobal(settings)
+    return CheckedFedProx(settings.fedprox_mu,
+                          **_fedavg_options(settings, model, ArrayRecord(model.model.state_dict())))
+
+
+def build_projected_fedavg(settings: RunSettings) -> ProjectedFedAvg:
+    """Projected FedAvg over D from the ``fedfw.*`` keys; it starts at the init projected onto D."""
+    domain = constraint_set(settings)
+    model = TorchGlobal(settings)
+    start = params_to_record(model.layout, model.projected_start(domain))
+    return ProjectedFedAvg(domain, **_fedavg_options(settings, model, start))

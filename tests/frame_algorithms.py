@@ -1,0 +1,221 @@
+"""Two test-only algorithms whose global function is not a torch model, to prove the frame.
+
+- ``test-trees``: square-loss boosting of depth-3 regression trees on one-hot labels. The server
+  holds a weighted ensemble (``functions.ensembles``), sends each node only the learners it has
+  not seen (a different delta per node), averages the nodes' new trees and evaluates the
+  ensemble centrally. Nodes keep their predictions on their own data, not the ensemble.
+- ``test-local``: nothing global. Each node fits its own classification tree (deeper every
+  round) and evaluates it; the server reports the mean, min and max over nodes.
+
+Neither touches ``server_app/``: each registers a server half and a client half, as a new family
+would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.serverapp import Grid
+from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
+
+from client_app.job import ClientJob
+from client_app.node_info import describe_node
+from functions.ensembles import Delta, Ensemble, average, encode_delta, pack_delta, unpack_delta
+from functions.params import arrays_to_record, record_to_arrays
+from functions.protocol import CONFIG, EVALUATE, METRICS, QUERY_NODE, SERVER_ROUND, TRAIN
+from functions.trees import decode_tree, encode_tree, from_sklearn
+from run_config.common import RunSettings
+from strategies.base import FederatedStrategy
+from strategies.evaluation import checked_metrics, spread_over_nodes
+from strategies.registry import ServerAlgorithm
+from strategies.roster import Roster
+from strategies.screening import exact_records, screen_replies
+from tasks.federation import task_for
+
+DELTA, DELTA_ARRAYS = "delta", "delta-arrays"
+STEP = 0.5  # each round's averaged tree enters with this weight
+
+
+def _delta_records(config: dict, arrays: dict) -> dict[str, Any]:
+    return {DELTA: ConfigRecord(config), DELTA_ARRAYS: arrays_to_record(arrays)}
+
+
+def _read_delta(content: RecordDict) -> Delta:
+    records = exact_records(content, {DELTA: ConfigRecord, DELTA_ARRAYS: ArrayRecord})
+    return unpack_delta(dict(records[DELTA]), record_to_arrays(records[DELTA_ARRAYS]))
+
+
+class BoostedTreesStrategy(FederatedStrategy):
+    """Server half of ``test-trees``: the global function is an ensemble of trees."""
+
+    label = "test-trees"
+
+    def __init__(self, settings: RunSettings) -> None:
+        self.task = task_for(settings.data)
+        n_features = int(np.prod(self.task.input_shape))
+        self.ensemble = Ensemble.constant(np.zeros(self.task.num_classes), n_features)
+        self.roster: Roster | None = None
+        self.version_of: dict[int, int] = {}  # the version each node's predictions are at
+        self.sent: dict[int, int] = {}
+
+    def summary(self) -> None:
+        """Nothing to configure."""
+
+    def description(self) -> dict[str, Any]:
+        return {"kind": "ensemble of trees", "learners": self.ensemble.version}
+
+    def evaluate_global(self, server_round: int, arrays: ArrayRecord) -> dict[str, float]:
+        x = self.task.x_test.reshape(len(self.task.x_test), -1)
+        scores = self.ensemble.predict(x)
+        return {"test_accuracy": float(np.mean(scores.argmax(axis=1) == self.task.y_test))}
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        if self.roster is None:
+            self.roster, _ = Roster.query(grid, self.label, server_round)
+            self.version_of = {n: 0 for n in self.roster.node_ids}
+        messages = []
+        for node in self.roster.node_ids:  # each node gets what it lacks, and only that
+            self.sent[node] = self.ensemble.version
+            content = RecordDict({**_delta_records(*encode_delta(self.ensemble, self.version_of[node])),
+                                  CONFIG: ConfigRecord({SERVER_ROUND: server_round})})
+            messages.append(Message(content, node, TRAIN, group_id=str(server_round)))
+        return messages
+
+    def _checked(self, reply: Message) -> Delta:
+        delta = _read_delta(reply.content)
+        if delta.since != self.ensemble.version or len(delta.learners) != 1:
+            raise ValueError(f"expected one learner after version {self.ensemble.version}")
+        return delta
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]
+                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        screened = screen_replies(self.label, server_round, replies, self._checked,
+                                  self.roster.node_ids)
+        for node in [*screened.accepted, *screened.dropped]:  # they applied what was sent
+            self.version_of[node] = self.sent[node]
+        for node in screened.errors:  # unknown: send everything next time
+            self.version_of[node] = 0
+        deltas = list(screened.in_order(self.roster.node_ids).values())
+        if deltas:
+            self.ensemble = average(self.ensemble, deltas, [1.0 / len(deltas)] * len(deltas))
+        return None, MetricRecord({"failures": screened.rejected, "participants": len(deltas),
+                                   "ensemble_size": self.ensemble.version})
+
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                           grid: Grid) -> Iterable[Message]:
+        return []
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> None:
+        return None
+
+    def state_record(self) -> RecordDict:
+        return RecordDict(_delta_records(*encode_delta(self.ensemble, 0)))
+
+    def load_state_record(self, state: RecordDict) -> None:
+        self.ensemble = self.ensemble.apply(_read_delta(state))
+        self.roster = None
+
+
+def boosted_trees_train(job: ClientJob) -> RecordDict:
+    """Client half of ``test-trees``: update the cached predictions, fit one tree to the residual."""
+    data, state = job.data, job.state
+    x = data.x_train.reshape(len(data.x_train), -1)
+    delta = _read_delta(RecordDict({k: job.content[k] for k in (DELTA, DELTA_ARRAYS)}))
+    if delta.since == 0:
+        values = np.tile(delta.base, (len(x), 1))
+    elif "trees.version" in state and state["trees.version"]["version"] == delta.since:
+        values = state["trees.values"]["values"].numpy() * delta.scale
+    else:
+        raise RuntimeError("predictions lost; the server will send everything")
+    for weight, learner in zip(delta.weights, delta.learners):
+        values = values + weight * learner.predict(x)
+    state["trees.values"] = arrays_to_record({"values": values})
+    state["trees.version"] = ConfigRecord({"version": delta.version})
+    residual = np.eye(delta.n_outputs)[data.y_train] - values
+    tree = from_sklearn(DecisionTreeRegressor(max_depth=3, random_state=0).fit(x, residual))
+    base = np.zeros(delta.n_outputs) if delta.version == 0 else None
+    reply = Delta(delta.version, 1.0, (tree,), (STEP,), delta.n_features, delta.n_outputs, base)
+    return RecordDict(_delta_records(*pack_delta(reply)))
+
+
+class LocalModelsStrategy(FederatedStrategy):
+    """Server half of ``test-local``: no global function; it relays nothing, it only asks."""
+
+    label = "test-local"
+
+    def __init__(self, settings: RunSettings) -> None:
+        self.roster: Roster | None = None
+
+    def summary(self) -> None:
+        """Nothing to configure."""
+
+    def _messages(self, grid: Grid, server_round: int, kind: str) -> list[Message]:
+        if self.roster is None:
+            self.roster, _ = Roster.query(grid, self.label, server_round)
+        content = RecordDict({CONFIG: ConfigRecord({SERVER_ROUND: server_round})})
+        return [Message(content, n, kind, group_id=str(server_round)) for n in self.roster.node_ids]
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        return self._messages(grid, server_round, TRAIN)
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]
+                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        return None, MetricRecord({"participants": sum(not r.has_error() for r in replies)})
+
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                           grid: Grid) -> Iterable[Message]:
+        return self._messages(grid, server_round, EVALUATE)
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord:
+        screened = screen_replies(
+            self.label, server_round, replies,
+            lambda r: checked_metrics(exact_records(r.content, {METRICS: MetricRecord})[METRICS],
+                                      ["test_accuracy"]),
+            self.roster.node_ids)
+        return MetricRecord({**spread_over_nodes(screened.accepted),
+                             "failures": screened.rejected})
+
+    def state_record(self) -> RecordDict:
+        return RecordDict()
+
+    def load_state_record(self, state: RecordDict) -> None:
+        self.roster = None
+
+
+def local_train(job: ClientJob) -> RecordDict:
+    """Client half of ``test-local``: fit this node's own tree (depth = round), keep it."""
+    data = job.data
+    depth = int(job.content[CONFIG][SERVER_ROUND])
+    fitted = DecisionTreeClassifier(max_depth=depth, random_state=0).fit(
+        data.x_train.reshape(len(data.x_train), -1), data.y_train)
+    job.state["local.tree"] = arrays_to_record(encode_tree(from_sklearn(fitted)))
+    job.state["local.classes"] = arrays_to_record({"classes": fitted.classes_})
+    return RecordDict()
+
+
+def local_evaluate(job: ClientJob) -> RecordDict:
+    """Client half of ``test-local``: this node's own tree on its test shard."""
+    data = job.data
+    x = data.x_test.reshape(len(data.x_test), -1)
+    classes = job.state["local.classes"]["classes"].numpy()
+    tree = decode_tree(record_to_arrays(job.state["local.tree"]), "", x.shape[1], len(classes),
+                       max_nodes=100_000)
+    accuracy = float(np.mean(classes[tree.predict(x).argmax(axis=1)] == data.y_test))
+    return RecordDict({METRICS: MetricRecord({"test_accuracy": accuracy})})
+
+
+SERVER_HALVES = {
+    "test-trees": ServerAlgorithm("test-trees", "boosted trees (test only)", BoostedTreesStrategy,
+                                  (TRAIN, QUERY_NODE)),
+    "test-local": ServerAlgorithm("test-local", "one tree per node (test only)",
+                                  LocalModelsStrategy),
+}
+CLIENT_HALVES = {
+    "test-trees": {TRAIN: boosted_trees_train, QUERY_NODE: describe_node},
+    "test-local": {TRAIN: local_train, EVALUATE: local_evaluate, QUERY_NODE: describe_node},
+}

@@ -1,0 +1,51 @@
+"""The unchanged ServerApp runs algorithms whose global function is not a torch model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from client_app import registry as client_registry
+from strategies import registry as server_registry
+from tests import frame_algorithms
+from tests.helpers import run_app
+
+
+@pytest.fixture
+def test_algorithms(monkeypatch):
+    """Register both halves of the test-only algorithms, as a new family registers its own."""
+    for name, half in frame_algorithms.SERVER_HALVES.items():
+        monkeypatch.setitem(server_registry.ALGORITHMS, name, half)
+    for name, handlers in frame_algorithms.CLIENT_HALVES.items():
+        monkeypatch.setitem(client_registry.CLIENT_HALVES, name, handlers)
+
+
+def test_an_ensemble_global_function_trains_and_is_evaluated_centrally(tmp_path, test_algorithms):
+    run = run_app(tmp_path, 4, **{"algorithm": "test-trees", "num-server-rounds": 4})
+    rows = run.rows
+    assert [r["ensemble_size"] for r in rows[1:]] == [4, 8, 12, 16]  # 4 nodes, one tree each
+    assert rows[0]["test_accuracy"] < 0.2 < 0.6 < rows[-1]["test_accuracy"]
+    assert all(r["failures"] == 0 for r in rows)
+    config = json.loads((run.out_dir / "config.json").read_text())
+    assert config["global_function"] == {"kind": "ensemble of trees", "learners": 0}
+    # every node is sent only the learners it lacks: from round 2 on, the 4 trees of the round
+    # before (a node's predictions are at the version it was last sent)
+    trains = [m for m in run.grid.down if m.metadata.message_type == "train"]
+    assert [m.content["delta"]["since"] for m in trains] == [0] * 8 + [4] * 4 + [8] * 4
+    assert [m.content["delta"]["count"] for m in trains] == [0] * 4 + [4] * 12
+    assert rows[3]["bytes_down_train"] == rows[4]["bytes_down_train"]  # not growing with the run
+
+
+def test_nodes_with_their_own_models_report_mean_min_max(tmp_path, test_algorithms):
+    run = run_app(tmp_path, 5, **{"algorithm": "test-local", "num-server-rounds": 3,
+                                  "partitioning": "label-sort"})
+    rows = run.rows
+    assert "test_accuracy" not in rows[-1] and "test_accuracy_mean" in rows[-1]
+    for row in rows[1:]:
+        assert row["test_accuracy_min"] <= row["test_accuracy_mean"] <= row["test_accuracy_max"]
+        assert row["test_accuracy_min"] < row["test_accuracy_max"]  # label skew: nodes differ
+    assert (run.out_dir / "test_accuracy_mean_vs_round.png").stat().st_size > 1000
+    summary = json.loads((run.out_dir / "metrics.json").read_text())["summary"]
+    assert summary["final_test_accuracy_mean"] == rows[-1]["test_accuracy_mean"]
+    assert json.loads((run.out_dir / "config.json").read_text())["global_function"] == {}

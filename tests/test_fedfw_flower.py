@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 
 import numpy as np
@@ -12,8 +11,6 @@ from flwr.app import ConfigRecord, RecordDict
 from client_app.app import app as client_app
 from client_app.registry import CLIENT_HALVES
 from server_app.app import InvalidRunConfig
-from server_app.app import main as server_main
-from testing.inprocess_grid import LocalGrid, run_config, server_context
 from tests.helpers import last_xbar, run_app, state_params, train_messages
 
 FAST = {"task": "synthetic", "num-server-rounds": 6, "fedfw.gap": False}
@@ -147,21 +144,3 @@ def test_bad_fedfw_config_stops_before_training(tmp_path, caplog, overrides, fra
         run_fw(tmp_path, **overrides)
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and fragment in errors[0], errors
-
-
-def test_partial_participation_does_not_depend_on_flowers_node_ids(tmp_path):
-    """Flower draws node ids at random: the same seed must pick the same partitions anyway."""
-
-    def run_with_ids(out, reverse):
-        config = run_config(**{"output-dir": str(out), "run-name": "fw", "algorithm": "fedfw",
-                               **FAST, "fedfw.participation": 0.5})
-        grid = LocalGrid(client_app, config, 6)
-        if reverse:  # partition 0 gets the largest id, and so on
-            ids = list(reversed(grid.node_ids))
-            grid.contexts = {new: grid.contexts[old] for old, new in zip(grid.node_ids, ids)}
-            grid.node_ids = ids
-        server_main(grid, server_context(config))
-        rows = json.loads((out / "fw" / "metrics.json").read_text())["rounds"]
-        return [{k: v for k, v in r.items() if k != "wall_time_s"} for r in rows]
-
-    assert run_with_ids(tmp_path / "a", False) == run_with_ids(tmp_path / "b", True)

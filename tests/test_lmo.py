@@ -1,11 +1,12 @@
 """LMOs are exact argmins over D, land in D, and projections satisfy the projection inequality."""
 
 import itertools
+import warnings
 
 import numpy as np
 import pytest
 
-from oracles.lmo import CONSTRAINT_NAMES, Constraint, lmo_per_tensor, make_constraint
+from oracles.lmo import CONSTRAINT_NAMES, Constraint, lmo_per_tensor, make_constraint, smallest_set
 from tasks.errors import ConfigError
 
 R = 10.0
@@ -219,3 +220,216 @@ def test_projection_is_the_euclidean_projection(kind, shape, scale):
     zs += [c.lmo(rng.standard_normal(shape)) for _ in range(20)]
     for z in zs:
         assert np.vdot(x - p, z - p) <= 1e-9 * R * (np.abs(x).sum() + R)
+
+
+# -- l2 ball: no overflow or underflow of the squares; ordinary inputs keep their exact bits -----
+
+HUGE_GRADIENTS = [
+    np.array([1e308, -1e308, 5e307, 1e308]),
+    np.array([[-1e308, 1e308], [1e308, 3e307]]),
+    np.array([1e200, -2e200, 3e200]),  # squares overflow, entries are ordinary
+]
+TINY_GRADIENTS = [
+    np.array([1e-320, -3e-320, 2e-320]),
+    np.array([[0.0, 5e-320], [-1e-320, 0.0]]),
+    np.array([5e-324, 0.0, -5e-324]),  # the smallest subnormals
+]
+HUGE_IDS = ["1e308", "1e308-matrix", "1e200"]
+TINY_IDS = ["1e-320", "1e-320-matrix", "5e-324"]
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> float:
+    """cos(a, b) computed on copies scaled to max-abs 1 (so huge or tiny inputs are safe)."""
+    a = a.ravel() / np.abs(a).max()
+    b = b.ravel() / np.abs(b).max()
+    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def _safe_l2(x: np.ndarray) -> float:
+    """||x||_2 as max|x| * ||x / max|x|||_2 (Python floats: inf, never a warning)."""
+    scale = float(np.abs(x).max())
+    return scale * float(np.linalg.norm(x.ravel() / scale))
+
+
+@pytest.mark.parametrize("g", HUGE_GRADIENTS + TINY_GRADIENTS, ids=HUGE_IDS + TINY_IDS)
+def test_l2_lmo_is_finite_on_the_sphere_and_along_minus_g_for_extreme_magnitudes(g):
+    c = Constraint("l2", R)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        s = c.lmo(g)
+    assert s.shape == g.shape and s.dtype == np.float64
+    assert np.all(np.isfinite(s))
+    assert np.linalg.norm(s) == pytest.approx(R, rel=1e-9)
+    assert _cosine(s, -g) == pytest.approx(1.0, abs=1e-12)
+    assert c.contains(s)
+    # not the zero-gradient fallback r*e_0 (g is nonzero)
+    fallback = np.zeros(g.size)
+    fallback[0] = R
+    assert not np.array_equal(s.ravel(), fallback)
+
+
+def test_l2_lmo_of_exactly_zero_still_gives_r_e0():
+    s = Constraint("l2", R).lmo(np.zeros(3))
+    np.testing.assert_array_equal(s, [R, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("x", HUGE_GRADIENTS, ids=HUGE_IDS)
+def test_l2_projection_of_overflowing_points_is_finite_on_the_sphere_along_x(x):
+    c = Constraint("l2", R)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        p = c.project(x)
+        norm = c.norm(x)
+    assert p.shape == x.shape and np.all(np.isfinite(p))
+    assert np.linalg.norm(p) == pytest.approx(R, rel=1e-9)
+    assert _cosine(p, x) == pytest.approx(1.0, abs=1e-12)
+    assert not np.isnan(norm)
+    assert norm == _safe_l2(x) or (np.isinf(norm) and np.isinf(_safe_l2(x)))
+    assert norm > R
+
+
+def test_l2_norm_of_huge_and_subnormal_vectors():
+    c = Constraint("l2", R)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tiny = c.norm(np.array([3e-320, 4e-320]))
+        fits = c.norm(np.array([1e308, 1e308]))  # sqrt(2) * 1e308 is a float64
+        too_big = c.norm(np.array([1e308, 1e308, 1e308, 1e308]))  # 2e308 is not
+    assert tiny == pytest.approx(5e-320, rel=1e-3)  # subnormals carry ~12 bits
+    assert fits == pytest.approx(np.sqrt(2.0) * 1e308, rel=1e-12)
+    assert not np.isnan(too_big) and too_big > 1e308
+    assert c.norm(np.zeros(4)) == 0.0
+    # projection of a huge point whose norm is still finite takes the plain formula's branch
+    p = c.project(np.array([1e308, 1e308]))
+    np.testing.assert_allclose(p, [R / np.sqrt(2.0)] * 2, rtol=1e-12)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("seed", SEEDS)
+def test_l2_lmo_and_projection_keep_the_plain_formulas_bits(shape, seed):
+    rng = np.random.default_rng(seed)
+    c = Constraint("l2", R)
+    for scale in (1e-3, 1.0, 1e3):
+        g = scale * rng.standard_normal(shape)
+        assert np.array_equal(c.lmo(g), -R * g / np.linalg.norm(g))
+        x = 3 * R * rng.standard_normal(shape)  # outside the ball
+        assert np.linalg.norm(x) > R
+        assert np.array_equal(c.project(x), x * (R / np.linalg.norm(x)))
+        assert c.norm(x) == float(np.linalg.norm(x))
+        inside = x / (2 * np.linalg.norm(x)) * R
+        assert np.array_equal(c.project(inside), inside)
+
+
+# -- smallest_set: the one node set inside all the others -----------------------------------
+
+
+def _ball_points(kind: str, radius: float, n: int, rng: np.random.Generator, count: int
+                 ) -> list[np.ndarray]:
+    """Extreme points and scaled random points of a ball of ``radius`` in R^n."""
+    points = []
+    for _ in range(count):
+        x = rng.standard_normal(n)
+        if kind == "l1":
+            point = np.zeros(n)
+            point[rng.integers(n)] = radius * rng.choice((-1.0, 1.0))
+            points += [point, radius * rng.uniform() * x / np.abs(x).sum()]
+        elif kind == "l2":
+            points += [radius * x / np.linalg.norm(x)]
+        else:  # box
+            points += [radius * rng.choice((-1.0, 1.0), n), rng.uniform(-radius, radius, n)]
+    return points[:count]
+
+
+def test_smallest_set_same_kind_takes_the_smallest_radius():
+    sets = [Constraint("l2", 5.0), Constraint("l2", 3.0), Constraint("l2", 7.0)]
+    assert smallest_set(sets, [(60, 10), (10,)], "per-tensor") == Constraint("l2", 3.0)
+    sets = [Constraint("l1", 10.0), Constraint("l1", 2.0)]
+    assert smallest_set(sets, [(4,)], "global") == Constraint("l1", 2.0)
+    sets = [Constraint("box", 1.0), Constraint("box", 0.5), Constraint("box", 1.0)]
+    assert smallest_set(sets, [(3, 4)], "per-tensor") == Constraint("box", 0.5)
+
+
+def test_smallest_set_of_identical_sets_is_that_set():
+    for kind in CONSTRAINT_NAMES:
+        c = Constraint(kind, 4.0)
+        assert smallest_set([c, Constraint(kind, 4.0), c], [(3, 4)], "per-tensor") == c
+        assert smallest_set([c], [(3, 4)], "per-tensor") == c
+
+
+def test_smallest_set_l1_lies_inside_l2_of_the_same_radius():
+    sets = [Constraint("l2", R), Constraint("l1", R), Constraint("l2", R)]
+    assert smallest_set(sets, [(60, 10), (10,)], "per-tensor") == Constraint("l1", R)
+    assert smallest_set(sets, [(60, 10), (10,)], "global") == Constraint("l1", R)
+
+
+def test_smallest_set_l2_inside_l1_needs_sqrt_n():
+    l1_2, l2_1, l1_19 = Constraint("l1", 2.0), Constraint("l2", 1.0), Constraint("l1", 1.9)
+    assert smallest_set([l1_2, l2_1], [(4,)], "per-tensor") == l2_1
+    assert smallest_set([l2_1, l1_2], [(2, 2)], "per-tensor") == l2_1
+    assert smallest_set([l1_19, l2_1], [(4,)], "per-tensor") is None
+    # the answer holds per tensor: on 100 elements the l2 ball of radius 1 needs l1 radius 10
+    assert smallest_set([l1_2, l2_1], [(4,), (100,)], "per-tensor") is None
+    assert smallest_set([l1_2, l2_1], [(4,), (3,)], "per-tensor") == l2_1
+    # "global" measures the whole model: 4 + 3 = 7 elements, sqrt(7) > 2
+    assert smallest_set([l1_2, l2_1], [(4,), (3,)], "global") is None
+    assert smallest_set([l1_2, l2_1], [(2,), (2,)], "global") == l2_1
+    assert smallest_set([Constraint("l1", 10.0), l2_1], [(4,), (100,)], "per-tensor") == l2_1
+
+
+def test_smallest_set_box_inside_l2_needs_r_sqrt_n():
+    box, l2 = Constraint("box", 1.0), Constraint("l2", 2.0)
+    assert smallest_set([l2, box], [(4,)], "per-tensor") == box  # sqrt(4) * 1 <= 2
+    assert smallest_set([l2, box], [(5,)], "per-tensor") is None  # sqrt(5) > 2
+    assert smallest_set([l2, box], [(2, 2), (3,)], "global") is None
+    # the l2 ball lies inside a box of its radius
+    assert smallest_set([Constraint("box", 2.0), l2], [(100,)], "per-tensor") == l2
+    # l1 (radius 10) and box (radius 1) on a 60x10 MCLR weight: neither contains the other
+    assert smallest_set([Constraint("l1", 10.0), box], [(60, 10), (10,)], "per-tensor") is None
+
+
+def test_smallest_set_refuses_the_simplex_unless_identical():
+    simplex = Constraint("simplex", 1.0)
+    for other in (Constraint("l2", 10.0), Constraint("l1", 1.0), Constraint("simplex", 2.0),
+                  Constraint("box", 1.0)):
+        assert smallest_set([simplex, other], [(4,)], "per-tensor") is None
+        assert smallest_set([other, simplex], [(4,)], "global") is None
+    assert smallest_set([simplex, simplex], [(4,)], "per-tensor") == simplex
+
+
+def test_smallest_set_nuclear_uses_the_matrix_shape():
+    nuc, l2 = Constraint("nuclear", 2.0), Constraint("l2", 1.0)
+    assert smallest_set([Constraint("l2", 2.0), nuc], [(3, 4)], "per-tensor") == nuc
+    # ||X||_* <= sqrt(rank) ||X||_F: the l2 ball of radius 1 fits in nuclear(2) for rank <= 4
+    assert smallest_set([nuc, l2], [(4, 6)], "per-tensor") == l2
+    assert smallest_set([nuc, l2], [(5, 6)], "per-tensor") is None
+    assert smallest_set([nuc, l2], [(6,)], "per-tensor") == l2  # a bias is a 1 x n matrix
+
+
+@pytest.mark.parametrize(
+    ("inner", "outer", "n"),
+    [
+        (Constraint("l2", 1.0), Constraint("l1", 2.0), 4),
+        (Constraint("l1", R), Constraint("l2", R), 600),
+        (Constraint("box", 1.0), Constraint("l2", 2.0), 4),
+        (Constraint("l2", 1.0), Constraint("box", 1.0), 50),
+        (Constraint("l1", 3.0), Constraint("box", 3.0), 7),
+    ],
+)
+def test_a_set_smallest_set_picks_is_really_inside_the_other(inner, outer, n):
+    assert smallest_set([outer, inner], [(n,)], "per-tensor") == inner
+    rng = np.random.default_rng(7)
+    points = _ball_points(inner.kind, inner.radius, n, rng, 1000)
+    assert len(points) == 1000
+    assert all(inner.contains(p) for p in points)
+    assert all(outer.contains(p) for p in points)
+
+
+def test_when_smallest_set_says_none_neither_ball_contains_the_other():
+    l1, l2 = Constraint("l1", 1.9), Constraint("l2", 1.0)
+    assert smallest_set([l1, l2], [(4,)], "per-tensor") is None
+    assert not l1.contains(np.full(4, 0.5))  # in l2(1): l2 norm 1, l1 norm 2
+    assert not l2.contains(np.array([1.9, 0.0, 0.0, 0.0]))  # in l1(1.9)
+    box = Constraint("box", 1.0)
+    big_l1 = Constraint("l1", 10.0)
+    assert not big_l1.contains(np.ones(600))  # a vertex of the box
+    assert not box.contains(10.0 * np.eye(600)[0])  # a vertex of the l1 ball

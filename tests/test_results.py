@@ -2,13 +2,17 @@
 
 import csv
 import json
+from pathlib import Path
 
 import numpy as np
+import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from functions.records import payload_bytes
 from server_app.recording import format_row
-from server_app.results import ResultsWriter
+from server_app.results import ResultsWriter, summarise, write_plots
 
 
 def test_writer_keeps_every_round_on_disk_and_plots(tmp_path):
@@ -44,3 +48,122 @@ def test_log_line_has_round_metrics_bytes_and_time():
                        "bytes_down": 5000, "wall_time_s": 1.25, "failures": 0}, 10)
     assert line == ("[results] round 2/10 | test_accuracy=0.9123 | test_loss=0.3000 | "
                     "up=2.5kB down=5.0kB | t=1.2s")
+
+
+# -- plots: title, integer round ticks, traffic split on a log scale; summary ---------------
+
+def _rounds(metric: str = "test_accuracy") -> list[dict]:
+    rows = [{"round": 0, metric: 0.1, "bytes_up": 0, "bytes_down": 0}]
+    for t in range(1, 6):
+        rows.append({"round": t, metric: 0.1 * t, "bytes_up": 1000 + 6 * t,
+                     "bytes_down": 5000 + 2440 * t, "bytes_up_train": 6 * t,
+                     "bytes_down_train": 2440 * t, "wall_time_s": float(t)})
+    return rows
+
+
+@pytest.fixture
+def saved_figures(monkeypatch):
+    """Every Figure passed to savefig, by file name (the PNG is still written)."""
+    figures = {}
+    original = Figure.savefig
+
+    def capture(fig, fname, *args, **kwargs):
+        figures[Path(fname).name] = fig
+        return original(fig, fname, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", capture)
+    return figures
+
+
+def _legend_labels(fig) -> list[str]:
+    (ax,) = fig.axes
+    return [text.get_text() for text in ax.get_legend().get_texts()]
+
+
+def test_every_plot_has_the_title_and_round_axes_have_integer_ticks(tmp_path, saved_figures):
+    title = "FedFW on synthetic, l1(10), 4 nodes"
+    paths = write_plots(tmp_path, _rounds(), title)
+    names = sorted(p.name for p in paths)
+    assert names == ["bytes_vs_round.png", "test_accuracy_vs_bytes.png",
+                     "test_accuracy_vs_round.png"]
+    assert sorted(saved_figures) == names
+    assert all(p.is_file() and p.stat().st_size > 0 for p in paths)
+    for fig in saved_figures.values():
+        assert fig._suptitle is not None and fig._suptitle.get_text() == title
+    for name in ("test_accuracy_vs_round.png", "bytes_vs_round.png"):
+        (ax,) = saved_figures[name].axes
+        locator = ax.xaxis.get_major_locator()
+        assert isinstance(locator, MaxNLocator) and locator._integer
+        ticks = ax.get_xticks()
+        assert len(ticks) > 1 and all(float(t).is_integer() for t in ticks)
+        assert ax.get_xlabel() == "round"
+
+
+def test_writer_passes_its_title_to_the_plots(tmp_path, saved_figures):
+    writer = ResultsWriter(tmp_path / "run", {}, rounds=_rounds()[:3], title="my run")
+    for row in _rounds()[3:]:
+        writer.add_round(row)
+    assert [r["round"] for r in writer.rounds] == [0, 1, 2, 3, 4, 5]
+    paths = writer.finish({})
+    assert len(paths) == 3 and len(saved_figures) == 3
+    assert {fig._suptitle.get_text() for fig in saved_figures.values()} == {"my run"}
+    rounds = json.loads((tmp_path / "run" / "metrics.json").read_text())["rounds"]
+    assert [r["round"] for r in rounds] == [0, 1, 2, 3, 4, 5]
+
+
+def test_bytes_plot_splits_train_up_down_and_evaluation_on_a_log_scale(tmp_path, saved_figures):
+    write_plots(tmp_path, _rounds(), "t")
+    assert (tmp_path / "bytes_vs_round.png").is_file()
+    fig = saved_figures["bytes_vs_round.png"]
+    (ax,) = fig.axes
+    assert ax.get_yscale() == "log"
+    labels = _legend_labels(fig)
+    assert labels == ["train, up", "train, down", "evaluation & queries, up",
+                      "evaluation & queries, down"]
+    lines = {line.get_label(): list(line.get_ydata()) for line in ax.get_lines()}
+    assert lines["train, up"] == [6 * t for t in range(1, 6)]
+    assert lines["train, down"] == [2440 * t for t in range(1, 6)]
+    # evaluation traffic is the round's total minus its training traffic
+    assert lines["evaluation & queries, up"] == [1000] * 5
+    assert lines["evaluation & queries, down"] == [5000] * 5
+    assert list(ax.get_lines()[0].get_xdata()) == [1, 2, 3, 4, 5]  # round 0 is not plotted
+
+
+def test_bytes_plot_leaves_out_traffic_that_never_happened(tmp_path, saved_figures):
+    rows = [{"round": t, "test_accuracy": 0.5, "bytes_up": 10 * t, "bytes_down": 20 * t,
+             "bytes_up_train": 10 * t, "bytes_down_train": 20 * t} for t in range(3)]
+    write_plots(tmp_path, rows, "")
+    assert _legend_labels(saved_figures["bytes_vs_round.png"]) == ["train, up", "train, down"]
+
+
+def test_metric_plots_are_named_after_the_mean_metric_when_only_it_is_present(
+        tmp_path, saved_figures):
+    paths = write_plots(tmp_path, _rounds("test_accuracy_mean"), "per-node models")
+    assert sorted(p.name for p in paths) == ["bytes_vs_round.png",
+                                             "test_accuracy_mean_vs_bytes.png",
+                                             "test_accuracy_mean_vs_round.png"]
+    (ax,) = saved_figures["test_accuracy_mean_vs_round.png"].axes
+    assert ax.get_ylabel() == "test accuracy mean"
+    assert (tmp_path / "test_accuracy_mean_vs_round.png").is_file()
+    assert not (tmp_path / "test_accuracy_vs_round.png").exists()
+
+
+def test_summary_takes_the_best_mse_as_the_lowest_and_accuracy_as_the_highest():
+    rounds = [
+        {"round": 0, "test_mse": 5.0, "test_accuracy": 0.2, "bytes_up": 1, "bytes_down": 2},
+        {"round": 1, "test_mse": 1.0, "test_accuracy": 0.9, "bytes_up": 3, "bytes_down": 4,
+         "bytes_up_train": 1, "bytes_down_train": 2, "failures": 1, "wall_time_s": 1.5},
+        {"round": 2, "test_mse": 2.0, "test_accuracy": 0.6, "bytes_up": 5, "bytes_down": 6,
+         "bytes_up_train": 3, "bytes_down_train": 4, "failures": 0, "wall_time_s": 3.0},
+    ]
+    summary = summarise(rounds)
+    assert summary["final_test_mse"] == 2.0 and summary["best_test_mse"] == 1.0
+    assert summary["final_test_accuracy"] == 0.6 and summary["best_test_accuracy"] == 0.9
+    assert summary["rounds"] == 2 and summary["wall_time_s"] == 3.0
+    assert summary["bytes_up_total"] == 9 and summary["bytes_down_total"] == 12
+    assert summary["bytes_up_train_total"] == 4 and summary["bytes_down_train_total"] == 6
+    assert summary["failures_total"] == 1
+    assert "best_test_accuracy_mean" not in summary and "final_test_mse_mean" not in summary
+    mean_only = summarise([{"round": 0, "test_mse_mean": 4.0}, {"round": 1, "test_mse_mean": 3.0},
+                           {"round": 2, "test_mse_mean": 3.5}])
+    assert mean_only["best_test_mse_mean"] == 3.0 and mean_only["final_test_mse_mean"] == 3.5

@@ -108,3 +108,22 @@ def test_flwr_run_simulation_writes_results(superlink, tmp_path):
     assert [r["round"] for r in metrics["rounds"]] == [0, 1, 2]
     assert metrics["rounds"][-1]["test_accuracy"] > 0.8
     assert json.loads((out / "sim" / "config.json").read_text())["num_nodes"] == 3
+
+
+def test_an_invalid_run_config_fails_the_run_before_training(superlink, tmp_path):
+    """Inside the ServerApp a bad value stops the run before training, and Flower records the
+    run as failed (not completed), with the reason."""
+    env, connection = superlink
+    completed = subprocess.run(
+        [str(BIN / "flwr"), "run", ".", connection, "--stream",
+         "--federation-config", "num-supernodes=2 client-resources-num-cpus=1",
+         "--run-config", f"fedfw.radius=-1 output-dir='{tmp_path / 'results'}'"],
+        cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=400,
+    )
+    log = completed.stdout + completed.stderr
+    assert "Invalid run config: fedfw.radius=-1.0 is not valid" in log, log[-3000:]
+    assert "[results]" not in log
+    listed = subprocess.run([str(BIN / "flwr"), "ls", connection, "--format", "json"],
+                            cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=60)
+    runs = json.loads(listed.stdout)["runs"]
+    assert [r["status"] for r in runs] == ["finished:failed"], listed.stdout

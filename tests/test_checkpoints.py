@@ -1,0 +1,91 @@
+"""A ServerApp that stops loses nothing: a run resumed from its checkpoint equals one that never
+stopped, exactly, for every registered algorithm."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from client_app.app import app as client_app
+from functions.errors import DecodeError
+from server_app.app import InvalidRunConfig, run
+from server_app.checkpoint import FILE_NAME, Checkpoint, read_checkpoint
+from strategies.registry import ALGORITHMS
+from testing.inprocess_grid import LocalGrid, run_config, server_context
+from tests.helpers import RUN_NAME
+
+# partial participation everywhere, so the restored RNG state matters
+SMALL = {"task": "synthetic", "num-server-rounds": 4, "fraction-train": 0.5,
+         "fedfw.participation": 0.5, "feddr.participation": 0.5, "local-epochs": 0,
+         "local-steps": 3, "learning-rate": 0.05}
+
+
+class ServerCrash(Exception):
+    """Stands for the ServerApp process dying."""
+
+
+class CrashingGrid(LocalGrid):
+    """Raises before delivering any train message of round ``crash_at``."""
+
+    crash_at: int | None = None
+
+    def push_messages(self, messages):  # noqa: ANN001, ANN201
+        messages = list(messages)
+        for message in messages:
+            if (message.metadata.message_type == "train"
+                    and message.content["config"]["server-round"] == self.crash_at):
+                raise ServerCrash(f"before round {self.crash_at}")
+        return super().push_messages(messages)
+
+
+def rows_of(out_dir) -> list[dict]:
+    rows = json.loads((out_dir / RUN_NAME / "metrics.json").read_text())["rounds"]
+    return [{k: v for k, v in r.items() if k != "wall_time_s"} for r in rows]
+
+
+def config_for(tmp_path, algorithm: str) -> dict:
+    return run_config(**{"output-dir": str(tmp_path), "run-name": RUN_NAME,
+                         "algorithm": algorithm, **SMALL})
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path, algorithm):
+    whole = config_for(tmp_path / "whole", algorithm)
+    run(LocalGrid(client_app, whole, 4), server_context(whole))
+
+    config = config_for(tmp_path / "resumed", algorithm)
+    grid = CrashingGrid(client_app, config, 4)
+    grid.crash_at = 3
+    with pytest.raises(ServerCrash):
+        run(grid, server_context(config))
+    checkpoint = read_checkpoint(tmp_path / "resumed" / RUN_NAME)
+    assert checkpoint.server_round == 2 and len(checkpoint.rows) == 3
+    grid.crash_at = None  # a new ServerApp, the same nodes (their Context.state kept)
+    run(grid, server_context(config), resume_from=tmp_path / "resumed" / RUN_NAME)
+
+    resumed, uninterrupted = rows_of(tmp_path / "resumed"), rows_of(tmp_path / "whole")
+    assert [r["round"] for r in resumed] == [0, 1, 2, 3, 4]
+    assert resumed == uninterrupted
+
+
+def test_a_checkpoint_survives_its_bytes_and_refuses_garbage(tmp_path):
+    config = config_for(tmp_path, "fedfw")
+    run(LocalGrid(client_app, config, 3), server_context(config))
+    path = tmp_path / RUN_NAME / FILE_NAME
+    checkpoint = read_checkpoint(path)
+    again = Checkpoint.from_bytes(checkpoint.to_bytes())
+    assert (again.server_round, again.rows, again.algorithm) == (4, checkpoint.rows, "fedfw")
+    assert set(again.strategy.keys()) == {"rng", "roster", "book", "mirror", "mirror-sum"}
+    for garbage in (b"", b"\x00not a checkpoint", path.read_bytes()[:50]):
+        with pytest.raises(DecodeError):
+            Checkpoint.from_bytes(garbage)
+
+
+def test_resuming_with_another_algorithm_stops_before_training(tmp_path):
+    config = config_for(tmp_path, "feddr")
+    run(LocalGrid(client_app, config, 3), server_context(config))
+    other = config_for(tmp_path / "other", "fedfw")
+    with pytest.raises(InvalidRunConfig, match="checkpoint is of a 'feddr' run"):
+        run(LocalGrid(client_app, other, 3), server_context(other),
+            resume_from=tmp_path / RUN_NAME)

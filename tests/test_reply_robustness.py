@@ -1,0 +1,272 @@
+"""No reply can crash the server: property-based mutations of real replies of every algorithm.
+
+For each registered algorithm, one real round is run on the in-process engine and its train and
+evaluate replies are kept. Hypothesis then breaks some of them (unparseable array bytes, a
+non-numpy stype, text or misshapen arrays, NaN, missing, extra or wrong-kind records, extra keys,
+non-finite, negative or absurd metrics) and checks, against a strategy restored to the same state:
+the server never raises, each broken reply is exactly one failure, and the outcome (new global
+arrays, metrics, strategy state) is what the intact replies alone give, i.e. a broken reply is
+the same as no reply.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.common.serde import message_from_proto, message_to_proto
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from client_app.app import app as client_app
+from functions.protocol import NUM_EXAMPLES, TRAIN_EXAMPLES
+from run_config.common import RunSettings
+from strategies.base import FederatedStrategy
+from strategies.registry import ALGORITHMS
+from testing.inprocess_grid import LocalGrid, run_config
+from tests.helpers import run_app
+
+NODES = 4
+CONFIG = {"task": "synthetic", "fedfw.gap": True, "central-evaluation": False,
+          "local-epochs": 0, "local-steps": 2}
+COUNT_KEYS = (NUM_EXAMPLES, TRAIN_EXAMPLES)
+PROPERTY = settings(max_examples=20, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.too_slow])
+
+
+@dataclass
+class Captured:
+    """A strategy's state before aggregating round 1's train (or evaluate) replies, and them."""
+
+    settings: RunSettings
+    before_train: RecordDict
+    train: list[Message]
+    before_evaluate: RecordDict
+    evaluate: list[Message]
+
+
+@functools.cache
+def captured(algorithm: str) -> Captured:
+    config = run_config(algorithm=algorithm, **CONFIG)
+    s = RunSettings.from_run_config(config)
+    grid = LocalGrid(client_app, config, NODES)
+    strategy = ALGORITHMS[algorithm].build(s)
+    train = list(grid.send_and_receive(
+        strategy.configure_train(1, strategy.initial_arrays(), ConfigRecord(), grid)))
+    before_train = strategy.state_record()
+    arrays, _ = strategy.aggregate_train(1, [copy(r) for r in train])
+    evaluate = list(grid.send_and_receive(strategy.configure_evaluate(1, arrays, ConfigRecord(),
+                                                                      grid)))
+    assert len(train) == len(evaluate) == NODES and not any(r.has_error() for r in train)
+    return Captured(s, before_train, train, strategy.state_record(), evaluate)
+
+
+def copy(message: Message) -> Message:
+    return message_from_proto(message_to_proto(message))
+
+
+def restored(algorithm: str, state: RecordDict) -> FederatedStrategy:
+    """A new strategy of the run, restored to ``state`` (what a resumed ServerApp would hold)."""
+    strategy = ALGORITHMS[algorithm].build(captured(algorithm).settings)
+    strategy.load_state_record(state)
+    return strategy
+
+
+# -- mutations: each makes any reply of any algorithm invalid ------------------------------
+def _pick(draw, items):  # noqa: ANN001, ANN202
+    return draw(st.sampled_from(sorted(items)))
+
+
+def _array_slot(content: RecordDict, draw):  # noqa: ANN001, ANN202
+    name = _pick(draw, [k for k, r in content.items() if isinstance(r, ArrayRecord) and len(r)])
+    return content[name], _pick(draw, content[name].keys())
+
+
+def garbage_bytes(content, draw):  # noqa: ANN001, ANN201
+    record, key = _array_slot(content, draw)
+    old = record[key]
+    data = draw(st.binary(min_size=0, max_size=64).filter(lambda b: not b.startswith(b"\x93NUMPY")))
+    record[key] = Array(dtype=old.dtype, shape=old.shape, stype=old.stype, data=data)
+
+
+def foreign_stype(content, draw):  # noqa: ANN001, ANN201
+    record, key = _array_slot(content, draw)
+    old = record[key]
+    record[key] = Array(dtype=old.dtype, shape=old.shape,
+                        stype=draw(st.sampled_from(["torch", "", "numpy"])), data=old.data)
+
+
+def text_array(content, draw):  # noqa: ANN001, ANN201
+    record, key = _array_slot(content, draw)
+    record[key] = Array(np.array(["x"] * max(1, int(np.prod(record[key].shape)))))
+
+
+def misshapen_array(content, draw):  # noqa: ANN001, ANN201
+    record, key = _array_slot(content, draw)
+    value = record[key].numpy()
+    record[key] = Array(np.zeros(value.shape + (2,), value.dtype))
+
+
+def nan_in_floats(content, draw):  # noqa: ANN001, ANN201
+    floats = [(r, k) for r in content.values() if isinstance(r, ArrayRecord)
+              for k, a in r.items() if np.dtype(a.dtype).kind == "f"]
+    record, key = floats[draw(st.integers(0, len(floats) - 1))]
+    value = record[key].numpy().copy()
+    value.flat[draw(st.integers(0, value.size - 1))] = draw(st.sampled_from([np.nan, np.inf]))
+    record[key] = Array(value)
+
+
+def missing_record(content, draw):  # noqa: ANN001, ANN201
+    del content[_pick(draw, content.keys())]
+
+
+def extra_record(content, draw):  # noqa: ANN001, ANN201
+    content[draw(st.sampled_from(["junk", "extra"]))] = ConfigRecord({"x": 1})
+
+
+def wrong_kind(content, draw):  # noqa: ANN001, ANN201
+    name = _pick(draw, content.keys())
+    content[name] = (ConfigRecord({"x": 1}) if isinstance(content[name], ArrayRecord)
+                     else ArrayRecord({"x": Array(np.zeros(1, np.float32))}))
+
+
+def extra_key(content, draw):  # noqa: ANN001, ANN201
+    record = content[_pick(draw, [k for k, r in content.items()
+                                  if isinstance(r, ArrayRecord | MetricRecord)])]
+    record["junk"] = Array(np.zeros(1, np.float32)) if isinstance(record, ArrayRecord) else 1.0
+
+
+def bad_metric(content, draw):  # noqa: ANN001, ANN201
+    record = content[_pick(draw, [k for k, r in content.items() if isinstance(r, MetricRecord)])]
+    key = _pick(draw, record.keys())
+    bad = [math.nan, math.inf, -math.inf, -1.0]
+    if key in COUNT_KEYS:
+        bad += [1e12, 2.5]
+    record[key] = draw(st.sampled_from(bad))
+
+
+def mutations_for(content: RecordDict) -> list:
+    has = {kind: any(isinstance(r, kind) for r in content.values())
+           for kind in (ArrayRecord, MetricRecord)}
+    arrays = any(isinstance(r, ArrayRecord) and len(r) for r in content.values())
+    floats = any(np.dtype(a.dtype).kind == "f" for r in content.values()
+                 if isinstance(r, ArrayRecord) for a in r.values())
+    return ([missing_record, extra_record, wrong_kind]
+            + ([garbage_bytes, foreign_stype, text_array, misshapen_array] if arrays else [])
+            + ([nan_in_floats] if floats else [])
+            + ([extra_key] if has[ArrayRecord] or has[MetricRecord] else [])
+            + ([bad_metric] if has[MetricRecord] else []))
+
+
+def broken(replies: list[Message], draw) -> tuple[list[Message], list[int]]:  # noqa: ANN001
+    """Copies of ``replies`` with a non-empty drawn subset mutated; and the mutated indices."""
+    bad = sorted(draw(st.sets(st.integers(0, len(replies) - 1), min_size=1)))
+    out = [copy(r) for r in replies]
+    for i in bad:
+        mutate = draw(st.sampled_from(mutations_for(out[i].content)))
+        mutate(out[i].content, draw)
+    return out, bad
+
+
+# -- comparing outcomes --------------------------------------------------------------------
+def canonical(records: RecordDict | ArrayRecord | MetricRecord | None) -> object:
+    """A comparable form: arrays by dtype, shape and bytes; other records as dicts."""
+    if records is None:
+        return None
+    if isinstance(records, ArrayRecord):
+        return {k: (a.dtype, tuple(a.shape), a.numpy().tobytes()) for k, a in records.items()}
+    if isinstance(records, RecordDict):
+        return {k: canonical(r) for k, r in records.items()}
+    return dict(records)
+
+
+def without_sync_of(state: dict, nodes: set[int]) -> dict:
+    """The state with the re-sync flag of ``nodes`` hidden: a node whose reply was dropped did
+    answer (so it holds state), while a node that did not reply may not; both are right."""
+    book = state.get("book")
+    if book is not None:
+        ids = [int(n) for n in book["node-ids"]]
+        book["needs-sync"] = [None if n in nodes else f for n, f in zip(ids, book["needs-sync"])]
+    return state
+
+
+def metrics_without_failures(metrics: MetricRecord | None) -> dict:
+    return {k: v for k, v in (metrics or {}).items() if k != "failures"}
+
+
+@pytest.fixture(autouse=True)
+def quiet(caplog):
+    caplog.set_level(logging.ERROR, logger="flwr")  # every dropped reply logs a warning
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+@PROPERTY
+@given(data=st.data())
+def test_a_broken_train_reply_is_one_failure_and_otherwise_no_reply(algorithm, data):
+    run = captured(algorithm)
+    replies, bad = broken(run.train, data.draw)
+    nodes = {run.train[i].metadata.src_node_id for i in bad}
+    hit, clean = restored(algorithm, run.before_train), restored(algorithm, run.before_train)
+    arrays, metrics = hit.aggregate_train(1, replies)
+    expected_arrays, expected = clean.aggregate_train(
+        1, [copy(r) for i, r in enumerate(run.train) if i not in bad])
+    assert metrics["failures"] == len(bad) and expected["failures"] == 0
+    assert metrics_without_failures(metrics) == metrics_without_failures(expected)
+    assert canonical(arrays) == canonical(expected_arrays)
+    assert (without_sync_of(canonical(hit.state_record()), nodes)
+            == without_sync_of(canonical(clean.state_record()), nodes))
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+@PROPERTY
+@given(data=st.data())
+def test_a_broken_evaluate_reply_is_one_failure_and_otherwise_no_reply(algorithm, data):
+    run = captured(algorithm)
+    replies, bad = broken(run.evaluate, data.draw)
+    hit, clean = restored(algorithm, run.before_evaluate), restored(algorithm, run.before_evaluate)
+    metrics = hit.aggregate_evaluate(1, replies)
+    expected = clean.aggregate_evaluate(
+        1, [copy(r) for i, r in enumerate(run.evaluate) if i not in bad])
+    assert metrics["failures"] == len(bad) and expected["failures"] == 0
+    assert metrics_without_failures(metrics) == metrics_without_failures(expected)
+    assert "train_loss" in metrics or len(bad) == NODES
+    assert canonical(hit.state_record()) == canonical(clean.state_record())
+
+
+def corrupt_first_array(reply: Message) -> None:
+    """Replace the bytes of the reply's first array with bytes that are not a .npy file."""
+    record = next(r for r in reply.content.values() if isinstance(r, ArrayRecord) and len(r))
+    key = next(iter(record.keys()))
+    old = record[key]
+    record[key] = Array(dtype=old.dtype, shape=old.shape, stype=old.stype, data=b"not npy")
+
+
+@pytest.mark.parametrize("algorithm", ["fedfw", "fedavg"])
+def test_garbage_bytes_in_train_and_evaluate_are_counted_and_the_run_completes(
+        tmp_path, algorithm, caplog):
+    """Partition 0 answers round 2 (train and evaluate) with an unreadable array."""
+
+    def garbling(message, context):  # noqa: ANN001, ANN202
+        reply = client_app(message, context)
+        if (context.node_config["partition-id"] == 0 and message.metadata.message_type in
+                ("train", "evaluate") and message.content["config"]["server-round"] == 2):
+            if message.metadata.message_type == "evaluate":
+                reply.content["junk-grad"] = ArrayRecord({"g": Array(np.zeros(2, np.float32))})
+            corrupt_first_array(reply)
+        return reply
+
+    caplog.set_level(logging.WARNING, logger="flwr")
+    run = run_app(tmp_path, 4, client=garbling, **{"algorithm": algorithm, **CONFIG,
+                                                   "num-server-rounds": 3})
+    rows = run.rows
+    assert [r["failures"] for r in rows[1:]] == [0, 2, 0]
+    assert [r["round"] for r in rows] == [0, 1, 2, 3] and rows[-1]["train_loss"] > 0
+    node = run.grid.node_ids[0]
+    dropped = [r.getMessage() for r in caplog.records
+               if f"dropped the reply of node {node}" in r.getMessage()]
+    assert len(dropped) == 2 and any("unreadable array" in m for m in dropped), dropped

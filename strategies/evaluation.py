@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
-from flwr.app import ArrayRecord, Message, MetricRecord
+from flwr.app import ArrayRecord, MetricRecord
 from torch import nn
 
 from functions.errors import DecodeError
@@ -121,8 +121,3 @@ class CentralEvaluator:
         if self.task.kind == CLASSIFICATION:
             return {"test_accuracy": metrics["accuracy"], "test_loss": metrics["loss"]}
         return {"test_mse": metrics["mse"], "test_loss": metrics["loss"]}
-
-
-def evaluation_reply_sums(reply: Message, kind: str, record_key: str) -> EvaluationSums:
-    """Decode the evaluation sums a node put under ``record_key``."""
-    return decode_evaluation_sums(reply.content[record_key], kind)

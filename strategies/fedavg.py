@@ -35,12 +35,7 @@ from functions.protocol import (
 from oracles.douglas_rachford import projected_average
 from run_config.common import RunSettings
 from run_config.fedfw import ConstraintSet, constraint_set
-from strategies.evaluation import (
-    checked_count,
-    checked_metrics,
-    combine_evaluation_sums,
-    decode_evaluation_sums,
-)
+from strategies.evaluation import checked_count, checked_metrics
 from strategies.roster import Roster
 from strategies.screening import exact_records, screen_replies
 from strategies.state_records import restore_rng, rng_record
@@ -130,14 +125,7 @@ class CheckedFedAvg(FedAvg, TorchModelStrategy):
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
                            ) -> MetricRecord | None:
-        screened = screen_replies(
-            self.label, server_round, replies,
-            lambda r: decode_evaluation_sums(
-                exact_records(r.content, {METRICS: MetricRecord})[METRICS], self.kind),
-            self.roster.node_ids)
-        sums = screened.in_order(self.roster.node_ids).values()
-        return MetricRecord({**combine_evaluation_sums(sums, self.kind),
-                             "failures": screened.rejected})
+        return self.evaluation_metrics(server_round, replies, self.roster.node_ids)
 
     # -- state ------------------------------------------------------------------------------
     def state_record(self) -> RecordDict:

@@ -19,14 +19,13 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from functions.params import Params, params_to_record, record_to_params
-from functions.protocol import DR_XHAT, METRICS, XBAR
+from functions.protocol import DR_XHAT, XBAR
 from oracles.douglas_rachford import FedDRServer
 from run_config.common import RunSettings
 from run_config.feddr import FedDRSettings, feddr_settings
-from strategies.evaluation import combine_evaluation_sums, decode_evaluation_sums
 from strategies.node_book import NodeBook, dense_restart
 from strategies.roster import Roster
-from strategies.screening import exact_records, screen_replies
+from strategies.screening import exact_records
 from strategies.state_records import params_by_node, params_by_node_record, restore_rng, rng_record
 from strategies.torch_model import TorchGlobal, TorchModelStrategy
 
@@ -111,14 +110,7 @@ class FedDRStrategy(TorchModelStrategy):
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
                            ) -> MetricRecord | None:
-        screened = screen_replies(
-            self.label, server_round, replies,
-            lambda r: decode_evaluation_sums(
-                exact_records(r.content, {METRICS: MetricRecord})[METRICS], self.kind),
-            self.book.node_ids)
-        sums = screened.in_order(self.book.node_ids).values()
-        return MetricRecord({**combine_evaluation_sums(sums, self.kind),
-                             "failures": screened.rejected})
+        return self.evaluation_metrics(server_round, replies, self.book.node_ids)
 
     # -- state -----------------------------------------------------------------------
     def state_record(self) -> RecordDict:

@@ -3,18 +3,21 @@ model, its start point and its central evaluation."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord
+from flwr.app import ArrayRecord, Message, MetricRecord
 from torch import nn
 
 from functions.params import ParamLayout, Params
+from functions.protocol import METRICS
 from oracles.douglas_rachford import project_params
 from run_config.common import RunSettings
 from run_config.fedfw import ConstraintSet
 from strategies.base import FederatedStrategy
-from strategies.evaluation import CentralEvaluator
+from strategies.evaluation import CentralEvaluator, combine_evaluation_sums, decode_evaluation_sums
+from strategies.screening import exact_records, screen_replies
 from tasks.datasets import TaskData
 from tasks.federation import task_for
 from tasks.models import model_for
@@ -46,6 +49,7 @@ class TorchModelStrategy(FederatedStrategy):
     """A strategy whose global function is the run's torch model (``model``)."""
 
     model: TorchGlobal
+    label: str
 
     @property
     def layout(self) -> ParamLayout:
@@ -59,6 +63,18 @@ class TorchModelStrategy(FederatedStrategy):
     def evaluate_global(self, server_round: int, arrays: ArrayRecord) -> dict[str, float]:
         evaluator = self.model.evaluator
         return evaluator(arrays) if evaluator is not None else {}
+
+    def evaluation_metrics(self, server_round: int, replies: Iterable[Message],
+                           node_ids: list[int]) -> MetricRecord:
+        """The nodes' evaluation sums at the global model, screened and combined."""
+        screened = screen_replies(
+            self.label, server_round, replies,
+            lambda r: decode_evaluation_sums(
+                exact_records(r.content, {METRICS: MetricRecord})[METRICS], self.kind),
+            node_ids)
+        sums = screened.in_order(node_ids).values()
+        return MetricRecord({**combine_evaluation_sums(sums, self.kind),
+                             "failures": screened.rejected})
 
     def description(self) -> dict[str, Any]:
         return {"kind": "torch model", "model": self.model.name,

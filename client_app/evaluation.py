@@ -10,8 +10,8 @@ from flwr.app import MetricRecord, RecordDict
 from torch import nn
 
 from client_app.job import ClientJob
-from client_app.models import model_layout, new_model
-from functions.params import params_to_record, record_to_params
+from client_app.models import new_model
+from functions.params import ParamLayout, params_to_record, record_to_params
 from functions.protocol import (
     FW_GRAD,
     METRICS,
@@ -48,7 +48,7 @@ def evaluate_xbar(job: ClientJob, with_gradient: bool = False) -> RecordDict:
     """Loss sums at x-bar on this node's data; with ``with_gradient``, also grad f_i(x-bar)."""
     data = job.data
     model = new_model(job.settings, data.task)
-    layout = model_layout(job.settings, data.task)
+    layout = ParamLayout.of_state_dict(model.state_dict())
     xbar = record_to_params(job.content[XBAR], layout)
     load_params(model, xbar)
     reply = RecordDict({METRICS: evaluation_sums(model, data)})

@@ -18,10 +18,11 @@ from collections.abc import Callable
 
 import numpy as np
 from flwr.app import RecordDict
+from torch import nn
 
 from client_app.evaluation import evaluate_xbar
 from client_app.job import ClientJob
-from client_app.models import model_layout, new_model
+from client_app.models import new_model
 from client_app.node_info import describe_node
 from client_app.node_state import PendingStore, params_records, records_params, restart_point
 from functions.params import ParamLayout, Params, params_to_record, record_to_params
@@ -54,11 +55,10 @@ def _records(layout: ParamLayout, state: DRClientState) -> dict:
     return params_records(layout, {"x": state.x, "y": state.y, "x_hat": state.x_hat})
 
 
-def gradient_oracle(job: ClientJob, batch_size: int, server_round: int
+def gradient_oracle(job: ClientJob, model: nn.Module, batch_size: int, server_round: int
                     ) -> Callable[[Params], Params]:
     """grad f_i on the node's training partition: full batch, or seeded minibatches when > 0."""
     data = job.data
-    model = new_model(job.settings, data.task)
     n = len(data.y_train)
     rng = np.random.default_rng([job.settings.seed, server_round, data.partition_id])
 
@@ -73,11 +73,12 @@ def train(job: ClientJob) -> RecordDict:
     """One FedDR client update at the received x-bar; reply with x_hat_i (dense float32)."""
     dr = feddr_settings(job.settings)
     t = int(job.content[CONFIG][SERVER_ROUND])
-    layout = model_layout(job.settings, job.data.task)
+    model = new_model(job.settings, job.data.task)
+    layout = ParamLayout.of_state_dict(model.state_dict())
     xbar = record_to_params(job.content[XBAR], layout)
     state = _current_state(job, layout, xbar)
-    pending = feddr_client_step(state, xbar, gradient_oracle(job, dr.batch_size, t), dr.alpha,
-                                dr.eta, dr.local_steps, dr.lr)
+    pending = feddr_client_step(state, xbar, gradient_oracle(job, model, dr.batch_size, t),
+                                dr.alpha, dr.eta, dr.local_steps, dr.lr)
     STORE.stage(job.state, _records(layout, state), _records(layout, pending), t)
     return RecordDict({DR_XHAT: params_to_record(layout, pending.x_hat)})
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from flwr.app import ArrayRecord
 from torch import nn
 
-from functions.params import ParamLayout
 from run_config.common import RunSettings
 from tasks.datasets import TaskData
 from tasks.models import model_for
@@ -14,11 +13,6 @@ from tasks.models import model_for
 def new_model(settings: RunSettings, task: TaskData) -> nn.Module:
     """A freshly initialised model for the run (same weights for the same seed)."""
     return model_for(settings.model, task, settings.seed)
-
-
-def model_layout(settings: RunSettings, task: TaskData) -> ParamLayout:
-    """Names and shapes of the run's model tensors, in the order they travel."""
-    return ParamLayout.of_state_dict(new_model(settings, task).state_dict())
 
 
 def model_from_arrays(settings: RunSettings, task: TaskData, arrays: ArrayRecord) -> nn.Module:

@@ -6,8 +6,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from functions.params import Params
 from tasks.evaluation import as_targets, loss_function
+
+Params = list[np.ndarray]
 
 
 def load_params(model: nn.Module, params: Params) -> None:

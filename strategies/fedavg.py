@@ -14,6 +14,7 @@ Projected FedAvg replaces the average by proj_D of the sample-weighted mean (``o
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from logging import INFO
 
 import numpy as np
@@ -40,6 +41,15 @@ from strategies.roster import Roster
 from strategies.screening import exact_records, screen_replies
 from strategies.state_records import restore_rng, rng_record
 from strategies.torch_model import TorchGlobal, TorchModelStrategy
+
+
+@dataclass(frozen=True)
+class CheckedModel:
+    """A train reply that passed the checks: the message, its model and its sample count."""
+
+    reply: Message
+    model: Params
+    weight: float
 
 
 class CheckedFedAvg(FedAvg, TorchModelStrategy):
@@ -85,34 +95,32 @@ class CheckedFedAvg(FedAvg, TorchModelStrategy):
         record = RecordDict({ARRAYS: arrays, CONFIG: self._train_config(config, server_round)})
         return self._construct_messages(record, nodes, MessageType.TRAIN)
 
-    def _checked_model(self, reply: Message) -> tuple[Params, float]:
+    def _checked_model(self, reply: Message) -> CheckedModel:
         """The reply's model (the run's names and shapes, finite float32) and its sample count."""
         records = exact_records(reply.content, {ARRAYS: ArrayRecord, METRICS: MetricRecord})
         model = record_to_params(records[ARRAYS], self.layout, dtype=np.float32)
         metrics = checked_metrics(records[METRICS], (LOCAL_TRAIN_LOSS, NUM_EXAMPLES))
-        return model, float(checked_count(metrics, NUM_EXAMPLES, minimum=1))
+        return CheckedModel(reply, model, float(checked_count(metrics, NUM_EXAMPLES, minimum=1)))
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]
                         ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """The average of the replies that pass the checks; bad ones are dropped and counted."""
-        replies = list(replies)
         screened = screen_replies(self.label, server_round, replies, self._checked_model,
                                   self.roster.node_ids)
-        good = screened.in_order(self.roster.node_ids)
-        failures = screened.rejected + self._roster_failures
+        good = list(screened.in_order(self.roster.node_ids).values())
+        metrics = MetricRecord({"failures": screened.rejected + self._roster_failures,
+                                "participants": len(good)})
         self._roster_failures = 0
-        metrics = MetricRecord({"failures": failures, "participants": len(good)})
         if not good:
             return None, metrics  # Flower keeps the previous global model
-        by_node = {r.metadata.src_node_id: r for r in replies if not r.has_error()}
-        arrays, train_metrics = self._average([by_node[n] for n in good], good, server_round)
+        arrays, train_metrics = self._average(good, server_round)
         metrics.update(train_metrics)
         return arrays, metrics
 
-    def _average(self, replies: list[Message], decoded: dict[int, tuple[Params, float]],
-                 server_round: int) -> tuple[ArrayRecord, MetricRecord]:
+    def _average(self, good: list[CheckedModel], server_round: int
+                 ) -> tuple[ArrayRecord, MetricRecord]:
         """Flower's FedAvg aggregation over the checked replies, in node order."""
-        return super().aggregate_train(server_round, replies)
+        return super().aggregate_train(server_round, [c.reply for c in good])
 
     # -- evaluation -------------------------------------------------------------------------
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
@@ -172,13 +180,13 @@ class ProjectedFedAvg(CheckedFedAvg):
             self.domain.constraint.kind, self.domain.constraint.radius, self.domain.scope)
         super().summary()
 
-    def _average(self, replies: list[Message], decoded: dict[int, tuple[Params, float]],
-                 server_round: int) -> tuple[ArrayRecord, MetricRecord]:
+    def _average(self, good: list[CheckedModel], server_round: int
+                 ) -> tuple[ArrayRecord, MetricRecord]:
         """proj_D(sum_i n_i x_i / sum_i n_i) in float64."""
-        models = [model for model, _ in decoded.values()]
-        weights = [weight for _, weight in decoded.values()]
-        average = projected_average(models, weights, self.domain.constraint, self.domain.scope)
-        metrics = self.train_metrics_aggr_fn([r.content for r in replies], self.weighted_by_key)
+        average = projected_average([c.model for c in good], [c.weight for c in good],
+                                    self.domain.constraint, self.domain.scope)
+        metrics = self.train_metrics_aggr_fn([c.reply.content for c in good],
+                                             self.weighted_by_key)
         return params_to_record(self.layout, average), metrics
 
 

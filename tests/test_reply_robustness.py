@@ -238,6 +238,19 @@ def test_a_broken_evaluate_reply_is_one_failure_and_otherwise_no_reply(algorithm
     assert canonical(hit.state_record()) == canonical(clean.state_record())
 
 
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_a_second_reply_from_a_node_is_one_failure_and_ignored(algorithm):
+    run = captured(algorithm)
+    second = copy(run.train[0])
+    corrupt_first_array(second)
+    hit, clean = restored(algorithm, run.before_train), restored(algorithm, run.before_train)
+    arrays, metrics = hit.aggregate_train(1, [copy(r) for r in run.train] + [second])
+    expected_arrays, expected = clean.aggregate_train(1, [copy(r) for r in run.train])
+    assert metrics["failures"] == 1 and expected["failures"] == 0
+    assert canonical(arrays) == canonical(expected_arrays)
+    assert canonical(hit.state_record()) == canonical(clean.state_record())
+
+
 def corrupt_first_array(reply: Message) -> None:
     """Replace the bytes of the reply's first array with bytes that are not a .npy file."""
     record = next(r for r in reply.content.values() if isinstance(r, ArrayRecord) and len(r))

@@ -34,6 +34,14 @@ def run_config(**overrides: Any) -> dict[str, Any]:
     return with_overrides(overrides)
 
 
+def enter_run() -> None:
+    """Give this process the task identity of the in-process run (Flower refuses to build a
+    Message outside a running app)."""
+    TaskIdentity.run_id = RUN_ID
+    TaskIdentity.node_id = SERVER_NODE_ID
+    TaskIdentity.task_id = 1
+
+
 def _wire(message: Message) -> Message:
     """Round-trip a message through Flower's serialisation."""
     return message_from_proto(message_to_proto(message))
@@ -44,9 +52,7 @@ class LocalGrid(Grid):
 
     def __init__(self, client_app: ClientApp, config: dict[str, Any], num_nodes: int,
                  node_configs: list[dict[str, Any]] | None = None) -> None:
-        TaskIdentity.run_id = RUN_ID
-        TaskIdentity.node_id = SERVER_NODE_ID
-        TaskIdentity.task_id = 1
+        enter_run()
         self.client_app = client_app
         # Flower's node ids are random uint64s; straddle 2**63 so code that puts ids into
         # numpy arrays (silently float64 for such a mix) fails here as it would on the engine

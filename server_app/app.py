@@ -103,8 +103,8 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
         strategy.load_state_record(checkpoint.strategy)
         done, arrays, rows = checkpoint.server_round, checkpoint.arrays, checkpoint.rows
         log(INFO, "Resuming after round %d of %d", done, settings.num_rounds)
-    writer = ResultsWriter(out_dir, run_config_record(settings, num_nodes, strategy.description()), rows,
-                           title=plot_title(settings, num_nodes))
+    config = run_config_record(settings, num_nodes, strategy.description())
+    writer = ResultsWriter(out_dir, config, rows, title=plot_title(settings, num_nodes))
     log(INFO, "Running %s (%s) on task %s with %d nodes; results -> %s",
         plan.algorithm.name, plan.algorithm.summary, settings.task, num_nodes, out_dir)
 

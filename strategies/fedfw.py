@@ -55,6 +55,7 @@ class FedFWStrategy(TorchModelStrategy):
         self.book: NodeBook | None = None
         self.mirror: ConsensusMirror | None = None
         self.node_sets: dict[int, Constraint] = {}
+        self.gap_domain: Constraint | None = None  # D = the intersection of the D_i, if known
         self._roster_failures = 0
 
     def initial_arrays(self) -> ArrayRecord:
@@ -71,12 +72,23 @@ class FedFWStrategy(TorchModelStrategy):
     def _start(self, grid: Grid, server_round: int) -> None:
         """Ask every node for its partition and D_i (query.node); fix the client order."""
         self.roster, self._roster_failures = Roster.query(grid, self.label, server_round)
-        for node in self.roster.node_ids:
-            self.node_sets[node] = self._declared_set(node)
+        self._fix_node_sets()
         self.book = NodeBook(self.roster.node_ids, self.label)
         self.mirror = ConsensusMirror(self.x0, self.roster.node_ids)
-        log(INFO, "FedFW: node sets: %s", sorted(
-            {f"{c.kind}({c.radius:g})" for c in self.node_sets.values()}))
+
+    def _fix_node_sets(self) -> None:
+        """Each node's D_i from the roster, and D = their intersection when it is one of them
+        (section 4.3; ``fw_gap`` is taken over it, and left out when there is none)."""
+        self.node_sets = {n: self._declared_set(n) for n in self.roster.node_ids}
+        self.gap_domain = smallest_set(list(self.node_sets.values()), list(self.layout.shapes),
+                                       self.fw.scope)
+        sets = sorted({f"{c.kind}({c.radius:g})" for c in self.node_sets.values()})
+        if self.gap_domain is None:
+            log(WARNING, "FedFW: node sets %s; no D_i lies inside all others, so their "
+                "intersection has no closed-form LMO and fw_gap is not reported", sets)
+        else:
+            log(INFO, "FedFW: node sets %s; fw_gap over %s(%g)", sets, self.gap_domain.kind,
+                self.gap_domain.radius)
 
     def _declared_set(self, node: int) -> Constraint:
         """The D_i a node declared, or the run's D when it declared none usable."""
@@ -154,15 +166,11 @@ class FedFWStrategy(TorchModelStrategy):
         good, rejected = screened.in_order(self.book.node_ids), screened.rejected
         metrics = MetricRecord({**combine_evaluation_sums([s for s, _ in good.values()], self.kind),
                                 "failures": rejected})
-        domain = self._gap_domain()
-        if self.fw.gap and domain is not None and len(good) == len(self.book.node_ids):
-            metrics["fw_gap"] = fw_gap([g for _, g in good.values()], self.mirror.x_bar, domain,
-                                       self.fw.scope, len(good))
+        if (self.fw.gap and self.gap_domain is not None
+                and len(good) == len(self.book.node_ids)):
+            metrics["fw_gap"] = fw_gap([g for _, g in good.values()], self.mirror.x_bar,
+                                       self.gap_domain, self.fw.scope, len(good))
         return metrics
-
-    def _gap_domain(self) -> Constraint | None:
-        """D = the intersection of the nodes' D_i (section 4.3), when it is one of them."""
-        return smallest_set(list(self.node_sets.values()), list(self.layout.shapes), self.fw.scope)
 
     # -- state -----------------------------------------------------------------------
     def state_record(self) -> RecordDict:
@@ -184,7 +192,7 @@ class FedFWStrategy(TorchModelStrategy):
         nodes = self.roster.node_ids
         self.mirror = ConsensusMirror.restore(params_by_node(state["mirror"], self.layout, nodes),
                                               record_to_params(state["mirror-sum"], self.layout))
-        self.node_sets = {n: self._declared_set(n) for n in nodes}
+        self._fix_node_sets()
 
 
 def build_fedfw(settings: RunSettings) -> FedFWStrategy:

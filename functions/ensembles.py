@@ -1,21 +1,26 @@
 """Weighted ensembles of learners (FFGB's functions) and the versioned deltas that carry them.
 
-An ensemble is f(x) = base + sum_k w_k h_k(x); learner h_k has sequence number k (1-based, its
-position), so the ensemble's version is its length. An update appends learners and may first
-multiply the whole old function by one scale (FFGB with mu > 0 and FFGB.L shrink f before adding:
-g <- (1 - eta mu) g - eta h). A delta "since s" is what a node at version s lacks: the product of
-the scales of all later updates and learners s+1..version with their current weights; the node
-computes f_new = scale * f_old + sum of the new weighted learners. A delta since 0 is the whole
-function (it alone carries ``base``).
+An ensemble is f(x) = base + sum_k w_k h_k(x); learner h_k has sequence number k (1-based). An
+update appends learners and may first multiply the whole old function by one scale (FFGB with
+mu > 0 and FFGB.L shrink f before adding: g <- (1 - eta mu) g - eta h); scale 0 replaces the
+function (a distilled ensemble), after which learners 1..offset are gone and the version is
+``offset + len(learners)``. A delta "since s" is what a node at version s lacks: the product of
+the scales of all later updates and the later learners with their current weights, so that
+f_new = scale * f_old + sum of the new weighted learners. A node's own learners of its last
+round may be left out (``own_count``); the node adds ``own_factor`` times their values, which it
+kept. A full delta carries ``base`` and every learner of the ensemble.
 
-Wire format (config values, arrays), learner k's keys under ``l{k}.``. Config: ``format`` (1),
-``since``, ``count``, ``scale``, ``n_features``, ``n_outputs``, and per learner ``l{k}.weight``
-(float), ``l{k}.kind`` ("tree" or "mlp") plus a network's spec (functions.networks). Arrays:
-``base`` (float64, n_outputs; only when since is 0) and per learner its tree or network arrays
-(functions.trees, functions.networks).
+Wire format 2 (config values, arrays). Config: ``format``, ``full`` (bool), ``since``,
+``count`` (learners carried), ``own_count``, ``own_factor``, ``scale``, ``n_features``,
+``n_outputs``, ``groups``; then per group i (a maximal run of learners with one spec)
+``g{i}.count`` and the spec under ``g{i}.`` (``kind`` "tree", or an MLP's or CNN's spec,
+``functions.networks`` / ``functions.convnets``). Arrays: ``weights`` (float64, count),
+``base`` (float64, n_outputs; only when full) and each group's learners packed field by field
+under ``g{i}.`` (trees: ``functions.forest``; networks: one stacked array per parameter). A delta
+of 50 trees is 5 arrays, not 250.
 
 A node need not keep the ensemble at all: ``PredictionCache`` keeps f on the node's own inputs and
-its version, evaluates each delta's learners once and drops them (DESIGN section 4).
+its version, evaluates each delta's learners once (batched, ``functions.batched``) and drops them.
 """
 
 from __future__ import annotations
@@ -23,36 +28,36 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Protocol
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
+from functions import convnets, networks
+from functions.batched import weighted_sum
+from functions.convnets import ConvNetSpec
 from functions.errors import DecodeError
-from functions.networks import Network, decode_network, decode_spec, encode_network
+from functions.forest import FIELDS as TREE_FIELDS
+from functions.forest import pack_trees, unpack_trees
+from functions.learners import Learner, learner_spec, same_spec_runs
+from functions.networks import NetworkSpec, pack_modules, unpack_modules
 from functions.params import arrays_to_record
 from functions.records import payload_bytes
-from functions.trees import TreeArrays, decode_tree, encode_tree
+from functions.trees import TreeSpec
 
-FORMAT = 1
-HEADER = ("format", "since", "count", "scale", "n_features", "n_outputs")
-_LEARNER_KEY = re.compile(r"l([1-9][0-9]*)\.(.+)")
+FORMAT = 2
+HEADER = ("format", "full", "since", "count", "own_count", "own_factor", "scale", "n_features",
+          "n_outputs", "groups")
+_GROUP_KEY = re.compile(r"g(0|[1-9][0-9]*)\.(.+)")
 
-Config = dict[str, int | float | str | list[int]]
-
-
-class Learner(Protocol):
-    """Anything that maps inputs (n, n_features) to outputs (n, n_outputs)."""
-
-    def predict(self, x: np.ndarray) -> np.ndarray: ...
+Config = dict[str, int | float | str | bool | list[int]]
 
 
 @dataclass(frozen=True)
 class Limits:
     """Bounds a decoder enforces on what it accepts."""
 
-    max_learners: int = 10_000  # ensemble size after the delta (since + count)
+    max_learners: int = 10_000  # ensemble version after the delta
     max_nodes: int = 100_000  # per tree
     max_params: int = 1_000_000  # per network
     max_features: int = 1_000_000
@@ -61,7 +66,8 @@ class Limits:
 
 @dataclass(frozen=True, eq=False)
 class Delta:
-    """f_new = scale * f_old + sum_k weights[k] * learners[k]; since 0: f_new = base + sum."""
+    """f_new = scale * f_old + own_factor * (own learners) + sum_k weights[k] * learners[k];
+    when full, f_new = base + sum_k weights[k] * learners[k] (learners since+1 .. version)."""
 
     since: int
     scale: float
@@ -69,25 +75,36 @@ class Delta:
     weights: tuple[float, ...]
     n_features: int
     n_outputs: int
-    base: np.ndarray | None = None  # exactly when since == 0
+    base: np.ndarray | None = None  # exactly when the delta is full
+    own_count: int = 0
+    own_factor: float = 0.0
 
     def __post_init__(self) -> None:
-        if (self.base is None) != (self.since != 0) or len(self.learners) != len(self.weights):
-            raise ValueError("a delta has a base exactly when since is 0, and one weight a learner")
+        if len(self.learners) != len(self.weights):
+            raise ValueError("need one weight per learner")
+        if self.full and (self.scale != 1.0 or self.own_count):
+            raise ValueError("a full delta has scale 1 and no own learners")
+        if self.own_count < 0 or (self.own_count == 0 and self.own_factor != 0.0):
+            raise ValueError("own_factor needs own learners")
+
+    @property
+    def full(self) -> bool:
+        return self.base is not None
 
     @property
     def version(self) -> int:
         """The receiver's version after applying the delta."""
-        return self.since + len(self.learners)
+        return self.since + self.own_count + len(self.learners)
 
 
 @dataclass(frozen=True, eq=False)
 class Ensemble:
-    """base + sum_k weights[k] * learners[k], with the history needed to encode deltas.
+    """base + sum_k weights[k] * learners[k] (sequence numbers offset+1 ..), with the history
+    needed to encode deltas.
 
     ``updates`` holds (version before, scale) of every update made here; a delta can start at
-    those versions, at the current one and at 0 (a node that received learners s+1..v in one
-    delta knows no finer history, so it cannot encode a delta starting inside that range).
+    those versions and at the current one (a node that received learners s+1..v in one delta
+    knows no finer history, so it cannot encode a delta starting inside that range).
     """
 
     base: np.ndarray
@@ -95,12 +112,15 @@ class Ensemble:
     learners: tuple[Learner, ...] = ()
     weights: tuple[float, ...] = ()
     updates: tuple[tuple[int, float], ...] = ()
+    offset: int = 0
+    _starts: frozenset[int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.base.dtype != np.float64 or self.base.ndim != 1:
             raise ValueError(f"base must be 1-D float64, got {self.base.dtype} {self.base.shape}")
         if len(self.learners) != len(self.weights):
             raise ValueError("need one weight per learner")
+        object.__setattr__(self, "_starts", frozenset(v for v, _ in self.updates))
 
     @classmethod
     def constant(cls, base: Sequence[float] | np.ndarray, n_features: int) -> Ensemble:
@@ -109,7 +129,7 @@ class Ensemble:
 
     @property
     def version(self) -> int:
-        return len(self.learners)
+        return self.offset + len(self.learners)
 
     @property
     def n_outputs(self) -> int:
@@ -117,15 +137,16 @@ class Ensemble:
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """f(x) as float64 (n, n_outputs), summed in learner order."""
-        out = np.tile(self.base, (len(x), 1))
-        for weight, learner in zip(self.weights, self.learners):
-            out += weight * _evaluate(learner, x, self.n_outputs)
-        return out
+        return weighted_sum(self.learners, self.weights, x, self.n_outputs,
+                            np.tile(self.base, (len(x), 1)))
 
     def extend(
         self, learners: Sequence[Learner], weights: Sequence[float], scale: float = 1.0
     ) -> Ensemble:
-        """scale * self + sum_k weights[k] * learners[k], as a new ensemble (one update)."""
+        """scale * self + sum_k weights[k] * learners[k], as a new ensemble (one update).
+
+        Scale 0 drops the old learners (they no longer count): the new offset is the old version.
+        """
         if len(learners) != len(weights):
             raise ValueError(f"{len(learners)} learners but {len(weights)} weights")
         if not np.all(np.isfinite([scale, *weights])):
@@ -134,32 +155,60 @@ class Ensemble:
             if scale != 1.0:
                 raise ValueError("an update that rescales must add a learner (it marks a version)")
             return self
+        update = ((self.version, float(scale)),)
+        new_weights = tuple(float(w) for w in weights)
+        if scale == 0.0:
+            return Ensemble(np.zeros_like(self.base), self.n_features, tuple(learners),
+                            new_weights, update, self.version)
         return replace(
             self,
             base=self.base * scale,
             learners=self.learners + tuple(learners),
-            weights=tuple(w * scale for w in self.weights) + tuple(float(w) for w in weights),
-            updates=self.updates + ((self.version, float(scale)),),
+            weights=tuple(w * scale for w in self.weights) + new_weights,
+            updates=self.updates + update,
         )
 
-    def delta(self, since: int) -> Delta:
-        """What a node at version ``since`` lacks (``ValueError`` if this history cannot tell)."""
-        if since == 0:
-            return Delta(0, 1.0, self.learners, self.weights, self.n_features, self.n_outputs,
-                         self.base)
-        if since != self.version and since not in {v for v, _ in self.updates}:
+    def scales_after(self, version: int) -> float:
+        """The product of the scales of the updates that started after ``version``."""
+        return math.prod(s for v, s in self.updates if v > version)
+
+    def snapshot(self) -> Delta:
+        """The whole function as a full delta."""
+        return Delta(self.offset, 1.0, self.learners, self.weights, self.n_features,
+                     self.n_outputs, self.base)
+
+    def delta(self, since: int, omit: tuple[int, int] | None = None,
+              own_factor: float = 0.0) -> Delta:
+        """What a node at version ``since`` lacks (a node that holds nothing needs ``snapshot``).
+
+        ``omit`` = (first, count): leave out learners first .. first+count-1, which the node holds
+        itself; it adds ``own_factor`` times their values. ``ValueError`` if this history cannot
+        start a delta at ``since`` or the omitted learners are not all new to the node.
+        """
+        if since != self.version and (since < self.offset or since not in self._starts):
             raise ValueError(f"version {since} is not an update boundary of this ensemble")
-        scale = math.prod(s for v, s in self.updates if v >= since)
-        return Delta(since, scale, self.learners[since:], self.weights[since:], self.n_features,
-                     self.n_outputs)
+        learners, weights = self.learners[since - self.offset:], self.weights[since - self.offset:]
+        count = 0
+        if omit is not None:
+            first, count = omit
+            if not (since < first and first + count - 1 <= self.version and count >= 1):
+                raise ValueError(f"learners {first}..{first + count - 1} are not after {since}")
+            cut = slice(first - 1 - since, first - 1 - since + count)
+            learners = learners[:cut.start] + learners[cut.stop:]
+            weights = weights[:cut.start] + weights[cut.stop:]
+        return Delta(since, self.scales_after(since - 1), learners, weights, self.n_features,
+                     self.n_outputs, None, count, float(own_factor) if count else 0.0)
 
     def apply(self, delta: Delta) -> Ensemble:
         """The ensemble after ``delta``; ``DecodeError`` if it does not continue this one."""
         if (delta.n_features, delta.n_outputs) != (self.n_features, self.n_outputs):
             raise DecodeError(f"delta maps {delta.n_features} -> {delta.n_outputs}, ensemble "
                               f"{self.n_features} -> {self.n_outputs}")
-        if delta.since == 0:
-            return Ensemble(delta.base, delta.n_features, delta.learners, delta.weights)
+        if delta.full:
+            return Ensemble(delta.base, delta.n_features, delta.learners, delta.weights,
+                            offset=delta.since)
+        if delta.own_count:
+            raise DecodeError("a delta without the node's own learners needs their values")
         if delta.since != self.version:
             raise DecodeError(f"delta continues version {delta.since}, node is at {self.version}")
         return self.extend(delta.learners, delta.weights, delta.scale)
@@ -168,16 +217,16 @@ class Ensemble:
 def average(ensemble: Ensemble, deltas: Sequence[Delta], fractions: Sequence[float]) -> Ensemble:
     """sum_i fractions[i] * g_i, where g_i is ``ensemble`` after ``deltas[i]`` (FFGB's server step).
 
-    The result is one update: old learners scaled by sum_i p_i scale_i, each client's learners
-    appended with weights multiplied by its fraction (1/n for FFGB's plain average).
+    Each delta is an increment on ``ensemble`` (not full, nothing omitted). The result is one
+    update: old learners scaled by sum_i p_i scale_i, each client's learners appended with weights
+    multiplied by its fraction (1/n for FFGB's plain average).
     """
-    if len(deltas) != len(fractions) or any(d.since != ensemble.version for d in deltas):
-        raise ValueError(f"need one fraction per delta, each delta since {ensemble.version}")
+    if len(deltas) != len(fractions) or any(
+        d.since != ensemble.version or d.full or d.own_count for d in deltas
+    ):
+        raise ValueError(f"need one fraction per delta, each an increment on {ensemble.version}")
     learners = [h for d in deltas for h in d.learners]
     weights = [p * w for d, p in zip(deltas, fractions) for w in d.weights]
-    if ensemble.version == 0:
-        base = sum(p * d.base for d, p in zip(deltas, fractions))
-        return replace(ensemble, base=np.asarray(base, dtype=np.float64)).extend(learners, weights)
     scale = sum(p * d.scale for d, p in zip(deltas, fractions))
     return ensemble.extend(learners, weights, scale)
 
@@ -189,16 +238,18 @@ class PredictionCache:
     learners are evaluated once on ``x`` and can then be dropped.
     """
 
-    def __init__(self, x: np.ndarray) -> None:
+    def __init__(self, x: np.ndarray, version: int = 0, values: np.ndarray | None = None
+                 ) -> None:
         self.x = np.asarray(x)
-        self.version = 0
-        self.values: np.ndarray | None = None
+        self.version = version
+        self.values = values
 
-    def update(self, delta: Delta) -> np.ndarray:
-        """Apply ``delta`` to the cached values; ``DecodeError`` if it does not continue them."""
+    def update(self, delta: Delta, own_values: np.ndarray | None = None) -> np.ndarray:
+        """Apply ``delta`` to the cached values; ``own_values`` = the values of the learners the
+        delta leaves out. ``DecodeError`` if it does not continue them."""
         if delta.n_features != self.x.shape[1]:
             raise DecodeError(f"delta expects {delta.n_features} features, x has {self.x.shape[1]}")
-        if delta.since == 0:
+        if delta.full:
             values = np.tile(delta.base, (len(self.x), 1))
         elif self.values is None or delta.since != self.version:
             raise DecodeError(f"delta continues version {delta.since}, cache is at {self.version}")
@@ -206,62 +257,44 @@ class PredictionCache:
             raise DecodeError(f"delta has {delta.n_outputs} outputs, cache {self.values.shape[1]}")
         else:
             values = self.values * delta.scale
-        for weight, learner in zip(delta.weights, delta.learners):
-            values += weight * _evaluate(learner, self.x, delta.n_outputs)
-        self.values, self.version = values, delta.version
-        return values
+            if delta.own_count:
+                if own_values is None or own_values.shape != values.shape:
+                    raise DecodeError("the delta leaves out this node's own learners, whose "
+                                      "values it does not hold")
+                values = values + delta.own_factor * own_values
+        self.values = weighted_sum(delta.learners, delta.weights, self.x, delta.n_outputs, values)
+        self.version = delta.version
+        return self.values
 
 
-def encode_learner(learner: Learner, prefix: str = "") -> tuple[Config, dict[str, np.ndarray]]:
-    """Config (with ``kind``) and arrays of a tree or network, keys under ``prefix``."""
-    if isinstance(learner, TreeArrays):
-        return {prefix + "kind": "tree"}, encode_tree(learner, prefix)
-    if isinstance(learner, Network):
-        return encode_network(learner.spec, learner, prefix)
-    raise TypeError(f"no wire format for a learner of type {type(learner).__name__}")
-
-
-def decode_learner(
-    config: Mapping[str, object],
-    arrays: Mapping[str, np.ndarray],
-    prefix: str,
-    n_features: int,
-    n_outputs: int,
-    limits: Limits = Limits(),
-) -> Learner:
-    """Rebuild a learner from its keys under ``prefix``; ``DecodeError`` on any fault."""
-    kind = config.get(prefix + "kind")
-    if kind == "tree":
-        extra = sorted(k for k in config if k.startswith(prefix) and k != prefix + "kind")
-        if extra:
-            raise DecodeError(f"{prefix}tree: unexpected config keys {extra}")
-        return decode_tree(arrays, prefix, n_features, n_outputs, limits.max_nodes)
-    if kind == "mlp":
-        sizes = decode_spec(config, prefix, limits.max_params).sizes
-        if (sizes[0], sizes[-1]) != (n_features, n_outputs):
-            raise DecodeError(f"{prefix}network maps {sizes[0]} -> {sizes[-1]}, expected "
-                              f"{n_features} -> {n_outputs}")
-        return decode_network(config, arrays, prefix, limits.max_params)
-    raise DecodeError(f"{prefix}kind: unknown or missing learner kind {kind!r}")
-
-
-def encode_delta(ensemble: Ensemble, since: int) -> tuple[Config, dict[str, np.ndarray]]:
-    """The wire form of ``ensemble.delta(since)``: what a node at version ``since`` lacks."""
-    return pack_delta(ensemble.delta(since))
+def encode_delta(ensemble: Ensemble, since: int | None) -> tuple[Config, dict[str, np.ndarray]]:
+    """The wire form of what a node at version ``since`` lacks (None: it holds nothing)."""
+    return pack_delta(ensemble.snapshot() if since is None else ensemble.delta(since))
 
 
 def pack_delta(delta: Delta) -> tuple[Config, dict[str, np.ndarray]]:
     """Config values and arrays of a delta (see the module docstring)."""
+    runs = same_spec_runs(delta.learners)
     config: Config = {
-        "format": FORMAT, "since": delta.since, "count": len(delta.learners),
-        "scale": float(delta.scale), "n_features": delta.n_features, "n_outputs": delta.n_outputs,
+        "format": FORMAT, "full": delta.full, "since": delta.since, "count": len(delta.learners),
+        "own_count": delta.own_count, "own_factor": float(delta.own_factor),
+        "scale": float(delta.scale), "n_features": delta.n_features,
+        "n_outputs": delta.n_outputs, "groups": len(runs),
     }
-    arrays = {} if delta.since else {"base": np.asarray(delta.base, dtype=np.float64)}
-    for seq, (weight, learner) in enumerate(zip(delta.weights, delta.learners), delta.since + 1):
-        learner_config, learner_arrays = encode_learner(learner, f"l{seq}.")
-        config.update(learner_config)
-        config[f"l{seq}.weight"] = float(weight)
-        arrays.update(learner_arrays)
+    arrays = {"weights": np.array(delta.weights, dtype=np.float64)}
+    if delta.full:
+        arrays["base"] = np.asarray(delta.base, dtype=np.float64)
+    for i, (start, stop) in enumerate(runs):
+        prefix, group = f"g{i}.", delta.learners[start:stop]
+        spec = learner_spec(group[0])
+        config[prefix + "count"] = stop - start
+        if isinstance(spec, TreeSpec):
+            config[prefix + "kind"] = spec.kind
+            arrays.update(pack_trees(group, prefix))
+        else:
+            module = networks if isinstance(spec, NetworkSpec) else convnets
+            config.update(module.spec_config(spec, prefix))
+            arrays.update(pack_modules(group, spec.array_shapes(), prefix))
     return config, arrays
 
 
@@ -270,45 +303,51 @@ def unpack_delta(
 ) -> Delta:
     """Decode and validate a delta; ``DecodeError`` on any fault.
 
-    Checks the header (format, counts, sizes within ``limits``, finite scale, scale 1 when
-    nothing is added or since is 0), that the learner keys are exactly ``l{since+1}`` to
-    ``l{since+count}``, finite weights, a finite float64 base exactly when since is 0, and each
-    learner with its own decoder.
+    Checks the header (format, counts and sizes within ``limits``, finite scale and factor, scale
+    1 and no own learners when full), that the config and array keys are exactly the header's and
+    the groups', finite float64 weights and base, group counts summing to ``count``, and each
+    group with its kind's decoder (specs bounded, inputs and outputs the header's).
     """
     if not isinstance(config, Mapping) or not isinstance(arrays, Mapping):
         raise DecodeError("expected mappings of config values and of arrays")
     if type(config.get("format")) is not int or config["format"] != FORMAT:
         raise DecodeError(f"format: expected {FORMAT}, got {config.get('format')!r}")
-    since, count, n_features, n_outputs = (
-        _header_int(config, key, 0, limit) for key, limit in (
-            ("since", limits.max_learners), ("count", limits.max_learners),
-            ("n_features", limits.max_features), ("n_outputs", limits.max_outputs))
-    )
-    if since + count > limits.max_learners:
-        raise DecodeError(f"{since + count} learners is more than {limits.max_learners}")
-    if min(n_features, n_outputs) < 1:
-        raise DecodeError("n_features and n_outputs must be at least 1")
+    full = config.get("full")
+    if type(full) is not bool:
+        raise DecodeError(f"full: expected a bool, got {full!r}")
+    top = limits.max_learners
+    since, count, own_count, groups = (_header_int(config, key, 0, top)
+                                       for key in ("since", "count", "own_count", "groups"))
+    n_features = _header_int(config, "n_features", 1, limits.max_features)
+    n_outputs = _header_int(config, "n_outputs", 1, limits.max_outputs)
+    if since + own_count + count > top:
+        raise DecodeError(f"{since + own_count + count} learners is more than {top}")
+    if groups > count or (count > 0) != (groups > 0):
+        raise DecodeError(f"groups: {groups} groups for {count} learners")
     scale = _number(config.get("scale"), "scale")
-    if (count == 0 or since == 0) and scale != 1.0:
-        raise DecodeError(f"scale {scale} with since={since}, count={count}: expected 1.0")
-    config_groups = _group(config, set(HEADER), since, count, "config")
-    array_groups = _group(arrays, {"base"} if since == 0 else set(), since, count, "array")
-    base = None
-    if since == 0:
-        base = arrays.get("base")
-        if not (isinstance(base, np.ndarray) and base.dtype == np.float64
-                and base.shape == (n_outputs,) and np.all(np.isfinite(base))):
-            raise DecodeError(f"base: expected finite float64 of shape ({n_outputs},)")
-    learners, weights = [], []
-    for seq in range(since + 1, since + count + 1):
-        fields = config_groups.get(seq, {})
-        weights.append(_number(fields.pop("weight", None), f"l{seq}.weight"))
-        try:
-            learners.append(decode_learner(fields, array_groups.get(seq, {}), "", n_features,
-                                           n_outputs, limits))
-        except DecodeError as err:
-            raise DecodeError(f"l{seq}.{err}") from None
-    return Delta(since, scale, tuple(learners), tuple(weights), n_features, n_outputs, base)
+    own_factor = _number(config.get("own_factor"), "own_factor")
+    if full and (scale != 1.0 or own_count):
+        raise DecodeError("a full delta has scale 1.0 and own_count 0")
+    if own_count == 0 and own_factor != 0.0:
+        raise DecodeError("own_factor without own learners")
+    group_config = _split_groups(config, set(HEADER), groups, "config")
+    group_arrays = _split_groups(arrays, {"weights"} | ({"base"} if full else set()), groups,
+                                 "array")
+    weights = _finite_float64(arrays.get("weights"), "weights", (count,))
+    base = _finite_float64(arrays.get("base"), "base", (n_outputs,)) if full else None
+    learners: list[Learner] = []
+    for i in range(groups):
+        fields = group_config.get(i, {})
+        size = fields.pop("count", None)
+        if type(size) is not int or not 1 <= size <= count - len(learners):
+            raise DecodeError(f"g{i}.count: expected an int in [1, {count - len(learners)}], "
+                              f"got {size!r}")
+        learners += _decode_group(fields, group_arrays.get(i, {}), f"g{i}.", size, n_features,
+                                  n_outputs, limits)
+    if len(learners) != count:
+        raise DecodeError(f"the groups hold {len(learners)} learners, count says {count}")
+    return Delta(since, scale, tuple(learners), tuple(float(w) for w in weights), n_features,
+                 n_outputs, base, own_count, own_factor)
 
 
 def apply_delta(
@@ -317,7 +356,7 @@ def apply_delta(
     arrays: Mapping[str, np.ndarray],
     limits: Limits = Limits(),
 ) -> Ensemble:
-    """Decode a delta and apply it to ``ensemble`` (None: a node with nothing yet, since 0)."""
+    """Decode a delta and apply it to ``ensemble`` (None: a node with nothing yet, full delta)."""
     delta = unpack_delta(config, arrays, limits)
     if ensemble is None:
         ensemble = Ensemble(np.zeros(delta.n_outputs), delta.n_features)
@@ -333,11 +372,34 @@ def payload_nbytes(config: Mapping[str, object], arrays: Mapping[str, np.ndarray
     return payload_bytes(content)
 
 
-def _evaluate(learner: Learner, x: np.ndarray, n_outputs: int) -> np.ndarray:
-    out = np.asarray(learner.predict(x), dtype=np.float64)
-    if out.shape != (len(x), n_outputs):
-        raise ValueError(f"learner output shape {out.shape} != {(len(x), n_outputs)}")
-    return out
+def _decode_group(fields: dict[str, object], arrays: dict[str, object], prefix: str, count: int,
+                  n_features: int, n_outputs: int, limits: Limits) -> list[Learner]:
+    """``count`` learners of one group from its config fields and arrays (prefix stripped)."""
+    kind = fields.get("kind")
+    try:
+        if kind == TreeSpec.kind:
+            if set(fields) != {"kind"} or set(arrays) != set(TREE_FIELDS):
+                raise DecodeError(f"tree: expected config keys ['kind'] and arrays "
+                                  f"{list(TREE_FIELDS)}, got {sorted(fields)} and "
+                                  f"{sorted(arrays)}")
+            return unpack_trees(arrays, "", count, n_features, n_outputs, limits.max_nodes)
+        if kind == NetworkSpec.kind:
+            spec = networks.decode_spec(fields, "", limits.max_params)
+            make = networks.skeleton
+        elif kind == ConvNetSpec.kind:
+            spec = convnets.decode_spec(fields, "", n_outputs, limits.max_params)
+            make = convnets.skeleton
+        else:
+            raise DecodeError(f"kind: unknown or missing learner kind {kind!r}")
+        if (spec.n_features, spec.n_outputs) != (n_features, n_outputs):
+            raise DecodeError(f"network maps {spec.n_features} -> {spec.n_outputs}, expected "
+                              f"{n_features} -> {n_outputs}")
+        shapes = spec.array_shapes()
+        if set(arrays) != set(shapes):
+            raise DecodeError(f"expected arrays {sorted(shapes)}, got {sorted(arrays)}")
+        return unpack_modules(arrays, "", shapes, count, lambda: make(spec))
+    except DecodeError as err:
+        raise DecodeError(f"{prefix}{err}") from None
 
 
 def _header_int(config: Mapping[str, object], key: str, low: int, high: int) -> int:
@@ -353,17 +415,24 @@ def _number(value: object, name: str) -> float:
     return float(value)
 
 
-def _group(
-    mapping: Mapping[str, object], header: set[str], since: int, count: int, what: str
-) -> dict[int, dict[str, object]]:
-    """Split ``l{k}.field`` keys by k, refusing keys outside the header and since+1..since+count."""
-    groups: dict[int, dict[str, object]] = {}
+def _finite_float64(array: object, name: str, shape: tuple[int, ...]) -> np.ndarray:
+    if not (isinstance(array, np.ndarray) and array.dtype == np.float64 and array.shape == shape
+            and np.all(np.isfinite(array))):
+        raise DecodeError(f"{name}: expected finite float64 of shape {shape}, got "
+                          f"{getattr(array, 'dtype', type(array).__name__)} "
+                          f"{getattr(array, 'shape', '')}")
+    return array
+
+
+def _split_groups(mapping: Mapping[str, object], header: set[str], groups: int, what: str
+                  ) -> dict[int, dict[str, object]]:
+    """Split ``g{i}.field`` keys by i, refusing keys outside the header and groups 0..groups-1."""
+    split: dict[int, dict[str, object]] = {}
     for key, value in mapping.items():
         if key in header:
             continue
-        match = _LEARNER_KEY.fullmatch(key) if isinstance(key, str) else None
-        if match is None or not since < int(match.group(1)) <= since + count:
-            raise DecodeError(f"unexpected {what} key {key!r} in a delta of learners "
-                              f"{since + 1}..{since + count}")
-        groups.setdefault(int(match.group(1)), {})[match.group(2)] = value
-    return groups
+        match = _GROUP_KEY.fullmatch(key) if isinstance(key, str) else None
+        if match is None or int(match.group(1)) >= groups:
+            raise DecodeError(f"unexpected {what} key {key!r} in a delta of {groups} groups")
+        split.setdefault(int(match.group(1)), {})[match.group(2)] = value
+    return split

@@ -1,15 +1,22 @@
 """Small torch networks as a spec (config values) plus float32 weight arrays, never pickled.
 
-Wire format, keys under a caller's prefix. Config: ``kind`` ("mlp"; a new layout gets a new
-kind), ``sizes`` (list of int: inputs, hidden widths, outputs), ``activation`` ("relu", "tanh" or
-"leaky_relu" with slope 0.01 as in the FFGB paper's MNIST learner) and, only when the output is
-clipped to [-b, b] (FFGB.C's bounded learners), ``output_bound`` (float b). Arrays: ``w{i}``
-(float32, (sizes[i+1], sizes[i])) and ``b{i}`` (float32, sizes[i+1]) for each linear layer i.
+Wire format of one network, keys under a caller's prefix. Config: ``kind`` ("mlp"; a new layout
+gets a new kind), ``sizes`` (list of int: inputs, hidden widths, outputs), ``activation``
+("relu", "tanh" or "leaky_relu" with slope 0.01 as in the FFGB paper's MNIST learner) and, only
+when the output is clipped to [-b, b] (FFGB.C's bounded learners), ``output_bound`` (float b).
+Arrays: ``w{i}`` (float32, (sizes[i+1], sizes[i])) and ``b{i}`` (float32, sizes[i+1]) for each
+linear layer i.
+
+Many networks of one spec travel and run stacked: ``pack_modules`` / ``unpack_modules`` put each
+array of the spec's layout in one array with a leading learner axis (used for the CNN kind too,
+``functions.convnets``), and ``stacked_forward`` evaluates such a stack on shared inputs with one
+matrix product per layer instead of one per network.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,21 +27,73 @@ from functions.errors import DecodeError
 
 KINDS = ("mlp",)
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "leaky_relu": lambda: nn.LeakyReLU(0.01)}
-MAX_LAYERS = 64  # bound on len(sizes) accepted from the wire
+MAX_LAYERS = 64  # bound on the number of layers accepted from the wire
+
+Config = dict[str, int | float | str | list[int]]
+Shapes = dict[str, tuple[int, ...]]
+
+
+def check_activation_and_bound(activation: object, output_bound: object) -> None:
+    """``ValueError`` unless the activation is known and the bound is None or positive finite."""
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {activation!r}; known: {sorted(ACTIVATIONS)}")
+    if output_bound is not None and not (
+        type(output_bound) in (int, float) and 0 < output_bound < math.inf
+    ):
+        raise ValueError(f"output_bound: expected a positive finite number, got {output_bound!r}")
+
+
+def positive_ints(values: object, name: str, least: int) -> tuple[int, ...]:
+    """``values`` as a tuple of positive ints (at least ``least`` of them); ``ValueError`` if not."""
+    if not (isinstance(values, (tuple, list)) and len(values) >= least
+            and all(type(v) is int and v >= 1 for v in values)):
+        raise ValueError(f"{name}: expected at least {least} positive ints, got {values!r}")
+    return tuple(values)
 
 
 @dataclass(frozen=True)
 class NetworkSpec:
-    """Architecture of a multilayer perceptron: ``sizes`` = (in, hidden..., out)."""
+    """Architecture of a multilayer perceptron: ``sizes`` = (in, hidden..., out).
+
+    Construction validates it (``ValueError``), so every spec can be built.
+    """
 
     sizes: tuple[int, ...]
     activation: str = "relu"
     output_bound: float | None = None
     kind: str = "mlp"
 
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown network kind {self.kind!r}")
+        object.__setattr__(self, "sizes", positive_ints(self.sizes, "sizes", 2))
+        check_activation_and_bound(self.activation, self.output_bound)
+        if self.output_bound is not None:
+            object.__setattr__(self, "output_bound", float(self.output_bound))
+
+    @property
+    def n_features(self) -> int:
+        return self.sizes[0]
+
+    @property
+    def n_outputs(self) -> int:
+        return self.sizes[-1]
+
     @property
     def n_params(self) -> int:
         return sum((a + 1) * b for a, b in zip(self.sizes[:-1], self.sizes[1:]))
+
+    @property
+    def activation_size(self) -> int:
+        """Floats one input makes at the widest layer (bounds the memory of a batched pass)."""
+        return max(self.sizes)
+
+    def array_shapes(self) -> Shapes:
+        """Wire name -> shape of each parameter, in the module's parameter order."""
+        shapes: Shapes = {}
+        for i, (a, b) in enumerate(zip(self.sizes[:-1], self.sizes[1:])):
+            shapes[f"w{i}"], shapes[f"b{i}"] = (b, a), (b,)
+        return shapes
 
 
 class Network(nn.Sequential):
@@ -45,10 +104,6 @@ class Network(nn.Sequential):
     """
 
     def __init__(self, spec: NetworkSpec) -> None:
-        if spec.kind not in KINDS or spec.activation not in ACTIVATIONS:
-            raise ValueError(f"unknown kind {spec.kind!r} or activation {spec.activation!r}")
-        if len(spec.sizes) < 2 or any(size < 1 for size in spec.sizes):
-            raise ValueError(f"need at least two positive layer sizes, got {spec.sizes}")
         layers: list[nn.Module] = []
         for i, (a, b) in enumerate(zip(spec.sizes[:-1], spec.sizes[1:])):
             layers += [ACTIVATIONS[spec.activation]()] if i else []
@@ -69,34 +124,41 @@ def build(spec: NetworkSpec) -> Network:
     return Network(spec)
 
 
-def encode_network(
-    spec: NetworkSpec, module: nn.Module, prefix: str = ""
-) -> tuple[dict[str, int | float | str | list[int]], dict[str, np.ndarray]]:
-    """The spec as config values and the weights as float32 arrays (see the module docstring).
-
-    ``module`` must have ``build(spec)``'s parameter names and shapes (``ValueError`` otherwise).
-    """
-    if isinstance(module, Network) and module.spec != spec:
-        raise ValueError(f"module was built for {module.spec}, not {spec}")
-    reference = _skeleton(spec).state_dict()
-    state = module.state_dict()
-    if list(state) != list(reference) or any(
-        state[k].shape != reference[k].shape for k in reference
-    ):
-        raise ValueError(f"module parameters {list(state)} do not match the spec {spec}")
-    config: dict[str, int | float | str | list[int]] = {
+def spec_config(spec: NetworkSpec, prefix: str = "") -> Config:
+    """The spec as config values (see the module docstring)."""
+    config: Config = {
         prefix + "kind": spec.kind,
         prefix + "sizes": list(spec.sizes),
         prefix + "activation": spec.activation,
     }
     if spec.output_bound is not None:
-        config[prefix + "output_bound"] = float(spec.output_bound)
-    tensors = list(state.values())
-    arrays = {}
-    for i in range(len(spec.sizes) - 1):
-        arrays[f"{prefix}w{i}"] = tensors[2 * i].detach().cpu().numpy().astype(np.float32)
-        arrays[f"{prefix}b{i}"] = tensors[2 * i + 1].detach().cpu().numpy().astype(np.float32)
-    return config, arrays
+        config[prefix + "output_bound"] = spec.output_bound
+    return config
+
+
+def module_arrays(module: nn.Module, shapes: Shapes) -> list[np.ndarray]:
+    """The module's parameters as float32 arrays, checked against ``shapes`` (``ValueError``)."""
+    tensors = list(module.state_dict().values())
+    if len(tensors) != len(shapes) or any(
+        tuple(t.shape) != shape for t, shape in zip(tensors, shapes.values())
+    ):
+        raise ValueError(f"module parameters {[tuple(t.shape) for t in tensors]} do not match "
+                         f"the spec's {list(shapes.values())}")
+    return [t.detach().cpu().numpy().astype(np.float32) for t in tensors]
+
+
+def encode_network(
+    spec: NetworkSpec, module: nn.Module, prefix: str = ""
+) -> tuple[Config, dict[str, np.ndarray]]:
+    """The spec as config values and the weights as float32 arrays (see the module docstring).
+
+    ``module`` must have ``build(spec)``'s parameter shapes (``ValueError`` otherwise).
+    """
+    if isinstance(module, Network) and module.spec != spec:
+        raise ValueError(f"module was built for {module.spec}, not {spec}")
+    shapes = spec.array_shapes()
+    arrays = dict(zip((prefix + name for name in shapes), module_arrays(module, shapes)))
+    return spec_config(spec, prefix), arrays
 
 
 def decode_spec(config: Mapping[str, object], prefix: str, max_params: int) -> NetworkSpec:
@@ -108,18 +170,15 @@ def decode_spec(config: Mapping[str, object], prefix: str, max_params: int) -> N
     if keys != expected:
         raise DecodeError(f"{prefix}network: expected config keys {sorted(expected)}, got "
                           f"{sorted(keys)}")
-    kind, sizes, activation = (config[prefix + k] for k in ("kind", "sizes", "activation"))
-    if kind not in KINDS:
-        raise DecodeError(f"{prefix}kind: unknown network kind {kind!r}")
-    if activation not in ACTIVATIONS:
-        raise DecodeError(f"{prefix}activation: unknown activation {activation!r}")
+    sizes = config[prefix + "sizes"]
     if not (isinstance(sizes, list) and 2 <= len(sizes) <= MAX_LAYERS
             and all(type(s) is int and 1 <= s <= max_params for s in sizes)):
         raise DecodeError(f"{prefix}sizes: expected 2 to {MAX_LAYERS} ints in [1, {max_params}]")
-    bound = config.get(prefix + "output_bound")
-    if bound is not None and not (type(bound) in (int, float) and 0 < bound < np.inf):
-        raise DecodeError(f"{prefix}output_bound: expected a positive finite number, got {bound!r}")
-    spec = NetworkSpec(tuple(sizes), activation, None if bound is None else float(bound), kind)
+    try:
+        spec = NetworkSpec(tuple(sizes), config[prefix + "activation"],
+                           config.get(prefix + "output_bound"), config[prefix + "kind"])
+    except ValueError as err:
+        raise DecodeError(f"{prefix}{err}") from None
     if spec.n_params > max_params:
         raise DecodeError(f"{prefix}network: {spec.n_params} parameters is more than {max_params}")
     return spec
@@ -139,28 +198,82 @@ def decode_network(
     spec = decode_spec(config, prefix, max_params)
     if not isinstance(arrays, Mapping):
         raise DecodeError(f"{prefix}network: expected a mapping of arrays")
-    shapes = {}
-    for i, (a, b) in enumerate(zip(spec.sizes[:-1], spec.sizes[1:])):
-        shapes[f"w{i}"], shapes[f"b{i}"] = (b, a), (b,)
+    shapes = spec.array_shapes()
     keys = {k[len(prefix):] for k in arrays if isinstance(k, str) and k.startswith(prefix)}
     if keys != set(shapes):
         raise DecodeError(f"{prefix}network: expected arrays {sorted(shapes)}, got {sorted(keys)}")
-    module = _skeleton(spec).to_empty(device="cpu")
+    checked = [check_float32(arrays[prefix + name], prefix + name, shape)
+               for name, shape in shapes.items()]
+    return _loaded(skeleton(spec), checked)
+
+
+def check_float32(array: object, name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """``array`` if it is a finite float32 array of ``shape``; ``DecodeError`` otherwise."""
+    if not isinstance(array, np.ndarray) or array.dtype != np.float32:
+        raise DecodeError(f"{name}: expected float32, got "
+                          f"{getattr(array, 'dtype', type(array).__name__)}")
+    if array.shape != shape:
+        raise DecodeError(f"{name}: expected shape {shape}, got {array.shape}")
+    if not np.all(np.isfinite(array)):
+        raise DecodeError(f"{name}: contains NaN or inf")
+    return array
+
+
+def pack_modules(modules: Sequence[nn.Module], shapes: Shapes, prefix: str = ""
+                 ) -> dict[str, np.ndarray]:
+    """Each parameter of ``modules`` (all of layout ``shapes``) stacked over the modules."""
+    per_module = [module_arrays(module, shapes) for module in modules]
+    return {prefix + name: np.stack([arrays[i] for arrays in per_module])
+            for i, name in enumerate(shapes)}
+
+
+def unpack_modules(
+    arrays: Mapping[str, np.ndarray],
+    prefix: str,
+    shapes: Shapes,
+    count: int,
+    skeleton: Callable[[], nn.Module],
+) -> list[nn.Module]:
+    """``count`` modules from stacked arrays (``pack_modules`` output); ``DecodeError`` on a fault.
+
+    Checks that each ``prefix + name`` is finite float32 of shape (count, *shapes[name]); the
+    caller checks the key set. ``skeleton`` makes an unallocated module (no random draws).
+    """
+    stacked = [check_float32(arrays[prefix + name], prefix + name, (count, *shape))
+               for name, shape in shapes.items()]
+    return [_loaded(skeleton(), [array[k] for array in stacked]) for k in range(count)]
+
+
+def stacked_forward(spec: NetworkSpec, params: Sequence[torch.Tensor], x: torch.Tensor
+                    ) -> torch.Tensor:
+    """Outputs (L, n, out) of L networks of ``spec`` on the same inputs ``x`` (n, in), float32.
+
+    ``params`` are the spec's arrays in ``array_shapes`` order, each stacked over the L networks.
+    The first layer of all networks is one matrix product; later layers are batched products.
+    """
+    count, n_layers = params[0].shape[0], len(spec.sizes) - 1
+    activation = ACTIVATIONS[spec.activation]()
+    width = spec.sizes[1]
+    h = nn.functional.linear(x, params[0].reshape(count * width, -1), params[1].reshape(-1))
+    h = h.reshape(len(x), count, width).transpose(0, 1)
+    for i in range(1, n_layers):
+        h = torch.baddbmm(params[2 * i + 1].unsqueeze(1), activation(h),
+                          params[2 * i].transpose(1, 2))
+    if spec.output_bound is not None:
+        h = nn.functional.hardtanh(h, -spec.output_bound, spec.output_bound)
+    return h
+
+
+def _loaded(skeleton: nn.Module, arrays: Sequence[np.ndarray]) -> nn.Module:
+    """``skeleton`` allocated on the CPU with ``arrays`` as its parameters, in order."""
+    module = skeleton.to_empty(device="cpu")
     with torch.no_grad():
-        for (name, shape), param in zip(shapes.items(), module.parameters()):
-            array = arrays[prefix + name]
-            if not isinstance(array, np.ndarray) or array.dtype != np.float32:
-                raise DecodeError(f"{prefix}{name}: expected float32, got "
-                                  f"{getattr(array, 'dtype', type(array).__name__)}")
-            if array.shape != shape:
-                raise DecodeError(f"{prefix}{name}: expected shape {shape}, got {array.shape}")
-            if not np.all(np.isfinite(array)):
-                raise DecodeError(f"{prefix}{name}: contains NaN or inf")
+        for array, param in zip(arrays, module.parameters()):
             param.copy_(torch.from_numpy(array))
     return module
 
 
-def _skeleton(spec: NetworkSpec) -> Network:
+def skeleton(spec: NetworkSpec) -> Network:
     """The network's structure without allocating or initialising weights (no RNG draws)."""
     with torch.device("meta"):
         return Network(spec)

@@ -49,3 +49,8 @@ RADIUS = "radius"
 
 # -- FedDR -----------------------------------------------------------------------------------
 DR_XHAT = "xhat"  # x_hat_i (also the sync value of a re-sent one)
+
+# -- FFGB family -----------------------------------------------------------------------------
+DELTA = "delta"  # ConfigRecord: an ensemble delta's header and learner specs (functions.ensembles)
+DELTA_ARRAYS = "delta-arrays"  # ArrayRecord: its packed arrays
+ORACLE_ERROR = "oracle-error"  # train reply metric: RMS of target - fit at the last local step

@@ -8,15 +8,17 @@ cast to float32 and a sample goes left when ``x[feature] <= threshold``; leaves 
 scikit-learn's float64 midpoint), which sends the same float32 inputs the same way, so predictions
 stay bit-identical while each threshold costs 4 bytes.
 
-Wire format, keys under a caller's prefix (the number of features and outputs never travel; both
-sides know them): ``children_left``, ``children_right``, ``feature`` (int32, n_nodes),
-``threshold`` (float32 or float64, n_nodes), ``value`` (float32 or float64, (n_nodes, n_outputs)).
+Wire format of one tree, keys under a caller's prefix (the number of features and outputs never
+travel; both sides know them): ``children_left``, ``children_right``, ``feature`` (int32,
+n_nodes), ``threshold`` (float32 or float64, n_nodes), ``value`` (float32 or float64, (n_nodes,
+n_outputs)). Many trees travel packed in preorder (``functions.forest``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -28,12 +30,21 @@ FIELDS = ("children_left", "children_right", "feature", "threshold", "value")
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
+@dataclass(frozen=True)
+class TreeSpec:
+    """What a tree maps from and to: all trees of one ensemble share it, whatever their shape."""
+
+    n_features: int
+    n_outputs: int
+    kind: ClassVar[str] = "tree"
+
+
 @dataclass(frozen=True, eq=False)
 class TreeArrays:
     """A binary tree of axis-aligned splits with a vector of outputs per node (root = node 0).
 
     Construction checks that the arrays form one tree (see ``check_tree``), so ``predict``
-    always terminates.
+    always terminates, and records its depth.
     """
 
     children_left: np.ndarray
@@ -42,9 +53,10 @@ class TreeArrays:
     threshold: np.ndarray
     value: np.ndarray
     n_features: int
+    _depth: int = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        check_tree(self)
+        object.__setattr__(self, "_depth", check_tree(self))
 
     @property
     def n_nodes(self) -> int:
@@ -53,6 +65,15 @@ class TreeArrays:
     @property
     def n_outputs(self) -> int:
         return self.value.shape[1]
+
+    @property
+    def depth(self) -> int:
+        """Length of the longest root-to-leaf path (a single leaf has depth 0)."""
+        return self._depth
+
+    @property
+    def spec(self) -> TreeSpec:
+        return TreeSpec(self.n_features, self.n_outputs)
 
     def apply(self, x: np.ndarray) -> np.ndarray:
         """The index of the leaf each row of ``x`` falls into (scikit-learn's ``apply``)."""
@@ -75,8 +96,8 @@ class TreeArrays:
         return self.value[self.apply(x)]
 
 
-def check_tree(tree: TreeArrays) -> None:
-    """Raise ``ValueError`` unless the arrays form a single finite tree rooted at node 0.
+def check_tree(tree: TreeArrays) -> int:
+    """The tree's depth; ``ValueError`` unless the arrays form a single finite tree rooted at 0.
 
     Checks dtypes, equal lengths, leaves (both children -1, feature -2), internal nodes (children
     in [1, n), feature in [0, n_features), finite threshold), that every node but the root has
@@ -114,15 +135,18 @@ def check_tree(tree: TreeArrays) -> None:
         raise ValueError("a split threshold is NaN or inf")
     if np.any(np.bincount(children, minlength=n)[1:] != 1):
         raise ValueError("some node has no parent or several parents")
-    reached, frontier = 1, np.array([0])
-    while frontier.size:  # each node has one parent, so a level never repeats a node
+    reached, depth, frontier = 1, 0, np.array([0])
+    while True:  # each node has one parent, so a level never repeats a node
         frontier = frontier[inner[frontier]]
+        if not frontier.size:
+            break
         frontier = np.concatenate([left[frontier], right[frontier]])
-        reached += frontier.size
+        reached, depth = reached + frontier.size, depth + 1
     if reached != n:
         raise ValueError(f"only {reached} of {n} nodes are reachable from the root (a cycle)")
     if not np.all(np.isfinite(value)):
         raise ValueError("a node value is NaN or inf")
+    return depth
 
 
 def from_sklearn(estimator: object, value_dtype: type = np.float64) -> TreeArrays:
@@ -142,17 +166,22 @@ def from_sklearn(estimator: object, value_dtype: type = np.float64) -> TreeArray
         value = value / normaliser
     else:
         value = value[:, :, 0]
-    threshold = tree.threshold.astype(np.float32)
-    above = threshold > tree.threshold
-    threshold[above] = np.nextafter(threshold[above], np.float32(-np.inf))
     return TreeArrays(
         children_left=tree.children_left.astype(np.int32),
         children_right=tree.children_right.astype(np.int32),
         feature=tree.feature.astype(np.int32),
-        threshold=threshold,
+        threshold=round_down_float32(tree.threshold),
         value=np.ascontiguousarray(value, dtype=value_dtype),
         n_features=int(estimator.n_features_in_),
     )
+
+
+def round_down_float32(threshold: np.ndarray) -> np.ndarray:
+    """The largest float32 not above each value: float32 inputs split the same way by it."""
+    rounded = threshold.astype(np.float32)
+    above = rounded > threshold
+    rounded[above] = np.nextafter(rounded[above], np.float32(-np.inf))
+    return rounded
 
 
 def encode_tree(tree: TreeArrays, prefix: str = "") -> dict[str, np.ndarray]:

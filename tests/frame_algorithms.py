@@ -58,7 +58,7 @@ class BoostedTreesStrategy(FederatedStrategy):
         n_features = int(np.prod(self.task.input_shape))
         self.ensemble = Ensemble.constant(np.zeros(self.task.num_classes), n_features)
         self.roster: Roster | None = None
-        self.version_of: dict[int, int] = {}  # the version each node's predictions are at
+        self.version_of: dict[int, int | None] = {}  # each node's predictions' version (None: none)
         self.sent: dict[int, int] = {}
 
     def summary(self) -> None:
@@ -76,7 +76,7 @@ class BoostedTreesStrategy(FederatedStrategy):
                         grid: Grid) -> Iterable[Message]:
         if self.roster is None:
             self.roster, _ = Roster.query(grid, self.label, server_round)
-            self.version_of = {n: 0 for n in self.roster.node_ids}
+            self.version_of = {n: None for n in self.roster.node_ids}
         messages = []
         for node in self.roster.node_ids:  # each node gets what it lacks, and only that
             self.sent[node] = self.ensemble.version
@@ -87,7 +87,7 @@ class BoostedTreesStrategy(FederatedStrategy):
 
     def _checked(self, reply: Message) -> Delta:
         delta = _read_delta(reply.content)
-        if delta.since != self.ensemble.version or len(delta.learners) != 1:
+        if delta.full or delta.since != self.ensemble.version or len(delta.learners) != 1:
             raise ValueError(f"expected one learner after version {self.ensemble.version}")
         return delta
 
@@ -98,7 +98,7 @@ class BoostedTreesStrategy(FederatedStrategy):
         for node in [*screened.accepted, *screened.dropped]:  # they applied what was sent
             self.version_of[node] = self.sent[node]
         for node in screened.errors:  # unknown: send everything next time
-            self.version_of[node] = 0
+            self.version_of[node] = None
         deltas = list(screened.in_order(self.roster.node_ids).values())
         if deltas:
             self.ensemble = average(self.ensemble, deltas, [1.0 / len(deltas)] * len(deltas))
@@ -113,7 +113,7 @@ class BoostedTreesStrategy(FederatedStrategy):
         return None
 
     def state_record(self) -> RecordDict:
-        return RecordDict(_delta_records(*encode_delta(self.ensemble, 0)))
+        return RecordDict(_delta_records(*encode_delta(self.ensemble, None)))
 
     def load_state_record(self, state: RecordDict) -> None:
         self.ensemble = self.ensemble.apply(_read_delta(state))
@@ -125,7 +125,7 @@ def boosted_trees_train(job: ClientJob) -> RecordDict:
     data, state = job.data, job.state
     x = data.x_train.reshape(len(data.x_train), -1)
     delta = _read_delta(RecordDict({k: job.content[k] for k in (DELTA, DELTA_ARRAYS)}))
-    if delta.since == 0:
+    if delta.full:
         values = np.tile(delta.base, (len(x), 1))
     elif "trees.version" in state and state["trees.version"]["version"] == delta.since:
         values = state["trees.values"]["values"].numpy() * delta.scale
@@ -136,9 +136,9 @@ def boosted_trees_train(job: ClientJob) -> RecordDict:
     state["trees.values"] = arrays_to_record({"values": values})
     state["trees.version"] = ConfigRecord({"version": delta.version})
     residual = np.eye(delta.n_outputs)[data.y_train] - values
-    tree = from_sklearn(DecisionTreeRegressor(max_depth=3, random_state=0).fit(x, residual))
-    base = np.zeros(delta.n_outputs) if delta.version == 0 else None
-    reply = Delta(delta.version, 1.0, (tree,), (STEP,), delta.n_features, delta.n_outputs, base)
+    tree = from_sklearn(DecisionTreeRegressor(max_depth=3, random_state=0).fit(x, residual),
+                        value_dtype=np.float32)
+    reply = Delta(delta.version, 1.0, (tree,), (STEP,), delta.n_features, delta.n_outputs)
     return RecordDict(_delta_records(*pack_delta(reply)))
 
 

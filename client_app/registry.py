@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from client_app import fedavg, feddr, fedfw
+from client_app import fedavg, feddr, fedfw, ffgb
 from client_app.job import ClientProcedure
 from tasks.errors import ConfigError
 
@@ -20,6 +20,9 @@ CLIENT_HALVES: dict[str, Mapping[str, ClientProcedure]] = {
     "fedfw-plus": fedfw.HANDLERS,
     "fedfw-sto": fedfw.HANDLERS,
     "feddr": feddr.HANDLERS,
+    "ffgb": ffgb.HANDLERS,
+    "ffgb-c": ffgb.HANDLERS,
+    "ffgb-l": ffgb.HANDLERS,
 }
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 from run_config.common import RunSettings
 from run_config.feddr import feddr_settings
 from run_config.fedfw import fedfw_settings
+from run_config.ffgb import ffgb_settings
 
-FAMILY_TABLES = (fedfw_settings, feddr_settings)
+FAMILY_TABLES = (fedfw_settings, feddr_settings, ffgb_settings)
 
 
 def validate_tables(settings: RunSettings) -> None:

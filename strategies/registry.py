@@ -14,6 +14,7 @@ from run_config.common import RunSettings
 from strategies.base import FederatedStrategy
 from strategies.fedavg import build_fedavg, build_fedprox, build_projected_fedavg
 from strategies.feddr import build_feddr
+from strategies.ffgb import build_ffgb
 from strategies.fedfw import build_fedfw
 from tasks.errors import ConfigError
 
@@ -47,6 +48,11 @@ ALGORITHMS: dict[str, ServerAlgorithm] = {
                         build_feddr),
         ServerAlgorithm("fedavg-proj", "FedAvg whose average is projected onto D",
                         build_projected_fedavg),
+        ServerAlgorithm("ffgb", "Federated functional gradient boosting with residuals",
+                        build_ffgb),
+        ServerAlgorithm("ffgb-c", "FFGB.C, clipped learners and residuals", build_ffgb),
+        ServerAlgorithm("ffgb-l", "FFGB.L, square loss, Lipschitz extension, Sobolev oracle",
+                        build_ffgb),
     )
 }
 

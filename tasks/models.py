@@ -9,6 +9,8 @@ Layers are named (``fc1.weight``, ...) and their order is fixed, because the
 - dnn: two hidden layers of 100 ReLU units. The FedFW paper trains "a DNN with two hidden
   layers" on Synthetic; its code's two-hidden-layer net (``DNN2``, pFedMe lineage) is
   100-100. (Its Synthetic run uses ``DNN(60, 20, 10)``, one hidden layer of 20.)
+- mlp32: the FFGB paper's MNIST weak learner as a whole model (two hidden layers of 32,
+  leaky ReLU 0.01): FedAvg with it is the paper's FedAvg baseline (section 4.1).
 - cnn: FedFW's MNIST CNN: conv 5x5 (32) - max-pool 2 - conv 5x5 (64) - max-pool 2 -
   fc 128 - fc out, ReLU after each hidden layer; for any (C, H, W) input with H, W >= 16.
 """
@@ -21,9 +23,10 @@ from torch import nn
 from tasks.datasets import TaskData
 from tasks.errors import ConfigError
 
-MODEL_NAMES = ("mclr", "mlp", "dnn", "cnn")
+MODEL_NAMES = ("mclr", "mlp", "mlp32", "dnn", "cnn")
 MLP_HIDDEN = 128
 DNN_HIDDEN = (100, 100)
+FFGB_HIDDEN = (32, 32)
 CNN_CHANNELS = (32, 64)
 CNN_HIDDEN = 128
 CNN_KERNEL = 5
@@ -44,8 +47,9 @@ def build_model(
         torch.default_generator.manual_seed(seed)
         if name == "cnn":
             return _cnn(tuple(input_shape), num_outputs)
-        widths = {"mclr": (), "mlp": (MLP_HIDDEN,), "dnn": DNN_HIDDEN}[name]
-        return _fully_connected(_numel(input_shape), widths, num_outputs)
+        widths = {"mclr": (), "mlp": (MLP_HIDDEN,), "mlp32": FFGB_HIDDEN, "dnn": DNN_HIDDEN}[name]
+        activation = nn.LeakyReLU(0.01) if name == "mlp32" else nn.ReLU()
+        return _fully_connected(_numel(input_shape), widths, num_outputs, activation)
 
 
 def model_for(name: str, task: TaskData, seed: int) -> nn.Module:
@@ -60,11 +64,12 @@ def _numel(shape: tuple[int, ...]) -> int:
     return size
 
 
-def _fully_connected(inputs: int, widths: tuple[int, ...], outputs: int) -> nn.Sequential:
-    """Flatten, then Linear layers of the given hidden widths with ReLU in between."""
+def _fully_connected(inputs: int, widths: tuple[int, ...], outputs: int,
+                     activation: nn.Module) -> nn.Sequential:
+    """Flatten, then Linear layers of the given hidden widths with ``activation`` in between."""
     layers: list[tuple[str, nn.Module]] = [("flatten", nn.Flatten())]
     for i, width in enumerate(widths, start=1):
-        layers += [(f"fc{i}", nn.Linear(inputs, width)), (f"relu{i}", nn.ReLU())]
+        layers += [(f"fc{i}", nn.Linear(inputs, width)), (f"relu{i}", activation)]
         inputs = width
     layers.append((f"fc{len(widths) + 1}", nn.Linear(inputs, outputs)))
     return nn.Sequential(OrderedDict(layers))

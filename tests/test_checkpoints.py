@@ -18,7 +18,7 @@ from tests.helpers import RUN_NAME
 # partial participation everywhere, so the restored RNG state matters
 SMALL = {"task": "synthetic", "num-server-rounds": 4, "fraction-train": 0.5,
          "fedfw.participation": 0.5, "feddr.participation": 0.5, "local-epochs": 0,
-         "local-steps": 3, "learning-rate": 0.05}
+         "local-steps": 3, "learning-rate": 0.05, "ffgb.local-steps": 2, "ffgb.oracle-steps": 10}
 
 
 class ServerCrash(Exception):

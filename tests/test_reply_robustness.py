@@ -33,7 +33,7 @@ from tests.helpers import run_app
 
 NODES = 4
 CONFIG = {"task": "synthetic", "fedfw.gap": True, "central-evaluation": False,
-          "local-epochs": 0, "local-steps": 2}
+          "local-epochs": 0, "local-steps": 2, "ffgb.local-steps": 2, "ffgb.oracle-steps": 10}
 COUNT_KEYS = (NUM_EXAMPLES, TRAIN_EXAMPLES)
 PROPERTY = settings(max_examples=20, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow])

@@ -1,0 +1,160 @@
+"""Client half of FFGB, FFGB.C and FFGB.L (Algorithms 2, 5, 4 of the FFGB paper).
+
+A node never holds the global ensemble: it keeps f's values on its own training points and test
+shard, at a version, and applies each delta the server sends (only the learners it lacks;
+``functions.ensembles``). It also keeps, until the next delta, the values of its own last
+learners: the server does not send a node back what it sent (the paper's (N - 1) K down), but
+says how they entered the average (``own_count``, ``own_factor``). A delta the node cannot apply
+(it lost its state, or missed a message) is an error reply; the server then sends everything.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from flwr.app import ConfigRecord, MetricRecord, RecordDict
+
+from client_app.job import ClientJob
+from client_app.node_info import describe_node
+from client_app.node_state import LostStateError
+from functions.ensembles import Delta, PredictionCache, pack_delta, unpack_delta, weighted_sum
+from functions.params import arrays_to_record, record_to_arrays
+from functions.protocol import (
+    CONFIG,
+    DELTA,
+    DELTA_ARRAYS,
+    EVALUATE,
+    LAST_ACCEPTED,
+    METRICS,
+    NUM_EXAMPLES,
+    ORACLE_ERROR,
+    QUERY_NODE,
+    SERVER_ROUND,
+    TEST_CORRECT_SUM,
+    TEST_LOSS_SUM,
+    TRAIN,
+    TRAIN_EXAMPLES,
+    TRAIN_LOSS_SUM,
+)
+from oracles.boosting import ffgb_increment, ffgb_l_increment
+from oracles.lipschitz import LipschitzExtension, data_lipschitz_constant
+from oracles.weak_learning import boosting_oracle, clip_learner, fit_seed, lipschitz_oracle
+from run_config.ffgb import FFGBSettings, delta_limits, ffgb_settings, learner_spec
+from tasks.federation import LocalData
+
+CACHE, VALUES = "ffgb.cache", "ffgb.values"  # {version}, {train, test}: f on this node's data
+OWN, OWN_VALUES = "ffgb.own", "ffgb.own-values"  # {round, count}, {train, test}: own learners
+
+
+def _flat(x: np.ndarray) -> np.ndarray:
+    return x.reshape(len(x), -1)
+
+
+def _read_delta(job: ClientJob, ffgb: FFGBSettings) -> Delta:
+    config, arrays = job.content[DELTA], job.content[DELTA_ARRAYS]
+    return unpack_delta(dict(config), record_to_arrays(arrays),
+                        delta_limits(ffgb, job.data.task))
+
+
+def _own_values(job: ClientJob, delta: Delta) -> dict[str, np.ndarray] | None:
+    """This node's pending own contribution, if the delta includes it."""
+    if delta.own_count == 0:
+        return None
+    own = job.state.get(OWN)
+    accepted = job.content[CONFIG][LAST_ACCEPTED]
+    if own is None or own["round"] != accepted or own["count"] != delta.own_count:
+        raise LostStateError(f"the delta includes {delta.own_count} learners of this node from "
+                             f"round {accepted}, which it does not hold")
+    return {k: v.numpy() for k, v in job.state[OWN_VALUES].items()}
+
+
+def current_values(job: ClientJob, ffgb: FFGBSettings) -> tuple[int, dict[str, np.ndarray]]:
+    """Apply the message's delta to the node's values of f; return the version and the values
+    on ``train`` and ``test`` (float64, (n, outputs))."""
+    delta = _read_delta(job, ffgb)
+    data, state = job.data, job.state
+    points = {"train": _flat(data.x_train), "test": _flat(data.x_test)}
+    own = _own_values(job, delta)
+    if delta.full:
+        version, values = 0, {name: None for name in points}
+    elif CACHE not in state:
+        raise LostStateError("no FFGB values on this node; the server will send everything")
+    else:
+        version = int(state[CACHE]["version"])
+        values = {name: array.numpy() for name, array in state[VALUES].items()}
+    updated = {}
+    for name, x in points.items():
+        cache = PredictionCache(x, version, values[name])
+        updated[name] = cache.update(delta, None if own is None else own[name])
+    for key in (OWN, OWN_VALUES):  # included now, or not accepted
+        if key in state:
+            del state[key]
+    state[CACHE] = ConfigRecord({"version": delta.version})
+    state[VALUES] = arrays_to_record(updated)
+    return delta.version, updated
+
+
+def _increment(ffgb: FFGBSettings, job: ClientJob, f_train: np.ndarray, t: int):  # noqa: ANN202
+    """This node's K local steps of round t (0-based) from f^t's values on its points."""
+    data, task = job.data, job.data.task
+    spec = learner_spec(ffgb, task)
+    loss = ffgb.loss(task)
+    etas = ffgb.steps.etas(t)
+
+    def seed_of(k: int) -> int:
+        # FFGB.L's oracle calls do not depend on t (Remark 3.1): the same learners every round
+        return fit_seed(job.settings.seed, 0 if ffgb.variant == "ffgb-l" else t,
+                        data.partition_id, k)
+
+    if ffgb.variant == "ffgb-l":
+        targets = loss.targets(data.y_train)
+        lipschitz = ffgb.lipschitz or data_lipschitz_constant(data.x_train, targets)
+        extension = LipschitzExtension.of(data.x_train, targets, lipschitz)
+        fit = lipschitz_oracle(spec, data.x_train, extension, ffgb.oracle, seed_of)
+        return ffgb_l_increment(targets, etas, fit, ffgb.residual)
+    fit = boosting_oracle(spec, data.x_train, ffgb.oracle, ffgb.variant == "ffgb-c",
+                          ffgb.tree_depth, seed_of)
+    return ffgb_increment(f_train, data.y_train, loss, etas, ffgb.mu, fit, ffgb.residual,
+                          ffgb.clipping(task), clip_learner)
+
+
+def train(job: ClientJob) -> RecordDict:
+    """K local boosting steps from f^t; reply with the K learners, their weights and the scale."""
+    ffgb = ffgb_settings(job.settings)
+    data, t = job.data, int(job.content[CONFIG][SERVER_ROUND])
+    version, values = current_values(job, ffgb)
+    increment = _increment(ffgb, job, values["train"], t - 1)
+    own_test = weighted_sum(increment.learners, increment.weights, _flat(data.x_test),
+                            data.task.num_outputs)
+    job.state[OWN] = ConfigRecord({"round": t, "count": len(increment.learners)})
+    job.state[OWN_VALUES] = arrays_to_record({"train": increment.own_values, "test": own_test})
+    reply = Delta(version, increment.scale, tuple(increment.learners),
+                  tuple(increment.weights), int(_flat(data.x_train).shape[1]),
+                  data.task.num_outputs)
+    config, arrays = pack_delta(reply)
+    return RecordDict({DELTA: ConfigRecord(config), DELTA_ARRAYS: arrays_to_record(arrays),
+                       METRICS: MetricRecord({ORACLE_ERROR: increment.oracle_error})})
+
+
+def evaluation_sums(ffgb: FFGBSettings, data: LocalData, values: dict[str, np.ndarray]
+                    ) -> MetricRecord:
+    """Loss sums and counts of f (clipped to B for FFGB.C) on the node's test shard and data."""
+    loss, bound = ffgb.loss(data.task), ffgb.final_bound(data.task)
+    if bound is not None:
+        values = {k: np.clip(v, -bound, bound) for k, v in values.items()}
+    test_loss, correct = loss.sums(values["test"], data.y_test)
+    train_loss, _ = loss.sums(values["train"], data.y_train)
+    record = MetricRecord({NUM_EXAMPLES: len(data.y_test), TEST_LOSS_SUM: test_loss,
+                           TRAIN_LOSS_SUM: train_loss, TRAIN_EXAMPLES: len(data.y_train)})
+    if correct is not None:
+        record[TEST_CORRECT_SUM] = correct
+    return record
+
+
+def evaluate(job: ClientJob) -> RecordDict:
+    """Apply the round's delta, then report f's loss sums on this node's data."""
+    ffgb = ffgb_settings(job.settings)
+    _, values = current_values(job, ffgb)
+    return RecordDict({METRICS: evaluation_sums(ffgb, job.data, values)})
+
+
+HANDLERS = {TRAIN: train, EVALUATE: evaluate, QUERY_NODE: describe_node}

@@ -1,0 +1,59 @@
+"""Pointwise losses of a function's outputs and their functional gradients (FFGB paper, eq. 6).
+
+On an empirical measure the functional gradient of R_i at g is, at each data point x_j,
+grad_1 l(g(x_j), y_j): for cross-entropy softmax(g(x_j)) - onehot(y_j), for the square loss
+g(x_j) - y_j. Nothing is divided by the number of points: that is the L2(alpha_i) gradient.
+
+The reported loss is the task's (as for every algorithm of the project): mean cross-entropy, or
+the mean over points of the squared error summed over outputs (regression: the task's MSE).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import log_softmax, softmax
+
+CROSS_ENTROPY = "cross-entropy"
+SQUARE = "square"
+
+
+@dataclass(frozen=True)
+class PointwiseLoss:
+    """A loss l(f(x), y) on outputs (n, c) against labels (class ids) or targets (n, c)."""
+
+    kind: str
+    num_classes: int  # 0: targets are given as values (regression)
+
+    def __post_init__(self) -> None:
+        if self.kind not in (CROSS_ENTROPY, SQUARE):
+            raise ValueError(f"unknown loss {self.kind!r}")
+        if self.kind == CROSS_ENTROPY and self.num_classes < 2:
+            raise ValueError("cross-entropy needs class labels")
+
+    def targets(self, y: np.ndarray) -> np.ndarray:
+        """Labels as float64 outputs: one-hot rows for classes, (n, 1) columns for values."""
+        if self.num_classes:
+            return np.eye(self.num_classes)[np.asarray(y, dtype=np.int64)]
+        return np.asarray(y, dtype=np.float64).reshape(len(y), -1)
+
+    def gradient(self, f: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """grad_1 l(f(x_j), y_j) at every point: (n, c) float64."""
+        if self.kind == CROSS_ENTROPY:
+            return softmax(f, axis=1) - self.targets(y)
+        return f - self.targets(y)
+
+    def values(self, f: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """The loss at every point (n,): cross-entropy, or the squared error summed over outputs."""
+        if self.kind == CROSS_ENTROPY:
+            return -log_softmax(f, axis=1)[np.arange(len(f)), np.asarray(y, dtype=np.int64)]
+        return np.sum((f - self.targets(y)) ** 2, axis=1)
+
+    def sums(self, f: np.ndarray, y: np.ndarray) -> tuple[float, float | None]:
+        """Summed loss over the points, and the number of correct argmax predictions (None for
+        regression): what a node reports and the server combines."""
+        loss = float(self.values(f, y).sum()) if len(f) else 0.0
+        if not self.num_classes:
+            return loss, None
+        return loss, float(np.sum(np.argmax(f, axis=1) == np.asarray(y))) if len(f) else 0.0

@@ -1,0 +1,213 @@
+"""The weak-learning oracles of the FFGB paper (appendix B.3): fit a small learner to a target
+function given by its values on the node's points.
+
+- WO2 (eq. 23): least squares, mean((h(x) - phi(x))^2), by Adam on minibatches (the paper: Adam,
+  1000 steps, lr 0.005; the authors' code: minibatches of 128 and a freshly initialised network
+  per call, as here). MLPs take the hand-written fast path (``oracles.mlp_least_squares``).
+- WO-infinity (eq. 24): the sup over the points of ||h(x) - phi(x)||^2, through the smooth
+  p-mean (mean_j e_j^p)^(1/p), which tends to the max as p grows.
+- WO-lip (eq. 25): that sup term plus the mean squared error of the input Jacobians at sample
+  points of the node's domain (Sobolev training), the integral over X estimated by Monte Carlo.
+- trees: scikit-learn's CART regression tree (least squares), for every variant (a tree has no
+  input gradient, so FFGB.L needs a network).
+
+Every oracle returns the learner as it travels (float32 weights, float32 leaf values) with its
+values on the points, so the node steps with exactly the function the others will receive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+from sklearn.tree import DecisionTreeRegressor
+from torch import nn
+
+from functions.learners import build_learner
+from functions.networks import NetworkSpec
+from functions.trees import TreeArrays, from_sklearn
+from oracles.boosting import Fitted
+from oracles.lipschitz import LipschitzExtension
+from oracles.mlp_least_squares import ACTIVATIONS, fit_mlp_least_squares
+
+
+@dataclass(frozen=True)
+class OracleSettings:
+    """How an oracle trains a network: Adam steps, step size, minibatch (0: all points)."""
+
+    steps: int = 500
+    lr: float = 0.005
+    batch_size: int = 128
+    sup_p: float = 8.0  # p of the smooth sup (WO-infinity, WO-lip)
+    sobolev_weight: float = 1.0  # weight of the Jacobian term of WO-lip
+    sobolev_samples: int = 256  # Monte-Carlo points of WO-lip's integral, drawn once per fit
+
+
+def minibatches(n: int, batch_size: int, steps: int, rng: np.random.Generator
+                ) -> Iterator[np.ndarray]:
+    """``steps`` index batches from shuffled passes over n points (all n if batch_size is 0)."""
+    size = n if batch_size <= 0 else min(batch_size, n)
+    order, at = rng.permutation(n), 0
+    for _ in range(steps):
+        if at + size > n:
+            order, at = rng.permutation(n), 0
+        yield order[at:at + size]
+        at += size
+
+
+def new_network(spec: object, seed: int) -> nn.Module:
+    """A freshly initialised learner of ``spec``; the global torch RNG is left as it was."""
+    with torch.random.fork_rng(devices=[]):
+        torch.default_generator.manual_seed(seed)
+        return build_learner(spec)
+
+
+def _fitted(network: nn.Module, x: np.ndarray) -> Fitted:
+    network.eval()
+    return Fitted(network, network.predict(x))
+
+
+def _adam(network: nn.Module, loss_of: Callable[[np.ndarray], torch.Tensor],
+          batches: Iterator[np.ndarray], lr: float) -> None:
+    optimiser = torch.optim.Adam(network.parameters(), lr=lr)
+    network.train()
+    for index in batches:
+        optimiser.zero_grad(set_to_none=True)
+        loss_of(index).backward()
+        optimiser.step()
+
+
+def _tensors(x: np.ndarray, target: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    return (torch.as_tensor(np.asarray(x, dtype=np.float32).reshape(len(x), -1)),
+            torch.as_tensor(np.asarray(target, dtype=np.float32)))
+
+
+def fit_least_squares(spec: object, x: np.ndarray, target: np.ndarray, settings: OracleSettings,
+                      seed: int, fast: bool = True) -> Fitted:
+    """WO2: a network of ``spec`` fitted to ``target`` (n, c) on the points ``x``."""
+    network = new_network(spec, seed)
+    xt, tt = _tensors(x, target)
+    rng = np.random.default_rng(seed)
+    batches = minibatches(len(xt), settings.batch_size, settings.steps, rng)
+    if (fast and isinstance(spec, NetworkSpec) and spec.output_bound is None
+            and spec.activation in ACTIVATIONS):
+        fit_mlp_least_squares(network, spec.activation, xt, tt, batches, settings.lr)
+    else:
+        _adam(network, lambda i: ((network(xt[i]) - tt[i]) ** 2).mean(), batches, settings.lr)
+    return _fitted(network, x)
+
+
+def smooth_max(errors: torch.Tensor, p: float) -> torch.Tensor:
+    """(mean_j e_j^p)^(1/p) of non-negative errors, scaled by their max for stability."""
+    top = errors.detach().max().clamp_min(1e-30)
+    return top * ((errors / top) ** p).mean() ** (1.0 / p)
+
+
+def fit_sup_norm(spec: object, x: np.ndarray, target: np.ndarray, settings: OracleSettings,
+                 seed: int) -> Fitted:
+    """WO-infinity: minimise the smooth sup over the points of ||h(x) - target||^2."""
+    network = new_network(spec, seed)
+    xt, tt = _tensors(x, target)
+    batches = minibatches(len(xt), settings.batch_size, settings.steps,
+                          np.random.default_rng(seed))
+    _adam(network, lambda i: smooth_max(((network(xt[i]) - tt[i]) ** 2).sum(1), settings.sup_p),
+          batches, settings.lr)
+    return _fitted(network, x)
+
+
+def input_jacobian(network: nn.Module, z: np.ndarray | torch.Tensor, create_graph: bool = False
+                   ) -> torch.Tensor:
+    """d network(z) / d z at every point: (m, c, d), one backward pass per output."""
+    zt = torch.as_tensor(z, dtype=torch.float32).detach().requires_grad_(True)
+    out = network(zt)
+    rows = [torch.autograd.grad(out[:, o].sum(), zt, create_graph=create_graph,
+                                retain_graph=True)[0] for o in range(out.shape[1])]
+    return torch.stack(rows, dim=1)
+
+
+def fit_sobolev(spec: object, x: np.ndarray, target: np.ndarray, points: np.ndarray,
+                target_jacobian: np.ndarray, settings: OracleSettings, seed: int) -> Fitted:
+    """WO-lip: the smooth sup of the value error on the node's points plus ``sobolev_weight``
+    times the mean squared Frobenius error of the input Jacobian at ``points`` (m, d), where
+    the target's Jacobian is ``target_jacobian`` (m, c, d)."""
+    network = new_network(spec, seed)
+    xt, tt = _tensors(x, target)
+    zt = torch.as_tensor(np.asarray(points, dtype=np.float32))
+    jt = torch.as_tensor(np.asarray(target_jacobian, dtype=np.float32))
+    rng = np.random.default_rng(seed)
+    point_batches = minibatches(len(zt), settings.batch_size, settings.steps, rng)
+
+    def loss_of(index: np.ndarray) -> torch.Tensor:
+        values = smooth_max(((network(xt[index]) - tt[index]) ** 2).sum(1), settings.sup_p)
+        z_index = next(point_batches)
+        jacobian = input_jacobian(network, zt[z_index], create_graph=True)
+        return values + settings.sobolev_weight * ((jacobian - jt[z_index]) ** 2).sum((1, 2)).mean()
+
+    _adam(network, loss_of, minibatches(len(xt), settings.batch_size, settings.steps, rng),
+          settings.lr)
+    return _fitted(network, x)
+
+
+def fit_tree(x: np.ndarray, target: np.ndarray, depth: int, seed: int) -> Fitted:
+    """A CART regression tree of at most ``depth`` levels, leaf values rounded to float32."""
+    flat = np.asarray(x, dtype=np.float32).reshape(len(x), -1)
+    estimator = DecisionTreeRegressor(max_depth=depth, random_state=seed).fit(flat, target)
+    tree = from_sklearn(estimator, value_dtype=np.float32)
+    return Fitted(tree, tree.predict(flat).astype(np.float64))
+
+
+def clip_learner(learner: object, bound: float) -> object:
+    """Pi_bound(h): the learner with its outputs clipped to [-bound, bound] (FFGB.C)."""
+    if isinstance(learner, TreeArrays):
+        return replace(learner, value=np.clip(learner.value, -bound, bound))
+    clipped = new_network(replace(learner.spec, output_bound=float(bound)), 0)
+    clipped.load_state_dict(learner.state_dict())
+    clipped.eval()
+    return clipped
+
+
+SeedOf = Callable[[int], int]  # local step k -> the seed of its fit
+
+
+def boosting_oracle(spec: object | None, x: np.ndarray, settings: OracleSettings,
+                    sup_norm: bool, tree_depth: int, seed_of: SeedOf) -> Callable[..., Fitted]:
+    """FFGB's and FFGB.C's oracle on the points ``x``: a tree when ``spec`` is None, else WO2
+    (FFGB) or WO-infinity (``sup_norm``: FFGB.C) with networks of ``spec``."""
+    flat = np.asarray(x, dtype=np.float32).reshape(len(x), -1)
+
+    def fit(target: np.ndarray, k: int) -> Fitted:
+        if spec is None:
+            return fit_tree(flat, target, tree_depth, seed_of(k))
+        method = fit_sup_norm if sup_norm else fit_least_squares
+        return method(spec, flat, target, settings, seed_of(k))
+
+    return fit
+
+
+def lipschitz_oracle(spec: object, x: np.ndarray, extension: LipschitzExtension,
+                     settings: OracleSettings, seed_of: SeedOf) -> Callable[..., Fitted]:
+    """FFGB.L's WO-lip on the points ``x``: fits a * u - sum(previous) in values and in input
+    Jacobian, the Jacobian matched at ``sobolev_samples`` points drawn uniformly in the bounding
+    box of ``x`` (the node's part of X), the same points for every local step."""
+    flat = np.asarray(x, dtype=np.float32).reshape(len(x), -1)
+    rng = np.random.default_rng(seed_of(0))
+    points = rng.uniform(flat.min(0), flat.max(0), size=(settings.sobolev_samples, flat.shape[1]))
+    u_jacobian = extension.jacobian(points)
+    calls = [0]
+
+    def fit(target: np.ndarray, multiple: float, previous: list) -> Fitted:
+        calls[0] += 1
+        jacobian = multiple * u_jacobian
+        for learner in previous:
+            jacobian = jacobian - input_jacobian(learner, points).numpy()
+        return fit_sobolev(spec, flat, target, points, jacobian, settings, seed_of(calls[0]))
+
+    return fit
+
+
+def fit_seed(seed: int, t: int, partition: int, k: int) -> int:
+    """The seed of one oracle call: run seed, round, node's partition and local step, so a
+    re-run (or a resumed run) fits the same learners."""
+    return int(np.random.SeedSequence([seed, t, partition, k]).generate_state(1)[0])

@@ -1,0 +1,333 @@
+"""Server half of FFGB, FFGB.C and FFGB.L: averages the nodes' functions, i.e. merges ensembles
+(Algorithm 1 of the FFGB paper), and keeps every node's copy current with deltas.
+
+The global function is a weighted ensemble with a version (``functions.ensembles``). Each message
+to a node carries what that node lacks since the version it holds (different for every node):
+learners it has not seen, the common rescaling, and, instead of the node's own learners of its
+last accepted round, the factor with which they entered the average. A node that failed gets the
+whole ensemble. Replies are checked against the run (architecture, size, the schedule's weights)
+before they count; the average is over the replies that pass, in partition order (appendix F:
+m of N nodes per round with ``fraction-train``). The server keeps its test-set predictions,
+updated from each round's new learners only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from logging import INFO
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.common.logger import log
+from flwr.serverapp import Grid
+
+from functions.ensembles import (
+    Delta,
+    Ensemble,
+    PredictionCache,
+    average,
+    pack_delta,
+    unpack_delta,
+)
+from functions.errors import DecodeError
+from functions.learners import learner_spec
+from functions.params import arrays_to_record, record_to_arrays
+from functions.protocol import (
+    CONFIG,
+    DELTA,
+    DELTA_ARRAYS,
+    EVALUATE,
+    LAST_ACCEPTED,
+    METRICS,
+    ORACLE_ERROR,
+    SERVER_ROUND,
+    TRAIN,
+)
+from functions.trees import TreeArrays
+from oracles.boosting import AVERAGE, DESCENT, round_coefficients
+from run_config.common import RunSettings
+from run_config.ffgb import FFGBSettings, check_task, delta_limits, ffgb_settings
+from run_config.ffgb import learner_spec as run_learner_spec
+from strategies.base import FederatedStrategy
+from strategies.evaluation import (
+    checked_metrics,
+    combine_evaluation_sums,
+    decode_evaluation_sums,
+)
+from strategies.node_book import NodeBook
+from strategies.roster import Roster
+from strategies.screening import exact_records, screen_replies
+from strategies.state_records import restore_rng, rng_record
+from tasks.datasets import TaskData
+from tasks.federation import task_for
+
+
+@dataclass(frozen=True)
+class OwnLearners:
+    """A node's learners of its last accepted round: appended at the update starting at
+    ``version``, sequence numbers ``first`` .. first + count - 1, averaged with ``fraction``."""
+
+    version: int
+    first: int
+    count: int
+    fraction: float
+
+
+@dataclass(frozen=True)
+class CheckedIncrement:
+    """A train reply that passed every check."""
+
+    delta: Delta
+    oracle_error: float
+
+
+class FFGBStrategy(FederatedStrategy):
+    """FFGB family on Flower's Message API: delta-synced ensembles, partial participation."""
+
+    label = "FFGB"
+
+    def __init__(self, ffgb: FFGBSettings, task: TaskData, central_evaluation: bool,
+                 fraction: float, seed: int) -> None:
+        self.ffgb, self.task, self.fraction = ffgb, task, fraction
+        self.spec = run_learner_spec(ffgb, task)
+        self.loss, self.bound = ffgb.loss(task), ffgb.final_bound(task)
+        self.limits = delta_limits(ffgb, task)
+        self.x_test = task.x_test.reshape(len(task.x_test), -1)
+        self.ensemble = Ensemble.constant(np.zeros(task.num_outputs), self.x_test.shape[1])
+        self.test_cache: PredictionCache | None = None
+        if central_evaluation:
+            self.test_cache = PredictionCache(self.x_test)
+            self.test_cache.update(self.ensemble.snapshot())
+        self.rng = np.random.default_rng(seed)
+        self.roster: Roster | None = None
+        self.book: NodeBook | None = None
+        self.version_of: dict[int, int | None] = {}  # what each node holds (None: nothing)
+        self.own_of: dict[int, OwnLearners] = {}
+        self.learners_up = self.learners_down = 0
+        self._roster_failures = 0
+
+    # -- set-up ---------------------------------------------------------------------------------
+    def summary(self) -> None:
+        f = self.ffgb
+        learner = f"tree of depth {f.tree_depth}" if self.spec is None else str(self.spec)
+        log(INFO, "\t%s: K=%d, %s steps (eta0=%s, mu=%s), residual=%s, learner %s, oracle %s",
+            f.variant, f.local_steps, f.steps.kind, f.steps.eta0, f.mu, f.residual, learner,
+            f.oracle)
+
+    def description(self) -> dict[str, Any]:
+        return {"kind": "ensemble", "learner": self.ffgb.learner,
+                "learners": len(self.ensemble.learners)}
+
+    def _start(self, grid: Grid, server_round: int) -> None:
+        self.roster, self._roster_failures = Roster.query(grid, self.label, server_round)
+        self.book = NodeBook(self.roster.node_ids, self.label)
+        self.version_of = {n: None for n in self.roster.node_ids}
+
+    # -- messages -------------------------------------------------------------------------------
+    def _delta_for(self, node: int) -> Delta:
+        """What ``node`` lacks: everything after a failure, else since the version it holds,
+        without its own learners of its last accepted round."""
+        own = self.own_of.pop(node, None)
+        since = self.version_of[node]
+        if self.book.needs_sync[node] or since is None or since < self.ensemble.offset:
+            return self.ensemble.snapshot()
+        if own is not None and since <= own.version:
+            factor = own.fraction * self.ensemble.scales_after(own.version)
+            return self.ensemble.delta(since, omit=(own.first, own.count), own_factor=factor)
+        return self.ensemble.delta(since)
+
+    def _message(self, node: int, server_round: int, kind: str) -> Message:
+        delta = self._delta_for(node)
+        config, arrays = pack_delta(delta)
+        content = RecordDict({
+            DELTA: ConfigRecord(config), DELTA_ARRAYS: arrays_to_record(arrays),
+            CONFIG: ConfigRecord({SERVER_ROUND: server_round,
+                                  LAST_ACCEPTED: self.book.last_accepted[node]}),
+        })
+        self.version_of[node] = self.ensemble.version
+        self.book.needs_sync[node] = False
+        self.learners_down += len(delta.learners)
+        return Message(content, node, kind, group_id=str(server_round))
+
+    def _sample(self) -> list[int]:
+        """A seeded sample of max(1, int(fraction n)) nodes in partition order (appendix F)."""
+        nodes = self.roster.node_ids
+        size = min(len(nodes), max(int(len(nodes) * self.fraction), 1))
+        if size == len(nodes):
+            return list(nodes)
+        return [nodes[i] for i in sorted(self.rng.choice(len(nodes), size, replace=False))]
+
+    # -- training -------------------------------------------------------------------------------
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        if self.roster is None:
+            self._start(grid, server_round)
+        nodes = self._sample()
+        log(INFO, "%s round %d: %d of %d nodes train; ensemble of %d learners", self.label,
+            server_round, len(nodes), len(self.roster.node_ids), len(self.ensemble.learners))
+        return [self._message(node, server_round, TRAIN) for node in nodes]
+
+    def _expected_coefficients(self, server_round: int) -> tuple[float, list[float]]:
+        form = AVERAGE if self.ffgb.variant == "ffgb-l" else DESCENT
+        return round_coefficients(self.ffgb.steps.etas(server_round - 1), self.ffgb.mu, form)
+
+    def _check_learner(self, learner: object) -> None:
+        """The run's architecture (and FFGB.C's clipping bound G2), nothing larger."""
+        clipping = self.ffgb.clipping(self.task)
+        if self.spec is None:
+            if not isinstance(learner, TreeArrays) or learner.depth > self.ffgb.tree_depth:
+                raise DecodeError(f"expected a tree of depth <= {self.ffgb.tree_depth}")
+            if clipping is not None and np.abs(learner.value).max() > clipping.learner_bound:
+                raise DecodeError(f"a leaf value exceeds G2 = {clipping.learner_bound}")
+            return
+        expected = self.spec
+        if clipping is not None:
+            expected = replace(expected, output_bound=float(clipping.learner_bound))
+        if learner_spec(learner) != expected:
+            raise DecodeError(f"a learner is not the run's {expected}")
+
+    def _checked_increment(self, server_round: int, reply: Message) -> CheckedIncrement:
+        records = exact_records(reply.content, {DELTA: ConfigRecord, DELTA_ARRAYS: ArrayRecord,
+                                                METRICS: MetricRecord})
+        delta = unpack_delta(dict(records[DELTA]), record_to_arrays(records[DELTA_ARRAYS]),
+                             self.limits)
+        if delta.full or delta.own_count or delta.since != self.ensemble.version:
+            raise DecodeError(f"expected an increment on version {self.ensemble.version}")
+        scale, weights = self._expected_coefficients(server_round)
+        if len(delta.learners) != len(weights):
+            raise DecodeError(f"{len(delta.learners)} learners, expected K = {len(weights)}")
+        if delta.scale != scale or list(delta.weights) != weights:
+            raise DecodeError("scale or weights do not match the step sizes of the round")
+        for learner in delta.learners:
+            self._check_learner(learner)
+        error = checked_metrics(records[METRICS], [ORACLE_ERROR])[ORACLE_ERROR]
+        return CheckedIncrement(delta, error)
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]
+                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        good, rejected = self.book.screen(
+            server_round, replies, lambda r: self._checked_increment(server_round, r))
+        metrics = MetricRecord({"failures": rejected + self._roster_failures,
+                                "participants": len(good)})
+        self._roster_failures = 0
+        if good:
+            before = self.ensemble.version
+            fraction, first = 1.0 / len(good), before + 1
+            for node, checked in good.items():
+                count = len(checked.delta.learners)
+                self.own_of[node] = OwnLearners(before, first, count, fraction)
+                first += count
+                self.learners_up += count
+            self.ensemble = average(self.ensemble, [c.delta for c in good.values()],
+                                    [fraction] * len(good))
+            self.book.accept(server_round, good)
+            if self.test_cache is not None:
+                self.test_cache.update(self.ensemble.delta(before))
+            metrics["oracle_error"] = float(np.mean([c.oracle_error for c in good.values()]))
+        metrics.update(self._size_metrics())
+        return None, metrics
+
+    def _size_metrics(self) -> dict[str, float]:
+        """``ensemble_size`` and ``models_exchanged``: learners up and down so far, per node
+        (the paper's count, section 4.1: N K per round with full participation)."""
+        return {"ensemble_size": len(self.ensemble.learners),
+                "models_exchanged": (self.learners_up + self.learners_down)
+                / len(self.roster.node_ids)}
+
+    # -- evaluation -----------------------------------------------------------------------------
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                           grid: Grid) -> Iterable[Message]:
+        if not self.ffgb.federated_eval:
+            return []
+        return [self._message(node, server_round, EVALUATE) for node in self.roster.node_ids]
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
+                           ) -> MetricRecord | None:
+        kind = self.task.kind
+        screened = screen_replies(
+            self.label, server_round, replies,
+            lambda r: decode_evaluation_sums(
+                exact_records(r.content, {METRICS: MetricRecord})[METRICS], kind),
+            self.roster.node_ids)
+        for node in screened.errors:  # it may not hold what we sent
+            self.book.needs_sync[node] = True
+        sums = screened.in_order(self.roster.node_ids).values()
+        combined = combine_evaluation_sums(sums, kind)
+        if self.test_cache is not None:  # the central figures take the plain names
+            combined = {k if k == "train_loss" else f"federated_{k}": v
+                        for k, v in combined.items()}
+        return MetricRecord({**combined, **self._size_metrics(), "failures": screened.rejected})
+
+    def evaluate_global(self, server_round: int, arrays: ArrayRecord) -> dict[str, float]:
+        if self.test_cache is None:
+            return {}
+        values = self.test_cache.values
+        if self.bound is not None:
+            values = np.clip(values, -self.bound, self.bound)
+        loss, correct = self.loss.sums(values, self.task.y_test)
+        n = len(self.task.y_test)
+        if correct is None:
+            return {"test_mse": loss / n, "test_loss": loss / n}
+        return {"test_accuracy": correct / n, "test_loss": loss / n}
+
+    # -- state ----------------------------------------------------------------------------------
+    def state_record(self) -> RecordDict:
+        config, arrays = pack_delta(self.ensemble.snapshot())
+        versions, scales = zip(*self.ensemble.updates) if self.ensemble.updates else ((), ())
+        state = RecordDict({
+            "rng": rng_record(self.rng),
+            "ensemble": ConfigRecord(config),
+            "ensemble-arrays": arrays_to_record(arrays),
+            "ensemble-history": ConfigRecord({"versions": list(versions),
+                                              "scales": [float(s) for s in scales]}),
+            "traffic": ConfigRecord({"up": self.learners_up, "down": self.learners_down}),
+        })
+        if self.test_cache is not None:
+            state["test-values"] = arrays_to_record({"values": self.test_cache.values})
+        if self.roster is not None:
+            nodes = self.roster.node_ids
+            state["roster"] = self.roster.to_record()
+            state["book"] = self.book.to_record()
+            state["versions"] = ConfigRecord({"version": [-1 if self.version_of[n] is None
+                                                          else self.version_of[n] for n in nodes]})
+            own = [self.own_of.get(n) for n in nodes]
+            state["own"] = ConfigRecord({
+                "node-ids": [str(n) for n, o in zip(nodes, own) if o is not None],
+                **{field: [getattr(o, field) for o in own if o is not None]
+                   for field in ("version", "first", "count", "fraction")}})
+        return state
+
+    def load_state_record(self, state: RecordDict) -> None:
+        self.rng = restore_rng(state["rng"])
+        snapshot = unpack_delta(dict(state["ensemble"]), record_to_arrays(state["ensemble-arrays"]),
+                                self.limits)
+        history = state["ensemble-history"]
+        self.ensemble = Ensemble(snapshot.base, snapshot.n_features, snapshot.learners,
+                                 snapshot.weights,
+                                 tuple(zip(history["versions"], history["scales"])),
+                                 offset=snapshot.since)
+        self.learners_up, self.learners_down = state["traffic"]["up"], state["traffic"]["down"]
+        if self.test_cache is not None:
+            self.test_cache = PredictionCache(self.x_test, self.ensemble.version,
+                                              state["test-values"]["values"].numpy())
+        if "roster" not in state:
+            return
+        self.roster = Roster.from_record(state["roster"])
+        self.book = NodeBook.from_record(state["book"], self.label)
+        self.version_of = {n: None if v < 0 else v
+                           for n, v in zip(self.roster.node_ids, state["versions"]["version"])}
+        own = state["own"]
+        self.own_of = {int(n): OwnLearners(*(own[f][i] for f in ("version", "first", "count",
+                                                                     "fraction")))
+                       for i, n in enumerate(own["node-ids"])}
+
+
+def build_ffgb(settings: RunSettings) -> FFGBStrategy:
+    """FFGB, FFGB.C or FFGB.L (``algorithm``) from the ``ffgb.*`` table."""
+    ffgb = ffgb_settings(settings)
+    task = task_for(settings.data)
+    check_task(ffgb, task)
+    return FFGBStrategy(ffgb, task, settings.central_evaluation, settings.fraction_train,
+                        settings.seed)

@@ -1,0 +1,206 @@
+"""FFGB family end to end on the in-process grid: learning, delta sync, traffic, checked replies."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.common.serde import message_from_proto, message_to_proto
+from sklearn.tree import DecisionTreeRegressor
+
+from client_app.app import app as client_app
+from client_app.ffgb import CACHE, VALUES
+from functions.ensembles import Delta, Ensemble, pack_delta, unpack_delta
+from functions.networks import NetworkSpec, build
+from functions.params import arrays_to_record, record_to_arrays
+from functions.protocol import DELTA, DELTA_ARRAYS
+from functions.trees import from_sklearn
+from run_config.common import RunSettings
+from server_app.app import InvalidRunConfig
+from server_app.checkpoint import read_checkpoint
+from strategies.registry import ALGORITHMS
+from tasks.federation import local_data
+from testing.inprocess_grid import LocalGrid, run_config
+from tests.helpers import run_app, train_messages
+
+FAST = {"algorithm": "ffgb", "task": "digits", "ffgb.local-steps": 2, "ffgb.oracle-steps": 60,
+        "ffgb.hidden": 16}
+
+
+def run_ffgb(tmp_path, num_nodes=4, client=client_app, **overrides):
+    return run_app(tmp_path, num_nodes, None, client, **{**FAST, **overrides})
+
+
+def final_ensemble(run) -> Ensemble:
+    state = read_checkpoint(run.out_dir).strategy
+    snapshot = unpack_delta(dict(state["ensemble"]), record_to_arrays(state["ensemble-arrays"]))
+    return Ensemble.constant(np.zeros(snapshot.n_outputs), snapshot.n_features).apply(snapshot)
+
+
+def node_values(run, node: int) -> tuple[int, np.ndarray]:
+    state = run.grid.contexts[node].state
+    return int(state[CACHE]["version"]), state[VALUES]["train"].numpy()
+
+
+def node_inputs(run, node: int) -> np.ndarray:
+    context = run.grid.contexts[node]
+    settings = RunSettings.from_run_config(context.run_config)
+    data = local_data(settings.data, context.node_config["partition-id"],
+                      context.node_config["num-partitions"])
+    return data.x_train.reshape(len(data.x_train), -1)
+
+
+def test_learns_digits_and_counts_models_as_the_paper(tmp_path):
+    rows = run_ffgb(tmp_path, **{"num-server-rounds": 3}).rows
+    assert rows[0]["test_accuracy"] == pytest.approx(0.1, abs=0.02)  # f0 = 0
+    assert rows[-1]["test_accuracy"] > 0.9
+    for t, row in enumerate(rows[1:], 1):
+        assert row["failures"] == 0 and row["participants"] == 4
+        assert row["ensemble_size"] == t * 4 * 2
+        assert row["models_exchanged"] == t * 4 * 2  # N K per round: K up, (N - 1) K down
+        assert row["federated_test_accuracy"] == pytest.approx(row["test_accuracy"])
+        assert 0 < row["oracle_error"] < 1
+
+
+def test_delta_sync_equals_the_server_function_for_nodes_that_missed_rounds(tmp_path):
+    """Half the nodes train each round and nothing else is sent: nodes skip versions."""
+    run = run_ffgb(tmp_path, **{"num-server-rounds": 6, "fraction-train": 0.5,
+                                "ffgb.federated-eval": False})
+    ensemble = final_ensemble(run)  # mu = 0: every update has scale 1, so prefixes are exact
+    sinces = set()
+    for node in run.grid.node_ids:
+        version, values = node_values(run, node)
+        prefix = Ensemble(ensemble.base, ensemble.n_features, ensemble.learners[:version],
+                          ensemble.weights[:version])
+        np.testing.assert_allclose(values, prefix.predict(node_inputs(run, node)), atol=1e-5)
+        sinces |= {m.content[DELTA]["since"] for m in train_messages(run.grid, node)[1:]}
+    assert len(sinces) >= 3
+    assert all(r["failures"] == 0 and r["participants"] == 2 for r in run.rows[1:])
+
+
+def test_own_learners_are_not_sent_back_and_mu_rescales_exactly(tmp_path):
+    run = run_ffgb(tmp_path, **{"num-server-rounds": 3, "fraction-train": 0.5, "ffgb.mu": 0.05,
+                                "ffgb.eta0": 2.0})
+    for row in run.rows[1:]:  # every node's federated evaluation uses its delta-synced values
+        assert row["federated_test_accuracy"] == pytest.approx(row["test_accuracy"], abs=1e-9)
+        assert row["federated_test_loss"] == pytest.approx(row["test_loss"], rel=1e-6)
+    ensemble = final_ensemble(run)
+    for node in run.grid.node_ids:
+        version, values = node_values(run, node)
+        assert version == ensemble.version
+        np.testing.assert_allclose(values, ensemble.predict(node_inputs(run, node)), atol=1e-5)
+    evaluates = [m for m in run.grid.down if m.metadata.message_type == "evaluate"]
+    assert any(m.content[DELTA]["own_count"] == 2 for m in evaluates)
+
+
+def test_a_node_that_lost_its_state_fails_once_and_gets_everything(tmp_path):
+    def forgetful(message, context):
+        if (context.node_config["partition-id"] == 1 and message.metadata.message_type == "train"
+                and message.content["config"]["server-round"] == 3):
+            for key in list(context.state.keys()):
+                del context.state[key]
+        return client_app(message, context)
+
+    run = run_ffgb(tmp_path, client=forgetful, **{"num-server-rounds": 4})
+    assert [r["failures"] for r in run.rows[1:]] == [0, 0, 1, 0]
+    node = run.grid.node_ids[1]
+    full = [m.content[DELTA]["full"] for m in run.grid.down if m.metadata.dst_node_id == node
+            and m.metadata.message_type in ("train", "evaluate")]
+    assert full == [True, False, False, False, False, True, False, False]  # train, evaluate
+    assert run.rows[-1]["federated_test_accuracy"] == pytest.approx(run.rows[-1]["test_accuracy"])
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "task", "overrides"),
+    [
+        ("ffgb-c", "digits", {}),
+        ("ffgb", "digits", {"ffgb.learner": "tree", "ffgb.local-steps": 3}),
+        ("ffgb", "digits", {"ffgb.residual": False}),
+        ("ffgb-l", "diabetes", {"ffgb.eta0": 1.0}),
+    ],
+)
+def test_each_variant_learns(tmp_path, algorithm, task, overrides):
+    rows = run_ffgb(tmp_path, **{"algorithm": algorithm, "task": task, "num-server-rounds": 3,
+                                 **overrides}).rows
+    assert all(r["failures"] == 0 for r in rows[1:])
+    if task == "diabetes":
+        assert rows[-1]["test_mse"] < 0.7 * rows[0]["test_mse"]
+    else:
+        assert rows[-1]["test_accuracy"] > 0.8
+
+
+# -- replies the server must refuse -------------------------------------------------------------
+def _copy(message: Message) -> Message:
+    return message_from_proto(message_to_proto(message))
+
+
+def _round_one(algorithm: str, **overrides):  # noqa: ANN202
+    config = run_config(**{**FAST, "algorithm": algorithm, **overrides})
+    strategy = ALGORITHMS[algorithm].build(RunSettings.from_run_config(config))
+    grid = LocalGrid(client_app, config, 3)
+    replies = list(grid.send_and_receive(strategy.configure_train(1, None, ConfigRecord(), grid)))
+    return strategy, replies
+
+
+def _with_delta(reply: Message, change) -> Message:  # noqa: ANN001
+    reply = _copy(reply)
+    delta = unpack_delta(dict(reply.content[DELTA]), record_to_arrays(reply.content[DELTA_ARRAYS]))
+    config, arrays = pack_delta(change(delta))
+    reply.content[DELTA] = ConfigRecord(config)
+    reply.content[DELTA_ARRAYS] = arrays_to_record(arrays)
+    return reply
+
+
+def _other_mlp(delta: Delta) -> Delta:
+    spec = NetworkSpec((64, 8, 8, 10), "leaky_relu")
+    return replace(delta, learners=(build(spec),) * len(delta.learners))
+
+
+def _deep_tree(delta: Delta) -> Delta:
+    rng = np.random.default_rng(0)
+    tree = from_sklearn(DecisionTreeRegressor(max_depth=6).fit(rng.normal(size=(200, 64)),
+                                                               rng.normal(size=(200, 10))),
+                        value_dtype=np.float32)
+    return replace(delta, learners=(tree, *delta.learners[1:]))
+
+
+BAD_REPLIES = {
+    "doubled weights": ("ffgb", {}, lambda d: replace(d, weights=tuple(2 * w for w in d.weights))),
+    "a learner too many": ("ffgb", {}, lambda d: replace(d, learners=d.learners * 2,
+                                                         weights=d.weights * 2)),
+    "another architecture": ("ffgb", {}, _other_mlp),
+    "another version": ("ffgb", {}, lambda d: replace(d, since=d.since + 1)),
+    "a full function": ("ffgb", {}, lambda d: replace(d, base=np.zeros(10))),
+    "a rescaled function": ("ffgb", {}, lambda d: replace(d, scale=0.5)),
+    "a tree too deep": ("ffgb", {"ffgb.learner": "tree"}, _deep_tree),
+    "an unclipped ffgb-c learner": ("ffgb-c", {}, _other_mlp),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_REPLIES))
+def test_a_reply_off_the_schedule_or_architecture_is_a_counted_failure(case):
+    algorithm, overrides, change = BAD_REPLIES[case]
+    strategy, replies = _round_one(algorithm, **overrides)
+    bad = [_with_delta(replies[0], change), *(_copy(r) for r in replies[1:])]
+    _, metrics = strategy.aggregate_train(1, bad)
+    assert metrics["failures"] == 1 and metrics["participants"] == 2
+    assert metrics["ensemble_size"] == 2 * len(unpack_delta(
+        dict(replies[1].content[DELTA]), record_to_arrays(replies[1].content[DELTA_ARRAYS])
+    ).learners)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        ({"algorithm": "ffgb-l", "ffgb.learner": "tree"}, "ffgb.learner='tree'"),
+        ({"ffgb.local-steps": 0}, "ffgb.local-steps=0"),
+        ({"ffgb.learner": "cnn"}, "ffgb.learner='cnn'"),
+        ({"ffgb.schedule": "fast"}, "ffgb.schedule='fast'"),
+        ({"algorithm": "ffgb-c", "task": "diabetes"}, "ffgb.grad-bound"),
+    ],
+)
+def test_bad_settings_stop_before_training(tmp_path, overrides, fragment):
+    with pytest.raises(InvalidRunConfig, match=fragment.replace("(", r"\(")):
+        run_ffgb(tmp_path, **{"num-server-rounds": 1, **overrides})

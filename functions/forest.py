@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from functions.errors import DecodeError
+from functions.errors import DecodeError, check_float32
 from functions.trees import LEAF, LEAF_FEATURE, TreeArrays, round_down_float32
 
 FIELDS = ("sizes", "feature", "threshold", "value")
@@ -141,9 +141,9 @@ def unpack_trees(
     ends = np.cumsum(sizes)
     counter = _tree_counter(leaf, sizes, ends, prefix)
     inner = ~leaf
-    threshold = _finite_float32(arrays[prefix + "threshold"], prefix + "threshold",
+    threshold = check_float32(arrays[prefix + "threshold"], prefix + "threshold",
                                 (int(inner.sum()),))
-    value = _finite_float32(arrays[prefix + "value"], prefix + "value",
+    value = check_float32(arrays[prefix + "value"], prefix + "value",
                             (total - len(threshold), n_outputs))
     offset = np.repeat(ends - sizes, sizes)
     index = np.arange(total)
@@ -201,17 +201,6 @@ def _integers(array: object, name: str, shape: tuple[int, ...]) -> np.ndarray:
                           f"{getattr(array, 'dtype', type(array).__name__)}")
     if array.shape != shape:
         raise DecodeError(f"{name}: expected shape {shape}, got {array.shape}")
-    return array
-
-
-def _finite_float32(array: object, name: str, shape: tuple[int, ...]) -> np.ndarray:
-    if not isinstance(array, np.ndarray) or array.dtype != np.float32:
-        raise DecodeError(f"{name}: expected float32, got "
-                          f"{getattr(array, 'dtype', type(array).__name__)}")
-    if array.shape != shape:
-        raise DecodeError(f"{name}: expected shape {shape}, got {array.shape}")
-    if not np.all(np.isfinite(array)):
-        raise DecodeError(f"{name}: contains NaN or inf")
     return array
 
 

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from functions.errors import DecodeError
+from functions.errors import DecodeError, check_float32
 
 KINDS = ("mlp",)
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "leaky_relu": lambda: nn.LeakyReLU(0.01)}
@@ -205,18 +205,6 @@ def decode_network(
     checked = [check_float32(arrays[prefix + name], prefix + name, shape)
                for name, shape in shapes.items()]
     return _loaded(skeleton(spec), checked)
-
-
-def check_float32(array: object, name: str, shape: tuple[int, ...]) -> np.ndarray:
-    """``array`` if it is a finite float32 array of ``shape``; ``DecodeError`` otherwise."""
-    if not isinstance(array, np.ndarray) or array.dtype != np.float32:
-        raise DecodeError(f"{name}: expected float32, got "
-                          f"{getattr(array, 'dtype', type(array).__name__)}")
-    if array.shape != shape:
-        raise DecodeError(f"{name}: expected shape {shape}, got {array.shape}")
-    if not np.all(np.isfinite(array)):
-        raise DecodeError(f"{name}: contains NaN or inf")
-    return array
 
 
 def pack_modules(modules: Sequence[nn.Module], shapes: Shapes, prefix: str = ""

@@ -51,3 +51,18 @@ def train_messages(grid: LocalGrid, node: int) -> list:
 def state_params(grid: LocalGrid, node: int, key: str) -> list[np.ndarray]:
     """A parameter record from a node's Context.state."""
     return [a.numpy() for a in grid.contexts[node].state[key].values()]
+
+
+def forgetting(client, partition_id: int, server_round: int):  # noqa: ANN001, ANN201
+    """A ClientApp callable that wipes the node's Context.state before the train message of
+    ``server_round`` to the node of ``partition_id`` (a restarted node that lost its state)."""
+
+    def app(message, context):  # noqa: ANN001, ANN202
+        if (context.node_config["partition-id"] == partition_id
+                and message.metadata.message_type == "train"
+                and message.content["config"]["server-round"] == server_round):
+            for key in list(context.state.keys()):
+                del context.state[key]
+        return client(message, context)
+
+    return app

@@ -11,7 +11,7 @@ from flwr.app import ConfigRecord, RecordDict
 from client_app.app import app as client_app
 from client_app.registry import CLIENT_HALVES
 from server_app.app import InvalidRunConfig
-from tests.helpers import last_xbar, run_app, state_params, train_messages
+from tests.helpers import forgetting, last_xbar, run_app, state_params, train_messages
 
 FAST = {"task": "synthetic", "num-server-rounds": 6, "fedfw.gap": False}
 
@@ -112,15 +112,7 @@ def test_per_client_l2_superset_runs_and_sends_dense_points(tmp_path):
 
 def test_a_node_that_lost_its_state_is_resent_x_i(tmp_path):
     """Node 1 forgets everything before round 3; it fails once, then is resynced."""
-
-    def forgetful(message, context):
-        if (context.node_config["partition-id"] == 1 and message.metadata.message_type == "train"
-                and message.content["config"]["server-round"] == 3):
-            for key in list(context.state.keys()):
-                del context.state[key]
-        return client_app(message, context)
-
-    grid, rows = run_fw(tmp_path, num_nodes=4, client=forgetful)
+    grid, rows = run_fw(tmp_path, num_nodes=4, client=forgetting(client_app, 1, 3))
     assert [r["failures"] for r in rows[1:]] == [0, 0, 1, 0, 0, 0]
     syncs = [m.content["config"]["sync"] for m in train_messages(grid, grid.node_ids[1])]
     assert syncs == ["xbar", "none", "none", "xi", "none", "none"]

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.app import ConfigRecord, Message
 from flwr.common.serde import message_from_proto, message_to_proto
 from sklearn.tree import DecisionTreeRegressor
 
@@ -23,7 +23,7 @@ from server_app.checkpoint import read_checkpoint
 from strategies.registry import ALGORITHMS
 from tasks.federation import local_data
 from testing.inprocess_grid import LocalGrid, run_config
-from tests.helpers import run_app, train_messages
+from tests.helpers import forgetting, run_app, train_messages
 
 FAST = {"algorithm": "ffgb", "task": "digits", "ffgb.local-steps": 2, "ffgb.oracle-steps": 60,
         "ffgb.hidden": 16}
@@ -96,14 +96,7 @@ def test_own_learners_are_not_sent_back_and_mu_rescales_exactly(tmp_path):
 
 
 def test_a_node_that_lost_its_state_fails_once_and_gets_everything(tmp_path):
-    def forgetful(message, context):
-        if (context.node_config["partition-id"] == 1 and message.metadata.message_type == "train"
-                and message.content["config"]["server-round"] == 3):
-            for key in list(context.state.keys()):
-                del context.state[key]
-        return client_app(message, context)
-
-    run = run_ffgb(tmp_path, client=forgetful, **{"num-server-rounds": 4})
+    run = run_ffgb(tmp_path, client=forgetting(client_app, 1, 3), **{"num-server-rounds": 4})
     assert [r["failures"] for r in run.rows[1:]] == [0, 0, 1, 0]
     node = run.grid.node_ids[1]
     full = [m.content[DELTA]["full"] for m in run.grid.down if m.metadata.dst_node_id == node

@@ -20,7 +20,7 @@ from functions.errors import DecodeError
 from functions.networks import NetworkSpec, build, decode_network, encode_network
 from functions.params import arrays_to_record, record_to_arrays
 from functions.records import payload_bytes, wire_bytes
-from functions.trees import decode_tree, encode_tree, from_sklearn
+from functions.trees import TreeArrays, decode_tree, encode_tree, from_sklearn
 
 RNG = np.random.default_rng(0)
 X_TRAIN, X_TEST = RNG.normal(size=(300, 6)), RNG.normal(size=(200, 6)) * 1.5
@@ -216,9 +216,17 @@ def test_node_applying_every_delta_predicts_like_the_server(scale):
 
 def test_late_node_catches_up_and_collapsed_history_is_refused():
     history = boost(Ensemble.constant(Y.mean(axis=0), 6), rounds=4, scale=0.8)
-    node = apply_delta(None, *through_flower(*encode_delta(history[1], None)))
-    node = apply_delta(node, *through_flower(*encode_delta(history[4], node.version)))
+    cache = PredictionCache(X_TEST)
+    first = through_flower(*encode_delta(history[1], None))
+    node = apply_delta(None, *first)
+    cache.update(unpack_delta(*first))
+    skipped = through_flower(*encode_delta(history[4], node.version))  # versions 3..8 at once
+    assert skipped[0]["since"] == 2 and skipped[0]["count"] == 6
+    node = apply_delta(node, *skipped)
+    cache.update(unpack_delta(*skipped))
     np.testing.assert_allclose(node.predict(X_TEST), history[4].predict(X_TEST), rtol=1e-12)
+    np.testing.assert_allclose(cache.values, history[4].predict(X_TEST), rtol=1e-6, atol=1e-6)
+    assert node.version == cache.version == history[4].version == 8
     assert math.isclose(history[4].delta(2).scale, 0.8 ** 3)
     with pytest.raises(ValueError, match="boundary"):
         node.delta(4)  # learners 3..8 arrived as one delta: the node cannot start inside them
@@ -236,7 +244,8 @@ def test_own_learners_left_out_give_the_same_values():
     merged = server.extend([h for inc in increments for h in inc], [w / 3 for _ in increments
                                                                     for w in weights], 0.9)
     later = merged.extend([float32_tree(X_TRAIN, Y)], [0.1], 0.5)
-    own = sum(w * h.predict(X_TEST) for w, h in zip(weights, increments[1]))
+    # float32-valued trees predict float32: the node keeps its values in float64
+    own = sum(w * h.predict(X_TEST).astype(np.float64) for w, h in zip(weights, increments[1]))
     first = server.version + 3  # node 1's learners: sequence numbers first, first + 1
     delta = later.delta(server.version, omit=(first, 2), own_factor=later.scales_after(
         server.version) / 3)
@@ -245,8 +254,15 @@ def test_own_learners_left_out_give_the_same_values():
     cache = PredictionCache(X_TEST, server.version, server.predict(X_TEST))
     values = cache.update(unpack_delta(config, arrays), own)
     np.testing.assert_allclose(values, later.predict(X_TEST), rtol=1e-6, atol=1e-6)
+    full = PredictionCache(X_TEST, server.version, server.predict(X_TEST))
+    full.update(unpack_delta(*through_flower(*encode_delta(later, server.version))))
+    np.testing.assert_allclose(values, full.values, rtol=1e-12, atol=1e-12)  # same as no omission
+    assert cache.version == full.version == later.version
+    assert payload_nbytes(*pack_delta(delta)) < payload_nbytes(*encode_delta(later, server.version))
     with pytest.raises(DecodeError, match="own learners"):
         PredictionCache(X_TEST, server.version, server.predict(X_TEST)).update(delta)
+    with pytest.raises(DecodeError, match="own learners"):
+        PredictionCache(X_TEST, server.version, server.predict(X_TEST)).update(delta, own[:5])
     with pytest.raises(DecodeError, match="own learners"):
         server.apply(delta)
     with pytest.raises(ValueError, match="not after"):
@@ -259,12 +275,26 @@ def test_scale_zero_replaces_the_function_and_behind_nodes_need_a_snapshot():
     assert distilled.offset == 4 and distilled.version == 5 and len(distilled.learners) == 1
     np.testing.assert_allclose(distilled.predict(X_TEST),
                                distilled.learners[0].predict(X_TEST), rtol=1e-12)
-    node = apply_delta(history[-1], *encode_delta(distilled, 4))
+    replacement = through_flower(*encode_delta(distilled, 4))
+    assert replacement[0]["scale"] == 0.0 and not replacement[0]["full"]
+    node = apply_delta(history[-1], *replacement)
+    assert node.offset == 4 and node.version == 5
     np.testing.assert_allclose(node.predict(X_TEST), distilled.predict(X_TEST), rtol=1e-12)
-    with pytest.raises(ValueError, match="boundary"):
-        distilled.delta(2)
+    cache = PredictionCache(X_TEST, 4, history[-1].predict(X_TEST))
+    cache.update(unpack_delta(*replacement))
+    np.testing.assert_allclose(cache.values, distilled.predict(X_TEST), rtol=1e-6, atol=1e-6)
+    for behind in (0, 2):  # a node behind the offset: its learners are gone, it needs a snapshot
+        with pytest.raises(ValueError, match="boundary"):
+            distilled.delta(behind)
     fresh = apply_delta(None, *through_flower(*encode_delta(distilled, None)))
     assert fresh.offset == 4 and fresh.version == 5
+    np.testing.assert_allclose(fresh.predict(X_TEST), distilled.predict(X_TEST), rtol=1e-12)
+    behind = PredictionCache(X_TEST, 2, history[1].predict(X_TEST))
+    behind.update(unpack_delta(*through_flower(*encode_delta(distilled, None))))
+    assert behind.version == 5
+    np.testing.assert_allclose(behind.values, distilled.predict(X_TEST), rtol=1e-6, atol=1e-6)
+    later = distilled.extend([float32_tree(X_TRAIN, Y, seed=9)], [0.5], scale=0.5)
+    assert math.isclose(later.delta(4).scale, 0.0) and later.delta(5).scale == 0.5
 
 
 def test_average_of_client_increments_is_the_average_function():
@@ -284,14 +314,52 @@ def test_mixed_groups_round_trip():
     torch.manual_seed(0)
     x = RNG.normal(size=(40, 2 * 12 * 12))
     cnn_spec = ConvNetSpec((2, 12, 12), 3, channels=(4, 5), kernel=3, hidden=(7,))
-    learners = [float32_tree(x, RNG.normal(size=(40, 3))), float32_tree(x, RNG.normal(size=(40, 3))),
+    learners = [float32_tree(x, RNG.normal(size=(40, 3))),
+                float32_tree(x, RNG.normal(size=(40, 3))),
                 build(NetworkSpec((288, 5, 3), "leaky_relu")), build_cnn(cnn_spec),
                 build_cnn(cnn_spec), float32_tree(x, RNG.normal(size=(40, 3)), depth=1)]
     ensemble = Ensemble.constant([0.0, 1.0, 2.0], 288).extend(learners, [1, -2, 3, -4, 5, -6])
     config, arrays = through_flower(*encode_delta(ensemble, None))
     assert config["groups"] == 4 and config["g2.kind"] == "cnn" and config["g2.count"] == 2
+    assert [config[f"g{i}.kind"] for i in range(4)] == ["tree", "mlp", "cnn", "tree"]
+    assert config["g0.count"] == 2 and config["g1.count"] == 1 and config["g3.count"] == 1
     back = apply_delta(None, config, arrays)
     np.testing.assert_allclose(back.predict(x), ensemble.predict(x), rtol=1e-6, atol=1e-6)
+    assert back.weights == ensemble.weights and np.array_equal(back.base, ensemble.base)
+    for sent, received in zip(ensemble.learners, back.learners):  # each learner exactly
+        assert type(received) is type(sent) and received.spec == sent.spec
+        assert np.array_equal(received.predict(x), sent.predict(x))
+        if not isinstance(sent, TreeArrays):
+            for a, b in zip(sent.state_dict().values(), received.state_dict().values()):
+                assert torch.equal(a, b)
+
+
+def test_packed_trees_round_trip_exactly_through_flower():
+    """Trees of several shapes (one leaf, deep, classifier probabilities) in one group."""
+    rng = np.random.default_rng(5)
+    target = rng.normal(size=(len(X_TRAIN), 3))
+    trees = [float32_tree(X_TRAIN, target, depth=d, seed=d) for d in (1, 3, 8, None)]
+    trees.insert(1, from_sklearn(DecisionTreeRegressor().fit(X_TRAIN, np.ones((300, 3))),
+                                 value_dtype=np.float32))  # a single leaf
+    assert trees[1].n_nodes == 1
+    ensemble = Ensemble.constant(np.zeros(3), 6).extend(trees, [1.0, -0.5, 0.25, 2.0, -1.0])
+    config, arrays = through_flower(*encode_delta(ensemble, 0))
+    assert config["groups"] == 1 and set(arrays) == {"weights", "g0.sizes", "g0.feature",
+                                                     "g0.threshold", "g0.value"}
+    back = unpack_delta(config, arrays)
+    for sent, received in zip(trees, back.learners):
+        assert received.n_nodes == sent.n_nodes and received.depth == sent.depth
+        assert np.array_equal(received.predict(X_TEST), sent.predict(X_TEST))
+        assert np.array_equal(received.predict(X_TRAIN), sent.predict(X_TRAIN))
+
+
+def test_trees_must_be_float32_valued_to_be_packed():
+    sk = DecisionTreeRegressor(max_depth=3, random_state=0).fit(X_TRAIN, regression_targets(2))
+    ensemble = Ensemble.constant(np.zeros(2), 6).extend([from_sklearn(sk)], [1.0])
+    with pytest.raises(ValueError, match="float32"):
+        encode_delta(ensemble, 0)
+    encode_delta(Ensemble.constant(np.zeros(2), 6).extend(
+        [from_sklearn(sk, value_dtype=np.float32)], [1.0]), 0)
 
 
 def test_payload_bytes_are_what_the_records_hold():
@@ -309,17 +377,44 @@ def test_payload_bytes_are_what_the_records_hold():
     assert payload_nbytes(config, arrays) == payload_bytes(content) == packed + 9 * 8 + 1 + 4 + 8
 
 
+def format1_layout(trees, weights):
+    """The same trees as wire format 1 sent them: keys l{k}.*, five arrays per tree."""
+    config = {"format": 1, "since": 0, "count": len(trees), "scale": 1.0,
+              "n_features": trees[0].n_features, "n_outputs": trees[0].n_outputs}
+    arrays = {}
+    for k, (tree, weight) in enumerate(zip(trees, weights), 1):
+        config[f"l{k}.weight"], config[f"l{k}.kind"] = weight, "tree"
+        arrays.update(encode_tree(tree, f"l{k}."))
+    return config, arrays
+
+
 def test_fifty_trees_are_five_arrays_on_the_wire():
-    """The issue's figure: 50 depth-3 trees were 250 arrays, 17.4 kB payload, 64.2 kB wire."""
-    x, y = RNG.normal(size=(500, 64)), RNG.normal(size=(500, 1))
+    """The issue's figure: 50 depth-3 trees were 250 arrays, 17.4 kB payload, 64.2 kB wire.
+
+    Here 50 depth-3 trees on 64 features with 10 outputs (digits-sized), as one increment."""
+    rng = np.random.default_rng(7)
+    x, y = rng.normal(size=(500, 64)), rng.normal(size=(500, 10))
     trees = [float32_tree(x, y + i, seed=i) for i in range(50)]
-    config, arrays = encode_delta(Ensemble.constant(np.zeros(1), 64).extend(trees, [0.1] * 50),
-                                  0)  # an increment (a full delta adds the base)
+    weights = [0.1] * 50
+    config, arrays = encode_delta(Ensemble.constant(np.zeros(10), 64).extend(trees, weights), 0)
+    assert not config["full"] and "base" not in arrays  # an increment carries no base
     assert len(arrays) == 5  # weights + sizes, feature, threshold, value
     content = RecordDict({"c": ConfigRecord(config), "a": arrays_to_record(arrays)})
     payload, wire = payload_bytes(content), wire_bytes(content)
-    print(f"50 depth-3 trees: payload {payload} B, wire {wire} B")
-    assert payload < 17_400 / 3 and wire < 1.5 * payload
+    nodes = sum(t.n_nodes for t in trees)
+    leaves = sum(int((t.children_left == -1).sum()) for t in trees)
+    # sizes and features as uint8, float32 thresholds and leaf values, float64 weights; header:
+    # 8 numbers, a bool, groups, "tree" and g0.count
+    expected = 50 + nodes + 4 * (nodes - leaves) + 4 * 10 * leaves + 8 * 50
+    assert payload == expected + 8 * 8 + 1 + 8 + len("tree") + 8
+    old = RecordDict({"c": ConfigRecord(format1_layout(trees, weights)[0]),
+                      "a": arrays_to_record(format1_layout(trees, weights)[1])})
+    old_payload, old_wire = payload_bytes(old), wire_bytes(old)
+    print(f"\n50 depth-3 trees, 64 features, 10 outputs: format 2 payload {payload:,} B, wire "
+          f"{wire:,} B ({len(arrays)} arrays); format 1 layout of the same trees: payload "
+          f"{old_payload:,} B, wire {old_wire:,} B ({len(old['a'])} arrays)")
+    assert wire <= 1.1 * payload
+    assert payload < old_payload / 2 and wire < old_wire / 4
 
 
 def delta_parts():
@@ -353,6 +448,44 @@ def delta_parts():
     (lambda c, a: a.update({"g0.feature": np.full_like(a["g0.feature"], 255)}),
      "do not form one full binary tree"),
     (lambda c, a: c.update(count=True), "count"),
+    (lambda c, a: c.update(format="2"), "format"),
+    (lambda c, a: c.pop("format"), "format"),
+    (lambda c, a: c.pop("scale"), "scale"),
+    (lambda c, a: (c.update(count=5), a.update(weights=np.ones(5))),
+     "the groups hold 2 learners, count says 5"),
+    (lambda c, a: (c.update({"count": 3, "g0.count": 2}), a.update(weights=np.ones(3))),
+     "g0.sizes: expected shape \\(2,\\)"),
+    (lambda c, a: c.update({"g0.count": 0}), "g0.count: expected an int"),
+    (lambda c, a: c.update({"g0.count": 4}), "g0.count: expected an int in \\[1, 2\\]"),
+    (lambda c, a: c.update({"g0.count": 1.0}), "g0.count: expected an int"),
+    (lambda c, a: (c.update(count=3, groups=3), a.update(weights=np.ones(3))), "g2.count"),
+    (lambda c, a: c.update(groups=5), "groups: 5 groups for 2 learners"),
+    (lambda c, a: c.update(groups=0), "groups"),
+    (lambda c, a: a.pop("weights"), "weights"),
+    (lambda c, a: a.update(weights=np.array([0.5, np.inf])), "weights"),
+    (lambda c, a: a.update(weights=np.ones(2, np.int64)), "weights"),
+    (lambda c, a: a.update({"g0.extra": np.zeros(1)}), "g0.tree: expected config keys"),
+    (lambda c, a: a.update({"g1.w9": np.zeros((2, 1), np.float32)}), "g1.expected arrays"),
+    (lambda c, a: a.update({"g9.w0": np.zeros(1)}), "unexpected array key 'g9.w0'"),
+    (lambda c, a: a.update(extra=np.zeros(1)), "unexpected array key 'extra'"),
+    (lambda c, a: c.update({"g0.depth": 3}), "g0.tree: expected config keys"),
+    (lambda c, a: c.pop("g1.activation"), "g1.network: expected config keys"),
+    (lambda c, a: c.update({"g1.sizes": [6, 8, 3]}), "g1.network maps 6 -> 3, expected 6 -> 2"),
+    (lambda c, a: c.update({"g1.kind": "cnn"}), "g1"),
+    (lambda c, a: a.update({"g1.b1": a["g1.b1"].astype(np.float64)}), "g1.b1: expected float32"),
+    (lambda c, a: a.update({"g1.b0": np.concatenate([a["g1.b0"]] * 2)}),
+     "g1.b0: expected shape \\(1, 8\\)"),
+    (lambda c, a: a["g1.b0"].__setitem__((0, 0), np.inf), "g1.b0: contains NaN or inf"),
+    (lambda c, a: a["g0.value"].__setitem__((0, 0), np.nan), "g0.value: contains NaN"),
+    (lambda c, a: a.update({"g0.value": a["g0.value"].astype(np.float64)}), "g0.value"),
+    (lambda c, a: a.update({"g0.feature": a["g0.feature"].astype(np.float32)}),
+     "g0.feature: expected an integer array"),
+    (lambda c, a: a["g0.feature"].__setitem__(0, 6), "g0.feature: a split feature is outside"),
+    (lambda c, a: a["g0.feature"].__setitem__(0, 255), "tree 0 do not form one full binary"),
+    (lambda c, a: a["g0.feature"].__setitem__(-1, 0), "do not form one full binary tree"),
+    (lambda c, a: a.update({"g0.sizes": a["g0.sizes"] - 1, "g0.feature": a["g0.feature"][:-1]}),
+     "do not form one full binary tree"),
+    (lambda c, a: a.update({"g0.sizes": np.zeros(1, np.uint8)}), "g0.sizes: a tree has fewer"),
 ])
 def test_delta_decoder_rejects(mutate, message):
     node, config, arrays = delta_parts()
@@ -374,9 +507,15 @@ def test_a_cnn_spec_too_large_for_its_image_is_refused():
     spec = ConvNetSpec((1, 12, 12), 2, channels=(3,), kernel=3, hidden=(4,))
     config, arrays = encode_delta(Ensemble.constant([0.0, 0.0], 144).extend(
         [build_cnn(spec)], [1.0]), None)
-    config = {**config, "g0.channels": [3, 3, 3]}
+    unpack_delta(config, arrays)
     with pytest.raises(DecodeError, match="too small"):
-        unpack_delta(config, arrays)
+        unpack_delta({**config, "g0.channels": [3, 3, 3]}, arrays)
+    with pytest.raises(DecodeError, match="too small"):
+        unpack_delta({**config, "g0.kernel": 13}, arrays)
+    with pytest.raises(DecodeError, match="g0.network maps 156 -> 2, expected 144 -> 2"):
+        unpack_delta({**config, "g0.input_shape": [1, 12, 13]}, arrays)
+    with pytest.raises(DecodeError, match="g0.cw0: expected shape"):
+        unpack_delta({**config, "g0.input_shape": [2, 12, 6]}, arrays)  # 144 inputs, 2 channels
 
 
 def test_delta_that_does_not_continue_the_node_is_refused():
@@ -400,6 +539,11 @@ def test_delta_decoder_rejects_over_limit_ensembles_and_bad_bases():
         apply_delta(node, config, arrays, Limits(max_nodes=10))
     with pytest.raises(DecodeError, match="parameters is more than 20"):
         apply_delta(node, config, arrays, Limits(max_params=20))
+    with pytest.raises(DecodeError, match="n_features"):
+        apply_delta(node, config, arrays, Limits(max_features=5))
+    with pytest.raises(DecodeError, match="n_outputs"):
+        apply_delta(node, config, arrays, Limits(max_outputs=1))
+    apply_delta(node, config, arrays, Limits(max_learners=4, max_nodes=15, max_params=90))
     full_config, full_arrays = pack_delta(node.snapshot())
     for bad in (np.zeros(2, np.float32), np.array([0.0, np.nan]), np.zeros(3)):
         with pytest.raises(DecodeError, match="base"):

@@ -16,12 +16,23 @@ from flwr.app import ConfigRecord, MetricRecord, RecordDict
 from client_app.job import ClientJob
 from client_app.node_info import describe_node
 from client_app.node_state import LostStateError
-from functions.ensembles import Delta, PredictionCache, pack_delta, unpack_delta, weighted_sum
+from functions.ensembles import (
+    Delta,
+    PredictionCache,
+    lone_learner,
+    pack_delta,
+    read_lone_learner,
+    unpack_delta,
+    weighted_sum,
+)
+from functions.errors import DecodeError
+from functions.learners import learner_spec as spec_of
 from functions.params import arrays_to_record, record_to_arrays
 from functions.protocol import (
     CONFIG,
     DELTA,
     DELTA_ARRAYS,
+    DISTILL_ERROR,
     EVALUATE,
     LAST_ACCEPTED,
     METRICS,
@@ -29,16 +40,26 @@ from functions.protocol import (
     ORACLE_ERROR,
     QUERY_NODE,
     SERVER_ROUND,
+    STUDENT,
+    STUDENT_ARRAYS,
     TEST_CORRECT_SUM,
     TEST_LOSS_SUM,
     TRAIN,
     TRAIN_EXAMPLES,
     TRAIN_LOSS_SUM,
 )
-from oracles.boosting import ffgb_increment, ffgb_l_increment
+from oracles.boosting import Fitted, ffgb_increment, ffgb_l_increment
+from oracles.distillation import NONE, distill_increment
 from oracles.lipschitz import LipschitzExtension, data_lipschitz_constant
-from oracles.weak_learning import boosting_oracle, clip_learner, fit_seed, lipschitz_oracle
-from run_config.ffgb import FFGBSettings, delta_limits, ffgb_settings, learner_spec
+from oracles.weak_learning import (
+    boosting_oracle,
+    clip_learner,
+    fit_seed,
+    lipschitz_oracle,
+    new_network,
+    train_least_squares,
+)
+from run_config.ffgb import DISTILL, FFGBSettings, delta_limits, ffgb_settings, learner_spec
 from tasks.federation import LocalData
 
 CACHE, VALUES = "ffgb.cache", "ffgb.values"  # {version}, {train, test}: f on this node's data
@@ -93,18 +114,21 @@ def current_values(job: ClientJob, ffgb: FFGBSettings) -> tuple[int, dict[str, n
     return delta.version, updated
 
 
+def _seed_of(ffgb: FFGBSettings, job: ClientJob, t: int):  # noqa: ANN202
+    def seed_of(k: int) -> int:
+        # FFGB.L's oracle calls do not depend on t (Remark 3.1): the same learners every round
+        return fit_seed(job.settings.seed, 0 if ffgb.variant == "ffgb-l" else t,
+                        job.data.partition_id, k)
+    return seed_of
+
+
 def _increment(ffgb: FFGBSettings, job: ClientJob, f_train: np.ndarray, t: int):  # noqa: ANN202
-    """This node's K local steps of round t (0-based) from f^t's values on its points."""
+    """This node's K local steps of boosting round t (0-based) from f^t's values on its points."""
     data, task = job.data, job.data.task
     spec = learner_spec(ffgb, task)
     loss = ffgb.loss(task)
     etas = ffgb.steps.etas(t)
-
-    def seed_of(k: int) -> int:
-        # FFGB.L's oracle calls do not depend on t (Remark 3.1): the same learners every round
-        return fit_seed(job.settings.seed, 0 if ffgb.variant == "ffgb-l" else t,
-                        data.partition_id, k)
-
+    seed_of = _seed_of(ffgb, job, t)
     if ffgb.variant == "ffgb-l":
         targets = loss.targets(data.y_train)
         lipschitz = ffgb.lipschitz or data_lipschitz_constant(data.x_train, targets)
@@ -117,22 +141,70 @@ def _increment(ffgb: FFGBSettings, job: ClientJob, f_train: np.ndarray, t: int):
                           ffgb.clipping(task), clip_learner)
 
 
+def _distiller(ffgb: FFGBSettings, job: ClientJob, t: int):  # noqa: ANN202
+    """WO2 for one more learner (a tree in tree runs), clipped to G2 with FFGB.C."""
+    task, clipping = job.data.task, ffgb.clipping(job.data.task)
+    seed = _seed_of(ffgb, job, t)(ffgb.local_steps + 1)
+    fit = boosting_oracle(learner_spec(ffgb, task), job.data.x_train, ffgb.oracle, False,
+                          ffgb.tree_depth, lambda k: seed)
+
+    def fit_one(target: np.ndarray) -> Fitted:
+        fitted = fit(target, 0)
+        if clipping is None:
+            return fitted
+        bound = clipping.learner_bound
+        return Fitted(clip_learner(fitted.learner, bound), np.clip(fitted.values, -bound, bound))
+
+    return fit_one
+
+
+def _train_student(job: ClientJob, ffgb: FFGBSettings, f_train: np.ndarray) -> RecordDict:
+    """One FedAvg round of a global distillation: train the server's student towards f^t on
+    this node's points; reply with it and the number of points (FedAvg's weight)."""
+    data, spec = job.data, learner_spec(ffgb, job.data.task)
+    received = read_lone_learner(unpack_delta(dict(job.content[STUDENT]),
+                                              record_to_arrays(job.content[STUDENT_ARRAYS]),
+                                              delta_limits(ffgb, data.task)))
+    if spec_of(received) != spec:
+        raise DecodeError(f"the student is not the run's {spec}")
+    student = new_network(spec, 0)
+    student.load_state_dict(received.state_dict())
+    seed = fit_seed(job.settings.seed, int(job.content[CONFIG][SERVER_ROUND]), data.partition_id,
+                    0)
+    fitted = train_least_squares(student, spec, _flat(data.x_train), f_train,
+                                 ffgb.student_training(), seed)
+    error = float(np.sqrt(np.mean((f_train - fitted.values) ** 2)))
+    config, arrays = pack_delta(lone_learner(student, spec.n_features, data.task.num_outputs))
+    return RecordDict({STUDENT: ConfigRecord(config), STUDENT_ARRAYS: arrays_to_record(arrays),
+                       METRICS: MetricRecord({TRAIN_EXAMPLES: len(data.y_train),
+                                              DISTILL_ERROR: error})})
+
+
 def train(job: ClientJob) -> RecordDict:
-    """K local boosting steps from f^t; reply with the K learners, their weights and the scale."""
+    """K local boosting steps from f^t; reply with the K learners (or their distillation),
+    their weights and the scale. In a distillation round: train the student instead."""
     ffgb = ffgb_settings(job.settings)
-    data, t = job.data, int(job.content[CONFIG][SERVER_ROUND])
+    data = job.data
     version, values = current_values(job, ffgb)
-    increment = _increment(ffgb, job, values["train"], t - 1)
+    server_round = int(job.content[CONFIG][SERVER_ROUND])
+    phase, t = ffgb.phase(server_round)
+    if phase == DISTILL:
+        return _train_student(job, ffgb, values["train"])
+    increment = _increment(ffgb, job, values["train"], t)
+    metrics = {ORACLE_ERROR: increment.oracle_error}
+    if ffgb.distill != NONE:
+        increment, metrics[DISTILL_ERROR] = distill_increment(
+            increment, values["train"], ffgb.distill, _distiller(ffgb, job, t))
     own_test = weighted_sum(increment.learners, increment.weights, _flat(data.x_test),
                             data.task.num_outputs)
-    job.state[OWN] = ConfigRecord({"round": t, "count": len(increment.learners)})
+    job.state[OWN] = ConfigRecord({"round": server_round, "count": len(increment.learners)})
     job.state[OWN_VALUES] = arrays_to_record({"train": increment.own_values, "test": own_test})
     reply = Delta(version, increment.scale, tuple(increment.learners),
                   tuple(increment.weights), int(_flat(data.x_train).shape[1]),
                   data.task.num_outputs)
     config, arrays = pack_delta(reply)
     return RecordDict({DELTA: ConfigRecord(config), DELTA_ARRAYS: arrays_to_record(arrays),
-                       METRICS: MetricRecord({ORACLE_ERROR: increment.oracle_error})})
+                       METRICS: MetricRecord(metrics)})
 
 
 def evaluation_sums(ffgb: FFGBSettings, data: LocalData, values: dict[str, np.ndarray]

@@ -5,7 +5,8 @@ Layers: for each entry c of ``channels``: conv (c filters, ``kernel`` x ``kernel
 activation after each -> linear to ``n_outputs`` [-> Hardtanh(-b, b) when ``output_bound``].
 The default activation is leaky ReLU with slope 0.01, as in the authors' code. The network takes
 FLAT inputs (n, C*H*W) and reshapes them inside, so it shares the learner interface
-``predict(x (n, n_features)) -> float64 (n, n_outputs)`` with trees and MLPs.
+``predict(x (n, n_features)) -> (n, n_outputs)`` with trees and MLPs (floats: networks give
+float64, trees the dtype of their leaf values; ``functions.batched`` sums in float64).
 
 Wire format of the spec, keys under a caller's prefix: ``kind`` ("cnn"), ``input_shape`` [C, H, W],
 ``channels``, ``kernel``, ``hidden`` (lists of int / int), ``activation`` and, when clipped,

@@ -267,6 +267,19 @@ class PredictionCache:
         return self.values
 
 
+def lone_learner(learner: Learner, n_features: int, n_outputs: int) -> Delta:
+    """The function ``learner`` alone as a full delta: how a distillation student travels."""
+    return Delta(0, 1.0, (learner,), (1.0,), n_features, n_outputs, np.zeros(n_outputs))
+
+
+def read_lone_learner(delta: Delta) -> Learner:
+    """The learner of a ``lone_learner`` delta; ``DecodeError`` for anything else."""
+    if (not delta.full or delta.since != 0 or len(delta.learners) != 1
+            or delta.weights != (1.0,) or np.any(delta.base != 0)):
+        raise DecodeError("expected one learner alone, with weight 1 and base 0")
+    return delta.learners[0]
+
+
 def encode_delta(ensemble: Ensemble, since: int | None) -> tuple[Config, dict[str, np.ndarray]]:
     """The wire form of what a node at version ``since`` lacks (None: it holds nothing)."""
     return pack_delta(ensemble.snapshot() if since is None else ensemble.delta(since))

@@ -54,3 +54,6 @@ DR_XHAT = "xhat"  # x_hat_i (also the sync value of a re-sent one)
 DELTA = "delta"  # ConfigRecord: an ensemble delta's header and learner specs (functions.ensembles)
 DELTA_ARRAYS = "delta-arrays"  # ArrayRecord: its packed arrays
 ORACLE_ERROR = "oracle-error"  # train reply metric: RMS of target - fit at the last local step
+DISTILL_ERROR = "distill-error"  # train reply metric: RMS of target - distilled learner
+STUDENT = "student"  # distillation rounds: the student network as a lone-learner delta header
+STUDENT_ARRAYS = "student-arrays"  # ... and its packed arrays (instruction and reply)

@@ -87,7 +87,13 @@ def _tensors(x: np.ndarray, target: np.ndarray) -> tuple[torch.Tensor, torch.Ten
 def fit_least_squares(spec: object, x: np.ndarray, target: np.ndarray, settings: OracleSettings,
                       seed: int, fast: bool = True) -> Fitted:
     """WO2: a network of ``spec`` fitted to ``target`` (n, c) on the points ``x``."""
-    network = new_network(spec, seed)
+    return train_least_squares(new_network(spec, seed), spec, x, target, settings, seed, fast)
+
+
+def train_least_squares(network: nn.Module, spec: object, x: np.ndarray, target: np.ndarray,
+                        settings: OracleSettings, seed: int, fast: bool = True) -> Fitted:
+    """``settings.steps`` Adam steps of mean((network(x) - target)^2) from the network's current
+    weights (a fresh network: WO2; a shared student: a FedAvg distillation round)."""
     xt, tt = _tensors(x, target)
     rng = np.random.default_rng(seed)
     batches = minibatches(len(xt), settings.batch_size, settings.steps, rng)

@@ -3,7 +3,7 @@ and the weak learner's architecture for a task (both halves build or check it fr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -11,6 +11,7 @@ from functions.convnets import ConvNetSpec
 from functions.ensembles import Limits
 from functions.networks import NetworkSpec
 from oracles.boosting import EXPERIMENT, SCHEDULES, THEOREM, Clipping, StepSizes
+from oracles.distillation import FUNCTION, MODES, NONE
 from oracles.functional_losses import CROSS_ENTROPY, SQUARE, PointwiseLoss
 from oracles.weak_learning import OracleSettings
 from run_config.common import RunSettings, read_key, require
@@ -21,6 +22,7 @@ VARIANTS = ("ffgb", "ffgb-c", "ffgb-l")
 LEARNERS = ("mlp", "cnn", "tree")
 THEOREM_CONSTANT = {"ffgb": 2.0, "ffgb-c": 4.0, "ffgb-l": 4.0}  # Theorems 3.1, 3.2, 3.3
 CROSS_ENTROPY_GRAD_BOUND = 1.0  # |softmax - onehot| <= 1 in every output
+BOOST, DISTILL = "boost", "distill"  # the two kinds of round
 MAX_ENSEMBLE = 10_000_000  # learners in an ensemble a decoder accepts (its version)
 
 
@@ -42,6 +44,26 @@ class FFGBSettings:
     lipschitz: float  # 0: from each node's data
     output_bound: float  # 0: auto
     federated_eval: bool
+    distill: str = NONE  # client side: none, increment or function (oracles.distillation)
+    distill_every: int = 0  # a global distillation after every D boosting rounds (0: never)
+    distill_rounds: int = 1  # R FedAvg rounds per global distillation
+    distill_steps: int = 500  # local Adam steps of the student per FedAvg round
+
+    def student_training(self) -> OracleSettings:
+        """How a node trains the distillation student in one FedAvg round."""
+        return replace(self.oracle, steps=self.distill_steps)
+
+    def phase(self, server_round: int) -> tuple[str, int]:
+        """What server round r (1-based) is: (BOOST, t) with t the 0-based boosting round (the
+        step sizes' t), or (DISTILL, j) with j the 1-based FedAvg round of a global distillation.
+        With distillation every D rounds, each period is D boosting then R distillation rounds."""
+        if self.distill_every == 0:
+            return BOOST, server_round - 1
+        period = self.distill_every + self.distill_rounds
+        cycle, at = divmod(server_round - 1, period)
+        if at < self.distill_every:
+            return BOOST, cycle * self.distill_every + at
+        return DISTILL, at - self.distill_every + 1
 
     def loss(self, task: TaskData) -> PointwiseLoss:
         """Cross-entropy for classification with FFGB and FFGB.C; FFGB.L is least squares."""
@@ -104,6 +126,11 @@ def ffgb_settings(settings: RunSettings) -> FFGBSettings:
     require(1 <= oracle.sup_p <= 64, "ffgb.sup-p", oracle.sup_p, "in [1, 64]")
     require(oracle.sobolev_weight >= 0, "ffgb.sobolev-weight", oracle.sobolev_weight, ">= 0")
     require(oracle.sobolev_samples >= 1, "ffgb.sobolev-samples", oracle.sobolev_samples, ">= 1")
+    distill = read_key(raw, "ffgb.distill", str, NONE)
+    if distill not in MODES:
+        raise ConfigError.choice("ffgb.distill", distill, MODES)
+    require(not (distill == FUNCTION and variant == "ffgb-c"), "ffgb.distill", distill,
+            "'none' or 'increment' with ffgb-c (a distilled g^(K+1) has no bound G2)")
     out = FFGBSettings(
         variant=variant,
         local_steps=local_steps,
@@ -119,7 +146,17 @@ def ffgb_settings(settings: RunSettings) -> FFGBSettings:
         lipschitz=read_key(raw, "ffgb.lipschitz", float, 0.0),
         output_bound=read_key(raw, "ffgb.output-bound", float, 0.0),
         federated_eval=read_key(raw, "ffgb.federated-eval", bool, True),
+        distill=distill,
+        distill_every=read_key(raw, "ffgb.distill-every", int, 0),
+        distill_rounds=read_key(raw, "ffgb.distill-rounds", int, 1),
+        distill_steps=read_key(raw, "ffgb.distill-steps", int, 0) or oracle.steps,
     )
+    require(out.distill_every >= 0, "ffgb.distill-every", out.distill_every, ">= 0 (0 = never)")
+    require(out.distill_rounds >= 1, "ffgb.distill-rounds", out.distill_rounds, ">= 1")
+    require(out.distill_steps >= 1, "ffgb.distill-steps", out.distill_steps,
+            ">= 0 (0 = ffgb.oracle-steps)")
+    require(not (out.distill_every and learner == "tree"), "ffgb.distill-every",
+            out.distill_every, "0 with tree learners (FedAvg distils into a network)")
     require(1 <= out.hidden <= 4096, "ffgb.hidden", out.hidden, "in [1, 4096]")
     require(1 <= out.tree_depth <= 20, "ffgb.tree-depth", out.tree_depth, "in [1, 20]")
     require(0 < out.gamma <= 1, "ffgb.gamma", out.gamma, "in (0, 1]")

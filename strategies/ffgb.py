@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from logging import INFO
+from logging import INFO, WARNING
 from typing import Any
 
 import numpy as np
@@ -28,7 +28,9 @@ from functions.ensembles import (
     Ensemble,
     PredictionCache,
     average,
+    lone_learner,
     pack_delta,
+    read_lone_learner,
     unpack_delta,
 )
 from functions.errors import DecodeError
@@ -38,20 +40,27 @@ from functions.protocol import (
     CONFIG,
     DELTA,
     DELTA_ARRAYS,
+    DISTILL_ERROR,
     EVALUATE,
     LAST_ACCEPTED,
     METRICS,
     ORACLE_ERROR,
     SERVER_ROUND,
+    STUDENT,
+    STUDENT_ARRAYS,
     TRAIN,
+    TRAIN_EXAMPLES,
 )
 from functions.trees import TreeArrays
 from oracles.boosting import AVERAGE, DESCENT, round_coefficients
+from oracles.distillation import NONE, average_networks, distilled_coefficients
+from oracles.weak_learning import new_network
 from run_config.common import RunSettings
-from run_config.ffgb import FFGBSettings, check_task, delta_limits, ffgb_settings
+from run_config.ffgb import DISTILL, FFGBSettings, check_task, delta_limits, ffgb_settings
 from run_config.ffgb import learner_spec as run_learner_spec
 from strategies.base import FederatedStrategy
 from strategies.evaluation import (
+    checked_count,
     checked_metrics,
     combine_evaluation_sums,
     decode_evaluation_sums,
@@ -81,6 +90,16 @@ class CheckedIncrement:
 
     delta: Delta
     oracle_error: float
+    distill_error: float | None = None
+
+
+@dataclass(frozen=True)
+class CheckedStudent:
+    """A distillation-round reply that passed every check."""
+
+    network: object
+    examples: int
+    distill_error: float
 
 
 class FFGBStrategy(FederatedStrategy):
@@ -107,6 +126,8 @@ class FFGBStrategy(FederatedStrategy):
         self.own_of: dict[int, OwnLearners] = {}
         self.learners_up = self.learners_down = 0
         self._roster_failures = 0
+        self.student: object | None = None  # the global distillation's network (FedAvg)
+        self.student_rounds = 0  # FedAvg rounds of the current distillation that had replies
 
     # -- set-up ---------------------------------------------------------------------------------
     def summary(self) -> None:
@@ -115,6 +136,10 @@ class FFGBStrategy(FederatedStrategy):
         log(INFO, "\t%s: K=%d, %s steps (eta0=%s, mu=%s), residual=%s, learner %s, oracle %s",
             f.variant, f.local_steps, f.steps.kind, f.steps.eta0, f.mu, f.residual, learner,
             f.oracle)
+        if f.distill != NONE or f.distill_every:
+            log(INFO, "\tdistillation: client side %s; global every %d boosting rounds "
+                "(%d FedAvg rounds of %d steps)", f.distill, f.distill_every, f.distill_rounds,
+                f.distill_steps)
 
     def description(self) -> dict[str, Any]:
         return {"kind": "ensemble", "learner": self.ffgb.learner,
@@ -138,7 +163,8 @@ class FFGBStrategy(FederatedStrategy):
             return self.ensemble.delta(since, omit=(own.first, own.count), own_factor=factor)
         return self.ensemble.delta(since)
 
-    def _message(self, node: int, server_round: int, kind: str) -> Message:
+    def _message(self, node: int, server_round: int, kind: str, student: bool = False
+                 ) -> Message:
         delta = self._delta_for(node)
         config, arrays = pack_delta(delta)
         content = RecordDict({
@@ -146,10 +172,18 @@ class FFGBStrategy(FederatedStrategy):
             CONFIG: ConfigRecord({SERVER_ROUND: server_round,
                                   LAST_ACCEPTED: self.book.last_accepted[node]}),
         })
+        if student:
+            content[STUDENT], content[STUDENT_ARRAYS] = self._student_records()
+            self.learners_down += 1
         self.version_of[node] = self.ensemble.version
         self.book.needs_sync[node] = False
         self.learners_down += len(delta.learners)
         return Message(content, node, kind, group_id=str(server_round))
+
+    def _student_records(self) -> tuple[ConfigRecord, ArrayRecord]:
+        config, arrays = pack_delta(lone_learner(self.student, self.x_test.shape[1],
+                                                 self.task.num_outputs))
+        return ConfigRecord(config), arrays_to_record(arrays)
 
     def _sample(self) -> list[int]:
         """A seeded sample of max(1, int(fraction n)) nodes in partition order (appendix F)."""
@@ -165,13 +199,25 @@ class FFGBStrategy(FederatedStrategy):
         if self.roster is None:
             self._start(grid, server_round)
         nodes = self._sample()
-        log(INFO, "%s round %d: %d of %d nodes train; ensemble of %d learners", self.label,
-            server_round, len(nodes), len(self.roster.node_ids), len(self.ensemble.learners))
-        return [self._message(node, server_round, TRAIN) for node in nodes]
+        phase, index = self.ffgb.phase(server_round)
+        distilling = phase == DISTILL
+        if distilling and index == 1:
+            self.student_rounds = 0
+            if self.student is None:  # else: warm start from the last distillation's student
+                self.student = new_network(self.spec, int(self.rng.integers(2**31)))
+        log(INFO, "%s round %d: %d of %d nodes %s; ensemble of %d learners", self.label,
+            server_round, len(nodes), len(self.roster.node_ids),
+            f"distil it ({index}/{self.ffgb.distill_rounds})" if distilling else "train",
+            len(self.ensemble.learners))
+        return [self._message(node, server_round, TRAIN, distilling) for node in nodes]
 
-    def _expected_coefficients(self, server_round: int) -> tuple[float, list[float]]:
+    def _expected_coefficients(self, t: int) -> tuple[float, list[float]]:
+        """(scale, weights) of a reply in boosting round t (0-based)."""
         form = AVERAGE if self.ffgb.variant == "ffgb-l" else DESCENT
-        return round_coefficients(self.ffgb.steps.etas(server_round - 1), self.ffgb.mu, form)
+        scale, weights = round_coefficients(self.ffgb.steps.etas(t), self.ffgb.mu, form)
+        if self.ffgb.distill == NONE:
+            return scale, weights
+        return distilled_coefficients(self.ffgb.distill, scale, weights)
 
     def _check_learner(self, learner: object) -> None:
         """The run's architecture (and FFGB.C's clipping bound G2), nothing larger."""
@@ -195,24 +241,43 @@ class FFGBStrategy(FederatedStrategy):
                              self.limits)
         if delta.full or delta.own_count or delta.since != self.ensemble.version:
             raise DecodeError(f"expected an increment on version {self.ensemble.version}")
-        scale, weights = self._expected_coefficients(server_round)
+        scale, weights = self._expected_coefficients(self.ffgb.phase(server_round)[1])
         if len(delta.learners) != len(weights):
-            raise DecodeError(f"{len(delta.learners)} learners, expected K = {len(weights)}")
+            raise DecodeError(f"{len(delta.learners)} learners, expected {len(weights)}")
         if delta.scale != scale or list(delta.weights) != weights:
             raise DecodeError("scale or weights do not match the step sizes of the round")
         for learner in delta.learners:
             self._check_learner(learner)
-        error = checked_metrics(records[METRICS], [ORACLE_ERROR])[ORACLE_ERROR]
-        return CheckedIncrement(delta, error)
+        distilled = self.ffgb.distill != NONE
+        errors = checked_metrics(records[METRICS],
+                                 [ORACLE_ERROR, DISTILL_ERROR] if distilled else [ORACLE_ERROR])
+        return CheckedIncrement(delta, errors[ORACLE_ERROR], errors.get(DISTILL_ERROR))
+
+    def _checked_student(self, reply: Message) -> CheckedStudent:
+        records = exact_records(reply.content, {STUDENT: ConfigRecord,
+                                                STUDENT_ARRAYS: ArrayRecord,
+                                                METRICS: MetricRecord})
+        network = read_lone_learner(unpack_delta(dict(records[STUDENT]),
+                                                 record_to_arrays(records[STUDENT_ARRAYS]),
+                                                 self.limits))
+        if learner_spec(network) != self.spec:
+            raise DecodeError(f"the student is not the run's {self.spec}")
+        metrics = checked_metrics(records[METRICS], [TRAIN_EXAMPLES, DISTILL_ERROR])
+        return CheckedStudent(network, checked_count(metrics, TRAIN_EXAMPLES, 1),
+                              metrics[DISTILL_ERROR])
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]
                         ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        good, rejected = self.book.screen(
-            server_round, replies, lambda r: self._checked_increment(server_round, r))
+        phase, index = self.ffgb.phase(server_round)
+        check = self._checked_student if phase == DISTILL else (
+            lambda r: self._checked_increment(server_round, r))
+        good, rejected = self.book.screen(server_round, replies, check)
         metrics = MetricRecord({"failures": rejected + self._roster_failures,
                                 "participants": len(good)})
         self._roster_failures = 0
-        if good:
+        if phase == DISTILL:
+            self._distill(server_round, index, good, metrics)
+        elif good:
             before = self.ensemble.version
             fraction, first = 1.0 / len(good), before + 1
             for node, checked in good.items():
@@ -226,8 +291,38 @@ class FFGBStrategy(FederatedStrategy):
             if self.test_cache is not None:
                 self.test_cache.update(self.ensemble.delta(before))
             metrics["oracle_error"] = float(np.mean([c.oracle_error for c in good.values()]))
+            if self.ffgb.distill != NONE:
+                metrics["distill_error"] = float(np.mean([c.distill_error
+                                                          for c in good.values()]))
         metrics.update(self._size_metrics())
         return None, metrics
+
+    def _distill(self, server_round: int, index: int, good: dict[int, CheckedStudent],
+                 metrics: MetricRecord) -> None:
+        """FedAvg of the students (weighted by points); after the last round of a distillation
+        the student replaces the whole ensemble (scale 0)."""
+        if good:
+            self.learners_up += len(good)
+            total = sum(c.examples for c in good.values())
+            self.student = average_networks([c.network for c in good.values()],
+                                            [c.examples / total for c in good.values()],
+                                            new_network(self.spec, 0))
+            self.book.accept(server_round, good)
+            self.student_rounds += 1
+            metrics["distill_error"] = float(np.average([c.distill_error for c in good.values()],
+                                                        weights=[c.examples for c in good.values()]))
+        if index < self.ffgb.distill_rounds:
+            return
+        if self.student_rounds == 0:
+            log(WARNING, "%s: no node trained the student; the ensemble stays as it is",
+                self.label)
+            return
+        before = self.ensemble.version
+        self.ensemble = self.ensemble.extend([self.student], [1.0], scale=0.0)
+        self.own_of.clear()
+        if self.test_cache is not None:
+            self.test_cache.update(self.ensemble.delta(before))
+        log(INFO, "%s: the ensemble is replaced by its distilled student", self.label)
 
     def _size_metrics(self) -> dict[str, float]:
         """``ensemble_size`` and ``models_exchanged``: learners up and down so far, per node
@@ -282,8 +377,11 @@ class FFGBStrategy(FederatedStrategy):
             "ensemble-arrays": arrays_to_record(arrays),
             "ensemble-history": ConfigRecord({"versions": list(versions),
                                               "scales": [float(s) for s in scales]}),
-            "traffic": ConfigRecord({"up": self.learners_up, "down": self.learners_down}),
+            "traffic": ConfigRecord({"up": self.learners_up, "down": self.learners_down,
+                                     "student-rounds": self.student_rounds}),
         })
+        if self.student is not None:
+            state["student"], state["student-arrays"] = self._student_records()
         if self.test_cache is not None:
             state["test-values"] = arrays_to_record({"values": self.test_cache.values})
         if self.roster is not None:
@@ -308,7 +406,12 @@ class FFGBStrategy(FederatedStrategy):
                                  snapshot.weights,
                                  tuple(zip(history["versions"], history["scales"])),
                                  offset=snapshot.since)
-        self.learners_up, self.learners_down = state["traffic"]["up"], state["traffic"]["down"]
+        traffic = state["traffic"]
+        self.learners_up, self.learners_down = traffic["up"], traffic["down"]
+        self.student_rounds = traffic["student-rounds"]
+        if "student" in state:
+            self.student = read_lone_learner(unpack_delta(
+                dict(state["student"]), record_to_arrays(state["student-arrays"]), self.limits))
         if self.test_cache is not None:
             self.test_cache = PredictionCache(self.x_test, self.ensemble.version,
                                               state["test-values"]["values"].numpy())

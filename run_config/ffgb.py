@@ -48,6 +48,7 @@ class FFGBSettings:
     distill_every: int = 0  # a global distillation after every D boosting rounds (0: never)
     distill_rounds: int = 1  # R FedAvg rounds per global distillation
     distill_steps: int = 500  # local Adam steps of the student per FedAvg round
+    one_shot: bool = False  # FFGB.L in one round of communication (Remark 3.1)
 
     def student_training(self) -> OracleSettings:
         """How a node trains the distillation student in one FedAvg round."""
@@ -150,11 +151,15 @@ def ffgb_settings(settings: RunSettings) -> FFGBSettings:
         distill_every=read_key(raw, "ffgb.distill-every", int, 0),
         distill_rounds=read_key(raw, "ffgb.distill-rounds", int, 1),
         distill_steps=read_key(raw, "ffgb.distill-steps", int, 0) or oracle.steps,
+        one_shot=read_key(raw, "ffgb.one-shot", bool, False),
     )
     require(out.distill_every >= 0, "ffgb.distill-every", out.distill_every, ">= 0 (0 = never)")
     require(out.distill_rounds >= 1, "ffgb.distill-rounds", out.distill_rounds, ">= 1")
     require(out.distill_steps >= 1, "ffgb.distill-steps", out.distill_steps,
             ">= 0 (0 = ffgb.oracle-steps)")
+    require(not (out.one_shot and (variant != "ffgb-l" or out.distill != NONE
+                                   or out.distill_every)), "ffgb.one-shot", out.one_shot,
+            "false unless algorithm='ffgb-l' without distillation (Remark 3.1 is FFGB.L's)")
     require(not (out.distill_every and learner == "tree"), "ffgb.distill-every",
             out.distill_every, "0 with tree learners (FedAvg distils into a network)")
     require(1 <= out.hidden <= 4096, "ffgb.hidden", out.hidden, "in [1, 4096]")

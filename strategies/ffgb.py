@@ -55,8 +55,7 @@ from functions.trees import TreeArrays
 from oracles.boosting import AVERAGE, DESCENT, round_coefficients
 from oracles.distillation import NONE, average_networks, distilled_coefficients
 from oracles.weak_learning import new_network
-from run_config.common import RunSettings
-from run_config.ffgb import DISTILL, FFGBSettings, check_task, delta_limits, ffgb_settings
+from run_config.ffgb import DISTILL, FFGBSettings, delta_limits
 from run_config.ffgb import learner_spec as run_learner_spec
 from strategies.base import FederatedStrategy
 from strategies.evaluation import (
@@ -70,7 +69,6 @@ from strategies.roster import Roster
 from strategies.screening import exact_records, screen_replies
 from strategies.state_records import restore_rng, rng_record
 from tasks.datasets import TaskData
-from tasks.federation import task_for
 
 
 @dataclass(frozen=True)
@@ -426,11 +424,3 @@ class FFGBStrategy(FederatedStrategy):
                                                                      "fraction")))
                        for i, n in enumerate(own["node-ids"])}
 
-
-def build_ffgb(settings: RunSettings) -> FFGBStrategy:
-    """FFGB, FFGB.C or FFGB.L (``algorithm``) from the ``ffgb.*`` table."""
-    ffgb = ffgb_settings(settings)
-    task = task_for(settings.data)
-    check_task(ffgb, task)
-    return FFGBStrategy(ffgb, task, settings.central_evaluation, settings.fraction_train,
-                        settings.seed)

@@ -14,7 +14,7 @@ from run_config.common import RunSettings
 from strategies.base import FederatedStrategy
 from strategies.fedavg import build_fedavg, build_fedprox, build_projected_fedavg
 from strategies.feddr import build_feddr
-from strategies.ffgb import build_ffgb
+from strategies.ffgb_build import build_ffgb
 from strategies.fedfw import build_fedfw
 from tasks.errors import ConfigError
 

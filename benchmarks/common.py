@@ -81,8 +81,8 @@ def _run_in_this_process(job: dict, out_dir: str) -> dict:
 
     config = run_config(**{"output-dir": out_dir, "run-name": job["name"], **job["overrides"]})
     start = time.perf_counter()
-    grid = (_wire_grid_class() if job.get("wire") else LocalGrid)(client_app, config,
-                                                                  job["num_nodes"])
+    grid = (_wire_grid_class() if job.get("wire") else LocalGrid)(
+        client_app, config, job["num_nodes"], keep_messages=False)
     server_main(grid, server_context(config))
     wall = time.perf_counter() - start
     run_dir = Path(out_dir) / job["name"]

@@ -20,6 +20,8 @@ from tasks.errors import ConfigError
 
 VARIANTS = ("ffgb", "ffgb-c", "ffgb-l")
 LEARNERS = ("mlp", "cnn", "tree")
+# eta0 = 0: the authors' MNIST value; FFGB.L's g <- (1 - eta) g + eta h extrapolates past eta = 1
+DEFAULT_ETA0 = {"ffgb": 10.0, "ffgb-c": 10.0, "ffgb-l": 1.0}
 THEOREM_CONSTANT = {"ffgb": 2.0, "ffgb-c": 4.0, "ffgb-l": 4.0}  # Theorems 3.1, 3.2, 3.3
 CROSS_ENTROPY_GRAD_BOUND = 1.0  # |softmax - onehot| <= 1 in every output
 BOOST, DISTILL = "boost", "distill"  # the two kinds of round
@@ -99,8 +101,8 @@ def ffgb_settings(settings: RunSettings) -> FFGBSettings:
     kind = read_key(raw, "ffgb.schedule", str, EXPERIMENT)
     if kind not in SCHEDULES:
         raise ConfigError.choice("ffgb.schedule", kind, SCHEDULES)
-    eta0 = read_key(raw, "ffgb.eta0", float, 10.0)
-    require(0 < eta0 < float("inf"), "ffgb.eta0", eta0, "finite and > 0")
+    eta0 = read_key(raw, "ffgb.eta0", float, 0.0) or DEFAULT_ETA0[variant]
+    require(0 < eta0 < float("inf"), "ffgb.eta0", eta0, "finite and >= 0 (0 = auto)")
     mu = read_key(raw, "ffgb.mu", float, 0.0)
     require(0 <= mu < float("inf"), "ffgb.mu", mu, "finite and >= 0")
     modulus = 1.0 if variant == "ffgb-l" else mu  # the square loss is 1-strongly convex

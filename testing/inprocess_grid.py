@@ -51,8 +51,12 @@ class LocalGrid(Grid):
     """Runs ``client_app`` synchronously for ``num_nodes`` nodes with their own node config."""
 
     def __init__(self, client_app: ClientApp, config: dict[str, Any], num_nodes: int,
-                 node_configs: list[dict[str, Any]] | None = None) -> None:
+                 node_configs: list[dict[str, Any]] | None = None,
+                 keep_messages: bool = True) -> None:
+        """``keep_messages``: record every message sent in ``down`` (tests inspect them; long
+        benchmark runs turn it off, or the traffic stays in memory)."""
         enter_run()
+        self.keep_messages = keep_messages
         self.client_app = client_app
         # Flower's node ids are random uint64s; straddle 2**63 so code that puts ids into
         # numpy arrays (silently float64 for such a mix) fails here as it would on the engine
@@ -98,7 +102,8 @@ class LocalGrid(Grid):
         ids = []
         for message in messages:
             message.metadata.__dict__["_message_id"] = str(uuid.uuid4())
-            self.down.append(message)
+            if self.keep_messages:
+                self.down.append(message)
             self.replies[message.metadata.message_id] = self._deliver(message)
             ids.append(message.metadata.message_id)
         return ids

@@ -19,7 +19,8 @@ def fresh_cache():
     _load_cached.cache_clear()
 
 
-OFFLINE = ("digits", "iris", "wine", "breast-cancer", "diabetes", "mnist-5k", "synthetic")
+OFFLINE = ("digits", "iris", "wine", "breast-cancer", "diabetes", "mnist-5k", "synthetic",
+           "lipschitz")
 EXPECTED = {  # name: (total samples, shape of one example, classes)
     "digits": (1797, (64,), 10),
     "iris": (150, (4,), 3),
@@ -28,6 +29,7 @@ EXPECTED = {  # name: (total samples, shape of one example, classes)
     "diabetes": (442, (10,), 0),
     "mnist-5k": (5000, (1, 28, 28), 10),
     "synthetic": (6000, (60,), 10),
+    "lipschitz": (2000, (8,), 0),
 }
 
 

@@ -229,6 +229,10 @@ def main() -> None:
                                 {**FFGB_L, **steps, **part, "task": task, "ffgb.eta0": eta,
                                  "ffgb.one-shot": True, "num-server-rounds": reg_rounds})
                             ] = f"ffgb-l, {task}, {split}, eta0 = {eta:g} (one-shot)"
+            extra_names[add(f"{task}-{split}-ffgb-l-oneshot-midpoint", NODES,
+                            {**FFGB_L, **steps, **part, "task": task, "ffgb.one-shot": True,
+                             "ffgb.extension": "midpoint", "num-server-rounds": reg_rounds})
+                        ] = f"ffgb-l, {task}, {split}, eta0 = 1, midpoint extension (one-shot)"
         reg_names[(task, "central", "ffgb-l")] = add(
             f"{task}-central-ffgb-l", 1,
             {**FFGB_L, **steps, **CENTRAL, "task": task, "num-server-rounds": reg_rounds})

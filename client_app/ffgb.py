@@ -132,7 +132,7 @@ def _increment(ffgb: FFGBSettings, job: ClientJob, f_train: np.ndarray, t: int):
     if ffgb.variant == "ffgb-l":
         targets = loss.targets(data.y_train)
         lipschitz = ffgb.lipschitz or data_lipschitz_constant(data.x_train, targets)
-        extension = LipschitzExtension.of(data.x_train, targets, lipschitz)
+        extension = LipschitzExtension.of(data.x_train, targets, lipschitz, ffgb.extension)
         fit = lipschitz_oracle(spec, data.x_train, extension, ffgb.oracle, seed_of)
         return ffgb_l_increment(targets, etas, fit, ffgb.residual)
     fit = boosting_oracle(spec, data.x_train, ffgb.oracle, ffgb.variant == "ffgb-c",

@@ -6,6 +6,13 @@ per output; each output is then L-Lipschitz (the paper points to Kirszbraun's th
 vector-valued extension; the per-output one is what can be written down and evaluated).
 Its input gradient, needed by the Sobolev oracle, is L (x - x_j*) / ||x - x_j*|| for the minimising
 point x_j* (defined wherever x is not a data point).
+
+Eq. 17 is the largest L-Lipschitz interpolant (McShane's): away from the node's points it grows
+like L times the distance, so the average of the nodes' extensions, which FFGB.L converges to,
+is biased upwards wherever a node has no data (measured in benchmarks/README.md, section 7).
+``kind='midpoint'`` takes the mean of the largest and the smallest (Whitney's,
+max_j (y_j - L ||x - x_j||)) L-Lipschitz interpolants instead: also L-Lipschitz and
+interpolating, so Algorithm 4 and Theorem 3.3 apply unchanged; it is an option, not the paper's.
 """
 
 from __future__ import annotations
@@ -15,6 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 _CHUNK = 256  # rows of pairwise distances computed at once
+UPPER, MIDPOINT = "upper", "midpoint"
+KINDS = (UPPER, MIDPOINT)
 
 
 def _distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -41,36 +50,52 @@ def data_lipschitz_constant(x: np.ndarray, y: np.ndarray) -> float:
 
 @dataclass(frozen=True, eq=False)
 class LipschitzExtension:
-    """u(z) = min_j (y_j + L ||z - x_j||), per output, over the node's points (x, y)."""
+    """u(z) = min_j (y_j + L ||z - x_j||) (``upper``, eq. 17), or its mean with
+    max_j (y_j - L ||z - x_j||) (``midpoint``), per output, over the node's points (x, y)."""
 
     x: np.ndarray  # (n, d)
     y: np.ndarray  # (n, c)
     lipschitz: float
+    kind: str = UPPER
 
     @classmethod
-    def of(cls, x: np.ndarray, y: np.ndarray, lipschitz: float) -> LipschitzExtension:
+    def of(cls, x: np.ndarray, y: np.ndarray, lipschitz: float, kind: str = UPPER
+           ) -> LipschitzExtension:
         x = np.asarray(x, dtype=np.float64).reshape(len(x), -1)
         y = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
         if not (np.isfinite(lipschitz) and lipschitz >= 0):
             raise ValueError(f"the Lipschitz constant must be finite and >= 0, got {lipschitz}")
-        return cls(x, y, float(lipschitz))
+        if kind not in KINDS:
+            raise ValueError(f"unknown extension {kind!r}; expected one of {KINDS}")
+        return cls(x, y, float(lipschitz), kind)
 
-    def _nearest(self, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per point and output: the value of u and the index of its minimising data point."""
-        dist = _distances(np.asarray(z, dtype=np.float64).reshape(len(z), -1), self.x)
-        candidates = self.y[None, :, :] + self.lipschitz * dist[:, :, None]  # (m, n, c)
+    def _extreme(self, z: np.ndarray, sign: float) -> tuple[np.ndarray, np.ndarray]:
+        """Per point and output: min_j (y_j + L d_j) (sign +1) or max_j (y_j - L d_j) (sign -1),
+        and the index of the data point that attains it."""
+        dist = _distances(z, self.x)
+        candidates = sign * self.y[None, :, :] + self.lipschitz * dist[:, :, None]  # (m, n, c)
         best = candidates.argmin(axis=1)  # (m, c)
-        return np.take_along_axis(candidates, best[:, None, :], axis=1)[:, 0, :], best
+        value = np.take_along_axis(candidates, best[:, None, :], axis=1)[:, 0, :]
+        return sign * value, best
+
+    def _sides(self) -> tuple[float, ...]:
+        return (1.0,) if self.kind == UPPER else (1.0, -1.0)
 
     def values(self, z: np.ndarray) -> np.ndarray:
         """u at the points z: (m, c)."""
-        return self._nearest(z)[0]
+        z = np.asarray(z, dtype=np.float64).reshape(len(z), -1)
+        sides = [self._extreme(z, sign)[0] for sign in self._sides()]
+        return sum(sides) / len(sides)
 
     def jacobian(self, z: np.ndarray) -> np.ndarray:
         """du/dz at the points z: (m, c, d) (zero where z is a data point)."""
         z = np.asarray(z, dtype=np.float64).reshape(len(z), -1)
-        _, best = self._nearest(z)
-        offset = z[:, None, :] - self.x[best]  # (m, c, d)
-        norm = np.linalg.norm(offset, axis=2, keepdims=True)
-        return self.lipschitz * np.divide(offset, norm, out=np.zeros_like(offset),
-                                          where=norm > 0)
+        sides = []
+        for sign in self._sides():
+            _, best = self._extreme(z, sign)
+            offset = z[:, None, :] - self.x[best]  # (m, c, d)
+            norm = np.linalg.norm(offset, axis=2, keepdims=True)
+            sides.append(sign * self.lipschitz * np.divide(offset, norm,
+                                                           out=np.zeros_like(offset),
+                                                           where=norm > 0))
+        return sum(sides) / len(sides)

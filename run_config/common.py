@@ -38,7 +38,7 @@ def require(condition: bool, key: str, value: object, requirement: str) -> None:
 class RunSettings:
     """The common run-config keys, validated; ``raw`` keeps every key for the family parsers."""
 
-    algorithm: str = "fedavg"
+    algorithm: str = "ffgb"
     task: str = "digits"
     model: str = ""
     partitioning: str = "iid"

@@ -12,6 +12,7 @@ from functions.ensembles import Limits
 from functions.networks import NetworkSpec
 from oracles.boosting import EXPERIMENT, SCHEDULES, THEOREM, Clipping, StepSizes
 from oracles.distillation import FUNCTION, MODES, NONE
+from oracles.lipschitz import KINDS, UPPER
 from oracles.functional_losses import CROSS_ENTROPY, SQUARE, PointwiseLoss
 from oracles.weak_learning import OracleSettings
 from run_config.common import RunSettings, read_key, require
@@ -51,6 +52,7 @@ class FFGBSettings:
     distill_rounds: int = 1  # R FedAvg rounds per global distillation
     distill_steps: int = 500  # local Adam steps of the student per FedAvg round
     one_shot: bool = False  # FFGB.L in one round of communication (Remark 3.1)
+    extension: str = UPPER  # FFGB.L's u_i: eq. 17 (upper) or the midpoint interpolant
 
     def student_training(self) -> OracleSettings:
         """How a node trains the distillation student in one FedAvg round."""
@@ -154,7 +156,10 @@ def ffgb_settings(settings: RunSettings) -> FFGBSettings:
         distill_rounds=read_key(raw, "ffgb.distill-rounds", int, 1),
         distill_steps=read_key(raw, "ffgb.distill-steps", int, 0) or oracle.steps,
         one_shot=read_key(raw, "ffgb.one-shot", bool, False),
+        extension=read_key(raw, "ffgb.extension", str, UPPER),
     )
+    if out.extension not in KINDS:
+        raise ConfigError.choice("ffgb.extension", out.extension, KINDS)
     require(out.distill_every >= 0, "ffgb.distill-every", out.distill_every, ">= 0 (0 = never)")
     require(out.distill_rounds >= 1, "ffgb.distill-rounds", out.distill_rounds, ">= 1")
     require(out.distill_steps >= 1, "ffgb.distill-steps", out.distill_steps,

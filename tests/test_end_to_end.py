@@ -17,8 +17,9 @@ REQUIRED_ROW_KEYS = {"round", "test_accuracy", "test_loss", "train_loss", "bytes
 
 
 def run_job(tmp_path, num_nodes=4, node_configs=None, **overrides):
-    """Run the ServerApp against ``num_nodes`` in-process clients; return (grid, results dir)."""
-    run = run_app(tmp_path, num_nodes, node_configs, **overrides)
+    """Run the ServerApp against ``num_nodes`` in-process clients; return (grid, results dir).
+    FedAvg unless told otherwise: these tests pin the frame's contracts on one model."""
+    run = run_app(tmp_path, num_nodes, node_configs, **{"algorithm": "fedavg", **overrides})
     return run.grid, run.out_dir
 
 
@@ -29,6 +30,13 @@ def read_metrics(out_dir):
 def model_bytes(grid) -> int:
     first_train = next(m for m in grid.down if m.metadata.message_type == "train")
     return sum(math.prod(a.shape) * 4 for a in first_train.content["arrays"].values())
+
+
+def test_the_default_job_is_ffgb_on_digits(tmp_path):
+    rows = run_app(tmp_path, 4, None, **{"num-server-rounds": 1}).rows
+    config = json.loads((tmp_path / "job" / "config.json").read_text())["run_config"]
+    assert (config["algorithm"], config["task"]) == ("ffgb", "digits")
+    assert rows[-1]["ensemble_size"] == 4 * 3 and rows[-1]["test_accuracy"] > 0.8
 
 
 def test_fedavg_digits_writes_the_results_contract(tmp_path):

@@ -19,7 +19,7 @@ from oracles.boosting import (
     round_coefficients,
 )
 from oracles.functional_losses import CROSS_ENTROPY, SQUARE, PointwiseLoss
-from oracles.lipschitz import LipschitzExtension, data_lipschitz_constant
+from oracles.lipschitz import KINDS, MIDPOINT, UPPER, LipschitzExtension, data_lipschitz_constant
 from oracles import weak_learning
 from oracles.weak_learning import (
     OracleSettings,
@@ -319,28 +319,43 @@ def test_the_lipschitz_oracle_targets_a_multiple_of_u_minus_the_previous_learner
 
 # -- Lipschitz extension ---------------------------------------------------------------------------
 
-def test_the_lipschitz_extension_interpolates_and_is_lipschitz():
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_lipschitz_extension_interpolates_and_is_lipschitz(kind):
     x = RNG.normal(size=(50, 3))
     y = np.stack([np.sin(x[:, 0]), np.abs(x[:, 1])], axis=1)
     lipschitz = data_lipschitz_constant(x, y)
     assert 0 < lipschitz <= 1.0 + 1e-9  # sin and |.| are 1-Lipschitz
-    u = LipschitzExtension.of(x, y, lipschitz)
+    u = LipschitzExtension.of(x, y, lipschitz, kind)
     assert np.allclose(u.values(x), y)
     a, b = RNG.normal(size=(300, 3)) * 2, RNG.normal(size=(300, 3)) * 2
     gaps = np.abs(u.values(a) - u.values(b)).max(axis=1)
     assert np.all(gaps <= lipschitz * np.linalg.norm(a - b, axis=1) + 1e-9)
 
 
-def test_the_lipschitz_extension_jacobian_matches_finite_differences():
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_lipschitz_extension_jacobian_matches_finite_differences(kind):
     x = RNG.normal(size=(30, 3))
     y = RNG.normal(size=(30, 2))
-    u = LipschitzExtension.of(x, y, 2.0)
+    u = LipschitzExtension.of(x, y, 2.0, kind)
     z = RNG.normal(size=(20, 3)) * 1.5
     step = 1e-6
     numeric = np.stack([(u.values(z + step * e) - u.values(z - step * e)) / (2 * step)
                         for e in np.eye(3)], axis=2)
     assert np.allclose(u.jacobian(z), numeric, atol=1e-4)
-    assert np.allclose(np.linalg.norm(u.jacobian(z), axis=2), 2.0)
+    norms = np.linalg.norm(u.jacobian(z), axis=2)
+    assert np.allclose(norms, 2.0) if kind == UPPER else np.all(norms <= 2.0 + 1e-9)
+
+
+def test_the_midpoint_extension_is_the_mean_of_the_extreme_interpolants():
+    x, y = RNG.normal(size=(30, 2)), RNG.normal(size=(30, 1))
+    z, lipschitz = RNG.normal(size=(100, 2)) * 3, data_lipschitz_constant(x, y)
+    upper = LipschitzExtension.of(x, y, lipschitz).values(z)
+    mid = LipschitzExtension.of(x, y, lipschitz, MIDPOINT).values(z)
+    dist = np.linalg.norm(z[:, None, :] - x[None, :, :], axis=2)
+    lower = (y[None, :, 0] - lipschitz * dist).max(axis=1, keepdims=True)
+    assert np.allclose(mid, (upper + lower) / 2) and np.all(lower <= upper + 1e-12)
+    with pytest.raises(ValueError, match="unknown extension"):
+        LipschitzExtension.of(x, y, 1.0, "lower")
 
 
 def test_square_and_cross_entropy_gradients_are_the_pointwise_derivatives():

@@ -10,6 +10,8 @@ paper's count, section 4.1: plain FFGB N K = 30 a round, FedAvg 2):
 - ``function``: each node distils its whole g^{K+1} (the paper's proposal; ensemble of N);
 - ``increment+global``: ``increment``, and after every 10 boosting rounds 2 FedAvg rounds that
   distil the global ensemble into one network;
+- ``ffgb-c``: FFGB.C (sup-norm oracle WO-infinity, p = 8, clipped learners and residuals), and
+  ``ffgb-c-sup-p1`` the same with p = 1 (a mean-squared fit: clipping without the sup norm);
 - ``fedavg``: FedAvg with the learner's network as the whole model (``mlp32``), our defaults.
 
     python -m benchmarks.ffgb_distillation            # full (about 20 min on 2 cores)
@@ -94,6 +96,9 @@ def main() -> None:
     jobs = {"ffgb": {**ffgb, "num-server-rounds": rounds}}
     for name, extra in DISTILLED.items():
         jobs[f"ffgb-{name}"] = {**ffgb, **extra, "num-server-rounds": rounds * k}
+    # which part of FFGB.C helps here: the sup-norm oracle (p = 8) or the clipping (p = 1)
+    jobs["ffgb-c"] = {**ffgb, "algorithm": "ffgb-c", "num-server-rounds": rounds}
+    jobs["ffgb-c-sup-p1"] = {**jobs["ffgb-c"], "ffgb.sup-p": 1.0}
     jobs["fedavg-mlp32"] = {**FEDAVG, "num-server-rounds": rounds * NODES * k // 2}
     results = run_jobs([Job(name, NODES, {**SETUP, **config}) for name, config in jobs.items()],
                        runs_dir(args.quick, "ffgb_distillation"), args.workers, args.reuse)

@@ -12,6 +12,7 @@ from client_app.job import ClientJob
 from client_app.registry import client_half, message_types
 from functions.protocol import NUM_PARTITIONS, PARTITION_ID
 from run_config.common import RunSettings
+from tasks.devices import NODE_KEY, AUTO, resolve_device
 from tasks.errors import ConfigError
 from tasks.federation import local_data
 
@@ -43,7 +44,9 @@ def handle(message: Message, context: Context) -> Message:
                           "messages")
     partition_id, num_partitions = partition_of(context)
     data = local_data(settings.data, partition_id, num_partitions)
-    job = ClientJob(message.content, context.state, data, settings, dict(context.node_config))
+    device = resolve_device(context.node_config.get(NODE_KEY, AUTO))
+    job = ClientJob(message.content, context.state, data, settings, dict(context.node_config),
+                    device)
     return Message(procedure(job), reply_to=message)
 
 

@@ -47,7 +47,7 @@ def evaluation_sums(model: nn.Module, data: LocalData) -> MetricRecord:
 def evaluate_xbar(job: ClientJob, with_gradient: bool = False) -> RecordDict:
     """Loss sums at x-bar on this node's data; with ``with_gradient``, also grad f_i(x-bar)."""
     data = job.data
-    model = new_model(job.settings, data.task)
+    model = new_model(job.settings, data.task, job.device)
     layout = ParamLayout.of_state_dict(model.state_dict())
     xbar = record_to_params(job.content[XBAR], layout)
     load_params(model, xbar)

@@ -27,7 +27,7 @@ def train(job: ClientJob) -> RecordDict:
     """Run local SGD (with FedProx's proximal term when the server sends ``proximal-mu``)."""
     config = job.content[CONFIG]
     s, data = job.settings, job.data
-    model = model_from_arrays(s, data.task, job.content[ARRAYS])
+    model = model_from_arrays(s, data.task, job.content[ARRAYS], job.device)
     sgd = SGDConfig(
         epochs=s.local_epochs,
         steps=s.local_steps,
@@ -38,14 +38,14 @@ def train(job: ClientJob) -> RecordDict:
     seed = s.seed * 100_003 + int(config.get(SERVER_ROUND, 0)) * 1_009 + data.partition_id
     loss = train_sgd(model, data.x_train, data.y_train, data.task.kind, sgd, seed)
     return RecordDict({
-        ARRAYS: ArrayRecord(model.state_dict()),
+        ARRAYS: ArrayRecord(model.cpu().state_dict()),
         METRICS: MetricRecord({LOCAL_TRAIN_LOSS: loss, NUM_EXAMPLES: len(data.y_train)}),
     })
 
 
 def evaluate(job: ClientJob) -> RecordDict:
     """Evaluation sums of the received model on this node's test shard and training partition."""
-    model = model_from_arrays(job.settings, job.data.task, job.content[ARRAYS])
+    model = model_from_arrays(job.settings, job.data.task, job.content[ARRAYS], job.device)
     return RecordDict({METRICS: evaluation_sums(model, job.data)})
 
 

@@ -73,7 +73,7 @@ def train(job: ClientJob) -> RecordDict:
     """One FedDR client update at the received x-bar; reply with x_hat_i (dense float32)."""
     dr = feddr_settings(job.settings)
     t = int(job.content[CONFIG][SERVER_ROUND])
-    model = new_model(job.settings, job.data.task)
+    model = new_model(job.settings, job.data.task, job.device)
     layout = ParamLayout.of_state_dict(model.state_dict())
     xbar = record_to_params(job.content[XBAR], layout)
     state = _current_state(job, layout, xbar)

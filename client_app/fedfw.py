@@ -71,7 +71,7 @@ def train(job: ClientJob) -> RecordDict:
     """One Frank-Wolfe step: s_i = LMO(g_i) over the node's D_i; reply with s_i encoded."""
     fw = fedfw_settings(job.settings)
     config, data = job.content[CONFIG], job.data
-    model = new_model(job.settings, data.task)
+    model = new_model(job.settings, data.task, job.device)
     layout = ParamLayout.of_state_dict(model.state_dict())
     xbar = record_to_params(job.content[XBAR], layout)
     state = _current_state(job, layout, xbar)

@@ -133,10 +133,10 @@ def _increment(ffgb: FFGBSettings, job: ClientJob, f_train: np.ndarray, t: int):
         targets = loss.targets(data.y_train)
         lipschitz = ffgb.lipschitz or data_lipschitz_constant(data.x_train, targets)
         extension = LipschitzExtension.of(data.x_train, targets, lipschitz, ffgb.extension)
-        fit = lipschitz_oracle(spec, data.x_train, extension, ffgb.oracle, seed_of)
+        fit = lipschitz_oracle(spec, data.x_train, extension, ffgb.oracle, seed_of, job.device)
         return ffgb_l_increment(targets, etas, fit, ffgb.residual)
     fit = boosting_oracle(spec, data.x_train, ffgb.oracle, ffgb.variant == "ffgb-c",
-                          ffgb.tree_depth, seed_of)
+                          ffgb.tree_depth, seed_of, job.device)
     return ffgb_increment(f_train, data.y_train, loss, etas, ffgb.mu, fit, ffgb.residual,
                           ffgb.clipping(task), clip_learner)
 
@@ -146,7 +146,7 @@ def _distiller(ffgb: FFGBSettings, job: ClientJob, t: int):  # noqa: ANN202
     task, clipping = job.data.task, ffgb.clipping(job.data.task)
     seed = _seed_of(ffgb, job, t)(ffgb.local_steps + 1)
     fit = boosting_oracle(learner_spec(ffgb, task), job.data.x_train, ffgb.oracle, False,
-                          ffgb.tree_depth, lambda k: seed)
+                          ffgb.tree_depth, lambda k: seed, job.device)
 
     def fit_one(target: np.ndarray) -> Fitted:
         fitted = fit(target, 0)
@@ -172,7 +172,7 @@ def _train_student(job: ClientJob, ffgb: FFGBSettings, f_train: np.ndarray) -> R
     seed = fit_seed(job.settings.seed, int(job.content[CONFIG][SERVER_ROUND]), data.partition_id,
                     0)
     fitted = train_least_squares(student, spec, _flat(data.x_train), f_train,
-                                 ffgb.student_training(), seed)
+                                 ffgb.student_training(), seed, device=job.device)
     error = float(np.sqrt(np.mean((f_train - fitted.values) ** 2)))
     config, arrays = pack_delta(lone_learner(student, spec.n_features, data.task.num_outputs))
     return RecordDict({STUDENT: ConfigRecord(config), STUDENT_ARRAYS: arrays_to_record(arrays),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
 from flwr.app import RecordDict
 
 from run_config.common import RunSettings
@@ -24,6 +25,7 @@ class ClientJob:
     data: LocalData
     settings: RunSettings
     node_config: dict
+    device: torch.device = torch.device("cpu")  # node config ``device`` (tasks.devices)
 
 
 ClientProcedure = Callable[[ClientJob], RecordDict]

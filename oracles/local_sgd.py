@@ -8,7 +8,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from tasks.evaluation import as_targets, loss_function
+from tasks.devices import on_device
+from tasks.evaluation import TARGETS, loss_function
 
 
 @dataclass(frozen=True)
@@ -46,12 +47,13 @@ def train_sgd(
     criterion = loss_function(kind)
     optimizer = torch.optim.SGD(model.parameters(), lr=cfg.learning_rate)
     anchor = [p.detach().clone() for p in model.parameters()] if cfg.proximal_mu > 0 else []
-    x_all = torch.tensor(x)
-    y_all = as_targets(y, kind)
+    device = next(model.parameters()).device  # the data go there once (on_device)
+    x_all = on_device(x, device)
+    y_all = on_device(y, device, TARGETS[kind])
     model.train()
     total, count = 0.0, 0
     for idx in _batches(len(x), cfg, rng):
-        index = torch.as_tensor(idx)
+        index = torch.as_tensor(idx, device=device)
         optimizer.zero_grad()
         loss = criterion(model(x_all[index]), y_all[index])
         total += float(loss.detach()) * len(idx)

@@ -74,7 +74,7 @@ def fit_mlp_least_squares(network: nn.Module, activation: str, x: torch.Tensor,
     m, v = torch.zeros_like(flat), torch.zeros_like(flat)
     beta1, beta2 = BETAS
     for step, index in enumerate(batches, start=1):
-        rows = torch.as_tensor(index)
+        rows = torch.as_tensor(index, device=x.device)
         inputs, wanted = x.index_select(0, rows), target.index_select(0, rows)
         zs, outs = [], [inputs]
         for i, (w, b) in enumerate(zip(weights, biases)):

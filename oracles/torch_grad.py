@@ -6,7 +6,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from tasks.evaluation import as_targets, loss_function
+from tasks.devices import on_device
+from tasks.evaluation import TARGETS, loss_function
 
 Params = list[np.ndarray]
 
@@ -18,18 +19,24 @@ def load_params(model: nn.Module, params: Params) -> None:
         raise ValueError(f"model has {len(named)} parameter tensors, got {len(params)}")
     with torch.no_grad():
         for (_, p), value in zip(named, params):
-            p.copy_(torch.as_tensor(np.asarray(value), dtype=p.dtype).reshape(p.shape))
+            p.copy_(torch.as_tensor(np.asarray(value), dtype=p.dtype, device=p.device
+                                    ).reshape(p.shape))
 
 
 def loss_and_grad(model: nn.Module, params: Params, x: np.ndarray, y: np.ndarray,
                   kind: str, index: np.ndarray | None = None) -> tuple[float, Params]:
-    """Mean loss over (x, y) (or the rows in ``index``) and its gradient, in float64."""
+    """Mean loss over (x, y) (or the rows in ``index``) and its gradient, in float64, on the
+    model's device (the data go there once, ``tasks.devices.on_device``)."""
     load_params(model, params)
     model.train()
     model.zero_grad(set_to_none=True)
+    device = next(model.parameters()).device
+    inputs, targets = on_device(x, device), on_device(y, device, TARGETS[kind])
     if index is not None:
-        x, y = x[index], y[index]
-    loss = loss_function(kind)(model(torch.tensor(x)), as_targets(y, kind))
+        rows = torch.as_tensor(index, device=device)
+        inputs, targets = inputs[rows], targets[rows]
+    loss = loss_function(kind)(model(inputs), targets)
     loss.backward()
-    grads = [p.grad.detach().numpy().astype(np.float64) for _, p in model.named_parameters()]
+    grads = [p.grad.detach().cpu().numpy().astype(np.float64)
+             for _, p in model.named_parameters()]
     return float(loss.detach()), grads

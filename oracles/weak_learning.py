@@ -11,8 +11,10 @@ function given by its values on the node's points.
 - trees: scikit-learn's CART regression tree (least squares), for every variant (a tree has no
   input gradient, so FFGB.L needs a network).
 
-Every oracle returns the learner as it travels (float32 weights, float32 leaf values) with its
-values on the points, so the node steps with exactly the function the others will receive.
+Every oracle returns the learner as it travels (float32 weights, float32 leaf values, on the CPU)
+with its values on the points, so the node steps with exactly the function the others will
+receive. Networks train on ``device`` (the node's, ``tasks.devices``); the node's points go there
+once per oracle (per round), not once per step.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ from functions.trees import TreeArrays, from_sklearn
 from oracles.boosting import Fitted
 from oracles.lipschitz import LipschitzExtension
 from oracles.mlp_least_squares import ACTIVATIONS, fit_mlp_least_squares
+from tasks.devices import on_device
+
+CPU = torch.device("cpu")
 
 
 @dataclass(frozen=True)
@@ -65,7 +70,8 @@ def new_network(spec: object, seed: int) -> nn.Module:
 
 
 def _fitted(network: nn.Module, x: np.ndarray) -> Fitted:
-    network.eval()
+    """The trained network back on the CPU (as it travels) and its values there."""
+    network.to(CPU).eval()
     return Fitted(network, network.predict(x))
 
 
@@ -79,22 +85,30 @@ def _adam(network: nn.Module, loss_of: Callable[[np.ndarray], torch.Tensor],
         optimiser.step()
 
 
-def _tensors(x: np.ndarray, target: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-    return (torch.as_tensor(np.asarray(x, dtype=np.float32).reshape(len(x), -1)),
-            torch.as_tensor(np.asarray(target, dtype=np.float32)))
+def _flat32(x: np.ndarray) -> torch.Tensor:
+    return torch.as_tensor(np.asarray(x, dtype=np.float32).reshape(len(x), -1))
+
+
+def _tensors(x: np.ndarray, target: np.ndarray, device: torch.device
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    return (on_device(x, device, _flat32),
+            torch.as_tensor(np.asarray(target, dtype=np.float32), device=device))
 
 
 def fit_least_squares(spec: object, x: np.ndarray, target: np.ndarray, settings: OracleSettings,
-                      seed: int, fast: bool = True) -> Fitted:
+                      seed: int, fast: bool = True, device: torch.device = CPU) -> Fitted:
     """WO2: a network of ``spec`` fitted to ``target`` (n, c) on the points ``x``."""
-    return train_least_squares(new_network(spec, seed), spec, x, target, settings, seed, fast)
+    return train_least_squares(new_network(spec, seed), spec, x, target, settings, seed, fast,
+                               device)
 
 
 def train_least_squares(network: nn.Module, spec: object, x: np.ndarray, target: np.ndarray,
-                        settings: OracleSettings, seed: int, fast: bool = True) -> Fitted:
+                        settings: OracleSettings, seed: int, fast: bool = True,
+                        device: torch.device = CPU) -> Fitted:
     """``settings.steps`` Adam steps of mean((network(x) - target)^2) from the network's current
     weights (a fresh network: WO2; a shared student: a FedAvg distillation round)."""
-    xt, tt = _tensors(x, target)
+    network.to(device)
+    xt, tt = _tensors(x, target, device)
     rng = np.random.default_rng(seed)
     batches = minibatches(len(xt), settings.batch_size, settings.steps, rng)
     if (fast and isinstance(spec, NetworkSpec) and spec.output_bound is None
@@ -112,10 +126,10 @@ def smooth_max(errors: torch.Tensor, p: float) -> torch.Tensor:
 
 
 def fit_sup_norm(spec: object, x: np.ndarray, target: np.ndarray, settings: OracleSettings,
-                 seed: int) -> Fitted:
+                 seed: int, device: torch.device = CPU) -> Fitted:
     """WO-infinity: minimise the smooth sup over the points of ||h(x) - target||^2."""
-    network = new_network(spec, seed)
-    xt, tt = _tensors(x, target)
+    network = new_network(spec, seed).to(device)
+    xt, tt = _tensors(x, target, device)
     batches = minibatches(len(xt), settings.batch_size, settings.steps,
                           np.random.default_rng(seed))
     _adam(network, lambda i: smooth_max(((network(xt[i]) - tt[i]) ** 2).sum(1), settings.sup_p),
@@ -126,7 +140,8 @@ def fit_sup_norm(spec: object, x: np.ndarray, target: np.ndarray, settings: Orac
 def input_jacobian(network: nn.Module, z: np.ndarray | torch.Tensor, create_graph: bool = False
                    ) -> torch.Tensor:
     """d network(z) / d z at every point: (m, c, d), one backward pass per output."""
-    zt = torch.as_tensor(z, dtype=torch.float32).detach().requires_grad_(True)
+    device = next(network.parameters()).device
+    zt = torch.as_tensor(z, dtype=torch.float32, device=device).detach().requires_grad_(True)
     out = network(zt)
     rows = [torch.autograd.grad(out[:, o].sum(), zt, create_graph=create_graph,
                                 retain_graph=True)[0] for o in range(out.shape[1])]
@@ -134,14 +149,15 @@ def input_jacobian(network: nn.Module, z: np.ndarray | torch.Tensor, create_grap
 
 
 def fit_sobolev(spec: object, x: np.ndarray, target: np.ndarray, points: np.ndarray,
-                target_jacobian: np.ndarray, settings: OracleSettings, seed: int) -> Fitted:
+                target_jacobian: np.ndarray, settings: OracleSettings, seed: int,
+                device: torch.device = CPU) -> Fitted:
     """WO-lip: the smooth sup of the value error on the node's points plus ``sobolev_weight``
     times the mean squared Frobenius error of the input Jacobian at ``points`` (m, d), where
     the target's Jacobian is ``target_jacobian`` (m, c, d)."""
-    network = new_network(spec, seed)
-    xt, tt = _tensors(x, target)
-    zt = torch.as_tensor(np.asarray(points, dtype=np.float32))
-    jt = torch.as_tensor(np.asarray(target_jacobian, dtype=np.float32))
+    network = new_network(spec, seed).to(device)
+    xt, tt = _tensors(x, target, device)
+    zt = torch.as_tensor(np.asarray(points, dtype=np.float32), device=device)
+    jt = torch.as_tensor(np.asarray(target_jacobian, dtype=np.float32), device=device)
     rng = np.random.default_rng(seed)
     point_batches = minibatches(len(zt), settings.batch_size, settings.steps, rng)
 
@@ -178,7 +194,8 @@ SeedOf = Callable[[int], int]  # local step k -> the seed of its fit
 
 
 def boosting_oracle(spec: object | None, x: np.ndarray, settings: OracleSettings,
-                    sup_norm: bool, tree_depth: int, seed_of: SeedOf) -> Callable[..., Fitted]:
+                    sup_norm: bool, tree_depth: int, seed_of: SeedOf,
+                    device: torch.device = CPU) -> Callable[..., Fitted]:
     """FFGB's and FFGB.C's oracle on the points ``x``: a tree when ``spec`` is None, else WO2
     (FFGB) or WO-infinity (``sup_norm``: FFGB.C) with networks of ``spec``."""
     flat = np.asarray(x, dtype=np.float32).reshape(len(x), -1)
@@ -186,14 +203,16 @@ def boosting_oracle(spec: object | None, x: np.ndarray, settings: OracleSettings
     def fit(target: np.ndarray, k: int) -> Fitted:
         if spec is None:
             return fit_tree(flat, target, tree_depth, seed_of(k))
-        method = fit_sup_norm if sup_norm else fit_least_squares
-        return method(spec, flat, target, settings, seed_of(k))
+        if sup_norm:
+            return fit_sup_norm(spec, flat, target, settings, seed_of(k), device)
+        return fit_least_squares(spec, flat, target, settings, seed_of(k), device=device)
 
     return fit
 
 
 def lipschitz_oracle(spec: object, x: np.ndarray, extension: LipschitzExtension,
-                     settings: OracleSettings, seed_of: SeedOf) -> Callable[..., Fitted]:
+                     settings: OracleSettings, seed_of: SeedOf,
+                     device: torch.device = CPU) -> Callable[..., Fitted]:
     """FFGB.L's WO-lip on the points ``x``: fits a * u - sum(previous) in values and in input
     Jacobian, the Jacobian matched at ``sobolev_samples`` points drawn uniformly in the bounding
     box of ``x`` (the node's part of X), the same points for every local step."""
@@ -207,8 +226,9 @@ def lipschitz_oracle(spec: object, x: np.ndarray, extension: LipschitzExtension,
         calls[0] += 1
         jacobian = multiple * u_jacobian
         for learner in previous:
-            jacobian = jacobian - input_jacobian(learner, points).numpy()
-        return fit_sobolev(spec, flat, target, points, jacobian, settings, seed_of(calls[0]))
+            jacobian = jacobian - input_jacobian(learner, points).cpu().numpy()
+        return fit_sobolev(spec, flat, target, points, jacobian, settings, seed_of(calls[0]),
+                           device)
 
     return fit
 

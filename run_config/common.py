@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tasks.devices import check_device_name
 from tasks.errors import ConfigError
 from tasks.federation import DataSpec
 
@@ -52,6 +53,7 @@ class RunSettings:
     run_name: str = ""
     git_commit: str = ""
     central_evaluation: bool = True
+    central_device: str = "auto"  # torch device of the ServerApp's central evaluation
     fraction_train: float = 1.0
     local_epochs: int = 1
     local_steps: int = 0
@@ -82,6 +84,7 @@ class RunSettings:
             run_name=read_key(raw, "run-name", str, d.run_name),
             git_commit=read_key(raw, "git-commit", str, d.git_commit),
             central_evaluation=read_key(raw, "central-evaluation", bool, d.central_evaluation),
+            central_device=read_key(raw, "central-device", str, d.central_device),
             fraction_train=read_key(raw, "fraction-train", float, d.fraction_train),
             local_epochs=read_key(raw, "local-epochs", int, d.local_epochs),
             local_steps=read_key(raw, "local-steps", int, d.local_steps),
@@ -109,6 +112,7 @@ class RunSettings:
     def validate(self) -> None:
         """Range checks that do not need the task or the registry."""
         require(self.num_rounds >= 1, "num-server-rounds", self.num_rounds, ">= 1")
+        check_device_name(self.central_device, "central-device")
         require(self.min_nodes >= 1, "min-nodes", self.min_nodes, ">= 1")
         require(0.0 <= self.partitioning_s <= 1.0, "partitioning.s", self.partitioning_s, "in [0, 1]")
         require(self.partitioning_alpha > 0.0, "partitioning.alpha", self.partitioning_alpha, "> 0")

@@ -116,7 +116,7 @@ class CentralEvaluator:
         self.model, self.task = model, task
 
     def __call__(self, arrays: ArrayRecord) -> dict[str, float]:
-        self.model.load_state_dict(arrays.to_torch_state_dict(), strict=True)
+        self.model.load_state_dict(arrays.to_torch_state_dict(), strict=True)  # to its device
         metrics = evaluate_model(self.model, self.task.x_test, self.task.y_test, self.task.kind)
         if self.task.kind == CLASSIFICATION:
             return {"test_accuracy": metrics["accuracy"], "test_loss": metrics["loss"]}

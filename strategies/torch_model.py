@@ -19,6 +19,7 @@ from strategies.base import FederatedStrategy
 from strategies.evaluation import CentralEvaluator, combine_evaluation_sums, decode_evaluation_sums
 from strategies.screening import exact_records, screen_replies
 from tasks.datasets import TaskData
+from tasks.devices import resolve_device
 from tasks.federation import task_for
 from tasks.models import model_for
 
@@ -31,9 +32,11 @@ class TorchGlobal:
         self.name = settings.model or self.task.default_model
         self.model: nn.Module = model_for(self.name, self.task, settings.seed)
         self.layout = ParamLayout.of_state_dict(self.model.state_dict())
-        self.evaluator = (CentralEvaluator(model_for(self.name, self.task, settings.seed),
-                                           self.task)
-                          if settings.central_evaluation else None)
+        self.evaluator = None
+        if settings.central_evaluation:
+            device = resolve_device(settings.central_device, "central-device")
+            self.evaluator = CentralEvaluator(
+                model_for(self.name, self.task, settings.seed).to(device), self.task)
 
     def initial_params(self) -> Params:
         """The model's initial weights as numpy arrays (float32 values)."""

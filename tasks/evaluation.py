@@ -6,6 +6,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from tasks.devices import on_device
+
 CLASSIFICATION = "classification"
 
 
@@ -21,6 +23,17 @@ def as_targets(y: np.ndarray, kind: str) -> torch.Tensor:
     return torch.tensor(y, dtype=torch.float32).reshape(-1, 1)
 
 
+def _class_targets(y: np.ndarray) -> torch.Tensor:
+    return as_targets(y, CLASSIFICATION)
+
+
+def _regression_targets(y: np.ndarray) -> torch.Tensor:
+    return as_targets(y, "regression")
+
+
+TARGETS = {CLASSIFICATION: _class_targets, "regression": _regression_targets}  # for on_device
+
+
 @torch.no_grad()
 def evaluate_model(
     model: nn.Module, x: np.ndarray, y: np.ndarray, kind: str, batch_size: int = 2048
@@ -29,9 +42,10 @@ def evaluate_model(
     model.eval()
     criterion = loss_function(kind)
     total_loss, correct, n = 0.0, 0, len(x)
+    device = next(model.parameters()).device  # the data go there once (on_device)
+    inputs, targets = on_device(x, device), on_device(y, device, TARGETS[kind])
     for start in range(0, n, batch_size):
-        xb = torch.from_numpy(np.array(x[start : start + batch_size], copy=True))
-        yb = as_targets(y[start : start + batch_size], kind)
+        xb, yb = inputs[start : start + batch_size], targets[start : start + batch_size]
         out = model(xb)
         total_loss += float(criterion(out, yb)) * len(xb)
         if kind == CLASSIFICATION:

@@ -300,9 +300,9 @@ def test_the_lipschitz_oracle_targets_a_multiple_of_u_minus_the_previous_learner
     spec = NetworkSpec((2, 8, 8, 1), "tanh")
     calls = []
 
-    def recording(spec, x, target, points, jacobian, settings, seed):  # noqa: ANN001, ANN202
+    def recording(spec, x, target, points, jacobian, settings, seed, device):  # noqa: ANN001, ANN202
         calls.append((points, jacobian))
-        return fit_least_squares(spec, x, target, settings, seed)
+        return fit_least_squares(spec, x, target, settings, seed, device=device)
 
     monkeypatch.setattr(weak_learning, "fit_sobolev", recording)
     settings = OracleSettings(steps=5, sobolev_samples=64)

@@ -1,0 +1,64 @@
+"""Which torch device a node (or the server's central evaluation) computes on, and its data there.
+
+Values: ``auto`` (CUDA when torch sees one, else the CPU), ``cpu``, ``cuda`` or ``cuda:N``. What
+travels is always CPU numpy, so codecs and the wire do not depend on the device. A node's data
+arrays move to an accelerator once and stay there (``on_device`` caches one copy per array and
+device for as long as the array lives); on the CPU, tensors share the arrays' memory as before.
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from tasks.errors import ConfigError
+
+AUTO = "auto"
+NODE_KEY = "device"  # node config key
+_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+_COPIES: dict[tuple[int, str, str], torch.Tensor] = {}
+
+
+def check_device_name(value: object, key: str = NODE_KEY) -> str:
+    """``value`` normalised; ConfigError naming ``key`` unless it is a device name (whether this
+    machine has that device is ``resolve_device``'s question, asked where it computes)."""
+    text = str(value).strip().lower()
+    if not _PATTERN.match(text):
+        raise ConfigError(f"{key}={value!r}: expected 'auto', 'cpu', 'cuda' or 'cuda:N'")
+    return text
+
+
+def resolve_device(value: object, key: str = NODE_KEY) -> torch.device:
+    """The torch device for ``value``; ConfigError naming ``key`` if it is not a known device or
+    names a CUDA device this machine does not have."""
+    text = check_device_name(value, key)
+    if text == AUTO:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(text)
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = device.index or 0
+        if index >= count:
+            raise ConfigError(f"{key}={value!r}: this machine has {count} CUDA device(s) "
+                              "visible to torch (use 'auto' or 'cpu')")
+    return device
+
+
+def on_device(array: np.ndarray, device: torch.device,
+              make: Callable[[np.ndarray], torch.Tensor] = torch.as_tensor) -> torch.Tensor:
+    """``make(array)`` (a CPU tensor; default: sharing the array's memory) on ``device``. On an
+    accelerator the copy is made once per array, device and ``make`` and cached while the array
+    lives; on the CPU nothing is cached (``make`` is as cheap as it was before devices)."""
+    if device.type == "cpu":
+        return make(array)
+    key = (id(array), str(device), getattr(make, "__qualname__", repr(make)))
+    copy = _COPIES.get(key)
+    if copy is None:
+        copy = make(array).to(device)
+        _COPIES[key] = copy
+        weakref.finalize(array, _COPIES.pop, key, None)
+    return copy

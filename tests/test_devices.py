@@ -1,0 +1,114 @@
+"""A torch device per node (node config ``device``) and for central evaluation (``central-device``):
+selection, the data cache, and the CPU path equal to the reference with every client half."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+import torch
+
+from server_app.app import InvalidRunConfig
+from tasks import devices
+from tasks.devices import on_device, resolve_device
+from tasks.errors import ConfigError
+from tests.helpers import run_app
+
+
+@pytest.fixture
+def no_cuda(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+def test_auto_falls_back_to_the_cpu_and_explicit_values_are_honoured(no_cuda):
+    assert resolve_device("auto") == torch.device("cpu")
+    assert resolve_device(" CPU ") == torch.device("cpu")
+
+
+def test_auto_picks_cuda_when_torch_sees_it(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert resolve_device("auto") == torch.device("cuda")
+    assert resolve_device("cuda:1") == torch.device("cuda:1")
+    with pytest.raises(ConfigError, match=r"device='cuda:2'.*2 CUDA device"):
+        resolve_device("cuda:2")
+
+
+@pytest.mark.parametrize("value", ["gpu", "cuda:x", "", "cuda0", "tpu"])
+def test_a_bad_device_is_a_clear_error_naming_the_key(value):
+    with pytest.raises(ConfigError, match=r"central-device=.*expected 'auto', 'cpu'"):
+        resolve_device(value, "central-device")
+
+
+def test_cuda_without_a_gpu_is_a_clear_error(no_cuda):
+    with pytest.raises(ConfigError, match=r"device='cuda'.*0 CUDA device.*'auto' or 'cpu'"):
+        resolve_device("cuda")
+
+
+def test_on_the_cpu_tensors_share_the_arrays_memory():
+    array = np.arange(12, dtype=np.float32).reshape(3, 4)
+    tensor = on_device(array, torch.device("cpu"))
+    array[0, 0] = 42
+    assert tensor[0, 0] == 42
+
+
+def test_an_accelerator_copy_is_made_once_and_dropped_with_its_array():
+    meta = torch.device("meta")  # a device without storage stands in for a GPU
+    array = np.ones((5, 2), dtype=np.float32)
+    first = on_device(array, meta)
+    assert first.device == meta and on_device(array, meta) is first
+    assert on_device(array, meta, lambda a: torch.as_tensor(a).long()) is not first
+    before = len(devices._COPIES)
+    del array
+    gc.collect()
+    assert len(devices._COPIES) == before - 2
+
+
+CASES = {
+    "fedavg": {"algorithm": "fedavg"},
+    "fedfw": {"algorithm": "fedfw", "task": "synthetic"},
+    "feddr": {"algorithm": "feddr", "task": "synthetic"},
+    "ffgb": {"algorithm": "ffgb", "ffgb.local-steps": 2, "ffgb.oracle-steps": 40,
+             "ffgb.hidden": 16},
+    "ffgb-c": {"algorithm": "ffgb-c", "ffgb.local-steps": 1, "ffgb.oracle-steps": 20,
+               "ffgb.hidden": 16},
+    "ffgb-l": {"algorithm": "ffgb-l", "task": "diabetes", "ffgb.local-steps": 1,
+               "ffgb.oracle-steps": 20, "ffgb.hidden": 8},
+}
+
+
+def _rows(run) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "wall_time_s"} for r in run.rows]
+
+
+@pytest.mark.parametrize("algorithm", sorted(CASES))
+def test_every_client_half_on_an_explicit_cpu_equals_the_default(tmp_path, algorithm):
+    overrides = {**CASES[algorithm], "num-server-rounds": 2}
+    default = run_app(tmp_path / "default", 3, **overrides)
+    explicit = run_app(tmp_path / "cpu", 3, [{"device": "cpu"}] * 3,
+                       **overrides, **{"central-device": "cpu"})
+    assert _rows(explicit) == _rows(default)
+
+
+def test_a_node_with_a_device_it_lacks_fails_and_the_run_goes_on(tmp_path, no_cuda):
+    run = run_app(tmp_path, 3, [{}, {"device": "cuda"}, {}],
+                  **{**CASES["fedavg"], "num-server-rounds": 2})
+    assert all(r["failures"] >= 1 for r in run.rows[1:])
+    assert run.rows[-1]["test_accuracy"] > 0.8
+
+
+def test_a_bad_central_device_stops_before_training(tmp_path):
+    with pytest.raises(InvalidRunConfig, match="central-device='gpu'"):
+        run_app(tmp_path, 2, **{**CASES["fedavg"], "central-device": "gpu"})
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("algorithm", sorted(CASES))
+def test_a_cuda_node_gives_the_cpu_numbers_within_float_tolerance(tmp_path, algorithm):
+    overrides = {**CASES[algorithm], "num-server-rounds": 2}
+    cpu = run_app(tmp_path / "cpu", 3, [{"device": "cpu"}] * 3, **overrides)
+    cuda = run_app(tmp_path / "cuda", 3, [{"device": "cuda"}] * 3, **overrides)
+    for a, b in zip(cpu.rows[1:], cuda.rows[1:]):
+        assert b["failures"] == 0
+        assert b["test_loss"] == pytest.approx(a["test_loss"], rel=1e-3, abs=1e-4)

@@ -58,7 +58,7 @@ PAPER = {
 }
 
 NUM_CLIENTS = 10
-BASE = {"model": "mclr", "fedfw.radius": 10.0, "fedfw.scope": "per-tensor",
+BASE = {"model": "mclr", "fedfw.radius": 10.0, "fedfw.scope": "per-tensor", "fedfw.gap": True,
         "fedfw.participation": 1.0, "feddr.local-steps": 1, "feddr.alpha": 1.0,
         "feddr.batch-size": 0, "local-steps": 1, "batch-size": 1_000_000, "seed": 0}
 GRID_SETTING = {"task": "synthetic", "partitioning": "iid", "fedfw.constraint": "l2"}

@@ -83,7 +83,7 @@ def fedfw_settings(settings: RunSettings) -> FedFWSettings:
         scope=domain.scope,
         schedule=schedule,
         batch_size=batch_size,
-        gap=read_key(raw, "fedfw.gap", bool, True),
+        gap=read_key(raw, "fedfw.gap", bool, False),  # on: every node sends its gradient
         federated_eval=read_key(raw, "fedfw.federated-eval", bool, True),
     )
 

@@ -136,3 +136,21 @@ def test_bad_fedfw_config_stops_before_training(tmp_path, caplog, overrides, fra
         run_fw(tmp_path, **overrides)
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and fragment in errors[0], errors
+
+
+def test_by_default_no_gradient_leaves_a_node(tmp_path):
+    """FedFW's design keeps gradients on the nodes: a default run's evaluate replies carry
+    loss sums only (``fedfw.gap`` is off), and the train replies compact points only."""
+    replies = []
+
+    def recording(message, context):  # noqa: ANN001, ANN202
+        reply = client_app(message, context)
+        replies.append((message.metadata.message_type, reply))
+        return reply
+
+    rows = run_app(tmp_path, 3, None, recording,
+                   **{"algorithm": "fedfw", "task": "synthetic", "num-server-rounds": 2}).rows
+    kinds = {kind: {tuple(sorted(r.content.keys())) for k, r in replies if k == kind}
+             for kind in ("train", "evaluate")}
+    assert kinds == {"train": {("point",)}, "evaluate": {("metrics",)}}
+    assert "train_loss" in rows[-1] and "fw_gap" not in rows[-1]

@@ -1,5 +1,5 @@
 """Least-squares training of a multilayer perceptron with Adam, written out by hand: the fast path
-of the WO2 oracle.
+of the WO2 oracle (and, with ``smooth_max_gradient``, of WO-infinity's smooth sup).
 
 A weak learner of the FFGB paper is tiny (784-32-32-10: 26.5k parameters) and is fitted with
 hundreds of Adam steps on a few hundred points, K times per round on every node. At that size
@@ -11,7 +11,7 @@ decay) on one flat parameter buffer with preallocated gradients, about twice as 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import torch
@@ -41,14 +41,40 @@ def _backward_through(grad: torch.Tensor, z: torch.Tensor, a: torch.Tensor, kind
     return grad * (1.0 - a * a)
 
 
+OutputGradient = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""(network output, target) of a batch -> d loss / d output."""
+
+
+def mean_squares_gradient(output: torch.Tensor, wanted: torch.Tensor) -> torch.Tensor:
+    """d/d output of mean((output - wanted)^2) over all entries (WO2)."""
+    return (output - wanted) * (2.0 / output.numel())
+
+
+def smooth_max_gradient(p: float) -> OutputGradient:
+    """d/d output of top * (mean_j (e_j / top)^p)^(1/p), e_j = ||output_j - wanted_j||^2 and top
+    = max_j e_j held constant (``oracles.weak_learning.smooth_max``: WO-infinity, eq. 24)."""
+
+    def gradient(output: torch.Tensor, wanted: torch.Tensor) -> torch.Tensor:
+        diff = output - wanted
+        errors = (diff * diff).sum(1)
+        ratio = errors / errors.max().clamp_min(1e-30)
+        mean = (ratio**p).mean()
+        weights = mean ** (1.0 / p - 1.0) * ratio ** (p - 1.0) / len(errors)
+        return diff * (2.0 * weights)[:, None]
+
+    return gradient
+
+
 def linear_layers(network: nn.Module) -> list[nn.Linear]:
     """The network's linear layers in order (an MLP: linear, activation, linear, ...)."""
     return [m for m in network.modules() if isinstance(m, nn.Linear)]
 
 
 def fit_mlp_least_squares(network: nn.Module, activation: str, x: torch.Tensor,
-                          target: torch.Tensor, batches: Iterable[np.ndarray], lr: float) -> None:
-    """Train ``network`` in place on mean((network(x) - target)^2), one Adam step per batch.
+                          target: torch.Tensor, batches: Iterable[np.ndarray], lr: float,
+                          output_gradient: OutputGradient = mean_squares_gradient) -> None:
+    """Train ``network`` in place on mean((network(x) - target)^2) (or the loss whose output
+    gradient ``output_gradient`` gives), one Adam step per batch.
 
     ``network`` is a stack of linear layers with ``activation`` between them and nothing after
     the last one; ``x`` (n, d) and ``target`` (n, c) are float32.
@@ -84,7 +110,7 @@ def fit_mlp_least_squares(network: nn.Module, activation: str, x: torch.Tensor,
                 outs.append(_activate(z, activation))
             else:
                 output = z
-        upstream = (output - wanted) * (2.0 / output.numel())
+        upstream = output_gradient(output, wanted)
         for i in range(len(weights) - 1, -1, -1):
             torch.mm(upstream.t(), outs[i], out=weight_grads[i])
             torch.sum(upstream, 0, out=bias_grads[i])

@@ -32,7 +32,7 @@ from functions.networks import NetworkSpec
 from functions.trees import TreeArrays, from_sklearn
 from oracles.boosting import Fitted
 from oracles.lipschitz import LipschitzExtension
-from oracles.mlp_least_squares import ACTIVATIONS, fit_mlp_least_squares
+from oracles.mlp_least_squares import ACTIVATIONS, fit_mlp_least_squares, smooth_max_gradient
 from tasks.devices import on_device
 
 CPU = torch.device("cpu")
@@ -111,12 +111,17 @@ def train_least_squares(network: nn.Module, spec: object, x: np.ndarray, target:
     xt, tt = _tensors(x, target, device)
     rng = np.random.default_rng(seed)
     batches = minibatches(len(xt), settings.batch_size, settings.steps, rng)
-    if (fast and isinstance(spec, NetworkSpec) and spec.output_bound is None
-            and spec.activation in ACTIVATIONS):
+    if fast and _has_fast_path(spec):
         fit_mlp_least_squares(network, spec.activation, xt, tt, batches, settings.lr)
     else:
         _adam(network, lambda i: ((network(xt[i]) - tt[i]) ** 2).mean(), batches, settings.lr)
     return _fitted(network, x)
+
+
+def _has_fast_path(spec: object) -> bool:
+    """An unclipped MLP with an activation ``oracles.mlp_least_squares`` writes out."""
+    return (isinstance(spec, NetworkSpec) and spec.output_bound is None
+            and spec.activation in ACTIVATIONS)
 
 
 def smooth_max(errors: torch.Tensor, p: float) -> torch.Tensor:
@@ -126,14 +131,19 @@ def smooth_max(errors: torch.Tensor, p: float) -> torch.Tensor:
 
 
 def fit_sup_norm(spec: object, x: np.ndarray, target: np.ndarray, settings: OracleSettings,
-                 seed: int, device: torch.device = CPU) -> Fitted:
+                 seed: int, device: torch.device = CPU, fast: bool = True) -> Fitted:
     """WO-infinity: minimise the smooth sup over the points of ||h(x) - target||^2."""
     network = new_network(spec, seed).to(device)
     xt, tt = _tensors(x, target, device)
     batches = minibatches(len(xt), settings.batch_size, settings.steps,
                           np.random.default_rng(seed))
-    _adam(network, lambda i: smooth_max(((network(xt[i]) - tt[i]) ** 2).sum(1), settings.sup_p),
-          batches, settings.lr)
+    if fast and _has_fast_path(spec):
+        fit_mlp_least_squares(network, spec.activation, xt, tt, batches, settings.lr,
+                              smooth_max_gradient(settings.sup_p))
+    else:
+        _adam(network,
+              lambda i: smooth_max(((network(xt[i]) - tt[i]) ** 2).sum(1), settings.sup_p),
+              batches, settings.lr)
     return _fitted(network, x)
 
 

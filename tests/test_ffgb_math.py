@@ -261,6 +261,17 @@ def test_the_fast_mlp_path_is_adam_on_the_least_squares_loss():
         assert np.allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("p", [1.0, 8.0])
+def test_the_fast_mlp_path_is_adam_on_the_smooth_sup_loss(p):
+    target = _target()
+    settings = OracleSettings(steps=40, lr=0.01, batch_size=16, sup_p=p)
+    fast = fit_sup_norm(SPEC, X, target, settings, seed=2, fast=True)
+    slow = fit_sup_norm(SPEC, X, target, settings, seed=2, fast=False)
+    assert np.allclose(fast.values, slow.values, rtol=1e-4, atol=1e-5)
+    for a, b in zip(fast.learner.parameters(), slow.learner.parameters()):
+        assert np.allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-4, atol=1e-5)
+
+
 def test_wo_infinity_reduces_the_sup_norm_error():
     target = _target()
     fitted = fit_sup_norm(SPEC, X, target, QUICK, seed=3)

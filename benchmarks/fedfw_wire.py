@@ -52,6 +52,7 @@ def wire_table(rounds: int, runs: list, quick: bool, workers: int, reuse: bool) 
     jobs = [Job(f"{m}-{t}-{c}", 10, {"algorithm": "fedfw", "model": m, "task": t,
                                      "fedfw.constraint": c, "fedfw.radius": 10.0,
                                      "num-server-rounds": rounds, "fedfw.gap": False,
+                                     "fedfw.downlink": "dense",  # the dense x-bar column
                                      "fedfw.federated-eval": False, "seed": 0}, wire=True)
             for m, t, c in runs]
     results = run_jobs(jobs, runs_dir(quick, "wire"), workers, reuse)

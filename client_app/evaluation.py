@@ -6,12 +6,14 @@ sample-weighted test metrics and the papers' F(x) = (1/n) sum_i f_i(x) (``train_
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from flwr.app import MetricRecord, RecordDict
 from torch import nn
 
 from client_app.job import ClientJob
 from client_app.models import new_model
-from functions.params import ParamLayout, params_to_record, record_to_params
+from functions.params import ParamLayout, Params, params_to_record, record_to_params
 from functions.protocol import (
     FW_GRAD,
     METRICS,
@@ -44,12 +46,17 @@ def evaluation_sums(model: nn.Module, data: LocalData) -> MetricRecord:
     return record
 
 
-def evaluate_xbar(job: ClientJob, with_gradient: bool = False) -> RecordDict:
-    """Loss sums at x-bar on this node's data; with ``with_gradient``, also grad f_i(x-bar)."""
+def evaluate_xbar(job: ClientJob, with_gradient: bool = False,
+                  compact: Callable[[ClientJob, ParamLayout], Params | None] | None = None
+                  ) -> RecordDict:
+    """Loss sums at x-bar on this node's data; with ``with_gradient``, also grad f_i(x-bar).
+    x-bar is the message's dense one unless ``compact`` rebuilds it (FedFW's compact downlink)."""
     data = job.data
     model = new_model(job.settings, data.task, job.device)
     layout = ParamLayout.of_state_dict(model.state_dict())
-    xbar = record_to_params(job.content[XBAR], layout)
+    xbar = compact(job, layout) if compact is not None else None
+    if xbar is None:
+        xbar = record_to_params(job.content[XBAR], layout)
     load_params(model, xbar)
     reply = RecordDict({METRICS: evaluation_sums(model, data)})
     if with_gradient:

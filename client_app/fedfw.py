@@ -13,6 +13,7 @@ import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
 from client_app.evaluation import evaluate_xbar
+from client_app.fedfw_replica import compact_xbar
 from client_app.job import ClientJob
 from client_app.models import new_model
 from client_app.node_info import node_facts
@@ -73,7 +74,9 @@ def train(job: ClientJob) -> RecordDict:
     config, data = job.content[CONFIG], job.data
     model = new_model(job.settings, data.task, job.device)
     layout = ParamLayout.of_state_dict(model.state_dict())
-    xbar = record_to_params(job.content[XBAR], layout)
+    xbar = compact_xbar(job, layout, fw.scope)
+    if xbar is None:
+        xbar = record_to_params(job.content[XBAR], layout)
     state = _current_state(job, layout, xbar)
     t, n = int(config[SERVER_ROUND]), int(config[NUM_CLIENTS])
     index = None
@@ -95,7 +98,9 @@ def train(job: ClientJob) -> RecordDict:
 
 def evaluate(job: ClientJob) -> RecordDict:
     """Loss sums at x-bar, and grad f_i(x-bar) when the FW gap diagnostic is on."""
-    return evaluate_xbar(job, with_gradient=bool(job.content[CONFIG][FW_GAP]))
+    scope = fedfw_settings(job.settings).scope
+    return evaluate_xbar(job, bool(job.content[CONFIG][FW_GAP]),
+                         lambda j, layout: compact_xbar(j, layout, scope))
 
 
 def describe(job: ClientJob) -> RecordDict:

@@ -57,3 +57,8 @@ ORACLE_ERROR = "oracle-error"  # train reply metric: RMS of target - fit at the 
 DISTILL_ERROR = "distill-error"  # train reply metric: RMS of target - distilled learner
 STUDENT = "student"  # distillation rounds: the student network as a lone-learner delta header
 STUDENT_ARRAYS = "student-arrays"  # ... and its packed arrays (instruction and reply)
+# FedFW's compact downlink (functions.fedfw_downlink)
+UPDATES = "fedfw.updates"  # ConfigRecord: the rounds' headers since the node's version
+UPDATE_ARRAYS = "fedfw.update-arrays"  # ArrayRecord: their compact points
+REPLICA = "fedfw.replica"  # ConfigRecord: version and the roster's D_i (first contact or re-sync)
+REPLICA_ARRAYS = "fedfw.replica-arrays"  # ArrayRecord: every x_i and the sum (re-sync only)

@@ -14,6 +14,7 @@ AUTO_SCHEDULE = "auto"
 NODE_CONSTRAINT_KEY = "fedfw.constraint"
 NODE_RADIUS_KEY = "fedfw.radius"
 
+DOWNLINKS = ("auto", "compact", "dense")
 
 @dataclass(frozen=True)
 class ConstraintSet:
@@ -48,6 +49,7 @@ class FedFWSettings:
     batch_size: int
     gap: bool
     federated_eval: bool
+    downlink: str = "auto"  # dense x-bar, compact points, or the smaller of the two
 
     @property
     def participation(self) -> float:
@@ -85,7 +87,14 @@ def fedfw_settings(settings: RunSettings) -> FedFWSettings:
         batch_size=batch_size,
         gap=read_key(raw, "fedfw.gap", bool, False),  # on: every node sends its gradient
         federated_eval=read_key(raw, "fedfw.federated-eval", bool, True),
+        downlink=_downlink(read_key(raw, "fedfw.downlink", str, "auto")),
     )
+
+
+def _downlink(value: str) -> str:
+    if value not in DOWNLINKS:
+        raise ConfigError.choice("fedfw.downlink", value, DOWNLINKS)
+    return value
 
 
 def node_constraint(node_config: dict, default: Constraint) -> Constraint:

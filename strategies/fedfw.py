@@ -4,6 +4,11 @@ One round (Algorithm 1): each sampled node gets x-bar^t and returns s_i^t in com
 the server decodes s_i against that node's D_i (the decoders rebuild a point of D_i by
 construction), mirrors x_i <- (1 - eta_t) x_i + eta_t s_i for the accepted points only, and
 x-bar^{t+1} is the exact mean of all mirrored x_i (section 4.2: non-participants keep x_i).
+
+Downlink (``fedfw.downlink``): the dense x-bar, or the compact form: each node replicates the
+mirror (``client_app.fedfw_replica``) from the rounds' accepted points it has not seen (relayed
+as the nodes sent them), and gets the whole mirror once when it is new to it or lost it. ``auto``
+picks the compact form when a round's expected points are smaller than the dense x-bar.
 """
 
 from __future__ import annotations
@@ -16,8 +21,15 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from functions.extreme_points import decode_model_point
-from functions.params import Params, params_to_record, record_to_arrays, record_to_params
+from functions.extreme_points import decode_model_point, encode_model_point
+from functions.fedfw_downlink import Replica, RoundPoints, pack_replica, pack_updates, unpack_updates
+from functions.params import (
+    Params,
+    arrays_to_record,
+    params_to_record,
+    record_to_arrays,
+    record_to_params,
+)
 from functions.protocol import (
     CONSTRAINT,
     FW_GAP,
@@ -27,14 +39,18 @@ from functions.protocol import (
     METRICS,
     NUM_CLIENTS,
     RADIUS,
+    REPLICA,
+    REPLICA_ARRAYS,
+    UPDATE_ARRAYS,
+    UPDATES,
     XBAR,
 )
 from oracles.frank_wolfe import fw_gap
-from oracles.lmo import Constraint, make_constraint, smallest_set
+from oracles.lmo import Constraint, lmo_per_tensor, make_constraint, smallest_set
 from run_config.common import RunSettings
 from run_config.fedfw import ConstraintSet, FedFWSettings, fedfw_settings
 from strategies.evaluation import combine_evaluation_sums, decode_evaluation_sums
-from strategies.fedfw_mirror import ConsensusMirror
+from oracles.fedfw_mirror import ConsensusMirror
 from strategies.node_book import NodeBook, dense_restart
 from strategies.roster import Roster
 from strategies.screening import exact_records, screen_replies
@@ -57,6 +73,11 @@ class FedFWStrategy(TorchModelStrategy):
         self.node_sets: dict[int, Constraint] = {}
         self.gap_domain: Constraint | None = None  # D = the intersection of the D_i, if known
         self._roster_failures = 0
+        self._asked: list[int] = []  # the nodes of the current round's train messages
+        self.compact = fw.downlink == "compact"  # decided at the start when "auto"
+        self.version = 0  # the last round whose points entered the mirror
+        self.history: list[RoundPoints] = []  # rounds some node has not seen yet
+        self.version_of: dict[int, int | None] = {}  # each node's replica (None: none)
 
     def initial_arrays(self) -> ArrayRecord:
         """x-bar^1: the model's initial weights projected onto D (float32-exact)."""
@@ -75,6 +96,23 @@ class FedFWStrategy(TorchModelStrategy):
         self._fix_node_sets()
         self.book = NodeBook(self.roster.node_ids, self.label)
         self.mirror = ConsensusMirror(self.x0, self.roster.node_ids)
+        self.version_of = {n: None for n in self.roster.node_ids}
+        if self.fw.downlink == "auto":
+            # a node gets each round's points once, but x-bar in every message it gets
+            p = self.fw.participation
+            dense = 4 * self.layout.size * (p + (1 if self.fw.federated_eval else 0))
+            points = max(1.0, p * len(self.roster.node_ids)) * self._point_bytes()
+            self.compact = points < dense
+            log(INFO, "FedFW downlink: %s (a node's round: about %.0f B of points vs %.0f B "
+                "of x-bar)", "compact" if self.compact else "dense", points, dense)
+
+    def _point_bytes(self) -> int:
+        """The payload of one extreme point of the run's D (a random direction's LMO)."""
+        rng = np.random.default_rng(0)
+        grad = [rng.normal(size=shape) for shape in self.layout.shapes]
+        point = lmo_per_tensor(self.fw.constraint, grad, self.fw.scope)
+        return sum(a.nbytes for a in encode_model_point(self.fw.constraint, point,
+                                                        self.fw.scope).values())
 
     def _fix_node_sets(self) -> None:
         """Each node's D_i from the roster, and D = their intersection when it is one of them
@@ -106,24 +144,67 @@ class FedFWStrategy(TorchModelStrategy):
             self._start(grid, server_round)
         node_ids = self.book.node_ids
         chosen = [n for n in node_ids if self.rng.random() < self.fw.participation]
+        self._asked = chosen
         xbar = self.mirror.x_bar
-        content = {XBAR: params_to_record(self.layout, xbar)}
+        dense = params_to_record(self.layout, xbar)
 
         def restart(node: int) -> tuple[str, dict]:
             return dense_restart(self.layout, xbar, self.mirror.x_of(node), FW_RESTART)
 
-        messages = [self.book.train_message(node, server_round, content, restart,
-                                            **{NUM_CLIENTS: len(node_ids)})
+        messages = [self.book.train_message(node, server_round, self._downlink(node, dense),
+                                            restart, **{NUM_CLIENTS: len(node_ids)})
                     for node in chosen]
         log(INFO, "FedFW round %d: %d of %d nodes participate", server_round, len(chosen),
             len(node_ids))
         return messages
 
+    def _downlink(self, node: int, dense: ArrayRecord) -> dict:
+        """What ``node`` needs to know x-bar: the dense x-bar, or (compact) the points it has not
+        applied, or x-bar^1 and the D_i on first contact, or the whole mirror after a loss."""
+        if not self.compact:
+            return {XBAR: dense}
+        since, self.version_of[node] = self.version_of[node], self.version
+        nodes = self.book.node_ids
+        header = {"version": self.version,
+                  "kinds": [self.node_sets[n].kind for n in nodes],
+                  "radii": [float(self.node_sets[n].radius) for n in nodes]}
+        if since is None:
+            if self.version == 0:  # every x_i is still x-bar^1, float32-exact
+                return {XBAR: dense, REPLICA: ConfigRecord(header)}
+            points, total = self.mirror.state()
+            config, arrays = pack_replica(Replica(self.version, (), (), tuple(
+                points[n] for n in nodes), total))
+            return {REPLICA: ConfigRecord({**config, **header}),
+                    REPLICA_ARRAYS: arrays_to_record(arrays)}
+        config, arrays = pack_updates(since, [u for u in self.history if u.round > since])
+        self._forget_seen_rounds()
+        return {UPDATES: ConfigRecord(config), UPDATE_ARRAYS: arrays_to_record(arrays)}
+
+    def _forget_replicas(self, nodes: Iterable[int]) -> None:
+        """Nodes whose reply was an error may have lost their replica: send them the mirror."""
+        for node in nodes:
+            self.version_of[node] = None
+
+    def _forget_seen_rounds(self) -> None:
+        """Drop the rounds every node with a replica has applied (the others get the mirror)."""
+        held = [v for v in self.version_of.values() if v is not None]
+        oldest = min(held) if held else self.version
+        self.history = [u for u in self.history if u.round > oldest]
+
     def aggregate_train(self, server_round: int, replies: Iterable[Message]
                         ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        points, rejected = self.book.screen(server_round, replies, self._checked_point)
+        checked, rejected = self.book.screen(server_round, replies, self._checked_point)
+        self._forget_replicas([n for n in self._asked
+                               if n not in checked and self.book.needs_sync[n]])
+        points = {node: point for node, (_, point) in checked.items()}
         eta = self.fw.schedule.eta(server_round)
         self.mirror.apply(points, eta)
+        if points and self.compact:
+            index = {n: i for i, n in enumerate(self.book.node_ids)}
+            self.history.append(RoundPoints(server_round, eta, tuple(
+                (index[node], arrays) for node, (arrays, _) in checked.items())))
+        if points:
+            self.version = server_round
         self.book.accept(server_round, points)
         metrics = MetricRecord({
             "failures": rejected + self._roster_failures,  # error replies add to it
@@ -135,21 +216,23 @@ class FedFWStrategy(TorchModelStrategy):
         self._roster_failures = 0
         return params_to_record(self.layout, self.mirror.x_bar), metrics
 
-    def _checked_point(self, reply: Message) -> Params:
-        """Decode s_i against the node's declared D_i (the decoders validate everything)."""
+    def _checked_point(self, reply: Message) -> tuple[dict[str, np.ndarray], Params]:
+        """s_i's arrays as sent and decoded against the node's declared D_i (the decoders
+        validate everything)."""
         record = exact_records(reply.content, {FW_POINT: ArrayRecord})[FW_POINT]
         constraint = self.node_sets[reply.metadata.src_node_id]
-        return decode_model_point(constraint, record_to_arrays(record), self.layout.shapes,
-                                  self.fw.scope)
+        arrays = record_to_arrays(record)
+        return arrays, decode_model_point(constraint, arrays, self.layout.shapes, self.fw.scope)
 
     # -- evaluation ----------------------------------------------------------------
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
         if not self.fw.federated_eval:
             return []
-        return self.book.evaluate_messages(
-            server_round, {XBAR: params_to_record(self.layout, self.mirror.x_bar)},
-            **{FW_GAP: self.fw.gap})
+        dense = params_to_record(self.layout, self.mirror.x_bar)
+        return [self.book.evaluate_message(node, server_round, self._downlink(node, dense),
+                                           **{FW_GAP: self.fw.gap})
+                for node in self.book.node_ids]
 
     def _checked_evaluation(self, reply: Message):  # noqa: ANN202
         """Evaluation sums, and grad f_i(x-bar) when the gap is on."""
@@ -163,6 +246,7 @@ class FedFWStrategy(TorchModelStrategy):
                            ) -> MetricRecord | None:
         screened = screen_replies(self.label, server_round, replies, self._checked_evaluation,
                                   self.book.node_ids)
+        self._forget_replicas(screened.errors)
         good, rejected = screened.in_order(self.book.node_ids), screened.rejected
         metrics = MetricRecord({**combine_evaluation_sums([s for s, _ in good.values()], self.kind),
                                 "failures": rejected})
@@ -181,6 +265,14 @@ class FedFWStrategy(TorchModelStrategy):
             state["book"] = self.book.to_record()
             state["mirror"] = params_by_node_record(points, self.layout)
             state["mirror-sum"] = params_to_record(self.layout, total, dtype=np.float64)
+            config, arrays = pack_updates(0, self.history)
+            nodes = self.roster.node_ids
+            state["downlink"] = ConfigRecord({
+                "compact": self.compact, "version": self.version,
+                "versions": [-1 if self.version_of[n] is None else self.version_of[n]
+                             for n in nodes]})
+            state["history"] = ConfigRecord(config)
+            state["history-arrays"] = arrays_to_record(arrays)
         return state
 
     def load_state_record(self, state: RecordDict) -> None:
@@ -193,6 +285,11 @@ class FedFWStrategy(TorchModelStrategy):
         self.mirror = ConsensusMirror.restore(params_by_node(state["mirror"], self.layout, nodes),
                                               record_to_params(state["mirror-sum"], self.layout))
         self._fix_node_sets()
+        downlink = state["downlink"]
+        self.compact, self.version = bool(downlink["compact"]), int(downlink["version"])
+        self.version_of = {n: None if v < 0 else v for n, v in zip(nodes, downlink["versions"])}
+        _, self.history = unpack_updates(dict(state["history"]),
+                                         record_to_arrays(state["history-arrays"]), len(nodes))
 
 
 def build_fedfw(settings: RunSettings) -> FedFWStrategy:

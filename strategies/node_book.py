@@ -81,10 +81,16 @@ class NodeBook:
     def evaluate_messages(self, server_round: int, content: Mapping[str, object],
                           **config: int | float | str | bool) -> list[Message]:
         """The same ``content`` to every node for federated evaluation."""
+        return [self.evaluate_message(node, server_round, content, **config)
+                for node in self.node_ids]
+
+    @staticmethod
+    def evaluate_message(node: int, server_round: int, content: Mapping[str, object],
+                         **config: int | float | str | bool) -> Message:
+        """An evaluation message with ``content`` for one node."""
         records = RecordDict({**content,
                               CONFIG: ConfigRecord({SERVER_ROUND: server_round, **config})})
-        return [Message(records, node, EVALUATE, group_id=str(server_round))
-                for node in self.node_ids]
+        return Message(records, node, EVALUATE, group_id=str(server_round))
 
     def to_record(self) -> ConfigRecord:
         """Order, last accepted round and sync flag of every node."""

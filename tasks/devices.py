@@ -54,7 +54,7 @@ def on_device(array: np.ndarray, device: torch.device,
     accelerator the copy is made once per array, device and ``make`` and cached while the array
     lives; on the CPU nothing is cached (``make`` is as cheap as it was before devices)."""
     if device.type == "cpu":
-        return make(array)
+        return make(array if array.flags.writeable else array.copy())  # torch warns on read-only
     key = (id(array), str(device), getattr(make, "__qualname__", repr(make)))
     copy = _COPIES.get(key)
     if copy is None:

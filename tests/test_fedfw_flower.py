@@ -13,7 +13,8 @@ from client_app.registry import CLIENT_HALVES
 from server_app.app import InvalidRunConfig
 from tests.helpers import forgetting, last_xbar, run_app, state_params, train_messages
 
-FAST = {"task": "synthetic", "num-server-rounds": 6, "fedfw.gap": False}
+FAST = {"task": "synthetic", "num-server-rounds": 6, "fedfw.gap": False,
+        "fedfw.downlink": "dense"}  # these tests read the dense x-bar; test_fedfw_downlink.py
 
 
 def run_fw(tmp_path, num_nodes=5, node_configs=None, client=client_app, **overrides):

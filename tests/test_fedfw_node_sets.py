@@ -16,7 +16,8 @@ from testing.inprocess_grid import run_config
 from tests.helpers import last_xbar, run_app
 
 NUM_NODES = 4
-RUN = {"algorithm": "fedfw", "task": "synthetic", "num-server-rounds": 4, "fedfw.gap": True}
+RUN = {"algorithm": "fedfw", "task": "synthetic", "num-server-rounds": 4, "fedfw.gap": True,
+       "fedfw.downlink": "dense"}  # the gap is recomputed at the dense x-bar sent
 
 
 def node_set(kind: str, radius: float) -> dict:

@@ -1,4 +1,4 @@
-"""FedFW client maths (oracles/frank_wolfe.py) and the server mirror (strategies/fedfw_mirror.py).
+"""FedFW client maths (oracles/frank_wolfe.py) and the server mirror (oracles/fedfw_mirror.py).
 
 The convergence problem: binary logistic regression with an intercept, parameters [w (10,), b (1,)],
 on 3 clients whose features are shifted in different coordinates and whose labels use different
@@ -13,7 +13,7 @@ from oracles.douglas_rachford import project_params
 from oracles.frank_wolfe import FWClientState, apply_step, fedfw_client_step, fw_direction, fw_gap
 from oracles.lmo import make_constraint
 from oracles.schedules import make_schedule
-from strategies.fedfw_mirror import ConsensusMirror
+from oracles.fedfw_mirror import ConsensusMirror
 from tasks.errors import ConfigError
 from tests.logreg_problem import DATA, DIM, L1_BALL, N_CLIENTS, N_SAMPLES, grad, loss
 

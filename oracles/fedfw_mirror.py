@@ -1,4 +1,6 @@
-"""The server half of FedFW (Algorithm 1, server-level aggregation), on numpy, without Flower.
+"""FedFW's server-level aggregation (Algorithm 1) on numpy, without Flower: the server's mirror of
+every x_i, and each node's replica of it under the compact downlink (``fedfw.downlink``), which
+applies the same accepted points in the same order and so holds a bit-identical x-bar.
 
 Algorithm 1 writes the aggregation as x_bar^{t+1} = (1 - eta_t) x_bar^t + eta_t mean_i s_i^t, which
 holds only when every client steps. Under partial participation (section 4.2) non-participants keep

@@ -1,0 +1,93 @@
+"""A FedFW node's x-bar under the compact downlink (``fedfw.downlink``): the node replicates the
+server's mirror of every x_i from the rounds' accepted points, applied with the server's own code
+(``oracles.fedfw_mirror``) in the server's order, so its x-bar is bit-identical; it then uses
+x-bar rounded to float32, exactly what a dense message would have carried.
+
+First contact: x-bar^1 (every x_i starts there) and the roster's D_i. A node that lost its replica
+or holds the wrong version fails once (``LostStateError``); the server then sends the whole mirror.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from flwr.app import ConfigRecord
+
+from client_app.job import ClientJob
+from client_app.node_state import LostStateError
+from functions.errors import DecodeError
+from functions.extreme_points import decode_model_point
+from functions.fedfw_downlink import replica_header, unpack_replica, unpack_updates
+from functions.params import ParamLayout, Params, arrays_to_record, record_to_arrays, record_to_params
+from functions.protocol import REPLICA, REPLICA_ARRAYS, UPDATE_ARRAYS, UPDATES, XBAR
+from oracles.fedfw_mirror import ConsensusMirror
+from oracles.lmo import make_constraint
+from tasks.errors import ConfigError
+
+STATE, META = "fedfw-replica.state", "fedfw-replica.meta"  # every x_i and sum; header (not under
+# "fedfw.", which PendingStore owns)
+
+
+def _stored(job: ClientJob, layout: ParamLayout) -> tuple[ConsensusMirror, dict]:
+    if META not in job.state:
+        raise LostStateError("no FedFW replica on this node; the server will send the mirror")
+    meta = dict(job.state[META])
+    arrays = {k: v.numpy() for k, v in job.state[STATE].items()}
+    count = len(meta["kinds"])
+    points = {i: [arrays[f"x.{i}.{k}"] for k in range(len(layout.shapes))] for i in range(count)}
+    total = [arrays[f"sum.{k}"] for k in range(len(layout.shapes))]
+    return ConsensusMirror.restore(points, total), meta
+
+
+def _received(job: ClientJob, layout: ParamLayout) -> tuple[ConsensusMirror, dict]:
+    """The mirror the message starts (x-bar^1 on first contact, else the whole mirror)."""
+    config = dict(job.content[REPLICA])
+    version, kinds, radii = replica_header(config)
+    meta = {"version": version, "kinds": list(kinds), "radii": list(radii)}
+    if REPLICA_ARRAYS not in job.content:  # first contact: every x_i is x-bar^1
+        if version != 0:
+            raise DecodeError("a FedFW replica after round 0 must carry the mirror")
+        start = record_to_params(job.content[XBAR], layout)
+        return ConsensusMirror(start, list(range(len(kinds)))), meta
+    replica = unpack_replica(config, record_to_arrays(job.content[REPLICA_ARRAYS]), layout.shapes)
+    return ConsensusMirror.restore(dict(enumerate(replica.points)), replica.total), meta
+
+
+def _store(job: ClientJob, mirror: ConsensusMirror, meta: dict) -> None:
+    points, total = mirror.state()
+    arrays = {f"x.{i}.{k}": a for i, x in points.items() for k, a in enumerate(x)}
+    arrays |= {f"sum.{k}": a for k, a in enumerate(total)}
+    job.state[STATE] = arrays_to_record(arrays)
+    job.state[META] = ConfigRecord(meta)
+
+
+def _apply_updates(job: ClientJob, layout: ParamLayout, scope: str, mirror: ConsensusMirror,
+                   meta: dict) -> None:
+    kinds, radii = meta["kinds"], meta["radii"]
+    since, updates = unpack_updates(dict(job.content[UPDATES]),
+                                    record_to_arrays(job.content[UPDATE_ARRAYS]), len(kinds))
+    if since != meta["version"]:
+        raise LostStateError(f"the updates follow round {since}; this node's replica is at "
+                             f"round {meta['version']}")
+    try:
+        sets = [make_constraint(kind, radius) for kind, radius in zip(kinds, radii)]
+    except ConfigError as err:
+        raise DecodeError(f"a D_i of the replica is invalid: {err}") from None
+    for update in updates:
+        points = {i: decode_model_point(sets[i], arrays, layout.shapes, scope)
+                  for i, arrays in update.points}
+        mirror.apply(points, update.eta)
+        meta["version"] = update.round
+
+
+def compact_xbar(job: ClientJob, layout: ParamLayout, scope: str) -> Params | None:
+    """x-bar from the node's replica (updated by this message), float32-rounded; None when the
+    message carries the dense x-bar only (``fedfw.downlink`` dense)."""
+    if REPLICA in job.content:
+        mirror, meta = _received(job, layout)
+    elif UPDATES in job.content:
+        mirror, meta = _stored(job, layout)
+        _apply_updates(job, layout, scope, mirror, meta)
+    else:
+        return None
+    _store(job, mirror, meta)
+    return [np.asarray(a, np.float32).astype(np.float64) for a in mirror.x_bar]

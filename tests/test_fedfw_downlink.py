@@ -1,0 +1,136 @@
+"""FedFW's compact downlink: nodes rebuild x-bar from the rounds' points, bit-identical to the
+server's, over hundreds of rounds with partial participation; bytes; re-sync; the codec."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from client_app.app import app as client_app
+from client_app.fedfw_replica import STATE
+from functions.errors import DecodeError
+from functions.fedfw_downlink import (
+    Replica,
+    RoundPoints,
+    pack_replica,
+    pack_updates,
+    unpack_replica,
+    unpack_updates,
+)
+from functions.protocol import REPLICA_ARRAYS, UPDATES, XBAR
+from server_app.checkpoint import read_checkpoint
+from tests.helpers import forgetting, run_app
+
+BASE = {"task": "synthetic", "fedfw.participation": 0.5, "fedfw.constraint": "l1"}
+
+
+def _without_bytes(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if "bytes" not in k and k != "wall_time_s"}
+            for r in rows]
+
+
+def _server_xbar(run) -> list[np.ndarray]:
+    state = read_checkpoint(run.out_dir).strategy
+    total = [a.numpy() for a in state["mirror-sum"].values()]
+    return [t / len(run.grid.node_ids) for t in total]
+
+
+def _node_xbar(run, node: int) -> list[np.ndarray]:
+    arrays = {k: v.numpy() for k, v in run.grid.contexts[node].state[STATE].items()}
+    total = [arrays[f"sum.{k}"] for k in range(sum(k.startswith("sum.") for k in arrays))]
+    return [t / len(run.grid.node_ids) for t in total]
+
+
+@pytest.mark.parametrize(("algorithm", "evaluate"), [("fedfw", False), ("fedfw-plus", True),
+                                                     ("fedfw-sto", False)])
+def test_nodes_hold_the_servers_xbar_bit_for_bit(tmp_path, algorithm, evaluate):
+    overrides = {**BASE, "algorithm": algorithm, "num-server-rounds": 200,
+                 "fedfw.federated-eval": evaluate, "central-evaluation": False}
+    compact = run_app(tmp_path / "compact", 4, **overrides, **{"fedfw.downlink": "compact"})
+    dense = run_app(tmp_path / "dense", 4, **overrides, **{"fedfw.downlink": "dense"})
+    assert _without_bytes(compact.rows) == _without_bytes(dense.rows)
+    server = _server_xbar(compact)
+    for node in compact.grid.node_ids:  # every node, at its version: the last round it saw
+        if compact.grid.contexts[node].state.get("fedfw-replica.meta")["version"] == 200:
+            assert all(np.array_equal(a, b) for a, b in zip(_node_xbar(compact, node), server))
+    down = [r["bytes_down"] for r in compact.rows[1:]]
+    assert sum(down) < sum(r["bytes_down"] for r in dense.rows[1:]) / 3
+
+
+def test_a_node_that_missed_rounds_gets_them_all_in_one_message(tmp_path):
+    run = run_app(tmp_path, 4, **{**BASE, "algorithm": "fedfw", "num-server-rounds": 12,
+                                 "fedfw.federated-eval": False, "fedfw.downlink": "compact"})
+    spans = [len(m.content[UPDATES]["rounds"]) for m in run.grid.down if UPDATES in m.content]
+    assert max(spans) >= 2 and all(r["failures"] == 0 for r in run.rows[1:])
+
+
+def test_a_node_that_lost_its_replica_fails_once_and_gets_the_mirror(tmp_path):
+    overrides = {**BASE, "algorithm": "fedfw", "num-server-rounds": 6, "fedfw.participation": 1.0}
+    compact = run_app(tmp_path / "compact", 4, None, forgetting(client_app, 2, 4),
+                      **overrides, **{"fedfw.downlink": "compact"})
+    dense = run_app(tmp_path / "dense", 4, None, forgetting(client_app, 2, 4),
+                    **overrides, **{"fedfw.downlink": "dense"})
+    assert [r["failures"] for r in compact.rows[1:]] == [0, 0, 0, 1, 0, 0]
+    assert _without_bytes(compact.rows) == _without_bytes(dense.rows)
+    node = compact.grid.node_ids[2]
+    assert sum(REPLICA_ARRAYS in m.content for m in compact.grid.down
+               if m.metadata.dst_node_id == node) == 1
+
+
+@pytest.mark.parametrize(("constraint", "clients", "compact"),
+                         [("l1", 10, True), ("l1", 100, True), ("box", 10, True),
+                          ("l2", 10, False), ("nuclear", 2, True), ("nuclear", 10, False)])
+def test_auto_sends_points_only_where_they_are_smaller(tmp_path, constraint, clients, compact):
+    run = run_app(tmp_path, clients, **{"algorithm": "fedfw", "task": "synthetic",
+                                        "fedfw.constraint": constraint, "num-server-rounds": 2,
+                                        "fedfw.federated-eval": False})
+    later = [m for m in run.grid.down if m.metadata.message_type == "train"
+             and m.content["config"]["server-round"] == 2]
+    assert all((XBAR not in m.content) == compact for m in later)
+
+
+# -- the codec ------------------------------------------------------------------------------------
+def _updates() -> list[RoundPoints]:
+    point = {"index": np.array([3], np.uint16), "sign": np.array([1], np.int8)}
+    return [RoundPoints(2, 0.5, ((0, point), (2, point))), RoundPoints(5, 0.25, ((1, point),))]
+
+
+def test_updates_round_trip():
+    config, arrays = pack_updates(1, _updates())
+    since, updates = unpack_updates(config, arrays, 3)
+    assert since == 1 and [(u.round, u.eta, [i for i, _ in u.points]) for u in updates] == [
+        (2, 0.5, [0, 2]), (5, 0.25, [1])]
+
+
+@pytest.mark.parametrize("change", [
+    lambda c, a: c.update(rounds=[2, 2]),
+    lambda c, a: c.update(since=3),
+    lambda c, a: c.update(etas=[0.5, 1.5]),
+    lambda c, a: a.update(nodes=np.array([0, 7, 1], np.uint8)),
+    lambda c, a: a.update(nodes=np.array([0, 2, 1], np.int64)),
+    lambda c, a: c.update(counts=[1, 1]),
+    lambda c, a: [a.pop(k) for k in ("1.0.sign", "1.0.index")],
+    lambda c, a: a.update({"9.0.sign": np.array([1], np.int8)}),
+    lambda c, a: a.update({"junk": np.array([1])}),
+    lambda c, a: c.pop("etas"),
+])
+def test_malformed_updates_are_refused(change):
+    config, arrays = pack_updates(1, _updates())
+    change(config, arrays)
+    with pytest.raises(DecodeError):
+        unpack_updates(config, arrays, 3)
+
+
+def test_a_replica_round_trips_and_refuses_wrong_arrays():
+    shapes = [(2, 3), (3,)]
+    points = tuple([np.full(s, float(i)) for s in shapes] for i in range(2))
+    replica = Replica(4, ("l1", "l2"), (1.0, 2.0), points, [np.ones(s) for s in shapes])
+    config, arrays = pack_replica(replica)
+    again = unpack_replica(config, arrays, shapes)
+    assert again.version == 4 and again.kinds == ("l1", "l2")
+    assert all(np.array_equal(a, b) for a, b in zip(again.points[1], points[1]))
+    for bad in ({**arrays, "x.0.0": arrays["x.0.0"].astype(np.float32)},
+                {**arrays, "sum.1": np.full(3, np.nan)},
+                {k: v for k, v in arrays.items() if k != "x.1.1"}):
+        with pytest.raises(DecodeError):
+            unpack_replica(config, bad, shapes)

@@ -3,8 +3,9 @@ server's mirror of every x_i from the rounds' accepted points, applied with the 
 (``oracles.fedfw_mirror``) in the server's order, so its x-bar is bit-identical; it then uses
 x-bar rounded to float32, exactly what a dense message would have carried.
 
-First contact: x-bar^1 (every x_i starts there) and the roster's D_i. A node that lost its replica
-or holds the wrong version fails once (``LostStateError``); the server then sends the whole mirror.
+First contact: x-bar^1 (every x_i starts there), the roster's D_i and the rounds so far. A node
+that lost its replica or holds the wrong version fails once (``LostStateError``); the server then
+sends the whole mirror.
 """
 
 from __future__ import annotations
@@ -86,8 +87,9 @@ def compact_xbar(job: ClientJob, layout: ParamLayout, scope: str) -> Params | No
         mirror, meta = _received(job, layout)
     elif UPDATES in job.content:
         mirror, meta = _stored(job, layout)
-        _apply_updates(job, layout, scope, mirror, meta)
     else:
         return None
+    if UPDATES in job.content:  # first contact: x-bar^1 and every round since
+        _apply_updates(job, layout, scope, mirror, meta)
     _store(job, mirror, meta)
     return [np.asarray(a, np.float32).astype(np.float64) for a in mirror.x_bar]

@@ -77,7 +77,8 @@ class FedFWStrategy(TorchModelStrategy):
         self.compact = fw.downlink == "compact"  # decided at the start when "auto"
         self.version = 0  # the last round whose points entered the mirror
         self.history: list[RoundPoints] = []  # rounds some node has not seen yet
-        self.version_of: dict[int, int | None] = {}  # each node's replica (None: none)
+        self.version_of: dict[int, int | None] = {}  # each node's replica (None: lost)
+        self.fresh: set[int] = set()  # nodes not contacted yet: they start from x-bar^1
 
     def initial_arrays(self) -> ArrayRecord:
         """x-bar^1: the model's initial weights projected onto D (float32-exact)."""
@@ -96,7 +97,8 @@ class FedFWStrategy(TorchModelStrategy):
         self._fix_node_sets()
         self.book = NodeBook(self.roster.node_ids, self.label)
         self.mirror = ConsensusMirror(self.x0, self.roster.node_ids)
-        self.version_of = {n: None for n in self.roster.node_ids}
+        self.version_of = {n: 0 for n in self.roster.node_ids}
+        self.fresh = set(self.roster.node_ids)
         if self.fw.downlink == "auto":
             # a node gets each round's points once, but x-bar in every message it gets
             p = self.fw.participation
@@ -168,14 +170,22 @@ class FedFWStrategy(TorchModelStrategy):
         header = {"version": self.version,
                   "kinds": [self.node_sets[n].kind for n in nodes],
                   "radii": [float(self.node_sets[n].radius) for n in nodes]}
+        if node in self.fresh:  # x-bar^1 (float32-exact) and every round since
+            self.fresh.discard(node)
+            content = {XBAR: params_to_record(self.layout, self.x0),
+                       REPLICA: ConfigRecord({**header, "version": 0})}
+            if self.version > 0:
+                content |= self._updates_since(0)
+            return content
         if since is None:
-            if self.version == 0:  # every x_i is still x-bar^1, float32-exact
-                return {XBAR: dense, REPLICA: ConfigRecord(header)}
             points, total = self.mirror.state()
             config, arrays = pack_replica(Replica(self.version, (), (), tuple(
                 points[n] for n in nodes), total))
             return {REPLICA: ConfigRecord({**config, **header}),
                     REPLICA_ARRAYS: arrays_to_record(arrays)}
+        return self._updates_since(since)
+
+    def _updates_since(self, since: int) -> dict:
         config, arrays = pack_updates(since, [u for u in self.history if u.round > since])
         self._forget_seen_rounds()
         return {UPDATES: ConfigRecord(config), UPDATE_ARRAYS: arrays_to_record(arrays)}
@@ -186,7 +196,8 @@ class FedFWStrategy(TorchModelStrategy):
             self.version_of[node] = None
 
     def _forget_seen_rounds(self) -> None:
-        """Drop the rounds every node with a replica has applied (the others get the mirror)."""
+        """Drop the rounds every node with a replica, or not contacted yet (at round 0), has
+        applied (nodes that lost theirs get the mirror)."""
         held = [v for v in self.version_of.values() if v is not None]
         oldest = min(held) if held else self.version
         self.history = [u for u in self.history if u.round > oldest]
@@ -269,6 +280,7 @@ class FedFWStrategy(TorchModelStrategy):
             nodes = self.roster.node_ids
             state["downlink"] = ConfigRecord({
                 "compact": self.compact, "version": self.version,
+                "fresh": [str(n) for n in nodes if n in self.fresh],
                 "versions": [-1 if self.version_of[n] is None else self.version_of[n]
                              for n in nodes]})
             state["history"] = ConfigRecord(config)
@@ -288,6 +300,7 @@ class FedFWStrategy(TorchModelStrategy):
         downlink = state["downlink"]
         self.compact, self.version = bool(downlink["compact"]), int(downlink["version"])
         self.version_of = {n: None if v < 0 else v for n, v in zip(nodes, downlink["versions"])}
+        self.fresh = {int(n) for n in downlink["fresh"]}
         _, self.history = unpack_updates(dict(state["history"]),
                                          record_to_arrays(state["history-arrays"]), len(nodes))
 

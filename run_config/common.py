@@ -54,6 +54,7 @@ class RunSettings:
     git_commit: str = ""
     central_evaluation: bool = True
     central_device: str = "auto"  # torch device of the ServerApp's central evaluation
+    reply_timeout: float = 600.0  # seconds a round waits for replies (Flower's default: 3600)
     fraction_train: float = 1.0
     local_epochs: int = 1
     local_steps: int = 0
@@ -85,6 +86,7 @@ class RunSettings:
             git_commit=read_key(raw, "git-commit", str, d.git_commit),
             central_evaluation=read_key(raw, "central-evaluation", bool, d.central_evaluation),
             central_device=read_key(raw, "central-device", str, d.central_device),
+            reply_timeout=read_key(raw, "reply-timeout", float, d.reply_timeout),
             fraction_train=read_key(raw, "fraction-train", float, d.fraction_train),
             local_epochs=read_key(raw, "local-epochs", int, d.local_epochs),
             local_steps=read_key(raw, "local-steps", int, d.local_steps),
@@ -113,6 +115,8 @@ class RunSettings:
         """Range checks that do not need the task or the registry."""
         require(self.num_rounds >= 1, "num-server-rounds", self.num_rounds, ">= 1")
         check_device_name(self.central_device, "central-device")
+        require(0 < self.reply_timeout < float("inf"), "reply-timeout", self.reply_timeout,
+                "finite and > 0 seconds")
         require(self.min_nodes >= 1, "min-nodes", self.min_nodes, ">= 1")
         require(0.0 <= self.partitioning_s <= 1.0, "partitioning.s", self.partitioning_s, "in [0, 1]")
         require(self.partitioning_alpha > 0.0, "partitioning.alpha", self.partitioning_alpha, "> 0")

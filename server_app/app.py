@@ -108,12 +108,12 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
     log(INFO, "Running %s (%s) on task %s with %d nodes; results -> %s",
         plan.algorithm.name, plan.algorithm.summary, settings.task, num_nodes, out_dir)
 
-    metered = MeteredGrid(grid)
+    metered = MeteredGrid(grid, settings.reply_timeout)
     recorded = RecordedStrategy(strategy, done)
     recorder = RoundRecorder(recorded, metered, writer, settings.num_rounds, plan.algorithm.name)
     if settings.num_rounds > done:
         recorded.start(grid=metered, initial_arrays=arrays, num_rounds=settings.num_rounds - done,
-                       evaluate_fn=recorder)
+                       timeout=settings.reply_timeout, evaluate_fn=recorder)
 
     summary = summarise(writer.rounds)
     plots = writer.finish(summary)

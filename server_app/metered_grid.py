@@ -40,8 +40,11 @@ class MeteredGrid(Grid):
     an error, or a message whose reply never came, counts as a failure.
     """
 
-    def __init__(self, inner: Grid) -> None:
+    def __init__(self, inner: Grid, reply_timeout: float | None = None) -> None:
+        """``reply_timeout``: seconds to wait for replies when a caller gives none (the run's
+        ``reply-timeout``; Flower's own default is an hour)."""
         self._inner = inner
+        self.reply_timeout = reply_timeout
         self._counters = TrafficCounters()
 
     def take(self) -> TrafficCounters:
@@ -103,6 +106,7 @@ class MeteredGrid(Grid):
         if not messages:
             return []
         self._count_down(messages)
+        timeout = self.reply_timeout if timeout is None else timeout
         replies = list(self._inner.send_and_receive(messages, timeout=timeout))
         self._count_up(replies)
         self._counters.failures += max(0, len(messages) - len(replies))

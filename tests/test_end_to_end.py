@@ -9,8 +9,10 @@ import math
 
 import pytest
 
-from server_app.app import InvalidRunConfig
-from tests.helpers import run_app
+from client_app.app import app as client_app
+from server_app.app import InvalidRunConfig, run
+from testing.inprocess_grid import LocalGrid, run_config, server_context
+from tests.helpers import RUN_NAME, run_app
 
 REQUIRED_ROW_KEYS = {"round", "test_accuracy", "test_loss", "train_loss", "bytes_up",
                      "bytes_down", "wall_time_s", "failures"}
@@ -134,3 +136,36 @@ def test_bad_config_stops_before_training_with_one_line(tmp_path, caplog, overri
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and fragment in errors[0], errors
     assert "\n" not in errors[0]
+
+
+class SilentNodeGrid(LocalGrid):
+    """Records the timeout of every exchange; the node of partition ``silent`` never answers
+    (as a dead SuperNode: no reply at all by the deadline)."""
+
+    silent = 3
+
+    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+        super().__init__(*args, **kwargs)
+        self.timeouts: list[float | None] = []
+
+    def send_and_receive(self, messages, *, timeout=None):  # noqa: ANN001, ANN201
+        self.timeouts.append(timeout)
+        dead = self.node_ids[self.silent]
+        replies = super().send_and_receive(messages, timeout=timeout)
+        return [r for r in replies if r.metadata.src_node_id != dead]
+
+
+def test_every_exchange_waits_reply_timeout_and_a_silent_node_is_a_failure(tmp_path):
+    config = run_config(**{"output-dir": str(tmp_path), "run-name": RUN_NAME,
+                           "algorithm": "fedavg", "num-server-rounds": 2, "reply-timeout": 7.5})
+    grid = SilentNodeGrid(client_app, config, 4)
+    run(grid, server_context(config))
+    assert grid.timeouts and set(grid.timeouts) == {7.5}
+    rows = read_metrics(tmp_path / RUN_NAME)["rounds"]
+    assert [r["failures"] for r in rows[1:]] == [3, 2]  # query.node, train, evaluate; then two
+    assert rows[-1]["test_accuracy"] > 0.8
+
+
+def test_a_reply_timeout_that_is_not_positive_stops_before_training(tmp_path):
+    with pytest.raises(InvalidRunConfig, match="reply-timeout=0.0"):
+        run_job(tmp_path, **{"reply-timeout": 0.0})

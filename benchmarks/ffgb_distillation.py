@@ -39,10 +39,10 @@ from benchmarks.ffgb_mnist import (
     FFGB,
     NODES,
     SETUP,
-    accuracy_at_models,
     cumulative_bytes,
     models_exchanged,
     seconds_per_round,
+    value_at_models,
 )
 
 DISTILLED = {
@@ -63,7 +63,7 @@ def plot(results: dict, path) -> None:
     for name, result in results.items():
         rows = train_rows(result["rows"])
         accuracy = [r["test_accuracy"] for r in rows]
-        axes[0].plot([models_exchanged(name, r) for r in rows], accuracy, label=name)
+        axes[0].plot([models_exchanged(r) for r in rows], accuracy, label=name)
         axes[1].plot([b / 1e6 for b in cumulative_bytes(rows)], accuracy, label=name)
         if name.startswith("ffgb"):
             axes[2].plot([r["round"] for r in rows], [r["ensemble_size"] for r in rows],
@@ -103,15 +103,15 @@ def main() -> None:
     results = run_jobs([Job(name, NODES, {**SETUP, **config}) for name, config in jobs.items()],
                        runs_dir(args.quick, "ffgb_distillation"), args.workers, args.reuse)
 
-    budget = max(models_exchanged("ffgb", r) for r in train_rows(results["ffgb"]["rows"]))
+    budget = max(models_exchanged(r) for r in train_rows(results["ffgb"]["rows"]))
     checkpoints = sorted({budget * f for f in (0.25, 0.5, 1.0)})
     table = []
     for name in jobs:
         rows = results[name]["rows"]
         last = train_rows(rows)[-1]
-        within = [r for r in train_rows(rows) if models_exchanged(name, r) <= budget + 1e-9]
+        within = [r for r in train_rows(rows) if models_exchanged(r) <= budget + 1e-9]
         table.append([name, within[-1]["round"]]
-                      + [pct(accuracy_at_models(name, rows, c)) for c in checkpoints]
+                      + [pct(value_at_models(rows, c)) for c in checkpoints]
                       + [f"{cumulative_bytes(rows)[-1] / 1e6:.1f}",
                          last.get("ensemble_size", 1),
                          num(last.get("distill_error", float("nan")), ".3f"),

@@ -33,10 +33,10 @@ from benchmarks.common import (
 from benchmarks.ffgb_mnist import (
     FEDAVG,
     FFGB,
-    accuracy_at_models,
     cumulative_bytes,
     models_exchanged,
     seconds_per_round,
+    value_at_models,
 )
 
 TASKS = ["mnist-5k", "digits"]
@@ -81,10 +81,10 @@ def plot(results: dict, cells: list[tuple[str, float, int]], node_counts: list[i
         cell = cell_name(task, s, nodes)
         ffgb = train_rows(results[f"{cell}-ffgb"]["rows"])
         fedavg = train_rows(results[f"{cell}-fedavg"]["rows"])
-        budget = models_exchanged("ffgb", ffgb[-1])
-        ax.plot([models_exchanged("ffgb", r) for r in ffgb],
+        budget = models_exchanged(ffgb[-1])
+        ax.plot([models_exchanged(r) for r in ffgb],
                 [r["test_accuracy"] for r in ffgb], "o-", ms=4, label="FFGB (K = 3)")
-        ax.plot([models_exchanged("fedavg", r) for r in fedavg],
+        ax.plot([models_exchanged(r) for r in fedavg],
                 [r["test_accuracy"] for r in fedavg], "-", lw=1.2, label="FedAvg (mlp32)")
         acc, round_, _ = accuracy_at_bytes(fedavg, cumulative_bytes(ffgb)[-1])
         if not math.isnan(acc):
@@ -145,9 +145,9 @@ def main() -> None:
         f_rows = results[f"{cell}-ffgb"]["rows"]
         a_rows = results[f"{cell}-fedavg"]["rows"]
         f_last = train_rows(f_rows)[-1]
-        budget = models_exchanged("ffgb", f_last)
+        budget = models_exchanged(f_last)
         f_acc = f_last["test_accuracy"]
-        a_models = accuracy_at_models("fedavg", a_rows, budget)
+        a_models = value_at_models(a_rows, budget)
         f_bytes = cumulative_bytes(train_rows(f_rows))[-1]
         a_bytes_acc, a_bytes_round, reached = accuracy_at_bytes(a_rows, f_bytes)
         a_bytes_total = cumulative_bytes(train_rows(a_rows))[-1]

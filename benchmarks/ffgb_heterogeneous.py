@@ -42,6 +42,7 @@ from benchmarks.common import (
     train_rows,
     write_report,
 )
+from benchmarks.ffgb_mnist import models_exchanged, value_at_models
 
 NODES = 10
 SEED = 0
@@ -64,17 +65,6 @@ FFGB_L = {"algorithm": "ffgb-l", "ffgb.local-steps": 3, "ffgb.oracle-steps": 200
           "ffgb.eta0": 1.0}
 ONE_SHOT_ETAS = (4.0, 10.0)  # 4 = the constant of Theorem 3.3 with the square loss's mu = 1
 FEDAVG = {"algorithm": "fedavg", "model": "mlp32", "learning-rate": 0.05}
-
-
-def models_exchanged(name: str, row: dict) -> float:
-    """The paper's count per client: FFGB reports it; FedAvg costs 2 a round (up, down)."""
-    return float(row["models_exchanged"]) if "ffgb" in name else 2.0 * row["round"]
-
-
-def value_at_models(name: str, rows: list[dict], budget: float, key: str) -> float:
-    """``key`` of the last round whose models exchanged do not exceed ``budget``."""
-    within = [r for r in train_rows(rows) if models_exchanged(name, r) <= budget + 1e-9]
-    return float(within[-1][key]) if within else float("nan")
 
 
 # -- heterogeneity and central baselines (in this process) -----------------------------------
@@ -150,7 +140,7 @@ def plot(results: dict, het: dict, digits_names: dict, reg_names: dict, central:
         if split == "central":
             continue
         rows = train_rows(results[name]["rows"])
-        axes[2].plot([models_exchanged(name, r) for r in rows], [r["test_mse"] for r in rows],
+        axes[2].plot([models_exchanged(r) for r in rows], [r["test_mse"] for r in rows],
                      "-" if split == "kmeans" else ":", color=colours[task],
                      marker="o" if alg == "ffgb-l" else None, markersize=3,
                      label=f"{alg}, {task}, {split}")
@@ -303,9 +293,9 @@ def main() -> None:
                  num(h["mean_tv_labels"], ".3f") if h else "0",
                  num(rows[0]["test_mse"]), num(min(mses)), num(mses[-1]),
                  num(mses[-1] / ref, ".2f"),
-                 num(value_at_models(fed, results[fed]["rows"], one_shot_budget, "test_mse"))
+                 num(value_at_models(results[fed]["rows"], one_shot_budget, "test_mse"))
                  if fed else "",
-                 num(value_at_models(fed, results[fed]["rows"], budget, "test_mse"))
+                 num(value_at_models(results[fed]["rows"], budget, "test_mse"))
                  if fed else "",
                  num(min(r["test_mse"] for r in train_rows(results[fed]["rows"]))) if fed else ""])
             per_round.append([f"{task}, {split}"] + [num(m) for m in mses])

@@ -41,9 +41,9 @@ AUTHORS_FEDAVG = {**FEDAVG, "local-steps": 25, "batch-size": 80, "learning-rate"
 K_VALUES = [1, 5, 10, 20, 40]
 
 
-def models_exchanged(name: str, row: dict) -> float:
-    """The paper's count per client: FFGB reports it; FedAvg costs 2 a round (up, down)."""
-    return row["models_exchanged"] if name.startswith("ffgb") else 2.0 * row["round"]
+def models_exchanged(row: dict) -> float:
+    """The paper's count per client: FFGB's rows report it; FedAvg costs 2 a round (up, down)."""
+    return float(row["models_exchanged"]) if "models_exchanged" in row else 2.0 * row["round"]
 
 
 def cumulative_bytes(rows: list[dict]) -> list[float]:
@@ -54,10 +54,10 @@ def cumulative_bytes(rows: list[dict]) -> list[float]:
     return out
 
 
-def accuracy_at_models(name: str, rows: list[dict], budget: float) -> float:
-    """Test accuracy of the last round whose models exchanged do not exceed ``budget``."""
-    within = [r for r in train_rows(rows) if models_exchanged(name, r) <= budget + 1e-9]
-    return within[-1]["test_accuracy"] if within else float("nan")
+def value_at_models(rows: list[dict], budget: float, key: str = "test_accuracy") -> float:
+    """``key`` of the last round whose models exchanged do not exceed ``budget``."""
+    within = [r for r in train_rows(rows) if models_exchanged(r) <= budget + 1e-9]
+    return float(within[-1][key]) if within else float("nan")
 
 
 def seconds_per_round(rows: list[dict]) -> float:
@@ -77,7 +77,7 @@ def plot(results: dict, main: list[str], fig2: dict[str, list[str]], path) -> No
     fig, axes = plt.subplots(1, 4, figsize=(21, 4.5))
     for name in main:
         rows = train_rows(results[name]["rows"])
-        axes[0].plot([models_exchanged(name, r) for r in rows],
+        axes[0].plot([models_exchanged(r) for r in rows],
                      [r["test_accuracy"] for r in rows], label=name)
         axes[1].plot([b / 1e6 for b in cumulative_bytes(rows)],
                      [r["test_accuracy"] for r in rows], label=name)
@@ -128,14 +128,14 @@ def main() -> None:
             for name, config in {**main_jobs, **fig2_jobs}.items()]
     results = run_jobs(jobs, runs_dir(args.quick, "ffgb_mnist"), args.workers, args.reuse)
 
-    budget = max(models_exchanged("ffgb-K3", r) for r in train_rows(results["ffgb-K3"]["rows"]))
+    budget = max(models_exchanged(r) for r in train_rows(results["ffgb-K3"]["rows"]))
     checkpoints = sorted({budget * f for f in (0.25, 0.5, 1.0)})
     table = []
     for name in main_jobs:
         rows = results[name]["rows"]
         last = train_rows(rows)[-1]
         table.append([name, last["round"]]
-                     + [pct(accuracy_at_models(name, rows, c)) for c in checkpoints]
+                     + [pct(value_at_models(rows, c)) for c in checkpoints]
                      + [f"{cumulative_bytes(rows)[-1] / 1e6:.1f}",
                         num(seconds_per_round(rows), ".2f")])
     headers = (["run", "rounds"] + [f"acc % @{c:g} models" for c in checkpoints]

@@ -167,27 +167,25 @@ class FedFWStrategy(TorchModelStrategy):
             return {XBAR: dense}
         since, self.version_of[node] = self.version_of[node], self.version
         nodes = self.book.node_ids
-        header = {"version": self.version,
-                  "kinds": [self.node_sets[n].kind for n in nodes],
-                  "radii": [float(self.node_sets[n].radius) for n in nodes]}
+        kinds = tuple(self.node_sets[n].kind for n in nodes)
+        radii = tuple(float(self.node_sets[n].radius) for n in nodes)
         if node in self.fresh:  # x-bar^1 (float32-exact) and every round since
             self.fresh.discard(node)
+            config, _ = pack_replica(Replica(0, kinds, radii, (), []))
             content = {XBAR: params_to_record(self.layout, self.x0),
-                       REPLICA: ConfigRecord({**header, "version": 0})}
+                       REPLICA: ConfigRecord(config)}
             if self.version > 0:
                 content |= self._updates_since(0)
             return content
         if since is None:
             points, total = self.mirror.state()
-            config, arrays = pack_replica(Replica(self.version, (), (), tuple(
-                points[n] for n in nodes), total))
-            return {REPLICA: ConfigRecord({**config, **header}),
-                    REPLICA_ARRAYS: arrays_to_record(arrays)}
+            config, arrays = pack_replica(Replica(self.version, kinds, radii,
+                                                  tuple(points[n] for n in nodes), total))
+            return {REPLICA: ConfigRecord(config), REPLICA_ARRAYS: arrays_to_record(arrays)}
         return self._updates_since(since)
 
     def _updates_since(self, since: int) -> dict:
         config, arrays = pack_updates(since, [u for u in self.history if u.round > since])
-        self._forget_seen_rounds()
         return {UPDATES: ConfigRecord(config), UPDATE_ARRAYS: arrays_to_record(arrays)}
 
     def _forget_replicas(self, nodes: Iterable[int]) -> None:
@@ -211,6 +209,7 @@ class FedFWStrategy(TorchModelStrategy):
         eta = self.fw.schedule.eta(server_round)
         self.mirror.apply(points, eta)
         if points and self.compact:
+            self._forget_seen_rounds()  # once a round, before the round's points join
             index = {n: i for i, n in enumerate(self.book.node_ids)}
             self.history.append(RoundPoints(server_round, eta, tuple(
                 (index[node], arrays) for node, (arrays, _) in checked.items())))

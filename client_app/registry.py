@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from client_app import fedavg, feddr, fedfw, ffgb
+from client_app import fedavg, feddr, fedfun, fedfw, ffgb
 from client_app.job import ClientProcedure
 from tasks.errors import ConfigError
 
@@ -23,6 +23,7 @@ CLIENT_HALVES: dict[str, Mapping[str, ClientProcedure]] = {
     "ffgb": ffgb.HANDLERS,
     "ffgb-c": ffgb.HANDLERS,
     "ffgb-l": ffgb.HANDLERS,
+    **{name: fedfun.HANDLERS for name in ("fedfun", "psr", "dfedavgm", "dfedfish", "dfeddf")},
 }
 
 

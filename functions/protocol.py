@@ -62,3 +62,25 @@ UPDATES = "fedfw.updates"  # ConfigRecord: the rounds' headers since the node's 
 UPDATE_ARRAYS = "fedfw.update-arrays"  # ArrayRecord: their compact points
 REPLICA = "fedfw.replica"  # ConfigRecord: version and the roster's D_i (first contact or re-sync)
 REPLICA_ARRAYS = "fedfw.replica-arrays"  # ArrayRecord: every x_i and the sum (re-sync only)
+
+# -- FedFun family (strategies.fedfun relays; functions.node_models encodes) -----------------
+QUERY_BOUNDS = "query.bounds"  # once per run: the node's per-feature min/max and sample count
+BOUNDS = "fedfun.bounds"  # ArrayRecord: "lower", "upper" (float64, features) - reply and setup
+SETUP = "fedfun.setup"  # ConfigRecord: the run's agreed facts a node keeps (total samples)
+INITIAL = "initial"  # train config: round 0, local training only
+NEIGHBOURS = "fedfun.neighbours"  # ConfigRecord: "ids", "versions" of every neighbour model
+MODELS = "fedfun.models"  # ConfigRecord: specs of the models sent, under "p<id>/" or "own/"
+MODEL_ARRAYS = "fedfun.model-arrays"  # ArrayRecord: their arrays, same prefixes
+OWN_PREFIX = "own/"  # the node's own last accepted model (sync only)
+CONSENSUS = "consensus-distance-sum"  # evaluate reply: sum over neighbours of ||h_i - h_j||^2
+NEIGHBOUR_COUNT = "neighbour-count"
+TEST_ACCURACY = "test-accuracy"
+TRAIN_ACCURACY = "train-accuracy"  # on the union of the training sets (the paper's rule)
+LOCAL_ACCURACY = "local-accuracy"  # on the node's own partition
+LOSS = "loss"  # train reply: the local objective at the end of the round
+
+
+def neighbour_prefix(partition_id: int) -> str:
+    """Where neighbour ``partition_id``'s model travels in MODELS / MODEL_ARRAYS."""
+    return f"p{partition_id}/"
+REPLY_PREFIX = "self/"  # where a node puts its new model in a train reply

@@ -48,6 +48,7 @@ class RunSettings:
     labels_per_client: int = 3
     num_rounds: int = 20
     seed: int = 0
+    test_fraction: float = 0.2  # offline tasks: share of the data held out for testing
     min_nodes: int = 2
     output_dir: str = ""
     run_name: str = ""
@@ -80,6 +81,7 @@ class RunSettings:
             labels_per_client=read_key(raw, "partitioning.labels-per-client", int, d.labels_per_client),
             num_rounds=read_key(raw, "num-server-rounds", int, d.num_rounds),
             seed=read_key(raw, "seed", int, d.seed),
+            test_fraction=read_key(raw, "test-fraction", float, d.test_fraction),
             min_nodes=read_key(raw, "min-nodes", int, d.min_nodes),
             output_dir=read_key(raw, "output-dir", str, d.output_dir),
             run_name=read_key(raw, "run-name", str, d.run_name),
@@ -105,7 +107,8 @@ class RunSettings:
     def data(self) -> DataSpec:
         """What ``tasks`` needs to load the task and partition it."""
         return DataSpec(
-            task=self.task, seed=self.seed, synthetic_alpha=self.synthetic_alpha,
+            task=self.task, seed=self.seed, test_fraction=self.test_fraction,
+            synthetic_alpha=self.synthetic_alpha,
             synthetic_beta=self.synthetic_beta, synthetic_samples=self.synthetic_samples,
             partitioning=self.partitioning, partitioning_s=self.partitioning_s,
             partitioning_alpha=self.partitioning_alpha, labels_per_client=self.labels_per_client,
@@ -117,6 +120,8 @@ class RunSettings:
         check_device_name(self.central_device, "central-device")
         require(0 < self.reply_timeout < float("inf"), "reply-timeout", self.reply_timeout,
                 "finite and > 0 seconds")
+        require(0.0 < self.test_fraction < 1.0, "test-fraction", self.test_fraction,
+                "strictly between 0 and 1")
         require(self.min_nodes >= 1, "min-nodes", self.min_nodes, ">= 1")
         require(0.0 <= self.partitioning_s <= 1.0, "partitioning.s", self.partitioning_s, "in [0, 1]")
         require(self.partitioning_alpha > 0.0, "partitioning.alpha", self.partitioning_alpha, "> 0")

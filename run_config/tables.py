@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from run_config.common import RunSettings
 from run_config.feddr import feddr_settings
+from run_config.fedfun import fedfun_settings
 from run_config.fedfw import fedfw_settings
 from run_config.ffgb import ffgb_settings
 
-FAMILY_TABLES = (fedfw_settings, feddr_settings, ffgb_settings)
+FAMILY_TABLES = (fedfw_settings, feddr_settings, ffgb_settings, fedfun_settings)
 
 
 def validate_tables(settings: RunSettings) -> None:

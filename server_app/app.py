@@ -75,6 +75,7 @@ def prepare(context: Context, grid: Grid) -> tuple[RunPlan, int]:
     plan = plan_run(context.run_config)
     num_nodes = wait_for_nodes(grid, plan.settings.min_nodes)
     check_partitioning(plan.settings.data, num_nodes)
+    plan.strategy.check_federation(num_nodes)
     return plan, num_nodes
 
 

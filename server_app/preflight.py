@@ -25,6 +25,7 @@ def check(run_config_text: str, num_nodes: int) -> str:
     """A one-line summary of the valid run; ConfigError otherwise."""
     plan = plan_run(with_overrides(parse_overrides(run_config_text)))
     check_partitioning(plan.settings.data, num_nodes)
+    plan.strategy.check_federation(num_nodes)
     s = plan.settings
     return (f"run config OK: algorithm={s.algorithm} task={s.task} partitioning={s.partitioning} "
             f"rounds={s.num_rounds} nodes={num_nodes}")

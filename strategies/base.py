@@ -28,6 +28,10 @@ class FederatedStrategy(Strategy):
         empty when the server holds none or central evaluation is off."""
         return {}
 
+    def check_federation(self, num_nodes: int) -> None:
+        """ConfigError if the run cannot work with ``num_nodes`` nodes (e.g. FedFun's graph);
+        called before the first message and by the preflight check."""
+
     def description(self) -> dict[str, Any]:
         """What the global function is (model, size), for the run's config.json."""
         return {}

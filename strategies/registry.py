@@ -9,16 +9,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from functions.protocol import EVALUATE, QUERY_NODE, TRAIN
+from functions.protocol import EVALUATE, QUERY_BOUNDS, QUERY_NODE, TRAIN
 from run_config.common import RunSettings
 from strategies.base import FederatedStrategy
 from strategies.fedavg import build_fedavg, build_fedprox, build_projected_fedavg
 from strategies.feddr import build_feddr
+from strategies.fedfun import build_fedfun
 from strategies.ffgb_build import build_ffgb
 from strategies.fedfw import build_fedfw
 from tasks.errors import ConfigError
 
 STANDARD_MESSAGES = (TRAIN, EVALUATE, QUERY_NODE)
+RELAY_MESSAGES = (*STANDARD_MESSAGES, QUERY_BOUNDS)
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,16 @@ ALGORITHMS: dict[str, ServerAlgorithm] = {
         ServerAlgorithm("ffgb-c", "FFGB.C, clipped learners and residuals", build_ffgb),
         ServerAlgorithm("ffgb-l", "FFGB.L, square loss, Lipschitz extension, Sobolev oracle",
                         build_ffgb),
+        ServerAlgorithm("fedfun", "FedFun: function-space regularisation on a graph (FSR)",
+                        build_fedfun, RELAY_MESSAGES),
+        ServerAlgorithm("psr", "PSR: parameter-space regularisation (synchronous DJAM)",
+                        build_fedfun, RELAY_MESSAGES),
+        ServerAlgorithm("dfedavgm", "DFedAvgM: neighbour averaging, local momentum SGD",
+                        build_fedfun, RELAY_MESSAGES),
+        ServerAlgorithm("dfedfish", "DFedFish: Fisher-weighted neighbour averaging",
+                        build_fedfun, RELAY_MESSAGES),
+        ServerAlgorithm("dfeddf", "DFedDF: neighbours' ensemble distilled on sampled inputs",
+                        build_fedfun, RELAY_MESSAGES),
     )
 }
 

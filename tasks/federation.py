@@ -18,6 +18,7 @@ class DataSpec:
 
     task: str = "digits"
     seed: int = 0
+    test_fraction: float = 0.2
     synthetic_alpha: float = 1.0
     synthetic_beta: float = 1.0
     synthetic_samples: int = 6000
@@ -45,6 +46,7 @@ def task_for(spec: DataSpec) -> TaskData:
     return load_task(
         spec.task,
         seed=spec.seed,
+        test_fraction=spec.test_fraction,
         synthetic_alpha=spec.synthetic_alpha,
         synthetic_beta=spec.synthetic_beta,
         synthetic_samples=spec.synthetic_samples,

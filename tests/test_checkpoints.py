@@ -18,7 +18,9 @@ from tests.helpers import RUN_NAME
 # partial participation everywhere, so the restored RNG state matters
 SMALL = {"task": "synthetic", "num-server-rounds": 4, "fraction-train": 0.5,
          "fedfw.participation": 0.5, "feddr.participation": 0.5, "local-epochs": 0,
-         "local-steps": 3, "learning-rate": 0.05, "ffgb.local-steps": 2, "ffgb.oracle-steps": 10}
+         "local-steps": 3, "learning-rate": 0.05, "ffgb.local-steps": 2, "ffgb.oracle-steps": 10,
+         "fedfun.initial-steps": 5, "fedfun.local-steps": 3, "fedfun.penalty-samples": 20,
+         "fedfun.distill-steps": 2, "fedfun.distill-samples": 20, "fedfun.hidden": "8"}
 
 
 class ServerCrash(Exception):

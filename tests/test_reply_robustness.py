@@ -33,7 +33,9 @@ from tests.helpers import run_app
 
 NODES = 4
 CONFIG = {"task": "synthetic", "fedfw.gap": True, "central-evaluation": False,
-          "local-epochs": 0, "local-steps": 2, "ffgb.local-steps": 2, "ffgb.oracle-steps": 10}
+          "local-epochs": 0, "local-steps": 2, "ffgb.local-steps": 2, "ffgb.oracle-steps": 10,
+          "fedfun.initial-steps": 5, "fedfun.local-steps": 3, "fedfun.penalty-samples": 20,
+          "fedfun.distill-steps": 2, "fedfun.distill-samples": 20, "fedfun.hidden": "8"}
 COUNT_KEYS = (NUM_EXAMPLES, TRAIN_EXAMPLES)
 PROPERTY = settings(max_examples=20, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -234,7 +236,7 @@ def test_a_broken_evaluate_reply_is_one_failure_and_otherwise_no_reply(algorithm
         1, [copy(r) for i, r in enumerate(run.evaluate) if i not in bad])
     assert metrics["failures"] == len(bad) and expected["failures"] == 0
     assert metrics_without_failures(metrics) == metrics_without_failures(expected)
-    assert "train_loss" in metrics or len(bad) == NODES
+    assert len(metrics) > 1 or len(bad) == NODES  # the good replies' figures, and failures
     assert canonical(hit.state_record()) == canonical(clean.state_record())
 
 

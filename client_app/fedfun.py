@@ -1,0 +1,275 @@
+"""Client half of FedFun (FSR) and its decentralised baselines: a node with its own model.
+
+A node keeps, in its Context.state, the agreed domain, its own models by version (the last one
+the server accepted and the one it just sent) and its neighbours' latest models with their
+versions. Each message lists every neighbour model the node should hold and carries only the
+changed ones; a node that lacks one (it lost its state, or missed a message) answers with an
+error and the server sends everything next time. Training runs one local step
+(``oracles.fedfun_local``); evaluation measures the node's own model and its disagreement with
+its neighbours.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from flwr.app import ConfigRecord, MetricRecord, RecordDict
+
+from client_app.job import ClientJob
+from client_app.node_info import describe_node
+from client_app.node_state import LostStateError
+from functions.kddt import squared_distance
+from functions.networks import NetworkSpec
+from functions.node_models import (
+    TREE,
+    ModelLimits,
+    NodeModel,
+    decode_node_model,
+    encode_node_model,
+    reprefixed,
+    torch_function,
+)
+from functions.params import arrays_to_record, record_to_arrays
+from functions.protocol import (
+    BOUNDS,
+    CONFIG,
+    CONSENSUS,
+    EVALUATE,
+    INITIAL,
+    LOCAL_ACCURACY,
+    LOSS,
+    METRICS,
+    MODEL_ARRAYS,
+    MODELS,
+    NEIGHBOUR_COUNT,
+    NEIGHBOURS,
+    OWN_PREFIX,
+    QUERY_BOUNDS,
+    QUERY_NODE,
+    REPLY_PREFIX,
+    SERVER_ROUND,
+    SETUP,
+    TEST_ACCURACY,
+    TRAIN,
+    TRAIN_ACCURACY,
+    TRAIN_EXAMPLES,
+    neighbour_prefix,
+)
+from oracles.domain import UnitCube
+from oracles.fedfun_local import (
+    FSR,
+    LocalProblem,
+    StepSettings,
+    baseline_step,
+    fsr_network_step,
+    fsr_tree_step,
+    initial_model,
+)
+from oracles.fsr_network import monte_carlo_distance, penalty_weights
+from run_config.fedfun import FedFunSettings, fedfun_settings, max_leaves, node_learner
+
+DOMAIN, DOMAIN_BOX = "fedfun.domain", "fedfun.domain-box"  # {samples}, {lower, upper}
+OWN = "fedfun.own"  # {versions}: the versions of the own models held
+NBR, NBR_MODELS, NBR_ARRAYS = "fedfun.nbr", "fedfun.nbr-models", "fedfun.nbr-arrays"
+CONSENSUS_SAMPLES = 4096  # uniform points of the Monte-Carlo distance to a network neighbour
+
+
+def _own_key(version: int) -> tuple[str, str]:
+    return f"fedfun.own-{version}.config", f"fedfun.own-{version}.arrays"
+
+
+def _limits(fedfun: FedFunSettings, job: ClientJob) -> ModelLimits:
+    """What this node accepts from the server: as the server's own check."""
+    task = job.data.task
+    n_features = int(np.prod(task.input_shape))
+    spec = (NetworkSpec((n_features, *fedfun.hidden, task.num_outputs))
+            if fedfun.parametric() else None)
+    leaves = max(fedfun.max_leaves, 1000)
+    return ModelLimits(n_features, task.num_outputs, max_nodes=2 * leaves - 1, spec=spec,
+                       fisher=fedfun.algorithm == "dfedfish")
+
+
+def _domain(job: ClientJob, fedfun: FedFunSettings) -> tuple[UnitCube, int]:
+    """The agreed box (from the message on first contact, else from the state) as the map to the
+    unit cube, and the total number of training samples."""
+    content, state = job.content, job.state
+    if SETUP in content:
+        state[DOMAIN] = ConfigRecord({"samples": int(content[SETUP][TRAIN_EXAMPLES])})
+        state[DOMAIN_BOX] = content[BOUNDS]
+    if DOMAIN not in state:
+        raise LostStateError("no domain on this node; the server will resend it")
+    box = record_to_arrays(state[DOMAIN_BOX])
+    return UnitCube(box["lower"], box["upper"], fedfun.delta), int(state[DOMAIN]["samples"])
+
+
+def _own_model(job: ClientJob, limits: ModelLimits) -> NodeModel | None:
+    """The node's model of the version the server accepted last (None before round 0's)."""
+    version = int(job.content[CONFIG]["own-version"])
+    if version < 0:
+        return None
+    models = job.content[MODELS]
+    if OWN_PREFIX + "kind" in models:  # re-sent after a loss: hold it again
+        own = decode_node_model(dict(models), record_to_arrays(job.content[MODEL_ARRAYS]),
+                                OWN_PREFIX, limits)
+        _store_own(job, own, version)
+        return own
+    config_key, arrays_key = _own_key(version)
+    if config_key not in job.state:
+        raise LostStateError(f"this node does not hold its own model of round {version}")
+    return decode_node_model(dict(job.state[config_key]),
+                             record_to_arrays(job.state[arrays_key]), "", limits)
+
+
+def _keep_own(job: ClientJob, keep: list[int]) -> None:
+    """Drop every own model but the versions in ``keep``."""
+    held = [] if OWN not in job.state else list(job.state[OWN]["versions"])
+    for version in held:
+        if version not in keep:
+            for key in _own_key(version):
+                del job.state[key]
+    job.state[OWN] = ConfigRecord({"versions": [v for v in held if v in keep]})
+
+
+def _store_own(job: ClientJob, model: NodeModel, version: int) -> None:
+    config, arrays = encode_node_model(model, "")
+    config_key, arrays_key = _own_key(version)
+    job.state[config_key], job.state[arrays_key] = ConfigRecord(config), arrays_to_record(arrays)
+    held = list(job.state[OWN]["versions"]) if OWN in job.state else []
+    job.state[OWN] = ConfigRecord({"versions": sorted(set(held) | {version})})
+
+
+def _neighbours(job: ClientJob, limits: ModelLimits) -> dict[int, NodeModel]:
+    """Every listed neighbour's model: sent now, or held from before at the listed version."""
+    listing, state = job.content[NEIGHBOURS], job.state
+    sent_config = dict(job.content[MODELS])
+    sent_arrays = record_to_arrays(job.content[MODEL_ARRAYS])
+    held = {} if NBR not in state else dict(zip(state[NBR]["ids"], state[NBR]["versions"]))
+    held_config = dict(state[NBR_MODELS]) if NBR_MODELS in state else {}
+    held_arrays = record_to_arrays(state[NBR_ARRAYS]) if NBR_ARRAYS in state else {}
+    config, arrays, models = {}, {}, {}
+    for vertex, version in zip(listing["ids"], listing["versions"]):
+        prefix = neighbour_prefix(vertex)
+        if prefix + "kind" in sent_config:
+            source = sent_config, sent_arrays
+        elif held.get(vertex) == version:
+            source = held_config, held_arrays
+        else:
+            raise LostStateError(f"the model of neighbour {vertex} (round {version}) is not held")
+        c, a = reprefixed(*source, prefix, prefix)
+        models[vertex] = decode_node_model(c, a, prefix, limits)
+        config.update(c)
+        arrays.update(a)
+    state[NBR] = ConfigRecord({"ids": list(listing["ids"]), "versions": list(listing["versions"])})
+    state[NBR_MODELS], state[NBR_ARRAYS] = ConfigRecord(config), arrays_to_record(arrays)
+    return models
+
+
+def _problem(job: ClientJob, cube: UnitCube) -> LocalProblem:
+    data = job.data
+    x = cube(data.x_train.reshape(len(data.x_train), -1))
+    return LocalProblem(x, np.asarray(data.y_train), data.task.num_outputs, cube.radius,
+                        job.device)
+
+
+def _step_settings(fedfun: FedFunSettings, job: ClientJob, samples: int, initial: bool
+                   ) -> StepSettings:
+    config = job.content[CONFIG]
+    w_own, w_nbr = penalty_weights(fedfun.step, float(config["gamma"]), fedfun.lam,
+                                   int(config["degree"]))
+    server_round = int(config[SERVER_ROUND])
+    seed = int(np.random.SeedSequence([job.settings.seed, job.data.partition_id,
+                                       server_round]).generate_state(1)[0])
+    return StepSettings(
+        algorithm=fedfun.algorithm,
+        steps=fedfun.round_zero_steps() if initial else fedfun.local_steps,
+        batch_size=fedfun.batch_size, lr=fedfun.lr, seed=seed,
+        penalty_samples=fedfun.penalty_samples, w_own=w_own, w_nbr=w_nbr,
+        max_leaves=max_leaves(fedfun, samples), psr_lambda=fedfun.psr_lambda,
+        momentum_lr=fedfun.momentum_lr, momentum=fedfun.momentum,
+        distill_steps=fedfun.distill_steps, distill_samples=fedfun.distill_samples)
+
+
+def train(job: ClientJob) -> RecordDict:
+    """Round 0: fit h_i^0 on local data; later rounds: one step of the run's algorithm."""
+    fedfun = fedfun_settings(job.settings)
+    limits = _limits(fedfun, job)
+    cube, samples = _domain(job, fedfun)
+    own = _own_model(job, limits)
+    neighbours = _neighbours(job, limits)
+    config = job.content[CONFIG]
+    initial = bool(config[INITIAL]) or own is None
+    s = _step_settings(fedfun, job, samples, initial)
+    problem = _problem(job, cube)
+    learner, hidden = node_learner(fedfun, job.node_config)
+    if initial:
+        spec = NetworkSpec((problem.x.shape[1], *hidden, problem.n_outputs))
+        model = initial_model(learner, spec, problem, s)
+    elif fedfun.algorithm != FSR:
+        model = baseline_step(own, list(neighbours.values()), problem, s)
+    elif own.kind == TREE:
+        model = fsr_tree_step(own, list(neighbours.values()), problem, s)
+    else:
+        model = fsr_network_step(own, list(neighbours.values()), problem, s)
+    version = int(config[SERVER_ROUND])
+    _keep_own(job, [int(config["own-version"])])
+    _store_own(job, model, version)
+    reply_config, reply_arrays = encode_node_model(model, REPLY_PREFIX)
+    loss = _squared_error(model, problem)
+    return RecordDict({
+        MODELS: ConfigRecord(reply_config), MODEL_ARRAYS: arrays_to_record(reply_arrays),
+        METRICS: MetricRecord({LOSS: loss, TRAIN_EXAMPLES: len(problem.x)}),
+    })
+
+
+def _squared_error(model: NodeModel, problem: LocalProblem) -> float:
+    """Mean squared error of the model's outputs against one-hot labels on local data."""
+    return float(np.mean((model.predict(problem.x) - problem.one_hot()) ** 2))
+
+
+def _accuracy(model: NodeModel, cube: UnitCube, x: np.ndarray, y: np.ndarray) -> float:
+    predicted = model.predict(cube(x.reshape(len(x), -1))).argmax(axis=1)
+    return float(np.mean(predicted == np.asarray(y)))
+
+
+def _distance(a: NodeModel, b: NodeModel, n_features: int, seed: int) -> float:
+    """||a - b||^2 over the unit cube: exact between trees, Monte-Carlo otherwise."""
+    if a.kind == TREE and b.kind == TREE:
+        return squared_distance(a.function, b.function)
+    cpu = torch.device("cpu")
+    return monte_carlo_distance(torch_function(a, cpu), torch_function(b, cpu), n_features,
+                                CONSENSUS_SAMPLES, torch.Generator().manual_seed(seed))
+
+
+def evaluate(job: ClientJob) -> RecordDict:
+    """The node's own model on the test set and on the union of the training sets (the paper's
+    section 6 metrics; bundled data make both available on every node), on its own partition,
+    and its squared distance to each neighbour."""
+    fedfun = fedfun_settings(job.settings)
+    limits = _limits(fedfun, job)
+    cube, _ = _domain(job, fedfun)
+    own = _own_model(job, limits)
+    if own is None:
+        raise LostStateError("this node has no model yet")
+    neighbours = _neighbours(job, limits)
+    data, task = job.data, job.data.task
+    seed = int(np.random.SeedSequence([job.settings.seed, data.partition_id]).generate_state(1)[0])
+    distances = [_distance(own, m, limits.n_features, seed) for m in neighbours.values()]
+    return RecordDict({METRICS: MetricRecord({
+        TEST_ACCURACY: _accuracy(own, cube, task.x_test, task.y_test),
+        TRAIN_ACCURACY: _accuracy(own, cube, task.x_train, task.y_train),
+        LOCAL_ACCURACY: _accuracy(own, cube, data.x_train, data.y_train),
+        CONSENSUS: float(sum(distances)),
+        NEIGHBOUR_COUNT: len(distances),
+    })})
+
+
+def bounds(job: ClientJob) -> RecordDict:
+    """``query.bounds``: this node's per-feature min and max and its number of samples."""
+    x = job.data.x_train.reshape(len(job.data.x_train), -1).astype(np.float64)
+    return RecordDict({
+        BOUNDS: arrays_to_record({"lower": x.min(axis=0), "upper": x.max(axis=0)}),
+        METRICS: MetricRecord({TRAIN_EXAMPLES: len(x)}),
+    })
+
+
+HANDLERS = {TRAIN: train, EVALUATE: evaluate, QUERY_NODE: describe_node, QUERY_BOUNDS: bounds}

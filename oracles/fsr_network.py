@@ -1,0 +1,129 @@
+"""FedFun's local step for neural networks: function space regularisation (FSR, eq. 14).
+
+A node fits its smoothed squared error (section 5.1) while Monte Carlo penalties (section 5.2)
+pull it, in L2([0,1]^p), towards anchors: its own previous model and its neighbours' models.
+The caller rescales the data into [0, 1]^p, so the domain measure m(X) is 1, and gives targets
+as one-hot rows (classification with squared error).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from oracles.decentralized import optimise, prepare_data, sample_rows, uniform
+
+JACOBI, PROX_GRAD = "jacobi", "prox-grad"
+STEP_FORMS = (JACOBI, PROX_GRAD)  # eq. 14 as run in the experiments; eq. 5 of the theory
+DOMAIN_MEASURE = 1.0  # m(X) of the unit cube
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """A function the new model is pulled towards with ``weight``: ``predict`` maps (n, p)
+    inputs to (n, q) outputs without gradients (a torch network, a tree ensemble, ...)."""
+
+    weight: float
+    predict: Callable[[torch.Tensor], torch.Tensor]
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.weight) and self.weight >= 0):
+            raise ValueError(f"anchor weight must be finite and >= 0, got {self.weight!r}")
+
+
+def penalty_weights(step: str, gamma: float, lam: float, degree: int) -> tuple[float, float]:
+    """(w_own, w_nbr): anchor weights of the node's previous model h_i^k and of each neighbour.
+
+    "jacobi", eq. 14 as the paper's experiments run it: (1/(2 gamma), lam), i.e. the penalty
+    (1/(2 gamma)) ||h - h_i^k||^2 + lam sum_{j in N(i)} ||h - h_j^k||^2.
+
+    "prox-grad", eq. 5 (the proximal gradient method of Theorem 2): with d = deg(i),
+    lam sum_j L_ij <h, h_j^k> = lam d <h, h_i^k> - lam sum_{j in N(i)} <h, h_j^k>, so
+        (1/(2 gamma)) ||h - h_i^k||^2 + lam sum_j L_ij <h, h_j^k>
+          = (1/(2 gamma)) ||h - u||^2 + const,  u = (1 - gamma lam d) h_i^k
+                                                    + gamma lam sum_{j in N(i)} h_j^k,
+    and w_own ||h - h_i^k||^2 + w_nbr sum_{j in N(i)} ||h - h_j^k||^2 is the same up to a
+    constant when w_own + d w_nbr = 1/(2 gamma) and w_nbr = lam / 2:
+    w_own = (1 - gamma lam d) / (2 gamma). Weights are non-negative only if gamma lam d < 1
+    (``ValueError`` otherwise), which Assumption 3 (gamma < 1/(lam ||L||), ||L|| > max degree)
+    implies.
+    """
+    if not (gamma > 0 and math.isfinite(gamma)):
+        raise ValueError(f"gamma must be positive and finite, got {gamma!r}")
+    if not (lam >= 0 and math.isfinite(lam)):
+        raise ValueError(f"lam must be >= 0 and finite, got {lam!r}")
+    if type(degree) is not int or degree < 0:
+        raise ValueError(f"degree must be a non-negative int, got {degree!r}")
+    # The jacobi penalty's gradient at h_j = h_j^k is 2 lam (L h)_i, so its fixed points solve
+    # problem (4) with 2 lam; prox-grad's fixed points solve (4) with lam itself.
+    if step == JACOBI:
+        return 1.0 / (2.0 * gamma), float(lam)
+    if step == PROX_GRAD:
+        if gamma * lam * degree >= 1:
+            raise ValueError(f"prox-grad needs gamma * lam * degree < 1, got {gamma} * {lam} * "
+                             f"{degree} = {gamma * lam * degree:.4g}")
+        return (1.0 - gamma * lam * degree) / (2.0 * gamma), lam / 2.0
+    raise ValueError(f"unknown step {step!r}; known: {STEP_FORMS}")
+
+
+def fsr_train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, anchors: Sequence[Anchor],
+              steps: int, radius: float, batch_size: int = 200, penalty_samples: int = 1000,
+              lr: float = 1e-3, generator: torch.Generator | None = None) -> float:
+    """``steps`` Adam steps in place on eq. 14's loss, summed over the anchors a:
+
+        (1/(b q)) sum_i ||h(x_i + eps_i) - y_i||^2
+          + (m(X)/(N b' q)) sum_z sum_a w_a ||h(z) - a(z)||^2
+
+    with b = min(batch_size, N) rows drawn each step, eps_i ~ Uniform([-radius, radius]^p) (box
+    kernel; radius 0: no smoothing), b' = ``penalty_samples`` points z ~ Uniform([0, 1]^p).
+    Without anchors this is plain smoothed training (round 0: h^0 = argmin R_i). Returns the
+    mean loss of the last tenth of the steps.
+    """
+    if not y.is_floating_point():
+        raise ValueError("y must hold float targets (one-hot rows), not integer labels")
+    x, y = prepare_data(model, x, y, 2)
+    if not (radius >= 0 and math.isfinite(radius)):
+        raise ValueError(f"radius must be >= 0 and finite, got {radius!r}")
+    if anchors and (type(penalty_samples) is not int or penalty_samples < 1):
+        raise ValueError(f"penalty_samples must be a positive int, got {penalty_samples!r}")
+    (n, p), q = x.shape, y.shape[1]
+    penalty_scale = DOMAIN_MEASURE / (n * penalty_samples * q)
+
+    def loss() -> torch.Tensor:
+        rows = sample_rows(n, batch_size, generator, x.device)
+        inputs = x[rows]
+        if radius > 0:
+            inputs = inputs + radius * (2.0 * uniform(inputs.shape, generator, x.device) - 1.0)
+        value = ((model(inputs) - y[rows]) ** 2).sum() / (len(rows) * q)
+        if not anchors:
+            return value
+        z = uniform((penalty_samples, p), generator, x.device)
+        out = model(z)
+        for anchor in anchors:
+            with torch.no_grad():
+                target = anchor.predict(z)
+            if target.shape != out.shape:
+                raise ValueError(f"an anchor returned shape {tuple(target.shape)}, expected "
+                                 f"{tuple(out.shape)}")
+            value = value + penalty_scale * anchor.weight * ((out - target) ** 2).sum()
+        return value
+
+    model.train()
+    return optimise(torch.optim.Adam(model.parameters(), lr=lr), steps, loss)
+
+
+def monte_carlo_distance(f: Callable[[torch.Tensor], torch.Tensor],
+                         g: Callable[[torch.Tensor], torch.Tensor], n_features: int,
+                         samples: int, generator: torch.Generator | None = None) -> float:
+    """The squared L2([0,1]^p) distance ||f - g||^2 = m(X) E_z ||f(z) - g(z)||^2 (eq. 12),
+    estimated on ``samples`` uniform points z (drawn on the generator's device)."""
+    if type(samples) is not int or samples < 1:
+        raise ValueError(f"samples must be a positive int, got {samples!r}")
+    z = torch.rand((samples, n_features), generator=generator,
+                   device=generator.device if generator is not None else None)
+    with torch.no_grad():
+        return DOMAIN_MEASURE * float(((f(z) - g(z)) ** 2).sum(1).mean())

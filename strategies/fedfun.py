@@ -127,8 +127,7 @@ class FedFunStrategy(FederatedStrategy):
         graph = self.graph_for(totals.pop())
         self.relay = RelayBook(graph)
         self.book = NodeBook(list(self.vertex_of), self.label)
-        log(INFO, "%s: graph %s; algebraic connectivity nu=%.4g, ||L||=%.4g, gamma=%.4g",
-            self.label, graph.describe(), graph.algebraic_connectivity(), graph.spectral_norm(),
+        log(INFO, "%s: graph %s; gamma=%.4g", self.label, graph.describe(),
             self.fedfun.gamma_for(graph.spectral_norm()))
         self.bounds, rejected = query_bounds(grid, self.label, server_round, self.book.node_ids,
                                              self.limits.n_features)

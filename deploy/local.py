@@ -1,0 +1,326 @@
+"""Flower's deployment engine on one host, scripted: a SuperLink and N SuperNodes as processes,
+optionally with TLS and SuperNode authentication, and jobs submitted through ``flwr run``.
+
+    python -m deploy.local --nodes 3 --tls --auth \\
+        "algorithm='fedfw' task='synthetic' num-server-rounds=3"
+
+starts everything under a fresh work directory, runs the job, prints Flower's run list and the
+results folder, and stops every process it started by PID (also on Ctrl-C or an error). Each
+process gets its own loopback ports; certificates (a CA and a server certificate whose SANs
+are 127.0.0.1, localhost and any ``--host``) and ECDSA P-384 SuperNode keys are made with the
+``cryptography`` package (Flower's own dependency: no openssl or ssh-keygen needed), and each key is registered with ``flwr supernode register`` before its SuperNode
+starts. ``Deployment`` is what the deployment tests drive: they add an unregistered SuperNode
+and kill nodes mid-run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from deploy.netns import Star
+
+BIN = Path(sys.executable).parent  # flower-superlink, flower-supernode and flwr of this venv
+PROJECT = Path(__file__).resolve().parents[1]
+CONNECTION = "deploy"
+
+
+def run_checked(args: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """Run a set-up command; its output in the error if it fails."""
+    done = subprocess.run(args, capture_output=True, text=True, **kwargs)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed ({done.returncode}):\n{done.stdout}"
+                           f"{done.stderr}")
+    return done
+
+
+def _write_key(path: Path, key: ec.EllipticCurvePrivateKey,
+               form: serialization.PrivateFormat = serialization.PrivateFormat.TraditionalOpenSSL
+               ) -> None:
+    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, form,
+                                       serialization.NoEncryption()))
+    path.chmod(0o600)
+
+
+def make_certificates(directory: Path, hosts: list[str]) -> None:
+    """``ca.crt`` and a server certificate ``server.pem``/``server.key`` signed by it, valid for
+    127.0.0.1, localhost and ``hosts`` (names or IP addresses), one year."""
+    directory.mkdir(parents=True, exist_ok=True)
+    now = datetime.now(timezone.utc)
+    ca_key = ec.generate_private_key(ec.SECP384R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Flower deployment CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now).not_valid_after(now + timedelta(days=365))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    names: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                                     x509.DNSName("localhost")]
+    for host in hosts:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(x509.DNSName(host))
+    key = ec.generate_private_key(ec.SECP384R1())
+    server = (x509.CertificateBuilder()
+              .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "superlink")]))
+              .issuer_name(ca_name).public_key(key.public_key())
+              .serial_number(x509.random_serial_number())
+              .not_valid_before(now).not_valid_after(now + timedelta(days=365))
+              .add_extension(x509.SubjectAlternativeName(names), critical=False)
+              .sign(ca_key, hashes.SHA256()))
+    (directory / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    (directory / "server.pem").write_bytes(server.public_bytes(serialization.Encoding.PEM))
+    _write_key(directory / "ca.key", ca_key)
+    _write_key(directory / "server.key", key)
+
+
+def make_node_key(directory: Path, name: str) -> Path:
+    """An ECDSA P-384 key pair for one SuperNode in OpenSSH format, ``name`` and ``name.pub``,
+    as ``ssh-keygen -t ecdsa -b 384`` makes them (what ``flower-supernode`` reads)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    key = ec.generate_private_key(ec.SECP384R1())
+    path = directory / name
+    _write_key(path, key, serialization.PrivateFormat.OpenSSH)
+    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                           serialization.PublicFormat.OpenSSH)
+    Path(f"{path}.pub").write_bytes(public + b"\n")
+    return path
+
+
+@dataclass
+class Deployment:
+    """One SuperLink and its SuperNodes on loopback, all started and stopped by this object."""
+
+    workdir: Path
+    tls: bool = False
+    auth: bool = False
+    base_port: int = 39400
+    hosts: list[str] = field(default_factory=list)
+    star: Star | None = None  # separate hosts: each process in its own network namespace
+    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.auth and not self.tls:
+            raise ValueError("SuperNode authentication needs TLS (flwr 1.41)")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.home = self.workdir / "flwr-home"
+        self.certs = self.workdir / "certs"
+        self.keys = self.workdir / "keys"
+        self.address = f"127.0.0.1:{self.base_port}"
+        if self.star is not None:
+            self.hosts = [*self.hosts, *self.star.link_addresses()]
+
+    # -- environment ----------------------------------------------------------------------------
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "FLWR_HOME": str(self.home),
+                "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+                "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+    def _tls_flags(self, server: bool) -> list[str]:
+        if not self.tls:
+            return ["--insecure"]
+        if server:
+            return ["--ssl-ca-certfile", str(self.certs / "ca.crt"),
+                    "--ssl-certfile", str(self.certs / "server.pem"),
+                    "--ssl-keyfile", str(self.certs / "server.key")]
+        return ["--root-certificates", str(self.certs / "ca.crt")]
+
+    def _write_connection(self) -> None:
+        """The ``flwr`` CLI's connection to this SuperLink's Control API."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        security = (f'root-certificates = "{self.certs / "ca.crt"}"' if self.tls
+                    else "insecure = true")
+        (self.home / "config.toml").write_text(
+            f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
+            f'address = "{self.address}"\n{security}\n')
+
+    def _in_link(self, args: list[str]) -> list[str]:
+        """``args`` run where the SuperLink runs (its namespace, if any)."""
+        return args if self.star is None else [*self.star.exec_prefix(self.star.link), *args]
+
+    def _flwr(self, *args: str) -> subprocess.CompletedProcess:
+        """A ``flwr`` CLI command against this SuperLink."""
+        return run_checked(self._in_link([str(BIN / "flwr"), *args]), env=self.env, cwd=PROJECT)
+
+    def _start(self, name: str, args: list[str]) -> subprocess.Popen:
+        log = open(self.workdir / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
+        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                                   cwd=self.workdir, start_new_session=True)
+        self.processes[name] = process
+        return process
+
+    # -- processes ------------------------------------------------------------------------------
+    def start_superlink(self) -> None:
+        """Fleet, Runtime and Control APIs all on base_port (flwr 1.41 serves them over one
+        HTTP port), the health server on +1."""
+        if self.tls:
+            make_certificates(self.certs, self.hosts)
+        self._write_connection()
+        p = self.base_port
+        host = "127.0.0.1" if self.star is None else "0.0.0.0"  # noqa: S104 - its own namespace
+        self._start("superlink", self._in_link([
+            str(BIN / "flower-superlink"), *self._tls_flags(server=True),
+            "--disable-runtime-dependency-installation",
+            "--host", host, "--port", str(p),
+            "--health-server-address", f"127.0.0.1:{p + 1}",
+            "--database", str(self.workdir / "state.db"),
+            *(["--enable-supernode-auth"] if self.auth else []),
+        ]))
+        self.wait_for_port(p)
+
+    def register(self, name: str) -> Path:
+        """Make ``name``'s key pair and register its public key with the SuperLink."""
+        key = make_node_key(self.keys, name)
+        self._flwr("supernode", "register", f"{key}.pub", CONNECTION)
+        return key
+
+    def start_supernode(self, index: int, num_partitions: int, registered: bool = True,
+                        name: str | None = None, slot: int | None = None) -> subprocess.Popen:
+        """SuperNode ``index`` (partition ``index``) with the ports of ``slot`` (default: the
+        index); with auth, its key (registered first unless ``registered`` is false: the
+        SuperLink must refuse it)."""
+        name = name or f"supernode-{index}"
+        port = self.base_port + 10 + 2 * (index if slot is None else slot)
+        superlink = (self.address if self.star is None
+                     else f"{self.star.link_address(index)}:{self.base_port}")
+        args = [str(BIN / "flower-supernode"), *self._tls_flags(server=False),
+                "--superlink", superlink, "--port", str(port),
+                "--health-server-address", f"127.0.0.1:{port + 1}",
+                "--node-config", f"partition-id={index} num-partitions={num_partitions}",
+                "--max-retries", "3", "--max-wait-time", "20"]
+        if self.auth:
+            key = self.register(name) if registered else make_node_key(self.keys, name)
+            args += ["--auth-supernode-private-key", str(key)]
+        if self.star is not None:
+            args = [*self.star.exec_prefix(self.star.node(index)), *args]
+        return self._start(name, args)
+
+    def wait_for_port(self, port: int, timeout: float = 60.0) -> None:
+        """Until something listens on ``port`` of the SuperLink's loopback."""
+        probe = self._in_link([sys.executable, "-c", "import socket, sys; sys.exit(socket.socket()"
+                               f".connect_ex(('127.0.0.1', {port})))"])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if subprocess.run(probe, capture_output=True).returncode == 0:
+                return
+            if any(p.poll() is not None for p in self.processes.values()):
+                raise RuntimeError(f"a process exited while waiting for port {port}: "
+                                   f"{self.exited()}")
+            time.sleep(0.3)
+        raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
+
+    def exited(self) -> dict[str, int]:
+        return {n: p.returncode for n, p in self.processes.items() if p.poll() is not None}
+
+    def flwr_run(self, run_config: str, timeout: float = 600.0) -> subprocess.CompletedProcess:
+        """Submit a job with ``flwr run . deploy --stream`` and wait for it to end."""
+        return subprocess.run(
+            self._in_link([str(BIN / "flwr"), "run", str(PROJECT), CONNECTION, "--stream",
+                           "--run-config", run_config]),
+            capture_output=True, text=True, env=self.env, cwd=PROJECT, timeout=timeout)
+
+    def submit(self, run_config: str) -> str:
+        """Start a job without waiting for it (``flwr run ... --format json``); its run id."""
+        done = self._flwr("run", str(PROJECT), CONNECTION, "--format", "json", "--run-config",
+                          run_config)
+        return json.loads(done.stdout)["run-id"]
+
+    def statuses(self) -> dict[str, str]:
+        """Run id -> Flower's status text (e.g. ``finished:completed``)."""
+        done = self._flwr("list", CONNECTION, "--format", "json")
+        return {r["run-id"]: r["status"] for r in json.loads(done.stdout)["runs"]}
+
+    def wait_for_runs(self, run_ids: list[str], timeout: float = 600.0) -> dict[str, str]:
+        """Poll until every run in ``run_ids`` has finished; their final statuses."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            statuses = self.statuses()
+            if all(statuses.get(r, "").startswith("finished") for r in run_ids):
+                return {r: statuses[r] for r in run_ids}
+            time.sleep(2)
+        raise TimeoutError(f"runs still going after {timeout} s: {self.statuses()}")
+
+    def runs(self) -> str:
+        """Flower's run list (``flwr list``)."""
+        return self._flwr("list", CONNECTION).stdout
+
+    def kill(self, name: str) -> None:
+        """SIGKILL one process (a node that dies)."""
+        process = self.processes[name]
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+    def stop(self) -> None:
+        """SIGTERM then SIGKILL every process this object started (their process groups)."""
+        for process in self.processes.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for process in self.processes.values():
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes", type=int, default=2)
+    parser.add_argument("--tls", action="store_true")
+    parser.add_argument("--auth", action="store_true", help="SuperNode authentication (needs --tls)")
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/flower-deploy"))
+    parser.add_argument("--port", type=int, default=39400, help="first of the ports used")
+    parser.add_argument("--host", action="append", default=[],
+                        help="another name or address for the SuperLink's certificate")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--netns", action="store_true",
+                        help="each process in its own network namespace, linked by veth pairs "
+                             "(separate hosts on one machine; needs root)")
+    parser.add_argument("run_config", help="the job's --run-config text")
+    args = parser.parse_args(argv)
+    if args.workdir.exists():
+        shutil.rmtree(args.workdir)
+    star = Star(f"fl{os.getpid() % 10000}", args.nodes) if args.netns else None
+    deployment = Deployment(args.workdir, tls=args.tls, auth=args.auth, base_port=args.port,
+                            hosts=args.host, star=star)
+    started = time.monotonic()
+    try:
+        if star is not None:
+            star.create()
+        deployment.start_superlink()
+        for i in range(args.nodes):
+            deployment.start_supernode(i, args.nodes)
+        run_config = f"{args.run_config} output-dir='{args.workdir / 'results'}' run-name='job'"
+        done = deployment.flwr_run(run_config)
+        print(done.stdout[-4000:], done.stderr[-2000:], sep="\n")
+        print(deployment.runs())
+        print(f"results: {args.workdir / 'results' / 'job'}; {time.monotonic() - started:.0f} s")
+        return done.returncode
+    finally:
+        deployment.stop()
+        if star is not None:
+            star.delete()
+        if not args.keep:
+            shutil.rmtree(deployment.home, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

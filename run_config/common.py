@@ -52,6 +52,7 @@ class RunSettings:
     min_nodes: int = 2
     output_dir: str = ""
     run_name: str = ""
+    resume_from: str = ""  # a results folder whose checkpoint the run continues
     git_commit: str = ""
     central_evaluation: bool = True
     central_device: str = "auto"  # torch device of the ServerApp's central evaluation
@@ -85,6 +86,7 @@ class RunSettings:
             min_nodes=read_key(raw, "min-nodes", int, d.min_nodes),
             output_dir=read_key(raw, "output-dir", str, d.output_dir),
             run_name=read_key(raw, "run-name", str, d.run_name),
+            resume_from=read_key(raw, "resume-from", str, d.resume_from),
             git_commit=read_key(raw, "git-commit", str, d.git_commit),
             central_evaluation=read_key(raw, "central-evaluation", bool, d.central_evaluation),
             central_device=read_key(raw, "central-device", str, d.central_device),

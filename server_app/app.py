@@ -86,10 +86,13 @@ def main(grid: Grid, context: Context) -> None:
 
 
 def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
-    """Run the job of ``context.run_config``; with ``resume_from``, continue the run whose
-    checkpoint that is (same run config) after its last completed round."""
+    """Run the job of ``context.run_config``; with ``resume_from`` (or the run-config key
+    ``resume-from``), continue the run whose checkpoint that is (same run config) after its
+    last completed round."""
     try:
         plan, num_nodes = prepare(context, grid)
+        if resume_from is None and plan.settings.resume_from:
+            resume_from = Path(plan.settings.resume_from)
         checkpoint = read_checkpoint(resume_from) if resume_from is not None else None
         if checkpoint is not None and checkpoint.algorithm != plan.algorithm.name:
             raise ConfigError(f"the checkpoint is of a {checkpoint.algorithm!r} run, not "

@@ -10,6 +10,7 @@ import pytest
 from client_app.app import app as client_app
 from functions.errors import DecodeError
 from server_app.app import InvalidRunConfig, run
+from server_app.app import main as server_main
 from server_app.checkpoint import FILE_NAME, Checkpoint, read_checkpoint
 from strategies.registry import ALGORITHMS
 from testing.inprocess_grid import LocalGrid, run_config, server_context
@@ -92,3 +93,19 @@ def test_resuming_with_another_algorithm_stops_before_training(tmp_path):
     with pytest.raises(InvalidRunConfig, match="checkpoint is of a 'feddr' run"):
         run(LocalGrid(client_app, other, 3), server_context(other),
             resume_from=tmp_path / RUN_NAME)
+
+
+@pytest.mark.parametrize("algorithm", ["fedfun", "ffgb"])
+def test_the_resume_from_key_continues_a_run_through_main(tmp_path, algorithm):
+    """As an operator restarts a ServerApp: the same run config plus ``resume-from``."""
+    whole = config_for(tmp_path / "whole", algorithm)
+    run(LocalGrid(client_app, whole, 3), server_context(whole))
+    config = config_for(tmp_path / "resumed", algorithm)
+    grid = CrashingGrid(client_app, config, 3)
+    grid.crash_at = 3
+    with pytest.raises(ServerCrash):
+        run(grid, server_context(config))
+    grid.crash_at = None
+    resumed = {**config, "resume-from": str(tmp_path / "resumed" / RUN_NAME)}
+    server_main(grid, server_context(resumed))
+    assert rows_of(tmp_path / "resumed") == rows_of(tmp_path / "whole")

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from deploy.local import Deployment
+from run_config.declared import parse_overrides
+from tests.helpers import run_app
 
 NODES = 3
 BASE_PORT = 39600
@@ -71,6 +73,20 @@ def test_every_family_runs_two_rounds_over_tls(deployment):
         assert [r["round"] for r in done] == [0, 1, 2], name
         assert all(r["failures"] == 0 for r in done[1:]), (name, done)
         assert done[-1]["bytes_up"] > 0 and done[-1]["bytes_down"] > 0
+
+
+def test_the_deployment_gives_the_in_process_engine_s_numbers_exactly(deployment, tmp_path):
+    """Determinism across engines: the same config and seed, the same metrics to the bit (the
+    nodes are ordered by partition id, every draw is seeded, and the payloads cross Flower's
+    serialisation on both engines)."""
+    keys = ("test_accuracy", "test_loss", "train_loss", "local_loss", "failures", "participants")
+    for name, config in FAMILIES.items():
+        overrides = parse_overrides(f"{config} {COMMON}")
+        local = run_app(tmp_path / name, NODES, **overrides).rows
+        deployed = rows(deployment.workdir / "results", name)
+        assert len(local) == len(deployed) == 3
+        for a, b in zip(deployed, local):
+            assert {k: a[k] for k in keys if k in a} == {k: b[k] for k in keys if k in b}, name
 
 
 def test_a_run_that_loses_a_supernode_completes_and_counts_it(deployment):

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from testing.inprocess_grid import PROJECT_ROOT
+from tests.helpers import run_app
 
 BIN = Path(sys.executable).parent
 
@@ -108,6 +109,11 @@ def test_flwr_run_simulation_writes_results(superlink, tmp_path):
     assert [r["round"] for r in metrics["rounds"]] == [0, 1, 2]
     assert metrics["rounds"][-1]["test_accuracy"] > 0.8
     assert json.loads((out / "sim" / "config.json").read_text())["num_nodes"] == 3
+    # determinism across engines: the in-process engine gives the same numbers, to the bit
+    local = run_app(tmp_path / "local", 3, **{"num-server-rounds": 2}).rows
+    keys = ("test_accuracy", "test_loss", "oracle_error", "failures", "participants")
+    assert ([{k: r[k] for k in keys if k in r} for r in metrics["rounds"]]
+            == [{k: r[k] for k in keys if k in r} for r in local])
 
 
 def test_an_invalid_run_config_fails_the_run_before_training(superlink, tmp_path):

@@ -50,6 +50,7 @@ class RunSettings:
     seed: int = 0
     test_fraction: float = 0.2  # offline tasks: share of the data held out for testing
     min_nodes: int = 2
+    min_replies: int = 0  # a round's training needs this many answers, or the run stops
     output_dir: str = ""
     run_name: str = ""
     resume_from: str = ""  # a results folder whose checkpoint the run continues
@@ -84,6 +85,7 @@ class RunSettings:
             seed=read_key(raw, "seed", int, d.seed),
             test_fraction=read_key(raw, "test-fraction", float, d.test_fraction),
             min_nodes=read_key(raw, "min-nodes", int, d.min_nodes),
+            min_replies=read_key(raw, "min-replies", int, d.min_replies),
             output_dir=read_key(raw, "output-dir", str, d.output_dir),
             run_name=read_key(raw, "run-name", str, d.run_name),
             resume_from=read_key(raw, "resume-from", str, d.resume_from),
@@ -125,6 +127,7 @@ class RunSettings:
         require(0.0 < self.test_fraction < 1.0, "test-fraction", self.test_fraction,
                 "strictly between 0 and 1")
         require(self.min_nodes >= 1, "min-nodes", self.min_nodes, ">= 1")
+        require(self.min_replies >= 0, "min-replies", self.min_replies, ">= 0 (0: no quorum)")
         require(0.0 <= self.partitioning_s <= 1.0, "partitioning.s", self.partitioning_s, "in [0, 1]")
         require(self.partitioning_alpha > 0.0, "partitioning.alpha", self.partitioning_alpha, "> 0")
         require(self.labels_per_client >= 1, "partitioning.labels-per-client", self.labels_per_client, ">= 1")

@@ -25,7 +25,7 @@ from run_config.common import RunSettings
 from run_config.tables import validate_tables
 from server_app.checkpoint import read_checkpoint
 from server_app.metered_grid import MeteredGrid
-from server_app.recording import RecordedStrategy, RoundRecorder
+from server_app.recording import BelowQuorum, RecordedStrategy, RoundRecorder
 from server_app.results import ResultsWriter, summarise
 from server_app.run_info import results_directory, run_config_record
 from strategies.base import FederatedStrategy
@@ -113,11 +113,18 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
         plan.algorithm.name, plan.algorithm.summary, settings.task, num_nodes, out_dir)
 
     metered = MeteredGrid(grid, settings.reply_timeout)
-    recorded = RecordedStrategy(strategy, done)
+    recorded = RecordedStrategy(strategy, done, settings.min_replies)
     recorder = RoundRecorder(recorded, metered, writer, settings.num_rounds, plan.algorithm.name)
+    stopped = None
     if settings.num_rounds > done:
-        recorded.start(grid=metered, initial_arrays=arrays, num_rounds=settings.num_rounds - done,
-                       timeout=settings.reply_timeout, evaluate_fn=recorder)
+        try:
+            recorded.start(grid=metered, initial_arrays=arrays,
+                           num_rounds=settings.num_rounds - done,
+                           timeout=settings.reply_timeout, evaluate_fn=recorder)
+        except BelowQuorum as err:
+            stopped = err
+            log(ERROR, "The run stops: %s. Completed rounds are saved; continue with "
+                "resume-from='%s' once enough nodes are back", err, out_dir)
 
     summary = summarise(writer.rounds)
     plots = writer.finish(summary)
@@ -125,6 +132,8 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
     log(INFO, "Results written to %s (%s)", out_dir,
         ", ".join(["config.json", "metrics.json", "metrics.csv", "checkpoint.pb"]
                   + [p.name for p in plots]))
+    if stopped is not None:
+        raise stopped  # Flower records the run as failed, with the reason
 
 
 def plot_title(settings: RunSettings, num_nodes: int) -> str:

@@ -20,6 +20,10 @@ from strategies.base import FederatedStrategy
 _CLIENT_BOOKKEEPING = ("num-examples",)
 
 
+class BelowQuorum(RuntimeError):
+    """Fewer nodes answered a round's training than ``min-replies`` asks for."""
+
+
 class RecordedStrategy(Strategy):
     """Delegates to ``inner`` and keeps the metrics it aggregated in the current round.
 
@@ -28,9 +32,10 @@ class RecordedStrategy(Strategy):
     resumed run): Flower's round r is the run's round r + done.
     """
 
-    def __init__(self, inner: FederatedStrategy, done: int = 0) -> None:
-        self.inner, self.done = inner, done
+    def __init__(self, inner: FederatedStrategy, done: int = 0, min_replies: int = 0) -> None:
+        self.inner, self.done, self.min_replies = inner, done, min_replies
         self.round_metrics: dict[str, Any] = {}
+        self.asked = 0  # train messages sent this round
 
     def summary(self) -> None:
         self.inner.summary()
@@ -38,9 +43,20 @@ class RecordedStrategy(Strategy):
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
         self.round_metrics = {}
-        return self.inner.configure_train(server_round + self.done, arrays, config, grid)
+        messages = list(self.inner.configure_train(server_round + self.done, arrays, config,
+                                                   grid))
+        self.asked = len(messages)
+        return messages
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]):  # noqa: ANN201
+        """The inner aggregation; ``BelowQuorum`` first if fewer than ``min_replies`` of the
+        nodes asked (or all of them, if fewer were asked) answered without an error; the strategy
+        then keeps its state of the last round."""
+        replies = list(replies)
+        answered = sum(not r.has_error() for r in replies)
+        if answered < min(self.min_replies, self.asked):
+            raise BelowQuorum(f"round {server_round + self.done}: {answered} of {self.asked} "
+                              f"nodes asked answered, min-replies={self.min_replies}")
         arrays, metrics = self.inner.aggregate_train(server_round + self.done, replies)
         self._keep(metrics)
         return arrays, metrics

@@ -12,6 +12,7 @@ from functions.errors import DecodeError
 from server_app.app import InvalidRunConfig, run
 from server_app.app import main as server_main
 from server_app.checkpoint import FILE_NAME, Checkpoint, read_checkpoint
+from server_app.recording import BelowQuorum
 from strategies.registry import ALGORITHMS
 from testing.inprocess_grid import LocalGrid, run_config, server_context
 from tests.helpers import RUN_NAME
@@ -108,4 +109,28 @@ def test_the_resume_from_key_continues_a_run_through_main(tmp_path, algorithm):
     grid.crash_at = None
     resumed = {**config, "resume-from": str(tmp_path / "resumed" / RUN_NAME)}
     server_main(grid, server_context(resumed))
+    assert rows_of(tmp_path / "resumed") == rows_of(tmp_path / "whole")
+
+
+def test_a_round_below_quorum_stops_the_run_which_resumes_later(tmp_path):
+    """min-replies: two of four nodes fail round 3; the run stops after round 2 with its results,
+    and continues from them once the nodes are back, ending as an uninterrupted run."""
+    whole = {**config_for(tmp_path / "whole", "fedfw"), "fedfw.participation": 1.0}
+    run(LocalGrid(client_app, whole, 4), server_context(whole))
+
+    def failing(message, context):  # noqa: ANN001, ANN202
+        if (context.node_config["partition-id"] < 2 and message.metadata.message_type == "train"
+                and message.content["config"]["server-round"] == 3):
+            raise RuntimeError("node down")
+        return client_app(message, context)
+
+    config = {**config_for(tmp_path / "resumed", "fedfw"), "min-replies": 3,
+              "fedfw.participation": 1.0}
+    grid = LocalGrid(failing, config, 4)
+    with pytest.raises(BelowQuorum, match="round 3: 2 of 4 nodes asked answered"):
+        run(grid, server_context(config))
+    assert [r["round"] for r in rows_of(tmp_path / "resumed")] == [0, 1, 2]
+    assert read_checkpoint(tmp_path / "resumed" / RUN_NAME).server_round == 2
+    grid.client_app = client_app  # the nodes are back
+    run(grid, server_context({**config, "resume-from": str(tmp_path / "resumed" / RUN_NAME)}))
     assert rows_of(tmp_path / "resumed") == rows_of(tmp_path / "whole")

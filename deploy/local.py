@@ -19,8 +19,10 @@ import argparse
 import ipaddress
 import json
 import os
+import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -101,6 +103,27 @@ def make_node_key(directory: Path, name: str) -> Path:
                                            serialization.PublicFormat.OpenSSH)
     Path(f"{path}.pub").write_bytes(public + b"\n")
     return path
+
+
+def free_port_block(size: int = 40, low: int = 20000, high: int = 30000) -> int:
+    """A base port whose next ``size`` ports are free on 127.0.0.1, below the kernel's
+    ephemeral range (so no outgoing connection takes one meanwhile)."""
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(low, high - size)
+        sockets = []
+        try:
+            for port in range(base, base + size):
+                s = socket.socket()
+                sockets.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in sockets:
+                s.close()
+    raise RuntimeError(f"no block of {size} free ports in [{low}, {high})")
 
 
 @dataclass

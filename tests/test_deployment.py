@@ -14,12 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from deploy.local import Deployment
+from deploy.local import Deployment, free_port_block
 from run_config.declared import parse_overrides
 from tests.helpers import run_app
 
 NODES = 3
-BASE_PORT = 39600
 # no federated evaluation: a SuperNode starts one ClientApp process per message (about 3 s
 # each on 2 cores), so every message saved is time saved
 COMMON = ("num-server-rounds=2 min-nodes=3 reply-timeout=300 fedfw.federated-eval=false "
@@ -42,7 +41,8 @@ def rows(results: Path, name: str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory):
-    d = Deployment(tmp_path_factory.mktemp("deploy"), tls=True, auth=True, base_port=BASE_PORT)
+    d = Deployment(tmp_path_factory.mktemp("deploy"), tls=True, auth=True,
+                   base_port=free_port_block())
     try:
         d.start_superlink()
         for i in range(NODES):

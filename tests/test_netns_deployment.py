@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from deploy.local import Deployment
+from deploy.local import Deployment, free_port_block
 from deploy.netns import Star
 
 pytestmark = pytest.mark.skipif(
@@ -23,7 +23,6 @@ pytestmark = pytest.mark.skipif(
     reason="opt-in: set FL_NETNS=1 and run as root (creates network namespaces)")
 
 NODES = 2
-PORT = 39700
 
 
 def reachable(star: Star, namespace: str, address: str) -> bool:
@@ -36,13 +35,14 @@ def reachable(star: Star, namespace: str, address: str) -> bool:
 
 def test_supernodes_in_their_own_namespaces_train_over_tls(tmp_path):
     star = Star(f"flt{os.getpid() % 1000}", NODES)
-    deployment = Deployment(tmp_path, tls=True, auth=True, base_port=PORT, star=star)
+    port = free_port_block()
+    deployment = Deployment(tmp_path, tls=True, auth=True, base_port=port, star=star)
     try:
         star.create()
         deployment.start_superlink()
         for i in range(NODES):
-            assert not reachable(star, star.node(i), f"127.0.0.1:{PORT}")  # no shared loopback
-            assert reachable(star, star.node(i), f"{star.link_address(i)}:{PORT}")
+            assert not reachable(star, star.node(i), f"127.0.0.1:{port}")  # no shared loopback
+            assert reachable(star, star.node(i), f"{star.link_address(i)}:{port}")
             deployment.start_supernode(i, NODES)
         results = tmp_path / "results"
         done = deployment.flwr_run(

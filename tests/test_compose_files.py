@@ -1,0 +1,305 @@
+"""The docker compose files of `docker/` (no container is started here).
+
+Checks that need no tool: the files parse as YAML; every service uses host networking; the
+SuperNodes get distinct partition ids and loopback ports, and each SuperExec dials its own
+SuperLink / SuperNode; every command line is accepted by flwr 1.41's own argument parsers
+(Flower's upstream compose files still use pre-1.41 flags); the TLS overlay mounts the
+certificates its flags name and turns on SuperNode authentication; the GPU overlay reserves
+devices on the SuperNode side only; the image's requirements follow pyproject.toml; the
+end-to-end script stays off unless FL_DOCKER=1. Where a compose tool is installed, every file
+combination is also validated with `docker compose config` / `docker-compose config` and the
+same checks run on the merged result.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: flwr brings tomli
+    import tomli as tomllib
+
+yaml = pytest.importorskip("yaml")
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCKER = ROOT / "docker"
+BASE = "compose.yml"
+TLS = "compose.tls.yml"
+GPU = "compose.gpu.yml"
+COMBINATIONS = [(BASE,), (BASE, TLS), (BASE, GPU), (BASE, TLS, GPU)]
+N_NODES = 2
+DEPRECATED_FLAGS = {
+    "--fleet-api-address", "--fleet-api-type", "--control-api-address",
+    "--serverappio-api-address", "--clientappio-api-address", "--appio-api-address",
+    "--plugin-type", "--auth-supernode-public-key", "--auth-list-public-keys",
+    "--executor-type",
+}
+
+_VAR = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}")
+
+
+def _substitute(value):
+    """Resolve ${VAR:-default} as compose does with an empty environment."""
+    if isinstance(value, str):
+        return _VAR.sub(lambda m: m.group(2) or "", value)
+    if isinstance(value, list):
+        return [_substitute(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _substitute(v) for k, v in value.items()}
+    return value
+
+
+def _load(name: str) -> dict:
+    return _substitute(yaml.safe_load((DOCKER / name).read_text()))
+
+
+def _compose_cmd() -> list[str] | None:
+    docker = shutil.which("docker")
+    if docker and subprocess.run([docker, "compose", "version"], check=False,
+                                 capture_output=True, timeout=30).returncode == 0:
+        return [docker, "compose"]
+    legacy = shutil.which("docker-compose")
+    return [legacy] if legacy else None
+
+
+def _opt(cmd: list[str], flag: str) -> str | None:
+    """Value of `flag` in a command list (`--flag value` or `--flag=value`)."""
+    for i, arg in enumerate(cmd):
+        if arg == flag:
+            return cmd[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _port(address: str) -> int:
+    return int(address.rsplit(":", 1)[1])
+
+
+def _supernodes(services: dict) -> list[str]:
+    return sorted(s for s in services if s.startswith("supernode-"))
+
+
+def _mounts(service: dict) -> list[tuple[str, str, str]]:
+    """(host path, container path, 'ro'/'rw') of each mount, short or long syntax."""
+    out = []
+    for vol in service.get("volumes", []):
+        if isinstance(vol, dict):
+            out.append((str(vol.get("source", "")), vol["target"],
+                        "ro" if vol.get("read_only") else "rw"))
+        else:
+            parts = vol.split(":")
+            out.append((parts[0], parts[1], parts[2] if len(parts) > 2 else "rw"))
+    return out
+
+
+# --- checks shared by the raw files and the merged configurations ------------------------------
+
+def check_topology(services: dict) -> None:
+    nodes = _supernodes(services)
+    assert len(nodes) == N_NODES
+    assert set(services) == {"superlink", "serverapp-superexec", *nodes,
+                             *(f"clientapp-superexec-{n.split('-')[1]}" for n in nodes)}
+    link = services["superlink"]["command"]
+    assert _opt(link, "--isolation") == "process"
+    assert "--disable-runtime-dependency-installation" in link
+    link_port = int(_opt(link, "--port"))
+    assert _opt(link, "--host") == "127.0.0.1"
+    assert _port(_opt(services["serverapp-superexec"]["command"], "--runtime-api-address")) \
+        == link_port
+
+    partitions, listen = [], [link_port]
+    for node in nodes:
+        cmd = services[node]["command"]
+        assert _opt(cmd, "--isolation") == "process"
+        assert _opt(cmd, "--superlink") == f"127.0.0.1:{link_port}"
+        assert _opt(cmd, "--host") == "127.0.0.1"
+        cfg = dict(kv.split("=", 1) for kv in shlex.split(_opt(cmd, "--node-config")))
+        assert int(cfg["num-partitions"]) == N_NODES
+        partitions.append(int(cfg["partition-id"]))
+        port = int(_opt(cmd, "--port"))
+        listen.append(port)
+        # the node's ClientApp SuperExec dials this node's Runtime API, nobody else's
+        exec_cmd = services[f"clientapp-superexec-{node.split('-')[1]}"]["command"]
+        assert _opt(exec_cmd, "--runtime-api-address") == f"127.0.0.1:{port}"
+    assert sorted(partitions) == list(range(N_NODES))
+    for name, service in services.items():
+        health = _opt(service["command"], "--health-server-address")
+        assert health and health.startswith("127.0.0.1:"), name
+        listen.append(_port(health))
+    assert len(listen) == len(set(listen)), f"two services on one loopback port: {listen}"
+
+
+def check_host_networking(services: dict) -> None:
+    for name, service in services.items():
+        assert service.get("network_mode") == "host", name
+        assert "ports" not in service and "networks" not in service, name
+
+
+def check_flags(services: dict, parsers: dict) -> None:
+    """flwr 1.41's own parsers accept every command line; no deprecated flag is used."""
+    for name, service in services.items():
+        cmd = [str(a) for a in service["command"]]
+        role = "superexec" if "superexec" in name else name.split("-")[0]
+        parsers[role]().parse_args(cmd)
+        used = {a.split("=")[0] for a in cmd if a.startswith("--")}
+        assert not used & DEPRECATED_FLAGS, (name, used & DEPRECATED_FLAGS)
+        if "superexec" in name:
+            assert "--allow-runtime-dependency-installation" not in cmd
+            assert service["environment"]["FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION"] == "1"
+
+
+def check_insecure(services: dict) -> None:
+    for name, service in services.items():
+        assert "--insecure" in service["command"], name
+
+
+def check_tls(services: dict) -> None:
+    """TLS everywhere, SuperNode auth on, and each certificate path a flag names is mounted."""
+    link = services["superlink"]["command"]
+    for flag in ("--ssl-ca-certfile", "--ssl-certfile", "--ssl-keyfile"):
+        assert _opt(link, flag), flag
+    assert "--enable-supernode-auth" in link
+    node_keys = []
+    for name, service in services.items():
+        cmd = service["command"]
+        assert "--insecure" not in cmd, name
+        mounts = {target: mode for _, target, mode in _mounts(service)}
+        paths = [a for a in cmd if str(a).startswith(("/app/certs/", "/app/keys/"))]
+        assert paths, name
+        for path in paths:
+            assert mounts.get(path) == "ro", (name, path)
+        for source, _, _ in _mounts(service):
+            assert not source.endswith("ca.key"), name  # the CA's key stays on the host
+        if name.startswith("supernode-"):
+            assert _opt(cmd, "--root-certificates")
+            for flag in ("--ssl-ca-certfile", "--ssl-certfile", "--ssl-keyfile"):
+                assert _opt(cmd, flag), (name, flag)  # its Runtime API too
+            key = _opt(cmd, "--auth-supernode-private-key")
+            node_keys += [src for src, target, _ in _mounts(service) if target == key]
+        elif "superexec" in name:
+            assert _opt(cmd, "--root-certificates"), name
+    assert len(node_keys) == N_NODES and len(set(node_keys)) == N_NODES, node_keys
+
+
+def check_gpu(services: dict) -> None:
+    """GPUs only on the SuperNode side: the ClientApp SuperExecs, where the ClientApps train."""
+    reserved = set()
+    for name, service in services.items():
+        devices = (service.get("deploy", {}).get("resources", {})
+                   .get("reservations", {}).get("devices"))
+        if devices:
+            reserved.add(name)
+            for dev in devices:
+                assert "gpu" in dev["capabilities"], name
+                assert dev.get("driver") == "nvidia", name
+    assert reserved == {f"clientapp-superexec-{i}" for i in range(N_NODES)}
+
+
+# --- tests on the files themselves -------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def parsers():
+    from flwr.supercore.cli.flower_superexec import _parse_args as superexec
+    from flwr.superlink.cli.flower_superlink import _parse_args_run_superlink as superlink
+    from flwr.supernode.cli.flower_supernode import _parse_args_run_supernode as supernode
+
+    return {"superlink": superlink, "supernode": supernode, "superexec": superexec}
+
+
+@pytest.mark.parametrize("name", [BASE, TLS, GPU])
+def test_files_parse(name):
+    data = _load(name)
+    assert isinstance(data["services"], dict) and data["services"]
+    assert "networks" not in data
+
+
+def test_base_file(parsers):
+    services = _load(BASE)["services"]
+    check_topology(services)
+    check_host_networking(services)
+    check_insecure(services)
+    check_flags(services, parsers)
+
+
+def test_tls_overlay_restates_every_command(parsers):
+    base, tls = _load(BASE)["services"], _load(TLS)["services"]
+    # overlays replace `command` lists whole: a service left out would stay insecure
+    assert set(tls) == set(base)
+    merged = {name: {**base[name], **tls[name]} for name in base}
+    for name, service in merged.items():  # volumes are merged by compose
+        service["volumes"] = base[name].get("volumes", []) + tls[name].get("volumes", [])
+    check_topology(merged)
+    check_tls(merged)
+    check_flags(merged, parsers)
+
+
+def test_gpu_overlay():
+    base, gpu = _load(BASE)["services"], _load(GPU)["services"]
+    assert set(gpu) <= set(base)
+    check_gpu(gpu)
+    for service in gpu.values():
+        assert "command" not in service  # keeps the base (or TLS) command
+
+
+def test_requirements_follow_pyproject():
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    expected = {d.replace("flwr[simulation]", "flwr") for d in deps}
+    lines = (DOCKER / "requirements.txt").read_text().splitlines()
+    baked = {ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")}
+    assert baked == expected
+
+
+def test_run_script_is_opt_in():
+    env = {k: v for k, v in os.environ.items() if k != "FL_DOCKER"}
+    proc = subprocess.run(["bash", str(DOCKER / "run-compose.sh")], check=False, env=env,
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0
+    assert "FL_DOCKER=1" in proc.stdout
+
+
+# --- every combination through the compose tool -------------------------------------------------
+
+@pytest.fixture(scope="module")
+def compose_configs() -> dict[tuple[str, ...], subprocess.CompletedProcess]:
+    """`<compose tool> config` of every combination, run side by side (about 0.5 s CPU each)."""
+    cmd = _compose_cmd()
+    if cmd is None:
+        pytest.skip("no compose tool installed (docker compose plugin or docker-compose)")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SUPER", "TORCH", "FL_", "COMPOSE_"))}
+    procs = {}
+    for files in COMBINATIONS:
+        args = [a for f in files for a in ("-f", str(DOCKER / f))]
+        procs[files] = subprocess.Popen([*cmd, "-p", "fl-test", *args, "config"], cwd=DOCKER,
+                                        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True)
+    out = {}
+    for files, proc in procs.items():
+        stdout, stderr = proc.communicate(timeout=60)
+        out[files] = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    return out
+
+
+@pytest.mark.parametrize("files", COMBINATIONS, ids=["+".join(c) for c in COMBINATIONS])
+def test_compose_config(compose_configs, files, parsers):
+    proc = compose_configs[files]
+    assert proc.returncode == 0, proc.stderr
+    services = yaml.safe_load(proc.stdout)["services"]
+    check_topology(services)
+    check_host_networking(services)
+    check_flags(services, parsers)
+    if TLS in files:
+        check_tls(services)
+    else:
+        check_insecure(services)
+    if GPU in files:
+        check_gpu(services)

@@ -117,21 +117,8 @@ class KDDT:
         return lower[leaves], upper[leaves], self.tree.value[leaves]
 
     def apply(self, x: np.ndarray) -> np.ndarray:
-        """Index of the leaf each row of ``x`` reaches, walking in float64."""
-        x = np.asarray(x, dtype=np.float64)
-        if x.ndim != 2 or x.shape[1] != self.n_features:
-            raise ValueError(f"expected inputs of shape (n, {self.n_features}), got {x.shape}")
-        if np.isnan(x).any():
-            raise ValueError("NaN inputs are not supported")
-        tree = self.tree
-        node = np.zeros(len(x), dtype=np.intp)
-        active = np.flatnonzero(~self.is_leaf[node])
-        while active.size:
-            at = node[active]
-            left = x[active, tree.feature[at]] <= tree.threshold[at]
-            node[active] = np.where(left, tree.children_left[at], tree.children_right[at])
-            active = active[~self.is_leaf[node[active]]]
-        return node
+        """Index of the leaf each row of ``x`` reaches, walking in float64 (as the boxes)."""
+        return self.tree.apply(x, np.float64)
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """Values (n, q) of the leaves the rows of ``x`` reach (the unsmoothed tree)."""

@@ -75,9 +75,10 @@ class TreeArrays:
     def spec(self) -> TreeSpec:
         return TreeSpec(self.n_features, self.n_outputs)
 
-    def apply(self, x: np.ndarray) -> np.ndarray:
-        """The index of the leaf each row of ``x`` falls into (scikit-learn's ``apply``)."""
-        x = np.asarray(x, dtype=np.float32)
+    def apply(self, x: np.ndarray, dtype: type = np.float32) -> np.ndarray:
+        """The index of the leaf each row of ``x`` falls into (scikit-learn's ``apply``), the
+        inputs compared in ``dtype`` (float32 as scikit-learn; a KDDT walks in float64)."""
+        x = np.asarray(x, dtype=dtype)
         if x.ndim != 2 or x.shape[1] != self.n_features:
             raise ValueError(f"expected inputs of shape (n, {self.n_features}), got {x.shape}")
         if np.isnan(x).any():

@@ -58,12 +58,14 @@ from functions.protocol import (
 from oracles.domain import UnitCube
 from oracles.fedfun_local import (
     FSR,
+    MIXING,
     LocalProblem,
     StepSettings,
     baseline_step,
     fsr_network_step,
     fsr_tree_step,
     initial_model,
+    mixed_model,
 )
 from oracles.fsr_network import monte_carlo_distance, penalty_weights
 from run_config.fedfun import FedFunSettings, fedfun_settings, max_leaves, node_learner
@@ -241,9 +243,10 @@ def _distance(a: NodeModel, b: NodeModel, n_features: int, seed: int) -> float:
 
 
 def evaluate(job: ClientJob) -> RecordDict:
-    """The node's own model on the test set and on the union of the training sets (the paper's
-    section 6 metrics; bundled data make both available on every node), on its own partition,
-    and its squared distance to each neighbour."""
+    """The node's model on the test set and on the union of the training sets (the paper's
+    section 6 metrics; bundled data make both available on every node) and on its own
+    partition, and its squared distance to each neighbour's. The node's model is its trained
+    one, or for the mixing baselines the mix with its neighbours' (``mixed_model``)."""
     fedfun = fedfun_settings(job.settings)
     limits = _limits(fedfun, job)
     cube, _ = _domain(job, fedfun)
@@ -254,10 +257,12 @@ def evaluate(job: ClientJob) -> RecordDict:
     data, task = job.data, job.data.task
     seed = int(np.random.SeedSequence([job.settings.seed, data.partition_id]).generate_state(1)[0])
     distances = [_distance(own, m, limits.n_features, seed) for m in neighbours.values()]
+    model = (mixed_model(fedfun.algorithm, own, list(neighbours.values()))
+             if fedfun.algorithm in MIXING else own)
     return RecordDict({METRICS: MetricRecord({
-        TEST_ACCURACY: _accuracy(own, cube, task.x_test, task.y_test),
-        TRAIN_ACCURACY: _accuracy(own, cube, task.x_train, task.y_train),
-        LOCAL_ACCURACY: _accuracy(own, cube, data.x_train, data.y_train),
+        TEST_ACCURACY: _accuracy(model, cube, task.x_test, task.y_test),
+        TRAIN_ACCURACY: _accuracy(model, cube, task.x_train, task.y_train),
+        LOCAL_ACCURACY: _accuracy(model, cube, data.x_train, data.y_train),
         CONSENSUS: float(sum(distances)),
         NEIGHBOUR_COUNT: len(distances),
     })})

@@ -134,17 +134,17 @@ def _sampled_boxes(model: NodeModel, weight: float, p: int, samples: int,
 
 def baseline_step(own: NodeModel, neighbours: Sequence[NodeModel], problem: LocalProblem,
                   s: StepSettings) -> NodeModel:
-    """One round of PSR, DFedAvgM, DFedFish or DFedDF from the node's own network."""
-    network = _copy(own.function, problem.device)
+    """One round of PSR (from the node's own network) or of DFedAvgM, DFedFish, DFedDF (from
+    the mix of its neighbourhood's)."""
     x, y = _tensors(problem)
     generator = _generator(s)
-    others = [_params(m.function) for m in neighbours]
     if s.algorithm == PSR:
+        network = _copy(own.function, problem.device)
+        others = [_params(m.function) for m in neighbours]
         psr_train(network, x, y, others, s.psr_lambda, s.steps, s.batch_size, s.lr, generator)
         return NodeModel(network.cpu())
     everyone = [own, *neighbours]
-    weights = [m.fisher for m in everyone] if s.algorithm == DFEDFISH else None
-    _load(network, average_parameters([_params(m.function) for m in everyone], weights))
+    network = mixed_model(s.algorithm, own, neighbours).function.to(problem.device)
     if s.algorithm == DFEDAVGM:
         momentum_sgd_train(network, x, y, s.steps, s.batch_size, s.momentum_lr, s.momentum,
                            generator)
@@ -155,6 +155,21 @@ def baseline_step(own: NodeModel, neighbours: Sequence[NodeModel], problem: Loca
                     s.lr, generator)
         adam_train(network, x, y, s.steps, s.batch_size, s.lr, generator)
     return _with_fisher(network, problem, s)
+
+
+MIXING = (DFEDAVGM, DFEDFISH, DFEDDF)  # a node's model after a round is its neighbourhood's mix
+
+
+def mixed_model(algorithm: str, own: NodeModel, neighbours: Sequence[NodeModel]) -> NodeModel:
+    """The mix of the node's and its neighbours' networks: uniform (DFedAvgM, DFedDF) or
+    Fisher-weighted (DFedFish). It is where the node's next round starts, and the node's model
+    that the mixing baselines evaluate (DFedAvgM's iterate x_i^{k+1} = sum_j w_ij z_j^k, Sun et
+    al. 2022): the locally trained z_i^k alone fits one node's data, not the federation's."""
+    everyone = [own, *neighbours]
+    weights = [m.fisher for m in everyone] if algorithm == DFEDFISH else None
+    network = _copy(own.function, torch.device("cpu"))
+    _load(network, average_parameters([_params(m.function) for m in everyone], weights))
+    return NodeModel(network)
 
 
 def _with_fisher(network: torch.nn.Module, problem: LocalProblem, s: StepSettings) -> NodeModel:

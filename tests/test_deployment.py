@@ -75,10 +75,11 @@ def test_every_family_runs_two_rounds_over_tls(deployment):
         assert done[-1]["bytes_up"] > 0 and done[-1]["bytes_down"] > 0
 
 
-def test_the_deployment_gives_the_in_process_engine_s_numbers_exactly(deployment, tmp_path):
-    """Determinism across engines: the same config and seed, the same metrics to the bit (the
-    nodes are ordered by partition id, every draw is seeded, and the payloads cross Flower's
-    serialisation on both engines)."""
+def test_the_deployment_gives_the_in_process_engine_s_numbers(deployment, tmp_path):
+    """Determinism across engines: the same config and seed, the same metrics (the nodes are
+    ordered by partition id, every draw is seeded, and the payloads cross Flower's serialisation
+    on both engines). Seen bit-identical for every family, except once FedFun's local_loss in
+    its last bit (float64 sums of float32 network outputs): hence rel=1e-12."""
     keys = ("test_accuracy", "test_loss", "train_loss", "local_loss", "failures", "participants")
     for name, config in FAMILIES.items():
         overrides = parse_overrides(f"{config} {COMMON}")
@@ -86,7 +87,9 @@ def test_the_deployment_gives_the_in_process_engine_s_numbers_exactly(deployment
         deployed = rows(deployment.workdir / "results", name)
         assert len(local) == len(deployed) == 3
         for a, b in zip(deployed, local):
-            assert {k: a[k] for k in keys if k in a} == {k: b[k] for k in keys if k in b}, name
+            assert [k for k in keys if k in a] == [k for k in keys if k in b], name
+            assert {k: a[k] for k in keys if k in a} == pytest.approx(
+                {k: b[k] for k in keys if k in b}, rel=1e-12, abs=0.0), name
 
 
 def test_a_run_that_loses_a_supernode_completes_and_counts_it(deployment):

@@ -68,7 +68,13 @@ from oracles.fedfun_local import (
     mixed_model,
 )
 from oracles.fsr_network import monte_carlo_distance, penalty_weights
-from run_config.fedfun import FedFunSettings, fedfun_settings, max_leaves, node_learner
+from run_config.fedfun import (
+    FedFunSettings,
+    fedfun_settings,
+    max_leaves,
+    model_limits,
+    node_learner,
+)
 
 DOMAIN, DOMAIN_BOX = "fedfun.domain", "fedfun.domain-box"  # {samples}, {lower, upper}
 OWN = "fedfun.own"  # {versions}: the versions of the own models held
@@ -78,17 +84,6 @@ CONSENSUS_SAMPLES = 4096  # uniform points of the Monte-Carlo distance to a netw
 
 def _own_key(version: int) -> tuple[str, str]:
     return f"fedfun.own-{version}.config", f"fedfun.own-{version}.arrays"
-
-
-def _limits(fedfun: FedFunSettings, job: ClientJob) -> ModelLimits:
-    """What this node accepts from the server: as the server's own check."""
-    task = job.data.task
-    n_features = int(np.prod(task.input_shape))
-    spec = (NetworkSpec((n_features, *fedfun.hidden, task.num_outputs))
-            if fedfun.parametric() else None)
-    leaves = max(fedfun.max_leaves, 1000)
-    return ModelLimits(n_features, task.num_outputs, max_nodes=2 * leaves - 1, spec=spec,
-                       fisher=fedfun.algorithm == "dfedfish")
 
 
 def _domain(job: ClientJob, fedfun: FedFunSettings) -> tuple[UnitCube, int]:
@@ -194,7 +189,7 @@ def _step_settings(fedfun: FedFunSettings, job: ClientJob, samples: int, initial
 def train(job: ClientJob) -> RecordDict:
     """Round 0: fit h_i^0 on local data; later rounds: one step of the run's algorithm."""
     fedfun = fedfun_settings(job.settings)
-    limits = _limits(fedfun, job)
+    limits = model_limits(fedfun, job.data.task)
     cube, samples = _domain(job, fedfun)
     own = _own_model(job, limits)
     neighbours = _neighbours(job, limits)
@@ -248,7 +243,7 @@ def evaluate(job: ClientJob) -> RecordDict:
     partition, and its squared distance to each neighbour's. The node's model is its trained
     one, or for the mixing baselines the mix with its neighbours' (``mixed_model``)."""
     fedfun = fedfun_settings(job.settings)
-    limits = _limits(fedfun, job)
+    limits = model_limits(fedfun, job.data.task)
     cube, _ = _domain(job, fedfun)
     own = _own_model(job, limits)
     if own is None:

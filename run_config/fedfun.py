@@ -12,10 +12,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
+from functions.networks import NetworkSpec
+from functions.node_models import ModelLimits
+
 from oracles.fedfun_local import DFEDAVGM, DFEDDF, DFEDFISH, FSR, PSR, TREE_LEARNER
 from oracles.fsr_network import JACOBI, STEP_FORMS
 from oracles.graphs import TOPOLOGIES
 from run_config.common import RunSettings, read_key, require
+from tasks.datasets import TaskData
 from tasks.errors import ConfigError
 
 ALGORITHMS = (FSR, PSR, DFEDAVGM, DFEDFISH, DFEDDF)
@@ -154,3 +160,16 @@ def node_learner(settings: FedFunSettings, node_config: dict) -> tuple[str, tupl
 def max_leaves(settings: FedFunSettings, total_samples: int) -> int:
     """The KDDT's leaf budget: the key, or min(training samples over all nodes, 1000)."""
     return settings.max_leaves or max(1, min(total_samples, MAX_LEAVES))
+
+
+def model_limits(fedfun: FedFunSettings, task: TaskData) -> ModelLimits:
+    """What a node's model may be, checked by the relay and by every receiving node alike: any
+    MLP or KDDT of the task's widths for FSR; the run's network (with its Fisher diagonal for
+    DFedFish) for the parametric baselines."""
+    n_features = int(np.prod(task.input_shape))
+    spec = None
+    if fedfun.parametric():
+        spec = NetworkSpec((n_features, *fedfun.hidden, task.num_outputs))
+    leaves = max(fedfun.max_leaves, MAX_LEAVES)
+    return ModelLimits(n_features, task.num_outputs, max_nodes=2 * leaves - 1, spec=spec,
+                       fisher=fedfun.algorithm == DFEDFISH)

@@ -23,7 +23,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from functions.errors import DecodeError
-from functions.node_models import ModelLimits, decode_node_model
+from functions.node_models import decode_node_model
 from functions.params import arrays_to_record, record_to_arrays
 from functions.protocol import (
     BOUNDS,
@@ -49,10 +49,9 @@ from functions.protocol import (
     TRAIN_ACCURACY,
     TRAIN_EXAMPLES,
 )
-from functions.networks import NetworkSpec
 from oracles.graphs import Graph, make_graph
 from run_config.common import RunSettings
-from run_config.fedfun import DFEDFISH, FSR, MAX_LEAVES, FedFunSettings, fedfun_settings
+from run_config.fedfun import FSR, FedFunSettings, fedfun_settings, model_limits
 from strategies.base import FederatedStrategy
 from strategies.bounds import AgreedBounds, query_bounds
 from strategies.evaluation import checked_count, checked_metrics, spread_over_nodes
@@ -65,18 +64,6 @@ from tasks.errors import ConfigError
 from tasks.federation import task_for
 
 EVALUATION_KEYS = (TEST_ACCURACY, TRAIN_ACCURACY, LOCAL_ACCURACY, CONSENSUS, NEIGHBOUR_COUNT)
-
-
-def model_limits(fedfun: FedFunSettings, task: TaskData) -> ModelLimits:
-    """What the relay accepts: any MLP or KDDT of the task's widths for FSR; the run's network
-    (with its Fisher diagonal for DFedFish) for the parametric baselines."""
-    n_features = int(np.prod(task.input_shape))
-    spec = None
-    if fedfun.parametric():
-        spec = NetworkSpec((n_features, *fedfun.hidden, task.num_outputs))
-    leaves = max(fedfun.max_leaves, MAX_LEAVES)
-    return ModelLimits(n_features, task.num_outputs, max_nodes=2 * leaves - 1, spec=spec,
-                       fisher=fedfun.algorithm == DFEDFISH)
 
 
 class FedFunStrategy(FederatedStrategy):

@@ -5,7 +5,8 @@ and 100 clients, l1 / box / nuclear / l2 balls, 6 rounds, federated evaluation o
 x-bar or the points too). Every run is made three times: ``fedfw.downlink`` = dense, compact and
 auto; the table gives the payload down per client and round (train + evaluate messages, rounds
 2-6, i.e. after first contact), the upload, and what auto chose. The runs' metrics other than
-bytes are checked equal across the three (the compact x-bar is bit-identical).
+bytes are checked equal across the three (the compact x-bar is bit-identical). A fourth run
+(auto, federated evaluation off) gives the training exchange alone: one message each way.
 
     python -m benchmarks.fedfw_downlink            # about 2 min on 2 cores
     python -m benchmarks.fedfw_downlink --quick
@@ -39,6 +40,11 @@ def main() -> None:
                                        "fedfw.constraint": c, "fedfw.downlink": mode,
                                        "num-server-rounds": rounds})
             for c in CONSTRAINTS for n in counts for mode in MODES]
+    jobs += [Job(f"{c}-{n}-train-only", n, {"algorithm": "fedfw", "task": "synthetic",
+                                            "fedfw.constraint": c, "fedfw.downlink": "auto",
+                                            "fedfw.federated-eval": False,
+                                            "num-server-rounds": rounds})
+             for c in CONSTRAINTS for n in counts]
     results = run_jobs(jobs, runs_dir(args.quick, "fedfw_downlink"), args.workers, args.reuse)
     table = []
     for c in CONSTRAINTS:
@@ -47,18 +53,22 @@ def main() -> None:
             same = all(_metrics(rows[m]) == _metrics(rows["dense"]) for m in MODES)
             down = {m: _per_client_round(rows[m], n, "bytes_down") for m in MODES}
             up = _per_client_round(rows["dense"], n, "bytes_up")
+            train_only = results[f"{c}-{n}-train-only"]["rows"]
+            train_total = sum(_per_client_round(train_only, n, k) for k in ("bytes_up", "bytes_down"))
             chose = "compact" if abs(down["auto"] - down["compact"]) < abs(
                 down["auto"] - down["dense"]) else "dense"
             table.append([c, n, f"{down['dense']:,.0f}", f"{down['compact']:,.0f}",
                           f"{down['dense'] / down['compact']:.2f}x", chose,
-                          f"{up:,.0f}", f"{up + down['auto']:,.0f}", "yes" if same else "NO"])
+                          f"{up:,.0f}", f"{up + down['auto']:,.0f}", f"{train_total:,.0f}",
+                          "yes" if same else "NO"])
     body = f"""\
 FedFW, MCLR on `synthetic` (610 parameters; dense x-bar 2,440 B), full participation,
 {rounds} rounds, federated evaluation on. Bytes are payload (array bytes in the records) per
 client and round, rounds 2-{rounds}; "down" counts the train and the evaluation message.
 
 {md_table(["ball", "clients", "down dense B", "down compact B", "dense / compact",
-           "auto chose", "up B", "total up + down (auto) B", "same metrics"], table)}
+           "auto chose", "up B", "total up + down (auto) B",
+           "training exchange only: up + down (auto, no fed. eval) B", "same metrics"], table)}
 """
     write_report(results_dir(args.quick) / "fedfw_downlink.md",
                  "FedFW downlink: dense x-bar vs compact points", time.perf_counter() - start, body)

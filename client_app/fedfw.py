@@ -24,7 +24,7 @@ from client_app.node_state import (
     records_params,
     restart_point,
 )
-from functions.extreme_points import decode_model_point, encode_model_point
+from functions.extreme_points import decode_model_point, encode_model_point, join_points
 from functions.params import ParamLayout, Params, arrays_to_record, record_to_params
 from functions.protocol import (
     CONFIG,
@@ -34,6 +34,7 @@ from functions.protocol import (
     FW_POINT,
     FW_RESTART,
     LAST_ACCEPTED,
+    LOCAL_STEPS,
     NODE,
     NUM_CLIENTS,
     QUERY_NODE,
@@ -46,7 +47,8 @@ from functions.protocol import (
 )
 from oracles.frank_wolfe import FWClientState, apply_step, fedfw_client_step
 from oracles.torch_grad import loss_and_grad
-from run_config.fedfw import fedfw_settings, node_constraint
+from run_config.fedfw import FedFWSettings, fedfw_settings, node_constraint
+from tasks.federation import LocalData
 
 STORE = PendingStore("fedfw")
 
@@ -68,47 +70,68 @@ def _records(layout: ParamLayout, state: FWClientState) -> dict:
     return params_records(layout, {"x": state.x, "y": state.y, "d": state.d})
 
 
+def _steps(fw: FedFWSettings, data: LocalData, t: int, seed: int
+           ) -> list[tuple[int, np.ndarray | None]]:
+    """(schedule step, minibatch rows or None for all) of each FW step of round t.
+
+    One step at t (FedFW-sto: on a fresh random minibatch), or the local pass: one step per
+    minibatch of ``batch_size`` in data order (the authors' unshuffled DataLoader), at schedule
+    steps (t - 1) K + k + 1 as if the node took every round's K steps (the authors count a
+    client's minibatch steps; the two agree at full participation)."""
+    n = len(data.y_train)
+    if fw.local_pass:
+        k_steps, b = fw.local_steps(n), fw.batch_size
+        return [((t - 1) * k_steps + k + 1, np.arange(k * b, min(n, (k + 1) * b)))
+                for k in range(k_steps)]
+    if fw.variant == "fedfw-sto":
+        rng = np.random.default_rng([seed, t, data.partition_id])
+        return [(t, rng.choice(n, size=min(fw.batch_size, n), replace=False))]
+    return [(t, None)]
+
+
 def train(job: ClientJob) -> RecordDict:
-    """One Frank-Wolfe step: s_i = LMO(g_i) over the node's D_i; reply with s_i encoded."""
+    """Frank-Wolfe steps s_i = LMO(g_i) over the node's D_i (one, or one per minibatch of the
+    local pass); reply with every s_i encoded."""
     fw = fedfw_settings(job.settings)
     config, data = job.content[CONFIG], job.data
     model = new_model(job.settings, data.task, job.device)
     layout = ParamLayout.of_state_dict(model.state_dict())
-    xbar = compact_xbar(job, layout, fw.scope)
+    xbar = compact_xbar(job, layout, fw)
     if xbar is None:
         xbar = record_to_params(job.content[XBAR], layout)
-    state = _current_state(job, layout, xbar)
+    start = state = _current_state(job, layout, xbar)
     t, n = int(config[SERVER_ROUND]), int(config[NUM_CLIENTS])
-    index = None
-    if fw.variant == "fedfw-sto":
-        rng = np.random.default_rng([job.settings.seed, t, data.partition_id])
-        size = min(fw.batch_size, len(data.y_train))
-        index = rng.choice(len(data.y_train), size=size, replace=False)
-    _, grad = loss_and_grad(model, state.x, data.x_train, data.y_train, data.task.kind, index)
     constraint = node_constraint(job.node_config, fw.constraint)
-    s, advanced = fedfw_client_step(fw.variant, state, xbar, grad, t, fw.schedule, n,
-                                    constraint, fw.scope)
-    encoded = encode_model_point(constraint, s, fw.scope)
-    # step with the point exactly as the server will decode it, so both x_i stay identical
-    s_wire = decode_model_point(constraint, encoded, layout.shapes, fw.scope)
-    pending = replace(advanced, x=apply_step(state.x, s_wire, fw.schedule.eta(t)))
-    STORE.stage(job.state, _records(layout, state), _records(layout, pending), t)
+    points = []
+    for step, index in _steps(fw, data, t, job.settings.seed):
+        _, grad = loss_and_grad(model, state.x, data.x_train, data.y_train, data.task.kind,
+                                index)
+        s, advanced = fedfw_client_step(fw.variant, state, xbar, grad, step, fw.schedule, n,
+                                        constraint, fw.scope)
+        points.append(encode_model_point(constraint, s, fw.scope))
+        # step with the point exactly as the server will decode it, so both x_i stay identical
+        s_wire = decode_model_point(constraint, points[-1], layout.shapes, fw.scope)
+        state = replace(advanced, x=apply_step(state.x, s_wire, fw.schedule.eta(step)))
+    STORE.stage(job.state, _records(layout, start), _records(layout, state), t)
+    encoded = join_points(points) if fw.local_pass else points[0]
     return RecordDict({FW_POINT: arrays_to_record(encoded)})
 
 
 def evaluate(job: ClientJob) -> RecordDict:
     """Loss sums at x-bar, and grad f_i(x-bar) when the FW gap diagnostic is on."""
-    scope = fedfw_settings(job.settings).scope
+    fw = fedfw_settings(job.settings)
     return evaluate_xbar(job, bool(job.content[CONFIG][FW_GAP]),
-                         lambda j, layout: compact_xbar(j, layout, scope))
+                         lambda j, layout: compact_xbar(j, layout, fw))
 
 
 def describe(job: ClientJob) -> RecordDict:
     """``query.node``: the partition, and this node's set D_i (section 4.3) so the server can
     check its points."""
-    constraint = node_constraint(job.node_config, fedfw_settings(job.settings).constraint)
-    return RecordDict({NODE: ConfigRecord({**node_facts(job), CONSTRAINT: constraint.kind,
-                                           RADIUS: float(constraint.radius)})})
+    fw = fedfw_settings(job.settings)
+    constraint = node_constraint(job.node_config, fw.constraint)
+    return RecordDict({NODE: ConfigRecord({
+        **node_facts(job), CONSTRAINT: constraint.kind, RADIUS: float(constraint.radius),
+        LOCAL_STEPS: fw.local_steps(len(job.data.y_train))})})
 
 
 HANDLERS = {TRAIN: train, EVALUATE: evaluate, QUERY_NODE: describe}

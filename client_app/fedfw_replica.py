@@ -22,6 +22,7 @@ from functions.params import ParamLayout, Params, arrays_to_record, record_to_ar
 from functions.protocol import REPLICA, REPLICA_ARRAYS, UPDATE_ARRAYS, UPDATES, XBAR
 from oracles.fedfw_mirror import ConsensusMirror
 from oracles.lmo import make_constraint
+from run_config.fedfw import FedFWSettings
 from tasks.errors import ConfigError
 
 STATE, META = "fedfw-replica.state", "fedfw-replica.meta"  # every x_i and sum; header (not under
@@ -61,11 +62,13 @@ def _store(job: ClientJob, mirror: ConsensusMirror, meta: dict) -> None:
     job.state[META] = ConfigRecord(meta)
 
 
-def _apply_updates(job: ClientJob, layout: ParamLayout, scope: str, mirror: ConsensusMirror,
-                   meta: dict) -> None:
-    kinds, radii = meta["kinds"], meta["radii"]
+def _apply_updates(job: ClientJob, layout: ParamLayout, fw: FedFWSettings,
+                   mirror: ConsensusMirror, meta: dict) -> None:
+    """Apply the rounds the message carries, with eta_t from the run's schedule (the server's)."""
+    kinds, radii, scope = meta["kinds"], meta["radii"], fw.scope
     since, updates = unpack_updates(dict(job.content[UPDATES]),
-                                    record_to_arrays(job.content[UPDATE_ARRAYS]), len(kinds))
+                                    record_to_arrays(job.content[UPDATE_ARRAYS]), len(kinds),
+                                    fw.schedule.eta)
     if since != meta["version"]:
         raise LostStateError(f"the updates follow round {since}; this node's replica is at "
                              f"round {meta['version']}")
@@ -80,7 +83,7 @@ def _apply_updates(job: ClientJob, layout: ParamLayout, scope: str, mirror: Cons
         meta["version"] = update.round
 
 
-def compact_xbar(job: ClientJob, layout: ParamLayout, scope: str) -> Params | None:
+def compact_xbar(job: ClientJob, layout: ParamLayout, fw: FedFWSettings) -> Params | None:
     """x-bar from the node's replica (updated by this message), float32-rounded; None when the
     message carries the dense x-bar only (``fedfw.downlink`` dense)."""
     if REPLICA in job.content:
@@ -90,6 +93,6 @@ def compact_xbar(job: ClientJob, layout: ParamLayout, scope: str) -> Params | No
     else:
         return None
     if UPDATES in job.content:  # first contact: x-bar^1 and every round since
-        _apply_updates(job, layout, scope, mirror, meta)
+        _apply_updates(job, layout, fw, mirror, meta)
     _store(job, mirror, meta)
     return [np.asarray(a, np.float32).astype(np.float64) for a in mirror.x_bar]

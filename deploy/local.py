@@ -9,8 +9,13 @@ results folder, and stops every process it started by PID (also on Ctrl-C or an 
 process gets its own loopback ports; certificates (a CA and a server certificate whose SANs
 are 127.0.0.1, localhost and any ``--host``) and ECDSA P-384 SuperNode keys are made with the
 ``cryptography`` package (Flower's own dependency: no openssl or ssh-keygen needed), and each key is registered with ``flwr supernode register`` before its SuperNode
-starts. ``Deployment`` is what the deployment tests drive: they add an unregistered SuperNode
-and kill nodes mid-run.
+starts. ``Deployment`` is what the deployment tests drive: they add an unregistered SuperNode,
+kill nodes mid-run, give a node extra ``--node-config`` (a hostile peer) and submit jobs from
+another app directory (``app_copy``: a FAB whose ClientApp may be a test wrapper). ``warm=True``
+(``--warm``) runs the SuperLink and each SuperNode with ``--isolation process`` and
+``deploy.warm_superexec``, which forks every ServerApp and ClientApp process from a parent that
+has imported torch and the app's libraries once, instead of starting a fresh interpreter per run
+and per message (about 4 s of CPU each).
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import ipaddress
 import json
 import os
 import random
+import re
+import shlex
 import shutil
 import signal
 import socket
@@ -105,6 +112,29 @@ def make_node_key(directory: Path, name: str) -> Path:
     return path
 
 
+# what an app copy leaves out: the virtual environment, version control, caches and results
+# (``flwr run`` walks every file of the directory it is given before it applies .gitignore:
+# about 5 s of CPU per submission for this checkout, most of it in .venv)
+APP_COPY_IGNORE = (".venv", ".git", "__pycache__", "*.pyc", ".pytest_cache", ".hypothesis",
+                   ".ruff_cache", ".import_linter_cache", ".flwr-home", "results", "build", "dist",
+                   "*.egg-info")
+
+
+def app_copy(destination: Path, clientapp: str | None = None) -> Path:
+    """A copy of this project's app files at ``destination`` to submit with ``flwr run``: the
+    same FAB, built in a fraction of the time. ``clientapp``: another
+    ``[tool.flwr.app.components] clientapp`` (e.g. a test wrapper of the real one)."""
+    shutil.copytree(PROJECT, destination, ignore=shutil.ignore_patterns(*APP_COPY_IGNORE))
+    if clientapp is not None:
+        pyproject = destination / "pyproject.toml"
+        text, count = re.subn(r'^clientapp = ".*"$', f'clientapp = "{clientapp}"',
+                              pyproject.read_text(), flags=re.MULTILINE)
+        if count != 1:
+            raise ValueError(f"{pyproject}: expected one clientapp component, found {count}")
+        pyproject.write_text(text)
+    return destination
+
+
 def free_port_block(size: int = 40, low: int = 20000, high: int = 30000) -> int:
     """A base port whose next ``size`` ports are free on 127.0.0.1, below the kernel's
     ephemeral range (so no outgoing connection takes one meanwhile)."""
@@ -136,7 +166,9 @@ class Deployment:
     base_port: int = 39400
     hosts: list[str] = field(default_factory=list)
     star: Star | None = None  # separate hosts: each process in its own network namespace
+    warm: bool = False  # ServerApp and ClientApp processes are forked (deploy.warm_superexec)
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    node_ids: dict[str, int] = field(default_factory=dict)  # registered key name -> node id
 
     def __post_init__(self) -> None:
         if self.auth and not self.tls:
@@ -154,6 +186,9 @@ class Deployment:
     def env(self) -> dict[str, str]:
         return {**os.environ, "FLWR_HOME": str(self.home),
                 "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+                # no calls out of a loopback deployment (Flower's usage telemetry, its update
+                # check), and none waited for when a process exits
+                "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1",
                 "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
 
     def _tls_flags(self, server: bool) -> list[str]:
@@ -190,35 +225,66 @@ class Deployment:
         return process
 
     # -- processes ------------------------------------------------------------------------------
+    def _with_warm_superexec(self, args: list[str], runtime_port: int, preload: str,
+                             tls: bool) -> list[str]:
+        """``args`` with ``--isolation process``, run by a shell that first starts
+        ``deploy.warm_superexec`` for its Runtime API in the background: the two share the
+        process group (stopping or killing one stops both) and the SuperExec exits with it."""
+        if self.star is not None:
+            raise ValueError("warm SuperExecs are not supported with network namespaces")
+        superexec = [sys.executable, "-m", "deploy.warm_superexec", "--runtime-api-address",
+                     f"127.0.0.1:{runtime_port}", "--preload", preload,
+                     *(["--root-certificates", str(self.certs / "ca.crt")] if tls
+                       else ["--insecure"])]
+        script = (f"cd {shlex.quote(str(PROJECT))} && {shlex.join(superexec)} --parent-pid $$ "
+                  f"& exec {shlex.join([*args, '--isolation', 'process'])}")
+        return ["sh", "-c", script]
+
     def start_superlink(self) -> None:
         """Fleet, Runtime and Control APIs all on base_port (flwr 1.41 serves them over one
-        HTTP port), the health server on +1."""
+        HTTP port), the health server on +1. With ``warm``, its ServerApps are forked by
+        ``deploy.warm_superexec``."""
         if self.tls:
             make_certificates(self.certs, self.hosts)
         self._write_connection()
         p = self.base_port
         host = "127.0.0.1" if self.star is None else "0.0.0.0"  # noqa: S104 - its own namespace
-        self._start("superlink", self._in_link([
+        args = self._in_link([
             str(BIN / "flower-superlink"), *self._tls_flags(server=True),
             "--disable-runtime-dependency-installation",
             "--host", host, "--port", str(p),
             "--health-server-address", f"127.0.0.1:{p + 1}",
             "--database", str(self.workdir / "state.db"),
             *(["--enable-supernode-auth"] if self.auth else []),
-        ]))
+        ])
+        if self.warm:
+            args = self._with_warm_superexec(args, p, "server_app.app", self.tls)
+        self._start("superlink", args)
         self.wait_for_port(p)
 
     def register(self, name: str) -> Path:
-        """Make ``name``'s key pair and register its public key with the SuperLink."""
+        """Make ``name``'s key pair and register its public key with the SuperLink (the node id
+        the SuperLink gave it goes to ``node_ids``)."""
         key = make_node_key(self.keys, name)
-        self._flwr("supernode", "register", f"{key}.pub", CONNECTION)
+        done = self._flwr("supernode", "register", f"{key}.pub", CONNECTION, "--format", "json")
+        self.node_ids[name] = int(json.loads(done.stdout)["node-id"])
         return key
 
+    def unregister(self, name: str) -> None:
+        """Remove the registration of ``name``'s key (its node id) from the SuperLink."""
+        self._flwr("supernode", "unregister", str(self.node_ids.pop(name)), CONNECTION)
+
     def start_supernode(self, index: int, num_partitions: int, registered: bool = True,
-                        name: str | None = None, slot: int | None = None) -> subprocess.Popen:
+                        name: str | None = None, slot: int | None = None,
+                        node_config: str = "", key: Path | None = None,
+                        warm: bool | None = None) -> subprocess.Popen:
         """SuperNode ``index`` (partition ``index``) with the ports of ``slot`` (default: the
         index); with auth, its key (registered first unless ``registered`` is false: the
-        SuperLink must refuse it)."""
+        SuperLink must refuse it) or ``key`` (registered already); ``node_config``: more
+        ``--node-config`` pairs. When ``warm`` (default: the deployment's), its ClientApps are
+        forked by ``deploy.warm_superexec``, started beside it in its process group (killing the
+        node kills them too)."""
+        warm = self.warm if warm is None else warm
         name = name or f"supernode-{index}"
         port = self.base_port + 10 + 2 * (index if slot is None else slot)
         superlink = (self.address if self.star is None
@@ -226,13 +292,17 @@ class Deployment:
         args = [str(BIN / "flower-supernode"), *self._tls_flags(server=False),
                 "--superlink", superlink, "--port", str(port),
                 "--health-server-address", f"127.0.0.1:{port + 1}",
-                "--node-config", f"partition-id={index} num-partitions={num_partitions}",
+                "--node-config",
+                f"partition-id={index} num-partitions={num_partitions} {node_config}".strip(),
                 "--max-retries", "3", "--max-wait-time", "20"]
         if self.auth:
-            key = self.register(name) if registered else make_node_key(self.keys, name)
+            if key is None:
+                key = self.register(name) if registered else make_node_key(self.keys, name)
             args += ["--auth-supernode-private-key", str(key)]
         if self.star is not None:
             args = [*self.star.exec_prefix(self.star.node(index)), *args]
+        if warm:  # its Runtime API is plain HTTP on loopback, as in subprocess isolation
+            args = self._with_warm_superexec(args, port, "client_app.app", tls=False)
         return self._start(name, args)
 
     def wait_for_port(self, port: int, timeout: float = 60.0) -> None:
@@ -252,18 +322,34 @@ class Deployment:
     def exited(self) -> dict[str, int]:
         return {n: p.returncode for n, p in self.processes.items() if p.poll() is not None}
 
-    def flwr_run(self, run_config: str, timeout: float = 600.0) -> subprocess.CompletedProcess:
-        """Submit a job with ``flwr run . deploy --stream`` and wait for it to end."""
+    def flwr_run(self, run_config: str, timeout: float = 600.0,
+                 app: Path = PROJECT) -> subprocess.CompletedProcess:
+        """Submit a job with ``flwr run <app> deploy --stream`` and wait for it to end."""
         return subprocess.run(
-            self._in_link([str(BIN / "flwr"), "run", str(PROJECT), CONNECTION, "--stream",
+            self._in_link([str(BIN / "flwr"), "run", str(app), CONNECTION, "--stream",
                            "--run-config", run_config]),
             capture_output=True, text=True, env=self.env, cwd=PROJECT, timeout=timeout)
 
-    def submit(self, run_config: str) -> str:
-        """Start a job without waiting for it (``flwr run ... --format json``); its run id."""
-        done = self._flwr("run", str(PROJECT), CONNECTION, "--format", "json", "--run-config",
-                          run_config)
+    def _run_args(self, run_config: str, app: Path) -> list[str]:
+        return self._in_link([str(BIN / "flwr"), "run", str(app), CONNECTION, "--format", "json",
+                              "--run-config", run_config])
+
+    def submit(self, run_config: str, app: Path = PROJECT) -> str:
+        """Start a job without waiting for it (``flwr run <app> ... --format json``); its run
+        id. ``app``: the app directory whose FAB is built (default: this project)."""
+        done = run_checked(self._run_args(run_config, app), env=self.env, cwd=PROJECT)
         return json.loads(done.stdout)["run-id"]
+
+    def submit_all(self, run_configs: list[str], app: Path = PROJECT) -> list[str]:
+        """``submit`` each job, the ``flwr run`` commands side by side; the run ids in order."""
+        started = [subprocess.Popen(self._run_args(c, app), stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True, env=self.env, cwd=PROJECT)
+                   for c in run_configs]
+        outputs = [(p, *p.communicate()) for p in started]
+        for process, out, err in outputs:
+            if process.returncode != 0:
+                raise RuntimeError(f"flwr run failed ({process.returncode}):\n{out}{err}")
+        return [json.loads(out)["run-id"] for _, out, _ in outputs]
 
     def statuses(self) -> dict[str, str]:
         """Run id -> Flower's status text (e.g. ``finished:completed``)."""
@@ -271,21 +357,46 @@ class Deployment:
         return {r["run-id"]: r["status"] for r in json.loads(done.stdout)["runs"]}
 
     def wait_for_runs(self, run_ids: list[str], timeout: float = 600.0) -> dict[str, str]:
-        """Poll until every run in ``run_ids`` has finished; their final statuses."""
+        """Wait until every run in ``run_ids`` has finished; their final statuses.
+
+        Each run's log is streamed (``flwr log <id> --stream``, which ends when the run does) into
+        ``logs/<id>.log`` of the work directory, so nothing polls meanwhile (a ``flwr`` command
+        costs about 1 s of CPU); then Flower's run list is polled until all are finished."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        logs = self.workdir / "logs"
+        logs.mkdir(exist_ok=True)
+        streams = []
+        for run_id in run_ids:
+            with open(logs / f"{run_id}.log", "a") as out:
+                streams.append(subprocess.Popen(
+                    self._in_link([str(BIN / "flwr"), "log", str(run_id), CONNECTION,
+                                   "--stream"]),
+                    stdout=out, stderr=subprocess.STDOUT, env=self.env, cwd=PROJECT))
+        try:
+            for stream in streams:
+                try:
+                    stream.wait(max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    break
+        finally:
+            for stream in streams:
+                if stream.poll() is None:
+                    stream.kill()
+                    stream.wait()
+        while True:
             statuses = self.statuses()
             if all(statuses.get(r, "").startswith("finished") for r in run_ids):
                 return {r: statuses[r] for r in run_ids}
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"runs still going after {timeout} s: {statuses}")
             time.sleep(2)
-        raise TimeoutError(f"runs still going after {timeout} s: {self.statuses()}")
 
     def runs(self) -> str:
         """Flower's run list (``flwr list``)."""
         return self._flwr("list", CONNECTION).stdout
 
     def kill(self, name: str) -> None:
-        """SIGKILL one process (a node that dies)."""
+        """SIGKILL one process and its group (a node that dies)."""
         process = self.processes[name]
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
@@ -314,6 +425,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", action="append", default=[],
                         help="another name or address for the SuperLink's certificate")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--warm", action="store_true",
+                        help="fork ServerApp and ClientApp processes from a warm parent "
+                             "(--isolation process and deploy.warm_superexec)")
     parser.add_argument("--netns", action="store_true",
                         help="each process in its own network namespace, linked by veth pairs "
                              "(separate hosts on one machine; needs root)")
@@ -323,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(args.workdir)
     star = Star(f"fl{os.getpid() % 10000}", args.nodes) if args.netns else None
     deployment = Deployment(args.workdir, tls=args.tls, auth=args.auth, base_port=args.port,
-                            hosts=args.host, star=star)
+                            hosts=args.host, star=star, warm=args.warm)
     started = time.monotonic()
     try:
         if star is not None:

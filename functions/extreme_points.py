@@ -3,9 +3,10 @@
 What travels per tensor (the radius and the shape never travel; both sides know them); a model's
 tensors are packed field by field into one array each (``encode_point_list``):
 
-- l1:      ``index`` (smallest unsigned int dtype holding ``n - 1``, shape (1,)) and ``sign``
-           (int8, shape (1,), +1/-1): s = sign * r * e_index.
-- simplex: ``index`` only, as for l1: s = r * e_index.
+- l1:      ``vertex`` = 2 * index + (1 if the sign is negative else 0), the smallest unsigned int
+           dtype holding ``2 n - 1``, shape (1,): s = -+ r * e_index (2 bytes for up to 32,768
+           coordinates, where an index and a separate sign byte took 3).
+- simplex: ``index`` (smallest unsigned int dtype holding ``n - 1``, shape (1,)): s = r * e_index.
 - box:     ``bits`` = ``np.packbits(s > 0)`` (uint8, ceil(n/8) bytes, padding bits zero):
            s = +r where the bit is set, -r elsewhere.
 - nuclear: ``u`` (float32, m) and ``v`` (float32, n), unit vectors with s = r * u v^T (the sign of
@@ -45,6 +46,8 @@ _ENCODE_RTOL = 1e-5
 _UNIT_TOL = 1e-3
 # float32 rounding can push a dense l2 point just outside the ball; accept that much, then project.
 _DENSE_RTOL = 1e-5
+# integer fields and the codes per coordinate they carry (an l1 vertex: index and sign)
+_CODES = {"index": 1, "vertex": 2}
 
 
 def encode_extreme_point(constraint: Ball, s: np.ndarray) -> dict[str, np.ndarray]:
@@ -69,12 +72,11 @@ def encode_extreme_point(constraint: Ball, s: np.ndarray) -> dict[str, np.ndarra
     rest = np.delete(flat, j)
     if not (np.isclose(abs(flat[j]), r, rtol=_ENCODE_RTOL, atol=0) and not np.any(rest)):
         raise ValueError(f"not a {constraint.kind} vertex: expected one nonzero entry of size {r}")
-    index = np.array([j], dtype=_index_dtype(flat.size))
     if constraint.kind == "simplex":
         if flat[j] < 0:
             raise ValueError("not a simplex vertex: the nonzero entry is negative")
-        return {"index": index}
-    return {"index": index, "sign": np.array([1 if flat[j] > 0 else -1], dtype=np.int8)}
+        return {"index": np.array([j], dtype=_index_dtype(flat.size))}
+    return {"vertex": np.array([2 * j + int(flat[j] < 0)], dtype=_index_dtype(2 * flat.size))}
 
 
 def decode_extreme_point(
@@ -113,20 +115,13 @@ def decode_extreme_point(
         if not norm <= r * (1.0 + _DENSE_RTOL):
             raise DecodeError(f"{name}: point of l2 norm {norm:.6g} is outside D (r={r})")
         return (x * (r / norm) if norm > r else x).reshape(shape)
-    spec = {"index": (_index_dtype(n), 1)}
-    if kind == "l1":
-        spec["sign"] = (np.int8, 1)
-    fields = _fields(arrays, spec, name)
-    j = int(fields["index"][0])
-    if j >= n:
-        raise DecodeError(f"{name}: index {j} out of range for {n} coordinates")
-    sign = 1
-    if kind == "l1":
-        sign = int(fields["sign"][0])
-        if sign not in (-1, 1):
-            raise DecodeError(f"{name}: sign must be -1 or +1, got {sign}")
+    key = "vertex" if kind == "l1" else "index"
+    code = int(_fields(arrays, {key: (_index_dtype(_CODES[key] * n), 1)}, name)[key][0])
+    if code >= _CODES[key] * n:
+        raise DecodeError(f"{name}: {key} {code} out of range for {n} coordinates")
+    j, negative = divmod(code, _CODES[key]) if kind == "l1" else (code, 0)
     s = np.zeros(n)
-    s[j] = sign * r
+    s[j] = -r if negative else r
     return s.reshape(shape)
 
 
@@ -135,7 +130,7 @@ def encode_point_list(
 ) -> dict[str, np.ndarray]:
     """Encode one extreme point per model tensor, each field packed across tensors.
 
-    ``index`` holds one entry per tensor (in the dtype of the largest tensor), ``bits``, ``u``,
+    ``vertex`` / ``index`` hold one entry per tensor (in the dtype of the largest tensor), ``bits``, ``u``,
     ``v``, ``x`` the tensors' fields one after another. Shapes are not sent: the receiver splits
     by the model's known shapes. One array per field instead of one per field and tensor saves
     the key, dtype, shape and ~128-byte header Flower serialises with every array.
@@ -178,10 +173,11 @@ def decode_point_list(
         bounds = np.cumsum([0] + [length[key] for length in lengths])
         for k, n in enumerate(sizes):
             piece = arr[bounds[k] : bounds[k + 1]]
-            if key == "index":
-                if int(piece[0]) >= n:
-                    raise DecodeError(f"t{k}: index {int(piece[0])} out of range for {n} coordinates")
-                piece = piece.astype(_index_dtype(n))
+            if key in _CODES:
+                if int(piece[0]) >= _CODES[key] * n:
+                    raise DecodeError(f"t{k}: {key} {int(piece[0])} out of range for {n} "
+                                      "coordinates")
+                piece = piece.astype(_index_dtype(_CODES[key] * n))
             pieces[k][key] = piece
     return [
         decode_extreme_point(constraint, piece, tuple(shape), max_elements, name=f"t{k}")
@@ -200,15 +196,14 @@ def _field_lengths(kind: str, shape: tuple[int, ...], n: int) -> dict[str, int]:
         return {"bits": -(-n // 8)}
     if kind == "l2":
         return {"x": n}
-    if kind == "simplex":
-        return {"index": 1}
-    return {"index": 1, "sign": 1}
+    return {"index": 1} if kind == "simplex" else {"vertex": 1}
 
 
 def _packed_dtype(key: str, largest: int) -> np.dtype:
     """The dtype a packed field must have."""
-    return {"index": _index_dtype(largest), "sign": np.dtype(np.int8),
-            "bits": np.dtype(np.uint8)}.get(key, np.dtype(np.float32))
+    if key in _CODES:
+        return _index_dtype(_CODES[key] * largest)
+    return {"bits": np.dtype(np.uint8)}.get(key, np.dtype(np.float32))
 
 
 def dense_nbytes(shapes: Sequence[tuple[int, ...]], dtype: np.dtype = np.float32) -> int:
@@ -285,3 +280,33 @@ def decode_model_point(
     (flat,) = decode_point_list(constraint, arrays, [(sum(sizes),)])
     pieces = np.split(flat, np.cumsum(sizes)[:-1])
     return [piece.reshape(shape) for piece, shape in zip(pieces, shapes)]
+
+
+def join_points(encoded: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """Several encoded model points in one mapping, ``{k}.{field}`` for point k (FedFW's local
+    pass: one extreme point per local step, in step order)."""
+    return {f"{k}.{name}": value for k, point in enumerate(encoded) for name, value in point.items()}
+
+
+def decode_model_points(
+    constraint: Ball,
+    arrays: Mapping[str, np.ndarray],
+    shapes: Sequence[tuple[int, ...]],
+    scope: str,
+    max_points: int,
+) -> list[list[np.ndarray]]:
+    """Inverse of ``join_points``: ``DecodeError`` unless the keys name points 0..K-1,
+    1 <= K <= ``max_points``, and every point decodes."""
+    if not isinstance(arrays, Mapping):
+        raise DecodeError(f"expected a mapping of arrays, got {type(arrays).__name__}")
+    grouped: dict[int, dict[str, np.ndarray]] = {}
+    for key, value in arrays.items():
+        step, _, name = str(key).partition(".")
+        if not (step.isdigit() and name) or len(step) > 9:
+            raise DecodeError(f"unexpected array {key!r} among a local pass's points")
+        grouped.setdefault(int(step), {})[name] = value
+    count = len(grouped)
+    if not 1 <= count <= max_points or sorted(grouped) != list(range(count)):
+        raise DecodeError(f"a local pass's points must be numbered 0..K-1 with 1 <= K <= "
+                          f"{max_points}; got {sorted(grouped)[:10]}")
+    return [decode_model_point(constraint, grouped[k], shapes, scope) for k in range(count)]

@@ -1,11 +1,12 @@
 """What FedFW's compact downlink carries (``fedfw.downlink``): the rounds' accepted extreme points
 instead of the dense x-bar, or, once, the whole mirror a node replicates.
 
-- updates: for each round after the node's version, eta_t and the accepted points in the order
-  the server applied them, each as the compact arrays its node sent (``functions.extreme_points``)
-  with the node's index in the roster. Config: ``since``, ``rounds``, ``etas``, ``counts`` (points
-  per round); arrays ``nodes`` (roster indices, all rounds in a row, the smallest unsigned
-  dtype) and ``{u}.{j}.{name}`` (update u, point j).
+- updates: for each round after the node's version, the accepted points in roster order (the
+  order the server applies them), each as the compact arrays its node sent
+  (``functions.extreme_points``). Config: ``since``, ``rounds``; arrays ``accepted`` (per round, a
+  bitmap over the roster, ``np.packbits``, ceil(N / 8) bytes: who sent the points) and
+  ``{u}.{j}.{name}`` (update u, point j). eta_t does not travel: both sides take it from the
+  run's schedule, with the same code.
 - replica: every node's x_i and their running sum (float64), the version, the roster's D_i
   (``kinds``, ``radii``). Arrays ``x.{i}.{k}`` (node i, tensor k) and ``sum.{k}``.
 
@@ -15,7 +16,7 @@ Decoders validate everything and raise ``DecodeError``; no pickle.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,58 +37,61 @@ class RoundPoints:
     points: tuple[tuple[int, Arrays], ...]
 
 
-def pack_updates(since: int, updates: Sequence[RoundPoints]) -> tuple[dict, Arrays]:
-    config = {"since": since, "rounds": [u.round for u in updates],
-              "etas": [float(u.eta) for u in updates],
-              "counts": [len(u.points) for u in updates]}
-    nodes = [i for u in updates for i, _ in u.points]
-    dtype = np.uint8 if max(nodes, default=0) < 256 else np.uint32
-    arrays = {"nodes": np.array(nodes, dtype=dtype)}
+def pack_updates(since: int, updates: Sequence[RoundPoints], num_nodes: int
+                 ) -> tuple[dict, Arrays]:
+    """The header and arrays of ``updates``; ``ValueError`` unless each round's points are in
+    increasing roster order (the order the server applies them)."""
+    masks = []
+    for update in updates:
+        nodes = [i for i, _ in update.points]
+        if nodes != sorted(set(nodes)) or not all(0 <= i < num_nodes for i in nodes):
+            raise ValueError(f"round {update.round}: points not in roster order: {nodes}")
+        mask = np.zeros(num_nodes, dtype=bool)
+        mask[nodes] = True
+        masks.append(np.packbits(mask))
+    config = {"since": since, "rounds": [u.round for u in updates]}
+    arrays = {"accepted": np.concatenate(masks) if masks else np.zeros(0, np.uint8)}
     arrays |= {f"{u}.{j}.{name}": value for u, update in enumerate(updates)
                for j, (_, point) in enumerate(update.points) for name, value in point.items()}
     return config, arrays
 
 
 def unpack_updates(config: Mapping[str, object], arrays: Mapping[str, np.ndarray],
-                   num_nodes: int) -> tuple[int, list[RoundPoints]]:
-    """(since, updates); ``DecodeError`` unless rounds increase after ``since``, each eta is in
-    (0, 1], counts match, every node index is in the roster and every point has arrays."""
+                   num_nodes: int, eta: Callable[[int], float]) -> tuple[int, list[RoundPoints]]:
+    """(since, updates), each round's step size ``eta(round)``; ``DecodeError`` unless rounds
+    increase after ``since``, the bitmaps cover the roster with zero padding and every accepted
+    node's point has arrays."""
     try:
         since, rounds = int(config["since"]), [int(r) for r in config["rounds"]]
-        etas, counts = [float(e) for e in config["etas"]], [int(c) for c in config["counts"]]
-        node_array = arrays["nodes"]
+        bitmaps = arrays["accepted"]
     except (KeyError, TypeError, ValueError) as err:
         raise DecodeError(f"bad FedFW update header: {err}") from None
-    if node_array.ndim != 1 or node_array.dtype not in (np.uint8, np.uint32):
-        raise DecodeError("FedFW update node indices must be a 1-D uint8 or uint32 array")
-    nodes = [int(n) for n in node_array]
-    if not (len(rounds) == len(etas) == len(counts) <= _MAX_UPDATES):
-        raise DecodeError("FedFW update header lists differ in length")
+    width = -(-num_nodes // 8)
+    if len(rounds) > _MAX_UPDATES or num_nodes < 1:
+        raise DecodeError("a FedFW update lists too many rounds, or the roster is empty")
+    if (bitmaps.dtype != np.uint8 or bitmaps.shape != (width * len(rounds),)):
+        raise DecodeError(f"FedFW update bitmaps must be uint8 of shape ({width * len(rounds)},)")
     if any(b <= a for a, b in zip([since, *rounds], rounds)):
         raise DecodeError(f"FedFW update rounds {rounds} do not increase after {since}")
-    if not all(np.isfinite(e) and 0 < e <= 1 for e in etas):
-        raise DecodeError(f"FedFW step sizes {etas} are not in (0, 1]")
-    if any(c < 0 for c in counts) or sum(counts) != len(nodes):
-        raise DecodeError("FedFW update counts do not match the node list")
-    if not all(0 <= n < num_nodes for n in nodes):
-        raise DecodeError(f"a FedFW update names a node outside the roster of {num_nodes}")
+    masks = np.unpackbits(bitmaps).reshape(len(rounds), 8 * width).astype(bool)
+    if masks[:, num_nodes:].any():
+        raise DecodeError("a FedFW update bitmap names a node outside the roster")
     grouped: dict[tuple[int, int], Arrays] = {}
     for key, value in arrays.items():
-        if key == "nodes":
+        if key == "accepted":
             continue
         match = _POINT_KEY.match(key)
         if match is None:
             raise DecodeError(f"unexpected array {key!r} in a FedFW update")
         grouped.setdefault((int(match[1]), int(match[2])), {})[match[3]] = value
-    updates, at = [], 0
-    for u, (round_, eta, count) in enumerate(zip(rounds, etas, counts)):
+    updates = []
+    for u, round_ in enumerate(rounds):
         points = []
-        for j in range(count):
+        for j, node in enumerate(np.flatnonzero(masks[u])):
             if (u, j) not in grouped:
                 raise DecodeError(f"point {j} of update {u} has no arrays")
-            points.append((nodes[at + j], grouped.pop((u, j))))
-        at += count
-        updates.append(RoundPoints(round_, eta, tuple(points)))
+            points.append((int(node), grouped.pop((u, j))))
+        updates.append(RoundPoints(round_, eta(round_), tuple(points)))
     if grouped:
         raise DecodeError(f"arrays of unknown points {sorted(grouped)} in a FedFW update")
     return since, updates

@@ -46,6 +46,7 @@ FW_GAP = "fw-gap"  # evaluation config: send the gradient
 NUM_CLIENTS = "num-clients"
 CONSTRAINT = "constraint"  # query.node extras: the node's D_i
 RADIUS = "radius"
+LOCAL_STEPS = "fw-local-steps"  # query.node extra: FW steps per round (FedFW's local pass)
 
 # -- FedDR -----------------------------------------------------------------------------------
 DR_XHAT = "xhat"  # x_hat_i (also the sync value of a re-sent one)

@@ -68,13 +68,20 @@ class ConsensusMirror:
         Every point is checked before any is applied, so a bad one leaves the mirror untouched.
         Returns the new x_bar.
         """
-        unknown = [cid for cid in points if cid not in self._points]
+        return self.apply_steps({cid: [(eta, s)] for cid, s in points.items()})
+
+    def apply_steps(self, steps: Mapping[int, Sequence[tuple[float, Params]]]) -> Params:
+        """Each client's (eta, s) steps in order, x_i <- (1 - eta) x_i + eta s each time (a
+        local pass of several FW steps, as the client applied them); see ``apply``."""
+        unknown = [cid for cid in steps if cid not in self._points]
         if unknown:
             raise KeyError(f"unknown client ids {unknown}")
-        updated = {
-            cid: apply_step(self._points[cid], [np.asarray(a, dtype=np.float64) for a in s], eta)
-            for cid, s in points.items()
-        }
+        updated = {}
+        for cid, sequence in steps.items():
+            x = self._points[cid]
+            for eta, s in sequence:
+                x = apply_step(x, [np.asarray(a, dtype=np.float64) for a in s], eta)
+            updated[cid] = x
         for cid, new in updated.items():
             old = self._points[cid]
             for k, (new_k, old_k) in enumerate(zip(new, old)):

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tasks.datasets import IMAGE_SCALINGS
 from tasks.devices import check_device_name
 from tasks.errors import ConfigError
 from tasks.federation import DataSpec
@@ -46,6 +47,8 @@ class RunSettings:
     partitioning_s: float = 0.1
     partitioning_alpha: float = 0.5
     labels_per_client: int = 3
+    local_test: float = 0.0  # > 0: each node tests on this share of its own partition
+    image_scaling: str = "unit"  # image tasks' pixels: "unit" [0, 1] or "centred" [-1, 1]
     num_rounds: int = 20
     seed: int = 0
     test_fraction: float = 0.2  # offline tasks: share of the data held out for testing
@@ -81,6 +84,8 @@ class RunSettings:
             partitioning_s=read_key(raw, "partitioning.s", float, d.partitioning_s),
             partitioning_alpha=read_key(raw, "partitioning.alpha", float, d.partitioning_alpha),
             labels_per_client=read_key(raw, "partitioning.labels-per-client", int, d.labels_per_client),
+            local_test=read_key(raw, "partitioning.local-test", float, d.local_test),
+            image_scaling=read_key(raw, "image-scaling", str, d.image_scaling),
             num_rounds=read_key(raw, "num-server-rounds", int, d.num_rounds),
             seed=read_key(raw, "seed", int, d.seed),
             test_fraction=read_key(raw, "test-fraction", float, d.test_fraction),
@@ -116,6 +121,7 @@ class RunSettings:
             synthetic_beta=self.synthetic_beta, synthetic_samples=self.synthetic_samples,
             partitioning=self.partitioning, partitioning_s=self.partitioning_s,
             partitioning_alpha=self.partitioning_alpha, labels_per_client=self.labels_per_client,
+            local_test=self.local_test, image_scaling=self.image_scaling,
         )
 
     def validate(self) -> None:
@@ -130,6 +136,10 @@ class RunSettings:
         require(self.min_replies >= 0, "min-replies", self.min_replies, ">= 0 (0: no quorum)")
         require(0.0 <= self.partitioning_s <= 1.0, "partitioning.s", self.partitioning_s, "in [0, 1]")
         require(self.partitioning_alpha > 0.0, "partitioning.alpha", self.partitioning_alpha, "> 0")
+        require(0.0 <= self.local_test < 1.0, "partitioning.local-test", self.local_test,
+                "in [0, 1) (0: nodes test on shards of the task's test set)")
+        require(self.image_scaling in IMAGE_SCALINGS, "image-scaling", self.image_scaling,
+                f"one of {IMAGE_SCALINGS}")
         require(self.labels_per_client >= 1, "partitioning.labels-per-client", self.labels_per_client, ">= 1")
         require(0.0 < self.fraction_train <= 1.0, "fraction-train", self.fraction_train, "in (0, 1]")
         require(self.local_epochs >= 0, "local-epochs", self.local_epochs, ">= 0")

@@ -50,6 +50,11 @@ class FedFWSettings:
     gap: bool
     federated_eval: bool
     downlink: str = "auto"  # dense x-bar, compact points, or the smaller of the two
+    local_pass: bool = False  # one FW step per minibatch of batch_size, over the node's data
+
+    def local_steps(self, num_samples: int) -> int:
+        """FW steps a node takes per round: 1, or one per minibatch of its local pass."""
+        return -(-num_samples // self.batch_size) if self.local_pass else 1
 
     @property
     def participation(self) -> float:
@@ -79,6 +84,11 @@ def fedfw_settings(settings: RunSettings) -> FedFWSettings:
     )
     batch_size = read_key(raw, "fedfw.batch-size", int, 64)
     require(batch_size >= 1, "fedfw.batch-size", batch_size, ">= 1")
+    local_pass = read_key(raw, "fedfw.local-pass", bool, False)
+    downlink = _downlink(read_key(raw, "fedfw.downlink", str, "auto"))
+    # the compact downlink relays one point per node and round, with the round's eta_t
+    require(not (local_pass and downlink == "compact"), "fedfw.downlink", downlink,
+            "'dense' or 'auto' with fedfw.local-pass=true (several points per node and round)")
     return FedFWSettings(
         variant=variant,
         constraint=domain.constraint,
@@ -87,7 +97,8 @@ def fedfw_settings(settings: RunSettings) -> FedFWSettings:
         batch_size=batch_size,
         gap=read_key(raw, "fedfw.gap", bool, False),  # on: every node sends its gradient
         federated_eval=read_key(raw, "fedfw.federated-eval", bool, True),
-        downlink=_downlink(read_key(raw, "fedfw.downlink", str, "auto")),
+        downlink="dense" if local_pass else downlink,
+        local_pass=local_pass,
     )
 
 

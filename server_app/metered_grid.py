@@ -108,6 +108,18 @@ class MeteredGrid(Grid):
         self._count_down(messages)
         timeout = self.reply_timeout if timeout is None else timeout
         replies = list(self._inner.send_and_receive(messages, timeout=timeout))
+        sent_to = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
+        for reply in replies:
+            _name_the_lost_node(reply, sent_to)
         self._count_up(replies)
         self._counters.failures += max(0, len(messages) - len(replies))
         return replies
+
+
+def _name_the_lost_node(reply: Message, sent_to: dict[str, int]) -> None:
+    """The SuperLink answers for a node it lost (Flower's NODE_UNAVAILABLE error) from its own
+    node id 1; name the node the message was for, so the strategy re-syncs that node (and the log
+    says which one failed)."""
+    node = sent_to.get(reply.metadata.reply_to_message_id)
+    if reply.has_error() and node is not None and reply.metadata.src_node_id != node:
+        reply.metadata.__dict__["_src_node_id"] = node  # Metadata has no setter; flwr does this

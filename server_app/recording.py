@@ -97,9 +97,11 @@ class RoundRecorder:
             return None  # a resumed run: this round's row is already on disk
         traffic = self.grid.take()
         row: dict[str, Any] = {"round": server_round}
-        if server_round > 0:
-            row.update(self.strategy.round_metrics)
-        row.update(self.strategy.inner.evaluate_global(server_round, arrays))
+        central = self.strategy.inner.evaluate_global(server_round, arrays)
+        if server_round > 0:  # the nodes' evaluation keeps its figures beside the central ones
+            row.update({f"federated_{k}" if k in central else k: v
+                        for k, v in self.strategy.round_metrics.items()})
+        row.update(central)
         row.update(
             bytes_up=traffic.bytes_up,
             bytes_down=traffic.bytes_down,

@@ -5,6 +5,10 @@ starts (``initial_arrays``: a torch model's weights, an ensemble, or nothing whe
 their own models), evaluates that function centrally when the server holds one
 (``evaluate_global``), and saves and restores its whole state as records, so a run can be resumed
 after the ServerApp stops.
+
+Between rounds it follows the federation (``returning_nodes``): a SuperNode that restarted under
+a new node id takes its partition's place in the roster, and ``rebind`` moves the strategy's
+per-node books to it, where it counts as a node that lost its state (it is re-synced).
 """
 
 from __future__ import annotations
@@ -13,11 +17,17 @@ from abc import abstractmethod
 from typing import Any
 
 from flwr.app import ArrayRecord, RecordDict
+from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
+
+from strategies.roster import Roster
 
 
 class FederatedStrategy(Strategy):
     """A Flower Strategy that owns its global function and can checkpoint itself."""
+
+    label: str
+    roster: Roster | None = None  # the run's nodes, once asked (round 1)
 
     def initial_arrays(self) -> ArrayRecord:
         """What Flower's ``start`` passes to round 1; empty when there is no global function."""
@@ -35,6 +45,22 @@ class FederatedStrategy(Strategy):
     def description(self) -> dict[str, Any]:
         """What the global function is (model, size), for the run's config.json."""
         return {}
+
+    def returning_nodes(self, grid: Grid, server_round: int) -> int:
+        """At the start of a round after the roster's first: take SuperNodes that came back
+        under a new node id in (``Roster.refresh``: no message unless a new id is connected) and
+        ``rebind`` each; return how many ``query.node`` answers were unusable (failures of the
+        round)."""
+        rebinds, rejected = self.roster.refresh(grid, self.label, server_round)
+        for old, new in rebinds:
+            self.rebind(old, new)
+        return rejected
+
+    def rebind(self, old: int, new: int) -> None:
+        """Node ``new`` took the place of ``old`` in the roster (a restarted SuperNode of the same
+        partition): move every per-node book kept under ``old`` to ``new``, in the same position,
+        and treat ``new`` as a node that lost its state, so the next message brings it up to
+        date. Nothing to do for a strategy whose nodes keep no state (FedAvg)."""
 
     @abstractmethod
     def state_record(self) -> RecordDict:

@@ -74,18 +74,22 @@ class CheckedFedAvg(FedAvg, TorchModelStrategy):
 
     # -- training ---------------------------------------------------------------------------
     def _nodes(self, grid: Grid, server_round: int) -> list[int]:
-        """Every node of the run in partition order (asked once, in the first round)."""
+        """Every node of the run in partition order (asked in the first round; SuperNodes that
+        came back under a new id take their place at the start of a later round's training)."""
         if self.roster is None:
             self.roster, self._roster_failures = Roster.query(grid, self.label, server_round)
         return self.roster.node_ids
 
     def _train_config(self, config: ConfigRecord, server_round: int) -> ConfigRecord:
-        config[SERVER_ROUND] = server_round
-        return config
+        """Flower's config of the round plus ``server-round`` (a copy: Flower passes the same
+        record every round, and a sent message must keep its round)."""
+        return ConfigRecord({**config, SERVER_ROUND: server_round})
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
         """The global model to a seeded sample of max(1, int(fraction n)) nodes."""
+        if self.roster is not None:  # nodes keep no state: a returning node needs no rebind
+            self._roster_failures += self.returning_nodes(grid, server_round)
         nodes = self._nodes(grid, server_round)
         size = min(len(nodes), max(int(len(nodes) * self.fraction_train), self.min_train_nodes))
         if size < len(nodes):  # sample positions: node ids are uint64
@@ -126,7 +130,7 @@ class CheckedFedAvg(FedAvg, TorchModelStrategy):
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
         """The global model to every node: F(x) on the training data, metrics on the test shards."""
-        config[SERVER_ROUND] = server_round
+        config = ConfigRecord({**config, SERVER_ROUND: server_round})
         record = RecordDict({ARRAYS: arrays, CONFIG: config})
         return self._construct_messages(record, self._nodes(grid, server_round),
                                         MessageType.EVALUATE)

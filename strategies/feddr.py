@@ -24,7 +24,7 @@ from oracles.douglas_rachford import FedDRServer
 from run_config.common import RunSettings
 from run_config.feddr import FedDRSettings, feddr_settings
 from strategies.node_book import NodeBook, dense_restart
-from strategies.roster import Roster
+from strategies.roster import Roster, rekeyed
 from strategies.screening import exact_records
 from strategies.state_records import params_by_node, params_by_node_record, restore_rng, rng_record
 from strategies.torch_model import TorchGlobal, TorchModelStrategy
@@ -60,12 +60,19 @@ class FedDRStrategy(TorchModelStrategy):
         self.book = NodeBook(self.roster.node_ids, self.label)
         self.server = FedDRServer(self.x0, self.book.node_ids)
 
+    def rebind(self, old: int, new: int) -> None:
+        """The returning node restarts from the x_hat_i kept for its partition."""
+        self.book.rebind(old, new)
+        self.server = FedDRServer.restore(rekeyed(self.server.x_hats(), old, new))
+
     # -- training ----------------------------------------------------------------
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
         """Send x-bar to a seeded sample of int(p n) nodes, at least one (as Flower's FedAvg)."""
         if self.server is None:
             self._start(grid, server_round)
+        else:
+            self._roster_failures += self.returning_nodes(grid, server_round)
         node_ids = self.book.node_ids
         size = max(1, int(self.dr.participation * len(node_ids)))
         # sample positions: node ids are uint64 and would lose digits in a float array

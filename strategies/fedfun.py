@@ -57,7 +57,7 @@ from strategies.bounds import AgreedBounds, query_bounds
 from strategies.evaluation import checked_count, checked_metrics, spread_over_nodes
 from strategies.node_book import NodeBook
 from strategies.relay import RelayBook
-from strategies.roster import Roster
+from strategies.roster import Roster, rekeyed
 from strategies.screening import exact_records, screen_replies
 from tasks.datasets import TaskData
 from tasks.errors import ConfigError
@@ -107,7 +107,8 @@ class FedFunStrategy(FederatedStrategy):
     def _start(self, grid: Grid, server_round: int) -> None:
         """Roster, graph, domain box and round 0 (h_i^0 = argmin R_i), before round 1."""
         self.roster, failures = Roster.query(grid, self.label, server_round)
-        self.vertex_of = {n: int(f[PARTITION_ID]) for n, f in self.roster.facts.items()}
+        self.vertex_of = {n: int(self.roster.facts[n][PARTITION_ID])  # in partition order
+                          for n in self.roster.node_ids if n in self.roster.facts}
         totals = {int(f[NUM_PARTITIONS]) for f in self.roster.facts.values()}
         if len(totals) != 1:
             raise RuntimeError(f"{self.label}: nodes disagree on num-partitions: {sorted(totals)}")
@@ -126,6 +127,13 @@ class FedFunStrategy(FederatedStrategy):
         log(INFO, "%s round 0: %d of %d nodes fitted h^0 (local training only)", self.label,
             len(good), len(self.book.node_ids))
         self._setup_failures = failures + rejected + dropped
+
+    def rebind(self, old: int, new: int) -> None:
+        """The returning node serves the same vertex and holds nothing: its next message
+        carries the domain, its own last model and all its neighbours' models."""
+        self.vertex_of = rekeyed(self.vertex_of, old, new)
+        self.book.rebind(old, new)
+        self.relay.forget_deliveries(self.vertex_of[new])
 
     # -- messages -------------------------------------------------------------------------------
     def _message(self, node: int, server_round: int, kind: str, initial: bool = False) -> Message:
@@ -154,6 +162,8 @@ class FedFunStrategy(FederatedStrategy):
                         grid: Grid) -> Iterable[Message]:
         if self.roster is None:
             self._start(grid, server_round)
+        else:
+            self._setup_failures += self.returning_nodes(grid, server_round)
         log(INFO, "%s round %d: relaying neighbour models to %d nodes", self.label, server_round,
             len(self.book.node_ids))
         return [self._message(node, server_round, TRAIN) for node in self.book.node_ids]

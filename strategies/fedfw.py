@@ -21,7 +21,8 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDic
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from functions.extreme_points import decode_model_point, encode_model_point
+from functions.errors import DecodeError
+from functions.extreme_points import decode_model_point, decode_model_points, encode_model_point
 from functions.fedfw_downlink import Replica, RoundPoints, pack_replica, pack_updates, unpack_updates
 from functions.params import (
     Params,
@@ -36,6 +37,7 @@ from functions.protocol import (
     FW_GRAD,
     FW_POINT,
     FW_RESTART,
+    LOCAL_STEPS,
     METRICS,
     NUM_CLIENTS,
     RADIUS,
@@ -52,10 +54,13 @@ from run_config.fedfw import ConstraintSet, FedFWSettings, fedfw_settings
 from strategies.evaluation import combine_evaluation_sums, decode_evaluation_sums
 from oracles.fedfw_mirror import ConsensusMirror
 from strategies.node_book import NodeBook, dense_restart
-from strategies.roster import Roster
+from strategies.roster import Roster, rekeyed
 from strategies.screening import exact_records, screen_replies
 from strategies.state_records import params_by_node, params_by_node_record, restore_rng, rng_record
 from strategies.torch_model import TorchGlobal, TorchModelStrategy
+
+
+MAX_LOCAL_STEPS = 10_000  # bounds a local pass's points, hence the memory a reply may take
 
 
 class FedFWStrategy(TorchModelStrategy):
@@ -71,6 +76,7 @@ class FedFWStrategy(TorchModelStrategy):
         self.book: NodeBook | None = None
         self.mirror: ConsensusMirror | None = None
         self.node_sets: dict[int, Constraint] = {}
+        self.local_steps: dict[int, int] = {}  # K of each node's local pass (1 without)
         self.gap_domain: Constraint | None = None  # D = the intersection of the D_i, if known
         self._roster_failures = 0
         self._asked: list[int] = []  # the nodes of the current round's train messages
@@ -120,6 +126,7 @@ class FedFWStrategy(TorchModelStrategy):
         """Each node's D_i from the roster, and D = their intersection when it is one of them
         (section 4.3; ``fw_gap`` is taken over it, and left out when there is none)."""
         self.node_sets = {n: self._declared_set(n) for n in self.roster.node_ids}
+        self.local_steps = {n: self._declared_steps(n) for n in self.roster.node_ids}
         self.gap_domain = smallest_set(list(self.node_sets.values()), list(self.layout.shapes),
                                        self.fw.scope)
         sets = sorted({f"{c.kind}({c.radius:g})" for c in self.node_sets.values()})
@@ -130,6 +137,17 @@ class FedFWStrategy(TorchModelStrategy):
             log(INFO, "FedFW: node sets %s; fw_gap over %s(%g)", sets, self.gap_domain.kind,
                 self.gap_domain.radius)
 
+    def _declared_steps(self, node: int) -> int:
+        """The local pass's K a node declared (0, so its points are refused, when unusable)."""
+        steps = self.roster.facts.get(node, {}).get(LOCAL_STEPS)
+        if not self.fw.local_pass:
+            return 1
+        if type(steps) is not int or not 1 <= steps <= MAX_LOCAL_STEPS:
+            log(WARNING, "node %s: local pass of %r steps is not in [1, %d]; its points are "
+                "refused", node, steps, MAX_LOCAL_STEPS)
+            return 0
+        return steps
+
     def _declared_set(self, node: int) -> Constraint:
         """The D_i a node declared, or the run's D when it declared none usable."""
         facts = self.roster.facts.get(node, {})
@@ -139,11 +157,25 @@ class FedFWStrategy(TorchModelStrategy):
             log(WARNING, "node %s: no usable D_i (%s); it uses the run's D", node, err)
             return self.fw.constraint
 
+    def rebind(self, old: int, new: int) -> None:
+        """The returning node gets its x_i as after a lost state (``sync``) and, under the
+        compact downlink, the whole mirror (as after a lost replica)."""
+        self.book.rebind(old, new)
+        points, total = self.mirror.state()
+        self.mirror = ConsensusMirror.restore(rekeyed(points, old, new), total)
+        self.node_sets = rekeyed(self.node_sets, old, new)
+        self.local_steps = rekeyed(self.local_steps, old, new)
+        self.version_of = rekeyed(self.version_of, old, new)
+        self.version_of[new] = None
+        self.fresh.discard(old)
+
     # -- training ----------------------------------------------------------------
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                         grid: Grid) -> Iterable[Message]:
         if self.mirror is None:
             self._start(grid, server_round)
+        else:
+            self._roster_failures += self.returning_nodes(grid, server_round)
         node_ids = self.book.node_ids
         chosen = [n for n in node_ids if self.rng.random() < self.fw.participation]
         self._asked = chosen
@@ -185,7 +217,8 @@ class FedFWStrategy(TorchModelStrategy):
         return self._updates_since(since)
 
     def _updates_since(self, since: int) -> dict:
-        config, arrays = pack_updates(since, [u for u in self.history if u.round > since])
+        config, arrays = pack_updates(since, [u for u in self.history if u.round > since],
+                                      len(self.book.node_ids))
         return {UPDATES: ConfigRecord(config), UPDATE_ARRAYS: arrays_to_record(arrays)}
 
     def _forget_replicas(self, nodes: Iterable[int]) -> None:
@@ -205,9 +238,10 @@ class FedFWStrategy(TorchModelStrategy):
         checked, rejected = self.book.screen(server_round, replies, self._checked_point)
         self._forget_replicas([n for n in self._asked
                                if n not in checked and self.book.needs_sync[n]])
-        points = {node: point for node, (_, point) in checked.items()}
+        points = {node: steps for node, (_, steps) in checked.items()}
         eta = self.fw.schedule.eta(server_round)
-        self.mirror.apply(points, eta)
+        self.mirror.apply_steps({node: self._with_etas(server_round, steps)
+                                 for node, steps in points.items()})
         if points and self.compact:
             self._forget_seen_rounds()  # once a round, before the round's points join
             index = {n: i for i, n in enumerate(self.book.node_ids)}
@@ -226,13 +260,26 @@ class FedFWStrategy(TorchModelStrategy):
         self._roster_failures = 0
         return params_to_record(self.layout, self.mirror.x_bar), metrics
 
-    def _checked_point(self, reply: Message) -> tuple[dict[str, np.ndarray], Params]:
-        """s_i's arrays as sent and decoded against the node's declared D_i (the decoders
-        validate everything)."""
+    def _with_etas(self, t: int, steps: list[Params]) -> list[tuple[float, Params]]:
+        """A node's round of K steps with their step sizes, as the node took them: eta_t for
+        one step, eta at schedule steps (t - 1) K + k + 1 for a local pass."""
+        k_steps = len(steps)
+        return [(self.fw.schedule.eta((t - 1) * k_steps + k + 1), s) for k, s in enumerate(steps)]
+
+    def _checked_point(self, reply: Message) -> tuple[dict[str, np.ndarray], list[Params]]:
+        """The round's points s_i as sent and decoded against the node's declared D_i (the
+        decoders validate everything); a local pass must carry the K points the node declared."""
         record = exact_records(reply.content, {FW_POINT: ArrayRecord})[FW_POINT]
-        constraint = self.node_sets[reply.metadata.src_node_id]
+        node = reply.metadata.src_node_id
+        constraint, shapes, scope = self.node_sets[node], self.layout.shapes, self.fw.scope
         arrays = record_to_arrays(record)
-        return arrays, decode_model_point(constraint, arrays, self.layout.shapes, self.fw.scope)
+        if not self.fw.local_pass:
+            return arrays, [decode_model_point(constraint, arrays, shapes, scope)]
+        steps = self.local_steps.get(node, 0)
+        points = decode_model_points(constraint, arrays, shapes, scope, max(steps, 1))
+        if len(points) != steps:
+            raise DecodeError(f"a local pass of {len(points)} points; the node declared {steps}")
+        return arrays, points
 
     # -- evaluation ----------------------------------------------------------------
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
@@ -275,7 +322,7 @@ class FedFWStrategy(TorchModelStrategy):
             state["book"] = self.book.to_record()
             state["mirror"] = params_by_node_record(points, self.layout)
             state["mirror-sum"] = params_to_record(self.layout, total, dtype=np.float64)
-            config, arrays = pack_updates(0, self.history)
+            config, arrays = pack_updates(0, self.history, len(self.roster.node_ids))
             nodes = self.roster.node_ids
             state["downlink"] = ConfigRecord({
                 "compact": self.compact, "version": self.version,
@@ -301,7 +348,8 @@ class FedFWStrategy(TorchModelStrategy):
         self.version_of = {n: None if v < 0 else v for n, v in zip(nodes, downlink["versions"])}
         self.fresh = {int(n) for n in downlink["fresh"]}
         _, self.history = unpack_updates(dict(state["history"]),
-                                         record_to_arrays(state["history-arrays"]), len(nodes))
+                                         record_to_arrays(state["history-arrays"]), len(nodes),
+                                         self.fw.schedule.eta)
 
 
 def build_fedfw(settings: RunSettings) -> FedFWStrategy:

@@ -65,7 +65,7 @@ from strategies.evaluation import (
     decode_evaluation_sums,
 )
 from strategies.node_book import NodeBook
-from strategies.roster import Roster
+from strategies.roster import Roster, rekeyed
 from strategies.screening import exact_records, screen_replies
 from strategies.state_records import restore_rng, rng_record
 from tasks.datasets import TaskData
@@ -148,6 +148,13 @@ class FFGBStrategy(FederatedStrategy):
         self.book = NodeBook(self.roster.node_ids, self.label)
         self.version_of = {n: None for n in self.roster.node_ids}
 
+    def rebind(self, old: int, new: int) -> None:
+        """The returning node holds no ensemble: it gets the whole of it with its next message."""
+        self.book.rebind(old, new)
+        self.version_of = rekeyed(self.version_of, old, new)
+        self.version_of[new] = None
+        self.own_of.pop(old, None)
+
     # -- messages -------------------------------------------------------------------------------
     def _delta_for(self, node: int) -> Delta:
         """What ``node`` lacks: everything after a failure, else since the version it holds,
@@ -196,6 +203,8 @@ class FFGBStrategy(FederatedStrategy):
                         grid: Grid) -> Iterable[Message]:
         if self.roster is None:
             self._start(grid, server_round)
+        else:
+            self._roster_failures += self.returning_nodes(grid, server_round)
         nodes = self._sample()
         phase, index = self.ffgb.phase(server_round)
         distilling = phase == DISTILL
@@ -345,7 +354,8 @@ class FFGBStrategy(FederatedStrategy):
                 exact_records(r.content, {METRICS: MetricRecord})[METRICS], kind),
             self.roster.node_ids)
         for node in screened.errors:  # it may not hold what we sent
-            self.book.needs_sync[node] = True
+            if node in self.book.needs_sync:  # (Flower's "node unavailable" comes from node 1)
+                self.book.needs_sync[node] = True
         sums = screened.in_order(self.roster.node_ids).values()
         combined = combine_evaluation_sums(sums, kind)
         if self.test_cache is not None:  # the central figures take the plain names

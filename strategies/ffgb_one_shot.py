@@ -28,6 +28,7 @@ from functions.ensembles import Ensemble
 from functions.protocol import TRAIN
 from oracles.boosting import AVERAGE, round_coefficients
 from strategies.ffgb import FFGBStrategy
+from strategies.roster import rekeyed
 
 
 class FFGBLOneShotStrategy(FFGBStrategy):
@@ -46,11 +47,18 @@ class FFGBLOneShotStrategy(FFGBStrategy):
                         grid: Grid) -> Iterable[Message]:
         if self.roster is None:
             self._start(grid, server_round)
+        else:
+            self._roster_failures += self.returning_nodes(grid, server_round)
         self.sampled = self._sample()  # the same draws as the multi-round run
         if server_round > 1:
             return []
         log(INFO, "%s: every node fits its %d learners once", self.label, self.ffgb.local_steps)
         return [self._message(node, server_round, TRAIN) for node in self.roster.node_ids]
+
+    def rebind(self, old: int, new: int) -> None:
+        """The learners the partition uploaded in round 1 stay in the pool, under the new id."""
+        super().rebind(old, new)
+        self.pool = rekeyed(self.pool, old, new)
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]
                         ) -> tuple[ArrayRecord | None, MetricRecord | None]:

@@ -26,6 +26,7 @@ from functions.protocol import (
     SYNC_NONE,
     TRAIN,
 )
+from strategies.roster import moved, rekeyed
 from strategies.screening import screen_replies
 
 T = TypeVar("T")
@@ -77,6 +78,14 @@ class NodeBook:
         for node in nodes:
             self.last_accepted[node] = server_round
             self.needs_sync[node] = False
+
+    def rebind(self, old: int, new: int) -> None:
+        """``new`` takes ``old``'s place (a restarted SuperNode of the same partition): same
+        position and last accepted round; it holds nothing, so it gets its restart records."""
+        self.node_ids = moved(self.node_ids, old, new)
+        self.last_accepted = rekeyed(self.last_accepted, old, new)
+        self.needs_sync = rekeyed(self.needs_sync, old, new)
+        self.needs_sync[new] = True
 
     def evaluate_messages(self, server_round: int, content: Mapping[str, object],
                           **config: int | float | str | bool) -> list[Message]:

@@ -1,15 +1,26 @@
-"""The run's nodes in partition order, learned once from a ``query.node`` round.
+"""The run's nodes in partition order: learned from a ``query.node`` round in round 1, and kept
+up to date when a SuperNode comes back under a new node id.
 
 Flower's node ids are random per run; every node's partition id comes from its node config, so
 ordering by it makes sampling and aggregation order the same for the same seed on every engine.
-A node whose answer is unusable is kept, after the others (ordered by node id), and counted as a
-failure of the round that asked.
+A node whose answer is unusable in round 1 is kept, after the others (ordered by node id), and
+counted as a failure of that round. A partition is served by one node only: a second node that
+claims it is a *claimant*, left out of the run (logged, not counted).
+
+A restarted SuperNode gets a new node id. At the start of every later round ``refresh`` compares
+Flower's connected node ids with the roster (no message when nothing changed): a new id is asked
+``query.node`` once and becomes a claimant; a claimant whose partition's node is no longer
+connected, and who declares the same facts, takes that node's place (same position in the order,
+so sampling and aggregation stay as they were). The strategy then moves its per-node books to
+the new id (``FederatedStrategy.rebind``), where the node counts as one that lost its state.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from logging import INFO, WARNING
+from typing import TypeVar
 
 from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.common.logger import log
@@ -20,6 +31,9 @@ from functions.protocol import NODE, NUM_PARTITIONS, PARTITION_ID, QUERY_NODE
 from strategies.screening import exact_records, screen_replies
 
 Facts = dict[str, int | float | str]
+V = TypeVar("V")
+CLAIMANTS = "claimants"  # checkpoint keys: the claimants' ids, and their facts under claimant/
+CLAIMANT_PREFIX = "claimant/"
 
 
 def _facts(reply: Message) -> Facts:
@@ -31,51 +45,130 @@ def _facts(reply: Message) -> Facts:
     return facts
 
 
+def _ask(grid: Grid, label: str, server_round: int, node_ids: list[int]
+         ) -> tuple[dict[int, Facts], int]:
+    """``query.node`` to ``node_ids``: the usable answers, and how many replies were dropped
+    (error replies are counted by the metered grid)."""
+    questions = [Message(RecordDict(), node, QUERY_NODE, group_id=str(server_round))
+                 for node in node_ids]
+    screened = screen_replies(label, server_round, grid.send_and_receive(questions), _facts,
+                              node_ids)
+    return screened.accepted, screened.rejected
+
+
+def rekeyed(mapping: Mapping[int, V], old: int, new: int) -> dict[int, V]:
+    """``mapping`` with key ``old`` renamed ``new`` in the same position (the order of per-node
+    books decides sums and sampling)."""
+    return {new if key == old else key: value for key, value in mapping.items()}
+
+
 @dataclass
 class Roster:
-    """Node ids in the run's fixed order, and what each node said about itself."""
+    """Node ids in the run's fixed order, what each node said about itself, and the connected
+    nodes left out (claimants: their facts, or None for an unusable answer)."""
 
     node_ids: list[int]
     facts: dict[int, Facts]
+    claimants: dict[int, Facts | None] = field(default_factory=dict)
 
     @classmethod
     def query(cls, grid: Grid, label: str, server_round: int) -> tuple[Roster, int]:
         """Ask every connected node; return the roster and how many answers were unusable."""
         node_ids = sorted(grid.get_node_ids())
-        questions = [Message(RecordDict(), node, QUERY_NODE, group_id=str(server_round))
-                     for node in node_ids]
-        replies = grid.send_and_receive(questions)
-        screened = screen_replies(label, server_round, replies, _facts, node_ids)
-        facts, rejected = screened.accepted, screened.rejected
+        answers, rejected = _ask(grid, label, server_round, node_ids)
+        facts: dict[int, Facts] = {}
+        claimants: dict[int, Facts | None] = {}
         owner: dict[int, int] = {}
-        for node in sorted(facts):
-            pid = facts[node][PARTITION_ID]
+        for node in sorted(answers):
+            pid = answers[node][PARTITION_ID]
             if pid in owner:
-                log(WARNING, "%s: nodes %s and %s both claim partition %d; %s goes last", label,
-                    owner[pid], node, pid, node)
-                del facts[node]
-                rejected += 1
+                log(WARNING, "%s: nodes %s and %s both claim partition %d; %s is left out while "
+                    "%s is connected", label, owner[pid], node, pid, node, owner[pid])
+                claimants[node] = answers[node]
             else:
-                owner[pid] = node
+                owner[pid], facts[node] = node, answers[node]
         last = len(node_ids)
-        order = sorted(node_ids, key=lambda n: (facts[n][PARTITION_ID] if n in facts else last, n))
+        order = sorted((n for n in node_ids if n not in claimants),
+                       key=lambda n: (facts[n][PARTITION_ID] if n in facts else last, n))
         log(INFO, "%s: %d nodes; partitions in order: %s", label, len(order),
             [facts[n][PARTITION_ID] if n in facts else "?" for n in order])
-        return cls(order, facts), rejected  # error replies: counted by the metered grid
+        return cls(order, {n: facts[n] for n in order if n in facts}, claimants), rejected
 
+    def refresh(self, grid: Grid, label: str, server_round: int
+                ) -> tuple[list[tuple[int, int]], int]:
+        """Take returning SuperNodes in: the (old, new) node ids rebound, in roster order, and how
+        many ``query.node`` answers were unusable. Only node ids never seen before are asked."""
+        connected = set(grid.get_node_ids())
+        self.claimants = {n: f for n, f in self.claimants.items() if n in connected}
+        new = sorted(connected.difference(self.node_ids, self.claimants))
+        rejected = 0
+        if new:
+            answers, rejected = _ask(grid, label, server_round, new)
+            self.claimants.update({n: answers.get(n) for n in new})
+        owner = {f[PARTITION_ID]: n for n, f in self.facts.items()}
+        rebinds = []
+        usable = [n for n, f in self.claimants.items() if f is not None]
+        for node in sorted(usable, key=lambda n: (self.claimants[n][PARTITION_ID], n)):
+            claim = self.claimants[node]
+            pid, old = claim[PARTITION_ID], owner.get(claim[PARTITION_ID])
+            reason = None
+            if old is None:
+                reason = f"no node of the run had partition {pid}"
+            elif old in connected:
+                reason = f"partition {pid} is served by node {old}"
+            elif claim != self.facts[old]:
+                reason = f"its facts {claim} differ from those of partition {pid}'s node {old}"
+            if reason is not None:
+                if node in new:
+                    log(WARNING, "%s round %d: node %s is left out: %s", label, server_round,
+                        node, reason)
+                continue
+            del self.claimants[node]
+            self.node_ids[self.node_ids.index(old)] = node
+            self.facts = rekeyed(self.facts, old, node)
+            owner[pid] = node
+            rebinds.append((old, node))
+            log(INFO, "%s round %d: node %s takes the place of node %s (partition %d), which is "
+                "no longer connected; it is brought up to date", label, server_round, node, old,
+                pid)
+        for node in new:
+            if node in self.claimants and self.claimants[node] is None:
+                log(WARNING, "%s round %d: node %s gave no usable answer to %s; it is left out",
+                    label, server_round, node, QUERY_NODE)
+        position = {n: i for i, n in enumerate(self.node_ids)}
+        return sorted(rebinds, key=lambda pair: position[pair[1]]), rejected
+
+    # -- checkpoint -----------------------------------------------------------------------------
     def to_record(self) -> ConfigRecord:
-        """The order and the facts (node ids as text: they do not fit a signed int64)."""
-        record = ConfigRecord({"node-ids": [str(n) for n in self.node_ids]})
+        """The order, the facts and the claimants (node ids as text: they do not fit a signed
+        int64)."""
+        record = ConfigRecord({"node-ids": [str(n) for n in self.node_ids],
+                               CLAIMANTS: [str(n) for n in self.claimants]})
         for node, facts in self.facts.items():
             record.update({f"{node}/{key}": value for key, value in facts.items()})
+        for node, facts in self.claimants.items():
+            record.update({f"{CLAIMANT_PREFIX}{node}/{key}": value
+                           for key, value in (facts or {}).items()})
         return record
 
     @classmethod
     def from_record(cls, record: ConfigRecord) -> Roster:
         node_ids = [int(n) for n in record["node-ids"]]
+        claimants: dict[int, Facts | None] = {int(n): None for n in record.get(CLAIMANTS, [])}
         facts: dict[int, Facts] = {}
         for key, value in record.items():
-            if key != "node-ids":
-                node, _, name = key.partition("/")
-                facts.setdefault(int(node), {})[name] = value
-        return cls(node_ids, facts)
+            if key in ("node-ids", CLAIMANTS):
+                continue
+            book = facts
+            if key.startswith(CLAIMANT_PREFIX):
+                key, book = key[len(CLAIMANT_PREFIX):], claimants
+            node, _, name = key.partition("/")
+            if book.get(int(node)) is None:
+                book[int(node)] = {}
+            book[int(node)][name] = value
+        return cls(node_ids, facts, claimants)
+
+
+def moved(nodes: Iterable[int], old: int, new: int) -> list[int]:
+    """``nodes`` with ``old`` replaced by ``new`` in its place."""
+    return [new if n == old else n for n in nodes]

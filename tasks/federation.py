@@ -26,6 +26,8 @@ class DataSpec:
     partitioning_s: float = 0.1
     partitioning_alpha: float = 0.5
     labels_per_client: int = 3
+    local_test: float = 0.0  # > 0: a node's test shard is this share of its own partition
+    image_scaling: str = "unit"
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,7 @@ def task_for(spec: DataSpec) -> TaskData:
         synthetic_alpha=spec.synthetic_alpha,
         synthetic_beta=spec.synthetic_beta,
         synthetic_samples=spec.synthetic_samples,
+        image_scaling=spec.image_scaling,
     )
 
 
@@ -81,19 +84,34 @@ def check_partitioning(spec: DataSpec, num_partitions: int) -> None:
     _train_partitions(spec, num_partitions)
 
 
+def _local_split(part: np.ndarray, fraction: float, partition_id: int, seed: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """(train, test) indices of a partition with ``fraction`` of it held out for testing (the
+    FedFW authors' per-user split: a shuffled 75/25 split of each user's data)."""
+    order = np.random.default_rng([seed, 104729, partition_id]).permutation(part)
+    n_test = min(len(part) - 1, max(1, round(fraction * len(part))))
+    return np.sort(order[n_test:]), np.sort(order[:n_test])
+
+
 def local_data(spec: DataSpec, partition_id: int, num_partitions: int) -> LocalData:
-    """The data of node ``partition_id`` of ``num_partitions``."""
+    """The data of node ``partition_id`` of ``num_partitions``: its training partition, and an
+    iid shard of the task's test set, or (``local_test``) a held-out share of its partition."""
     if not 0 <= partition_id < num_partitions:
         raise ConfigError.bound("partition-id", partition_id, f"in [0, {num_partitions})")
     task = task_for(spec)
     train_idx = _train_partitions(spec, num_partitions)[partition_id]
-    test_idx = _test_shard(len(task.y_test), partition_id, num_partitions, spec.seed)
+    if spec.local_test > 0:
+        train_idx, test_idx = _local_split(train_idx, spec.local_test, partition_id, spec.seed)
+        x_test, y_test = task.x_train[test_idx], task.y_train[test_idx]
+    else:
+        test_idx = _test_shard(len(task.y_test), partition_id, num_partitions, spec.seed)
+        x_test, y_test = task.x_test[test_idx], task.y_test[test_idx]
     return LocalData(
         task=task,
         partition_id=partition_id,
         num_partitions=num_partitions,
         x_train=task.x_train[train_idx],
         y_train=task.y_train[train_idx],
-        x_test=task.x_test[test_idx],
-        y_test=task.y_test[test_idx],
+        x_test=x_test,
+        y_test=y_test,
     )

@@ -17,6 +17,7 @@ ignore labels.
 """
 
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 from sklearn.cluster import KMeans
@@ -24,7 +25,9 @@ from sklearn.cluster import KMeans
 from tasks.datasets import as_class_labels
 from tasks.errors import ConfigError
 
-PARTITIONING_NAMES = ("iid", "label-sort", "labels-per-client", "dirichlet", "kmeans", "by-class")
+PARTITIONING_NAMES = ("iid", "label-sort", "labels-per-client", "shifted-labels", "dirichlet",
+                      "kmeans", "by-class")
+SHIFTED_LABELS_SIGMA = 1.0  # log-normal spread of the shares of a class among its holders
 
 
 def partition(
@@ -60,6 +63,8 @@ def partition(
         parts = _label_sort(as_class_labels(labels), num_partitions, s, rng)
     elif scheme == "labels-per-client":
         parts = _labels_per_client(as_class_labels(labels), num_partitions, labels_per_client, rng)
+    elif scheme == "shifted-labels":
+        parts = _shifted_labels(as_class_labels(labels), num_partitions, labels_per_client, rng)
     elif scheme == "dirichlet":
         parts = _dirichlet(as_class_labels(labels), num_partitions, alpha, seed)
     elif scheme == "kmeans":
@@ -112,6 +117,48 @@ def _labels_per_client(
     class at most once more than any other. The samples of a class are shuffled and split
     evenly among the clients holding it; classes no client holds are left out.
     """
+    return _deal_classes(
+        labels, num_partitions, per_client, rng,
+        holds=lambda p, k, n: any((p * per_client + i) % n == k for i in range(per_client)),
+        shares=lambda members, holders, _: np.array_split(members, holders))
+
+
+def _shifted_labels(
+    labels: np.ndarray, num_partitions: int, per_client: int, rng: np.random.Generator
+) -> list[np.ndarray]:
+    """The FedFW authors' non-IID users: user u holds the c classes (u + j) mod K, j < c, of the
+    sorted classes, with unequal sizes: a class's samples are shared among its holders in
+    log-normal proportions (sigma ``SHIFTED_LABELS_SIGMA``), each holder getting at least one.
+
+    The authors' generator (not in their repository) draws user sizes from a log-normal plus
+    300-3000 samples per label from the full MNIST; here the proportions follow a log-normal and
+    every sample of a held class is used, so the split fits a small dataset such as mnist-5k.
+    """
+    return _deal_classes(
+        labels, num_partitions, per_client, rng,
+        holds=lambda u, k, n: any((u + j) % n == k for j in range(per_client)),
+        shares=_log_normal_shares)
+
+
+def _log_normal_shares(members: np.ndarray, holders: int, rng: np.random.Generator
+                       ) -> list[np.ndarray]:
+    """``members`` in ``holders`` chunks of log-normal relative sizes, each at least one."""
+    if len(members) < holders:
+        raise ConfigError.bound("num-partitions", holders,
+                                "small enough that each holder of a class gets a sample")
+    weights = rng.lognormal(0.0, SHIFTED_LABELS_SIGMA, size=holders)
+    extra = np.floor(weights / weights.sum() * (len(members) - holders)).astype(int)
+    extra[: len(members) - holders - extra.sum()] += 1  # the rounding remainder
+    return np.split(members, np.cumsum(1 + extra)[:-1])
+
+
+def _deal_classes(
+    labels: np.ndarray, num_partitions: int, per_client: int, rng: np.random.Generator,
+    holds: Callable[[int, int, int], bool],
+    shares: Callable[[np.ndarray, int, np.random.Generator], list[np.ndarray]],
+) -> list[np.ndarray]:
+    """Each class's shuffled samples cut into ``shares`` among the partitions p that
+    ``holds(p, k, K)`` class number k of K; a class nobody holds is left out."""
     classes = np.unique(labels)
     if not 1 <= per_client <= len(classes):
         raise ConfigError.bound(
@@ -119,17 +166,15 @@ def _labels_per_client(
             per_client,
             f"between 1 and the number of classes ({len(classes)})",
         )
-    held = [[classes[(p * per_client + i) % len(classes)] for i in range(per_client)]
-            for p in range(num_partitions)]
     parts: list[list[np.ndarray]] = [[] for _ in range(num_partitions)]
-    for cls in classes:
-        holders = [p for p in range(num_partitions) if cls in held[p]]
+    for k, cls in enumerate(classes):
+        holders = [p for p in range(num_partitions) if holds(p, k, len(classes))]
         if not holders:
             continue
         members = rng.permutation(np.flatnonzero(labels == cls))
-        for p, chunk in zip(holders, np.array_split(members, len(holders))):
+        for p, chunk in zip(holders, shares(members, len(holders), rng)):
             parts[p].append(chunk)
-    return [np.concatenate(chunks) for chunks in parts]
+    return [np.concatenate(chunks) if chunks else np.zeros(0, np.int64) for chunks in parts]
 
 
 def _dirichlet(

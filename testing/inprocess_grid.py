@@ -6,6 +6,13 @@ of the shipped packages.
 Each message is passed through Flower's own protobuf serialisation both ways, each
 node keeps its own Context (so Context.state persists across rounds), and a client
 exception becomes an error reply, as on Flower's engines. No Ray, no processes.
+
+Nodes can come and go between rounds (``leave``, ``join``): a node that left is no longer
+listed and each message to it gets the SuperLink's "node unavailable" error reply, as from
+Flower; a node that joins is a SuperNode (re)started with a fresh node id and an empty
+Context.state. The grid's clock is the round of the messages sent (``server-round`` in their
+config, else their group id): a change for round r is in place when the ServerApp asks for the
+node ids at the start of round r (after a message of round r - 1) or sends a message of round r.
 """
 
 from __future__ import annotations
@@ -18,9 +25,11 @@ from typing import Any
 from flwr.app import Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common.serde import message_from_proto, message_to_proto
+from flwr.server.superlink.linkstate.utils import create_message_error_unavailable_res_message
 from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
+from functions.protocol import CONFIG, SERVER_ROUND
 from run_config.declared import with_overrides
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the checkout
@@ -47,6 +56,15 @@ def _wire(message: Message) -> Message:
     return message_from_proto(message_to_proto(message))
 
 
+def round_of(message: Message) -> int | None:
+    """The round a message belongs to: its config's ``server-round``, else its group id."""
+    config = message.content.config_records.get(CONFIG)
+    if config is not None and type(config.get(SERVER_ROUND)) is int:
+        return config[SERVER_ROUND]
+    group = message.metadata.group_id
+    return int(group) if group.isdigit() else None
+
+
 class LocalGrid(Grid):
     """Runs ``client_app`` synchronously for ``num_nodes`` nodes with their own node config."""
 
@@ -70,8 +88,45 @@ class LocalGrid(Grid):
             )
             for i, node_id in enumerate(self.node_ids)
         }
+        self.config = dict(config)
         self.replies: dict[str, Message] = {}
         self.down: list[Message] = []
+        self.gone: set[int] = set()  # nodes that left (their Contexts stay, for inspection)
+        self.round = 0  # the latest round of a message sent
+        self._changes: list[tuple[int, str, int]] = []  # (round, "leave" or "join", node id)
+
+    # -- nodes that come and go ----------------------------------------------------------------
+    def partition_node(self, partition_id: int) -> int:
+        """The first node that served ``partition_id``."""
+        return next(n for n, c in self.contexts.items()
+                    if c.node_config["partition-id"] == partition_id)
+
+    def leave(self, node_id: int, from_round: int) -> None:
+        """Node ``node_id`` is gone from round ``from_round`` on."""
+        self._changes.append((from_round, "leave", node_id))
+
+    def join(self, partition_id: int, from_round: int) -> int:
+        """A SuperNode for ``partition_id`` with a fresh node id (below every id so far, so
+        ordering by node id would put it first) and an empty state, from round ``from_round``
+        on; returns its node id."""
+        node_id = min(self.contexts) - 977
+        first = self.contexts[self.partition_node(partition_id)]
+        self.contexts[node_id] = Context(run_id=RUN_ID, node_id=node_id,
+                                         node_config=dict(first.node_config), state=RecordDict(),
+                                         run_config=dict(self.config))
+        self._changes.append((from_round, "join", node_id))
+        return node_id
+
+    def _advance(self, server_round: int) -> None:
+        """Carry out the changes due by ``server_round``."""
+        for change in [c for c in self._changes if c[0] <= server_round]:
+            self._changes.remove(change)
+            _, kind, node_id = change
+            if kind == "leave":
+                self.node_ids.remove(node_id)
+                self.gone.add(node_id)
+            else:
+                self.node_ids.append(node_id)
 
     def set_run(self, run) -> None:  # noqa: ANN001
         raise NotImplementedError("LocalGrid has a fixed run")
@@ -85,10 +140,14 @@ class LocalGrid(Grid):
         return Message(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
 
     def get_node_ids(self) -> Iterable[int]:
+        self._advance(self.round + 1)
         return list(self.node_ids)
 
     def _deliver(self, message: Message) -> Message:
         received = _wire(message)
+        if received.metadata.dst_node_id in self.gone:  # the SuperLink answers (from node 1)
+            return _wire(create_message_error_unavailable_res_message(received.metadata,
+                                                                      "node_unavail"))
         context = self.contexts[received.metadata.dst_node_id]
         try:
             reply = self.client_app(received, context)
@@ -101,6 +160,10 @@ class LocalGrid(Grid):
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         ids = []
         for message in messages:
+            server_round = round_of(message)
+            if server_round is not None:
+                self.round = max(self.round, server_round)
+                self._advance(self.round)
             message.metadata.__dict__["_message_id"] = str(uuid.uuid4())
             if self.keep_messages:
                 self.down.append(message)

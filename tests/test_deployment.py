@@ -3,24 +3,37 @@ authentication, three registered SuperNodes and one that is not (refused), every
 run for two rounds through ``flwr run``, and a run that loses a SuperNode mid-way and completes.
 
 Every process is started and stopped by PID (``deploy.local.Deployment``); ports are loopback
-only; the work directory is pytest's temporary one.
+only; the work directories are pytest's temporary ones.
+
+Two deployments run side by side, so the run that loses a node (which waits out a
+``reply-timeout``) overlaps the families' runs. The families' SuperLink and SuperNodes fork their
+ServerApp and ClientApp processes from a warm parent (``--isolation process`` with
+``deploy.warm_superexec``: Flower's own ``flwr-serverapp`` / ``flwr-clientapp`` entry points, the
+app loaded from the run's FAB, without about 4 s of imports per process). The other deployment
+keeps Flower's default ``--isolation subprocess`` (the SuperLink's or SuperNode's own SuperExec
+starts a fresh process per run or message) for its SuperLink and for the SuperNode that is
+killed; its two survivors are warm, so their replies beat the 30 s ``reply-timeout`` however
+busy the machine. Jobs are submitted from a copy of the project's app files
+(``deploy.local.app_copy``: the same FAB; ``flwr run .`` spends about 5 s walking the checkout's
+.venv).
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from deploy.local import Deployment, free_port_block
+from deploy.local import Deployment, app_copy, free_port_block
 from run_config.declared import parse_overrides
 from tests.helpers import run_app
 
 NODES = 3
-# no federated evaluation: a SuperNode starts one ClientApp process per message (about 3 s
-# each on 2 cores), so every message saved is time saved
+# no federated evaluation: a SuperNode handles one message at a time, each in a ClientApp
+# process, so every message saved is time saved
 COMMON = ("num-server-rounds=2 min-nodes=3 reply-timeout=300 fedfw.federated-eval=false "
           "feddr.federated-eval=false ffgb.federated-eval=false fedfun.federated-eval=false")
 FAMILIES = {
@@ -32,6 +45,9 @@ FAMILIES = {
     "fedfun": "algorithm='fedfun' task='wine' fedfun.initial-steps=50 fedfun.local-steps=20 "
               "fedfun.hidden='8' fedfun.penalty-samples=50",
 }
+KILLED = ("algorithm='fedfw' task='synthetic' num-server-rounds=4 min-nodes=3 "
+          "fedfw.federated-eval=false reply-timeout=30")
+KILLED_NODE = 2  # Flower's default isolation; the other two are warm
 
 
 def rows(results: Path, name: str) -> list[dict]:
@@ -40,14 +56,71 @@ def rows(results: Path, name: str) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory):
+def app(tmp_path_factory) -> Path:
+    return app_copy(tmp_path_factory.mktemp("app") / "app")
+
+
+class KilledRun:
+    """The run that loses a SuperNode, driven on its own deployment by a thread: submit, wait for
+    round 1 in metrics.json, SIGKILL supernode-2's process group (its SuperExec and ClientApps
+    with it), wait for the run to finish."""
+
+    def __init__(self, deployment: Deployment, app: Path) -> None:
+        self.deployment, self.app = deployment, app
+        self.results = deployment.workdir / "results"
+        self.status: str | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._drive, daemon=True)
+
+    def _drive(self) -> None:
+        try:
+            run_id = self.deployment.submit(
+                f"{KILLED} output-dir='{self.results}' run-name='killed'", self.app)
+            deadline = time.monotonic() + 300
+            while not any(r["round"] >= 1 for r in rows(self.results, "killed")):
+                if time.monotonic() > deadline:
+                    raise TimeoutError("round 1 never finished")
+                time.sleep(1)
+            self.deployment.kill(f"supernode-{KILLED_NODE}")
+            self.status = self.deployment.wait_for_runs([run_id], timeout=600)[run_id]
+        except BaseException as err:  # noqa: BLE001 - reported by the test
+            self.error = err
+
+    def result(self, timeout: float) -> str | None:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), f"the run losing a node still going after {timeout} s"
+        if self.error is not None:
+            raise self.error
+        return self.status
+
+
+@pytest.fixture(scope="module")
+def killed(tmp_path_factory, app):
+    d = Deployment(tmp_path_factory.mktemp("killed"), tls=True, auth=True,
+                   base_port=free_port_block(low=25000, high=30000))
+    run = KilledRun(d, app)
+    try:
+        d.start_superlink()
+        for i in range(NODES):
+            d.start_supernode(i, NODES, warm=i != KILLED_NODE)
+        run.thread.start()
+        yield run
+    finally:
+        d.stop()
+        if run.thread.is_alive():
+            run.thread.join(30)
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory, killed):  # killed: started first, so the runs overlap
     d = Deployment(tmp_path_factory.mktemp("deploy"), tls=True, auth=True,
-                   base_port=free_port_block())
+                   base_port=free_port_block(low=20000, high=25000), warm=True)
     try:
         d.start_superlink()
         for i in range(NODES):
             d.start_supernode(i, NODES)
-        intruder = d.start_supernode(0, NODES, registered=False, name="intruder", slot=NODES)
+        intruder = d.start_supernode(0, NODES, registered=False, name="intruder", slot=NODES,
+                                     warm=False)
         intruder.wait(120)
         yield d
     finally:
@@ -61,12 +134,13 @@ def test_an_unregistered_supernode_is_refused(deployment):
     assert not any(n.startswith("supernode-") for n in deployment.exited())
 
 
-def test_every_family_runs_two_rounds_over_tls(deployment):
+def test_every_family_runs_two_rounds_over_tls(deployment, app):
     results = deployment.workdir / "results"
-    run_ids = {name: deployment.submit(f"{config} {COMMON} output-dir='{results}' "
-                                       f"run-name='{name}'")
-               for name, config in FAMILIES.items()}
-    statuses = deployment.wait_for_runs(list(run_ids.values()), timeout=900)
+    names = list(FAMILIES)
+    run_ids = deployment.submit_all(
+        [f"{FAMILIES[name]} {COMMON} output-dir='{results}' run-name='{name}'" for name in names],
+        app)
+    statuses = deployment.wait_for_runs(run_ids, timeout=900)
     assert set(statuses.values()) == {"finished:completed"}, statuses
     for name in FAMILIES:
         done = rows(results, name)
@@ -92,18 +166,9 @@ def test_the_deployment_gives_the_in_process_engine_s_numbers(deployment, tmp_pa
                 {k: b[k] for k in keys if k in b}, rel=1e-12, abs=0.0), name
 
 
-def test_a_run_that_loses_a_supernode_completes_and_counts_it(deployment):
-    results = deployment.workdir / "results"
-    run_id = deployment.submit(
-        f"algorithm='fedfw' task='synthetic' num-server-rounds=4 min-nodes=3 "
-        f"fedfw.federated-eval=false reply-timeout=30 output-dir='{results}' run-name='killed'")
-    deadline = time.monotonic() + 300
-    while not any(r["round"] >= 1 for r in rows(results, "killed")):
-        assert time.monotonic() < deadline, "round 1 never finished"
-        time.sleep(1)
-    deployment.kill("supernode-2")
-    status = deployment.wait_for_runs([run_id], timeout=600)[run_id]
-    done = rows(results, "killed")
+def test_a_run_that_loses_a_supernode_completes_and_counts_it(killed):
+    status = killed.result(timeout=900)
+    done = rows(killed.results, "killed")
     assert status == "finished:completed"
     assert [r["round"] for r in done] == [0, 1, 2, 3, 4]
     assert sum(r["failures"] for r in done[2:]) >= 1

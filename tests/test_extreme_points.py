@@ -57,8 +57,9 @@ def test_mclr_encoded_sizes():
     assert dense == 4 * (600 + 10) == 2440
     sizes = {kind: encoded_nbytes(encode_point_list(Constraint(kind, R), mclr_points(kind)))
              for kind in CONSTRAINT_NAMES}
-    # packed across tensors: indices in the largest tensor's dtype (uint16 for 600 entries)
-    assert sizes == {"l1": 2 * 2 + 2 * 1, "simplex": 2 * 2, "box": 75 + 2,
+    # packed across tensors: indices in the largest tensor's dtype (uint16 for 600 entries; an
+    # l1 vertex code 2 j + sign bit < 1200 too)
+    assert sizes == {"l1": 2 * 2, "simplex": 2 * 2, "box": 75 + 2,
                      "nuclear": 4 * (10 + 60) + 4 * (1 + 10), "l2": dense}
     assert sizes["l1"] <= 2 * (4 + 1)
     weight_only = {
@@ -71,14 +72,26 @@ def test_mclr_encoded_sizes():
     assert weight_only["nuclear"] < 0.12
 
 
-@pytest.mark.parametrize(("n", "dtype"), [(1, np.uint8), (256, np.uint8), (257, np.uint16),
-                                          (70_000, np.uint32)])
-def test_index_dtype_is_the_smallest_that_fits(n, dtype):
+@pytest.mark.parametrize(("n", "dtype"), [(1, np.uint8), (128, np.uint8), (129, np.uint16),
+                                          (32_768, np.uint16), (32_769, np.uint32)])
+@pytest.mark.parametrize("sign", [1, -1])
+def test_vertex_dtype_is_the_smallest_that_fits(n, dtype, sign):
     c = Constraint("l1", R)
     s = np.zeros(n)
-    s[-1] = -R
+    s[-1] = sign * R
     encoded = encode_extreme_point(c, s)
-    assert encoded["index"].dtype == dtype and encoded["sign"].tolist() == [-1]
+    assert encoded["vertex"].dtype == dtype
+    assert encoded["vertex"].tolist() == [2 * (n - 1) + (sign < 0)]
+    np.testing.assert_array_equal(decode_extreme_point(c, encoded, (n,)), s)
+
+
+@pytest.mark.parametrize(("n", "dtype"), [(256, np.uint8), (257, np.uint16)])
+def test_simplex_index_dtype_is_the_smallest_that_fits(n, dtype):
+    c = Constraint("simplex", R)
+    s = np.zeros(n)
+    s[-1] = R
+    encoded = encode_extreme_point(c, s)
+    assert encoded["index"].dtype == dtype
     np.testing.assert_array_equal(decode_extreme_point(c, encoded, (n,)), s)
 
 
@@ -95,7 +108,7 @@ def test_global_scope_point_encodes_as_one_flat_tensor():
     points = lmo_per_tensor(c, [rng.standard_normal(s) for s in MCLR], scope="global")
     flat = np.concatenate([p.ravel() for p in points])
     encoded = encode_extreme_point(c, flat)
-    assert encoded_nbytes(encoded) == 3
+    assert encoded_nbytes(encoded) == 2
     np.testing.assert_array_equal(decode_extreme_point(c, encoded, flat.shape), flat)
 
 
@@ -128,13 +141,15 @@ def _with(kind: str, **changes) -> dict[str, np.ndarray]:
 
 
 BAD = {
-    "missing key": ("l1", _with("l1", sign=None)),
+    "missing key": ("l1", _with("l1", vertex=None)),
     "extra key": ("simplex", _with("simplex", sign=np.array([1], dtype=np.int8))),
-    "wrong index dtype": ("l1", _with("l1", index=np.array([3], dtype=np.int64))),
+    "old index-and-sign form": ("l1", _with("l1", vertex=None, index=np.array([3], np.uint8),
+                                            sign=np.array([1], np.int8))),
+    "wrong index dtype": ("l1", _with("l1", vertex=np.array([3], dtype=np.int64))),
     "wrong float dtype": ("nuclear", _with("nuclear", u=good("nuclear")["u"].astype(np.float64))),
     "index out of range": ("simplex", _with("simplex", index=np.array([20], dtype=np.uint8))),
-    "sign zero": ("l1", _with("l1", sign=np.array([0], dtype=np.int8))),
-    "two signs": ("l1", _with("l1", sign=np.array([1, 1], dtype=np.int8))),
+    "vertex out of range": ("l1", _with("l1", vertex=np.array([40], dtype=np.uint8))),
+    "two vertices": ("l1", _with("l1", vertex=np.array([1, 1], dtype=np.uint8))),
     "NaN in dense": ("l2", _with("l2", x=np.full(20, np.nan, dtype=np.float32))),
     "non-unit u": ("nuclear", _with("nuclear", u=2 * good("nuclear")["u"])),
     "NaN in v": ("nuclear", _with("nuclear", v=np.full(5, np.nan, dtype=np.float32))),
@@ -172,18 +187,17 @@ def test_decoder_rejects_bad_sizes_and_shapes():
 def test_point_list_decoder_rejects_bad_keys_lengths_and_ranges():
     c = Constraint("l1", R)
     arrays = encode_point_list(c, mclr_points("l1"))
-    assert sorted(arrays) == ["index", "sign"] and arrays["index"].dtype == np.uint16
-    for key in ("t2.index", "t0.index", "x"):
+    assert sorted(arrays) == ["vertex"] and arrays["vertex"].dtype == np.uint16
+    for key in ("t2.vertex", "t0.vertex", "x", "sign"):
         with pytest.raises(DecodeError, match="expected keys"):
             decode_point_list(c, {**arrays, key: np.array([0], dtype=np.uint8)}, MCLR)
-    with pytest.raises(DecodeError, match="expected keys"):
-        decode_point_list(c, {"index": arrays["index"]}, MCLR)
     with pytest.raises(DecodeError, match=r"expected shape \(2,\)"):
-        decode_point_list(c, {**arrays, "sign": np.array([1], dtype=np.int8)}, MCLR)
-    # the bias has 10 entries: index 10 is out of its range although it fits the packed uint16;
-    # a range check after narrowing to the bias's uint8 would let 266 wrap to 10 and 261 to 5
-    for bad in (10, 261, 600):
-        with pytest.raises(DecodeError, match="^t1: index"):
-            decode_point_list(c, {**arrays, "index": np.array([3, bad], dtype=np.uint16)}, MCLR)
+        decode_point_list(c, {"vertex": arrays["vertex"][:1]}, MCLR)
+    # the bias has 10 entries (vertex codes 0..19): 20 is out of its range although it fits the
+    # packed uint16; a range check after narrowing to the bias's uint8 would let 276 wrap to 20
+    # and 261 to 5
+    for bad in (20, 261, 1200):
+        with pytest.raises(DecodeError, match="^t1: vertex"):
+            decode_point_list(c, {"vertex": np.array([3, bad], dtype=np.uint16)}, MCLR)
     with pytest.raises(DecodeError, match="dtype uint16"):
-        decode_point_list(c, {**arrays, "index": np.array([3, 5], dtype=np.uint32)}, MCLR)
+        decode_point_list(c, {"vertex": np.array([3, 5], dtype=np.uint32)}, MCLR)

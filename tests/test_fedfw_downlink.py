@@ -90,35 +90,49 @@ def test_auto_sends_points_only_where_they_are_smaller(tmp_path, constraint, cli
 
 
 # -- the codec ------------------------------------------------------------------------------------
+ETAS = {2: 0.5, 5: 0.25, 9: 0.125}
+
+
 def _updates() -> list[RoundPoints]:
-    point = {"index": np.array([3], np.uint16), "sign": np.array([1], np.int8)}
+    point = {"vertex": np.array([7], np.uint16)}
     return [RoundPoints(2, 0.5, ((0, point), (2, point))), RoundPoints(5, 0.25, ((1, point),))]
 
 
 def test_updates_round_trip():
-    config, arrays = pack_updates(1, _updates())
-    since, updates = unpack_updates(config, arrays, 3)
+    config, arrays = pack_updates(1, _updates(), 3)
+    assert sorted(config) == ["rounds", "since"]  # eta_t comes from the schedule on both sides
+    assert arrays["accepted"].tolist() == [0b10100000, 0b01000000]
+    since, updates = unpack_updates(config, arrays, 3, ETAS.get)
     assert since == 1 and [(u.round, u.eta, [i for i, _ in u.points]) for u in updates] == [
         (2, 0.5, [0, 2]), (5, 0.25, [1])]
+
+
+@pytest.mark.parametrize("nodes", [(2, 0), (1, 1), (0, 3)])
+def test_points_out_of_roster_order_are_not_packed(nodes):
+    point = {"vertex": np.array([7], np.uint16)}
+    with pytest.raises(ValueError, match="roster order"):
+        pack_updates(1, [RoundPoints(2, 0.5, tuple((i, point) for i in nodes))], 3)
 
 
 @pytest.mark.parametrize("change", [
     lambda c, a: c.update(rounds=[2, 2]),
     lambda c, a: c.update(since=3),
-    lambda c, a: c.update(etas=[0.5, 1.5]),
-    lambda c, a: a.update(nodes=np.array([0, 7, 1], np.uint8)),
-    lambda c, a: a.update(nodes=np.array([0, 2, 1], np.int64)),
-    lambda c, a: c.update(counts=[1, 1]),
-    lambda c, a: [a.pop(k) for k in ("1.0.sign", "1.0.index")],
-    lambda c, a: a.update({"9.0.sign": np.array([1], np.int8)}),
+    lambda c, a: c.update(rounds=[2, 5, 9]),
+    lambda c, a: a.update(accepted=np.array([0b10110000, 0b01000000], np.uint8)),
+    lambda c, a: a.update(accepted=np.array([0b10100000, 0b01010000], np.uint8)),
+    lambda c, a: a.update(accepted=a["accepted"].view(np.int8)),
+    lambda c, a: a.update(accepted=np.array([0b10100000], np.uint8)),
+    lambda c, a: a.pop("accepted"),
+    lambda c, a: a.pop("1.0.vertex"),
+    lambda c, a: a.update({"9.0.vertex": np.array([1], np.uint16)}),
     lambda c, a: a.update({"junk": np.array([1])}),
-    lambda c, a: c.pop("etas"),
+    lambda c, a: c.pop("rounds"),
 ])
 def test_malformed_updates_are_refused(change):
-    config, arrays = pack_updates(1, _updates())
+    config, arrays = pack_updates(1, _updates(), 3)
     change(config, arrays)
     with pytest.raises(DecodeError):
-        unpack_updates(config, arrays, 3)
+        unpack_updates(config, arrays, 3, ETAS.get)
 
 
 def test_a_replica_round_trips_and_refuses_wrong_arrays():

@@ -31,11 +31,11 @@ def test_l1_upload_is_a_few_bytes_per_client(tmp_path):
     grid, rows = run_fw(tmp_path, num_nodes=10, **{"num-server-rounds": 3})
     for row in rows[1:]:
         assert row["participants"] == 10 and row["failures"] == 0
-        # MCLR 60x10: two uint16 indices and two int8 signs, packed = 6 bytes per client
+        # MCLR 60x10: two uint16 vertex codes (index and sign), packed = 4 bytes per client
         assert row["bytes_up_train"] / row["participants"] <= 64
-        assert row["bytes_up_train"] == 10 * 6
+        assert row["bytes_up_train"] == 10 * 4
         # on the wire Flower adds keys, dtypes, shapes and a ~128-byte header per array
-        assert 10 * 6 < row["wire_bytes_up"] < 10 * 2440  # (train and evaluation replies)
+        assert 10 * 4 < row["wire_bytes_up"] < 10 * 2440  # (train and evaluation replies)
 
 
 def test_server_mirror_equals_the_mean_of_client_states(tmp_path):
@@ -108,7 +108,7 @@ def test_per_client_l2_superset_runs_and_sends_dense_points(tmp_path):
     sets = [{"fedfw.constraint": "l2", "fedfw.radius": 10.0}, {}, {}, {}]
     _, rows = run_fw(tmp_path, num_nodes=4, node_configs=sets, **{"num-server-rounds": 3})
     assert rows[-1]["failures"] == 0
-    assert rows[-1]["bytes_up_train"] == 3 * 6 + (60 * 10 + 10) * 4
+    assert rows[-1]["bytes_up_train"] == 3 * 4 + (60 * 10 + 10) * 4
 
 
 def test_a_node_that_lost_its_state_is_resent_x_i(tmp_path):

@@ -97,6 +97,15 @@ def test_labels_per_client_with_few_clients_covers_as_many_labels_as_possible():
     assert sum(len(p) for p in parts) == np.isin(LABELS, range(6)).sum()
 
 
+def test_shifted_labels_gives_user_u_labels_u_to_u_plus_c_with_unequal_sizes():
+    parts = _split("shifted-labels", num_partitions=10, labels_per_client=3)
+    assert [sorted(set(LABELS[p].tolist())) for p in parts] == [
+        sorted({u % 10, (u + 1) % 10, (u + 2) % 10}) for u in range(10)]
+    assert sum(len(p) for p in parts) == len(LABELS)  # every sample of a held class is used
+    sizes = [len(p) for p in parts]
+    assert max(sizes) > 1.3 * min(sizes)  # log-normal shares, not an even split
+
+
 def test_dirichlet_skew_grows_as_alpha_shrinks():
     skewed = np.mean([_label_tv(p) for p in _split("dirichlet", alpha=0.1)])
     mild = np.mean([_label_tv(p) for p in _split("dirichlet", alpha=100.0)])

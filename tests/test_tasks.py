@@ -218,3 +218,15 @@ def test_online_task_uses_converted_splits(monkeypatch, fresh_cache):
     assert task.input_shape == (1, 28, 28) and task.num_classes == 10
     assert len(task.y_train) == 6 and len(task.y_test) == 2
     assert task.default_model == "mlp" and task.kind == "classification"
+
+
+def test_centred_image_scaling_maps_pixels_to_minus_one_one():
+    unit, centred = load_task("mnist-5k"), load_task("mnist-5k", image_scaling="centred")
+    assert unit.x_train.min() == 0.0 and unit.x_train.max() == 1.0
+    assert centred.x_train.min() == -1.0 and centred.x_train.max() == 1.0
+    np.testing.assert_allclose(centred.x_test, 2 * unit.x_test - 1, atol=1e-6)
+    assert not centred.x_train.flags.writeable
+    assert load_task("mnist-5k", image_scaling="centred") is centred  # cached
+    assert load_task("digits", image_scaling="centred") is load_task("digits")  # images only
+    with pytest.raises(ConfigError, match="image-scaling"):
+        load_task("mnist-5k", image_scaling="standard")

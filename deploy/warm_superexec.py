@@ -1,0 +1,157 @@
+"""A SuperExec that forks each ServerApp / ClientApp process from a warm parent.
+
+Flower's SuperExec (``flower-superexec``, which ``flower-superlink`` and ``flower-supernode``
+start themselves in their default ``--isolation subprocess`` mode) starts a fresh interpreter,
+``flwr-serverapp`` per run or ``flwr-clientapp`` per message, and each spends about 4 s of CPU
+importing flwr, torch, scikit-learn and the app before it does anything (measured on this
+project: most of a deployment round on 2 cores). This SuperExec, for ``--isolation process``,
+imports those libraries once and then runs Flower's own loop (``run_superexec``: ask the Runtime
+API for a task token, launch it) with an executor that forks instead. The child runs the console
+script's own entry point (``flwr-clientapp``, ``flwr-serverapp``) with the arguments Flower's
+subprocess executor would pass, so it pulls its task, installs the FAB, loads the app *from the
+FAB* and pushes its result exactly as a fresh process does; only the interpreter start-up and the
+third-party imports are shared. The project's own modules are dropped from ``sys.modules`` after
+the warm-up, so every child imports the app from the run's FAB (as Flower does), never from this
+checkout.
+
+    flower-supernode ... --isolation process --port P
+    python -m deploy.warm_superexec --runtime-api-address 127.0.0.1:P --insecure \\
+        --parent-pid <SuperNode pid> --preload client_app.app
+
+Test tooling (``deploy.local.Deployment(warm=True)``); production uses Flower's own SuperExec.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import signal
+import sys
+import traceback
+from importlib.metadata import entry_points
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[1]
+ENTRY_POINTS: dict = {}  # console script -> its function, loaded before forking
+
+
+def preload(modules: list[str]) -> None:
+    """Import ``modules`` (and so their libraries), then forget the project's own modules."""
+    for name in modules:
+        importlib.import_module(name)
+    prefix = Path(sys.prefix).resolve()
+    own = set()
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)  # some are relative (torch.ops: "_ops.py")
+        if "." in name or file is None or not os.path.isabs(file):
+            continue
+        path = Path(file).resolve()
+        if path.is_relative_to(PROJECT) and not path.is_relative_to(prefix):
+            own.add(name)
+    for name in list(sys.modules):
+        if name.partition(".")[0] in own:
+            del sys.modules[name]
+
+
+def _entry_point(command: str):
+    """The function behind one of flwr's console scripts (``flwr-clientapp``, ...)."""
+    if command not in ENTRY_POINTS:
+        (script,) = entry_points(group="console_scripts", name=command)
+        ENTRY_POINTS[command] = script.load()
+    return ENTRY_POINTS[command]
+
+
+def _run_child(command: str, argv: list[str]) -> None:
+    """In the forked child: run the console script ``command`` with ``argv``; never returns."""
+    code = 1
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        sys.argv = [command, *argv]
+        _entry_point(command)()
+        code = 0
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except BaseException:  # noqa: BLE001 - report whatever it was, then exit
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+class ForkExecutor:
+    """Flower's executor protocol (``flwr.supercore.superexec.executor.types.Executor``): each
+    launch is a fork running the task's console script with the subprocess executor's
+    arguments."""
+
+    def __init__(self) -> None:
+        self.children: set[int] = set()
+
+    def get_eligible_capacity(self, supported_task_types, *, insecure=False,
+                              root_certificates_path=None):
+        del insecure, root_certificates_path
+        return supported_task_types, set()
+
+    def wait_for_capacity(self, task_type=None, *, fab_hash=None, insecure=False,
+                          root_certificates_path=None) -> None:
+        del task_type, fab_hash, insecure, root_certificates_path
+
+    def launch(self, spec):
+        from flwr.supercore.constant import TASK_TYPE_TO_APPIO_API_ADDRESS_ARG, TASK_TYPE_TO_COMMAND
+        from flwr.supercore.superexec.executor.types import LaunchResult
+
+        argv = [TASK_TYPE_TO_APPIO_API_ADDRESS_ARG[spec.task_type], spec.runtime_api_address,
+                "--token", spec.token]
+        if spec.insecure:
+            argv.append("--insecure")
+        elif spec.root_certificates_path is not None:
+            argv += ["--root-certificates", spec.root_certificates_path]
+        if spec.parent_pid is not None:
+            argv += ["--parent-pid", str(spec.parent_pid)]
+        if spec.runtime_dependency_install:
+            argv.append("--allow-runtime-dependency-installation")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            _run_child(TASK_TYPE_TO_COMMAND[spec.task_type], argv)
+        self.children.add(pid)
+        return LaunchResult.accepted()
+
+    def reconcile(self) -> None:
+        """Reap the children that have exited."""
+        for pid in list(self.children):
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done = pid
+            if done:
+                self.children.discard(pid)
+
+    def close(self) -> None:
+        self.reconcile()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runtime-api-address", required=True)
+    parser.add_argument("--insecure", action="store_true")
+    parser.add_argument("--root-certificates", default=None)
+    parser.add_argument("--parent-pid", type=int, default=None)
+    parser.add_argument("--preload", action="append", default=[],
+                        help="a module to import before forking (repeatable)")
+    args = parser.parse_args(argv)
+    preload(args.preload)
+    for command in ("flwr-clientapp", "flwr-serverapp"):
+        _entry_point(command)
+    loop = importlib.import_module("flwr.supercore.superexec.run_superexec")
+    loop.get_executor = lambda *_, **__: ForkExecutor()  # Flower's loop, our executor
+    loop.run_superexec(runtime_api_address=args.runtime_api_address, insecure=args.insecure,
+                       root_certificates_path=args.root_certificates, parent_pid=args.parent_pid,
+                       runtime_dependency_install=False)
+
+
+if __name__ == "__main__":
+    main()

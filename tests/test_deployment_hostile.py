@@ -1,0 +1,177 @@
+"""A hostile peer: SuperNodes whose ClientApp is deliberately malicious, in a real deployment
+(TLS, SuperNode authentication, ``flwr run``) and on the in-process engine.
+
+The job's FAB is built from a copy of the project whose ClientApp component is
+``testing.hostile_clientapp`` (every node runs it; it is the real ClientApp unless the node config
+has ``hostile``); ``client_app/app.py`` is unchanged. FedFW on the synthetic task, D an l2 ball
+(dense points, so NaN and a point outside D can be told apart from malformed arrays), five nodes:
+
+- partitions 0, 1, 2: honest;
+- partition 3, ``hostile='nan,outside,garbage,huge'``: its train reply of round 1 has a NaN, of
+  round 2 a point of norm 4r (outside its D_i), of round 3 arrays of another dtype and shape, of
+  round 4 a 32 MiB array and a 16 MiB bytes record (Flower sends arrays in 5 MiB chunks; a
+  ConfigRecord travels as one object; Flower's own limit per message is 2 GiB - 1, the protobuf
+  maximum, ``GRPC_MAX_MESSAGE_LENGTH`` / ``MAX_PROTOBUF_STREAM_MESSAGE_LENGTH`` in flwr 1.41);
+- partition 4, ``hostile='claim:<p>'``: its query.node reply claims the partition of an honest
+  node whose node id is smaller (the roster keeps the first claim by node id and leaves the later
+  claimant out of the run, uncounted).
+
+What must hold: the run completes, each bad reply is one failure of its round (and the server's
+log gives the reason), and the honest nodes' results are those of a run in which the
+payload-attacker's every reply is an error (a node given ``device='cuda'`` on a machine without
+CUDA) and the claimant does not exist: equal to rel 1e-12 on every metric but the failure counts,
+byte counts and wall times.
+
+Not covered, and known: a claimant whose node id is *smaller* than the honest owner's takes the
+partition and the honest node is left out (``test_a_claimant_with_a_smaller_node_id_...``, xfail).
+
+The live deployment takes about 1.5 min alone on 2 cores (warm SuperNodes, see
+``deploy.warm_superexec``); it runs in the default suite.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+
+from deploy.local import Deployment, app_copy, free_port_block
+from run_config.declared import parse_overrides
+from testing.hostile_clientapp import HUGE_ARRAY_BYTES, HUGE_CONFIG_BYTES
+from testing.hostile_clientapp import app as hostile_app
+from tests.helpers import run_app
+
+HONEST = 3
+PARTITIONS = 5
+PAYLOADS = "nan,outside,garbage,huge"
+CONFIG = ("algorithm='fedfw' task='synthetic' fedfw.constraint='l2' num-server-rounds=4 "
+          "fedfw.federated-eval=false")
+REASONS = {1: "NaN", 2: "outside D", 3: "dtype", 4: "expected records"}  # of the dropped replies
+DIFFERENT_BY_DESIGN = ("failures", "bytes", "wire_bytes", "wall_time_s")  # key prefixes
+
+
+def comparable(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if not k.startswith(DIFFERENT_BY_DESIGN)} for r in rows]
+
+
+def assert_same(a: list[dict], b: list[dict]) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        assert x == pytest.approx(y, rel=1e-12, abs=0.0)
+
+
+@pytest.fixture
+def no_cuda(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+
+
+def honest_configs(num_partitions: int) -> list[dict]:
+    return [{"num-partitions": num_partitions} for _ in range(HONEST)]
+
+
+def with_a_failing_node(tmp_path: Path) -> list[dict]:
+    """The reference: the honest nodes and one node whose every reply is an error."""
+    return run_app(tmp_path, HONEST + 1,
+                   [*honest_configs(PARTITIONS), {"num-partitions": PARTITIONS, "device": "cuda"}],
+                   **parse_overrides(CONFIG)).rows
+
+
+def with_hostile_nodes(tmp_path: Path, claimed: int = 0) -> list[dict]:
+    """The deployment's job on the in-process engine (the claimant has the largest node id)."""
+    configs = [*honest_configs(PARTITIONS),
+               {"num-partitions": PARTITIONS, "hostile": PAYLOADS},
+               {"num-partitions": PARTITIONS, "hostile": f"claim:{claimed}"}]
+    return run_app(tmp_path, HONEST + 2, configs, client=hostile_app,
+                   **parse_overrides(CONFIG)).rows
+
+
+def test_hostile_peers_cost_only_their_own_replies_in_process(tmp_path, no_cuda, caplog):
+    caplog.set_level(logging.WARNING, logger="flwr")
+    hostile = with_hostile_nodes(tmp_path / "hostile")
+    dropped = [r.getMessage() for r in caplog.records if "dropped the reply" in r.getMessage()]
+    claims = [r.getMessage() for r in caplog.records if "claim partition 0" in r.getMessage()]
+    reference = with_a_failing_node(tmp_path / "reference")
+    assert [r["failures"] for r in hostile] == [0, 1, 1, 1, 1]
+    assert [r["failures"] for r in reference] == [0, 2, 1, 1, 1]  # + its query.node error
+    assert all(r["participants"] == HONEST for r in hostile[1:])
+    assert_same(comparable(hostile), comparable(reference))
+    assert len(dropped) == 4 and len(claims) == 1, (dropped, claims)
+    for server_round, reason in REASONS.items():
+        assert reason in dropped[server_round - 1], dropped
+
+
+@pytest.mark.xfail(strict=True, reason="known: the roster keeps the first claim of a partition "
+                   "by node id, so a claimant with a smaller (random) node id than the honest "
+                   "owner takes its place and the owner is left out")
+def test_a_claimant_with_a_smaller_node_id_than_the_owner_changes_nothing(tmp_path):
+    claimant = {"partition-id": HONEST, "num-partitions": HONEST + 1, "hostile": "claim:0"}
+    honest = [{"partition-id": i, "num-partitions": HONEST + 1} for i in range(HONEST)]
+    # LocalGrid's node ids grow with the index: the claimant comes first
+    hostile = run_app(tmp_path / "hostile", HONEST + 1, [claimant, *honest], client=hostile_app,
+                      **parse_overrides(CONFIG)).rows
+    alone = run_app(tmp_path / "alone", HONEST, honest, **parse_overrides(CONFIG)).rows
+    assert_same(comparable(hostile), comparable(alone))
+
+
+# -- the live deployment -------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def hostile_run(tmp_path_factory):
+    """Five warm SuperNodes (two hostile) behind a TLS SuperLink with SuperNode authentication,
+    one job; its metrics rows, the ServerApp's log and the node ids."""
+    app = app_copy(tmp_path_factory.mktemp("app") / "app", "testing.hostile_clientapp:app")
+    d = Deployment(tmp_path_factory.mktemp("hostile"), tls=True, auth=True,
+                   base_port=free_port_block(), warm=True)
+    try:
+        d.start_superlink()
+        for i in range(HONEST):
+            d.start_supernode(i, PARTITIONS)
+        d.start_supernode(HONEST, PARTITIONS, name="payloads", node_config=f"hostile='{PAYLOADS}'")
+        # the claimant's key is registered until its node id is above the claimed node's
+        owner = min(range(HONEST), key=lambda i: d.node_ids[f"supernode-{i}"])
+        for attempt in range(50):
+            key = d.register(name := f"claimant-{attempt}")
+            if d.node_ids[name] > d.node_ids[f"supernode-{owner}"]:
+                break
+            d.unregister(name)
+        d.start_supernode(HONEST + 1, PARTITIONS, name="claimant", key=key,
+                          node_config=f"hostile='claim:{owner}'")
+        d.node_ids["claimant"] = d.node_ids[name]
+        results = d.workdir / "results"
+        run_id = d.submit(f"{CONFIG} min-nodes={HONEST + 2} reply-timeout=300 "
+                          f"output-dir='{results}' run-name='hostile'", app)
+        status = d.wait_for_runs([run_id], timeout=600)[run_id]
+        rows = json.loads((results / "hostile" / "metrics.json").read_text())["rounds"]
+        log = (d.workdir / "logs" / f"{run_id}.log").read_text()
+        yield {"status": status, "rows": rows, "log": log, "owner": owner, "ids": d.node_ids}
+    finally:
+        d.stop()
+
+
+def test_a_deployment_with_hostile_peers_completes_and_counts_every_bad_reply(hostile_run):
+    rows, log, ids = hostile_run["rows"], hostile_run["log"], hostile_run["ids"]
+    assert hostile_run["status"] == "finished:completed"
+    assert [r["round"] for r in rows] == [0, 1, 2, 3, 4]
+    assert [r["failures"] for r in rows] == [0, 1, 1, 1, 1]
+    assert all(r["participants"] == HONEST for r in rows[1:])
+    for server_round, reason in REASONS.items():
+        line = next(line for line in log.splitlines() if f"round {server_round}: dropped the "
+                    f"reply of node {ids['payloads']}" in line)
+        assert reason in line, line
+    assert any(f"claim partition {hostile_run['owner']}" in line and str(ids["claimant"]) in line
+               for line in log.splitlines()), log[-3000:]
+    assert rows[4]["bytes_up"] > HUGE_ARRAY_BYTES + HUGE_CONFIG_BYTES  # the huge reply arrived
+
+
+def test_the_honest_nodes_results_are_those_without_the_hostile_peers(hostile_run, tmp_path,
+                                                                      no_cuda):
+    deployed = hostile_run["rows"]
+    assert_same(comparable(deployed), comparable(with_a_failing_node(tmp_path / "reference")))
+    # and the in-process engine runs the same attack to the same numbers, failures included
+    mirrored = with_hostile_nodes(tmp_path / "hostile", claimed=hostile_run["owner"])
+    keep = ("failures",)
+    assert_same([{**a, **{k: r[k] for k in keep}} for a, r in zip(comparable(deployed), deployed)],
+                [{**a, **{k: r[k] for k in keep}} for a, r in zip(comparable(mirrored), mirrored)])

@@ -61,6 +61,7 @@ class RunSettings:
     central_evaluation: bool = True
     central_device: str = "auto"  # torch device of the ServerApp's central evaluation
     reply_timeout: float = 600.0  # seconds a round waits for replies (Flower's default: 3600)
+    node_partitions: str = ""  # "NODE_ID:PARTITION,...": who may serve which partition
     fraction_train: float = 1.0
     local_epochs: int = 1
     local_steps: int = 0
@@ -98,6 +99,7 @@ class RunSettings:
             central_evaluation=read_key(raw, "central-evaluation", bool, d.central_evaluation),
             central_device=read_key(raw, "central-device", str, d.central_device),
             reply_timeout=read_key(raw, "reply-timeout", float, d.reply_timeout),
+            node_partitions=read_key(raw, "node-partitions", str, d.node_partitions),
             fraction_train=read_key(raw, "fraction-train", float, d.fraction_train),
             local_epochs=read_key(raw, "local-epochs", int, d.local_epochs),
             local_steps=read_key(raw, "local-steps", int, d.local_steps),
@@ -124,8 +126,23 @@ class RunSettings:
             local_test=self.local_test, image_scaling=self.image_scaling,
         )
 
+    @property
+    def pinned_partitions(self) -> dict[int, int]:
+        """``node-partitions`` as {node id: partition id} (empty: any node may claim any)."""
+        pinned = {}
+        for pair in filter(None, (p.strip() for p in self.node_partitions.split(","))):
+            node, sep, partition = pair.partition(":")
+            require(sep == ":" and node.strip().isdigit() and partition.strip().isdigit(),
+                    "node-partitions", self.node_partitions,
+                    "comma-separated NODE_ID:PARTITION_ID pairs of non-negative integers")
+            require(int(node) not in pinned, "node-partitions", self.node_partitions,
+                    f"one partition per node id (node {int(node)} is listed twice)")
+            pinned[int(node)] = int(partition)
+        return pinned
+
     def validate(self) -> None:
         """Range checks that do not need the task or the registry."""
+        _ = self.pinned_partitions  # parses, or names the key
         require(self.num_rounds >= 1, "num-server-rounds", self.num_rounds, ">= 1")
         check_device_name(self.central_device, "central-device")
         require(0 < self.reply_timeout < float("inf"), "reply-timeout", self.reply_timeout,

@@ -59,7 +59,9 @@ def plan_run(run_config: Mapping[str, Any]) -> RunPlan:
     settings = RunSettings.from_run_config(run_config)
     algorithm = get_algorithm(settings.algorithm)
     validate_tables(settings)
-    return RunPlan(settings, algorithm, algorithm.build(settings))
+    strategy = algorithm.build(settings)
+    strategy.pin_partitions(settings.pinned_partitions)
+    return RunPlan(settings, algorithm, strategy)
 
 
 def wait_for_nodes(grid: Grid, minimum: int) -> int:

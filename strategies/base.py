@@ -28,6 +28,17 @@ class FederatedStrategy(Strategy):
 
     label: str
     roster: Roster | None = None  # the run's nodes, once asked (round 1)
+    pinned: dict[int, int] = {}  # node id -> the partition it alone may serve (node-partitions)
+
+    def pin_partitions(self, pinned: dict[int, int]) -> None:
+        """Only node ``n`` may serve partition ``pinned[n]``; with a map, a node that claims
+        another partition, or is not in it, is refused (``node-partitions``, for SuperNodes with
+        authentication, whose node ids are fixed at registration)."""
+        self.pinned = dict(pinned)
+
+    def query_roster(self, grid: Grid, server_round: int) -> tuple[Roster, int]:
+        """Round 1's ``query.node`` (``Roster.query``) under the run's pins."""
+        return Roster.query(grid, self.label, server_round, self.pinned)
 
     def initial_arrays(self) -> ArrayRecord:
         """What Flower's ``start`` passes to round 1; empty when there is no global function."""
@@ -51,7 +62,7 @@ class FederatedStrategy(Strategy):
         under a new node id in (``Roster.refresh``: no message unless a new id is connected) and
         ``rebind`` each; return how many ``query.node`` answers were unusable (failures of the
         round)."""
-        rebinds, rejected = self.roster.refresh(grid, self.label, server_round)
+        rebinds, rejected = self.roster.refresh(grid, self.label, server_round, self.pinned)
         for old, new in rebinds:
             self.rebind(old, new)
         return rejected

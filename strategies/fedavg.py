@@ -77,7 +77,7 @@ class CheckedFedAvg(FedAvg, TorchModelStrategy):
         """Every node of the run in partition order (asked in the first round; SuperNodes that
         came back under a new id take their place at the start of a later round's training)."""
         if self.roster is None:
-            self.roster, self._roster_failures = Roster.query(grid, self.label, server_round)
+            self.roster, self._roster_failures = self.query_roster(grid, server_round)
         return self.roster.node_ids
 
     def _train_config(self, config: ConfigRecord, server_round: int) -> ConfigRecord:

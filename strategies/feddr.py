@@ -56,7 +56,7 @@ class FedDRStrategy(TorchModelStrategy):
 
     def _start(self, grid: Grid, server_round: int) -> None:
         """Fix the client order; every x_hat_i starts at x^0 (``feddr_client_init``)."""
-        self.roster, self._roster_failures = Roster.query(grid, self.label, server_round)
+        self.roster, self._roster_failures = self.query_roster(grid, server_round)
         self.book = NodeBook(self.roster.node_ids, self.label)
         self.server = FedDRServer(self.x0, self.book.node_ids)
 

@@ -106,7 +106,7 @@ class FedFunStrategy(FederatedStrategy):
 
     def _start(self, grid: Grid, server_round: int) -> None:
         """Roster, graph, domain box and round 0 (h_i^0 = argmin R_i), before round 1."""
-        self.roster, failures = Roster.query(grid, self.label, server_round)
+        self.roster, failures = self.query_roster(grid, server_round)
         self.vertex_of = {n: int(self.roster.facts[n][PARTITION_ID])  # in partition order
                           for n in self.roster.node_ids if n in self.roster.facts}
         totals = {int(f[NUM_PARTITIONS]) for f in self.roster.facts.values()}

@@ -99,7 +99,7 @@ class FedFWStrategy(TorchModelStrategy):
 
     def _start(self, grid: Grid, server_round: int) -> None:
         """Ask every node for its partition and D_i (query.node); fix the client order."""
-        self.roster, self._roster_failures = Roster.query(grid, self.label, server_round)
+        self.roster, self._roster_failures = self.query_roster(grid, server_round)
         self._fix_node_sets()
         self.book = NodeBook(self.roster.node_ids, self.label)
         self.mirror = ConsensusMirror(self.x0, self.roster.node_ids)

@@ -144,7 +144,7 @@ class FFGBStrategy(FederatedStrategy):
                 "learners": len(self.ensemble.learners)}
 
     def _start(self, grid: Grid, server_round: int) -> None:
-        self.roster, self._roster_failures = Roster.query(grid, self.label, server_round)
+        self.roster, self._roster_failures = self.query_roster(grid, server_round)
         self.book = NodeBook(self.roster.node_ids, self.label)
         self.version_of = {n: None for n in self.roster.node_ids}
 

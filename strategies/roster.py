@@ -56,6 +56,20 @@ def _ask(grid: Grid, label: str, server_round: int, node_ids: list[int]
     return screened.accepted, screened.rejected
 
 
+def _refuse_unpinned(label: str, server_round: int, answers: dict[int, Facts],
+                     pinned: Mapping[int, int]) -> list[int]:
+    """The nodes whose claim contradicts ``node-partitions`` (``pinned``: node id -> partition),
+    logged; none when nothing is pinned."""
+    if not pinned:
+        return []
+    refused = [n for n, f in answers.items() if pinned.get(n) != f[PARTITION_ID]]
+    for node in refused:
+        log(WARNING, "%s round %d: node %s claims partition %d, but node-partitions %s; it is "
+            "refused", label, server_round, node, answers[node][PARTITION_ID],
+            f"gives it partition {pinned[node]}" if node in pinned else "does not list it")
+    return refused
+
+
 def rekeyed(mapping: Mapping[int, V], old: int, new: int) -> dict[int, V]:
     """``mapping`` with key ``old`` renamed ``new`` in the same position (the order of per-node
     books decides sums and sampling)."""
@@ -72,12 +86,18 @@ class Roster:
     claimants: dict[int, Facts | None] = field(default_factory=dict)
 
     @classmethod
-    def query(cls, grid: Grid, label: str, server_round: int) -> tuple[Roster, int]:
-        """Ask every connected node; return the roster and how many answers were unusable."""
+    def query(cls, grid: Grid, label: str, server_round: int,
+              pinned: Mapping[int, int] | None = None) -> tuple[Roster, int]:
+        """Ask every connected node; return the roster and how many answers were unusable or
+        refused (a claim against ``pinned``, node id -> partition, when given)."""
         node_ids = sorted(grid.get_node_ids())
         answers, rejected = _ask(grid, label, server_round, node_ids)
         facts: dict[int, Facts] = {}
         claimants: dict[int, Facts | None] = {}
+        for node in _refuse_unpinned(label, server_round, answers, pinned or {}):
+            del answers[node]
+            claimants[node] = None
+            rejected += 1
         owner: dict[int, int] = {}
         for node in sorted(answers):
             pid = answers[node][PARTITION_ID]
@@ -94,16 +114,21 @@ class Roster:
             [facts[n][PARTITION_ID] if n in facts else "?" for n in order])
         return cls(order, {n: facts[n] for n in order if n in facts}, claimants), rejected
 
-    def refresh(self, grid: Grid, label: str, server_round: int
-                ) -> tuple[list[tuple[int, int]], int]:
+    def refresh(self, grid: Grid, label: str, server_round: int,
+                pinned: Mapping[int, int] | None = None) -> tuple[list[tuple[int, int]], int]:
         """Take returning SuperNodes in: the (old, new) node ids rebound, in roster order, and how
-        many ``query.node`` answers were unusable. Only node ids never seen before are asked."""
+        many ``query.node`` answers were unusable or refused (``pinned``, as in ``query``). Only
+        node ids never seen before are asked."""
         connected = set(grid.get_node_ids())
         self.claimants = {n: f for n, f in self.claimants.items() if n in connected}
         new = sorted(connected.difference(self.node_ids, self.claimants))
-        rejected = 0
+        rejected, refused = 0, []
         if new:
             answers, rejected = _ask(grid, label, server_round, new)
+            refused = _refuse_unpinned(label, server_round, answers, pinned or {})
+            for node in refused:
+                del answers[node]
+                rejected += 1
             self.claimants.update({n: answers.get(n) for n in new})
         owner = {f[PARTITION_ID]: n for n, f in self.facts.items()}
         rebinds = []
@@ -132,7 +157,7 @@ class Roster:
                 "no longer connected; it is brought up to date", label, server_round, node, old,
                 pid)
         for node in new:
-            if node in self.claimants and self.claimants[node] is None:
+            if node in self.claimants and self.claimants[node] is None and node not in refused:
                 log(WARNING, "%s round %d: node %s gave no usable answer to %s; it is left out",
                     label, server_round, node, QUERY_NODE)
         position = {n: i for i, n in enumerate(self.node_ids)}

@@ -45,9 +45,10 @@ FAMILIES = {
     "fedfun": "algorithm='fedfun' task='wine' fedfun.initial-steps=50 fedfun.local-steps=20 "
               "fedfun.hidden='8' fedfun.penalty-samples=50",
 }
-KILLED = ("algorithm='fedfw' task='synthetic' num-server-rounds=4 min-nodes=3 "
+KILLED = ("algorithm='fedfw' task='synthetic' num-server-rounds=7 min-nodes=3 "
           "fedfw.federated-eval=false reply-timeout=30")
 KILLED_NODE = 2  # Flower's default isolation; the other two are warm
+BACK_AFTER = 3  # the killed node's partition comes back (a new SuperNode, key and node id)
 
 
 def rows(results: Path, name: str) -> list[dict]:
@@ -63,28 +64,36 @@ def app(tmp_path_factory) -> Path:
 class KilledRun:
     """The run that loses a SuperNode, driven on its own deployment by a thread: submit, wait for
     round 1 in metrics.json, SIGKILL supernode-2's process group (its SuperExec and ClientApps
-    with it), wait for the run to finish."""
+    with it), wait for round ``BACK_AFTER``, start a new SuperNode for the same partition (a new
+    key, so Flower gives it a new node id), wait for the run to finish."""
 
     def __init__(self, deployment: Deployment, app: Path) -> None:
         self.deployment, self.app = deployment, app
         self.results = deployment.workdir / "results"
         self.status: str | None = None
+        self.run_id = ""
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._drive, daemon=True)
 
     def _drive(self) -> None:
         try:
-            run_id = self.deployment.submit(
+            self.run_id = self.deployment.submit(
                 f"{KILLED} output-dir='{self.results}' run-name='killed'", self.app)
-            deadline = time.monotonic() + 300
-            while not any(r["round"] >= 1 for r in rows(self.results, "killed")):
-                if time.monotonic() > deadline:
-                    raise TimeoutError("round 1 never finished")
-                time.sleep(1)
+            self._wait_for_round(1)
             self.deployment.kill(f"supernode-{KILLED_NODE}")
-            self.status = self.deployment.wait_for_runs([run_id], timeout=600)[run_id]
+            self._wait_for_round(BACK_AFTER)
+            self.deployment.start_supernode(KILLED_NODE, NODES, name="supernode-back",
+                                            slot=NODES + 1, warm=True)
+            self.status = self.deployment.wait_for_runs([self.run_id], timeout=600)[self.run_id]
         except BaseException as err:  # noqa: BLE001 - reported by the test
             self.error = err
+
+    def _wait_for_round(self, round_: int) -> None:
+        deadline = time.monotonic() + 300
+        while not any(r["round"] >= round_ for r in rows(self.results, "killed")):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"round {round_} never finished")
+            time.sleep(1)
 
     def result(self, timeout: float) -> str | None:
         self.thread.join(timeout)
@@ -166,10 +175,17 @@ def test_the_deployment_gives_the_in_process_engine_s_numbers(deployment, tmp_pa
                 {k: b[k] for k in keys if k in b}, rel=1e-12, abs=0.0), name
 
 
-def test_a_run_that_loses_a_supernode_completes_and_counts_it(killed):
+def test_a_run_that_loses_a_supernode_completes_counts_it_and_takes_it_back(killed):
+    """Killed after round 1: its rounds count failures and go on with two nodes. Back (a new
+    node id) after round 3: it takes its partition's place, is re-synced, and the last rounds
+    have all three partitions again, none counted twice."""
     status = killed.result(timeout=900)
     done = rows(killed.results, "killed")
     assert status == "finished:completed"
-    assert [r["round"] for r in done] == [0, 1, 2, 3, 4]
-    assert sum(r["failures"] for r in done[2:]) >= 1
-    assert done[-1]["participants"] == 2
+    assert [r["round"] for r in done] == list(range(8))
+    assert sum(r["failures"] for r in done[2:BACK_AFTER + 1]) >= 1
+    assert [r["participants"] for r in done[2:BACK_AFTER + 1]] == [2] * (BACK_AFTER - 1)
+    assert done[-1]["participants"] == 3 and done[-1]["failures"] == 0
+    assert all(r["participants"] <= 3 for r in done[1:])
+    log = (killed.deployment.workdir / "logs" / f"{killed.run_id}.log").read_text()
+    assert "takes the place of node" in log

@@ -12,9 +12,10 @@ has ``hostile``); ``client_app/app.py`` is unchanged. FedFW on the synthetic tas
   round 4 a 32 MiB array and a 16 MiB bytes record (Flower sends arrays in 5 MiB chunks; a
   ConfigRecord travels as one object; Flower's own limit per message is 2 GiB - 1, the protobuf
   maximum, ``GRPC_MAX_MESSAGE_LENGTH`` / ``MAX_PROTOBUF_STREAM_MESSAGE_LENGTH`` in flwr 1.41);
-- partition 4, ``hostile='claim:<p>'``: its query.node reply claims the partition of an honest
-  node whose node id is smaller (the roster keeps the first claim by node id and leaves the later
-  claimant out of the run, uncounted).
+- partition 4, ``hostile='claim:<p>'``: its query.node reply claims an honest node's partition.
+  The operator pins the registered nodes to their partitions (run config ``node-partitions``,
+  node ids as ``flwr supernode register`` gave them), so the claim is refused (one failure of
+  round 1, logged) whatever the claimant's node id.
 
 What must hold: the run completes, each bad reply is one failure of its round (and the server's
 log gives the reason), and the honest nodes' results are those of a run in which the
@@ -22,8 +23,9 @@ payload-attacker's every reply is an error (a node given ``device='cuda'`` on a 
 CUDA) and the claimant does not exist: equal to rel 1e-12 on every metric but the failure counts,
 byte counts and wall times.
 
-Not covered, and known: a claimant whose node id is *smaller* than the honest owner's takes the
-partition and the honest node is left out (``test_a_claimant_with_a_smaller_node_id_...``, xfail).
+Known, without ``node-partitions``: the roster keeps the first claim of a partition by node id,
+so a claimant whose (random) node id is smaller than the honest owner's takes the partition and
+the owner is left out (``test_without_pins_...``, a strict xfail).
 
 The live deployment takes about 1.5 min alone on 2 cores (warm SuperNodes, see
 ``deploy.warm_superexec``); it runs in the default suite.
@@ -80,22 +82,34 @@ def with_a_failing_node(tmp_path: Path) -> list[dict]:
                    **parse_overrides(CONFIG)).rows
 
 
+def local_ids(num_nodes: int) -> list[int]:
+    """The node ids LocalGrid gives ``num_nodes`` nodes, in partition order."""
+    return [(1 << 63) + 977 * (i - num_nodes // 2) for i in range(num_nodes)]
+
+
+def pins(ids: dict[int, int]) -> str:
+    """``node-partitions`` for {node id: partition id}."""
+    return ",".join(f"{node}:{partition}" for node, partition in ids.items())
+
+
 def with_hostile_nodes(tmp_path: Path, claimed: int = 0) -> list[dict]:
-    """The deployment's job on the in-process engine (the claimant has the largest node id)."""
+    """The deployment's job on the in-process engine: the honest nodes and the payload attacker
+    pinned to their partitions (``node-partitions``), the claimant not."""
     configs = [*honest_configs(PARTITIONS),
                {"num-partitions": PARTITIONS, "hostile": PAYLOADS},
                {"num-partitions": PARTITIONS, "hostile": f"claim:{claimed}"}]
+    pinned = pins({node: p for p, node in enumerate(local_ids(HONEST + 2)[:HONEST + 1])})
     return run_app(tmp_path, HONEST + 2, configs, client=hostile_app,
-                   **parse_overrides(CONFIG)).rows
+                   **parse_overrides(CONFIG), **{"node-partitions": pinned}).rows
 
 
 def test_hostile_peers_cost_only_their_own_replies_in_process(tmp_path, no_cuda, caplog):
     caplog.set_level(logging.WARNING, logger="flwr")
     hostile = with_hostile_nodes(tmp_path / "hostile")
     dropped = [r.getMessage() for r in caplog.records if "dropped the reply" in r.getMessage()]
-    claims = [r.getMessage() for r in caplog.records if "claim partition 0" in r.getMessage()]
+    claims = [r.getMessage() for r in caplog.records if "claims partition 0" in r.getMessage()]
     reference = with_a_failing_node(tmp_path / "reference")
-    assert [r["failures"] for r in hostile] == [0, 1, 1, 1, 1]
+    assert [r["failures"] for r in hostile] == [0, 2, 1, 1, 1]  # + the refused claim
     assert [r["failures"] for r in reference] == [0, 2, 1, 1, 1]  # + its query.node error
     assert all(r["participants"] == HONEST for r in hostile[1:])
     assert_same(comparable(hostile), comparable(reference))
@@ -104,16 +118,29 @@ def test_hostile_peers_cost_only_their_own_replies_in_process(tmp_path, no_cuda,
         assert reason in dropped[server_round - 1], dropped
 
 
-@pytest.mark.xfail(strict=True, reason="known: the roster keeps the first claim of a partition "
-                   "by node id, so a claimant with a smaller (random) node id than the honest "
-                   "owner takes its place and the owner is left out")
-def test_a_claimant_with_a_smaller_node_id_than_the_owner_changes_nothing(tmp_path):
+def _claimant_first(tmp_path: Path, pinned: bool) -> tuple[list[dict], list[dict]]:
+    """A claimant of partition 0 whose node id is smaller than every honest node's (LocalGrid's
+    ids grow with the index), and the honest nodes alone."""
     claimant = {"partition-id": HONEST, "num-partitions": HONEST + 1, "hostile": "claim:0"}
     honest = [{"partition-id": i, "num-partitions": HONEST + 1} for i in range(HONEST)]
-    # LocalGrid's node ids grow with the index: the claimant comes first
+    extra = {"node-partitions": pins({n: i for i, n in enumerate(local_ids(HONEST + 1)[1:])})}
     hostile = run_app(tmp_path / "hostile", HONEST + 1, [claimant, *honest], client=hostile_app,
-                      **parse_overrides(CONFIG)).rows
+                      **parse_overrides(CONFIG), **(extra if pinned else {})).rows
     alone = run_app(tmp_path / "alone", HONEST, honest, **parse_overrides(CONFIG)).rows
+    return hostile, alone
+
+
+def test_with_pinned_partitions_a_claimant_with_a_smaller_node_id_changes_nothing(tmp_path):
+    hostile, alone = _claimant_first(tmp_path, pinned=True)
+    assert hostile[1]["failures"] == 1  # the refused claim
+    assert_same(comparable(hostile), comparable(alone))
+
+
+@pytest.mark.xfail(strict=True, reason="known, without node-partitions: the roster keeps the "
+                   "first claim of a partition by node id, so a claimant with a smaller (random) "
+                   "node id than the honest owner takes its place and the owner is left out")
+def test_without_pins_a_claimant_with_a_smaller_node_id_changes_nothing(tmp_path):
+    hostile, alone = _claimant_first(tmp_path, pinned=False)
     assert_same(comparable(hostile), comparable(alone))
 
 
@@ -130,19 +157,18 @@ def hostile_run(tmp_path_factory):
         for i in range(HONEST):
             d.start_supernode(i, PARTITIONS)
         d.start_supernode(HONEST, PARTITIONS, name="payloads", node_config=f"hostile='{PAYLOADS}'")
-        # the claimant's key is registered until its node id is above the claimed node's
+        # the operator pins the registered honest nodes (and the payload attacker, an insider
+        # with a registered key) to their partitions; the claimant's node id, smaller or larger
+        # than its victim's, does not matter
         owner = min(range(HONEST), key=lambda i: d.node_ids[f"supernode-{i}"])
-        for attempt in range(50):
-            key = d.register(name := f"claimant-{attempt}")
-            if d.node_ids[name] > d.node_ids[f"supernode-{owner}"]:
-                break
-            d.unregister(name)
-        d.start_supernode(HONEST + 1, PARTITIONS, name="claimant", key=key,
+        d.start_supernode(HONEST + 1, PARTITIONS, name="claimant",
                           node_config=f"hostile='claim:{owner}'")
-        d.node_ids["claimant"] = d.node_ids[name]
+        pinned = pins({**{d.node_ids[f"supernode-{i}"]: i for i in range(HONEST)},
+                       d.node_ids["payloads"]: HONEST})
         results = d.workdir / "results"
         run_id = d.submit(f"{CONFIG} min-nodes={HONEST + 2} reply-timeout=300 "
-                          f"output-dir='{results}' run-name='hostile'", app)
+                          f"node-partitions='{pinned}' output-dir='{results}' run-name='hostile'",
+                          app)
         status = d.wait_for_runs([run_id], timeout=600)[run_id]
         rows = json.loads((results / "hostile" / "metrics.json").read_text())["rounds"]
         log = (d.workdir / "logs" / f"{run_id}.log").read_text()
@@ -155,14 +181,14 @@ def test_a_deployment_with_hostile_peers_completes_and_counts_every_bad_reply(ho
     rows, log, ids = hostile_run["rows"], hostile_run["log"], hostile_run["ids"]
     assert hostile_run["status"] == "finished:completed"
     assert [r["round"] for r in rows] == [0, 1, 2, 3, 4]
-    assert [r["failures"] for r in rows] == [0, 1, 1, 1, 1]
+    assert [r["failures"] for r in rows] == [0, 2, 1, 1, 1]  # round 1: + the refused claim
     assert all(r["participants"] == HONEST for r in rows[1:])
     for server_round, reason in REASONS.items():
         line = next(line for line in log.splitlines() if f"round {server_round}: dropped the "
                     f"reply of node {ids['payloads']}" in line)
         assert reason in line, line
-    assert any(f"claim partition {hostile_run['owner']}" in line and str(ids["claimant"]) in line
-               for line in log.splitlines()), log[-3000:]
+    assert any(f"node {ids['claimant']} claims partition {hostile_run['owner']}, but "
+               "node-partitions does not list it" in line for line in log.splitlines()), log[-3000:]
     assert rows[4]["bytes_up"] > HUGE_ARRAY_BYTES + HUGE_CONFIG_BYTES  # the huge reply arrived
 
 

@@ -29,6 +29,10 @@ def test_ints_are_accepted_for_floats():
         ("learning-rate", -1.0, "> 0"),
         ("seed", "x", "of type int"),
         ("central-evaluation", 1, "of type bool"),
+        ("node-partitions", "12:0,x:1", "NODE_ID:PARTITION_ID pairs"),
+        ("node-partitions", "12:0,12:1", "node 12 is listed twice"),
+        ("image-scaling", "standard", "one of"),
+        ("partitioning.local-test", 1.0, "in [0, 1)"),
     ],
 )
 def test_bad_values_name_the_key(key, value, fragment):
@@ -55,3 +59,10 @@ def test_overrides_are_parsed_as_flower_parses_them():
     assert parse_overrides("  ") == {}
     with pytest.raises(ConfigError, match="cannot parse"):
         parse_overrides("algorithm=fedfw")  # a bare word is not a TOML value
+
+
+def test_node_partitions_parse_to_a_map():
+    settings = RunSettings.from_run_config(run_config(**{
+        "node-partitions": "9223372036854776785:0, 12:3"}))
+    assert settings.pinned_partitions == {9223372036854776785: 0, 12: 3}
+    assert RunSettings.from_run_config(run_config()).pinned_partitions == {}

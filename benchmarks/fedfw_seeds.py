@@ -46,19 +46,11 @@ NO_GAP = {"fedfw.gap": False, "fedfw.federated-eval": False, "feddr.federated-ev
 MATCH_POINTS = 1.0  # within this many points (or two standard deviations) counts as a match
 
 
-def _knobs(algorithm: str, hp: dict) -> dict:
-    if algorithm in ("fedfw", "fedfw-plus", "fedfw-sto"):
-        return {"fedfw.lambda0": hp["fedfw.lambda0"]}
-    if algorithm == "feddr":
-        return {k: hp[k] for k in ("feddr.eta", "feddr.lr", "feddr.alpha")}
-    raise ValueError(f"no hyper-parameters for {algorithm}")
-
-
 def table1_jobs(rounds: int, algorithms: list[str], hp: dict, tasks: list[str],
                 seeds: tuple[int, ...]) -> list[Job]:
     return [Job(f"ours-{a}-{task}-{part}-{c}-s{seed}", t1.NUM_CLIENTS,
                 {**t1.BASE, **NO_GAP, "num-server-rounds": rounds, "algorithm": a, "task": task,
-                 "partitioning": part, "fedfw.constraint": c, "seed": seed, **_knobs(a, hp)})
+                 "partitioning": part, "fedfw.constraint": c, "seed": seed, **t1.knobs(a, hp)})
             for seed in seeds for task in tasks for part in t1.PARTS for c in t1.CONSTRAINTS
             for a in algorithms]
 
@@ -68,7 +60,7 @@ def authors_jobs(rounds: int, algorithms: list[str], hp: dict, seeds: tuple[int,
     return [Job(f"authors-{a}-{part}-{c}-s{seed}", t1.NUM_CLIENTS,
                 {**t1.BASE, **AUTHORS, "fedfw.gap": False, "num-server-rounds": rounds,
                  "algorithm": a, "partitioning": part, "fedfw.constraint": c, "seed": seed,
-                 **_knobs(a, hp)})
+                 **t1.knobs(a, hp)})
             for seed in seeds for part in AUTHORS_PARTS for c in t1.CONSTRAINTS
             for a in algorithms]
 

@@ -120,15 +120,20 @@ def choose(results: dict[str, dict], baselines: list[str]) -> tuple[dict, str]:
     return chosen, md
 
 
+def knobs(algorithm: str, chosen: dict) -> dict:
+    """The run-config values the grid chose for ``algorithm``."""
+    if algorithm in ("fedfw", "fedfw-plus", "fedfw-sto"):
+        return {"fedfw.lambda0": chosen["fedfw.lambda0"]}
+    if algorithm == "feddr":
+        return {k: chosen[k] for k in ("feddr.eta", "feddr.lr", "feddr.alpha") if k in chosen}
+    return {"learning-rate": chosen.get("fedavg-proj.learning-rate", 0.1)}
+
+
 def main_jobs(rounds: int, algorithms: list[str], chosen: dict, tasks: list[str],
               parts: list[str]) -> list[Job]:
-    knobs = {"fedfw": {"fedfw.lambda0": chosen["fedfw.lambda0"]},
-             "fedfw-plus": {"fedfw.lambda0": chosen["fedfw.lambda0"]},
-             "feddr": {k: chosen[k] for k in ("feddr.eta", "feddr.lr", "feddr.alpha") if k in chosen},
-             "fedavg-proj": {"learning-rate": chosen.get("fedavg-proj.learning-rate", 0.1)}}
     return [Job(f"{a}-{task}-{part}-{c}", NUM_CLIENTS,
                 {**BASE, "num-server-rounds": rounds, "algorithm": a, "task": task,
-                 "partitioning": part, "fedfw.constraint": c, **knobs[a]})
+                 "partitioning": part, "fedfw.constraint": c, **knobs(a, chosen)})
             for task in tasks for part in parts for c in CONSTRAINTS for a in algorithms]
 
 

@@ -270,17 +270,12 @@ class Deployment:
         self.node_ids[name] = int(json.loads(done.stdout)["node-id"])
         return key
 
-    def unregister(self, name: str) -> None:
-        """Remove the registration of ``name``'s key (its node id) from the SuperLink."""
-        self._flwr("supernode", "unregister", str(self.node_ids.pop(name)), CONNECTION)
-
     def start_supernode(self, index: int, num_partitions: int, registered: bool = True,
                         name: str | None = None, slot: int | None = None,
-                        node_config: str = "", key: Path | None = None,
-                        warm: bool | None = None) -> subprocess.Popen:
+                        node_config: str = "", warm: bool | None = None) -> subprocess.Popen:
         """SuperNode ``index`` (partition ``index``) with the ports of ``slot`` (default: the
         index); with auth, its key (registered first unless ``registered`` is false: the
-        SuperLink must refuse it) or ``key`` (registered already); ``node_config``: more
+        SuperLink must refuse it); ``node_config``: more
         ``--node-config`` pairs. When ``warm`` (default: the deployment's), its ClientApps are
         forked by ``deploy.warm_superexec``, started beside it in its process group (killing the
         node kills them too)."""
@@ -296,8 +291,7 @@ class Deployment:
                 f"partition-id={index} num-partitions={num_partitions} {node_config}".strip(),
                 "--max-retries", "3", "--max-wait-time", "20"]
         if self.auth:
-            if key is None:
-                key = self.register(name) if registered else make_node_key(self.keys, name)
+            key = self.register(name) if registered else make_node_key(self.keys, name)
             args += ["--auth-supernode-private-key", str(key)]
         if self.star is not None:
             args = [*self.star.exec_prefix(self.star.node(index)), *args]

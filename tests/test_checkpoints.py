@@ -43,6 +43,17 @@ class CrashingGrid(LocalGrid):
         return super().push_messages(messages)
 
 
+def crashed_before(config: dict, server_round: int, num_nodes: int) -> CrashingGrid:
+    """Its nodes, after a ServerApp that ran ``config`` died before round ``server_round``
+    (their Context.state kept, no more crash): ready for the resumed run."""
+    grid = CrashingGrid(client_app, config, num_nodes)
+    grid.crash_at = server_round
+    with pytest.raises(ServerCrash):
+        run(grid, server_context(config))
+    grid.crash_at = None
+    return grid
+
+
 def rows_of(out_dir) -> list[dict]:
     rows = json.loads((out_dir / RUN_NAME / "metrics.json").read_text())["rounds"]
     return [{k: v for k, v in r.items() if k != "wall_time_s"} for r in rows]
@@ -59,13 +70,9 @@ def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path, algorithm):
     run(LocalGrid(client_app, whole, 4), server_context(whole))
 
     config = config_for(tmp_path / "resumed", algorithm)
-    grid = CrashingGrid(client_app, config, 4)
-    grid.crash_at = 3
-    with pytest.raises(ServerCrash):
-        run(grid, server_context(config))
+    grid = crashed_before(config, 3, 4)
     checkpoint = read_checkpoint(tmp_path / "resumed" / RUN_NAME)
     assert checkpoint.server_round == 2 and len(checkpoint.rows) == 3
-    grid.crash_at = None  # a new ServerApp, the same nodes (their Context.state kept)
     run(grid, server_context(config), resume_from=tmp_path / "resumed" / RUN_NAME)
 
     resumed, uninterrupted = rows_of(tmp_path / "resumed"), rows_of(tmp_path / "whole")
@@ -102,11 +109,7 @@ def test_the_resume_from_key_continues_a_run_through_main(tmp_path, algorithm):
     whole = config_for(tmp_path / "whole", algorithm)
     run(LocalGrid(client_app, whole, 3), server_context(whole))
     config = config_for(tmp_path / "resumed", algorithm)
-    grid = CrashingGrid(client_app, config, 3)
-    grid.crash_at = 3
-    with pytest.raises(ServerCrash):
-        run(grid, server_context(config))
-    grid.crash_at = None
+    grid = crashed_before(config, 3, 3)
     resumed = {**config, "resume-from": str(tmp_path / "resumed" / RUN_NAME)}
     server_main(grid, server_context(resumed))
     assert rows_of(tmp_path / "resumed") == rows_of(tmp_path / "whole")

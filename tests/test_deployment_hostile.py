@@ -160,7 +160,7 @@ def hostile_run(tmp_path_factory):
         # the operator pins the registered honest nodes (and the payload attacker, an insider
         # with a registered key) to their partitions; the claimant's node id, smaller or larger
         # than its victim's, does not matter
-        owner = min(range(HONEST), key=lambda i: d.node_ids[f"supernode-{i}"])
+        owner = 0
         d.start_supernode(HONEST + 1, PARTITIONS, name="claimant",
                           node_config=f"hostile='claim:{owner}'")
         pinned = pins({**{d.node_ids[f"supernode-{i}"]: i for i in range(HONEST)},

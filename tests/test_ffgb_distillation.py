@@ -30,7 +30,7 @@ from server_app.app import InvalidRunConfig, run
 from strategies.registry import ALGORITHMS
 from testing.inprocess_grid import LocalGrid, run_config, server_context
 from tests.helpers import RUN_NAME
-from tests.test_checkpoints import CrashingGrid, ServerCrash, rows_of
+from tests.test_checkpoints import crashed_before, rows_of
 from tests.test_ffgb_flower import (
     FAST,
     _copy,
@@ -158,11 +158,7 @@ def test_a_run_resumed_during_a_distillation_equals_an_uninterrupted_one(tmp_pat
     whole = config("whole")
     run(LocalGrid(client_app, whole, 4), server_context(whole))
     resumed = config("resumed")
-    grid = CrashingGrid(client_app, resumed, 4)
-    grid.crash_at = 4  # after the first FedAvg round of the distillation
-    with pytest.raises(ServerCrash):
-        run(grid, server_context(resumed))
-    grid.crash_at = None
+    grid = crashed_before(resumed, 4, 4)  # after the first FedAvg round of the distillation
     run(grid, server_context(resumed), resume_from=tmp_path / "resumed" / RUN_NAME)
     assert rows_of(tmp_path / "resumed") == rows_of(tmp_path / "whole")
 

@@ -28,6 +28,7 @@ from functions.protocol import BOUNDS, MODELS, NEIGHBOURS, NODE, OWN_PREFIX, SET
 from run_config.common import RunSettings
 from server_app.app import run
 from server_app.checkpoint import read_checkpoint
+from server_app.metered_grid import MeteredGrid
 from strategies.roster import Roster
 from tasks.federation import local_data
 from testing.inprocess_grid import LocalGrid, enter_run, round_of, run_config, server_context
@@ -274,15 +275,11 @@ def test_the_roster_takes_returning_nodes_in_once_and_leaves_out_every_other_cla
 def test_the_superlinks_node_unavailable_reply_names_the_lost_node():
     """Flower's SuperLink answers for a node it lost from its own id 1; the metered grid gives
     the reply the id of the node the message was for, so the strategy re-syncs that node."""
-    from flwr.app import Message as FlowerMessage
-
-    from server_app.metered_grid import MeteredGrid
-
     inner = LocalGrid(client_app, run_config(**SMALL), 2)
     lost = inner.node_ids[0]
     inner.leave(lost, 1)
     grid = MeteredGrid(inner, reply_timeout=5)
-    questions = [FlowerMessage(RecordDict(), node, "query.node", group_id="1")
+    questions = [Message(RecordDict(), node, "query.node", group_id="1")
                  for node in list(inner.node_ids)]
     replies = {r.metadata.src_node_id: r for r in grid.send_and_receive(questions)}
     assert sorted(replies) == sorted(inner.contexts)

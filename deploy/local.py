@@ -32,6 +32,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -61,15 +62,30 @@ def run_checked(args: list[str], **kwargs) -> subprocess.CompletedProcess:
 def _write_key(path: Path, key: ec.EllipticCurvePrivateKey,
                form: serialization.PrivateFormat = serialization.PrivateFormat.TraditionalOpenSSL
                ) -> None:
-    path.write_bytes(key.private_bytes(serialization.Encoding.PEM, form,
-                                       serialization.NoEncryption()))
-    path.chmod(0o600)
+    """A private key file, created with mode 0600 (less the umask) and never wider: opened
+    with ``O_CREAT | O_EXCL`` (an existing file is an error, not overwritten; a link planted
+    at ``path`` is not followed), so no other user can read it at any moment."""
+    data = key.private_bytes(serialization.Encoding.PEM, form, serialization.NoEncryption())
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+
+
+CERTIFICATE_FILES = ("ca.crt", "ca.key", "server.pem", "server.key")
 
 
 def make_certificates(directory: Path, hosts: list[str]) -> None:
     """``ca.crt`` and a server certificate ``server.pem``/``server.key`` signed by it, valid for
-    127.0.0.1, localhost and ``hosts`` (names or IP addresses), one year."""
+    127.0.0.1, localhost and ``hosts`` (names or IP addresses), one year. The keys are created
+    mode 0600; ``FileExistsError`` (before anything is written) if any of the files exists."""
     directory.mkdir(parents=True, exist_ok=True)
+    existing = [name for name in CERTIFICATE_FILES if (directory / name).exists()]
+    if existing:
+        raise FileExistsError(f"{directory}: {', '.join(existing)} exist already (not replaced)")
     now = datetime.now(timezone.utc)
     ca_key = ec.generate_private_key(ec.SECP384R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Flower deployment CA")])
@@ -93,15 +109,16 @@ def make_certificates(directory: Path, hosts: list[str]) -> None:
               .not_valid_before(now).not_valid_after(now + timedelta(days=365))
               .add_extension(x509.SubjectAlternativeName(names), critical=False)
               .sign(ca_key, hashes.SHA256()))
-    (directory / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    (directory / "server.pem").write_bytes(server.public_bytes(serialization.Encoding.PEM))
     _write_key(directory / "ca.key", ca_key)
     _write_key(directory / "server.key", key)
+    (directory / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    (directory / "server.pem").write_bytes(server.public_bytes(serialization.Encoding.PEM))
 
 
 def make_node_key(directory: Path, name: str) -> Path:
     """An ECDSA P-384 key pair for one SuperNode in OpenSSH format, ``name`` and ``name.pub``,
-    as ``ssh-keygen -t ecdsa -b 384`` makes them (what ``flower-supernode`` reads)."""
+    as ``ssh-keygen -t ecdsa -b 384`` makes them (what ``flower-supernode`` reads); the private
+    key created mode 0600, ``FileExistsError`` if it exists."""
     directory.mkdir(parents=True, exist_ok=True)
     key = ec.generate_private_key(ec.SECP384R1())
     path = directory / name
@@ -409,12 +426,25 @@ class Deployment:
                 process.wait()
 
 
+def new_workdir(path: Path | None) -> Path:
+    """A private work folder (mode 0700): ``path`` if it is new or empty (an existing folder
+    with files is refused, never emptied), else a new unique one (``tempfile.mkdtemp``)."""
+    if path is None:
+        return Path(tempfile.mkdtemp(prefix="flower-deploy-"))
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if any(path.iterdir()):
+        raise SystemExit(f"--workdir {path} is not empty: give a new or empty folder")
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--tls", action="store_true")
     parser.add_argument("--auth", action="store_true", help="SuperNode authentication (needs --tls)")
-    parser.add_argument("--workdir", type=Path, default=Path("/tmp/flower-deploy"))
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="a new or empty folder for certificates, keys, logs, state and "
+                             "results (default: a new one, tempfile.mkdtemp)")
     parser.add_argument("--port", type=int, default=39400, help="first of the ports used")
     parser.add_argument("--host", action="append", default=[],
                         help="another name or address for the SuperLink's certificate")
@@ -427,8 +457,7 @@ def main(argv: list[str] | None = None) -> int:
                              "(separate hosts on one machine; needs root)")
     parser.add_argument("run_config", help="the job's --run-config text")
     args = parser.parse_args(argv)
-    if args.workdir.exists():
-        shutil.rmtree(args.workdir)
+    args.workdir = new_workdir(args.workdir)
     star = Star(f"fl{os.getpid() % 10000}", args.nodes) if args.netns else None
     deployment = Deployment(args.workdir, tls=args.tls, auth=args.auth, base_port=args.port,
                             hosts=args.host, star=star, warm=args.warm)

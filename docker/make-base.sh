@@ -3,7 +3,8 @@
 # debootstrap a root file system from the machine's apt mirror and `docker import` it.
 # Usage (as root): docker/make-base.sh [IMAGE_TAG]   (default local/debian-python:bookworm)
 # Env: DEBIAN_SUITE (default: the host's VERSION_CODENAME), DEBIAN_MIRROR (default: the
-# first URIs/deb line of the host's apt sources), KEEP_ROOTFS=1 keeps the temporary tree.
+# first URIs/deb line of the host's apt sources), KEEP_ROOTFS=1 keeps the temporary
+# folder (rootfs/ and debootstrap.log).
 set -euo pipefail
 TAG="${1:-local/debian-python:bookworm}"
 SUITE="${DEBIAN_SUITE:-$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")}"
@@ -27,15 +28,20 @@ MIRROR="${DEBIAN_MIRROR:-$(find_mirror)}"
 command -v debootstrap >/dev/null || { echo "debootstrap missing: apt-get install -y debootstrap" >&2; exit 1; }
 [ "$(id -u)" = 0 ] || { echo "debootstrap needs root" >&2; exit 1; }
 
-ROOTFS=$(mktemp -d /tmp/fl-rootfs.XXXXXX)
-cleanup() { [ "${KEEP_ROOTFS:-0}" = 1 ] || rm -rf "$ROOTFS"; }
+# unique work folders (mktemp -d, mode 0700; under $TMPDIR if set): the root file system and,
+# beside it, the debootstrap log (shown if debootstrap fails, removed with the folder)
+WORK=$(mktemp -d -t fl-make-base.XXXXXX)
+ROOTFS="$WORK/rootfs"
+LOG="$WORK/debootstrap.log"
+mkdir -m 0755 "$ROOTFS"   # the image's / (tar -C "$ROOTFS" .)
+cleanup() { [ "${KEEP_ROOTFS:-0}" = 1 ] || rm -rf "$WORK"; }
 trap cleanup EXIT
 
 echo "[make-base] debootstrap $SUITE from $MIRROR into $ROOTFS"
 debootstrap --variant=minbase \
   --include=python3,python3-venv,ca-certificates,libgomp1 \
-  "$SUITE" "$ROOTFS" "$MIRROR" >/tmp/fl-debootstrap.log 2>&1 \
-  || { tail -20 /tmp/fl-debootstrap.log >&2; exit 1; }
+  "$SUITE" "$ROOTFS" "$MIRROR" >"$LOG" 2>&1 \
+  || { tail -20 "$LOG" >&2; exit 1; }
 
 # slim down: package lists, caches, docs, man pages, locales
 rm -rf "$ROOTFS"/var/lib/apt/lists/* "$ROOTFS"/var/cache/apt/*.bin "$ROOTFS"/var/cache/apt/archives/*.deb \

@@ -41,7 +41,7 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
 PROJECT=fl-beyond
 TS=$(date +%Y%m%d-%H%M%S)
-LOGDIR="$(mktemp -d /tmp/fl-docker-run.XXXXXX)"
+LOGDIR="$(mktemp -d -t fl-docker-run.XXXXXX)"
 RESULTS="${FL_RESULTS_DIR:-$HERE/results}"
 TLS="${FL_DOCKER_TLS:-0}"
 FLWR_VERSION=1.41.0
@@ -214,8 +214,16 @@ else
 fi
 
 # --- start the deployment ---------------------------------------------------------------------
-install -d "$RESULTS"
-if [ "$(id -u)" = 0 ]; then chown 49999:49999 "$RESULTS"; else chmod 0777 "$RESULTS"; fi
+# The ServerApp writes the results folder; nobody else may. As root: the containers run as
+# Flower's `app` user (uid 49999), who gets the folder; as another user: the containers run with
+# this user's uid and gid (FL_UID / FL_GID in the compose files; certs.sh left the keys theirs,
+# 0600) and HOME=/tmp inside (Flower's images make HOME=/app, writable by uid 49999 only).
+if [ "$(id -u)" = 0 ]; then install -d -m 0750 -o 49999 -g 49999 "$RESULTS"
+else
+  install -d -m 0700 "$RESULTS"
+  export FL_UID FL_GID FL_CONTAINER_HOME=/tmp
+  FL_UID=$(id -u) FL_GID=$(id -g)
+fi
 export FL_RESULTS_DIR="$RESULTS"
 wait_superlink() {
   for _ in $(seq 120); do "$FLWR" supernode list "$CONN" --format json >/dev/null 2>&1 && return 0; sleep 1; done

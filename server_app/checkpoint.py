@@ -9,7 +9,6 @@ validated by the decoders that read it).
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
 from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
 
 from functions.errors import DecodeError
+from server_app.results import write_atomic
 
 FILE_NAME = "checkpoint.pb"
 FORMAT = 1
@@ -68,12 +68,9 @@ class Checkpoint:
 
 
 def write_checkpoint(directory: Path, checkpoint: Checkpoint) -> Path:
-    """Write ``checkpoint.pb`` atomically (a crash mid-write leaves the previous one)."""
-    path = directory / FILE_NAME
-    tmp = path.with_suffix(".tmp")
-    tmp.write_bytes(checkpoint.to_bytes())
-    os.replace(tmp, path)
-    return path
+    """Write ``checkpoint.pb`` atomically (``write_atomic``: a crash mid-write leaves the
+    previous one, and two writers never share a temporary file)."""
+    return write_atomic(directory / FILE_NAME, checkpoint.to_bytes())
 
 
 def read_checkpoint(path: Path) -> Checkpoint:

@@ -1,16 +1,65 @@
-"""The results folder of DESIGN.md section 3: config.json, metrics.json/.csv and PNG plots."""
+"""The results folder of DESIGN.md section 3: config.json, metrics.json/.csv and PNG plots.
+
+Every file of a results folder (these, and the checkpoint) is written by ``write_atomic``: a
+reader, or a run that crashes mid-write, sees the previous version of a file or the new one,
+never a part of it.
+"""
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 # the headline metric of a row: a global function's, else the mean over nodes' own models
 METRIC_KEYS = ("test_accuracy", "test_mse", "test_accuracy_mean", "test_mse_mean")
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it (Linux), else set and restored at once."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def write_atomic(path: Path, content: bytes | str | Callable[[IO[bytes]], object]) -> Path:
+    """Replace ``path`` by ``content`` all at once: written to a temporary file of a unique
+    name in the same folder (``tempfile.mkstemp``: created mode 0600, exclusively), flushed to
+    disk (fsync), given the mode a plain ``open`` would give it (0666 less the umask), then
+    renamed over ``path`` (``os.replace``). ``content``: bytes, text (UTF-8), or a function that
+    writes to the open binary file. If anything fails the temporary file is removed and
+    ``path`` is left as it was."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            if callable(content):
+                content(handle)
+            else:
+                handle.write(content.encode() if isinstance(content, str) else content)
+            handle.flush()
+            os.fsync(handle.fileno())
+            os.fchmod(handle.fileno(), 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return path
 
 
 class ResultsWriter:
@@ -24,9 +73,8 @@ class ResultsWriter:
         self._write_json("config.json", config)
 
     def _write_json(self, name: str, payload: Any) -> None:
-        tmp = self.directory / (name + ".tmp")
-        tmp.write_text(json.dumps(payload, indent=2, sort_keys=False, default=str))
-        os.replace(tmp, self.directory / name)
+        write_atomic(self.directory / name,
+                     json.dumps(payload, indent=2, sort_keys=False, default=str))
 
     def add_round(self, row: dict[str, Any]) -> None:
         """Append one round row and rewrite metrics.json and metrics.csv."""
@@ -38,10 +86,11 @@ class ResultsWriter:
         columns: list[str] = []
         for row in self.rounds:
             columns.extend(k for k in row if k not in columns)
-        with open(self.directory / "metrics.csv", "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=columns)
-            writer.writeheader()
-            writer.writerows(self.rounds)
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(self.rounds)
+        write_atomic(self.directory / "metrics.csv", text.getvalue())
 
     def finish(self, summary: dict[str, Any]) -> list[Path]:
         """Write the summary and the plots; return the plot paths."""
@@ -89,7 +138,7 @@ def write_plots(directory: Path, rounds: list[dict[str, Any]], title: str = "") 
         fig.suptitle(title, fontsize=9)
         fig.tight_layout()
         path = directory / name
-        fig.savefig(path, dpi=100)
+        _save_figure(fig, path)
         plt.close(fig)
         paths.append(path)
 
@@ -137,3 +186,8 @@ def write_plots(directory: Path, rounds: list[dict[str, Any]], title: str = "") 
         ax.legend(fontsize=7)
         save(fig, "bytes_vs_round.png")
     return paths
+
+
+def _save_figure(fig, path: Path) -> None:  # noqa: ANN001 - a matplotlib Figure
+    """``fig`` as a PNG at ``path``, written atomically."""
+    write_atomic(path, lambda handle: fig.savefig(handle, format="png", dpi=100))

@@ -144,6 +144,15 @@ def check_host_networking(services: dict) -> None:
         assert "ports" not in service and "networks" not in service, name
 
 
+def check_user(services: dict) -> None:
+    """Every container runs as FL_UID:FL_GID, by default Flower's `app` user (49999), with a
+    HOME it can write (FL_CONTAINER_HOME): run-compose.sh run by another user than root sets
+    them to that user's, whose keys certs.sh leaves 0600 (no key readable by others)."""
+    for name, service in services.items():
+        assert service.get("user") == "49999:49999", name
+        assert service["environment"]["HOME"] == "/app", name
+
+
 def check_flags(services: dict, parsers: dict) -> None:
     """flwr 1.41's own parsers accept every command line; no deprecated flag is used."""
     for name, service in services.items():
@@ -226,6 +235,11 @@ def test_base_file(parsers):
     services = _load(BASE)["services"]
     check_topology(services)
     check_host_networking(services)
+    check_user(services)
+    raw = yaml.safe_load((DOCKER / BASE).read_text())
+    for name, service in raw["services"].items():  # the variables run-compose.sh sets
+        assert service["user"] == "${FL_UID:-49999}:${FL_GID:-49999}", name
+        assert service["environment"]["HOME"] == "${FL_CONTAINER_HOME:-/app}", name
     check_insecure(services)
     check_flags(services, parsers)
 
@@ -296,6 +310,7 @@ def test_compose_config(compose_configs, files, parsers):
     services = yaml.safe_load(proc.stdout)["services"]
     check_topology(services)
     check_host_networking(services)
+    check_user(services)
     check_flags(services, parsers)
     if TLS in files:
         check_tls(services)

@@ -2,17 +2,20 @@
 
 import csv
 import json
+import os
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
-from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from functions.records import payload_bytes
 from server_app.recording import format_row
-from server_app.results import ResultsWriter, summarise, write_plots
+from server_app import results
+from server_app.checkpoint import Checkpoint, write_checkpoint
+from server_app.results import ResultsWriter, summarise, write_atomic, write_plots
 
 
 def test_writer_keeps_every_round_on_disk_and_plots(tmp_path):
@@ -63,15 +66,15 @@ def _rounds(metric: str = "test_accuracy") -> list[dict]:
 
 @pytest.fixture
 def saved_figures(monkeypatch):
-    """Every Figure passed to savefig, by file name (the PNG is still written)."""
+    """Every Figure saved by write_plots, by file name (the PNG is still written)."""
     figures = {}
-    original = Figure.savefig
+    original = results._save_figure
 
-    def capture(fig, fname, *args, **kwargs):
-        figures[Path(fname).name] = fig
-        return original(fig, fname, *args, **kwargs)
+    def capture(fig, path):
+        figures[Path(path).name] = fig
+        return original(fig, path)
 
-    monkeypatch.setattr(Figure, "savefig", capture)
+    monkeypatch.setattr(results, "_save_figure", capture)
     return figures
 
 
@@ -167,3 +170,122 @@ def test_summary_takes_the_best_mse_as_the_lowest_and_accuracy_as_the_highest():
     mean_only = summarise([{"round": 0, "test_mse_mean": 4.0}, {"round": 1, "test_mse_mean": 3.0},
                            {"round": 2, "test_mse_mean": 3.5}])
     assert mean_only["best_test_mse_mean"] == 3.0 and mean_only["final_test_mse_mean"] == 3.5
+
+
+# --- every results file is written atomically (issue 19 item 7) -------------------------------
+
+def _checkpoint() -> Checkpoint:
+    return Checkpoint("fedfw", 1, ArrayRecord({"w": Array(np.zeros(3, np.float32))}),
+                      [{"round": 0}], RecordDict())
+
+
+@pytest.fixture
+def replaced(monkeypatch):
+    """(temporary file, destination) of every os.replace, and the files fsync-ed."""
+    calls: list[tuple[str, str]] = []
+    synced: list[int] = []
+    original_replace, original_fsync = os.replace, os.fsync
+
+    def replace(src, dst, *args, **kwargs):
+        calls.append((str(src), str(dst)))
+        return original_replace(src, dst, *args, **kwargs)
+
+    def fsync(fd):
+        synced.append(fd)
+        return original_fsync(fd)
+
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(os, "fsync", fsync)
+    return calls, synced
+
+
+def test_every_results_file_is_renamed_into_place_after_an_fsync(tmp_path, replaced):
+    calls, synced = replaced
+    writer = ResultsWriter(tmp_path / "run", {"seed": 0})
+    for row in _rounds()[:3]:
+        writer.add_round(row)
+    writer.finish({})
+    write_checkpoint(tmp_path / "run", _checkpoint())
+    written = {Path(dst).name for _, dst in calls}
+    assert written == {"config.json", "metrics.json", "metrics.csv", "checkpoint.pb",
+                       "test_accuracy_vs_round.png", "test_accuracy_vs_bytes.png",
+                       "bytes_vs_round.png"}
+    assert len(synced) == len(calls)
+    for src, dst in calls:  # a temporary file of the same folder, never a fixed name
+        assert Path(src).parent == Path(dst).parent
+        assert Path(src).name.startswith(f".{Path(dst).name}.") and src.endswith(".tmp")
+    assert len({src for src, _ in calls}) == len(calls)  # a new temporary name every time
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == sorted(written)
+
+
+def test_results_files_get_the_mode_of_a_plain_open(tmp_path):
+    old = os.umask(0o027)
+    try:
+        write_atomic(tmp_path / "a.json", "{}")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "a.json").stat().st_mode & 0o777 == 0o640
+
+
+def test_a_write_that_fails_leaves_the_old_file_and_no_temporary_one(tmp_path):
+    path = tmp_path / "metrics.csv"
+    path.write_text("round\n0\n")
+
+    def half_then_fail(handle):
+        handle.write(b"round,test_acc")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        write_atomic(path, half_then_fail)
+    assert path.read_text() == "round\n0\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["metrics.csv"]
+
+
+def test_a_checkpoint_that_cannot_be_renamed_leaves_no_temporary_file(tmp_path, monkeypatch):
+    def refuse(src, dst):
+        raise OSError("rename refused")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    with pytest.raises(OSError, match="rename refused"):
+        write_checkpoint(tmp_path, _checkpoint())
+    with pytest.raises(OSError, match="rename refused"):
+        ResultsWriter(tmp_path / "run", {})
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]
+    assert list((tmp_path / "run").iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", ["checkpoint", "metrics"])
+def test_two_writers_in_one_folder_do_not_share_a_temporary_file(tmp_path, monkeypatch, kind):
+    """Both writers have their temporary file written before either renames it: with a fixed
+    temporary name the second would overwrite the first's, and one rename would fail."""
+    barrier = threading.Barrier(2, timeout=10)
+    sources: list[str] = []
+    original = os.replace
+
+    def replace(src, dst):
+        sources.append(str(src))
+        barrier.wait()
+        return original(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    (tmp_path / "run").mkdir()
+    errors: list[BaseException] = []
+
+    def write(i: int) -> None:
+        try:
+            if kind == "checkpoint":
+                write_checkpoint(tmp_path / "run", _checkpoint())
+            else:
+                ResultsWriter(tmp_path / "run", {"writer": i})
+        except BaseException as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    assert len(set(sources)) == 2
+    leftovers = [p.name for p in (tmp_path / "run").iterdir()]
+    assert leftovers == ["checkpoint.pb" if kind == "checkpoint" else "config.json"]

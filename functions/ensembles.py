@@ -63,6 +63,13 @@ class Limits:
     max_features: int = 1_000_000
     max_outputs: int = 10_000
 
+    def delta_bytes(self, count: int) -> int:
+        """An upper bound on the array bytes of a delta of ``count`` learners within these
+        limits, at 8 bytes a number: weights, base, and each learner's parameters or its tree's
+        nodes (feature, threshold, size and values)."""
+        per_learner = 1 + max(self.max_params, self.max_nodes * (3 + self.max_outputs))
+        return 8 * (count * per_learner + self.max_outputs)
+
 
 @dataclass(frozen=True, eq=False)
 class Delta:
@@ -311,18 +318,28 @@ def pack_delta(delta: Delta) -> tuple[Config, dict[str, np.ndarray]]:
     return config, arrays
 
 
-def unpack_delta(
-    config: Mapping[str, object], arrays: Mapping[str, np.ndarray], limits: Limits = Limits()
-) -> Delta:
-    """Decode and validate a delta; ``DecodeError`` on any fault.
+@dataclass(frozen=True)
+class DeltaHeader:
+    """The header of a received delta, checked on its own (no array read yet)."""
 
-    Checks the header (format, counts and sizes within ``limits``, finite scale and factor, scale
-    1 and no own learners when full), that the config and array keys are exactly the header's and
-    the groups', finite float64 weights and base, group counts summing to ``count``, and each
-    group with its kind's decoder (specs bounded, inputs and outputs the header's).
-    """
-    if not isinstance(config, Mapping) or not isinstance(arrays, Mapping):
-        raise DecodeError("expected mappings of config values and of arrays")
+    full: bool
+    since: int
+    count: int
+    own_count: int
+    groups: int
+    n_features: int
+    n_outputs: int
+    scale: float
+    own_factor: float
+
+
+def read_header(config: Mapping[str, object], limits: Limits = Limits()) -> DeltaHeader:
+    """The checked header of a delta: format, counts and sizes within ``limits``, finite scale
+    and factor, scale 1 and no own learners when full; ``DecodeError`` on any fault. It costs a
+    few dictionary reads, so a receiver compares it with what it expects (e.g. K learners on its
+    version) before any array of the delta is decoded."""
+    if not isinstance(config, Mapping):
+        raise DecodeError("expected a mapping of config values")
     if type(config.get("format")) is not int or config["format"] != FORMAT:
         raise DecodeError(f"format: expected {FORMAT}, got {config.get('format')!r}")
     full = config.get("full")
@@ -343,6 +360,26 @@ def unpack_delta(
         raise DecodeError("a full delta has scale 1.0 and own_count 0")
     if own_count == 0 and own_factor != 0.0:
         raise DecodeError("own_factor without own learners")
+    return DeltaHeader(full, since, count, own_count, groups, n_features, n_outputs, scale,
+                       own_factor)
+
+
+def unpack_delta(
+    config: Mapping[str, object], arrays: Mapping[str, np.ndarray], limits: Limits = Limits()
+) -> Delta:
+    """Decode and validate a delta; ``DecodeError`` on any fault.
+
+    Checks the header (``read_header``), that the config and array keys are exactly the header's
+    and the groups', finite float64 weights and base, group counts summing to ``count``, and each
+    group with its kind's decoder (specs bounded, inputs and outputs the header's).
+    """
+    if not isinstance(arrays, Mapping):
+        raise DecodeError("expected a mapping of arrays")
+    header = read_header(config, limits)
+    full, since, count, own_count, groups = (header.full, header.since, header.count,
+                                             header.own_count, header.groups)
+    n_features, n_outputs = header.n_features, header.n_outputs
+    scale, own_factor = header.scale, header.own_factor
     group_config = _split_groups(config, set(HEADER), groups, "config")
     group_arrays = _split_groups(arrays, {"weights"} | ({"base"} if full else set()), groups,
                                  "array")

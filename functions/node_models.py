@@ -40,6 +40,14 @@ class ModelLimits:
     spec: NetworkSpec | None = None  # the baselines: every node has this architecture
     fisher: bool = False  # DFedFish: the Fisher diagonal travels with the weights
 
+    @property
+    def max_bytes(self) -> int:
+        """An upper bound on the array bytes of one model within these limits, at 8 bytes a
+        number: a network's weights (and Fisher diagonal), or a tree's nodes and domain box."""
+        params = self.spec.n_params if self.spec is not None else self.max_params
+        tree = self.max_nodes * (3 + self.n_outputs) + 2 * self.n_features
+        return 8 * max(2 * params, tree)
+
 
 @dataclass(frozen=True, eq=False)
 class NodeModel:

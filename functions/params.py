@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import io
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.lib import format as npy_format
 from flwr.app import Array, ArrayRecord
 
 from functions.errors import DecodeError
@@ -46,12 +49,17 @@ def arrays_to_record(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
 def array_to_numpy(array: object, name: str) -> np.ndarray:
     """The numpy array inside a received ``Array``; ``DecodeError`` on any fault.
 
-    Flower reads the bytes with ``np.load(allow_pickle=False)``; bytes that are not a .npy file, a
-    non-numpy ``stype`` or an object that is not an ``Array`` raise here as ``DecodeError``. The
-    dtype and shape that ``Array`` declares are not trusted: callers check the decoded array.
+    Nothing is allocated before the bytes are bounded (``npy_data_bytes``: the .npy header must
+    describe exactly the bytes that follow it, so the decoded array is never larger than what was
+    received; numpy's loader would otherwise allocate whatever size a header declares before it
+    reads). Then Flower reads the bytes with ``np.load(allow_pickle=False)``. The dtype and shape
+    that ``Array`` declares beside its bytes are never used: callers check the decoded array.
     """
-    if not isinstance(array, Array):
-        raise DecodeError(f"{name}: expected an Array, got {type(array).__name__}")
+    npy_data_bytes(array, name)
+    return _load(array, name)
+
+
+def _load(array: Array, name: str) -> np.ndarray:
     try:
         value = array.numpy()
     except Exception as err:  # noqa: BLE001 - any parse failure of received bytes
@@ -61,19 +69,65 @@ def array_to_numpy(array: object, name: str) -> np.ndarray:
     return value
 
 
-def record_to_arrays(record: object) -> dict[str, np.ndarray]:
-    """A received ArrayRecord's arrays as numpy, each read safely (``array_to_numpy``)."""
+def npy_data_bytes(array: object, name: str) -> int:
+    """The data bytes of a received ``Array``, read from its .npy header alone (numpy's own
+    header reader, which bounds the header); ``DecodeError`` unless it is an ``Array`` of
+    Flower's numpy ``stype`` whose header names a plain dtype and a shape that account for
+    exactly the bytes after it."""
+    if not isinstance(array, Array):
+        raise DecodeError(f"{name}: expected an Array, got {type(array).__name__}")
+    if array.stype != "numpy.ndarray" or not isinstance(array.data, bytes):
+        raise DecodeError(f"{name}: unreadable array (stype {str(array.stype)[:40]!r})")
+    stream = io.BytesIO(array.data)
+    try:
+        version = npy_format.read_magic(stream)
+        read_header = (npy_format.read_array_header_1_0 if version == (1, 0)
+                       else npy_format.read_array_header_2_0)
+        shape, _, dtype = read_header(stream)
+    except Exception as err:  # noqa: BLE001 - any fault of the received header
+        raise DecodeError(f"{name}: unreadable array ({type(err).__name__}: {err})") from None
+    if dtype.hasobject:
+        raise DecodeError(f"{name}: not a plain numpy array (dtype {dtype})")
+    if not _declares(array, dtype, shape):
+        raise DecodeError(f"{name}: declared as {str(array.dtype)[:20]!r} "
+                          f"{str(array.shape)[:40]}, but its bytes hold {dtype} {shape}")
+    declared, carried = math.prod(shape) * dtype.itemsize, len(array.data) - stream.tell()
+    if declared != carried:
+        raise DecodeError(f"{name}: unreadable array (its header declares {declared} bytes, "
+                          f"{carried} follow)")
+    return declared
+
+
+def _declares(array: Array, dtype: np.dtype, shape: tuple[int, ...]) -> bool:
+    """Whether the dtype and shape ``array`` declares are those of its bytes (a mismatch is a
+    malformed reply, refused whole, never half-read)."""
+    try:
+        return np.dtype(array.dtype) == dtype and tuple(array.shape) == tuple(shape)
+    except Exception:  # noqa: BLE001 - a declared dtype numpy does not know
+        return False
+
+
+def record_to_arrays(record: object, max_bytes: int | None = None) -> dict[str, np.ndarray]:
+    """A received ArrayRecord's arrays as numpy, each read safely (``array_to_numpy``).
+
+    ``max_bytes``: what the run allows this record to hold; every array's size is read from its
+    header first, and a record whose arrays add up to more is refused before any is decoded."""
     if not isinstance(record, ArrayRecord):
         raise DecodeError(f"expected an ArrayRecord, got {type(record).__name__}")
-    return {k: array_to_numpy(v, k) for k, v in record.items()}
+    sizes = {k: npy_data_bytes(v, k) for k, v in record.items()}
+    if max_bytes is not None and sum(sizes.values()) > max_bytes:
+        raise DecodeError(f"its arrays hold {sum(sizes.values())} bytes, more than the "
+                          f"{max_bytes} the run allows")
+    return {k: _load(v, k) for k, v in record.items()}
 
 
 def record_to_params(record: object, layout: ParamLayout, dtype: type | None = None) -> Params:
     """Decode a dense parameter record: exact names, shapes, float dtype (exactly ``dtype`` when
     given), finite values; float64 out."""
-    arrays = record_to_arrays(record)
-    if tuple(arrays) != layout.names:
-        raise DecodeError(f"tensor names {list(arrays)[:5]}... do not match the model's")
+    if not isinstance(record, ArrayRecord) or tuple(record) != layout.names:
+        names = list(record)[:5] if isinstance(record, ArrayRecord) else type(record).__name__
+        raise DecodeError(f"tensor names {names}... do not match the model's")
+    arrays = record_to_arrays(record, max_bytes=8 * layout.size)
     params = []
     for name, shape in zip(layout.names, layout.shapes):
         array = arrays[name]

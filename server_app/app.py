@@ -107,6 +107,7 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
     done, arrays, rows = 0, strategy.initial_arrays(), []
     if checkpoint is not None:
         strategy.load_state_record(checkpoint.strategy)
+        strategy.forget_node_states()  # a new Flower run: every node's Context.state is empty
         done, arrays, rows = checkpoint.server_round, checkpoint.arrays, checkpoint.rows
         log(INFO, "Resuming after round %d of %d", done, settings.num_rounds)
     config = run_config_record(settings, num_nodes, strategy.description())

@@ -73,6 +73,13 @@ class FederatedStrategy(Strategy):
         and treat ``new`` as a node that lost its state, so the next message brings it up to
         date. Nothing to do for a strategy whose nodes keep no state (FedAvg)."""
 
+    def forget_node_states(self) -> None:
+        """Every node of the roster holds nothing any more (a resumed run: Flower starts a new
+        run, and a node's ``Context.state`` is per run): each is treated as a node that lost its
+        state, so its next message brings it up to date (``rebind`` of a node to itself)."""
+        for node in list(self.roster.node_ids if self.roster is not None else []):
+            self.rebind(node, node)
+
     @abstractmethod
     def state_record(self) -> RecordDict:
         """Everything a fresh strategy with the same settings needs to continue exactly."""

@@ -39,10 +39,10 @@ class AgreedBounds:
     samples: int
 
 
-def decode_bounds(reply: Message, n_features: int) -> NodeBounds:
+def decode_bounds(reply: Message, n_features: int, max_examples: int) -> NodeBounds:
     """A node's bounds: finite float64 vectors of the task's width with lower <= upper."""
     records = exact_records(reply.content, {BOUNDS: ArrayRecord, METRICS: MetricRecord})
-    arrays = record_to_arrays(records[BOUNDS])
+    arrays = record_to_arrays(records[BOUNDS], max_bytes=2 * 8 * n_features)
     if set(arrays) != {"lower", "upper"}:
         raise DecodeError(f"bounds: expected arrays lower and upper, got {sorted(arrays)}")
     lower, upper = arrays["lower"], arrays["upper"]
@@ -53,18 +53,19 @@ def decode_bounds(reply: Message, n_features: int) -> NodeBounds:
             raise DecodeError(f"bounds {name}: NaN or inf")
     if np.any(lower > upper):
         raise DecodeError("bounds: lower > upper")
-    samples = checked_count(checked_metrics(records[METRICS], [TRAIN_EXAMPLES]), TRAIN_EXAMPLES, 1)
+    samples = checked_count(checked_metrics(records[METRICS], [TRAIN_EXAMPLES]), TRAIN_EXAMPLES,
+                            max_examples, 1)
     return NodeBounds(lower, upper, samples)
 
 
 def query_bounds(grid: Grid, label: str, server_round: int, node_ids: list[int],
-                 n_features: int) -> tuple[AgreedBounds, int]:
+                 n_features: int, max_examples: int) -> tuple[AgreedBounds, int]:
     """Ask ``node_ids`` for their bounds; the union box and how many answers were unusable.
     ``RuntimeError`` when no node answered usably (there is no domain to train on)."""
     questions = [Message(RecordDict(), node, QUERY_BOUNDS, group_id=str(server_round))
                  for node in node_ids]
     screened = screen_replies(label, server_round, grid.send_and_receive(questions),
-                              lambda r: decode_bounds(r, n_features), node_ids)
+                              lambda r: decode_bounds(r, n_features, max_examples), node_ids)
     answers = list(screened.in_order(node_ids).values())
     if not answers:
         raise RuntimeError(f"{label}: no node reported its data bounds; cannot fix the domain")

@@ -28,7 +28,12 @@ from functions.protocol import (
 from tasks.datasets import TaskData
 from tasks.evaluation import CLASSIFICATION, evaluate_model
 
-MAX_EXAMPLES = 10**9  # a count above this is not a node's data set
+
+def example_limit(task: TaskData) -> int:
+    """The most examples a node can hold of ``task``: its train and test sets together (a node's
+    shards, or its local hold-out, come from them). A count above it is a false report, and
+    would weigh one node's figures over everyone's."""
+    return len(task.y_train) + len(task.y_test)
 
 
 def checked_metrics(record: object, keys: Iterable[str]) -> dict[str, float]:
@@ -47,11 +52,11 @@ def checked_metrics(record: object, keys: Iterable[str]) -> dict[str, float]:
     return values
 
 
-def checked_count(values: Mapping[str, float], key: str, minimum: int = 0) -> int:
-    """``values[key]`` as an example count: an integer in [minimum, MAX_EXAMPLES]."""
+def checked_count(values: Mapping[str, float], key: str, maximum: int, minimum: int = 0) -> int:
+    """``values[key]`` as an example count: an integer in [minimum, maximum] (``example_limit``)."""
     value = values[key]
-    if not value.is_integer() or not minimum <= value <= MAX_EXAMPLES:
-        raise DecodeError(f"{key}={value!r} is not an integer in [{minimum}, {MAX_EXAMPLES}]")
+    if not value.is_integer() or not minimum <= value <= maximum:
+        raise DecodeError(f"{key}={value!r} is not an integer in [{minimum}, {maximum}]")
     return int(value)
 
 
@@ -66,14 +71,15 @@ class EvaluationSums:
     train_loss_sum: float
 
 
-def decode_evaluation_sums(record: object, kind: str) -> EvaluationSums:
-    """The sums of a node's ``metrics`` record for a task of ``kind``, range-checked."""
+def decode_evaluation_sums(record: object, task: TaskData) -> EvaluationSums:
+    """The sums of a node's ``metrics`` record for ``task``, range-checked (counts within
+    ``example_limit``, correct predictions within the test count)."""
     keys = [NUM_EXAMPLES, TEST_LOSS_SUM, TRAIN_LOSS_SUM, TRAIN_EXAMPLES]
-    if kind == CLASSIFICATION:
+    if task.kind == CLASSIFICATION:
         keys.append(TEST_CORRECT_SUM)
     values = checked_metrics(record, keys)
-    n_test = checked_count(values, NUM_EXAMPLES)
-    n_train = checked_count(values, TRAIN_EXAMPLES, minimum=1)
+    n_test = checked_count(values, NUM_EXAMPLES, example_limit(task))
+    n_train = checked_count(values, TRAIN_EXAMPLES, example_limit(task), minimum=1)
     correct = values.get(TEST_CORRECT_SUM)
     if correct is not None and correct > n_test * (1 + 1e-9):
         raise DecodeError(f"{TEST_CORRECT_SUM}={correct} exceeds {NUM_EXAMPLES}={n_test}")

@@ -36,7 +36,7 @@ from functions.protocol import (
 from oracles.douglas_rachford import projected_average
 from run_config.common import RunSettings
 from run_config.fedfw import ConstraintSet, constraint_set
-from strategies.evaluation import checked_count, checked_metrics
+from strategies.evaluation import checked_count, checked_metrics, example_limit
 from strategies.roster import Roster
 from strategies.screening import exact_records, screen_replies
 from strategies.state_records import restore_rng, rng_record
@@ -104,7 +104,8 @@ class CheckedFedAvg(FedAvg, TorchModelStrategy):
         records = exact_records(reply.content, {ARRAYS: ArrayRecord, METRICS: MetricRecord})
         model = record_to_params(records[ARRAYS], self.layout, dtype=np.float32)
         metrics = checked_metrics(records[METRICS], (LOCAL_TRAIN_LOSS, NUM_EXAMPLES))
-        return CheckedModel(reply, model, float(checked_count(metrics, NUM_EXAMPLES, minimum=1)))
+        return CheckedModel(reply, model, float(checked_count(
+            metrics, NUM_EXAMPLES, example_limit(self.model.task), minimum=1)))
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]
                         ) -> tuple[ArrayRecord | None, MetricRecord | None]:

@@ -23,7 +23,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from functions.errors import DecodeError
-from functions.node_models import decode_node_model
+from functions.node_models import TREE, decode_node_model
 from functions.params import arrays_to_record, record_to_arrays
 from functions.protocol import (
     BOUNDS,
@@ -54,7 +54,12 @@ from run_config.common import RunSettings
 from run_config.fedfun import FSR, FedFunSettings, fedfun_settings, model_limits
 from strategies.base import FederatedStrategy
 from strategies.bounds import AgreedBounds, query_bounds
-from strategies.evaluation import checked_count, checked_metrics, spread_over_nodes
+from strategies.evaluation import (
+    checked_count,
+    checked_metrics,
+    example_limit,
+    spread_over_nodes,
+)
 from strategies.node_book import NodeBook
 from strategies.relay import RelayBook
 from strategies.roster import Roster, rekeyed
@@ -108,7 +113,7 @@ class FedFunStrategy(FederatedStrategy):
         """Roster, graph, domain box and round 0 (h_i^0 = argmin R_i), before round 1."""
         self.roster, failures = self.query_roster(grid, server_round)
         self.vertex_of = {n: int(self.roster.facts[n][PARTITION_ID])  # in partition order
-                          for n in self.roster.node_ids if n in self.roster.facts}
+                          for n in self.roster.node_ids}
         totals = {int(f[NUM_PARTITIONS]) for f in self.roster.facts.values()}
         if len(totals) != 1:
             raise RuntimeError(f"{self.label}: nodes disagree on num-partitions: {sorted(totals)}")
@@ -118,7 +123,7 @@ class FedFunStrategy(FederatedStrategy):
         log(INFO, "%s: graph %s; gamma=%.4g", self.label, graph.describe(),
             self.fedfun.gamma_for(graph.spectral_norm()))
         self.bounds, rejected = query_bounds(grid, self.label, server_round, self.book.node_ids,
-                                             self.limits.n_features)
+                                             self.limits.n_features, example_limit(self.task))
         log(INFO, "%s: domain agreed from the nodes' bounds (%d training samples in all)",
             self.label, self.bounds.samples)
         replies = grid.send_and_receive([self._message(node, 0, TRAIN, initial=True)
@@ -172,12 +177,18 @@ class FedFunStrategy(FederatedStrategy):
     def _checked_model(self, reply: Message) -> tuple[dict, dict, dict[str, float]]:
         records = exact_records(reply.content, {MODELS: ConfigRecord, MODEL_ARRAYS: ArrayRecord,
                                                 METRICS: MetricRecord})
-        config, arrays = dict(records[MODELS]), record_to_arrays(records[MODEL_ARRAYS])
+        config = dict(records[MODELS])
+        arrays = record_to_arrays(records[MODEL_ARRAYS], self.limits.max_bytes)
         if any(not k.startswith(REPLY_PREFIX) for k in [*config, *arrays]):
             raise DecodeError(f"a model key is not under {REPLY_PREFIX!r}")
-        decode_node_model(config, arrays, REPLY_PREFIX, self.limits)
+        model = decode_node_model(config, arrays, REPLY_PREFIX, self.limits)
+        if model.kind == TREE and not (np.all(model.function.lower == 0)
+                                       and np.all(model.function.upper == 1)):
+            # every node maps the agreed box to the unit cube and fits its KDDT there
+            raise DecodeError("a KDDT on another domain than the agreed one, the unit cube of "
+                              "the agreed box (its neighbours could not evaluate it)")
         metrics = checked_metrics(records[METRICS], [LOSS, TRAIN_EXAMPLES])
-        checked_count(metrics, TRAIN_EXAMPLES, 1)
+        checked_count(metrics, TRAIN_EXAMPLES, example_limit(self.task), 1)
         return config, arrays, metrics
 
     def _store_replies(self, server_round: int, replies: Iterable[Message]
@@ -215,11 +226,8 @@ class FedFunStrategy(FederatedStrategy):
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
                            ) -> MetricRecord | None:
-        screened = screen_replies(
-            self.label, server_round, replies,
-            lambda r: checked_metrics(exact_records(r.content, {METRICS: MetricRecord})[METRICS],
-                                      EVALUATION_KEYS),
-            self.book.node_ids)
+        screened = screen_replies(self.label, server_round, replies, self._checked_evaluation,
+                                  self.book.node_ids)
         for node in self.book.node_ids:
             if node not in screened.accepted:  # it may not hold what we sent
                 self.book.needs_sync[node] = True
@@ -232,6 +240,19 @@ class FedFunStrategy(FederatedStrategy):
         if pairs:
             out["consensus_distance"] = sum(m[CONSENSUS] for m in per_node.values()) / pairs
         return MetricRecord({**out, "failures": screened.rejected})
+
+    def _checked_evaluation(self, reply: Message) -> dict[str, float]:
+        """A node's figures: accuracies in [0, 1], at most its degree of neighbours compared."""
+        metrics = checked_metrics(exact_records(reply.content, {METRICS: MetricRecord})[METRICS],
+                                  EVALUATION_KEYS)
+        degree = self.relay.graph.degree(self.vertex_of[reply.metadata.src_node_id])
+        for key in (TEST_ACCURACY, TRAIN_ACCURACY, LOCAL_ACCURACY):
+            if metrics[key] > 1:
+                raise DecodeError(f"{key}={metrics[key]} is above 1")
+        if not metrics[NEIGHBOUR_COUNT].is_integer() or metrics[NEIGHBOUR_COUNT] > degree:
+            raise DecodeError(f"{NEIGHBOUR_COUNT}={metrics[NEIGHBOUR_COUNT]} is not an integer "
+                              f"of at most the node's degree {degree}")
+        return metrics
 
     # -- state ----------------------------------------------------------------------------------
     def state_record(self) -> RecordDict:

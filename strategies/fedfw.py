@@ -272,10 +272,11 @@ class FedFWStrategy(TorchModelStrategy):
         record = exact_records(reply.content, {FW_POINT: ArrayRecord})[FW_POINT]
         node = reply.metadata.src_node_id
         constraint, shapes, scope = self.node_sets[node], self.layout.shapes, self.fw.scope
-        arrays = record_to_arrays(record)
+        steps = self.local_steps.get(node, 0) if self.fw.local_pass else 1
+        # no encoding of a point is larger than the dense model in float64
+        arrays = record_to_arrays(record, max_bytes=8 * self.layout.size * max(steps, 1))
         if not self.fw.local_pass:
             return arrays, [decode_model_point(constraint, arrays, shapes, scope)]
-        steps = self.local_steps.get(node, 0)
         points = decode_model_points(constraint, arrays, shapes, scope, max(steps, 1))
         if len(points) != steps:
             raise DecodeError(f"a local pass of {len(points)} points; the node declared {steps}")
@@ -295,7 +296,7 @@ class FedFWStrategy(TorchModelStrategy):
         """Evaluation sums, and grad f_i(x-bar) when the gap is on."""
         kinds = {METRICS: MetricRecord, **({FW_GRAD: ArrayRecord} if self.fw.gap else {})}
         records = exact_records(reply.content, kinds)
-        sums = decode_evaluation_sums(records[METRICS], self.kind)
+        sums = decode_evaluation_sums(records[METRICS], self.model.task)
         grad = record_to_params(records[FW_GRAD], self.layout, np.float32) if self.fw.gap else None
         return sums, grad
 

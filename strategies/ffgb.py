@@ -30,6 +30,7 @@ from functions.ensembles import (
     average,
     lone_learner,
     pack_delta,
+    read_header,
     read_lone_learner,
     unpack_delta,
 )
@@ -63,6 +64,7 @@ from strategies.evaluation import (
     checked_metrics,
     combine_evaluation_sums,
     decode_evaluation_sums,
+    example_limit,
 )
 from strategies.node_book import NodeBook
 from strategies.roster import Roster, rekeyed
@@ -244,13 +246,15 @@ class FFGBStrategy(FederatedStrategy):
     def _checked_increment(self, server_round: int, reply: Message) -> CheckedIncrement:
         records = exact_records(reply.content, {DELTA: ConfigRecord, DELTA_ARRAYS: ArrayRecord,
                                                 METRICS: MetricRecord})
-        delta = unpack_delta(dict(records[DELTA]), record_to_arrays(records[DELTA_ARRAYS]),
-                             self.limits)
-        if delta.full or delta.own_count or delta.since != self.ensemble.version:
+        config = dict(records[DELTA])
+        header = read_header(config, self.limits)  # bounded before any array is decoded
+        if header.full or header.own_count or header.since != self.ensemble.version:
             raise DecodeError(f"expected an increment on version {self.ensemble.version}")
         scale, weights = self._expected_coefficients(self.ffgb.phase(server_round)[1])
-        if len(delta.learners) != len(weights):
-            raise DecodeError(f"{len(delta.learners)} learners, expected {len(weights)}")
+        if header.count != len(weights):
+            raise DecodeError(f"{header.count} learners, expected {len(weights)}")
+        arrays = record_to_arrays(records[DELTA_ARRAYS], self.limits.delta_bytes(header.count))
+        delta = unpack_delta(config, arrays, self.limits)
         if delta.scale != scale or list(delta.weights) != weights:
             raise DecodeError("scale or weights do not match the step sizes of the round")
         for learner in delta.learners:
@@ -264,14 +268,16 @@ class FFGBStrategy(FederatedStrategy):
         records = exact_records(reply.content, {STUDENT: ConfigRecord,
                                                 STUDENT_ARRAYS: ArrayRecord,
                                                 METRICS: MetricRecord})
-        network = read_lone_learner(unpack_delta(dict(records[STUDENT]),
-                                                 record_to_arrays(records[STUDENT_ARRAYS]),
-                                                 self.limits))
+        config = dict(records[STUDENT])
+        if read_header(config, self.limits).count != 1:  # bounded before any array is decoded
+            raise DecodeError("expected one student network")
+        arrays = record_to_arrays(records[STUDENT_ARRAYS], self.limits.delta_bytes(1))
+        network = read_lone_learner(unpack_delta(config, arrays, self.limits))
         if learner_spec(network) != self.spec:
             raise DecodeError(f"the student is not the run's {self.spec}")
         metrics = checked_metrics(records[METRICS], [TRAIN_EXAMPLES, DISTILL_ERROR])
-        return CheckedStudent(network, checked_count(metrics, TRAIN_EXAMPLES, 1),
-                              metrics[DISTILL_ERROR])
+        examples = checked_count(metrics, TRAIN_EXAMPLES, example_limit(self.task), 1)
+        return CheckedStudent(network, examples, metrics[DISTILL_ERROR])
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]
                         ) -> tuple[ArrayRecord | None, MetricRecord | None]:
@@ -351,7 +357,7 @@ class FFGBStrategy(FederatedStrategy):
         screened = screen_replies(
             self.label, server_round, replies,
             lambda r: decode_evaluation_sums(
-                exact_records(r.content, {METRICS: MetricRecord})[METRICS], kind),
+                exact_records(r.content, {METRICS: MetricRecord})[METRICS], self.task),
             self.roster.node_ids)
         for node in screened.errors:  # it may not hold what we sent
             if node in self.book.needs_sync:  # (Flower's "node unavailable" comes from node 1)

@@ -3,9 +3,11 @@ up to date when a SuperNode comes back under a new node id.
 
 Flower's node ids are random per run; every node's partition id comes from its node config, so
 ordering by it makes sampling and aggregation order the same for the same seed on every engine.
-A node whose answer is unusable in round 1 is kept, after the others (ordered by node id), and
-counted as a failure of that round. A partition is served by one node only: a second node that
-claims it is a *claimant*, left out of the run (logged, not counted).
+Only a node whose answer is usable (and, with ``node-partitions``, agrees with its pin) enters
+the roster: one whose answer is unusable or refused is left out of the run, logged and counted as
+a failure of that round, and is not asked again under that node id (it never trains nor receives
+anything). A partition is served by one node only: a second node that claims it is a
+*claimant*, left out of the run (logged, not counted).
 
 A restarted SuperNode gets a new node id. At the start of every later round ``refresh`` compares
 Flower's connected node ids with the roster (no message when nothing changed): a new id is asked
@@ -93,11 +95,17 @@ class Roster:
         node_ids = sorted(grid.get_node_ids())
         answers, rejected = _ask(grid, label, server_round, node_ids)
         facts: dict[int, Facts] = {}
-        claimants: dict[int, Facts | None] = {}
+        claimants: dict[int, Facts | None] = {n: None for n in node_ids if n not in answers}
+        for node in claimants:
+            log(WARNING, "%s round %d: node %s gave no usable answer to %s; it is left out",
+                label, server_round, node, QUERY_NODE)
         for node in _refuse_unpinned(label, server_round, answers, pinned or {}):
             del answers[node]
             claimants[node] = None
             rejected += 1
+        if not answers:
+            raise RuntimeError(f"{label}: no node gave a usable answer to {QUERY_NODE}; "
+                               "nothing to train with")
         owner: dict[int, int] = {}
         for node in sorted(answers):
             pid = answers[node][PARTITION_ID]
@@ -107,12 +115,10 @@ class Roster:
                 claimants[node] = answers[node]
             else:
                 owner[pid], facts[node] = node, answers[node]
-        last = len(node_ids)
-        order = sorted((n for n in node_ids if n not in claimants),
-                       key=lambda n: (facts[n][PARTITION_ID] if n in facts else last, n))
+        order = sorted(facts, key=lambda n: facts[n][PARTITION_ID])
         log(INFO, "%s: %d nodes; partitions in order: %s", label, len(order),
-            [facts[n][PARTITION_ID] if n in facts else "?" for n in order])
-        return cls(order, {n: facts[n] for n in order if n in facts}, claimants), rejected
+            [facts[n][PARTITION_ID] for n in order])
+        return cls(order, {n: facts[n] for n in order}, claimants), rejected
 
     def refresh(self, grid: Grid, label: str, server_round: int,
                 pinned: Mapping[int, int] | None = None) -> tuple[list[tuple[int, int]], int]:

@@ -73,7 +73,7 @@ class TorchModelStrategy(FederatedStrategy):
         screened = screen_replies(
             self.label, server_round, replies,
             lambda r: decode_evaluation_sums(
-                exact_records(r.content, {METRICS: MetricRecord})[METRICS], self.kind),
+                exact_records(r.content, {METRICS: MetricRecord})[METRICS], self.model.task),
             node_ids)
         sums = screened.in_order(node_ids).values()
         return MetricRecord({**combine_evaluation_sums(sums, self.kind),

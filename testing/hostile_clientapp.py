@@ -7,6 +7,8 @@ its node config has ``hostile``, which only the hostile SuperNode gets (``--node
     hostile='nan,outside,garbage,huge'   train (and evaluate) replies of round r get the r-th
                                          corruption; later rounds are honest
     hostile='claim:1'                    the query.node reply claims partition 1
+    hostile='unusable'                   the query.node reply is an Array that declares a dtype
+                                         numpy does not know and a shape of 1e28 elements
 
 The honest reply is computed first (the node's Context.state moves on as an honest node's would),
 then corrupted:
@@ -33,6 +35,7 @@ HOSTILE = "hostile"  # the node-config key
 HUGE_ARRAY_BYTES = 32 * 2**20
 HUGE_CONFIG_BYTES = 16 * 2**20
 CORRUPTIONS = ("nan", "outside", "garbage", "huge")
+UNUSABLE = "unusable"
 
 app = ClientApp()
 
@@ -42,7 +45,7 @@ def plan_of(context: Context) -> list[str]:
     items = [item.strip() for item in str(context.node_config.get(HOSTILE, "")).split(",")]
     items = [item for item in items if item]
     for item in items:
-        if item not in CORRUPTIONS and not item.startswith("claim:"):
+        if item not in (*CORRUPTIONS, UNUSABLE) and not item.startswith("claim:"):
             raise ValueError(f"unknown hostile behaviour {item!r}")
     return items
 
@@ -86,6 +89,9 @@ def hostile_handle(message: Message, context: Context) -> Message:
         claims = [int(item.split(":", 1)[1]) for item in plan if item.startswith("claim:")]
         if claims:
             reply.content[NODE][PARTITION_ID] = claims[0]
+        if UNUSABLE in plan:
+            reply.content[NODE] = ArrayRecord({"x": Array(
+                dtype="bogus", shape=(2**31 - 1,) * 3, stype="numpy.ndarray", data=b"\x00" * 8)})
         return reply
     config = message.content.config_records.get(CONFIG)
     rounds = [item for item in plan if item in CORRUPTIONS]

@@ -136,6 +136,24 @@ def test_with_pinned_partitions_a_claimant_with_a_smaller_node_id_changes_nothin
     assert_same(comparable(hostile), comparable(alone))
 
 
+def test_an_unpinned_node_with_an_unusable_answer_never_takes_part(tmp_path):
+    """A registered node outside ``node-partitions`` whose query.node answer is an Array with a
+    dtype numpy does not know and a declared 1e28 elements: the run goes on as if it did not
+    exist (one failure of round 1), and it is never sent anything after round 1's question."""
+    honest = [{"partition-id": i, "num-partitions": HONEST} for i in range(HONEST)]
+    intruder = {"partition-id": 0, "num-partitions": HONEST, "hostile": "unusable"}
+    extra = {"node-partitions": pins({n: i for i, n in enumerate(local_ids(HONEST + 1)[:HONEST])})}
+    run = run_app(tmp_path / "hostile", HONEST + 1, [*honest, intruder], client=hostile_app,
+                  **parse_overrides(CONFIG), **extra)
+    alone = run_app(tmp_path / "alone", HONEST, honest, **parse_overrides(CONFIG)).rows
+    intruder_id = local_ids(HONEST + 1)[HONEST]
+    assert [m.metadata.message_type for m in run.grid.down
+            if m.metadata.dst_node_id == intruder_id] == ["query.node"]
+    assert run.rows[1]["failures"] == 1 and all(r["failures"] == 0 for r in run.rows[2:])
+    assert all(r["participants"] == HONEST for r in run.rows[1:])
+    assert_same(comparable(run.rows), comparable(alone))
+
+
 @pytest.mark.xfail(strict=True, reason="known, without node-partitions: the roster keeps the "
                    "first claim of a partition by node id, so a claimant with a smaller (random) "
                    "node id than the honest owner takes its place and the owner is left out")

@@ -15,7 +15,10 @@ another app directory (``app_copy``: a FAB whose ClientApp may be a test wrapper
 (``--warm``) runs the SuperLink and each SuperNode with ``--isolation process`` and
 ``deploy.warm_superexec``, which forks every ServerApp and ClientApp process from a parent that
 has imported torch and the app's libraries once, instead of starting a fresh interpreter per run
-and per message (about 4 s of CPU each).
+and per message (about 4 s of CPU each). ``perimeter=True`` (``--perimeter``, needs TLS) keeps
+the SuperLink on its loopback port and puts nginx (``deploy.perimeter``) on another port in
+front of it for the SuperNodes: only their Fleet API calls pass, the Control API (the ``flwr``
+CLI) stays on the SuperLink's own port.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from deploy.netns import Star
+from deploy.perimeter import Perimeter
 
 BIN = Path(sys.executable).parent  # flower-superlink, flower-supernode and flwr of this venv
 PROJECT = Path(__file__).resolve().parents[1]
@@ -184,17 +188,24 @@ class Deployment:
     hosts: list[str] = field(default_factory=list)
     star: Star | None = None  # separate hosts: each process in its own network namespace
     warm: bool = False  # ServerApp and ClientApp processes are forked (deploy.warm_superexec)
+    # SuperNodes dial an nginx perimeter (deploy.perimeter) that forwards only the Fleet API;
+    # the SuperLink listens on loopback, where the flwr CLI (Control API) reaches it
+    perimeter: bool = False
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     node_ids: dict[str, int] = field(default_factory=dict)  # registered key name -> node id
 
     def __post_init__(self) -> None:
         if self.auth and not self.tls:
             raise ValueError("SuperNode authentication needs TLS (flwr 1.41)")
+        if self.perimeter and not self.tls:
+            raise ValueError("the perimeter terminates TLS: it needs tls=True")
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.home = self.workdir / "flwr-home"
         self.certs = self.workdir / "certs"
         self.keys = self.workdir / "keys"
         self.address = f"127.0.0.1:{self.base_port}"
+        self.proxy_port = self.base_port + 5  # the perimeter's, when there is one
+        self.proxy: Perimeter | None = None
         if self.star is not None:
             self.hosts = [*self.hosts, *self.star.link_addresses()]
 
@@ -265,7 +276,8 @@ class Deployment:
             make_certificates(self.certs, self.hosts)
         self._write_connection()
         p = self.base_port
-        host = "127.0.0.1" if self.star is None else "0.0.0.0"  # noqa: S104 - its own namespace
+        # in its own namespace the SuperLink listens on its links too, unless behind a perimeter
+        host = "127.0.0.1" if self.star is None or self.perimeter else "0.0.0.0"  # noqa: S104
         args = self._in_link([
             str(BIN / "flower-superlink"), *self._tls_flags(server=True),
             "--disable-runtime-dependency-installation",
@@ -278,6 +290,26 @@ class Deployment:
             args = self._with_warm_superexec(args, p, "server_app.app", self.tls)
         self._start("superlink", args)
         self.wait_for_port(p)
+        if self.perimeter:
+            self.start_perimeter()
+
+    def start_perimeter(self) -> None:
+        """nginx on the SuperNodes' side (``proxy_port``; on every address of the SuperLink's
+        namespace with ``star``), TLS with the SuperLink's certificate, only the Fleet API
+        forwarded to the SuperLink's loopback listener (re-encrypted, verified with ca.crt)."""
+        listen = (f"127.0.0.1:{self.proxy_port}" if self.star is None
+                  else f"0.0.0.0:{self.proxy_port}")
+        self.proxy = Perimeter(
+            listen=listen, upstream=self.address, cert=self.certs / "server.pem",
+            key=self.certs / "server.key", ca=self.certs / "ca.crt", auth=self.auth,
+            workdir=self.workdir / "perimeter",
+            exec_prefix=[] if self.star is None else self.star.exec_prefix(self.star.link))
+        self.proxy.start()
+
+    @property
+    def fleet_port(self) -> int:
+        """The port SuperNodes dial: the perimeter's, else the SuperLink's."""
+        return self.proxy_port if self.perimeter else self.base_port
 
     def register(self, name: str) -> Path:
         """Make ``name``'s key pair and register its public key with the SuperLink (the node id
@@ -299,8 +331,8 @@ class Deployment:
         warm = self.warm if warm is None else warm
         name = name or f"supernode-{index}"
         port = self.base_port + 10 + 2 * (index if slot is None else slot)
-        superlink = (self.address if self.star is None
-                     else f"{self.star.link_address(index)}:{self.base_port}")
+        superlink = (f"127.0.0.1:{self.fleet_port}" if self.star is None
+                     else f"{self.star.link_address(index)}:{self.fleet_port}")
         args = [str(BIN / "flower-supernode"), *self._tls_flags(server=False),
                 "--superlink", superlink, "--port", str(port),
                 "--health-server-address", f"127.0.0.1:{port + 1}",
@@ -413,7 +445,8 @@ class Deployment:
         process.wait()
 
     def stop(self) -> None:
-        """SIGTERM then SIGKILL every process this object started (their process groups)."""
+        """SIGTERM then SIGKILL every process this object started (their process groups), and
+        the perimeter's nginx."""
         for process in self.processes.values():
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGTERM)
@@ -424,6 +457,8 @@ class Deployment:
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+        if self.proxy is not None:
+            self.proxy.stop()
 
 
 def new_workdir(path: Path | None) -> Path:
@@ -455,12 +490,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--netns", action="store_true",
                         help="each process in its own network namespace, linked by veth pairs "
                              "(separate hosts on one machine; needs root)")
+    parser.add_argument("--perimeter", action="store_true",
+                        help="SuperNodes dial an nginx perimeter that forwards only the Fleet "
+                             "API; the SuperLink listens on loopback (needs --tls; "
+                             "deploy/perimeter.py)")
     parser.add_argument("run_config", help="the job's --run-config text")
     args = parser.parse_args(argv)
     args.workdir = new_workdir(args.workdir)
     star = Star(f"fl{os.getpid() % 10000}", args.nodes) if args.netns else None
     deployment = Deployment(args.workdir, tls=args.tls, auth=args.auth, base_port=args.port,
-                            hosts=args.host, star=star, warm=args.warm)
+                            hosts=args.host, star=star, warm=args.warm,
+                            perimeter=args.perimeter)
     started = time.monotonic()
     try:
         if star is not None:

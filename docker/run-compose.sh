@@ -6,6 +6,8 @@
 #
 #   FL_DOCKER=1 docker/run-compose.sh            # insecure (compose.yml)
 #   FL_DOCKER=1 FL_DOCKER_TLS=1 docker/run-compose.sh   # + compose.tls.yml: TLS, SuperNode auth
+#   FL_DOCKER=1 FL_DOCKER_PERIMETER=1 docker/run-compose.sh   # + compose.perimeter.yml (and TLS):
+#                                the SuperNodes reach the SuperLink through the nginx perimeter
 #
 # Environment (all optional):
 #   FL_BASE=auto|official|local  official flwr/* images (pulled) or a locally built base
@@ -44,6 +46,9 @@ TS=$(date +%Y%m%d-%H%M%S)
 LOGDIR="$(mktemp -d -t fl-docker-run.XXXXXX)"
 RESULTS="${FL_RESULTS_DIR:-$HERE/results}"
 TLS="${FL_DOCKER_TLS:-0}"
+PERIMETER="${FL_DOCKER_PERIMETER:-0}"
+[ "$PERIMETER" = 1 ] && TLS=1   # the perimeter terminates TLS
+PERIMETER_IMAGE="${PERIMETER_IMAGE:-beyond-averaging/perimeter:latest}"
 FLWR_VERSION=1.41.0
 SUPEREXEC_IMAGE="${SUPEREXEC_IMAGE:-beyond-averaging/superexec:latest}"
 SUMMARY="$LOGDIR/summary.txt"
@@ -68,6 +73,7 @@ elif command -v docker-compose >/dev/null; then COMPOSE=(docker-compose)
 else die "no compose tool (docker compose plugin or docker-compose)"; fi
 FILES=(-f "$HERE/compose.yml")
 [ "$TLS" = 1 ] && FILES+=(-f "$HERE/compose.tls.yml")
+[ "$PERIMETER" = 1 ] && FILES+=(-f "$HERE/compose.perimeter.yml")
 compose() { (cd "$HERE" && "${COMPOSE[@]}" -p "$PROJECT" "${FILES[@]}" "$@"); }
 
 # --- teardown ------------------------------------------------------------------------------
@@ -94,7 +100,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 : >"$SUMMARY"
-note "== docker compose deployment run $TS ($( [ "$TLS" = 1 ] && echo 'TLS + SuperNode auth' || echo insecure))"
+note "== docker compose deployment run $TS ($( [ "$TLS" = 1 ] && echo 'TLS + SuperNode auth' || echo insecure)$( [ "$PERIMETER" = 1 ] && echo ', SuperNodes through the nginx perimeter'))"
 note "host: $(nproc) cores, $(uname -r); compose: $("${COMPOSE[@]}" version --short 2>/dev/null || "${COMPOSE[@]}" version | head -1)"
 
 # --- docker daemon -------------------------------------------------------------------------
@@ -111,7 +117,7 @@ note "docker daemon: $(docker version --format '{{.Server.Version}}')$( [ -n "$D
 
 # --- ports must be free (host networking) ---------------------------------------------------
 busy=""
-for p in 39401 39402 39403 39410 39411 39412 39420 39421 39422; do
+for p in 39401 39402 39403 39405 39410 39411 39412 39420 39421 39422; do
   if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then busy="$busy $p"; fi
 done
 [ -z "$busy" ] || die "loopback ports in use:$busy (another deployment? '${COMPOSE[*]} -p $PROJECT down')"
@@ -192,6 +198,13 @@ fi
 build superexec -f "$HERE/superexec.Dockerfile" --build-arg "BASE_IMAGE=$SUPEREXEC_BASE_IMAGE" \
   "${TORCH_ARGS[@]}" -t "$SUPEREXEC_IMAGE" "$HERE"
 export SUPEREXEC_IMAGE
+if [ "$PERIMETER" = 1 ]; then   # Debian's nginx on the same base as the rest
+  if [ "$BASE" = local ]; then PERIMETER_BASE="local/debian-python:bookworm"
+  else PERIMETER_BASE="${PERIMETER_BASE_IMAGE:-debian:bookworm-slim}"; fi
+  build perimeter -f "$HERE/perimeter.Dockerfile" --build-arg "BASE_IMAGE=$PERIMETER_BASE" \
+    -t "$PERIMETER_IMAGE" "$HERE"
+  export PERIMETER_IMAGE
+fi
 [ -n "$COPIED_CA" ] && rm -f "$COPIED_CA" && COPIED_CA=""
 [ -n "$HTTP_PID" ] && kill "$HTTP_PID" 2>/dev/null && HTTP_PID=""
 note "build total: $(secs "$T_BUILD" "$(now)") s (docker layer cache: unchanged steps are reused)"
@@ -265,6 +278,7 @@ for cfg in "${JOBS[@]}"; do
   task=$(grep -o "task='[^']*'" <<<"$cfg" | cut -d"'" -f2 || true)
   name="docker-${algo:-job}-${task:-x}-$TS"
   [ "$TLS" = 1 ] && name="$name-tls"
+  [ "$PERIMETER" = 1 ] && name="$name-perimeter"
   if [ -x "$ROOT/.venv/bin/python" ]; then   # the config is checked in seconds before any run
     (cd "$ROOT" && "$PY" -m server_app.preflight --nodes 2 "$cfg") >"$LOGDIR/preflight-$i.log" 2>&1 \
       || { cat "$LOGDIR/preflight-$i.log" >&2; die "preflight refused: $cfg"; }

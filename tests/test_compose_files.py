@@ -4,8 +4,10 @@ Checks that need no tool: the files parse as YAML; every service uses host netwo
 SuperNodes get distinct partition ids and loopback ports, and each SuperExec dials its own
 SuperLink / SuperNode; every command line is accepted by flwr 1.41's own argument parsers
 (Flower's upstream compose files still use pre-1.41 flags); the TLS overlay mounts the
-certificates its flags name and turns on SuperNode authentication; the GPU overlay reserves
-devices on the SuperNode side only; the image's requirements follow pyproject.toml; the
+certificates its flags name and turns on SuperNode authentication; the perimeter overlay puts
+nginx (its configuration rendered by deploy.perimeter, checked with `nginx -t`) between the
+SuperNodes and the loopback SuperLink; every service runs as FL_UID:FL_GID (default 49999);
+the GPU overlay reserves devices on the SuperNode side only; the image's requirements follow pyproject.toml; the
 end-to-end script stays off unless FL_DOCKER=1. Where a compose tool is installed, every file
 combination is also validated with `docker compose config` / `docker-compose config` and the
 same checks run on the merged result.
@@ -34,7 +36,10 @@ DOCKER = ROOT / "docker"
 BASE = "compose.yml"
 TLS = "compose.tls.yml"
 GPU = "compose.gpu.yml"
-COMBINATIONS = [(BASE,), (BASE, TLS), (BASE, GPU), (BASE, TLS, GPU)]
+PERIMETER = "compose.perimeter.yml"
+COMBINATIONS = [(BASE,), (BASE, TLS), (BASE, GPU), (BASE, TLS, GPU), (BASE, TLS, PERIMETER),
+                (BASE, TLS, PERIMETER, GPU)]
+PERIMETER_PORT = 39405
 N_NODES = 2
 DEPRECATED_FLAGS = {
     "--fleet-api-address", "--fleet-api-type", "--control-api-address",
@@ -103,7 +108,15 @@ def _mounts(service: dict) -> list[tuple[str, str, str]]:
 
 # --- checks shared by the raw files and the merged configurations ------------------------------
 
+def _flower(services: dict) -> dict:
+    """The Flower services (all but the perimeter's nginx)."""
+    return {name: service for name, service in services.items() if name != "perimeter"}
+
+
 def check_topology(services: dict) -> None:
+    """SuperNodes dial the SuperLink's port, or the perimeter's when there is one."""
+    perimeter = "perimeter" in services
+    services = _flower(services)
     nodes = _supernodes(services)
     assert len(nodes) == N_NODES
     assert set(services) == {"superlink", "serverapp-superexec", *nodes,
@@ -120,7 +133,8 @@ def check_topology(services: dict) -> None:
     for node in nodes:
         cmd = services[node]["command"]
         assert _opt(cmd, "--isolation") == "process"
-        assert _opt(cmd, "--superlink") == f"127.0.0.1:{link_port}"
+        fleet_port = PERIMETER_PORT if perimeter else link_port
+        assert _opt(cmd, "--superlink") == f"127.0.0.1:{fleet_port}"
         assert _opt(cmd, "--host") == "127.0.0.1"
         cfg = dict(kv.split("=", 1) for kv in shlex.split(_opt(cmd, "--node-config")))
         assert int(cfg["num-partitions"]) == N_NODES
@@ -131,6 +145,8 @@ def check_topology(services: dict) -> None:
         exec_cmd = services[f"clientapp-superexec-{node.split('-')[1]}"]["command"]
         assert _opt(exec_cmd, "--runtime-api-address") == f"127.0.0.1:{port}"
     assert sorted(partitions) == list(range(N_NODES))
+    if perimeter:
+        listen.append(PERIMETER_PORT)
     for name, service in services.items():
         health = _opt(service["command"], "--health-server-address")
         assert health and health.startswith("127.0.0.1:"), name
@@ -150,12 +166,13 @@ def check_user(services: dict) -> None:
     them to that user's, whose keys certs.sh leaves 0600 (no key readable by others)."""
     for name, service in services.items():
         assert service.get("user") == "49999:49999", name
-        assert service["environment"]["HOME"] == "/app", name
+        if name != "perimeter":  # nginx needs no HOME
+            assert service["environment"]["HOME"] == "/app", name
 
 
 def check_flags(services: dict, parsers: dict) -> None:
     """flwr 1.41's own parsers accept every command line; no deprecated flag is used."""
-    for name, service in services.items():
+    for name, service in _flower(services).items():
         cmd = [str(a) for a in service["command"]]
         role = "superexec" if "superexec" in name else name.split("-")[0]
         parsers[role]().parse_args(cmd)
@@ -178,7 +195,7 @@ def check_tls(services: dict) -> None:
         assert _opt(link, flag), flag
     assert "--enable-supernode-auth" in link
     node_keys = []
-    for name, service in services.items():
+    for name, service in _flower(services).items():
         cmd = service["command"]
         assert "--insecure" not in cmd, name
         mounts = {target: mode for _, target, mode in _mounts(service)}
@@ -197,6 +214,35 @@ def check_tls(services: dict) -> None:
         elif "superexec" in name:
             assert _opt(cmd, "--root-certificates"), name
     assert len(node_keys) == N_NODES and len(set(node_keys)) == N_NODES, node_keys
+
+
+def check_perimeter(services: dict) -> None:
+    """nginx runs the rendered configuration, which listens on the SuperNodes' port, presents
+    the SuperLink's certificate and forwards only the Fleet paths to the SuperLink's own
+    loopback listener; it mounts that certificate, key and ca.crt read-only, no other key."""
+    from deploy.perimeter import FLEET_PATHS, docker_config
+
+    perimeter, link = services["perimeter"], services["superlink"]["command"]
+    assert _opt(link, "--host") == "127.0.0.1"  # the SuperLink stays on loopback
+    cmd = [str(a) for a in perimeter["command"]]
+    assert perimeter["entrypoint"] == ["nginx"] and _opt(cmd, "-g") == "daemon off;"
+    conf_path = _opt(cmd, "-c")
+    mounts = {target: (source, mode) for source, target, mode in _mounts(perimeter)}
+    assert mounts[conf_path] == ("./nginx/perimeter.conf", "ro") or \
+        mounts[conf_path][0].endswith("/nginx/perimeter.conf")
+    conf = (DOCKER / "nginx" / "perimeter.conf").read_text()
+    assert conf == docker_config()
+    assert f"listen {PERIMETER_PORT} ssl;" in conf
+    assert f"server 127.0.0.1:{_opt(link, '--port')};" in conf
+    assert "location ~ ^/v1/fleet/(" + "|".join(FLEET_PATHS) + ")$" in conf
+    for directive in ("ssl_certificate", "ssl_certificate_key", "proxy_ssl_trusted_certificate"):
+        path = re.search(rf"^\s*{directive} (\S+);", conf, re.MULTILINE).group(1)
+        assert mounts[path][1] == "ro", path
+        assert _opt(link, {"ssl_certificate": "--ssl-certfile",
+                           "ssl_certificate_key": "--ssl-keyfile",
+                           "proxy_ssl_trusted_certificate": "--ssl-ca-certfile"}[directive]) == path
+    assert sorted(mounts) == sorted([conf_path, "/app/certs/ca.crt", "/app/certs/server.pem",
+                                     "/app/certs/server.key"])
 
 
 def check_gpu(services: dict) -> None:
@@ -224,7 +270,7 @@ def parsers():
     return {"superlink": superlink, "supernode": supernode, "superexec": superexec}
 
 
-@pytest.mark.parametrize("name", [BASE, TLS, GPU])
+@pytest.mark.parametrize("name", [BASE, TLS, GPU, PERIMETER])
 def test_files_parse(name):
     data = _load(name)
     assert isinstance(data["services"], dict) and data["services"]
@@ -254,6 +300,50 @@ def test_tls_overlay_restates_every_command(parsers):
     check_topology(merged)
     check_tls(merged)
     check_flags(merged, parsers)
+
+
+def test_perimeter_overlay(parsers):
+    """Over the TLS overlay: the SuperNodes' commands restated with the perimeter's port."""
+    base, tls = _load(BASE)["services"], _load(TLS)["services"]
+    perimeter = _load(PERIMETER)["services"]
+    assert set(perimeter) == {"perimeter", *_supernodes(base)}
+    merged = {name: {**base[name], **tls[name], **perimeter.get(name, {})} for name in base}
+    for name, service in merged.items():
+        service["volumes"] = base[name].get("volumes", []) + tls[name].get("volumes", [])
+    merged["perimeter"] = perimeter["perimeter"]
+    for node in _supernodes(base):  # the same command but for --superlink
+        restated, before = perimeter[node]["command"], tls[node]["command"]
+        assert _opt(restated, "--superlink") == f"127.0.0.1:{PERIMETER_PORT}"
+        assert [a for a in restated if a != f"127.0.0.1:{PERIMETER_PORT}"] == \
+            [a for a in before if a != _opt(before, "--superlink")]
+    check_topology(merged)
+    check_tls(merged)
+    check_flags(merged, parsers)
+    check_user(merged)
+    check_host_networking(merged)
+    check_perimeter(merged)
+
+
+def test_perimeter_config_passes_nginx_t(tmp_path):
+    """docker/nginx/perimeter.conf, with its paths moved under tmp_path, passes `nginx -t`."""
+    from deploy.local import make_certificates
+    from deploy.perimeter import nginx_binary
+
+    nginx = nginx_binary()
+    if nginx is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("nginx missing in CI (.ci/run installs Debian's nginx)")
+        pytest.skip("nginx not installed (Debian: apt-get install -y nginx)")
+    make_certificates(tmp_path / "certs", [])
+    conf = (DOCKER / "nginx" / "perimeter.conf").read_text()
+    conf = conf.replace("/tmp/", f"{tmp_path}/").replace("/tmp;", f"{tmp_path};")
+    conf = conf.replace("/app/certs/", f"{tmp_path}/certs/")
+    conf = conf.replace("/dev/stdout", f"{tmp_path}/access.log")
+    conf = re.sub(r"listen \d+ ssl;", "listen 127.0.0.1:1 ssl;", conf)  # -t does not bind
+    (tmp_path / "nginx.conf").write_text(conf)
+    done = subprocess.run([nginx, "-t", "-p", f"{tmp_path}/", "-e", "stderr",
+                           "-c", str(tmp_path / "nginx.conf")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
 
 
 def test_gpu_overlay():
@@ -316,5 +406,7 @@ def test_compose_config(compose_configs, files, parsers):
         check_tls(services)
     else:
         check_insecure(services)
+    if PERIMETER in files:
+        check_perimeter(services)
     if GPU in files:
         check_gpu(services)

@@ -1,0 +1,302 @@
+"""A perimeter for a SuperLink whose SuperNodes are on other machines: Debian's nginx as a
+TLS-terminating reverse proxy that lets through the Fleet API calls a SuperNode makes, and
+nothing else.
+
+Why: flwr 1.41's SuperLink serves its Fleet API (SuperNodes), Control API (``flwr run``,
+``flwr list``, ``flwr log``, ``flwr supernode register``: the operator's) and Runtime API
+(ServerApp SuperExec) on one HTTP port (``--host``/``--port``; ``superlink/main.py`` includes
+all three routers in one FastAPI app, and the old ``--fleet-api-address`` /
+``--control-api-address`` options are deprecated no-ops for the HTTP APIs). A SuperNode host
+that can reach that port with ``ca.crt`` could call the Control API like the operator (SuperNode
+authentication signs Fleet calls only; the Control API has no account check unless Flower's
+enterprise plugins are installed): register more keys, list runs, read logs, submit a FAB, which
+runs code on the SuperLink and on every SuperNode.
+
+So the SuperLink listens on its loopback address (the operator's ``flwr`` and the ServerApp
+SuperExec use it there, or through an SSH tunnel), and this proxy, on the address the SuperNodes
+reach, presents the SuperLink's own certificate and forwards only ``POST`` to the Fleet paths
+that ``flower-supernode`` 1.41 calls (``flwr/supernode/fleet_http_client.py``; with SuperNode
+authentication a node never calls ``register-node`` / ``unregister-node``, which the SuperLink
+refuses then anyway) to the SuperLink over TLS again (the SuperLink serves one scheme on its one
+port, TLS for the operator, so the proxy re-encrypts and verifies it against ``ca.crt``). Every
+other path or method gets 403. The signed headers of SuperNode authentication
+(``flwr-public-key``, ``flwr-signature``, ``flwr-timestamp``) and Flower's version headers
+(``flwr-package-name``, ...) have hyphens, not underscores, so nginx forwards them unchanged with
+its defaults. One message may be up to 2 GiB - 1 byte (``MAX_PROTOBUF_STREAM_MESSAGE_LENGTH``),
+so that is the body limit, and bodies and replies are streamed (no buffering to disk).
+
+``Perimeter`` writes the configuration into a unique work folder, runs nginx in the foreground
+as its own process (``nginx -p <folder> -c <folder>/nginx.conf -g 'daemon off;'``, its pid file
+and logs in that folder) and stops it by PID. ``render`` also makes ``docker/nginx/perimeter.conf``
+(``python -m deploy.perimeter --docker``), so both come from one template.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# flwr/supernode/fleet_http_client.py: what an authenticated flower-supernode 1.41 calls, all POST
+FLEET_PATHS = ("activate-node", "deactivate-node", "send-node-heartbeat", "pull-messages",
+               "push-messages", "get-run", "get-fab", "push-object", "pull-object",
+               "confirm-message-received")
+# ... and a SuperNode without a key of its own (no SuperNode authentication) also these
+SELF_REGISTERING_PATHS = ("register-node", "unregister-node")
+# flwr.supercore.constant.MAX_PROTOBUF_STREAM_MESSAGE_LENGTH (2 GiB - 1 byte, protobuf's limit)
+MAX_MESSAGE_BYTES = 2_147_483_647
+DOCKER_CONF = Path(__file__).resolve().parents[1] / "docker" / "nginx" / "perimeter.conf"
+
+TEMPLATE = """\
+# @HEADER@
+# The Fleet API of a Flower 1.41 SuperLink, and nothing else, for SuperNodes on other machines
+# (deploy/perimeter.py explains why and renders this file).
+worker_processes 1;
+pid @PID@;
+error_log @ERROR_LOG@ warn;
+
+events {
+    worker_connections 1024;
+}
+
+http {
+    access_log @ACCESS_LOG@;
+    server_tokens off;
+    # temporary files (unused while bodies and replies stream) in a folder of our own
+    client_body_temp_path @TEMP@/body;
+    proxy_temp_path @TEMP@/proxy;
+    fastcgi_temp_path @TEMP@/fastcgi;
+    uwsgi_temp_path @TEMP@/uwsgi;
+    scgi_temp_path @TEMP@/scgi;
+
+    upstream superlink {
+        server @UPSTREAM@;  # the SuperLink's own listener (loopback)
+        keepalive 16;
+    }
+
+    server {
+        listen @LISTEN@ ssl;
+        ssl_certificate @CERT@;  # the SuperLink's certificate: SuperNodes verify it with ca.crt
+        ssl_certificate_key @KEY@;
+        ssl_protocols TLSv1.2 TLSv1.3;
+
+        # one message: up to Flower's limit; streamed both ways, never spooled to disk
+        client_max_body_size @MAX_BODY@;
+        client_body_buffer_size 1m;
+        proxy_request_buffering off;
+        proxy_buffering off;
+        client_body_timeout 300s;
+        send_timeout 300s;
+        proxy_connect_timeout 10s;
+        proxy_send_timeout 300s;
+        proxy_read_timeout 300s;
+        keepalive_timeout 75s;
+        # Flower's headers (flwr-public-key, flwr-signature, flwr-timestamp, flwr-package-*) have
+        # hyphens: passed on as they are (headers with underscores are dropped, nginx's default)
+
+        location ~ ^/v1/fleet/(@PATHS@)$ {
+            limit_except POST {
+                deny all;
+            }
+            proxy_pass https://superlink$uri;  # the matched path only, no query string
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_ssl_verify on;
+            proxy_ssl_trusted_certificate @CA@;
+            proxy_ssl_name @UPSTREAM_NAME@;
+            proxy_ssl_server_name on;
+            proxy_ssl_session_reuse on;
+        }
+
+        # the Control API (/v1/control/...), the Runtime API (/v1/runtime/...), /health, /docs,
+        # any other Fleet path: refused
+        location / {
+            return 403;
+        }
+    }
+}
+"""
+
+
+def render(*, listen: str, upstream: str, cert: str, key: str, ca: str, workdir: str,
+           upstream_name: str = "localhost", auth: bool = True,
+           error_log: str | None = None, access_log: str | None = None,
+           temp: str | None = None, header: str = "written by deploy/perimeter.py") -> str:
+    """The nginx configuration: TLS on ``listen`` (``[address:]port``) with ``cert``/``key``,
+    the Fleet paths forwarded over TLS to ``upstream`` (``address:port``, verified with ``ca``
+    as ``upstream_name``); pid file, logs and temporary folders (in ``temp``, an existing
+    folder, default ``workdir/tmp``) in ``workdir``."""
+    paths = FLEET_PATHS if auth else (*FLEET_PATHS, *SELF_REGISTERING_PATHS)
+    values = {
+        "HEADER": header, "LISTEN": listen, "UPSTREAM": upstream, "CERT": cert, "KEY": key,
+        "CA": ca, "UPSTREAM_NAME": upstream_name, "PATHS": "|".join(paths),
+        "MAX_BODY": str(MAX_MESSAGE_BYTES), "PID": f"{workdir}/nginx.pid",
+        "TEMP": temp or f"{workdir}/tmp", "ERROR_LOG": error_log or f"{workdir}/error.log",
+        "ACCESS_LOG": access_log or f"{workdir}/access.log",
+    }
+    text = TEMPLATE
+    for name, value in values.items():
+        text = text.replace(f"@{name}@", value)
+    return text
+
+
+def nginx_binary() -> str | None:
+    """``FL_NGINX``, else nginx on PATH or in /usr/sbin (Debian's, not on a user's PATH)."""
+    found = os.environ.get("FL_NGINX") or shutil.which("nginx")
+    if found is None and Path("/usr/sbin/nginx").exists():
+        found = "/usr/sbin/nginx"
+    return found
+
+
+@dataclass
+class Perimeter:
+    """nginx on ``listen`` in front of the SuperLink at ``upstream``, started and stopped by
+    this object. ``exec_prefix``: a command to run it in (a network namespace)."""
+
+    listen: str
+    upstream: str
+    cert: Path
+    key: Path
+    ca: Path
+    auth: bool = True
+    upstream_name: str = "localhost"
+    workdir: Path | None = None  # default: a new folder (tempfile.mkdtemp)
+    exec_prefix: list[str] = field(default_factory=list)
+    process: subprocess.Popen | None = None
+
+    def __post_init__(self) -> None:
+        if self.workdir is None:
+            self.workdir = Path(tempfile.mkdtemp(prefix="flower-perimeter-"))
+        self.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.conf = self.workdir / "nginx.conf"
+
+    def write_config(self) -> Path:
+        (self.workdir / "tmp").mkdir(mode=0o700, exist_ok=True)
+        self.conf.write_text(render(
+            listen=self.listen, upstream=self.upstream, cert=str(self.cert), key=str(self.key),
+            ca=str(self.ca), workdir=str(self.workdir), upstream_name=self.upstream_name,
+            auth=self.auth))
+        return self.conf
+
+    def _command(self, *extra: str) -> list[str]:
+        nginx = nginx_binary()
+        if nginx is None:
+            raise FileNotFoundError("nginx not found (Debian: apt-get install -y nginx)")
+        return [*self.exec_prefix, nginx, "-p", f"{self.workdir}/", "-e",
+                str(self.workdir / "error.log"), "-c", str(self.conf), *extra]
+
+    def check(self) -> None:
+        """``nginx -t``: the configuration parses and its files load."""
+        self.write_config()
+        done = subprocess.run(self._command("-t", "-q"), capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"nginx -t failed:\n{done.stdout}{done.stderr}")
+
+    def start(self, timeout: float = 20.0) -> subprocess.Popen:
+        """Write the configuration, start nginx in the foreground (its own process group) and
+        wait until it has written its pid file and accepts connections on the listening port."""
+        self.check()
+        pid_file = self.workdir / "nginx.pid"
+        pid_file.unlink(missing_ok=True)
+        with open(self.workdir / "nginx.out", "w") as log:
+            self.process = subprocess.Popen(self._command("-g", "daemon off;"), stdout=log,
+                                            stderr=subprocess.STDOUT, start_new_session=True)
+        host, port = self.listen.rsplit(":", 1) if ":" in self.listen else ("127.0.0.1",
+                                                                            self.listen)
+        probe = [*self.exec_prefix, sys.executable, "-c",
+                 "import socket, sys; sys.exit(socket.socket().connect_ex("
+                 f"({(host if host not in ('0.0.0.0', '*') else '127.0.0.1')!r}, {port})))"]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"nginx exited ({self.process.returncode}): "
+                                   f"{(self.workdir / 'error.log').read_text()[-2000:]}")
+            # nginx writes its pid file once its sockets are bound (not someone else's port)
+            if pid_file.exists() and subprocess.run(probe, capture_output=True).returncode == 0:
+                return self.process
+            time.sleep(0.1)
+        self.stop()
+        raise TimeoutError(f"nginx not listening on {self.listen} after {timeout} s")
+
+    def stop(self) -> None:
+        """SIGQUIT (graceful), then SIGTERM, then SIGKILL nginx's process group, by PID."""
+        process = self.process
+        if process is None or process.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGQUIT, 5.0), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(process.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                process.wait(wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``--docker``: rewrite docker/nginx/perimeter.conf. Otherwise write the configuration for
+    ``--listen`` / ``--upstream`` / ``--certs`` into ``--workdir``, check it (``nginx -t``) and
+    become nginx in the foreground (exec: the PID stays), for a service manager or a terminal."""
+    parser = argparse.ArgumentParser(description="nginx in front of a Flower 1.41 SuperLink: "
+                                                 "only the SuperNodes' Fleet API passes.")
+    parser.add_argument("--docker", action="store_true",
+                        help="(re)write docker/nginx/perimeter.conf and exit")
+    parser.add_argument("--listen", default="0.0.0.0:9091",
+                        help="[address:]port the SuperNodes dial (default 0.0.0.0:9091)")
+    parser.add_argument("--upstream", default="127.0.0.1:9092",
+                        help="the SuperLink's own --host:--port (default 127.0.0.1:9092)")
+    parser.add_argument("--certs", type=Path, default=Path("certs"),
+                        help="folder with ca.crt, server.pem, server.key (the SuperLink's)")
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="folder for nginx.conf, pid file, logs (default: a new one)")
+    parser.add_argument("--upstream-name", default="localhost",
+                        help="a name in the SuperLink's certificate, verified on the upstream "
+                             "connection (default localhost: make_certificates and certs.sh "
+                             "put it in)")
+    parser.add_argument("--no-auth", action="store_true",
+                        help="SuperLink without --enable-supernode-auth: also forward "
+                             "register-node / unregister-node (nodes register themselves)")
+    parser.add_argument("--check", action="store_true", help="write and check, do not run")
+    args = parser.parse_args(argv)
+    if args.docker:
+        DOCKER_CONF.parent.mkdir(parents=True, exist_ok=True)
+        DOCKER_CONF.write_text(docker_config())
+        return 0
+    certs = args.certs.resolve()
+    perimeter = Perimeter(listen=args.listen, upstream=args.upstream,
+                          cert=certs / "server.pem", key=certs / "server.key",
+                          ca=certs / "ca.crt", auth=not args.no_auth,
+                          upstream_name=args.upstream_name,
+                          workdir=None if args.workdir is None else args.workdir.resolve())
+    perimeter.check()
+    print(f"[perimeter] {perimeter.conf} checked; nginx on {args.listen} -> https://"
+          f"{args.upstream} (Fleet API only); logs in {perimeter.workdir}", flush=True)
+    if args.check:
+        return 0
+    command = perimeter._command("-g", "daemon off;")
+    os.execv(command[0], command)
+    return 0  # not reached
+
+
+def docker_config() -> str:
+    """The configuration of docker/compose.perimeter.yml's ``perimeter`` service: every port,
+    the SuperNodes' door 39405 on all addresses; the SuperLink at 127.0.0.1:39401 (host
+    networking); the certificates where the overlay mounts them; its files under /tmp."""
+    return render(listen="39405", upstream="127.0.0.1:39401", cert="/app/certs/server.pem",
+                  key="/app/certs/server.key", ca="/app/certs/ca.crt", workdir="/tmp",
+                  temp="/tmp", error_log="stderr", access_log="/dev/stdout",
+                  header="docker/compose.perimeter.yml; made by `python -m deploy.perimeter "
+                         "--docker` (do not edit by hand)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

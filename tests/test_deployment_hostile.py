@@ -19,8 +19,8 @@ has ``hostile``); ``client_app/app.py`` is unchanged. FedFW on the synthetic tas
 
 What must hold: the run completes, each bad reply is one failure of its round (and the server's
 log gives the reason), and the honest nodes' results are those of a run in which the
-payload-attacker's every reply is an error (a node given ``device='cuda'`` on a machine without
-CUDA) and the claimant does not exist: equal to rel 1e-12 on every metric but the failure counts,
+payload-attacker's every reply after its query.node answer is an error and the claimant does not
+exist: equal to rel 1e-12 on every metric but the failure counts,
 byte counts and wall times.
 
 Known, without ``node-partitions``: the roster keeps the first claim of a partition by node id,
@@ -38,8 +38,8 @@ import logging
 from pathlib import Path
 
 import pytest
-import torch
 
+from client_app.app import app as client_app
 from deploy.local import Deployment, app_copy, free_port_block
 from run_config.declared import parse_overrides
 from testing.hostile_clientapp import HUGE_ARRAY_BYTES, HUGE_CONFIG_BYTES
@@ -66,20 +66,23 @@ def assert_same(a: list[dict], b: list[dict]) -> None:
         assert x == pytest.approx(y, rel=1e-12, abs=0.0)
 
 
-@pytest.fixture
-def no_cuda(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-
-
 def honest_configs(num_partitions: int) -> list[dict]:
     return [{"num-partitions": num_partitions} for _ in range(HONEST)]
 
 
+def failing_after_admission(message, context):  # noqa: ANN001, ANN201
+    """The ClientApp, but a node with ``failing`` in its node config answers query.node (it is
+    admitted, as the payload attacker is) and errs on every other message."""
+    if context.node_config.get("failing") and message.metadata.message_type != "query.node":
+        raise RuntimeError("this node fails every round")
+    return client_app(message, context)
+
+
 def with_a_failing_node(tmp_path: Path) -> list[dict]:
-    """The reference: the honest nodes and one node whose every reply is an error."""
+    """The reference: the honest nodes and one admitted node whose every reply is an error."""
     return run_app(tmp_path, HONEST + 1,
-                   [*honest_configs(PARTITIONS), {"num-partitions": PARTITIONS, "device": "cuda"}],
-                   **parse_overrides(CONFIG)).rows
+                   [*honest_configs(PARTITIONS), {"num-partitions": PARTITIONS, "failing": 1}],
+                   client=failing_after_admission, **parse_overrides(CONFIG)).rows
 
 
 def local_ids(num_nodes: int) -> list[int]:
@@ -103,14 +106,14 @@ def with_hostile_nodes(tmp_path: Path, claimed: int = 0) -> list[dict]:
                    **parse_overrides(CONFIG), **{"node-partitions": pinned}).rows
 
 
-def test_hostile_peers_cost_only_their_own_replies_in_process(tmp_path, no_cuda, caplog):
+def test_hostile_peers_cost_only_their_own_replies_in_process(tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="flwr")
     hostile = with_hostile_nodes(tmp_path / "hostile")
     dropped = [r.getMessage() for r in caplog.records if "dropped the reply" in r.getMessage()]
     claims = [r.getMessage() for r in caplog.records if "claims partition 0" in r.getMessage()]
     reference = with_a_failing_node(tmp_path / "reference")
     assert [r["failures"] for r in hostile] == [0, 2, 1, 1, 1]  # + the refused claim
-    assert [r["failures"] for r in reference] == [0, 2, 1, 1, 1]  # + its query.node error
+    assert [r["failures"] for r in reference] == [0, 1, 1, 1, 1]
     assert all(r["participants"] == HONEST for r in hostile[1:])
     assert_same(comparable(hostile), comparable(reference))
     assert len(dropped) == 4 and len(claims) == 1, (dropped, claims)
@@ -210,8 +213,7 @@ def test_a_deployment_with_hostile_peers_completes_and_counts_every_bad_reply(ho
     assert rows[4]["bytes_up"] > HUGE_ARRAY_BYTES + HUGE_CONFIG_BYTES  # the huge reply arrived
 
 
-def test_the_honest_nodes_results_are_those_without_the_hostile_peers(hostile_run, tmp_path,
-                                                                      no_cuda):
+def test_the_honest_nodes_results_are_those_without_the_hostile_peers(hostile_run, tmp_path):
     deployed = hostile_run["rows"]
     assert_same(comparable(deployed), comparable(with_a_failing_node(tmp_path / "reference")))
     # and the in-process engine runs the same attack to the same numbers, failures included

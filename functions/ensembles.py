@@ -375,11 +375,8 @@ def unpack_delta(
     """
     if not isinstance(arrays, Mapping):
         raise DecodeError("expected a mapping of arrays")
-    header = read_header(config, limits)
-    full, since, count, own_count, groups = (header.full, header.since, header.count,
-                                             header.own_count, header.groups)
-    n_features, n_outputs = header.n_features, header.n_outputs
-    scale, own_factor = header.scale, header.own_factor
+    h = read_header(config, limits)
+    full, count, groups, n_outputs = h.full, h.count, h.groups, h.n_outputs
     group_config = _split_groups(config, set(HEADER), groups, "config")
     group_arrays = _split_groups(arrays, {"weights"} | ({"base"} if full else set()), groups,
                                  "array")
@@ -392,12 +389,12 @@ def unpack_delta(
         if type(size) is not int or not 1 <= size <= count - len(learners):
             raise DecodeError(f"g{i}.count: expected an int in [1, {count - len(learners)}], "
                               f"got {size!r}")
-        learners += _decode_group(fields, group_arrays.get(i, {}), f"g{i}.", size, n_features,
+        learners += _decode_group(fields, group_arrays.get(i, {}), f"g{i}.", size, h.n_features,
                                   n_outputs, limits)
     if len(learners) != count:
         raise DecodeError(f"the groups hold {len(learners)} learners, count says {count}")
-    return Delta(since, scale, tuple(learners), tuple(float(w) for w in weights), n_features,
-                 n_outputs, base, own_count, own_factor)
+    return Delta(h.since, h.scale, tuple(learners), tuple(float(w) for w in weights),
+                 h.n_features, n_outputs, base, h.own_count, h.own_factor)
 
 
 def apply_delta(

@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.lib import format as npy_format
 from flwr.app import Array, ArrayRecord
+from numpy.lib import format as npy_format
 
 from functions.errors import DecodeError
 

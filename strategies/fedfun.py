@@ -54,12 +54,7 @@ from run_config.common import RunSettings
 from run_config.fedfun import FSR, FedFunSettings, fedfun_settings, model_limits
 from strategies.base import FederatedStrategy
 from strategies.bounds import AgreedBounds, query_bounds
-from strategies.evaluation import (
-    checked_count,
-    checked_metrics,
-    example_limit,
-    spread_over_nodes,
-)
+from strategies.evaluation import checked_count, checked_metrics, example_limit, spread_over_nodes
 from strategies.node_book import NodeBook
 from strategies.relay import RelayBook
 from strategies.roster import Roster, rekeyed

@@ -273,11 +273,11 @@ class FedFWStrategy(TorchModelStrategy):
         node = reply.metadata.src_node_id
         constraint, shapes, scope = self.node_sets[node], self.layout.shapes, self.fw.scope
         steps = self.local_steps.get(node, 0) if self.fw.local_pass else 1
-        # no encoding of a point is larger than the dense model in float64
-        arrays = record_to_arrays(record, max_bytes=8 * self.layout.size * max(steps, 1))
+        most = max(steps, 1)  # points; none is encoded larger than the dense model in float64
+        arrays = record_to_arrays(record, max_bytes=8 * self.layout.size * most)
         if not self.fw.local_pass:
             return arrays, [decode_model_point(constraint, arrays, shapes, scope)]
-        points = decode_model_points(constraint, arrays, shapes, scope, max(steps, 1))
+        points = decode_model_points(constraint, arrays, shapes, scope, most)
         if len(points) != steps:
             raise DecodeError(f"a local pass of {len(points)} points; the node declared {steps}")
         return arrays, points

@@ -100,7 +100,8 @@ def test_every_client_half_on_an_explicit_cpu_equals_the_default(tmp_path, algor
 def test_a_node_with_a_device_it_lacks_fails_and_the_run_goes_on(tmp_path, no_cuda):
     run = run_app(tmp_path, 3, [{}, {"device": "cuda"}, {}],
                   **{**CASES["fedavg"], "num-server-rounds": 2})
-    assert all(r["failures"] >= 1 for r in run.rows[1:])
+    # its query.node answer is already an error: it is left out of the roster, sent nothing more
+    assert [r["failures"] for r in run.rows[1:]] == [1, 0]
     assert run.rows[-1]["test_accuracy"] > 0.8
 
 

@@ -23,10 +23,10 @@ from flwr.serverapp import Grid, ServerApp
 from functions.errors import DecodeError
 from run_config.common import RunSettings
 from run_config.tables import validate_tables
-from server_app.checkpoint import read_checkpoint
 from server_app.metered_grid import MeteredGrid
 from server_app.recording import BelowQuorum, RecordedStrategy, RoundRecorder
 from server_app.results import ResultsWriter, summarise
+from server_app.resume import checked_checkpoint, restore
 from server_app.run_info import results_directory, run_config_record
 from strategies.base import FederatedStrategy
 from strategies.registry import ServerAlgorithm, get_algorithm
@@ -89,16 +89,16 @@ def main(grid: Grid, context: Context) -> None:
 
 def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
     """Run the job of ``context.run_config``; with ``resume_from`` (or the run-config key
-    ``resume-from``), continue the run whose checkpoint that is (same run config) after its
-    last completed round."""
+    ``resume-from``), continue the run whose checkpoint that is (same run config but for
+    ``server_app.resume.MAY_CHANGE``) after its last completed round."""
     try:
         plan, num_nodes = prepare(context, grid)
         if resume_from is None and plan.settings.resume_from:
             resume_from = Path(plan.settings.resume_from)
-        checkpoint = read_checkpoint(resume_from) if resume_from is not None else None
-        if checkpoint is not None and checkpoint.algorithm != plan.algorithm.name:
-            raise ConfigError(f"the checkpoint is of a {checkpoint.algorithm!r} run, not "
-                              f"{plan.algorithm.name!r}")
+        checkpoint = None
+        if resume_from is not None:
+            checkpoint = checked_checkpoint(resume_from, plan.algorithm.name, context.run_config)
+            restore(plan.strategy, checkpoint)
     except (ConfigError, DecodeError, OSError) as err:
         log(ERROR, "Invalid run config: %s", err)
         raise InvalidRunConfig(str(err)) from None
@@ -106,8 +106,6 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
     out_dir = results_directory(settings)
     done, arrays, rows = 0, strategy.initial_arrays(), []
     if checkpoint is not None:
-        strategy.load_state_record(checkpoint.strategy)
-        strategy.forget_node_states()  # a new Flower run: every node's Context.state is empty
         done, arrays, rows = checkpoint.server_round, checkpoint.arrays, checkpoint.rows
         log(INFO, "Resuming after round %d of %d", done, settings.num_rounds)
     config = run_config_record(settings, num_nodes, strategy.description())
@@ -117,7 +115,8 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
 
     metered = MeteredGrid(grid, settings.reply_timeout)
     recorded = RecordedStrategy(strategy, done, settings.min_replies)
-    recorder = RoundRecorder(recorded, metered, writer, settings.num_rounds, plan.algorithm.name)
+    recorder = RoundRecorder(recorded, metered, writer, settings.num_rounds, plan.algorithm.name,
+                             context.run_config)
     stopped = None
     if settings.num_rounds > done:
         try:

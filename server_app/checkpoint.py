@@ -1,7 +1,9 @@
 """A run's checkpoint: after every round, everything needed to continue it exactly.
 
-``checkpoint.pb`` in the results folder holds the completed round, the global arrays Flower
-passes on, the recorder's rows and the strategy's ``state_record()``, as one Flower RecordDict in
+``checkpoint.pb`` in the results folder holds the completed round, the run config it ran under
+(every key, defaults resolved: ``server_app.resume`` compares it with a resumed run's), the global
+arrays Flower passes on, the recorder's rows and the strategy's ``state_record()``, as one Flower
+RecordDict in
 Flower's protobuf serialisation (written atomically; read back without pickle, and every part is
 validated by the decoders that read it).
 """
@@ -21,7 +23,7 @@ from functions.errors import DecodeError
 from server_app.results import write_atomic
 
 FILE_NAME = "checkpoint.pb"
-FORMAT = 1
+FORMAT = 2  # 2: with the run config
 _META, _ARRAYS, _STRATEGY = "checkpoint", "checkpoint.arrays", "strategy."
 
 
@@ -34,11 +36,13 @@ class Checkpoint:
     arrays: ArrayRecord
     rows: list[dict[str, Any]]
     strategy: RecordDict
+    run_config: dict[str, Any]
 
     def to_bytes(self) -> bytes:
         content = RecordDict({
             _META: ConfigRecord({"format": FORMAT, "algorithm": self.algorithm,
-                                 "round": self.server_round, "rows": json.dumps(self.rows)}),
+                                 "round": self.server_round, "rows": json.dumps(self.rows),
+                                 "run-config": json.dumps(self.run_config, sort_keys=True)}),
             _ARRAYS: self.arrays,
         })
         for key, record in self.strategy.items():
@@ -54,17 +58,19 @@ class Checkpoint:
             if meta["format"] != FORMAT:
                 raise DecodeError(f"checkpoint format {meta['format']!r}, expected {FORMAT}")
             rows = json.loads(str(meta["rows"]))
+            run_config = json.loads(str(meta["run-config"]))
             server_round = int(meta["round"])
             arrays = content[_ARRAYS]
         except DecodeError:
             raise
         except Exception as err:  # noqa: BLE001 - any fault in a file read back from disk
             raise DecodeError(f"not a checkpoint ({type(err).__name__}: {err})") from None
-        if not isinstance(arrays, ArrayRecord) or not isinstance(rows, list):
-            raise DecodeError("checkpoint: arrays or rows of the wrong kind")
+        if (not isinstance(arrays, ArrayRecord) or not isinstance(rows, list)
+                or not isinstance(run_config, dict)):
+            raise DecodeError("checkpoint: arrays, rows or run config of the wrong kind")
         strategy = RecordDict({k[len(_STRATEGY):]: v for k, v in content.items()
                                if k.startswith(_STRATEGY)})
-        return cls(str(meta["algorithm"]), server_round, arrays, rows, strategy)
+        return cls(str(meta["algorithm"]), server_round, arrays, rows, strategy, run_config)
 
 
 def write_checkpoint(directory: Path, checkpoint: Checkpoint) -> Path:

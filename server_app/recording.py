@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from logging import INFO
 from typing import Any
 
@@ -85,9 +85,10 @@ class RoundRecorder:
     """Flower's ``evaluate_fn``: central evaluation, then the round's row, log line and checkpoint."""
 
     def __init__(self, strategy: RecordedStrategy, grid: MeteredGrid, writer: ResultsWriter,
-                 num_rounds: int, algorithm: str) -> None:
+                 num_rounds: int, algorithm: str, run_config: Mapping[str, Any]) -> None:
         self.strategy, self.grid, self.writer = strategy, grid, writer
         self.num_rounds, self.algorithm = num_rounds, algorithm
+        self.run_config = dict(run_config)  # stored in every checkpoint (server_app.resume)
         already = writer.rounds[-1]["wall_time_s"] if writer.rounds else 0.0
         self.start = time.monotonic() - already
 
@@ -115,7 +116,7 @@ class RoundRecorder:
         self.writer.add_round(row)
         write_checkpoint(self.writer.directory, Checkpoint(
             self.algorithm, server_round, arrays, self.writer.rounds,
-            self.strategy.inner.state_record()))
+            self.strategy.inner.state_record(), self.run_config))
         log(INFO, "%s", format_row(row, self.num_rounds))
         return MetricRecord({k: v for k, v in row.items() if isinstance(v, (int, float))})
 

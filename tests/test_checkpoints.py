@@ -167,3 +167,47 @@ def test_a_round_below_quorum_stops_the_run_which_resumes_later(tmp_path):
         context.state = RecordDict()
     run(grid, server_context({**config, "resume-from": str(tmp_path / "resumed" / RUN_NAME)}))
     assert_resumed_equals(rows_of(tmp_path / "resumed"), rows_of(tmp_path / "whole"), after=2)
+
+
+# --- a checkpoint continues only the run config it was written under (issue 20 item 2) ---------
+
+def _stopped_after_two_rounds(tmp_path, **overrides) -> dict:
+    """A run of ``overrides`` whose ServerApp died before round 3; its config."""
+    config = {**config_for(tmp_path, "ffgb"), "num-server-rounds": 3, **overrides}
+    crashed_before(config, 3, 3)
+    return config
+
+
+@pytest.mark.parametrize("change", [{"ffgb.one-shot": True}, {"ffgb.hidden": 16},
+                                    {"ffgb.local-steps": 3}, {"seed": 1}])
+def test_resuming_under_another_config_is_refused_naming_the_key(tmp_path, change):
+    """ffgb-l resumed as one-shot died with a raw KeyError: 'pool'; a changed width or K was
+    accepted and mixed two models in one ensemble. Both are now refused before any message."""
+    config = _stopped_after_two_rounds(tmp_path, algorithm="ffgb-l")
+    (key, value), = change.items()
+    changed = {**config, key: value, "resume-from": str(tmp_path / RUN_NAME)}
+    grid = LocalGrid(client_app, changed, 3)
+    with pytest.raises(InvalidRunConfig, match=f"differs from the checkpoint's in {key}: "):
+        run(grid, server_context(changed))
+    assert grid.round == 0  # no message was sent
+
+
+def test_resuming_may_change_the_rounds_and_the_quorum(tmp_path):
+    config = _stopped_after_two_rounds(tmp_path)
+    longer = {**config, "num-server-rounds": 4, "min-replies": 1, "reply-timeout": 30.0,
+              "resume-from": str(tmp_path / RUN_NAME)}
+    run(LocalGrid(client_app, longer, 3), server_context(longer))
+    assert [r["round"] for r in rows_of(tmp_path)] == [0, 1, 2, 3, 4]
+
+
+def test_a_strategy_state_that_does_not_load_is_an_invalid_config(tmp_path):
+    """A checkpoint whose strategy records are wrong (here: one removed) stops the run with
+    InvalidRunConfig naming the fault, never a traceback from inside the strategy."""
+    config = _stopped_after_two_rounds(tmp_path)
+    path = tmp_path / RUN_NAME / FILE_NAME
+    checkpoint = read_checkpoint(path)
+    del checkpoint.strategy[sorted(checkpoint.strategy.keys())[-1]]
+    path.write_bytes(checkpoint.to_bytes())
+    resumed = {**config, "resume-from": str(tmp_path / RUN_NAME)}
+    with pytest.raises(InvalidRunConfig, match="strategy state does not load"):
+        run(LocalGrid(client_app, resumed, 3), server_context(resumed))

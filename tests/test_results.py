@@ -176,7 +176,7 @@ def test_summary_takes_the_best_mse_as_the_lowest_and_accuracy_as_the_highest():
 
 def _checkpoint() -> Checkpoint:
     return Checkpoint("fedfw", 1, ArrayRecord({"w": Array(np.zeros(3, np.float32))}),
-                      [{"round": 0}], RecordDict())
+                      [{"round": 0}], RecordDict(), {"algorithm": "fedfw"})
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
-"""The common run-config keys of DESIGN.md section 3, typed and validated.
+"""The common run-config keys of DESIGN.md section 3, declared once (``COMMON_KEYS``: name, type,
+default, check, help) and parsed into ``RunSettings``.
 
 Shared by the ServerApp, the ClientApp and the preflight check; family tables (``fedfw.*``,
-``feddr.*``, ...) are parsed by the sibling modules of this package.
+``feddr.*``, ...) are declared and parsed by the sibling modules of this package.
 """
 
 from __future__ import annotations
@@ -10,107 +11,168 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from run_config.keys import (
+    Check,
+    Key,
+    Scalar,
+    above,
+    at_least,
+    build,
+    finite_above,
+    read_key,
+    read_keys,
+    require,
+    within,
+)
 from tasks.datasets import IMAGE_SCALINGS
 from tasks.devices import check_device_name
-from tasks.errors import ConfigError
 from tasks.federation import DataSpec
 
-Scalar = int | float | str | bool
+__all__ = ["COMMON_KEYS", "RunSettings", "Scalar", "parse_node_partitions", "read_key", "require"]
+
+def parse_node_partitions(text: str, key: str = "node-partitions") -> dict[int, int]:
+    """``"NODE_ID:PARTITION,..."`` as {node id: partition id} (empty: any node may claim any)."""
+    pinned = {}
+    for pair in filter(None, (p.strip() for p in text.split(","))):
+        node, sep, partition = pair.partition(":")
+        require(sep == ":" and node.strip().isdigit() and partition.strip().isdigit(),
+                key, text, "comma-separated NODE_ID:PARTITION_ID pairs of non-negative integers")
+        require(int(node) not in pinned, key, text,
+                f"one partition per node id (node {int(node)} is listed twice)")
+        pinned[int(node)] = int(partition)
+    return pinned
 
 
-def read_key(raw: Mapping[str, Any], key: str, kind: type, default: Any) -> Any:
-    """Read ``key`` as ``kind`` (ints are accepted for floats); ConfigError names the key."""
-    value = raw.get(key, default)
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if kind is int and isinstance(value, float) and value.is_integer():
-        return int(value)
-    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-        raise ConfigError.bound(key, value, f"of type {kind.__name__}")
-    return value
-
-
-def require(condition: bool, key: str, value: object, requirement: str) -> None:
-    """Raise a one-line ConfigError for ``key`` unless ``condition`` holds."""
-    if not condition:
-        raise ConfigError.bound(key, value, requirement)
+COMMON_KEYS = (
+    Key("algorithm", str, "ffgb", "which algorithm runs: see the algorithms table of README.md "
+        "(the registry in `strategies/registry.py` checks the name)", field="algorithm"),
+    Key("task", str, "digits", "`digits`, `iris`, `wine`, `breast-cancer`, `diabetes` "
+        "(regression), `mnist-5k`, `synthetic`, `lipschitz` (regression); online: `mnist`, "
+        "`cifar10` (need a network; torchvision is not used)", field="task"),
+    Key("model", str, "", "`mclr`, `mlp`, `mlp32` (the FFGB paper's 32-32 leaky-ReLU MLP, for "
+        "FedAvg at FFGB's architecture), `dnn`, `cnn`; empty = the task's default (`mlp`; `mclr` "
+        "for synthetic; `cnn` for cifar10)", field="model"),
+    Key("partitioning", str, "iid", "`iid`, `label-sort`, `labels-per-client`, "
+        "`shifted-labels`, `dirichlet`, `kmeans`, `by-class` (see Data)", field="partitioning"),
+    Key("partitioning.s", float, 0.1, "label-sort: fraction spread iid, the rest sorted by "
+        "label (FFGB paper)", within(0, 1), field="partitioning_s"),
+    Key("partitioning.alpha", float, 0.5, "dirichlet concentration", above(0),
+        field="partitioning_alpha"),
+    Key("partitioning.labels-per-client", int, 3, "labels-per-client, shifted-labels: labels "
+        "per client (FedFW paper)", at_least(1), field="labels_per_client"),
+    Key("partitioning.local-test", float, 0.0, "> 0: every node holds out this share of its "
+        "own partition as its test shard (the FedFW authors' per-user 75/25 split: `0.25`), so "
+        "federated evaluation (`federated_test_*`) scores each node on its own distribution; 0: "
+        "nodes test on iid shards of the task's test set",
+        within(0, 1, "[)", "(0: nodes test on shards of the task's test set)"),
+        field="local_test"),
+    Key("image-scaling", str, "unit", "image tasks (`mnist-5k`, `mnist`, `cifar10`): pixels in "
+        "[0, 1] (`unit`) or [−1, 1] (`centred`, torchvision's `Normalize(0.5, 0.5)`, as the "
+        "FedFW authors' code)", Check(f"one of {IMAGE_SCALINGS}", lambda v: v in IMAGE_SCALINGS),
+        field="image_scaling"),
+    Key("num-server-rounds", int, 20, "rounds, ≥ 1", at_least(1), field="num_rounds"),
+    Key("seed", int, 0, "seeds data split, partitions, model init, sampling and minibatches",
+        field="seed"),
+    Key("test-fraction", float, 0.2, "offline tasks: share held out for testing, stratified "
+        "(the FedFun paper: 0.5)", Check("strictly between 0 and 1", lambda v: 0.0 < v < 1.0),
+        field="test_fraction"),
+    Key("min-nodes", int, 2, "the server waits for this many connected nodes before starting",
+        at_least(1), field="min_nodes"),
+    Key("min-replies", int, 0, "quorum: if fewer nodes answer a round's training (without an "
+        "error, within `reply-timeout`), the run stops cleanly after the last completed round "
+        "(results and checkpoint kept; Flower marks the run failed with the reason) so it can "
+        "continue with `resume-from`; 0 = no quorum, a round goes on with whoever answered",
+        at_least(0, "(0: no quorum)"), field="min_replies"),
+    Key("output-dir", str, "", "results base folder (absolute path recommended); empty = "
+        "`~/flower-results`", field="output_dir"),
+    Key("run-name", str, "", "results sub-folder; empty = `<algorithm>-<task>-<timestamp>`",
+        field="run_name"),
+    Key("resume-from", str, "", "a results folder: continue that run from its `checkpoint.pb` "
+        "after its last completed round (same run config otherwise; give the same "
+        "`output-dir`/`run-name` to keep writing into it)", field="resume_from"),
+    Key("git-commit", str, "", "recorded in `config.json`; `make run` sets it to the "
+        "checkout's commit (Flower's engines run an installed copy of the app, which has no "
+        "`.git`); empty = asked from git when the app runs from a checkout (in-process tests, "
+        "benchmarks)", field="git_commit"),
+    Key("central-evaluation", bool, True, "evaluate on the task's test set at the server; "
+        "`false` = federated evaluation on the clients' test shards",
+        field="central_evaluation"),
+    Key("central-device", str, "auto", "torch device of the ServerApp's central evaluation: "
+        "`auto`, `cpu`, `cuda`, `cuda:N` (see Devices)",
+        lambda key, value: check_device_name(value, key), field="central_device"),
+    Key("reply-timeout", float, 600.0, "seconds each exchange of a round (train, evaluate, the "
+        "first `query.node`) waits for replies; a node that has not answered by then counts as "
+        "a failure and the round goes on with the others (Flower's own default is an hour)",
+        finite_above(0, "seconds"), field="reply_timeout"),
+    Key("node-partitions", str, "", "`\"<node id>:<partition id>,...\"`: only these nodes may "
+        "serve these partitions; any other claim in `query.node` is refused and counted as a "
+        "failure (for SuperNodes with authentication, whose node ids `flwr supernode register` "
+        "fixes); empty = any node may claim any partition (the first by node id wins a "
+        "contested one)", lambda key, value: parse_node_partitions(value, key),
+        field="node_partitions"),
+    Key("fraction-train", float, 1.0, "FedAvg, FedProx, projected FedAvg, FFGB family: "
+        "fraction of nodes sampled per round (at least one), seeded, in partition order",
+        within(0, 1, "(]"), field="fraction_train"),
+    Key("local-epochs", int, 1, "FedAvg/FedProx local epochs", at_least(0),
+        field="local_epochs"),
+    Key("local-steps", int, 0, "if > 0, this many minibatch steps instead of epochs",
+        at_least(0), field="local_steps"),
+    Key("batch-size", int, 16, "local minibatch size", at_least(1), field="batch_size"),
+    Key("learning-rate", float, 0.3, "local SGD step size", above(0), field="learning_rate"),
+    Key("fedprox.mu", float, 0.01, "FedProx proximal weight", at_least(0), field="fedprox_mu"),
+    Key("synthetic.alpha", float, 1.0, "Synthetic(α, β) heterogeneity: α; 0, 0 = iid",
+        at_least(0), field="synthetic_alpha"),
+    Key("synthetic.beta", float, 1.0, "Synthetic(α, β) heterogeneity: β; 0, 0 = iid",
+        at_least(0), field="synthetic_beta"),
+    Key("synthetic.samples", int, 6000, "samples generated for `synthetic` (80 % train, 20 % "
+        "test)", at_least(10), field="synthetic_samples"),
+)
+_DEFAULT = {key.field: key.default for key in COMMON_KEYS}
 
 
 @dataclass(frozen=True)
 class RunSettings:
-    """The common run-config keys, validated; ``raw`` keeps every key for the family parsers."""
+    """The common run-config keys, validated; ``raw`` keeps every key for the family parsers.
+    Every default is the key's in ``COMMON_KEYS``."""
 
-    algorithm: str = "ffgb"
-    task: str = "digits"
-    model: str = ""
-    partitioning: str = "iid"
-    partitioning_s: float = 0.1
-    partitioning_alpha: float = 0.5
-    labels_per_client: int = 3
-    local_test: float = 0.0  # > 0: each node tests on this share of its own partition
-    image_scaling: str = "unit"  # image tasks' pixels: "unit" [0, 1] or "centred" [-1, 1]
-    num_rounds: int = 20
-    seed: int = 0
-    test_fraction: float = 0.2  # offline tasks: share of the data held out for testing
-    min_nodes: int = 2
-    min_replies: int = 0  # a round's training needs this many answers, or the run stops
-    output_dir: str = ""
-    run_name: str = ""
-    resume_from: str = ""  # a results folder whose checkpoint the run continues
-    git_commit: str = ""
-    central_evaluation: bool = True
-    central_device: str = "auto"  # torch device of the ServerApp's central evaluation
-    reply_timeout: float = 600.0  # seconds a round waits for replies (Flower's default: 3600)
-    node_partitions: str = ""  # "NODE_ID:PARTITION,...": who may serve which partition
-    fraction_train: float = 1.0
-    local_epochs: int = 1
-    local_steps: int = 0
-    batch_size: int = 16
-    learning_rate: float = 0.3
-    fedprox_mu: float = 0.01
-    synthetic_alpha: float = 1.0
-    synthetic_beta: float = 1.0
-    synthetic_samples: int = 6000
+    algorithm: str = _DEFAULT["algorithm"]
+    task: str = _DEFAULT["task"]
+    model: str = _DEFAULT["model"]
+    partitioning: str = _DEFAULT["partitioning"]
+    partitioning_s: float = _DEFAULT["partitioning_s"]
+    partitioning_alpha: float = _DEFAULT["partitioning_alpha"]
+    labels_per_client: int = _DEFAULT["labels_per_client"]
+    local_test: float = _DEFAULT["local_test"]  # > 0: each node tests on its own partition
+    image_scaling: str = _DEFAULT["image_scaling"]  # "unit" [0, 1] or "centred" [-1, 1]
+    num_rounds: int = _DEFAULT["num_rounds"]
+    seed: int = _DEFAULT["seed"]
+    test_fraction: float = _DEFAULT["test_fraction"]  # offline tasks: share held out
+    min_nodes: int = _DEFAULT["min_nodes"]
+    min_replies: int = _DEFAULT["min_replies"]  # quorum of a round's training (0: none)
+    output_dir: str = _DEFAULT["output_dir"]
+    run_name: str = _DEFAULT["run_name"]
+    resume_from: str = _DEFAULT["resume_from"]  # a results folder whose checkpoint continues
+    git_commit: str = _DEFAULT["git_commit"]
+    central_evaluation: bool = _DEFAULT["central_evaluation"]
+    central_device: str = _DEFAULT["central_device"]  # torch device of central evaluation
+    reply_timeout: float = _DEFAULT["reply_timeout"]  # seconds a round waits for replies
+    node_partitions: str = _DEFAULT["node_partitions"]  # "NODE_ID:PARTITION,...": pins
+    fraction_train: float = _DEFAULT["fraction_train"]
+    local_epochs: int = _DEFAULT["local_epochs"]
+    local_steps: int = _DEFAULT["local_steps"]
+    batch_size: int = _DEFAULT["batch_size"]
+    learning_rate: float = _DEFAULT["learning_rate"]
+    fedprox_mu: float = _DEFAULT["fedprox_mu"]
+    synthetic_alpha: float = _DEFAULT["synthetic_alpha"]
+    synthetic_beta: float = _DEFAULT["synthetic_beta"]
+    synthetic_samples: int = _DEFAULT["synthetic_samples"]
     raw: Mapping[str, Scalar] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_run_config(cls, raw: Mapping[str, Any]) -> RunSettings:
-        """Parse and validate a Flower run config; raise ConfigError naming the bad key."""
-        d = cls()
-        settings = cls(
-            algorithm=read_key(raw, "algorithm", str, d.algorithm),
-            task=read_key(raw, "task", str, d.task),
-            model=read_key(raw, "model", str, d.model),
-            partitioning=read_key(raw, "partitioning", str, d.partitioning),
-            partitioning_s=read_key(raw, "partitioning.s", float, d.partitioning_s),
-            partitioning_alpha=read_key(raw, "partitioning.alpha", float, d.partitioning_alpha),
-            labels_per_client=read_key(raw, "partitioning.labels-per-client", int, d.labels_per_client),
-            local_test=read_key(raw, "partitioning.local-test", float, d.local_test),
-            image_scaling=read_key(raw, "image-scaling", str, d.image_scaling),
-            num_rounds=read_key(raw, "num-server-rounds", int, d.num_rounds),
-            seed=read_key(raw, "seed", int, d.seed),
-            test_fraction=read_key(raw, "test-fraction", float, d.test_fraction),
-            min_nodes=read_key(raw, "min-nodes", int, d.min_nodes),
-            min_replies=read_key(raw, "min-replies", int, d.min_replies),
-            output_dir=read_key(raw, "output-dir", str, d.output_dir),
-            run_name=read_key(raw, "run-name", str, d.run_name),
-            resume_from=read_key(raw, "resume-from", str, d.resume_from),
-            git_commit=read_key(raw, "git-commit", str, d.git_commit),
-            central_evaluation=read_key(raw, "central-evaluation", bool, d.central_evaluation),
-            central_device=read_key(raw, "central-device", str, d.central_device),
-            reply_timeout=read_key(raw, "reply-timeout", float, d.reply_timeout),
-            node_partitions=read_key(raw, "node-partitions", str, d.node_partitions),
-            fraction_train=read_key(raw, "fraction-train", float, d.fraction_train),
-            local_epochs=read_key(raw, "local-epochs", int, d.local_epochs),
-            local_steps=read_key(raw, "local-steps", int, d.local_steps),
-            batch_size=read_key(raw, "batch-size", int, d.batch_size),
-            learning_rate=read_key(raw, "learning-rate", float, d.learning_rate),
-            fedprox_mu=read_key(raw, "fedprox.mu", float, d.fedprox_mu),
-            synthetic_alpha=read_key(raw, "synthetic.alpha", float, d.synthetic_alpha),
-            synthetic_beta=read_key(raw, "synthetic.beta", float, d.synthetic_beta),
-            synthetic_samples=read_key(raw, "synthetic.samples", int, d.synthetic_samples),
-            raw=dict(raw),
-        )
+        """Parse and validate a Flower run config's common keys (``COMMON_KEYS``: type and
+        check of each, then the checks across keys); ConfigError names the bad key."""
+        settings = build(cls, read_keys(raw, COMMON_KEYS), COMMON_KEYS, raw=dict(raw))
         settings.validate()
         return settings
 
@@ -129,43 +191,9 @@ class RunSettings:
     @property
     def pinned_partitions(self) -> dict[int, int]:
         """``node-partitions`` as {node id: partition id} (empty: any node may claim any)."""
-        pinned = {}
-        for pair in filter(None, (p.strip() for p in self.node_partitions.split(","))):
-            node, sep, partition = pair.partition(":")
-            require(sep == ":" and node.strip().isdigit() and partition.strip().isdigit(),
-                    "node-partitions", self.node_partitions,
-                    "comma-separated NODE_ID:PARTITION_ID pairs of non-negative integers")
-            require(int(node) not in pinned, "node-partitions", self.node_partitions,
-                    f"one partition per node id (node {int(node)} is listed twice)")
-            pinned[int(node)] = int(partition)
-        return pinned
+        return parse_node_partitions(self.node_partitions)
 
     def validate(self) -> None:
-        """Range checks that do not need the task or the registry."""
-        _ = self.pinned_partitions  # parses, or names the key
-        require(self.num_rounds >= 1, "num-server-rounds", self.num_rounds, ">= 1")
-        check_device_name(self.central_device, "central-device")
-        require(0 < self.reply_timeout < float("inf"), "reply-timeout", self.reply_timeout,
-                "finite and > 0 seconds")
-        require(0.0 < self.test_fraction < 1.0, "test-fraction", self.test_fraction,
-                "strictly between 0 and 1")
-        require(self.min_nodes >= 1, "min-nodes", self.min_nodes, ">= 1")
-        require(self.min_replies >= 0, "min-replies", self.min_replies, ">= 0 (0: no quorum)")
-        require(0.0 <= self.partitioning_s <= 1.0, "partitioning.s", self.partitioning_s, "in [0, 1]")
-        require(self.partitioning_alpha > 0.0, "partitioning.alpha", self.partitioning_alpha, "> 0")
-        require(0.0 <= self.local_test < 1.0, "partitioning.local-test", self.local_test,
-                "in [0, 1) (0: nodes test on shards of the task's test set)")
-        require(self.image_scaling in IMAGE_SCALINGS, "image-scaling", self.image_scaling,
-                f"one of {IMAGE_SCALINGS}")
-        require(self.labels_per_client >= 1, "partitioning.labels-per-client", self.labels_per_client, ">= 1")
-        require(0.0 < self.fraction_train <= 1.0, "fraction-train", self.fraction_train, "in (0, 1]")
-        require(self.local_epochs >= 0, "local-epochs", self.local_epochs, ">= 0")
-        require(self.local_steps >= 0, "local-steps", self.local_steps, ">= 0")
+        """The checks across keys (each key's own check is its ``COMMON_KEYS`` entry)."""
         require(self.local_epochs > 0 or self.local_steps > 0, "local-epochs", self.local_epochs,
                 "> 0 when local-steps is 0")
-        require(self.batch_size >= 1, "batch-size", self.batch_size, ">= 1")
-        require(self.learning_rate > 0.0, "learning-rate", self.learning_rate, "> 0")
-        require(self.fedprox_mu >= 0.0, "fedprox.mu", self.fedprox_mu, ">= 0")
-        require(self.synthetic_alpha >= 0.0, "synthetic.alpha", self.synthetic_alpha, ">= 0")
-        require(self.synthetic_beta >= 0.0, "synthetic.beta", self.synthetic_beta, ">= 0")
-        require(self.synthetic_samples >= 10, "synthetic.samples", self.synthetic_samples, ">= 10")

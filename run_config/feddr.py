@@ -9,8 +9,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from run_config.common import RunSettings, read_key, require
+from run_config.common import RunSettings
 from run_config.fedfw import ConstraintSet, constraint_set
+from run_config.keys import Key, at_least, build, finite_above, read_keys, within
+
+FEDDR_KEYS = (
+    Key("feddr.alpha", float, 1.0, "FedDR relaxation α, in (0, 2)", within(0, 2, "()")),
+    Key("feddr.eta", float, 1.0, "FedDR proximal parameter η of prox_{η f_i}, > 0",
+        finite_above(0)),
+    Key("feddr.local-steps", int, 5, "gradient steps of the inexact prox per round",
+        at_least(1)),
+    Key("feddr.lr", float, 0.1, "step size of those gradient steps", finite_above(0)),
+    Key("feddr.batch-size", int, 0, "minibatch of those steps; 0 = full local batch",
+        at_least(0, "(0 = full batch)")),
+    Key("feddr.participation", float, 1.0, "fraction of nodes sampled per round (at least "
+        "one), seeded, in partition order", within(0, 1, "(]")),
+    Key("feddr.federated-eval", bool, True, "evaluate F(x̄) on all clients' training data each "
+        "round (`train_loss`)"),
+)
 
 
 @dataclass(frozen=True)
@@ -28,22 +44,6 @@ class FedDRSettings:
 
 
 def feddr_settings(settings: RunSettings) -> FedDRSettings:
-    """Parse ``feddr.*`` and D; ConfigError names the key."""
-    raw = settings.raw
-    out = FedDRSettings(
-        domain=constraint_set(settings),
-        alpha=read_key(raw, "feddr.alpha", float, 1.0),
-        eta=read_key(raw, "feddr.eta", float, 1.0),
-        local_steps=read_key(raw, "feddr.local-steps", int, 5),
-        lr=read_key(raw, "feddr.lr", float, 0.1),
-        batch_size=read_key(raw, "feddr.batch-size", int, 0),
-        participation=read_key(raw, "feddr.participation", float, 1.0),
-        federated_eval=read_key(raw, "feddr.federated-eval", bool, True),
-    )
-    require(0.0 < out.alpha < 2.0, "feddr.alpha", out.alpha, "in (0, 2)")
-    require(0.0 < out.eta < float("inf"), "feddr.eta", out.eta, "finite and > 0")
-    require(out.local_steps >= 1, "feddr.local-steps", out.local_steps, ">= 1")
-    require(0.0 < out.lr < float("inf"), "feddr.lr", out.lr, "finite and > 0")
-    require(out.batch_size >= 0, "feddr.batch-size", out.batch_size, ">= 0 (0 = full batch)")
-    require(0.0 < out.participation <= 1.0, "feddr.participation", out.participation, "in (0, 1]")
-    return out
+    """Parse D and ``FEDDR_KEYS``; ConfigError names the key."""
+    domain = constraint_set(settings)
+    return build(FedDRSettings, read_keys(settings.raw, FEDDR_KEYS), FEDDR_KEYS, domain=domain)

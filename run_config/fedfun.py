@@ -16,11 +16,22 @@ import numpy as np
 
 from functions.networks import NetworkSpec
 from functions.node_models import ModelLimits
-
 from oracles.fedfun_local import DFEDAVGM, DFEDDF, DFEDFISH, FSR, PSR, TREE_LEARNER
 from oracles.fsr_network import JACOBI, STEP_FORMS
 from oracles.graphs import TOPOLOGIES
-from run_config.common import RunSettings, read_key, require
+from run_config.common import RunSettings
+from run_config.keys import (
+    Check,
+    Key,
+    OneOf,
+    at_least,
+    build,
+    finite_above,
+    finite_at_least,
+    read_keys,
+    require,
+    within,
+)
 from tasks.datasets import TaskData
 from tasks.errors import ConfigError
 
@@ -28,6 +39,64 @@ ALGORITHMS = (FSR, PSR, DFEDAVGM, DFEDFISH, DFEDDF)
 LEARNERS = ("mlp", TREE_LEARNER)
 MAX_LEAVES = 1000  # appendix B: min(training samples over all clients, 1000)
 NODE_LEARNER, NODE_HIDDEN = "fedfun-learner", "fedfun-hidden"  # node-config overrides
+
+
+def parse_hidden(text: str, key: str) -> tuple[int, ...]:
+    """Hidden widths from "50,50" (ConfigError naming ``key``)."""
+    try:
+        widths = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        widths = ()
+    if not widths or any(w < 1 or w > 100_000 for w in widths):
+        raise ConfigError.bound(key, text, "a comma-separated list of widths in [1, 100000], "
+                                "e.g. '50,50'")
+    return widths
+
+
+FEDFUN_KEYS = (
+    Key("fedfun.learner", str, "mlp", "FSR's model: `mlp` or `tree` (KDDT); a node may "
+        "override it (node config `fedfun-learner`)", OneOf(LEARNERS)),
+    Key("fedfun.hidden", str, "50,50", "hidden widths of every FedFun-family MLP (appendix B: "
+        "two layers of 50); node config `fedfun-hidden` overrides it for one FSR node",
+        lambda key, value: parse_hidden(value, key)),
+    Key("fedfun.topology", str, "ring", "`ring` (random ring, as the paper), `regular` (random "
+        "`fedfun.degree`-regular), `complete`, `erdos-renyi` (G(n, `fedfun.probability`), "
+        "redrawn until connected), `edges` (`fedfun.edges`)", OneOf(TOPOLOGIES)),
+    Key("fedfun.degree", int, 3, "`regular` only", at_least(1)),
+    Key("fedfun.probability", float, 0.5, "`erdos-renyi` only", within(0, 1, "(]")),
+    Key("fedfun.edges", str, "", "`edges` only: partition-id pairs, `\"0-1,1-2,2-0\"`"),
+    Key("fedfun.lambda", float, 100.0, "FSR's disagreement weight λ", finite_at_least(0),
+        field="lam"),
+    Key("fedfun.gamma", float, 0.0, "FSR's proximal parameter γ; 0 = 1/(2λ‖L‖), half of "
+        "Assumption 3's bound", finite_at_least(0)),
+    Key("fedfun.delta", float, 0.05, "box-kernel radius δ, as a fraction of the data box per "
+        "side (`oracles/domain.py`); > 0 for trees", within(0, 1)),
+    Key("fedfun.penalty-samples", int, 1000, "b': uniform points of the disagreement penalty "
+        "per batch (networks), or standing for a network neighbour of a tree", at_least(1)),
+    Key("fedfun.step", str, JACOBI, "`jacobi` (eq. 14) or `prox-grad` (eq. 5), see FedFun "
+        "above", OneOf(STEP_FORMS)),
+    Key("fedfun.initial-steps", int, 2000, "round 0's local steps for `fedfun` and `psr` "
+        "(appendix B: 10,000); the other baselines train `fedfun.local-steps`", at_least(1)),
+    Key("fedfun.local-steps", int, 200, "local steps per round (appendix B: 1,000 for FSR)",
+        at_least(1)),
+    Key("fedfun.batch-size", int, 200, "minibatch of every FedFun-family step", at_least(1)),
+    Key("fedfun.lr", float, 0.001, "Adam's learning rate (FSR, PSR, DFedFish, DFedDF)",
+        finite_above(0)),
+    Key("fedfun.max-leaves", int, 0, "KDDT leaf budget; 0 = min(training samples of all "
+        "nodes, 1000)", at_least(0, "(0: auto)")),
+    Key("fedfun.psr-lambda", float, 1.0, "PSR's weight of Σ_j ‖θ − θ_j‖²", at_least(0)),
+    Key("fedfun.momentum-lr", float, 0.01, "DFedAvgM's SGD learning rate",
+        Check("> 0", lambda v: 0.0 < v < float("inf"))),
+    Key("fedfun.momentum", float, 0.9, "DFedAvgM's SGD momentum", within(0, 1, "[)")),
+    Key("fedfun.distill-steps", int, 100, "DFedDF: Adam steps of distillation per round",
+        at_least(0)),
+    Key("fedfun.distill-samples", int, 1000, "DFedDF: uniform inputs per distillation step",
+        at_least(1)),
+    Key("fedfun.federated-eval", bool, True, "evaluate every node model each round (and relay "
+        "the new models with it)"),
+)
+
+
 
 
 @dataclass(frozen=True)
@@ -71,73 +140,16 @@ class FedFunSettings:
         return self.gamma or 1.0 / (2.0 * self.lam * max(spectral_norm, 1e-12))
 
 
-def parse_hidden(text: str, key: str) -> tuple[int, ...]:
-    """Hidden widths from "50,50" (ConfigError naming ``key``)."""
-    try:
-        widths = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        widths = ()
-    if not widths or any(w < 1 or w > 100_000 for w in widths):
-        raise ConfigError.bound(key, text, "a comma-separated list of widths in [1, 100000], "
-                                "e.g. '50,50'")
-    return widths
-
-
 def fedfun_settings(settings: RunSettings) -> FedFunSettings:
-    """Parse ``fedfun.*``; ConfigError names the key."""
-    raw = settings.raw
-    algorithm = settings.algorithm if settings.algorithm in ALGORITHMS else FSR
-    out = FedFunSettings(
-        algorithm=algorithm,
-        learner=read_key(raw, "fedfun.learner", str, "mlp"),
-        hidden=parse_hidden(read_key(raw, "fedfun.hidden", str, "50,50"), "fedfun.hidden"),
-        topology=read_key(raw, "fedfun.topology", str, "ring"),
-        degree=read_key(raw, "fedfun.degree", int, 3),
-        probability=read_key(raw, "fedfun.probability", float, 0.5),
-        edges=read_key(raw, "fedfun.edges", str, ""),
-        lam=read_key(raw, "fedfun.lambda", float, 100.0),
-        gamma=read_key(raw, "fedfun.gamma", float, 0.0),
-        delta=read_key(raw, "fedfun.delta", float, 0.05),
-        penalty_samples=read_key(raw, "fedfun.penalty-samples", int, 1000),
-        step=read_key(raw, "fedfun.step", str, JACOBI),
-        initial_steps=read_key(raw, "fedfun.initial-steps", int, 2000),
-        local_steps=read_key(raw, "fedfun.local-steps", int, 200),
-        batch_size=read_key(raw, "fedfun.batch-size", int, 200),
-        lr=read_key(raw, "fedfun.lr", float, 1e-3),
-        max_leaves=read_key(raw, "fedfun.max-leaves", int, 0),
-        psr_lambda=read_key(raw, "fedfun.psr-lambda", float, 1.0),
-        momentum_lr=read_key(raw, "fedfun.momentum-lr", float, 0.01),
-        momentum=read_key(raw, "fedfun.momentum", float, 0.9),
-        distill_steps=read_key(raw, "fedfun.distill-steps", int, 100),
-        distill_samples=read_key(raw, "fedfun.distill-samples", int, 1000),
-        federated_eval=read_key(raw, "fedfun.federated-eval", bool, True),
-    )
-    if out.learner not in LEARNERS:
-        raise ConfigError.choice("fedfun.learner", out.learner, LEARNERS)
-    if out.topology not in TOPOLOGIES:
-        raise ConfigError.choice("fedfun.topology", out.topology, TOPOLOGIES)
-    if out.step not in STEP_FORMS:
-        raise ConfigError.choice("fedfun.step", out.step, STEP_FORMS)
-    require(out.degree >= 1, "fedfun.degree", out.degree, ">= 1")
-    require(0.0 < out.probability <= 1.0, "fedfun.probability", out.probability, "in (0, 1]")
+    """Parse ``FEDFUN_KEYS``, then the checks across keys; ConfigError names the key."""
+    v = read_keys(settings.raw, FEDFUN_KEYS)
+    out = build(FedFunSettings, v, FEDFUN_KEYS,
+                algorithm=settings.algorithm if settings.algorithm in ALGORITHMS else FSR,
+                hidden=parse_hidden(v["fedfun.hidden"], "fedfun.hidden"))
     require(out.topology != "edges" or out.edges.strip() != "", "fedfun.edges", out.edges,
             "a list like '0-1,1-2' when fedfun.topology='edges'")
-    require(0.0 <= out.lam < float("inf"), "fedfun.lambda", out.lam, "finite and >= 0")
     require(out.lam > 0.0 or out.gamma > 0.0, "fedfun.gamma", out.gamma,
             "> 0 when fedfun.lambda is 0 (the default gamma is 1 / (2 lambda ||L||))")
-    require(0.0 <= out.gamma < float("inf"), "fedfun.gamma", out.gamma, "finite and >= 0")
-    require(0.0 <= out.delta <= 1.0, "fedfun.delta", out.delta, "in [0, 1]")
-    require(out.penalty_samples >= 1, "fedfun.penalty-samples", out.penalty_samples, ">= 1")
-    require(out.initial_steps >= 1, "fedfun.initial-steps", out.initial_steps, ">= 1")
-    require(out.local_steps >= 1, "fedfun.local-steps", out.local_steps, ">= 1")
-    require(out.batch_size >= 1, "fedfun.batch-size", out.batch_size, ">= 1")
-    require(0.0 < out.lr < float("inf"), "fedfun.lr", out.lr, "finite and > 0")
-    require(out.max_leaves >= 0, "fedfun.max-leaves", out.max_leaves, ">= 0 (0: auto)")
-    require(out.psr_lambda >= 0.0, "fedfun.psr-lambda", out.psr_lambda, ">= 0")
-    require(0.0 < out.momentum_lr < float("inf"), "fedfun.momentum-lr", out.momentum_lr, "> 0")
-    require(0.0 <= out.momentum < 1.0, "fedfun.momentum", out.momentum, "in [0, 1)")
-    require(out.distill_steps >= 0, "fedfun.distill-steps", out.distill_steps, ">= 0")
-    require(out.distill_samples >= 1, "fedfun.distill-samples", out.distill_samples, ">= 1")
     return out
 
 

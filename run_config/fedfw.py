@@ -1,20 +1,63 @@
-"""The ``fedfw.*`` run-config table, validated once and shared by the client and server halves."""
+"""The ``fedfw.*`` run-config tables (``DOMAIN_KEYS``: the constraint set D, also read by FedDR
+and projected FedAvg; ``FEDFW_KEYS``: the rest), validated once and shared by the client and
+server halves."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from oracles.frank_wolfe import VARIANTS
-from oracles.lmo import SCOPES, Constraint, make_constraint
+from oracles.lmo import CONSTRAINT_NAMES, SCOPES, Constraint, make_constraint
 from oracles.schedules import SCHEDULE_NAMES, FWSchedule, make_schedule
-from run_config.common import RunSettings, read_key, require
-from tasks.errors import ConfigError
+from run_config.common import RunSettings
+from run_config.keys import (
+    Key,
+    OneOf,
+    at_least,
+    build,
+    finite_above,
+    finite_at_least,
+    read_keys,
+    require,
+    within,
+)
 
 AUTO_SCHEDULE = "auto"
 NODE_CONSTRAINT_KEY = "fedfw.constraint"
 NODE_RADIUS_KEY = "fedfw.radius"
 
 DOWNLINKS = ("auto", "compact", "dense")
+
+DOMAIN_KEYS = (
+    Key("fedfw.constraint", str, "l1", "D: `l1`, `l2`, `box`, `nuclear`, `simplex` (also D for "
+        "`feddr`, `fedavg-proj`)", OneOf(CONSTRAINT_NAMES)),
+    Key("fedfw.radius", float, 10.0, "radius of D", finite_above(0)),
+    Key("fedfw.scope", str, "per-tensor", "one ball per parameter tensor (as in the paper's "
+        "experiments) or `global`", OneOf(SCOPES)),
+)
+FEDFW_KEYS = (
+    Key("fedfw.schedule", str, AUTO_SCHEDULE, "`convex` (Thm 1: η=2/(t+1), λ=λ0√(t+1)), "
+        "`nonconvex` (Thm 2: η=T^-2/3, λ=λ0T^1/3), `stochastic` (Thm 3: η=9/(t+8), λ=λ0√(t+8), "
+        "ρ=4/(t+7)^2/3), `constant`; `auto` = convex, stochastic for fedfw-sto. With "
+        "participation p < 1 the section 4.2 forms are used",
+        OneOf((AUTO_SCHEDULE, *SCHEDULE_NAMES))),
+    Key("fedfw.lambda0", float, 0.01, "λ0", finite_at_least(0)),
+    Key("fedfw.participation", float, 1.0, "p: each node takes part in a round with "
+        "probability p", within(0, 1, "(]")),
+    Key("fedfw.eta-constant", float, 0.1, "η of the `constant` schedule", within(0, 1, "(]")),
+    Key("fedfw.lambda-constant", float, 0.001, "λ of the `constant` schedule",
+        finite_at_least(0)),
+    Key("fedfw.batch-size", int, 64, "FedFW-sto minibatch, and the local pass's", at_least(1)),
+    Key("fedfw.local-pass", bool, False, "one FW step per minibatch over the node's data each "
+        "round, every step's point sent (the authors' code); see FedFW on the wire"),
+    Key("fedfw.gap", bool, False, "compute `fw_gap` each round; `true` makes every node send "
+        "its dense gradient at x̄ in the evaluation step (it reveals gradients; see FedFW above)"),
+    Key("fedfw.federated-eval", bool, True, "evaluate F(x̄) on all clients' training data each "
+        "round (`train_loss`)"),
+    Key("fedfw.downlink", str, "auto", "`dense` (x̄ in every message), `compact` (the rounds' "
+        "points; nodes rebuild x̄ bit for bit) or `auto` (compact where it is smaller); see "
+        "FedFW on the wire", OneOf(DOWNLINKS)),
+)
 
 @dataclass(frozen=True)
 class ConstraintSet:
@@ -29,13 +72,10 @@ class ConstraintSet:
 
 
 def constraint_set(settings: RunSettings) -> ConstraintSet:
-    """D from ``fedfw.constraint``, ``fedfw.radius``, ``fedfw.scope``; ConfigError names the key."""
-    raw = settings.raw
-    scope = read_key(raw, "fedfw.scope", str, "per-tensor")
-    if scope not in SCOPES:
-        raise ConfigError.choice("fedfw.scope", scope, SCOPES)
-    return ConstraintSet(make_constraint(read_key(raw, "fedfw.constraint", str, "l1"),
-                                         read_key(raw, "fedfw.radius", float, 10.0)), scope)
+    """D from ``DOMAIN_KEYS``; ConfigError names the key."""
+    v = read_keys(settings.raw, DOMAIN_KEYS)
+    return ConstraintSet(make_constraint(v["fedfw.constraint"], v["fedfw.radius"]),
+                         v["fedfw.scope"])
 
 
 @dataclass(frozen=True)
@@ -67,45 +107,23 @@ def default_schedule(variant: str) -> str:
 
 
 def fedfw_settings(settings: RunSettings) -> FedFWSettings:
-    """Parse ``fedfw.*``; ConfigError names the key."""
-    raw = settings.raw
+    """Parse D and ``FEDFW_KEYS``; ConfigError names the key."""
     variant = settings.algorithm if settings.algorithm in VARIANTS else "fedfw"
     domain = constraint_set(settings)
-    kind = read_key(raw, "fedfw.schedule", str, AUTO_SCHEDULE)
-    if kind == AUTO_SCHEDULE:
-        kind = default_schedule(variant)
-    if kind not in SCHEDULE_NAMES:
-        raise ConfigError.choice("fedfw.schedule", kind, (AUTO_SCHEDULE, *SCHEDULE_NAMES))
+    v = read_keys(settings.raw, FEDFW_KEYS)
+    kind = v["fedfw.schedule"]
     schedule = make_schedule(
-        kind, read_key(raw, "fedfw.lambda0", float, 0.01), settings.num_rounds,
-        participation=read_key(raw, "fedfw.participation", float, 1.0),
-        eta_constant=read_key(raw, "fedfw.eta-constant", float, 0.1),
-        lambda_constant=read_key(raw, "fedfw.lambda-constant", float, 1e-3),
+        default_schedule(variant) if kind == AUTO_SCHEDULE else kind, v["fedfw.lambda0"],
+        settings.num_rounds, participation=v["fedfw.participation"],
+        eta_constant=v["fedfw.eta-constant"], lambda_constant=v["fedfw.lambda-constant"],
     )
-    batch_size = read_key(raw, "fedfw.batch-size", int, 64)
-    require(batch_size >= 1, "fedfw.batch-size", batch_size, ">= 1")
-    local_pass = read_key(raw, "fedfw.local-pass", bool, False)
-    downlink = _downlink(read_key(raw, "fedfw.downlink", str, "auto"))
+    local_pass, downlink = v["fedfw.local-pass"], v["fedfw.downlink"]
     # the compact downlink relays one point per node and round, with the round's eta_t
     require(not (local_pass and downlink == "compact"), "fedfw.downlink", downlink,
             "'dense' or 'auto' with fedfw.local-pass=true (several points per node and round)")
-    return FedFWSettings(
-        variant=variant,
-        constraint=domain.constraint,
-        scope=domain.scope,
-        schedule=schedule,
-        batch_size=batch_size,
-        gap=read_key(raw, "fedfw.gap", bool, False),  # on: every node sends its gradient
-        federated_eval=read_key(raw, "fedfw.federated-eval", bool, True),
-        downlink="dense" if local_pass else downlink,
-        local_pass=local_pass,
-    )
-
-
-def _downlink(value: str) -> str:
-    if value not in DOWNLINKS:
-        raise ConfigError.choice("fedfw.downlink", value, DOWNLINKS)
-    return value
+    return build(FedFWSettings, v, FEDFW_KEYS, variant=variant, constraint=domain.constraint,
+                 scope=domain.scope, schedule=schedule,
+                 downlink="dense" if local_pass else downlink)
 
 
 def node_constraint(node_config: dict, default: Constraint) -> Constraint:

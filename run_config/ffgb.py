@@ -12,10 +12,21 @@ from functions.ensembles import Limits
 from functions.networks import NetworkSpec
 from oracles.boosting import EXPERIMENT, SCHEDULES, THEOREM, Clipping, StepSizes
 from oracles.distillation import FUNCTION, MODES, NONE
-from oracles.lipschitz import KINDS, UPPER
 from oracles.functional_losses import CROSS_ENTROPY, SQUARE, PointwiseLoss
+from oracles.lipschitz import KINDS, UPPER
 from oracles.weak_learning import OracleSettings
-from run_config.common import RunSettings, read_key, require
+from run_config.common import RunSettings
+from run_config.keys import (
+    Key,
+    OneOf,
+    at_least,
+    build,
+    finite_above,
+    finite_at_least,
+    read_keys,
+    require,
+    within,
+)
 from tasks.datasets import TaskData
 from tasks.errors import ConfigError
 
@@ -27,6 +38,68 @@ THEOREM_CONSTANT = {"ffgb": 2.0, "ffgb-c": 4.0, "ffgb-l": 4.0}  # Theorems 3.1, 
 CROSS_ENTROPY_GRAD_BOUND = 1.0  # |softmax - onehot| <= 1 in every output
 BOOST, DISTILL = "boost", "distill"  # the two kinds of round
 MAX_ENSEMBLE = 10_000_000  # learners in an ensemble a decoder accepts (its version)
+
+FFGB_KEYS = (
+    Key("ffgb.local-steps", int, 3, "K, boosting steps (weak learners) per node and round",
+        at_least(1)),
+    Key("ffgb.eta0", float, 0.0, "η0 of the `experiment` schedule η_{k,t} = η0/(K t + k + 1); "
+        "0 = 10 for `ffgb` and `ffgb-c` (the authors' MNIST value) and 1 for `ffgb-l`, whose "
+        "step g ← (1 − η) g + η h extrapolates when η > 1",
+        finite_at_least(0, "(0 = auto)")),
+    Key("ffgb.schedule", str, EXPERIMENT, "`experiment` (section 4) or `theorem`: c/(μ(Kt+k+1)) "
+        "with c = 2 (FFGB, Theorem 3.1) or 4 (FFGB.C, FFGB.L, Theorems 3.2-3.3), μ = `ffgb.mu` "
+        "(must be > 0; FFGB.L uses 1, the square loss's modulus)", OneOf(SCHEDULES)),
+    Key("ffgb.mu", float, 0.0, "μ of the regulariser (μ/2)‖g‖²: each step first scales g by "
+        "(1 − η μ)", finite_at_least(0)),
+    Key("ffgb.residual", bool, True, "keep the residual Δ (Algorithm 2); `false` = the "
+        "no-residual ablation"),
+    Key("ffgb.learner", str, "mlp", "`mlp` (two hidden layers of `ffgb.hidden`, leaky ReLU "
+        "0.01: the paper's MNIST learner), `cnn` (the PyTorch-tutorial LeNet with `ffgb.hidden` "
+        "dense layers: the paper's CIFAR learner; image tasks), `tree` (scikit-learn regression "
+        "tree; not with `ffgb-l`, which needs input gradients)", OneOf(LEARNERS)),
+    Key("ffgb.hidden", int, 32, "width of the learners' dense hidden layers",
+        within(1, 4096)),
+    Key("ffgb.tree-depth", int, 3, "maximum depth of tree learners (the server refuses deeper "
+        "trees)", within(1, 20)),
+    Key("ffgb.oracle-steps", int, 500, "Adam steps per network fit (the paper: 1,000 for "
+        "MNIST; the authors' code 500-2,000)", at_least(1)),
+    Key("ffgb.oracle-lr", float, 0.005, "Adam step size of the fits", finite_above(0)),
+    Key("ffgb.oracle-batch-size", int, 128, "minibatch of the fits (shuffled passes); 0 = all "
+        "local points", at_least(0, "(0 = all points)")),
+    Key("ffgb.sup-p", float, 8.0, "FFGB.C's sup-norm oracle WO∞ (eq. 24): the smooth "
+        "surrogate's exponent", within(1, 64)),
+    Key("ffgb.gamma", float, 0.5, "γ of the weak-learning assumption: sets FFGB.C's clipping "
+        "bounds G1, G2", within(0, 1, "(]")),
+    Key("ffgb.grad-bound", float, 0.0, "G, the bound on the loss gradient; 0 = 1 "
+        "(cross-entropy); required > 0 for FFGB.C on regression",
+        finite_at_least(0, "(0 = auto)")),
+    Key("ffgb.lipschitz", float, 0.0, "FFGB.L's Lipschitz constant of u_i; 0 = the largest "
+        "label slope on the node's data", finite_at_least(0, "(0 = from the node's data)")),
+    Key("ffgb.output-bound", float, 0.0, "B of FFGB.C's final clip Π_B(f); 0 = 2G/(μγ) when "
+        "μ > 0, else no final clip", finite_at_least(0, "(0 = auto)")),
+    Key("ffgb.sobolev-weight", float, 1.0, "FFGB.L's WO-lip (eq. 25): weight of the "
+        "input-gradient term", at_least(0)),
+    Key("ffgb.sobolev-samples", int, 256, "FFGB.L: points drawn in the node's bounding box for "
+        "the gradient term", at_least(1)),
+    Key("ffgb.federated-eval", bool, True, "evaluate f on every node after each round "
+        "(`train_loss`, `federated_test_*`; also keeps nodes in sync)"),
+    Key("ffgb.distill", str, NONE, "`increment`: each node distils its K new learners into one "
+        "before upload; `function`: its whole g^{K+1} into one (scale 0); see \"Bounding the "
+        "ensemble\"", OneOf(MODES)),
+    Key("ffgb.distill-every", int, 0, "after every D boosting rounds, a global distillation by "
+        "FedAvg replaces the ensemble by one network (0 = never; not with trees)",
+        at_least(0, "(0 = never)")),
+    Key("ffgb.distill-rounds", int, 1, "FedAvg rounds (server rounds) of each global "
+        "distillation", at_least(1)),
+    Key("ffgb.distill-steps", int, 0, "Adam steps of the student per node and FedAvg round; "
+        "0 = `ffgb.oracle-steps`", at_least(0, "(0 = ffgb.oracle-steps)")),
+    Key("ffgb.one-shot", bool, False, "`ffgb-l` only: one upload per node, the server replays "
+        "the rounds (Remark 3.1)"),
+    Key("ffgb.extension", str, UPPER, "FFGB.L's u_i: `upper` = eq. 17, min_j (y_j + L‖x − "
+        "x_j‖); `midpoint` = its mean with max_j (y_j − L‖x − x_j‖), also L-Lipschitz and "
+        "interpolating but not biased upwards away from the node's data (not the paper's; see "
+        "`oracles/lipschitz.py`)", OneOf(KINDS)),
+)
 
 
 @dataclass(frozen=True)
@@ -95,89 +168,36 @@ class FFGBSettings:
 
 
 def ffgb_settings(settings: RunSettings) -> FFGBSettings:
-    """Parse ``ffgb.*``; ConfigError names the key."""
-    raw = settings.raw
+    """Parse ``FFGB_KEYS``, then the checks across keys; ConfigError names the key."""
     variant = settings.algorithm if settings.algorithm in VARIANTS else "ffgb"
-    local_steps = read_key(raw, "ffgb.local-steps", int, 3)
-    require(local_steps >= 1, "ffgb.local-steps", local_steps, ">= 1")
-    kind = read_key(raw, "ffgb.schedule", str, EXPERIMENT)
-    if kind not in SCHEDULES:
-        raise ConfigError.choice("ffgb.schedule", kind, SCHEDULES)
-    eta0 = read_key(raw, "ffgb.eta0", float, 0.0) or DEFAULT_ETA0[variant]
-    require(0 < eta0 < float("inf"), "ffgb.eta0", eta0, "finite and >= 0 (0 = auto)")
-    mu = read_key(raw, "ffgb.mu", float, 0.0)
-    require(0 <= mu < float("inf"), "ffgb.mu", mu, "finite and >= 0")
+    v = read_keys(settings.raw, FFGB_KEYS)
+    local_steps, kind, mu = v["ffgb.local-steps"], v["ffgb.schedule"], v["ffgb.mu"]
+    eta0 = v["ffgb.eta0"] or DEFAULT_ETA0[variant]
     modulus = 1.0 if variant == "ffgb-l" else mu  # the square loss is 1-strongly convex
     require(kind != THEOREM or modulus > 0, "ffgb.mu", mu,
             "> 0 with ffgb.schedule='theorem' (eta = c / (mu (K t + k + 1)))")
     steps = StepSizes(kind, local_steps, eta0, modulus, THEOREM_CONSTANT[variant])
-    learner = read_key(raw, "ffgb.learner", str, "mlp")
-    if learner not in LEARNERS:
-        raise ConfigError.choice("ffgb.learner", learner, LEARNERS)
+    learner, distill = v["ffgb.learner"], v["ffgb.distill"]
     require(not (variant == "ffgb-l" and learner == "tree"), "ffgb.learner", learner,
             "a network with ffgb-l (its oracle fits input gradients, which a tree has not)")
     oracle = OracleSettings(
-        steps=read_key(raw, "ffgb.oracle-steps", int, 500),
-        lr=read_key(raw, "ffgb.oracle-lr", float, 0.005),
-        batch_size=read_key(raw, "ffgb.oracle-batch-size", int, 128),
-        sup_p=read_key(raw, "ffgb.sup-p", float, 8.0),
-        sobolev_weight=read_key(raw, "ffgb.sobolev-weight", float, 1.0),
-        sobolev_samples=read_key(raw, "ffgb.sobolev-samples", int, 256),
+        steps=v["ffgb.oracle-steps"],
+        lr=v["ffgb.oracle-lr"],
+        batch_size=v["ffgb.oracle-batch-size"],
+        sup_p=v["ffgb.sup-p"],
+        sobolev_weight=v["ffgb.sobolev-weight"],
+        sobolev_samples=v["ffgb.sobolev-samples"],
     )
-    require(oracle.steps >= 1, "ffgb.oracle-steps", oracle.steps, ">= 1")
-    require(0 < oracle.lr < float("inf"), "ffgb.oracle-lr", oracle.lr, "finite and > 0")
-    require(oracle.batch_size >= 0, "ffgb.oracle-batch-size", oracle.batch_size,
-            ">= 0 (0 = all points)")
-    require(1 <= oracle.sup_p <= 64, "ffgb.sup-p", oracle.sup_p, "in [1, 64]")
-    require(oracle.sobolev_weight >= 0, "ffgb.sobolev-weight", oracle.sobolev_weight, ">= 0")
-    require(oracle.sobolev_samples >= 1, "ffgb.sobolev-samples", oracle.sobolev_samples, ">= 1")
-    distill = read_key(raw, "ffgb.distill", str, NONE)
-    if distill not in MODES:
-        raise ConfigError.choice("ffgb.distill", distill, MODES)
     require(not (distill == FUNCTION and variant == "ffgb-c"), "ffgb.distill", distill,
             "'none' or 'increment' with ffgb-c (a distilled g^(K+1) has no bound G2)")
-    out = FFGBSettings(
-        variant=variant,
-        local_steps=local_steps,
-        steps=steps,
-        mu=0.0 if variant == "ffgb-l" else mu,
-        residual=read_key(raw, "ffgb.residual", bool, True),
-        learner=learner,
-        hidden=read_key(raw, "ffgb.hidden", int, 32),
-        tree_depth=read_key(raw, "ffgb.tree-depth", int, 3),
-        oracle=oracle,
-        gamma=read_key(raw, "ffgb.gamma", float, 0.5),
-        grad_bound=read_key(raw, "ffgb.grad-bound", float, 0.0),
-        lipschitz=read_key(raw, "ffgb.lipschitz", float, 0.0),
-        output_bound=read_key(raw, "ffgb.output-bound", float, 0.0),
-        federated_eval=read_key(raw, "ffgb.federated-eval", bool, True),
-        distill=distill,
-        distill_every=read_key(raw, "ffgb.distill-every", int, 0),
-        distill_rounds=read_key(raw, "ffgb.distill-rounds", int, 1),
-        distill_steps=read_key(raw, "ffgb.distill-steps", int, 0) or oracle.steps,
-        one_shot=read_key(raw, "ffgb.one-shot", bool, False),
-        extension=read_key(raw, "ffgb.extension", str, UPPER),
-    )
-    if out.extension not in KINDS:
-        raise ConfigError.choice("ffgb.extension", out.extension, KINDS)
-    require(out.distill_every >= 0, "ffgb.distill-every", out.distill_every, ">= 0 (0 = never)")
-    require(out.distill_rounds >= 1, "ffgb.distill-rounds", out.distill_rounds, ">= 1")
-    require(out.distill_steps >= 1, "ffgb.distill-steps", out.distill_steps,
-            ">= 0 (0 = ffgb.oracle-steps)")
+    out = build(FFGBSettings, v, FFGB_KEYS, variant=variant, steps=steps, oracle=oracle,
+                mu=0.0 if variant == "ffgb-l" else mu,
+                distill_steps=v["ffgb.distill-steps"] or oracle.steps)
     require(not (out.one_shot and (variant != "ffgb-l" or out.distill != NONE
                                    or out.distill_every)), "ffgb.one-shot", out.one_shot,
             "false unless algorithm='ffgb-l' without distillation (Remark 3.1 is FFGB.L's)")
     require(not (out.distill_every and learner == "tree"), "ffgb.distill-every",
             out.distill_every, "0 with tree learners (FedAvg distils into a network)")
-    require(1 <= out.hidden <= 4096, "ffgb.hidden", out.hidden, "in [1, 4096]")
-    require(1 <= out.tree_depth <= 20, "ffgb.tree-depth", out.tree_depth, "in [1, 20]")
-    require(0 < out.gamma <= 1, "ffgb.gamma", out.gamma, "in (0, 1]")
-    require(0 <= out.grad_bound < float("inf"), "ffgb.grad-bound", out.grad_bound,
-            "finite and >= 0 (0 = auto)")
-    require(0 <= out.lipschitz < float("inf"), "ffgb.lipschitz", out.lipschitz,
-            "finite and >= 0 (0 = from the node's data)")
-    require(0 <= out.output_bound < float("inf"), "ffgb.output-bound", out.output_bound,
-            "finite and >= 0 (0 = auto)")
     return out
 
 

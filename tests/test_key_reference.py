@@ -1,0 +1,130 @@
+"""The key tables are the one declaration of the run config: pyproject.toml's
+``[tool.flwr.app.config]`` and the README's key reference are generated from them
+(``python -m run_config.reference``) and must be in step; Flower's own loader accepts the table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import pytest
+import tomllib
+from flwr.cli.config_utils import load_and_validate
+from flwr.common.config import get_fused_config_from_dir
+
+from run_config.common import COMMON_KEYS, RunSettings
+from run_config.declared import PYPROJECT, declared_defaults
+from run_config.keys import Key, at_least, build
+from run_config.reference import END, config_table, main, readme_reference, targets
+from run_config.tables import TABLES, all_keys
+from tasks.errors import ConfigError
+
+ROOT = PYPROJECT.parent
+
+
+@pytest.mark.parametrize("target", targets(), ids=lambda t: t.path.name)
+def test_pyproject_and_the_readme_are_in_step_with_the_key_tables(target):
+    assert target.difference() is None, (
+        f"{target.difference()}; run `python -m run_config.reference`")
+
+
+def test_every_key_in_pyproject_is_declared_once_and_vice_versa():
+    names = [key.name for key in all_keys()]
+    assert len(names) == len(set(names)), "a key is declared in two tables"
+    declared = declared_defaults()
+    assert sorted(declared) == sorted(names)
+    for key in all_keys():
+        value = declared[key.name]
+        assert value == key.default and type(value) is key.kind, key.name
+
+
+def test_the_generated_table_is_what_flowers_loader_reads():
+    """Flower's own loader and validator accept the file, and read every default."""
+    config, _ = load_and_validate(PYPROJECT, check_module=False)
+    assert config["tool"]["flwr"]["app"]["components"]
+    assert get_fused_config_from_dir(ROOT, {}) == declared_defaults()
+    generated = tomllib.loads(config_table())["tool"]["flwr"]["app"]["config"]
+    assert generated == {key.name: key.default for key in all_keys()}
+
+
+def test_run_settings_defaults_are_the_tables():
+    defaults = RunSettings()
+    by_field = {key.field: key for key in COMMON_KEYS}
+    assert sorted(by_field) == sorted(f.name for f in fields(RunSettings) if f.name != "raw")
+    for name, key in by_field.items():
+        assert getattr(defaults, name) == key.default, key.name
+
+
+def test_each_key_has_one_line_of_help_that_fits_a_table_cell():
+    for key in all_keys():
+        assert key.help and "\n" not in key.help and "|" not in key.help, key.name
+
+
+def test_a_default_must_pass_its_own_type_and_check():
+    with pytest.raises(TypeError, match="default"):
+        Key("x.width", int, 1.5, "a width")
+    with pytest.raises(ConfigError, match=r"x.width=0 is not valid; it must be >= 1"):
+        Key("x.width", int, 0, "a width", at_least(1))
+
+
+def _copies(tmp_path: Path) -> tuple[Path, Path]:
+    pyproject, readme = tmp_path / "pyproject.toml", tmp_path / "README.md"
+    pyproject.write_text(PYPROJECT.read_text(encoding="utf-8"), encoding="utf-8")
+    readme.write_text((ROOT / "README.md").read_text(encoding="utf-8"), encoding="utf-8")
+    return pyproject, readme
+
+
+def _check(pyproject: Path, readme: Path) -> int:
+    return main(["--check", "--pyproject", str(pyproject), "--readme", str(readme)])
+
+
+def test_check_names_the_first_difference_and_a_rewrite_touches_only_the_table(tmp_path, capsys):
+    pyproject, readme = _copies(tmp_path)
+    assert _check(pyproject, readme) == 0
+    text = pyproject.read_text(encoding="utf-8")
+    line = text.splitlines().index('"ffgb.hidden" = 32') + 1
+    # another table's edits (a comment above the next header, a changed option) must survive
+    edited = (text.replace('"ffgb.hidden" = 32', '"ffgb.hidden" = 33')
+              .replace("[tool.pytest.ini_options]", "# pytest\n[tool.pytest.ini_options]"))
+    pyproject.write_text(edited, encoding="utf-8")
+    assert _check(pyproject, readme) == 1
+    err = capsys.readouterr().err
+    assert f"pyproject.toml:{line}:" in err and '"ffgb.hidden" = 32' in err
+    assert "python -m run_config.reference" in err
+
+    assert main(["--pyproject", str(pyproject), "--readme", str(readme)]) == 0
+    assert _check(pyproject, readme) == 0
+    assert pyproject.read_text(encoding="utf-8") == text.replace(
+        "[tool.pytest.ini_options]", "# pytest\n[tool.pytest.ini_options]")
+
+
+def test_check_finds_a_readme_out_of_step(tmp_path, capsys):
+    pyproject, readme = _copies(tmp_path)
+    text = readme.read_text(encoding="utf-8")
+    readme.write_text(text.replace("| `feddr.alpha` | float | `1.0` |",
+                                   "| `feddr.alpha` | float | `1.5` |"), encoding="utf-8")
+    assert _check(pyproject, readme) == 1
+    err = capsys.readouterr().err
+    assert "README.md:" in err and "`feddr.alpha` | float | `1.0`" in err
+    readme.write_text(text.replace(END, ""), encoding="utf-8")
+    assert _check(pyproject, readme) == 1
+    assert "keys:end" in capsys.readouterr().err
+
+
+def test_the_readme_has_one_table_per_family():
+    text = readme_reference()
+    assert text.count("| key | type | default | meaning |") == len(TABLES)
+    for key in all_keys():
+        assert f"| `{key.name}` | {key.kind.__name__} |" in text
+
+
+def test_build_fills_each_field_from_its_key_or_a_computed_value():
+    @dataclass(frozen=True)
+    class Widths:
+        tree_depth: int
+        scale: float = 1.0
+
+    keys = (Key("x.tree-depth", int, 3, "depth"),)
+    assert build(Widths, {"x.tree-depth": 4}, keys, scale=2.0) == Widths(4, 2.0)
+    with pytest.raises(TypeError, match=r"Widths.scale: no key fills it"):
+        build(Widths, {"x.tree-depth": 4}, keys)  # a default is no excuse: say it

@@ -38,7 +38,7 @@ from functions.protocol import (
 )
 from oracles.douglas_rachford import DRClientState, feddr_client_init, feddr_client_step
 from oracles.torch_grad import loss_and_grad
-from run_config.feddr import feddr_settings
+from run_config.feddr import FedDRSettings
 
 STORE = PendingStore("feddr")
 
@@ -71,7 +71,7 @@ def gradient_oracle(job: ClientJob, model: nn.Module, batch_size: int, server_ro
 
 def train(job: ClientJob) -> RecordDict:
     """One FedDR client update at the received x-bar; reply with x_hat_i (dense float32)."""
-    dr = feddr_settings(job.settings)
+    dr: FedDRSettings = job.family
     t = int(job.content[CONFIG][SERVER_ROUND])
     model = new_model(job.settings, job.data.task, job.device)
     layout = ParamLayout.of_state_dict(model.state_dict())

@@ -11,6 +11,9 @@ its neighbours.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 import torch
 from flwr.app import ConfigRecord, MetricRecord, RecordDict
@@ -68,13 +71,7 @@ from oracles.fedfun_local import (
     mixed_model,
 )
 from oracles.fsr_network import monte_carlo_distance, penalty_weights
-from run_config.fedfun import (
-    FedFunSettings,
-    fedfun_settings,
-    max_leaves,
-    model_limits,
-    node_learner,
-)
+from run_config.fedfun import FedFunSettings, max_leaves, model_limits, node_learner
 
 DOMAIN, DOMAIN_BOX = "fedfun.domain", "fedfun.domain-box"  # {samples}, {lower, upper}
 OWN = "fedfun.own"  # {versions}: the versions of the own models held
@@ -188,7 +185,7 @@ def _step_settings(fedfun: FedFunSettings, job: ClientJob, samples: int, initial
 
 def train(job: ClientJob) -> RecordDict:
     """Round 0: fit h_i^0 on local data; later rounds: one step of the run's algorithm."""
-    fedfun = fedfun_settings(job.settings)
+    fedfun: FedFunSettings = job.family
     limits = model_limits(fedfun, job.data.task)
     cube, samples = _domain(job, fedfun)
     own = _own_model(job, limits)
@@ -197,7 +194,7 @@ def train(job: ClientJob) -> RecordDict:
     initial = bool(config[INITIAL]) or own is None
     s = _step_settings(fedfun, job, samples, initial)
     problem = _problem(job, cube)
-    learner, hidden = node_learner(fedfun, job.node_config)
+    learner, hidden = job.overrides  # the run's, or this node's own (FSR)
     if initial:
         spec = NetworkSpec((problem.x.shape[1], *hidden, problem.n_outputs))
         model = initial_model(learner, spec, problem, s)
@@ -242,7 +239,7 @@ def evaluate(job: ClientJob) -> RecordDict:
     section 6 metrics; bundled data make both available on every node) and on its own
     partition, and its squared distance to each neighbour's. The node's model is its trained
     one, or for the mixing baselines the mix with its neighbours' (``mixed_model``)."""
-    fedfun = fedfun_settings(job.settings)
+    fedfun: FedFunSettings = job.family
     limits = model_limits(fedfun, job.data.task)
     cube, _ = _domain(job, fedfun)
     own = _own_model(job, limits)
@@ -270,6 +267,14 @@ def bounds(job: ClientJob) -> RecordDict:
         BOUNDS: arrays_to_record({"lower": x.min(axis=0), "upper": x.max(axis=0)}),
         METRICS: MetricRecord({TRAIN_EXAMPLES: len(x)}),
     })
+
+
+def node_overrides(fedfun: FedFunSettings, node_config: Mapping[str, Any]
+                   ) -> tuple[str, tuple[int, ...]]:
+    """This node's learner and hidden widths (node config ``fedfun-learner`` /
+    ``fedfun-hidden``, FSR only), else the run's (``job.overrides``, built once per run and
+    node; a refused override fails every train message, as before)."""
+    return node_learner(fedfun, dict(node_config))
 
 
 HANDLERS = {TRAIN: train, EVALUATE: evaluate, QUERY_NODE: describe_node, QUERY_BOUNDS: bounds}

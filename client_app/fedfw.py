@@ -7,7 +7,9 @@ on x_i; ``sync`` restores x_i after a lost state.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
@@ -46,8 +48,9 @@ from functions.protocol import (
     XBAR,
 )
 from oracles.frank_wolfe import FWClientState, apply_step, fedfw_client_step
+from oracles.lmo import Constraint
 from oracles.torch_grad import loss_and_grad
-from run_config.fedfw import FedFWSettings, fedfw_settings, node_constraint
+from run_config.fedfw import FedFWSettings, node_constraint
 from tasks.federation import LocalData
 
 STORE = PendingStore("fedfw")
@@ -92,7 +95,7 @@ def _steps(fw: FedFWSettings, data: LocalData, t: int, seed: int
 def train(job: ClientJob) -> RecordDict:
     """Frank-Wolfe steps s_i = LMO(g_i) over the node's D_i (one, or one per minibatch of the
     local pass); reply with every s_i encoded."""
-    fw = fedfw_settings(job.settings)
+    fw: FedFWSettings = job.family
     config, data = job.content[CONFIG], job.data
     model = new_model(job.settings, data.task, job.device)
     layout = ParamLayout.of_state_dict(model.state_dict())
@@ -101,7 +104,7 @@ def train(job: ClientJob) -> RecordDict:
         xbar = record_to_params(job.content[XBAR], layout)
     start = state = _current_state(job, layout, xbar)
     t, n = int(config[SERVER_ROUND]), int(config[NUM_CLIENTS])
-    constraint = node_constraint(job.node_config, fw.constraint)
+    constraint: Constraint = job.overrides  # this node's D_i
     points = []
     for step, index in _steps(fw, data, t, job.settings.seed):
         _, grad = loss_and_grad(model, state.x, data.x_train, data.y_train, data.task.kind,
@@ -119,7 +122,7 @@ def train(job: ClientJob) -> RecordDict:
 
 def evaluate(job: ClientJob) -> RecordDict:
     """Loss sums at x-bar, and grad f_i(x-bar) when the FW gap diagnostic is on."""
-    fw = fedfw_settings(job.settings)
+    fw: FedFWSettings = job.family
     return evaluate_xbar(job, bool(job.content[CONFIG][FW_GAP]),
                          lambda j, layout: compact_xbar(j, layout, fw))
 
@@ -127,11 +130,17 @@ def evaluate(job: ClientJob) -> RecordDict:
 def describe(job: ClientJob) -> RecordDict:
     """``query.node``: the partition, and this node's set D_i (section 4.3) so the server can
     check its points."""
-    fw = fedfw_settings(job.settings)
-    constraint = node_constraint(job.node_config, fw.constraint)
+    fw: FedFWSettings = job.family
+    constraint: Constraint = job.overrides  # this node's D_i
     return RecordDict({NODE: ConfigRecord({
         **node_facts(job), CONSTRAINT: constraint.kind, RADIUS: float(constraint.radius),
         LOCAL_STEPS: fw.local_steps(len(job.data.y_train))})})
+
+
+def node_overrides(fw: FedFWSettings, node_config: Mapping[str, Any]) -> Constraint:
+    """This node's set D_i (section 4.3): node config ``fedfw.constraint`` / ``fedfw.radius``,
+    else the run's D (``job.overrides``, built once per run and node)."""
+    return node_constraint(dict(node_config), fw.constraint)
 
 
 HANDLERS = {TRAIN: train, EVALUATE: evaluate, QUERY_NODE: describe}

@@ -59,7 +59,7 @@ from oracles.weak_learning import (
     new_network,
     train_least_squares,
 )
-from run_config.ffgb import DISTILL, FFGBSettings, delta_limits, ffgb_settings, learner_spec
+from run_config.ffgb import DISTILL, FFGBSettings, delta_limits, learner_spec
 from tasks.federation import LocalData
 
 CACHE, VALUES = "ffgb.cache", "ffgb.values"  # {version}, {train, test}: f on this node's data
@@ -183,7 +183,7 @@ def _train_student(job: ClientJob, ffgb: FFGBSettings, f_train: np.ndarray) -> R
 def train(job: ClientJob) -> RecordDict:
     """K local boosting steps from f^t; reply with the K learners (or their distillation),
     their weights and the scale. In a distillation round: train the student instead."""
-    ffgb = ffgb_settings(job.settings)
+    ffgb: FFGBSettings = job.family
     data = job.data
     version, values = current_values(job, ffgb)
     server_round = int(job.content[CONFIG][SERVER_ROUND])
@@ -224,7 +224,7 @@ def evaluation_sums(ffgb: FFGBSettings, data: LocalData, values: dict[str, np.nd
 
 def evaluate(job: ClientJob) -> RecordDict:
     """Apply the round's delta, then report f's loss sums on this node's data."""
-    ffgb = ffgb_settings(job.settings)
+    ffgb: FFGBSettings = job.family
     _, values = current_values(job, ffgb)
     return RecordDict({METRICS: evaluation_sums(ffgb, job.data, values)})
 

@@ -6,11 +6,14 @@ both sides name the same algorithms and message types. Nothing here imports the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from client_app import fedavg, feddr, fedfun, fedfw, ffgb
 from client_app.job import ClientProcedure
 from tasks.errors import ConfigError
+
+FEDFUN_NAMES = ("fedfun", "psr", "dfedavgm", "dfedfish", "dfeddf")
 
 CLIENT_HALVES: dict[str, Mapping[str, ClientProcedure]] = {
     "fedavg": fedavg.HANDLERS,
@@ -23,7 +26,15 @@ CLIENT_HALVES: dict[str, Mapping[str, ClientProcedure]] = {
     "ffgb": ffgb.HANDLERS,
     "ffgb-c": ffgb.HANDLERS,
     "ffgb-l": ffgb.HANDLERS,
-    **{name: fedfun.HANDLERS for name in ("fedfun", "psr", "dfedavgm", "dfedfish", "dfeddf")},
+    **{name: fedfun.HANDLERS for name in FEDFUN_NAMES},
+}
+
+# A family whose node may override the run's settings from its node config: (the family
+# settings, the node config) -> the node's own values, built once per run and node
+# (``client_app.setup``) and read by its procedures as ``job.overrides``.
+NODE_OVERRIDES: dict[str, Callable[[Any, Mapping[str, Any]], Any]] = {
+    **{name: fedfw.node_overrides for name in ("fedfw", "fedfw-plus", "fedfw-sto")},
+    **{name: fedfun.node_overrides for name in FEDFUN_NAMES},
 }
 
 
@@ -33,6 +44,11 @@ def client_half(name: str) -> Mapping[str, ClientProcedure]:
         return CLIENT_HALVES[name]
     except KeyError:
         raise ConfigError.choice("algorithm", name, CLIENT_HALVES) from None
+
+
+def node_overrides(name: str) -> Callable[[Any, Mapping[str, Any]], Any] | None:
+    """The node-config overrides hook of ``name``'s family, if it has one."""
+    return NODE_OVERRIDES.get(name)
 
 
 def message_types() -> tuple[str, ...]:

@@ -1,4 +1,4 @@
-"""What the ServerApp needs from a strategy beyond Flower's four hooks.
+"""The round lifecycle every family shares, as a template over Flower's four hooks.
 
 The ServerApp knows no model: the strategy owns its global function. It says where the run
 starts (``initial_arrays``: a torch model's weights, an ensemble, or nothing when the nodes keep
@@ -6,29 +6,51 @@ their own models), evaluates that function centrally when the server holds one
 (``evaluate_global``), and saves and restores its whole state as records, so a run can be resumed
 after the ServerApp stops.
 
-Between rounds it follows the federation (``returning_nodes``): a SuperNode that restarted under
-a new node id takes its partition's place in the roster, and ``rebind`` moves the strategy's
-per-node books to it, where it counts as a node that lost its state (it is re-synced).
+``configure_train`` is written once, here (as Flower's ``Strategy.start`` drives its hooks):
+
+1. **admit**: round 1 asks every node who it is (``Roster.query``, under the run's pins) and
+   gives each admitted node a slot (``NodeBook``); the family then sets itself up on the roster
+   (``on_roster``). Every later round takes SuperNodes that came back under a new node id into
+   their partition's slot (``Roster.refresh`` and ``rebind``), as nodes that lost their state.
+2. **sample**: the round's participants, by the one seeded ``Sampler`` (or every node).
+3. **messages**: the family's ``train_messages(round, nodes)``.
+
+Failures found while admitting (unusable or refused answers) and while screening replies
+(``screen``) are counted here and reported once, with the round's training metrics
+(``aggregate_train`` wraps the family's ``aggregate``). The checkpoint's common part (the
+generator, the roster, the book) is written and read here; a family adds its own records
+(``family_state`` / ``load_family_state``).
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
-from flwr.app import ArrayRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
+from strategies.node_book import NodeBook, NodeSlot
 from strategies.roster import Roster
+from strategies.sampling import Sampler
+from strategies.state_records import restore_rng, rng_record
+
+T = TypeVar("T")
+_RNG, _ROSTER, _BOOK = "rng", "roster", "book"
 
 
 class FederatedStrategy(Strategy):
-    """A Flower Strategy that owns its global function and can checkpoint itself."""
+    """A Flower Strategy that owns its global function, its round lifecycle and its checkpoint."""
 
     label: str
+    slot: Callable[[], NodeSlot] = NodeSlot  # what the book keeps per node
+    sampler: Sampler | None = None  # None: every node takes part in every round
     roster: Roster | None = None  # the run's nodes, once asked (round 1)
+    book: NodeBook | None = None  # one slot per node of the roster, in its order
     pinned: dict[int, int] = {}  # node id -> the partition it alone may serve (node-partitions)
+    _failures: int = 0  # found this round before the replies' screening
 
     def pin_partitions(self, pinned: dict[int, int]) -> None:
         """Only node ``n`` may serve partition ``pinned[n]``; with a map, a node that claims
@@ -36,10 +58,78 @@ class FederatedStrategy(Strategy):
         authentication, whose node ids are fixed at registration)."""
         self.pinned = dict(pinned)
 
-    def query_roster(self, grid: Grid, server_round: int) -> tuple[Roster, int]:
-        """Round 1's ``query.node`` (``Roster.query``) under the run's pins."""
-        return Roster.query(grid, self.label, server_round, self.pinned)
+    # -- the round lifecycle ----------------------------------------------------------------------
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                        grid: Grid) -> Iterable[Message]:
+        """Admit, sample, then the family's messages (see the module docstring)."""
+        self.admit(grid, server_round)
+        nodes = self.book.node_ids
+        if self.sampler is not None:
+            nodes = self.sampler.draw(nodes)
+        return self.train_messages(server_round, nodes, arrays, config, grid)
 
+    def admit(self, grid: Grid, server_round: int) -> None:
+        """Round 1: the roster and the book, then ``on_roster``; later rounds: returning nodes."""
+        if self.roster is None:
+            self.roster, failures = Roster.query(grid, self.label, server_round, self.pinned)
+            self.book = NodeBook(self.roster.node_ids, self.label, self.slot)
+            self._failures += failures
+            self.on_roster(grid, server_round)
+            return
+        rebinds, rejected = self.roster.refresh(grid, self.label, server_round, self.pinned)
+        self._failures += rejected
+        for old, new in rebinds:
+            self.rebind(old, new)
+
+    def on_roster(self, grid: Grid, server_round: int) -> None:
+        """The family's set-up once the roster is known (round 1, before its messages)."""
+
+    @abstractmethod
+    def train_messages(self, server_round: int, nodes: list[int], arrays: ArrayRecord,
+                       config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+        """The round's train messages to the sampled ``nodes``."""
+
+    def count_failures(self, count: int) -> None:
+        """Add ``count`` failures to the round's (reported with its training metrics)."""
+        self._failures += count
+
+    def screen(self, server_round: int, replies: Iterable[Message],
+               decode: Callable[[Message], T]) -> dict[int, T]:
+        """The book's screening (``NodeBook.screen``), its dropped replies counted."""
+        good, rejected = self.book.screen(server_round, replies, decode)
+        self._failures += rejected
+        return good
+
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]
+                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """The family's ``aggregate``, with the round's failures counted so far."""
+        arrays, metrics = self.aggregate(server_round, replies)
+        failures, self._failures = self._failures, 0
+        return arrays, MetricRecord({"failures": failures, **metrics})
+
+    @abstractmethod
+    def aggregate(self, server_round: int, replies: Iterable[Message]
+                  ) -> tuple[ArrayRecord | None, dict[str, Any]]:
+        """The new global arrays (None: unchanged or none) and the round's training metrics."""
+
+    def rebind(self, old: int, new: int) -> None:
+        """Node ``new`` took the place of ``old`` (a restarted SuperNode of the same partition):
+        its slot moves with it and is lost (``NodeSlot.lose``), so the next message brings it up
+        to date; ``on_rebind`` moves whatever else the family keys by node id."""
+        self.book.rebind(old, new)
+        self.on_rebind(old, new)
+
+    def on_rebind(self, old: int, new: int) -> None:
+        """The family's part of a rebind (nothing when it keys its state by roster position)."""
+
+    def forget_node_states(self) -> None:
+        """Every node of the roster holds nothing any more (a resumed run: Flower starts a new
+        run, and a node's ``Context.state`` is per run): each is treated as a node that lost its
+        state, so its next message brings it up to date (``rebind`` of a node to itself)."""
+        for node in list(self.book.node_ids if self.book is not None else []):
+            self.rebind(node, node)
+
+    # -- the global function ----------------------------------------------------------------------
     def initial_arrays(self) -> ArrayRecord:
         """What Flower's ``start`` passes to round 1; empty when there is no global function."""
         return ArrayRecord()
@@ -57,33 +147,32 @@ class FederatedStrategy(Strategy):
         """What the global function is (model, size), for the run's config.json."""
         return {}
 
-    def returning_nodes(self, grid: Grid, server_round: int) -> int:
-        """At the start of a round after the roster's first: take SuperNodes that came back
-        under a new node id in (``Roster.refresh``: no message unless a new id is connected) and
-        ``rebind`` each; return how many ``query.node`` answers were unusable (failures of the
-        round)."""
-        rebinds, rejected = self.roster.refresh(grid, self.label, server_round, self.pinned)
-        for old, new in rebinds:
-            self.rebind(old, new)
-        return rejected
-
-    def rebind(self, old: int, new: int) -> None:
-        """Node ``new`` took the place of ``old`` in the roster (a restarted SuperNode of the same
-        partition): move every per-node book kept under ``old`` to ``new``, in the same position,
-        and treat ``new`` as a node that lost its state, so the next message brings it up to
-        date. Nothing to do for a strategy whose nodes keep no state (FedAvg)."""
-
-    def forget_node_states(self) -> None:
-        """Every node of the roster holds nothing any more (a resumed run: Flower starts a new
-        run, and a node's ``Context.state`` is per run): each is treated as a node that lost its
-        state, so its next message brings it up to date (``rebind`` of a node to itself)."""
-        for node in list(self.roster.node_ids if self.roster is not None else []):
-            self.rebind(node, node)
-
-    @abstractmethod
+    # -- checkpoint -------------------------------------------------------------------------------
     def state_record(self) -> RecordDict:
-        """Everything a fresh strategy with the same settings needs to continue exactly."""
+        """Everything a fresh strategy with the same settings needs to continue exactly: the
+        generator, the roster and the book, and the family's records."""
+        state = RecordDict()
+        if self.sampler is not None:
+            state[_RNG] = rng_record(self.sampler.rng)
+        if self.roster is not None:
+            state[_ROSTER] = self.roster.to_record()
+            state[_BOOK] = self.book.to_record()
+        for key, record in self.family_state().items():
+            state[key] = record
+        return state
 
-    @abstractmethod
     def load_state_record(self, state: RecordDict) -> None:
         """Restore what ``state_record`` wrote (``DecodeError`` if it does not fit)."""
+        if self.sampler is not None:
+            self.sampler.rng = restore_rng(state[_RNG])
+        if _ROSTER in state:
+            self.roster = Roster.from_record(state[_ROSTER])
+            self.book = NodeBook.from_record(state[_BOOK], self.label, self.slot)
+        self.load_family_state(state)
+
+    def family_state(self) -> dict[str, ArrayRecord | ConfigRecord]:
+        """The family's own records (besides the generator, roster and book)."""
+        return {}
+
+    def load_family_state(self, state: RecordDict) -> None:
+        """Restore ``family_state``; the roster and book are already back (when saved)."""

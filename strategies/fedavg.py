@@ -2,7 +2,7 @@
 
 Flower's ``FedAvg`` builds the messages and averages the models (``aggregate_arrayrecords``); on
 top of it every reply is checked before Flower sees it (a bad one is a counted failure, never an
-exception), nodes are sampled with the run's seed in partition order (``strategies.roster``) so
+exception), nodes are sampled with the run's seed in partition order (``strategies.sampling``) so
 the same seed picks the same partitions on every engine, and every round ends with a federated
 evaluation of the global model on all nodes (``train_loss`` = F(x), as for every algorithm).
 
@@ -37,9 +37,8 @@ from oracles.douglas_rachford import projected_average
 from run_config.common import RunSettings
 from run_config.fedfw import ConstraintSet, constraint_set
 from strategies.evaluation import checked_count, checked_metrics, example_limit
-from strategies.roster import Roster
-from strategies.screening import exact_records, screen_replies
-from strategies.state_records import restore_rng, rng_record
+from strategies.sampling import Sampler
+from strategies.screening import exact_records
 from strategies.torch_model import TorchGlobal, TorchModelStrategy
 
 
@@ -52,50 +51,38 @@ class CheckedModel:
     weight: float
 
 
-class CheckedFedAvg(FedAvg, TorchModelStrategy):
-    """McMahan et al.'s FedAvg: sample-weighted average of locally trained models."""
+class CheckedFedAvg(TorchModelStrategy, FedAvg):
+    """McMahan et al.'s FedAvg: sample-weighted average of locally trained models.
+
+    The base's round lifecycle comes first in the method order (admission, the seeded sampler,
+    failures); Flower's FedAvg gives the messages' shape, the averaging and the summary."""
 
     label = "FedAvg"
 
     def __init__(self, model: TorchGlobal, start: ArrayRecord, seed: int,
                  fraction_train: float) -> None:
-        super().__init__(fraction_train=fraction_train, fraction_evaluate=1.0,
-                         min_train_nodes=1, min_evaluate_nodes=1, min_available_nodes=1,
-                         weighted_by_key=NUM_EXAMPLES, arrayrecord_key=ARRAYS,
-                         configrecord_key=CONFIG)
+        FedAvg.__init__(self, fraction_train=fraction_train, fraction_evaluate=1.0,
+                        min_train_nodes=1, min_evaluate_nodes=1, min_available_nodes=1,
+                        weighted_by_key=NUM_EXAMPLES, arrayrecord_key=ARRAYS,
+                        configrecord_key=CONFIG)
         self.model, self.start = model, start
-        self.rng = np.random.default_rng(seed)
-        self.roster: Roster | None = None
-        self._roster_failures = 0
+        self.sampler = Sampler(fraction_train, seed)
 
     # -- the global function --------------------------------------------------------------
     def initial_arrays(self) -> ArrayRecord:
         return self.start
 
     # -- training ---------------------------------------------------------------------------
-    def _nodes(self, grid: Grid, server_round: int) -> list[int]:
-        """Every node of the run in partition order (asked in the first round; SuperNodes that
-        came back under a new id take their place at the start of a later round's training)."""
-        if self.roster is None:
-            self.roster, self._roster_failures = self.query_roster(grid, server_round)
-        return self.roster.node_ids
-
     def _train_config(self, config: ConfigRecord, server_round: int) -> ConfigRecord:
         """Flower's config of the round plus ``server-round`` (a copy: Flower passes the same
         record every round, and a sent message must keep its round)."""
         return ConfigRecord({**config, SERVER_ROUND: server_round})
 
-    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                        grid: Grid) -> Iterable[Message]:
-        """The global model to a seeded sample of max(1, int(fraction n)) nodes."""
-        if self.roster is not None:  # nodes keep no state: a returning node needs no rebind
-            self._roster_failures += self.returning_nodes(grid, server_round)
-        nodes = self._nodes(grid, server_round)
-        size = min(len(nodes), max(int(len(nodes) * self.fraction_train), self.min_train_nodes))
-        if size < len(nodes):  # sample positions: node ids are uint64
-            nodes = [nodes[i] for i in sorted(self.rng.choice(len(nodes), size, replace=False))]
+    def train_messages(self, server_round: int, nodes: list[int], arrays: ArrayRecord,
+                       config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+        """The global model to the sampled nodes (nodes keep no state: no sync)."""
         log(INFO, "%s round %d: %d of %d nodes train", self.label, server_round, len(nodes),
-            len(self.roster.node_ids))
+            len(self.book.node_ids))
         record = RecordDict({ARRAYS: arrays, CONFIG: self._train_config(config, server_round)})
         return self._construct_messages(record, nodes, MessageType.TRAIN)
 
@@ -107,25 +94,20 @@ class CheckedFedAvg(FedAvg, TorchModelStrategy):
         return CheckedModel(reply, model, float(checked_count(
             metrics, NUM_EXAMPLES, example_limit(self.model.task), minimum=1)))
 
-    def aggregate_train(self, server_round: int, replies: Iterable[Message]
-                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    def aggregate(self, server_round: int, replies: Iterable[Message]
+                  ) -> tuple[ArrayRecord | None, dict[str, float]]:
         """The average of the replies that pass the checks; bad ones are dropped and counted."""
-        screened = screen_replies(self.label, server_round, replies, self._checked_model,
-                                  self.roster.node_ids)
-        good = list(screened.in_order(self.roster.node_ids).values())
-        metrics = MetricRecord({"failures": screened.rejected + self._roster_failures,
-                                "participants": len(good)})
-        self._roster_failures = 0
+        good = list(self.screen(server_round, replies, self._checked_model).values())
+        metrics = {"participants": len(good)}
         if not good:
             return None, metrics  # Flower keeps the previous global model
         arrays, train_metrics = self._average(good, server_round)
-        metrics.update(train_metrics)
-        return arrays, metrics
+        return arrays, {**metrics, **train_metrics}
 
     def _average(self, good: list[CheckedModel], server_round: int
                  ) -> tuple[ArrayRecord, MetricRecord]:
         """Flower's FedAvg aggregation over the checked replies, in node order."""
-        return super().aggregate_train(server_round, [c.reply for c in good])
+        return FedAvg.aggregate_train(self, server_round, [c.reply for c in good])
 
     # -- evaluation -------------------------------------------------------------------------
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
@@ -133,23 +115,11 @@ class CheckedFedAvg(FedAvg, TorchModelStrategy):
         """The global model to every node: F(x) on the training data, metrics on the test shards."""
         config = ConfigRecord({**config, SERVER_ROUND: server_round})
         record = RecordDict({ARRAYS: arrays, CONFIG: config})
-        return self._construct_messages(record, self._nodes(grid, server_round),
-                                        MessageType.EVALUATE)
+        return self._construct_messages(record, self.book.node_ids, MessageType.EVALUATE)
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
                            ) -> MetricRecord | None:
-        return self.evaluation_metrics(server_round, replies, self.roster.node_ids)
-
-    # -- state ------------------------------------------------------------------------------
-    def state_record(self) -> RecordDict:
-        state = RecordDict({"rng": rng_record(self.rng)})
-        if self.roster is not None:
-            state["roster"] = self.roster.to_record()
-        return state
-
-    def load_state_record(self, state: RecordDict) -> None:
-        self.rng = restore_rng(state["rng"])
-        self.roster = Roster.from_record(state["roster"]) if "roster" in state else None
+        return self.evaluation_metrics(server_round, replies, self.book.node_ids)
 
 
 class CheckedFedProx(CheckedFedAvg):

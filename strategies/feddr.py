@@ -23,26 +23,26 @@ from functions.protocol import DR_XHAT, XBAR
 from oracles.douglas_rachford import FedDRServer
 from run_config.common import RunSettings
 from run_config.feddr import FedDRSettings, feddr_settings
-from strategies.node_book import NodeBook, dense_restart
-from strategies.roster import Roster, rekeyed
+from strategies.node_book import dense_restart
+from strategies.sampling import Sampler
 from strategies.screening import exact_records
-from strategies.state_records import params_by_node, params_by_node_record, restore_rng, rng_record
+from strategies.state_records import params_by_node, params_by_node_record
 from strategies.torch_model import TorchGlobal, TorchModelStrategy
 
 
 class FedDRStrategy(TorchModelStrategy):
-    """FedDR on Flower's Message API: per-node sync, reply validation, partial participation."""
+    """FedDR on Flower's Message API: per-node sync, reply validation, partial participation.
+
+    Every node's last x_hat_i is kept by roster position (``FedDRServer``), so a returning node
+    finds its partition's x_hat_i where its slot is."""
 
     label = "FedDR"
 
     def __init__(self, dr: FedDRSettings, model: TorchGlobal, x0: Params, seed: int) -> None:
         self.dr, self.model, self.x0 = dr, model, x0
         self.xbar = x0
-        self.rng = np.random.default_rng(seed)
-        self.roster: Roster | None = None
-        self.book: NodeBook | None = None
+        self.sampler = Sampler(dr.participation, seed)
         self.server: FedDRServer | None = None
-        self._roster_failures = 0
 
     def initial_arrays(self) -> ArrayRecord:
         """x-bar^0: the model's initial weights projected onto D (float32-exact)."""
@@ -54,52 +54,35 @@ class FedDRStrategy(TorchModelStrategy):
             "(lr=%s, batch %s), p=%s", d.constraint.kind, d.constraint.radius, d.scope, dr.alpha,
             dr.eta, dr.local_steps, dr.lr, dr.batch_size or "full", dr.participation)
 
-    def _start(self, grid: Grid, server_round: int) -> None:
-        """Fix the client order; every x_hat_i starts at x^0 (``feddr_client_init``)."""
-        self.roster, self._roster_failures = self.query_roster(grid, server_round)
-        self.book = NodeBook(self.roster.node_ids, self.label)
-        self.server = FedDRServer(self.x0, self.book.node_ids)
-
-    def rebind(self, old: int, new: int) -> None:
-        """The returning node restarts from the x_hat_i kept for its partition."""
-        self.book.rebind(old, new)
-        self.server = FedDRServer.restore(rekeyed(self.server.x_hats(), old, new))
+    def on_roster(self, grid: Grid, server_round: int) -> None:
+        """Every x_hat_i starts at x^0 (``feddr_client_init``)."""
+        self.server = FedDRServer(self.x0, range(len(self.book.node_ids)))
 
     # -- training ----------------------------------------------------------------
-    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                        grid: Grid) -> Iterable[Message]:
-        """Send x-bar to a seeded sample of int(p n) nodes, at least one (as Flower's FedAvg)."""
-        if self.server is None:
-            self._start(grid, server_round)
-        else:
-            self._roster_failures += self.returning_nodes(grid, server_round)
-        node_ids = self.book.node_ids
-        size = max(1, int(self.dr.participation * len(node_ids)))
-        # sample positions: node ids are uint64 and would lose digits in a float array
-        picked = self.rng.choice(len(node_ids), size=size, replace=False)
-        chosen = [node_ids[i] for i in sorted(picked)]
+    def train_messages(self, server_round: int, nodes: list[int], arrays: ArrayRecord,
+                       config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+        """x-bar to the sampled nodes; a node that may hold nothing restarts from its x_hat_i."""
         content = {XBAR: params_to_record(self.layout, self.xbar)}
 
         def restart(node: int) -> tuple[str, dict]:
-            return dense_restart(self.layout, self.xbar, self.server.x_hat_of(node), DR_XHAT)
+            x_hat = self.server.x_hat_of(self.book.position(node))
+            return dense_restart(self.layout, self.xbar, x_hat, DR_XHAT)
 
         messages = [self.book.train_message(node, server_round, content, restart)
-                    for node in chosen]
-        log(INFO, "FedDR round %d: %d of %d nodes participate", server_round, len(chosen),
-            len(node_ids))
+                    for node in nodes]
+        log(INFO, "FedDR round %d: %d of %d nodes participate", server_round, len(nodes),
+            len(self.book.node_ids))
         return messages
 
-    def aggregate_train(self, server_round: int, replies: Iterable[Message]
-                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    def aggregate(self, server_round: int, replies: Iterable[Message]
+                  ) -> tuple[ArrayRecord | None, dict[str, float]]:
         """Keep the valid x_hat_i, then x-bar = proj_D(mean of every node's last x_hat_i)."""
-        received, rejected = self.book.screen(server_round, replies, self._checked_x_hat)
+        received = self.screen(server_round, replies, self._checked_x_hat)
         domain = self.dr.domain
-        self.xbar = self.server.aggregate(received, domain.constraint, domain.scope)
+        self.xbar = self.server.aggregate({self.book.position(n): x for n, x in received.items()},
+                                          domain.constraint, domain.scope)
         self.book.accept(server_round, received)
-        metrics = MetricRecord({"failures": rejected + self._roster_failures,
-                                "participants": len(received)})
-        self._roster_failures = 0
-        return params_to_record(self.layout, self.xbar), metrics
+        return params_to_record(self.layout, self.xbar), {"participants": len(received)}
 
     def _checked_x_hat(self, reply: Message) -> Params:
         """Decode x_hat_i: the model's names and shapes, finite float32."""
@@ -120,23 +103,18 @@ class FedDRStrategy(TorchModelStrategy):
         return self.evaluation_metrics(server_round, replies, self.book.node_ids)
 
     # -- state -----------------------------------------------------------------------
-    def state_record(self) -> RecordDict:
-        state = RecordDict({"rng": rng_record(self.rng),
-                            "xbar": params_to_record(self.layout, self.xbar, dtype=np.float64)})
+    def family_state(self) -> dict[str, ArrayRecord]:
+        state = {"xbar": params_to_record(self.layout, self.xbar, dtype=np.float64)}
         if self.server is not None:
-            state["roster"] = self.roster.to_record()
-            state["book"] = self.book.to_record()
             state["x-hats"] = params_by_node_record(self.server.x_hats(), self.layout)
         return state
 
-    def load_state_record(self, state: RecordDict) -> None:
-        self.rng = restore_rng(state["rng"])
+    def load_family_state(self, state: RecordDict) -> None:
         self.xbar = record_to_params(state["xbar"], self.layout)
-        if "roster" in state:
-            self.roster = Roster.from_record(state["roster"])
-            self.book = NodeBook.from_record(state["book"], self.label)
-            self.server = FedDRServer.restore(
-                params_by_node(state["x-hats"], self.layout, self.roster.node_ids))
+        if self.book is not None:
+            positions = list(range(len(self.book.node_ids)))
+            self.server = FedDRServer.restore(params_by_node(state["x-hats"], self.layout,
+                                                             positions))
 
 
 def build_feddr(settings: RunSettings) -> FedDRStrategy:

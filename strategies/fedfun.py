@@ -55,9 +55,7 @@ from run_config.fedfun import FSR, FedFunSettings, fedfun_settings, model_limits
 from strategies.base import FederatedStrategy
 from strategies.bounds import AgreedBounds, query_bounds
 from strategies.evaluation import checked_count, checked_metrics, example_limit, spread_over_nodes
-from strategies.node_book import NodeBook
 from strategies.relay import RelayBook
-from strategies.roster import Roster, rekeyed
 from strategies.screening import exact_records, screen_replies
 from tasks.datasets import TaskData
 from tasks.errors import ConfigError
@@ -74,12 +72,8 @@ class FedFunStrategy(FederatedStrategy):
     def __init__(self, fedfun: FedFunSettings, task: TaskData, seed: int) -> None:
         self.fedfun, self.task, self.seed = fedfun, task, seed
         self.limits = model_limits(fedfun, task)
-        self.roster: Roster | None = None
-        self.book: NodeBook | None = None
         self.relay: RelayBook | None = None
-        self.vertex_of: dict[int, int] = {}  # node id -> partition id (graph vertex)
         self.bounds: AgreedBounds | None = None
-        self._setup_failures = 0
 
     # -- set-up ---------------------------------------------------------------------------------
     def graph_for(self, n: int) -> Graph:
@@ -104,17 +98,17 @@ class FedFunStrategy(FederatedStrategy):
         return {"kind": "node models", "learner": self.fedfun.learner,
                 "topology": self.fedfun.topology}
 
-    def _start(self, grid: Grid, server_round: int) -> None:
-        """Roster, graph, domain box and round 0 (h_i^0 = argmin R_i), before round 1."""
-        self.roster, failures = self.query_roster(grid, server_round)
-        self.vertex_of = {n: int(self.roster.facts[n][PARTITION_ID])  # in partition order
-                          for n in self.roster.node_ids}
+    def vertex(self, node: int) -> int:
+        """The node's graph vertex: its partition id."""
+        return int(self.roster.facts[node][PARTITION_ID])
+
+    def on_roster(self, grid: Grid, server_round: int) -> None:
+        """Graph, domain box and round 0 (h_i^0 = argmin R_i), before round 1."""
         totals = {int(f[NUM_PARTITIONS]) for f in self.roster.facts.values()}
         if len(totals) != 1:
             raise RuntimeError(f"{self.label}: nodes disagree on num-partitions: {sorted(totals)}")
         graph = self.graph_for(totals.pop())
         self.relay = RelayBook(graph)
-        self.book = NodeBook(list(self.vertex_of), self.label)
         log(INFO, "%s: graph %s; gamma=%.4g", self.label, graph.describe(),
             self.fedfun.gamma_for(graph.spectral_norm()))
         self.bounds, rejected = query_bounds(grid, self.label, server_round, self.book.node_ids,
@@ -123,24 +117,22 @@ class FedFunStrategy(FederatedStrategy):
             self.label, self.bounds.samples)
         replies = grid.send_and_receive([self._message(node, 0, TRAIN, initial=True)
                                          for node in self.book.node_ids])
-        good, dropped = self._store_replies(0, replies)
+        self.count_failures(rejected)
+        good = self._store_replies(0, replies)
         log(INFO, "%s round 0: %d of %d nodes fitted h^0 (local training only)", self.label,
             len(good), len(self.book.node_ids))
-        self._setup_failures = failures + rejected + dropped
 
-    def rebind(self, old: int, new: int) -> None:
+    def on_rebind(self, old: int, new: int) -> None:
         """The returning node serves the same vertex and holds nothing: its next message
         carries the domain, its own last model and all its neighbours' models."""
-        self.vertex_of = rekeyed(self.vertex_of, old, new)
-        self.book.rebind(old, new)
-        self.relay.forget_deliveries(self.vertex_of[new])
+        self.relay.forget_deliveries(self.vertex(new))
 
     # -- messages -------------------------------------------------------------------------------
     def _message(self, node: int, server_round: int, kind: str, initial: bool = False) -> Message:
         """This node's message: its own model's version, its neighbours' models that it lacks,
         and on first contact or after a loss the domain and its own last accepted model."""
-        vertex, relay = self.vertex_of[node], self.relay
-        everything = self.book.needs_sync[node]
+        vertex, relay = self.vertex(node), self.relay
+        everything = self.book[node].needs_sync
         listing, send = relay.outgoing(vertex, everything)
         models = relay.neighbour_models(send)
         config = {SERVER_ROUND: server_round, "own-version": relay.own_version(vertex),
@@ -155,18 +147,15 @@ class FedFunStrategy(FederatedStrategy):
                 models[OWN_PREFIX] = relay.latest[vertex]
         content[MODELS], content[MODEL_ARRAYS] = relay.model_records(models)
         relay.mark_delivered(vertex, send, everything)
-        self.book.needs_sync[node] = False
+        self.book[node].needs_sync = False
         return Message(content, node, kind, group_id=str(server_round))
 
-    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                        grid: Grid) -> Iterable[Message]:
-        if self.roster is None:
-            self._start(grid, server_round)
-        else:
-            self._setup_failures += self.returning_nodes(grid, server_round)
+    def train_messages(self, server_round: int, nodes: list[int], arrays: ArrayRecord,
+                       config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+        """Every node (no sampling): the neighbours' models it lacks."""
         log(INFO, "%s round %d: relaying neighbour models to %d nodes", self.label, server_round,
-            len(self.book.node_ids))
-        return [self._message(node, server_round, TRAIN) for node in self.book.node_ids]
+            len(nodes))
+        return [self._message(node, server_round, TRAIN) for node in nodes]
 
     # -- replies --------------------------------------------------------------------------------
     def _checked_model(self, reply: Message) -> tuple[dict, dict, dict[str, float]]:
@@ -187,26 +176,26 @@ class FedFunStrategy(FederatedStrategy):
         return config, arrays, metrics
 
     def _store_replies(self, server_round: int, replies: Iterable[Message]
-                       ) -> tuple[dict[int, dict[str, float]], int]:
+                       ) -> dict[int, dict[str, float]]:
         """Keep every good reply's model as its vertex's latest; nodes that did not answer
         usably may hold nothing we sent, so they get everything next time."""
-        good, rejected = self.book.screen(server_round, replies, self._checked_model)
+        good = self.screen(server_round, replies, self._checked_model)
         for node, (config, arrays, _) in good.items():
-            self.relay.store(self.vertex_of[node], config, arrays, REPLY_PREFIX, server_round)
+            self.relay.store(self.vertex(node), config, arrays, REPLY_PREFIX, server_round)
         self.book.accept(server_round, good)
-        for node in self.book.node_ids:
-            if node not in good:
-                self.book.needs_sync[node] = True
-                self.relay.forget_deliveries(self.vertex_of[node])
-        return {n: metrics for n, (_, _, metrics) in good.items()}, rejected
+        self._lost([node for node in self.book.node_ids if node not in good])
+        return {n: metrics for n, (_, _, metrics) in good.items()}
 
-    def aggregate_train(self, server_round: int, replies: Iterable[Message]
-                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        good, rejected = self._store_replies(server_round, replies)
-        metrics = MetricRecord({"failures": rejected + self._setup_failures,
-                                "participants": len(good),
-                                "models_held": len(self.relay.latest)})
-        self._setup_failures = 0
+    def _lost(self, nodes: list[int]) -> None:
+        """``nodes`` may not hold what we sent: everything again next time."""
+        self.book.lost(nodes)
+        for node in nodes:
+            self.relay.forget_deliveries(self.vertex(node))
+
+    def aggregate(self, server_round: int, replies: Iterable[Message]
+                  ) -> tuple[ArrayRecord | None, dict[str, float]]:
+        good = self._store_replies(server_round, replies)
+        metrics = {"participants": len(good), "models_held": len(self.relay.latest)}
         if good:
             metrics["local_loss"] = float(np.mean([m[LOSS] for m in good.values()]))
         return None, metrics
@@ -217,16 +206,13 @@ class FedFunStrategy(FederatedStrategy):
         if not self.fedfun.federated_eval:
             return []
         return [self._message(node, server_round, EVALUATE) for node in self.book.node_ids
-                if self.vertex_of[node] in self.relay.latest]
+                if self.vertex(node) in self.relay.latest]
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
                            ) -> MetricRecord | None:
         screened = screen_replies(self.label, server_round, replies, self._checked_evaluation,
                                   self.book.node_ids)
-        for node in self.book.node_ids:
-            if node not in screened.accepted:  # it may not hold what we sent
-                self.book.needs_sync[node] = True
-                self.relay.forget_deliveries(self.vertex_of[node])
+        self._lost([node for node in self.book.node_ids if node not in screened.accepted])
         per_node = screened.in_order(self.book.node_ids)
         names = {TEST_ACCURACY: "test_accuracy", TRAIN_ACCURACY: "train_accuracy",
                  LOCAL_ACCURACY: "local_accuracy"}
@@ -240,7 +226,7 @@ class FedFunStrategy(FederatedStrategy):
         """A node's figures: accuracies in [0, 1], at most its degree of neighbours compared."""
         metrics = checked_metrics(exact_records(reply.content, {METRICS: MetricRecord})[METRICS],
                                   EVALUATION_KEYS)
-        degree = self.relay.graph.degree(self.vertex_of[reply.metadata.src_node_id])
+        degree = self.relay.graph.degree(self.vertex(reply.metadata.src_node_id))
         for key in (TEST_ACCURACY, TRAIN_ACCURACY, LOCAL_ACCURACY):
             if metrics[key] > 1:
                 raise DecodeError(f"{key}={metrics[key]} is above 1")
@@ -250,24 +236,19 @@ class FedFunStrategy(FederatedStrategy):
         return metrics
 
     # -- state ----------------------------------------------------------------------------------
-    def state_record(self) -> RecordDict:
-        if self.roster is None:
-            return RecordDict()
-        state = self.relay.to_records()
-        state["roster"] = self.roster.to_record()
-        state["book"] = self.book.to_record()
+    def family_state(self) -> dict[str, ArrayRecord | ConfigRecord]:
+        if self.relay is None:
+            return {}
+        state = dict(self.relay.to_records())
         state["bounds"] = arrays_to_record({"lower": self.bounds.lower,
                                             "upper": self.bounds.upper})
         state["bounds-samples"] = ConfigRecord({"samples": self.bounds.samples,
                                                 "n": self.relay.graph.n})
         return state
 
-    def load_state_record(self, state: RecordDict) -> None:
-        if "roster" not in state:
+    def load_family_state(self, state: RecordDict) -> None:
+        if self.book is None:
             return
-        self.roster = Roster.from_record(state["roster"])
-        self.vertex_of = {n: int(f[PARTITION_ID]) for n, f in self.roster.facts.items()}
-        self.book = NodeBook.from_record(state["book"], self.label)
         bounds = record_to_arrays(state["bounds"])
         meta = state["bounds-samples"]
         self.bounds = AgreedBounds(bounds["lower"], bounds["upper"], int(meta["samples"]))

@@ -14,6 +14,7 @@ picks the compact form when a round's expected points are smaller than the dense
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from logging import INFO, WARNING
 
 import numpy as np
@@ -23,7 +24,13 @@ from flwr.serverapp import Grid
 
 from functions.errors import DecodeError
 from functions.extreme_points import decode_model_point, decode_model_points, encode_model_point
-from functions.fedfw_downlink import Replica, RoundPoints, pack_replica, pack_updates, unpack_updates
+from functions.fedfw_downlink import (
+    Replica,
+    RoundPoints,
+    pack_replica,
+    pack_updates,
+    unpack_updates,
+)
 from functions.params import (
     Params,
     arrays_to_record,
@@ -47,44 +54,54 @@ from functions.protocol import (
     UPDATES,
     XBAR,
 )
+from oracles.fedfw_mirror import ConsensusMirror
 from oracles.frank_wolfe import fw_gap
 from oracles.lmo import Constraint, lmo_per_tensor, make_constraint, smallest_set
 from run_config.common import RunSettings
 from run_config.fedfw import ConstraintSet, FedFWSettings, fedfw_settings
 from strategies.evaluation import combine_evaluation_sums, decode_evaluation_sums
-from oracles.fedfw_mirror import ConsensusMirror
-from strategies.node_book import NodeBook, dense_restart
-from strategies.roster import Roster, rekeyed
+from strategies.node_book import NodeSlot, dense_restart
+from strategies.sampling import BERNOULLI, Sampler
 from strategies.screening import exact_records, screen_replies
-from strategies.state_records import params_by_node, params_by_node_record, restore_rng, rng_record
+from strategies.state_records import params_by_node, params_by_node_record
 from strategies.torch_model import TorchGlobal, TorchModelStrategy
-
 
 MAX_LOCAL_STEPS = 10_000  # bounds a local pass's points, hence the memory a reply may take
 
 
+@dataclass
+class FedFWSlot(NodeSlot):
+    """A node's replica of the mirror (compact downlink): the round it holds (None: lost), and
+    whether it was never contacted (then it starts from x-bar^1)."""
+
+    replica: int | None = 0
+    fresh: bool = True
+
+    def lose(self) -> None:
+        super().lose()
+        self.replica, self.fresh = None, False
+
+
 class FedFWStrategy(TorchModelStrategy):
-    """FedFW family on Flower's Message API, with partial participation and per-node D_i."""
+    """FedFW family on Flower's Message API, with partial participation and per-node D_i.
+
+    The mirror's x_i, each node's D_i and its local pass's K are kept by roster position."""
 
     label = "FedFW"
+    slot = FedFWSlot
 
     def __init__(self, fw: FedFWSettings, model: TorchGlobal, x0: Params, seed: int) -> None:
         """``x0``: x^1 of every client, already in D and float32-exact (``projected_start``)."""
         self.fw, self.model, self.x0 = fw, model, x0
-        self.rng = np.random.default_rng(seed)
-        self.roster: Roster | None = None
-        self.book: NodeBook | None = None
+        self.sampler = Sampler(fw.participation, seed, BERNOULLI)
         self.mirror: ConsensusMirror | None = None
-        self.node_sets: dict[int, Constraint] = {}
-        self.local_steps: dict[int, int] = {}  # K of each node's local pass (1 without)
+        self.node_sets: list[Constraint] = []  # D_i by position
+        self.local_steps: list[int] = []  # K of each node's local pass (1 without), by position
         self.gap_domain: Constraint | None = None  # D = the intersection of the D_i, if known
-        self._roster_failures = 0
         self._asked: list[int] = []  # the nodes of the current round's train messages
         self.compact = fw.downlink == "compact"  # decided at the start when "auto"
         self.version = 0  # the last round whose points entered the mirror
         self.history: list[RoundPoints] = []  # rounds some node has not seen yet
-        self.version_of: dict[int, int | None] = {}  # each node's replica (None: lost)
-        self.fresh: set[int] = set()  # nodes not contacted yet: they start from x-bar^1
 
     def initial_arrays(self) -> ArrayRecord:
         """x-bar^1: the model's initial weights projected onto D (float32-exact)."""
@@ -97,14 +114,10 @@ class FedFWStrategy(TorchModelStrategy):
             fw.variant, fw.constraint.kind, fw.constraint.radius, fw.scope, fw.schedule.kind,
             fw.schedule.lambda0, fw.participation)
 
-    def _start(self, grid: Grid, server_round: int) -> None:
-        """Ask every node for its partition and D_i (query.node); fix the client order."""
-        self.roster, self._roster_failures = self.query_roster(grid, server_round)
+    def on_roster(self, grid: Grid, server_round: int) -> None:
+        """Each node's D_i from its query.node answer; every x_i starts at x^1."""
         self._fix_node_sets()
-        self.book = NodeBook(self.roster.node_ids, self.label)
-        self.mirror = ConsensusMirror(self.x0, self.roster.node_ids)
-        self.version_of = {n: 0 for n in self.roster.node_ids}
-        self.fresh = set(self.roster.node_ids)
+        self.mirror = ConsensusMirror(self.x0, range(len(self.book.node_ids)))
         if self.fw.downlink == "auto":
             # a node gets each round's points once, but x-bar in every message it gets
             p = self.fw.participation
@@ -125,11 +138,10 @@ class FedFWStrategy(TorchModelStrategy):
     def _fix_node_sets(self) -> None:
         """Each node's D_i from the roster, and D = their intersection when it is one of them
         (section 4.3; ``fw_gap`` is taken over it, and left out when there is none)."""
-        self.node_sets = {n: self._declared_set(n) for n in self.roster.node_ids}
-        self.local_steps = {n: self._declared_steps(n) for n in self.roster.node_ids}
-        self.gap_domain = smallest_set(list(self.node_sets.values()), list(self.layout.shapes),
-                                       self.fw.scope)
-        sets = sorted({f"{c.kind}({c.radius:g})" for c in self.node_sets.values()})
+        self.node_sets = [self._declared_set(n) for n in self.roster.node_ids]
+        self.local_steps = [self._declared_steps(n) for n in self.roster.node_ids]
+        self.gap_domain = smallest_set(self.node_sets, list(self.layout.shapes), self.fw.scope)
+        sets = sorted({f"{c.kind}({c.radius:g})" for c in self.node_sets})
         if self.gap_domain is None:
             log(WARNING, "FedFW: node sets %s; no D_i lies inside all others, so their "
                 "intersection has no closed-form LMO and fw_gap is not reported", sets)
@@ -157,33 +169,19 @@ class FedFWStrategy(TorchModelStrategy):
             log(WARNING, "node %s: no usable D_i (%s); it uses the run's D", node, err)
             return self.fw.constraint
 
-    def rebind(self, old: int, new: int) -> None:
-        """The returning node gets its x_i as after a lost state (``sync``) and, under the
-        compact downlink, the whole mirror (as after a lost replica)."""
-        self.book.rebind(old, new)
-        points, total = self.mirror.state()
-        self.mirror = ConsensusMirror.restore(rekeyed(points, old, new), total)
-        self.node_sets = rekeyed(self.node_sets, old, new)
-        self.local_steps = rekeyed(self.local_steps, old, new)
-        self.version_of = rekeyed(self.version_of, old, new)
-        self.version_of[new] = None
-        self.fresh.discard(old)
-
     # -- training ----------------------------------------------------------------
-    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                        grid: Grid) -> Iterable[Message]:
-        if self.mirror is None:
-            self._start(grid, server_round)
-        else:
-            self._roster_failures += self.returning_nodes(grid, server_round)
-        node_ids = self.book.node_ids
-        chosen = [n for n in node_ids if self.rng.random() < self.fw.participation]
+    def train_messages(self, server_round: int, nodes: list[int], arrays: ArrayRecord,
+                       config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+        """x-bar (dense or compact) to the sampled nodes; a node that may hold nothing gets
+        its x_i (``sync``) and, under the compact downlink, the whole mirror."""
+        node_ids, chosen = self.book.node_ids, nodes
         self._asked = chosen
         xbar = self.mirror.x_bar
         dense = params_to_record(self.layout, xbar)
 
         def restart(node: int) -> tuple[str, dict]:
-            return dense_restart(self.layout, xbar, self.mirror.x_of(node), FW_RESTART)
+            x_i = self.mirror.x_of(self.book.position(node))
+            return dense_restart(self.layout, xbar, x_i, FW_RESTART)
 
         messages = [self.book.train_message(node, server_round, self._downlink(node, dense),
                                             restart, **{NUM_CLIENTS: len(node_ids)})
@@ -197,12 +195,12 @@ class FedFWStrategy(TorchModelStrategy):
         applied, or x-bar^1 and the D_i on first contact, or the whole mirror after a loss."""
         if not self.compact:
             return {XBAR: dense}
-        since, self.version_of[node] = self.version_of[node], self.version
-        nodes = self.book.node_ids
-        kinds = tuple(self.node_sets[n].kind for n in nodes)
-        radii = tuple(float(self.node_sets[n].radius) for n in nodes)
-        if node in self.fresh:  # x-bar^1 (float32-exact) and every round since
-            self.fresh.discard(node)
+        slot = self.book[node]
+        since, slot.replica = slot.replica, self.version
+        kinds = tuple(c.kind for c in self.node_sets)
+        radii = tuple(float(c.radius) for c in self.node_sets)
+        if slot.fresh:  # x-bar^1 (float32-exact) and every round since
+            slot.fresh = False
             config, _ = pack_replica(Replica(0, kinds, radii, (), []))
             content = {XBAR: params_to_record(self.layout, self.x0),
                        REPLICA: ConfigRecord(config)}
@@ -212,7 +210,8 @@ class FedFWStrategy(TorchModelStrategy):
         if since is None:
             points, total = self.mirror.state()
             config, arrays = pack_replica(Replica(self.version, kinds, radii,
-                                                  tuple(points[n] for n in nodes), total))
+                                                  tuple(points[i] for i in range(len(kinds))),
+                                                  total))
             return {REPLICA: ConfigRecord(config), REPLICA_ARRAYS: arrays_to_record(arrays)}
         return self._updates_since(since)
 
@@ -224,40 +223,39 @@ class FedFWStrategy(TorchModelStrategy):
     def _forget_replicas(self, nodes: Iterable[int]) -> None:
         """Nodes whose reply was an error may have lost their replica: send them the mirror."""
         for node in nodes:
-            self.version_of[node] = None
+            if node in self.book:
+                self.book[node].replica = None
 
     def _forget_seen_rounds(self) -> None:
         """Drop the rounds every node with a replica, or not contacted yet (at round 0), has
         applied (nodes that lost theirs get the mirror)."""
-        held = [v for v in self.version_of.values() if v is not None]
+        held = [s.replica for s in self.book.slots.values() if s.replica is not None]
         oldest = min(held) if held else self.version
         self.history = [u for u in self.history if u.round > oldest]
 
-    def aggregate_train(self, server_round: int, replies: Iterable[Message]
-                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        checked, rejected = self.book.screen(server_round, replies, self._checked_point)
+    def aggregate(self, server_round: int, replies: Iterable[Message]
+                  ) -> tuple[ArrayRecord | None, dict[str, float]]:
+        checked = self.screen(server_round, replies, self._checked_point)
         self._forget_replicas([n for n in self._asked
-                               if n not in checked and self.book.needs_sync[n]])
+                               if n not in checked and self.book[n].needs_sync])
         points = {node: steps for node, (_, steps) in checked.items()}
         eta = self.fw.schedule.eta(server_round)
-        self.mirror.apply_steps({node: self._with_etas(server_round, steps)
+        position = self.book.position
+        self.mirror.apply_steps({position(node): self._with_etas(server_round, steps)
                                  for node, steps in points.items()})
         if points and self.compact:
             self._forget_seen_rounds()  # once a round, before the round's points join
-            index = {n: i for i, n in enumerate(self.book.node_ids)}
             self.history.append(RoundPoints(server_round, eta, tuple(
-                (index[node], arrays) for node, (arrays, _) in checked.items())))
+                (position(node), arrays) for node, (arrays, _) in checked.items())))
         if points:
             self.version = server_round
         self.book.accept(server_round, points)
-        metrics = MetricRecord({
-            "failures": rejected + self._roster_failures,  # error replies add to it
-            "participants": len(points),
+        metrics = {
+            "participants": len(points),  # error replies add to the failures
             "eta": eta,
             "lambda": self.fw.schedule.lam(server_round),
             "consensus_distance": self.mirror.consensus_distance(),
-        })
-        self._roster_failures = 0
+        }
         return params_to_record(self.layout, self.mirror.x_bar), metrics
 
     def _with_etas(self, t: int, steps: list[Params]) -> list[tuple[float, Params]]:
@@ -270,9 +268,9 @@ class FedFWStrategy(TorchModelStrategy):
         """The round's points s_i as sent and decoded against the node's declared D_i (the
         decoders validate everything); a local pass must carry the K points the node declared."""
         record = exact_records(reply.content, {FW_POINT: ArrayRecord})[FW_POINT]
-        node = reply.metadata.src_node_id
-        constraint, shapes, scope = self.node_sets[node], self.layout.shapes, self.fw.scope
-        steps = self.local_steps.get(node, 0) if self.fw.local_pass else 1
+        position = self.book.position(reply.metadata.src_node_id)
+        constraint, shapes, scope = self.node_sets[position], self.layout.shapes, self.fw.scope
+        steps = self.local_steps[position] if self.fw.local_pass else 1
         most = max(steps, 1)  # points; none is encoded larger than the dense model in float64
         arrays = record_to_arrays(record, max_bytes=8 * self.layout.size * most)
         if not self.fw.local_pass:
@@ -292,7 +290,7 @@ class FedFWStrategy(TorchModelStrategy):
                                            **{FW_GAP: self.fw.gap})
                 for node in self.book.node_ids]
 
-    def _checked_evaluation(self, reply: Message):  # noqa: ANN202
+    def _checked_evaluation(self, reply: Message):
         """Evaluation sums, and grad f_i(x-bar) when the gap is on."""
         kinds = {METRICS: MetricRecord, **({FW_GRAD: ArrayRecord} if self.fw.gap else {})}
         records = exact_records(reply.content, kinds)
@@ -315,42 +313,29 @@ class FedFWStrategy(TorchModelStrategy):
         return metrics
 
     # -- state -----------------------------------------------------------------------
-    def state_record(self) -> RecordDict:
-        state = RecordDict({"rng": rng_record(self.rng)})
-        if self.mirror is not None:
-            points, total = self.mirror.state()
-            state["roster"] = self.roster.to_record()
-            state["book"] = self.book.to_record()
-            state["mirror"] = params_by_node_record(points, self.layout)
-            state["mirror-sum"] = params_to_record(self.layout, total, dtype=np.float64)
-            config, arrays = pack_updates(0, self.history, len(self.roster.node_ids))
-            nodes = self.roster.node_ids
-            state["downlink"] = ConfigRecord({
-                "compact": self.compact, "version": self.version,
-                "fresh": [str(n) for n in nodes if n in self.fresh],
-                "versions": [-1 if self.version_of[n] is None else self.version_of[n]
-                             for n in nodes]})
-            state["history"] = ConfigRecord(config)
-            state["history-arrays"] = arrays_to_record(arrays)
-        return state
+    def family_state(self) -> dict[str, ArrayRecord | ConfigRecord]:
+        if self.mirror is None:
+            return {}
+        points, total = self.mirror.state()
+        config, arrays = pack_updates(0, self.history, len(self.book.node_ids))
+        return {"mirror": params_by_node_record(points, self.layout),
+                "mirror-sum": params_to_record(self.layout, total, dtype=np.float64),
+                "downlink": ConfigRecord({"compact": self.compact, "version": self.version}),
+                "history": ConfigRecord(config), "history-arrays": arrays_to_record(arrays)}
 
-    def load_state_record(self, state: RecordDict) -> None:
-        self.rng = restore_rng(state["rng"])
-        if "roster" not in state:
+    def load_family_state(self, state: RecordDict) -> None:
+        if self.book is None:
             return
-        self.roster = Roster.from_record(state["roster"])
-        self.book = NodeBook.from_record(state["book"], self.label)
-        nodes = self.roster.node_ids
-        self.mirror = ConsensusMirror.restore(params_by_node(state["mirror"], self.layout, nodes),
+        positions = list(range(len(self.book.node_ids)))
+        self.mirror = ConsensusMirror.restore(params_by_node(state["mirror"], self.layout,
+                                                             positions),
                                               record_to_params(state["mirror-sum"], self.layout))
         self._fix_node_sets()
         downlink = state["downlink"]
         self.compact, self.version = bool(downlink["compact"]), int(downlink["version"])
-        self.version_of = {n: None if v < 0 else v for n, v in zip(nodes, downlink["versions"])}
-        self.fresh = {int(n) for n in downlink["fresh"]}
         _, self.history = unpack_updates(dict(state["history"]),
-                                         record_to_arrays(state["history-arrays"]), len(nodes),
-                                         self.fw.schedule.eta)
+                                         record_to_arrays(state["history-arrays"]),
+                                         len(positions), self.fw.schedule.eta)
 
 
 def build_fedfw(settings: RunSettings) -> FedFWStrategy:

@@ -66,22 +66,33 @@ from strategies.evaluation import (
     decode_evaluation_sums,
     example_limit,
 )
-from strategies.node_book import NodeBook
-from strategies.roster import Roster, rekeyed
+from strategies.node_book import NodeSlot
+from strategies.sampling import Sampler
 from strategies.screening import exact_records, screen_replies
-from strategies.state_records import restore_rng, rng_record
 from tasks.datasets import TaskData
 
 
-@dataclass(frozen=True)
-class OwnLearners:
-    """A node's learners of its last accepted round: appended at the update starting at
-    ``version``, sequence numbers ``first`` .. first + count - 1, averaged with ``fraction``."""
+@dataclass
+class FFGBSlot(NodeSlot):
+    """What a node holds: the ensemble's version (None: nothing), and its own learners of its
+    last accepted round, which its next delta leaves out: appended at the update starting at
+    ``own_version``, sequence numbers ``own_first`` .. + ``own_count`` - 1 (0: none), averaged
+    with ``own_fraction``."""
 
-    version: int
-    first: int
-    count: int
-    fraction: float
+    version: int | None = None
+    own_version: int = 0
+    own_first: int = 0
+    own_count: int = 0
+    own_fraction: float = 0.0
+
+    def lose(self) -> None:
+        super().lose()
+        self.version = None
+        self.forget_own()
+
+    def forget_own(self) -> None:
+        self.own_version = self.own_first = self.own_count = 0
+        self.own_fraction = 0.0
 
 
 @dataclass(frozen=True)
@@ -106,10 +117,11 @@ class FFGBStrategy(FederatedStrategy):
     """FFGB family on Flower's Message API: delta-synced ensembles, partial participation."""
 
     label = "FFGB"
+    slot = FFGBSlot
 
     def __init__(self, ffgb: FFGBSettings, task: TaskData, central_evaluation: bool,
                  fraction: float, seed: int) -> None:
-        self.ffgb, self.task, self.fraction = ffgb, task, fraction
+        self.ffgb, self.task = ffgb, task
         self.spec = run_learner_spec(ffgb, task)
         self.loss, self.bound = ffgb.loss(task), ffgb.final_bound(task)
         self.limits = delta_limits(ffgb, task)
@@ -119,13 +131,8 @@ class FFGBStrategy(FederatedStrategy):
         if central_evaluation:
             self.test_cache = PredictionCache(self.x_test)
             self.test_cache.update(self.ensemble.snapshot())
-        self.rng = np.random.default_rng(seed)
-        self.roster: Roster | None = None
-        self.book: NodeBook | None = None
-        self.version_of: dict[int, int | None] = {}  # what each node holds (None: nothing)
-        self.own_of: dict[int, OwnLearners] = {}
+        self.sampler = Sampler(fraction, seed)  # its generator also seeds the student
         self.learners_up = self.learners_down = 0
-        self._roster_failures = 0
         self.student: object | None = None  # the global distillation's network (FedAvg)
         self.student_rounds = 0  # FedAvg rounds of the current distillation that had replies
 
@@ -145,29 +152,20 @@ class FFGBStrategy(FederatedStrategy):
         return {"kind": "ensemble", "learner": self.ffgb.learner,
                 "learners": len(self.ensemble.learners)}
 
-    def _start(self, grid: Grid, server_round: int) -> None:
-        self.roster, self._roster_failures = self.query_roster(grid, server_round)
-        self.book = NodeBook(self.roster.node_ids, self.label)
-        self.version_of = {n: None for n in self.roster.node_ids}
-
-    def rebind(self, old: int, new: int) -> None:
-        """The returning node holds no ensemble: it gets the whole of it with its next message."""
-        self.book.rebind(old, new)
-        self.version_of = rekeyed(self.version_of, old, new)
-        self.version_of[new] = None
-        self.own_of.pop(old, None)
-
     # -- messages -------------------------------------------------------------------------------
     def _delta_for(self, node: int) -> Delta:
         """What ``node`` lacks: everything after a failure, else since the version it holds,
         without its own learners of its last accepted round."""
-        own = self.own_of.pop(node, None)
-        since = self.version_of[node]
-        if self.book.needs_sync[node] or since is None or since < self.ensemble.offset:
+        slot = self.book[node]
+        own = (slot.own_version, slot.own_first, slot.own_count, slot.own_fraction)
+        slot.forget_own()  # sent now, or never again
+        since = slot.version
+        if slot.needs_sync or since is None or since < self.ensemble.offset:
             return self.ensemble.snapshot()
-        if own is not None and since <= own.version:
-            factor = own.fraction * self.ensemble.scales_after(own.version)
-            return self.ensemble.delta(since, omit=(own.first, own.count), own_factor=factor)
+        version, first, count, fraction = own
+        if count and since <= version:
+            factor = fraction * self.ensemble.scales_after(version)
+            return self.ensemble.delta(since, omit=(first, count), own_factor=factor)
         return self.ensemble.delta(since)
 
     def _message(self, node: int, server_round: int, kind: str, student: bool = False
@@ -177,13 +175,13 @@ class FFGBStrategy(FederatedStrategy):
         content = RecordDict({
             DELTA: ConfigRecord(config), DELTA_ARRAYS: arrays_to_record(arrays),
             CONFIG: ConfigRecord({SERVER_ROUND: server_round,
-                                  LAST_ACCEPTED: self.book.last_accepted[node]}),
+                                  LAST_ACCEPTED: self.book[node].last_accepted}),
         })
         if student:
             content[STUDENT], content[STUDENT_ARRAYS] = self._student_records()
             self.learners_down += 1
-        self.version_of[node] = self.ensemble.version
-        self.book.needs_sync[node] = False
+        self.book[node].version = self.ensemble.version
+        self.book[node].needs_sync = False
         self.learners_down += len(delta.learners)
         return Message(content, node, kind, group_id=str(server_round))
 
@@ -192,30 +190,19 @@ class FFGBStrategy(FederatedStrategy):
                                                  self.task.num_outputs))
         return ConfigRecord(config), arrays_to_record(arrays)
 
-    def _sample(self) -> list[int]:
-        """A seeded sample of max(1, int(fraction n)) nodes in partition order (appendix F)."""
-        nodes = self.roster.node_ids
-        size = min(len(nodes), max(int(len(nodes) * self.fraction), 1))
-        if size == len(nodes):
-            return list(nodes)
-        return [nodes[i] for i in sorted(self.rng.choice(len(nodes), size, replace=False))]
-
     # -- training -------------------------------------------------------------------------------
-    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                        grid: Grid) -> Iterable[Message]:
-        if self.roster is None:
-            self._start(grid, server_round)
-        else:
-            self._roster_failures += self.returning_nodes(grid, server_round)
-        nodes = self._sample()
+    def train_messages(self, server_round: int, nodes: list[int], arrays: ArrayRecord,
+                       config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+        """Each sampled node's delta (appendix F: m of N nodes), and in a distillation round
+        the student."""
         phase, index = self.ffgb.phase(server_round)
         distilling = phase == DISTILL
         if distilling and index == 1:
             self.student_rounds = 0
             if self.student is None:  # else: warm start from the last distillation's student
-                self.student = new_network(self.spec, int(self.rng.integers(2**31)))
+                self.student = new_network(self.spec, int(self.sampler.rng.integers(2**31)))
         log(INFO, "%s round %d: %d of %d nodes %s; ensemble of %d learners", self.label,
-            server_round, len(nodes), len(self.roster.node_ids),
+            server_round, len(nodes), len(self.book.node_ids),
             f"distil it ({index}/{self.ffgb.distill_rounds})" if distilling else "train",
             len(self.ensemble.learners))
         return [self._message(node, server_round, TRAIN, distilling) for node in nodes]
@@ -279,23 +266,22 @@ class FFGBStrategy(FederatedStrategy):
         examples = checked_count(metrics, TRAIN_EXAMPLES, example_limit(self.task), 1)
         return CheckedStudent(network, examples, metrics[DISTILL_ERROR])
 
-    def aggregate_train(self, server_round: int, replies: Iterable[Message]
-                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    def aggregate(self, server_round: int, replies: Iterable[Message]
+                  ) -> tuple[ArrayRecord | None, dict[str, float]]:
         phase, index = self.ffgb.phase(server_round)
         check = self._checked_student if phase == DISTILL else (
             lambda r: self._checked_increment(server_round, r))
-        good, rejected = self.book.screen(server_round, replies, check)
-        metrics = MetricRecord({"failures": rejected + self._roster_failures,
-                                "participants": len(good)})
-        self._roster_failures = 0
+        good = self.screen(server_round, replies, check)
+        metrics = {"participants": len(good)}
         if phase == DISTILL:
             self._distill(server_round, index, good, metrics)
         elif good:
             before = self.ensemble.version
             fraction, first = 1.0 / len(good), before + 1
             for node, checked in good.items():
-                count = len(checked.delta.learners)
-                self.own_of[node] = OwnLearners(before, first, count, fraction)
+                count, slot = len(checked.delta.learners), self.book[node]
+                slot.own_version, slot.own_first, slot.own_count = before, first, count
+                slot.own_fraction = fraction
                 first += count
                 self.learners_up += count
             self.ensemble = average(self.ensemble, [c.delta for c in good.values()],
@@ -311,7 +297,7 @@ class FFGBStrategy(FederatedStrategy):
         return None, metrics
 
     def _distill(self, server_round: int, index: int, good: dict[int, CheckedStudent],
-                 metrics: MetricRecord) -> None:
+                 metrics: dict[str, float]) -> None:
         """FedAvg of the students (weighted by points); after the last round of a distillation
         the student replaces the whole ensemble (scale 0)."""
         if good:
@@ -332,7 +318,8 @@ class FFGBStrategy(FederatedStrategy):
             return
         before = self.ensemble.version
         self.ensemble = self.ensemble.extend([self.student], [1.0], scale=0.0)
-        self.own_of.clear()
+        for slot in self.book.slots.values():
+            slot.forget_own()
         if self.test_cache is not None:
             self.test_cache.update(self.ensemble.delta(before))
         log(INFO, "%s: the ensemble is replaced by its distilled student", self.label)
@@ -342,14 +329,14 @@ class FFGBStrategy(FederatedStrategy):
         (the paper's count, section 4.1: N K per round with full participation)."""
         return {"ensemble_size": len(self.ensemble.learners),
                 "models_exchanged": (self.learners_up + self.learners_down)
-                / len(self.roster.node_ids)}
+                / len(self.book.node_ids)}
 
     # -- evaluation -----------------------------------------------------------------------------
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
         if not self.ffgb.federated_eval:
             return []
-        return [self._message(node, server_round, EVALUATE) for node in self.roster.node_ids]
+        return [self._message(node, server_round, EVALUATE) for node in self.book.node_ids]
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
                            ) -> MetricRecord | None:
@@ -358,11 +345,9 @@ class FFGBStrategy(FederatedStrategy):
             self.label, server_round, replies,
             lambda r: decode_evaluation_sums(
                 exact_records(r.content, {METRICS: MetricRecord})[METRICS], self.task),
-            self.roster.node_ids)
-        for node in screened.errors:  # it may not hold what we sent
-            if node in self.book.needs_sync:  # (Flower's "node unavailable" comes from node 1)
-                self.book.needs_sync[node] = True
-        sums = screened.in_order(self.roster.node_ids).values()
+            self.book.node_ids)
+        self.book.lost(screened.errors)  # it may not hold what we sent
+        sums = screened.in_order(self.book.node_ids).values()
         combined = combine_evaluation_sums(sums, kind)
         if self.test_cache is not None:  # the central figures take the plain names
             combined = {k if k == "train_loss" else f"federated_{k}": v
@@ -382,37 +367,24 @@ class FFGBStrategy(FederatedStrategy):
         return {"test_accuracy": correct / n, "test_loss": loss / n}
 
     # -- state ----------------------------------------------------------------------------------
-    def state_record(self) -> RecordDict:
+    def family_state(self) -> dict[str, ArrayRecord | ConfigRecord]:
         config, arrays = pack_delta(self.ensemble.snapshot())
         versions, scales = zip(*self.ensemble.updates) if self.ensemble.updates else ((), ())
-        state = RecordDict({
-            "rng": rng_record(self.rng),
+        state = {
             "ensemble": ConfigRecord(config),
             "ensemble-arrays": arrays_to_record(arrays),
             "ensemble-history": ConfigRecord({"versions": list(versions),
                                               "scales": [float(s) for s in scales]}),
             "traffic": ConfigRecord({"up": self.learners_up, "down": self.learners_down,
                                      "student-rounds": self.student_rounds}),
-        })
+        }
         if self.student is not None:
             state["student"], state["student-arrays"] = self._student_records()
         if self.test_cache is not None:
             state["test-values"] = arrays_to_record({"values": self.test_cache.values})
-        if self.roster is not None:
-            nodes = self.roster.node_ids
-            state["roster"] = self.roster.to_record()
-            state["book"] = self.book.to_record()
-            state["versions"] = ConfigRecord({"version": [-1 if self.version_of[n] is None
-                                                          else self.version_of[n] for n in nodes]})
-            own = [self.own_of.get(n) for n in nodes]
-            state["own"] = ConfigRecord({
-                "node-ids": [str(n) for n, o in zip(nodes, own) if o is not None],
-                **{field: [getattr(o, field) for o in own if o is not None]
-                   for field in ("version", "first", "count", "fraction")}})
         return state
 
-    def load_state_record(self, state: RecordDict) -> None:
-        self.rng = restore_rng(state["rng"])
+    def load_family_state(self, state: RecordDict) -> None:
         snapshot = unpack_delta(dict(state["ensemble"]), record_to_arrays(state["ensemble-arrays"]),
                                 self.limits)
         history = state["ensemble-history"]
@@ -429,14 +401,3 @@ class FFGBStrategy(FederatedStrategy):
         if self.test_cache is not None:
             self.test_cache = PredictionCache(self.x_test, self.ensemble.version,
                                               state["test-values"]["values"].numpy())
-        if "roster" not in state:
-            return
-        self.roster = Roster.from_record(state["roster"])
-        self.book = NodeBook.from_record(state["book"], self.label)
-        self.version_of = {n: None if v < 0 else v
-                           for n, v in zip(self.roster.node_ids, state["versions"]["version"])}
-        own = state["own"]
-        self.own_of = {int(n): OwnLearners(*(own[f][i] for f in ("version", "first", "count",
-                                                                     "fraction")))
-                       for i, n in enumerate(own["node-ids"])}
-

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from logging import INFO
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
@@ -28,7 +28,6 @@ from functions.ensembles import Ensemble
 from functions.protocol import TRAIN
 from oracles.boosting import AVERAGE, round_coefficients
 from strategies.ffgb import FFGBStrategy
-from strategies.roster import rekeyed
 
 
 class FFGBLOneShotStrategy(FFGBStrategy):
@@ -39,48 +38,38 @@ class FFGBLOneShotStrategy(FFGBStrategy):
     def __init__(self, *args: object, num_rounds: int, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
         self.num_rounds = num_rounds
-        self.pool: dict[int, tuple] = {}  # node -> its K learners, in partition order
+        self.pool: dict[int, tuple] = {}  # roster position -> its K learners, in that order
         self.pool_test: np.ndarray | None = None  # (N K, n_test, outputs): each learner's values
-        self.sampled: list[int] = []  # the nodes of the current round's average
+        self.sampled: list[int] = []  # the positions of the current round's average
 
-    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                        grid: Grid) -> Iterable[Message]:
-        if self.roster is None:
-            self._start(grid, server_round)
-        else:
-            self._roster_failures += self.returning_nodes(grid, server_round)
-        self.sampled = self._sample()  # the same draws as the multi-round run
+    def train_messages(self, server_round: int, nodes: list[int], arrays: ArrayRecord,
+                       config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+        """Round 1: every node fits its learners; later rounds send nothing. ``nodes`` are
+        drawn by the same sampler as the multi-round run's, and only enter the averages."""
+        self.sampled = [self.book.position(node) for node in nodes]
         if server_round > 1:
             return []
         log(INFO, "%s: every node fits its %d learners once", self.label, self.ffgb.local_steps)
-        return [self._message(node, server_round, TRAIN) for node in self.roster.node_ids]
+        return [self._message(node, server_round, TRAIN) for node in self.book.node_ids]
 
-    def rebind(self, old: int, new: int) -> None:
-        """The learners the partition uploaded in round 1 stay in the pool, under the new id."""
-        super().rebind(old, new)
-        self.pool = rekeyed(self.pool, old, new)
-
-    def aggregate_train(self, server_round: int, replies: Iterable[Message]
-                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        metrics = MetricRecord({"failures": self._roster_failures})
-        self._roster_failures = 0
+    def aggregate(self, server_round: int, replies: Iterable[Message]
+                  ) -> tuple[ArrayRecord | None, dict[str, float]]:
         if server_round == 1:
-            good, rejected = self.book.screen(
-                server_round, replies, lambda r: self._checked_increment(server_round, r))
+            good = self.screen(server_round, replies,
+                               lambda r: self._checked_increment(server_round, r))
             self.book.accept(server_round, good)
-            self.pool = {node: checked.delta.learners for node, checked in good.items()}
+            self.pool = {self.book.position(node): checked.delta.learners
+                         for node, checked in good.items()}
             self.learners_up += sum(len(learners) for learners in self.pool.values())
-            self.own_of.clear()
+            for slot in self.book.slots.values():
+                slot.forget_own()
             self._cache_pool_predictions()
-            metrics["failures"] += rejected
-        members = [node for node in self.sampled if node in self.pool]
-        metrics["participants"] = len(members)
+        members = [position for position in self.sampled if position in self.pool]
         self._step(server_round - 1, members)
-        metrics.update(self._size_metrics())
-        return None, metrics
+        return None, {"participants": len(members), **self._size_metrics()}
 
     def _cache_pool_predictions(self) -> None:
-        learners = [h for node in self.roster.node_ids for h in self.pool.get(node, ())]
+        learners = [h for position in self._positions() for h in self.pool.get(position, ())]
         outputs = self.task.num_outputs
         self.pool_test = np.stack([weighted_sum([h], [1.0], self.x_test, outputs)
                                    for h in learners]) if learners else None
@@ -90,43 +79,43 @@ class FFGBLOneShotStrategy(FFGBStrategy):
         scale, weights = round_coefficients(self.ffgb.steps.etas(t), 0.0, AVERAGE)
         old = dict(zip(self._pool_order(), self.ensemble.weights))
         coefficients = []
-        for node in self.roster.node_ids:
-            for k in range(len(self.pool.get(node, ()))):
-                add = weights[k] / len(members) if node in members else 0.0
-                coefficients.append(scale * old.get((node, k), 0.0) + add)
-        learners = tuple(h for node in self.roster.node_ids for h in self.pool.get(node, ()))
+        for position in self._positions():
+            for k in range(len(self.pool.get(position, ()))):
+                add = weights[k] / len(members) if position in members else 0.0
+                coefficients.append(scale * old.get((position, k), 0.0) + add)
+        learners = tuple(h for position in self._positions() for h in self.pool.get(position, ()))
         self.ensemble = Ensemble(self.ensemble.base, self.x_test.shape[1], learners,  # f^0 = 0
                                  tuple(coefficients), offset=self.ensemble.version)
         if self.test_cache is not None and self.pool_test is not None:
             values = np.einsum("l,lno->no", np.array(coefficients), self.pool_test)
             self.test_cache.values, self.test_cache.version = values, self.ensemble.version
 
+    def _positions(self) -> range:
+        return range(len(self.book.node_ids))
+
     def _pool_order(self) -> list[tuple[int, int]]:
-        return [(node, k) for node in self.roster.node_ids
-                for k in range(len(self.pool.get(node, ())))]
+        return [(position, k) for position in self._positions()
+                for k in range(len(self.pool.get(position, ())))]
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
         if server_round < self.num_rounds or not self.ffgb.federated_eval:
             return []
-        for node in self.roster.node_ids:  # the function, once: every node gets it whole
-            self.book.needs_sync[node] = True
+        self.book.lost(self.book.node_ids)  # the function, once: every node gets it whole
         return super().configure_evaluate(server_round, arrays, config, grid)
 
     def description(self) -> dict[str, object]:
         return {**super().description(), "one_shot": True}
 
-    def state_record(self) -> RecordDict:
-        state = super().state_record()
-        state["pool"] = ConfigRecord({"node-ids": [str(n) for n in self.pool]})
-        return state
+    def family_state(self) -> dict[str, ArrayRecord | ConfigRecord]:
+        return {**super().family_state(), "pool": ConfigRecord({"positions": list(self.pool)})}
 
-    def load_state_record(self, state: RecordDict) -> None:
-        super().load_state_record(state)
-        nodes = [int(n) for n in state["pool"]["node-ids"]]
+    def load_family_state(self, state: RecordDict) -> None:
+        super().load_family_state(state)
+        positions = [int(p) for p in state["pool"]["positions"]]
         k = self.ffgb.local_steps
         learners = iter(self.ensemble.learners)
-        self.pool = {node: tuple(next(learners) for _ in range(k))
-                     for node in self.roster.node_ids if node in nodes} if self.roster else {}
+        self.pool = {position: tuple(next(learners) for _ in range(k))
+                     for position in positions} if self.book is not None else {}
         if self.pool:
             self._cache_pool_predictions()

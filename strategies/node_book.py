@@ -1,20 +1,29 @@
-"""Server-side bookkeeping for algorithms whose nodes keep state between rounds.
+"""Server-side bookkeeping of the roster's nodes: one slot per node, moved as one.
 
-Tells each node whether its last step was accepted (``last-accepted``), asks the strategy for a
-node's restart records after a failure or on first contact (``sync``), and screens replies: an
-error reply marks the node for re-sync, a reply that fails decoding is dropped and counted
-(``strategies.screening``). What a message carries is the strategy's: a point, an ensemble delta,
-a set of neighbours' models, different for every node if need be.
+A slot holds what the server knows of one node: the last round whose step entered the aggregate
+(``last-accepted``, which the node reads to commit or drop its pending step) and whether it may
+hold nothing and must be brought up to date (``needs_sync``); a family adds its own fields by
+subclassing ``NodeSlot`` (what ensemble version a node holds, its D_i, ...). A restarted SuperNode
+takes its partition's slot under its new id in one operation (``rebind``), where the slot's
+``lose`` resets what a node that holds nothing cannot have. Everything a family keeps per
+partition outside the slots (a mirror, x_hat_i) is keyed by roster position, which a rebind
+does not change.
+
+The book also builds messages that carry the slot's acceptance state and, when the node needs
+it, its restart records, and screens replies: an error reply marks the node for re-sync, a reply
+that fails decoding is dropped and counted (``strategies.screening``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import TypeVar
+from dataclasses import dataclass, fields
+from typing import Generic, TypeVar
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 
+from functions.errors import DecodeError
 from functions.params import ParamLayout, Params, params_to_record
 from functions.protocol import (
     CONFIG,
@@ -26,35 +35,80 @@ from functions.protocol import (
     SYNC_NONE,
     TRAIN,
 )
-from strategies.roster import moved, rekeyed
 from strategies.screening import screen_replies
 
 T = TypeVar("T")
 Restart = Callable[[int], tuple[str, Mapping[str, ArrayRecord | ConfigRecord]]]
+_SCALARS = (bool, int, float, str)
 
 
-class NodeBook:
-    """Which node has which accepted round, and who needs its restart records re-sent."""
+@dataclass
+class NodeSlot:
+    """What the server keeps for one node of the roster. Subclasses add fields of scalar types
+    (bool, int, float, str, or one of them or None); the book saves them generically."""
 
-    def __init__(self, node_ids: Iterable[int], label: str) -> None:
+    last_accepted: int = 0
+    needs_sync: bool = True
+
+    def lose(self) -> None:
+        """The node holds nothing any more (it restarted, or the run was resumed)."""
+        self.needs_sync = True
+
+
+S = TypeVar("S", bound=NodeSlot)
+
+
+class NodeBook(Generic[S]):
+    """The roster's nodes in their fixed order, each with its slot."""
+
+    def __init__(self, node_ids: Iterable[int], label: str,
+                 slot: Callable[[], S] = NodeSlot) -> None:  # type: ignore[assignment]
         """``node_ids`` in a fixed order: sampling and aggregation follow it."""
-        self.node_ids = list(node_ids)
-        self.label = label
-        self.last_accepted = {n: 0 for n in self.node_ids}
-        self.needs_sync = {n: True for n in self.node_ids}
+        self.label, self.new_slot = label, slot
+        self.slots: dict[int, S] = {n: slot() for n in node_ids}
+        self._position = {n: i for i, n in enumerate(self.slots)}
+
+    @property
+    def node_ids(self) -> list[int]:
+        return list(self.slots)
+
+    def __getitem__(self, node: int) -> S:
+        return self.slots[node]
+
+    def __contains__(self, node: object) -> bool:
+        return node in self.slots
+
+    def position(self, node: int) -> int:
+        """The node's place in the order (what per-partition state is keyed by)."""
+        return self._position[node]
+
+    @property
+    def last_accepted(self) -> dict[int, int]:
+        return {n: s.last_accepted for n, s in self.slots.items()}
+
+    @property
+    def needs_sync(self) -> dict[int, bool]:
+        return {n: s.needs_sync for n, s in self.slots.items()}
+
+    def lost(self, nodes: Iterable[int]) -> None:
+        """``nodes`` may hold nothing we sent (an error reply): bring them up to date next time.
+        Ids outside the roster are ignored (Flower reports an unreachable node as node 1)."""
+        for node in nodes:
+            if node in self.slots:
+                self.slots[node].needs_sync = True
 
     def train_message(self, node: int, server_round: int, content: Mapping[str, object],
-                      restart: Restart, **config: int | float | str | bool) -> Message:
+                      restart: Restart, **config: float | str | bool) -> Message:
         """A train message with ``content`` (this node's own), its acceptance state and, when the
         node may have no state, the restart records ``restart(node)`` gives with their sync value."""
         records = RecordDict(dict(content))
         sync = SYNC_NONE
-        if self.needs_sync[node]:
+        if self.slots[node].needs_sync:
             sync, extra = restart(node)
             for key, record in extra.items():
                 records[key] = record
         records[CONFIG] = ConfigRecord({SERVER_ROUND: server_round,
-                                        LAST_ACCEPTED: self.last_accepted[node],
+                                        LAST_ACCEPTED: self.slots[node].last_accepted,
                                         SYNC: sync, **config})
         return Message(records, node, TRAIN, group_id=str(server_round))
 
@@ -66,55 +120,92 @@ class NodeBook:
         lost their state, so they are re-synced. A node that answered, even with a reply that is
         dropped, holds state (its committed step).
         """
-        screened = screen_replies(self.label, server_round, replies, decode, self.last_accepted)
-        for nodes, lost in ((screened.errors, True), ([*screened.accepted, *screened.dropped], False)):
-            for node in nodes:
-                if node in self.needs_sync:
-                    self.needs_sync[node] = lost
-        return screened.in_order(self.node_ids), screened.rejected
+        screened = screen_replies(self.label, server_round, replies, decode, self.slots)
+        self.lost(screened.errors)
+        for node in [*screened.accepted, *screened.dropped]:
+            if node in self.slots:
+                self.slots[node].needs_sync = False
+        return screened.in_order(self.slots), screened.rejected
 
     def accept(self, server_round: int, nodes: Iterable[int]) -> None:
         """Record that the steps of ``nodes`` in ``server_round`` entered the aggregate."""
         for node in nodes:
-            self.last_accepted[node] = server_round
-            self.needs_sync[node] = False
+            self.slots[node].last_accepted = server_round
+            self.slots[node].needs_sync = False
 
     def rebind(self, old: int, new: int) -> None:
-        """``new`` takes ``old``'s place (a restarted SuperNode of the same partition): same
-        position and last accepted round; it holds nothing, so it gets its restart records."""
-        self.node_ids = moved(self.node_ids, old, new)
-        self.last_accepted = rekeyed(self.last_accepted, old, new)
-        self.needs_sync = rekeyed(self.needs_sync, old, new)
-        self.needs_sync[new] = True
+        """``new`` takes ``old``'s slot (a restarted SuperNode of the same partition): same
+        position and last accepted round; it holds nothing (``NodeSlot.lose``)."""
+        self.slots = {new if n == old else n: s for n, s in self.slots.items()}
+        self._position = {n: i for i, n in enumerate(self.slots)}
+        self.slots[new].lose()
 
     def evaluate_messages(self, server_round: int, content: Mapping[str, object],
-                          **config: int | float | str | bool) -> list[Message]:
+                          **config: float | str | bool) -> list[Message]:
         """The same ``content`` to every node for federated evaluation."""
         return [self.evaluate_message(node, server_round, content, **config)
-                for node in self.node_ids]
+                for node in self.slots]
 
     @staticmethod
     def evaluate_message(node: int, server_round: int, content: Mapping[str, object],
-                         **config: int | float | str | bool) -> Message:
+                         **config: float | str | bool) -> Message:
         """An evaluation message with ``content`` for one node."""
         records = RecordDict({**content,
                               CONFIG: ConfigRecord({SERVER_ROUND: server_round, **config})})
         return Message(records, node, EVALUATE, group_id=str(server_round))
 
+    # -- checkpoint -----------------------------------------------------------------------------
     def to_record(self) -> ConfigRecord:
-        """Order, last accepted round and sync flag of every node."""
-        return ConfigRecord({
-            "node-ids": [str(n) for n in self.node_ids],
-            "last-accepted": [self.last_accepted[n] for n in self.node_ids],
-            "needs-sync": [self.needs_sync[n] for n in self.node_ids],
-        })
+        """The order and every slot field as one list per field (``needs_sync`` under
+        ``needs-sync``), in that order; an optional field's None is marked in ``<key>:none``
+        (node ids as text: they do not fit int64)."""
+        record = ConfigRecord({"node-ids": [str(n) for n in self.slots]})
+        for f in fields(self.new_slot()):
+            key, values = _key(f.name), [getattr(s, f.name) for s in self.slots.values()]
+            if any(v is None for v in values):
+                record[f"{key}:none"] = [v is None for v in values]
+                kind = next((type(v) for v in values if v is not None), int)
+                values = [kind() if v is None else v for v in values]
+            record[key] = values
+        return record
 
     @classmethod
-    def from_record(cls, record: ConfigRecord, label: str) -> NodeBook:
-        book = cls([int(n) for n in record["node-ids"]], label)
-        book.last_accepted = dict(zip(book.node_ids, record["last-accepted"]))
-        book.needs_sync = dict(zip(book.node_ids, record["needs-sync"]))
+    def from_record(cls, record: ConfigRecord, label: str,
+                    slot: Callable[[], S] = NodeSlot) -> NodeBook[S]:  # type: ignore[assignment]
+        """Inverse of ``to_record``; DecodeError when a field is missing, of another length or
+        of another type than the slot's default."""
+        try:
+            node_ids = [int(n) for n in record["node-ids"]]
+        except (KeyError, TypeError, ValueError) as err:
+            raise DecodeError(f"node book: no usable node ids ({err})") from None
+        book = cls(node_ids, label, slot)
+        template = slot()
+        for f in fields(template):
+            key = _key(f.name)
+            values = record.get(key)
+            if not isinstance(values, list) or len(values) != len(node_ids):
+                raise DecodeError(f"node book: {key!r} is not a list of {len(node_ids)} values")
+            none = record.get(f"{key}:none", [False] * len(node_ids))
+            default = getattr(template, f.name)
+            for node, value, missing in zip(node_ids, values, none):
+                if not missing and not _fits(value, default, f.type):
+                    raise DecodeError(f"node book: {key}={value!r} of node {node}")
+                setattr(book.slots[node], f.name, None if missing else value)
         return book
+
+
+def _key(name: str) -> str:
+    """A slot field's record key: ``needs_sync`` -> ``needs-sync``."""
+    return name.replace("_", "-")
+
+
+def _fits(value: object, default: object, annotation: object) -> bool:
+    """Whether a value read back has the kind of the field (its default's, or its annotation's
+    first scalar for an optional field whose default is None)."""
+    if default is None:
+        kinds = [k for k in _SCALARS if k.__name__ in str(annotation)]
+        return any(type(value) is k or (k is float and type(value) is int) for k in kinds)
+    return type(value) is type(default) or (type(default) is float and type(value) is int)
 
 
 def dense_restart(layout: ParamLayout, xbar: Params, point: Params, key: str

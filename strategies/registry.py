@@ -15,8 +15,8 @@ from strategies.base import FederatedStrategy
 from strategies.fedavg import build_fedavg, build_fedprox, build_projected_fedavg
 from strategies.feddr import build_feddr
 from strategies.fedfun import build_fedfun
-from strategies.ffgb_build import build_ffgb
 from strategies.fedfw import build_fedfw
+from strategies.ffgb_build import build_ffgb
 from tasks.errors import ConfigError
 
 STANDARD_MESSAGES = (TRAIN, EVALUATE, QUERY_NODE)

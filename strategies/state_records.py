@@ -1,4 +1,4 @@
-"""Strategy state as Flower records: RNG states and per-node parameter lists.
+"""Strategy state as Flower records: RNG states and parameter lists by roster position.
 
 Checkpoints hold only records (numpy arrays and scalars), written and read with Flower's own
 protobuf serialisation: nothing is pickled, and everything read back is validated.
@@ -32,7 +32,8 @@ def restore_rng(record: ConfigRecord) -> np.random.Generator:
 
 
 def params_by_node_record(values: Mapping[int, Params], layout: ParamLayout) -> ArrayRecord:
-    """One float64 parameter list per node, keys ``<node>/<tensor name>``."""
+    """One float64 parameter list per key (a roster position: a mirror's x_i, FedDR's
+    x_hat_i), record keys ``<key>/<tensor name>``."""
     record = ArrayRecord()
     for node, params in values.items():
         for name, array in params_to_record(layout, params, dtype=np.float64).items():

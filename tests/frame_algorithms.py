@@ -14,6 +14,7 @@ would.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,8 +31,8 @@ from functions.trees import decode_tree, encode_tree, from_sklearn
 from run_config.common import RunSettings
 from strategies.base import FederatedStrategy
 from strategies.evaluation import checked_metrics, spread_over_nodes
+from strategies.node_book import NodeSlot
 from strategies.registry import ServerAlgorithm
-from strategies.roster import Roster
 from strategies.screening import exact_records, screen_replies
 from tasks.federation import task_for
 
@@ -48,18 +49,28 @@ def _read_delta(content: RecordDict) -> Delta:
     return unpack_delta(dict(records[DELTA]), record_to_arrays(records[DELTA_ARRAYS]))
 
 
+@dataclass
+class TreesSlot(NodeSlot):
+    """The version of a node's predictions (None: none) and the version last sent to it."""
+
+    version: int | None = None
+    sent: int = 0
+
+    def lose(self) -> None:
+        super().lose()
+        self.version = None
+
+
 class BoostedTreesStrategy(FederatedStrategy):
     """Server half of ``test-trees``: the global function is an ensemble of trees."""
 
     label = "test-trees"
+    slot = TreesSlot
 
     def __init__(self, settings: RunSettings) -> None:
         self.task = task_for(settings.data)
         n_features = int(np.prod(self.task.input_shape))
         self.ensemble = Ensemble.constant(np.zeros(self.task.num_classes), n_features)
-        self.roster: Roster | None = None
-        self.version_of: dict[int, int | None] = {}  # each node's predictions' version (None: none)
-        self.sent: dict[int, int] = {}
 
     def summary(self) -> None:
         """Nothing to configure."""
@@ -72,15 +83,13 @@ class BoostedTreesStrategy(FederatedStrategy):
         scores = self.ensemble.predict(x)
         return {"test_accuracy": float(np.mean(scores.argmax(axis=1) == self.task.y_test))}
 
-    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                        grid: Grid) -> Iterable[Message]:
-        if self.roster is None:
-            self.roster, _ = Roster.query(grid, self.label, server_round)
-            self.version_of = {n: None for n in self.roster.node_ids}
+    def train_messages(self, server_round: int, nodes: list[int], arrays: ArrayRecord,
+                       config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         messages = []
-        for node in self.roster.node_ids:  # each node gets what it lacks, and only that
-            self.sent[node] = self.ensemble.version
-            content = RecordDict({**_delta_records(*encode_delta(self.ensemble, self.version_of[node])),
+        for node in nodes:  # each node gets what it lacks, and only that
+            slot = self.book[node]
+            slot.sent = self.ensemble.version
+            content = RecordDict({**_delta_records(*encode_delta(self.ensemble, slot.version)),
                                   CONFIG: ConfigRecord({SERVER_ROUND: server_round})})
             messages.append(Message(content, node, TRAIN, group_id=str(server_round)))
         return messages
@@ -91,19 +100,14 @@ class BoostedTreesStrategy(FederatedStrategy):
             raise ValueError(f"expected one learner after version {self.ensemble.version}")
         return delta
 
-    def aggregate_train(self, server_round: int, replies: Iterable[Message]
-                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        screened = screen_replies(self.label, server_round, replies, self._checked,
-                                  self.roster.node_ids)
-        for node in [*screened.accepted, *screened.dropped]:  # they applied what was sent
-            self.version_of[node] = self.sent[node]
-        for node in screened.errors:  # unknown: send everything next time
-            self.version_of[node] = None
-        deltas = list(screened.in_order(self.roster.node_ids).values())
+    def aggregate(self, server_round: int, replies: Iterable[Message]
+                  ) -> tuple[ArrayRecord | None, dict[str, float]]:
+        deltas = list(self.screen(server_round, replies, self._checked).values())
+        for slot in self.book.slots.values():  # an answer applied what was sent; an error: unknown
+            slot.version = None if slot.needs_sync else slot.sent
         if deltas:
             self.ensemble = average(self.ensemble, deltas, [1.0 / len(deltas)] * len(deltas))
-        return None, MetricRecord({"failures": screened.rejected, "participants": len(deltas),
-                                   "ensemble_size": self.ensemble.version})
+        return None, {"participants": len(deltas), "ensemble_size": self.ensemble.version}
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
@@ -112,12 +116,12 @@ class BoostedTreesStrategy(FederatedStrategy):
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> None:
         return None
 
-    def state_record(self) -> RecordDict:
-        return RecordDict(_delta_records(*encode_delta(self.ensemble, None)))
+    def family_state(self) -> dict[str, ArrayRecord | ConfigRecord]:
+        return _delta_records(*encode_delta(self.ensemble, None))
 
-    def load_state_record(self, state: RecordDict) -> None:
-        self.ensemble = self.ensemble.apply(_read_delta(state))
-        self.roster = None
+    def load_family_state(self, state: RecordDict) -> None:
+        self.ensemble = self.ensemble.apply(_read_delta(RecordDict(
+            {k: state[k] for k in (DELTA, DELTA_ARRAYS)})))
 
 
 def boosted_trees_train(job: ClientJob) -> RecordDict:
@@ -148,43 +152,35 @@ class LocalModelsStrategy(FederatedStrategy):
     label = "test-local"
 
     def __init__(self, settings: RunSettings) -> None:
-        self.roster: Roster | None = None
+        """Nothing to set up: no global function, no sampling."""
 
     def summary(self) -> None:
         """Nothing to configure."""
 
-    def _messages(self, grid: Grid, server_round: int, kind: str) -> list[Message]:
-        if self.roster is None:
-            self.roster, _ = Roster.query(grid, self.label, server_round)
+    def _messages(self, server_round: int, kind: str, nodes: list[int]) -> list[Message]:
         content = RecordDict({CONFIG: ConfigRecord({SERVER_ROUND: server_round})})
-        return [Message(content, n, kind, group_id=str(server_round)) for n in self.roster.node_ids]
+        return [Message(content, n, kind, group_id=str(server_round)) for n in nodes]
 
-    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                        grid: Grid) -> Iterable[Message]:
-        return self._messages(grid, server_round, TRAIN)
+    def train_messages(self, server_round: int, nodes: list[int], arrays: ArrayRecord,
+                       config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+        return self._messages(server_round, TRAIN, nodes)
 
-    def aggregate_train(self, server_round: int, replies: Iterable[Message]
-                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        return None, MetricRecord({"participants": sum(not r.has_error() for r in replies)})
+    def aggregate(self, server_round: int, replies: Iterable[Message]
+                  ) -> tuple[ArrayRecord | None, dict[str, float]]:
+        return None, {"participants": sum(not r.has_error() for r in replies)}
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
-        return self._messages(grid, server_round, EVALUATE)
+        return self._messages(server_round, EVALUATE, self.book.node_ids)
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord:
         screened = screen_replies(
             self.label, server_round, replies,
             lambda r: checked_metrics(exact_records(r.content, {METRICS: MetricRecord})[METRICS],
                                       ["test_accuracy"]),
-            self.roster.node_ids)
+            self.book.node_ids)
         return MetricRecord({**spread_over_nodes(screened.accepted),
                              "failures": screened.rejected})
-
-    def state_record(self) -> RecordDict:
-        return RecordDict()
-
-    def load_state_record(self, state: RecordDict) -> None:
-        self.roster = None
 
 
 def local_train(job: ClientJob) -> RecordDict:

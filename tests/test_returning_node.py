@@ -143,7 +143,8 @@ def _fedfw(out: Path, grid: LocalGrid, nodes: dict[str, int]) -> None:
     state = read_checkpoint(out / RUN_NAME).strategy
     new = nodes["new"]
     assert first_message(grid, new, "train").content["config"]["sync"] != "none"
-    mirror = [v.numpy() for k, v in state["mirror"].items() if k.startswith(f"{new}/")]
+    position = state["book"]["node-ids"].index(str(new))  # the mirror is kept by roster position
+    mirror = [v.numpy() for k, v in state["mirror"].items() if k.startswith(f"{position}/")]
     assert mirror and all(np.array_equal(a, b) for a, b in
                           zip(state_params(grid, new, "fedfw.pending.x"), mirror))
     arrays = {k: v.numpy() for k, v in grid.contexts[new].state[REPLICA_STATE].items()}

@@ -88,8 +88,11 @@ COMMON_KEYS = (
     Key("run-name", str, "", "results sub-folder; empty = `<algorithm>-<task>-<timestamp>`",
         field="run_name"),
     Key("resume-from", str, "", "a results folder: continue that run from its `checkpoint.pb` "
-        "after its last completed round (same run config otherwise; give the same "
-        "`output-dir`/`run-name` to keep writing into it)", field="resume_from"),
+        "after its last completed round; the run config must equal the checkpoint's but for "
+        "`num-server-rounds`, `output-dir`, `run-name`, `git-commit`, `reply-timeout`, "
+        "`min-replies`, `min-nodes` and `central-device` (any other change is refused, naming "
+        "the key); give the same `output-dir`/`run-name` to keep writing into it",
+        field="resume_from"),
     Key("git-commit", str, "", "recorded in `config.json`; `make run` sets it to the "
         "checkout's commit (Flower's engines run an installed copy of the app, which has no "
         "`.git`); empty = asked from git when the app runs from a checkout (in-process tests, "

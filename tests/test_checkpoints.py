@@ -10,10 +10,12 @@ from flwr.app import RecordDict
 
 from client_app.app import app as client_app
 from functions.errors import DecodeError
+from run_config.common import COMMON_KEYS
 from server_app.app import InvalidRunConfig, run
 from server_app.app import main as server_main
 from server_app.checkpoint import FILE_NAME, Checkpoint, read_checkpoint
 from server_app.recording import BelowQuorum
+from server_app.resume import MAY_CHANGE
 from strategies.registry import ALGORITHMS
 from testing.inprocess_grid import LocalGrid, run_config, server_context
 from tests.helpers import RUN_NAME
@@ -211,3 +213,9 @@ def test_a_strategy_state_that_does_not_load_is_an_invalid_config(tmp_path):
     resumed = {**config, "resume-from": str(tmp_path / RUN_NAME)}
     with pytest.raises(InvalidRunConfig, match="strategy state does not load"):
         run(LocalGrid(client_app, resumed, 3), server_context(resumed))
+
+
+def test_the_keys_a_resume_may_change_are_the_ones_resume_froms_help_names():
+    help_text = next(k.help for k in COMMON_KEYS if k.name == "resume-from")
+    named = {k for k in MAY_CHANGE if k != "resume-from" and f"`{k}`" in help_text}
+    assert named == set(MAY_CHANGE) - {"resume-from"}

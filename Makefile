@@ -1,4 +1,5 @@
 # Two commands on a fresh machine: `make run` (set-up + default job) and `make test`.
+# `make test` is the fast stage; `make test-e2e` the slow end-to-end tests (marker e2e).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 FLWR := $(VENV)/bin/flwr
@@ -14,7 +15,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $@
 
-.PHONY: install run test stop
+.PHONY: install run test test-e2e stop
 install: $(VENV)/.installed
 
 # The engine runs an installed copy of the app (no .git): pass the checkout's commit along.
@@ -29,7 +30,11 @@ run: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest
+	$(PY) -m pytest -m "not e2e"
+
+# deployments, the simulation engine, live processes, long multi-round runs (see README)
+test-e2e: $(VENV)/.installed
+	$(PY) -m pytest -m e2e
 
 # `flwr run .` leaves its local SuperLink running in the background (flwr 1.41 has no stop
 # command); this stops the one that belongs to $FLWR_HOME (default ~/.flwr), by PID.

@@ -87,6 +87,7 @@ def config_for(tmp_path, algorithm: str) -> dict:
 
 
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+@pytest.mark.e2e
 def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path, algorithm):
     whole = config_for(tmp_path / "whole", algorithm)
     run(LocalGrid(client_app, whole, 4), server_context(whole))

@@ -46,6 +46,8 @@ from testing.hostile_clientapp import HUGE_ARRAY_BYTES, HUGE_CONFIG_BYTES
 from testing.hostile_clientapp import app as hostile_app
 from tests.helpers import run_app
 
+pytestmark = pytest.mark.e2e  # stage 2: `make test-e2e`
+
 HONEST = 3
 PARTITIONS = 5
 PAYLOADS = "nan,outside,garbage,huge"

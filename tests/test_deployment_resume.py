@@ -36,6 +36,8 @@ from run_config.declared import parse_overrides
 from server_app.checkpoint import FILE_NAME, read_checkpoint
 from tests.helpers import run_app
 
+pytestmark = pytest.mark.e2e  # stage 2: `make test-e2e`
+
 NODES = 2
 ROUNDS = 4
 COMMON = f"num-server-rounds={ROUNDS} min-nodes={NODES} reply-timeout=300"

@@ -89,6 +89,7 @@ def _rows(run) -> list[dict]:
 
 
 @pytest.mark.parametrize("algorithm", sorted(CASES))
+@pytest.mark.e2e
 def test_every_client_half_on_an_explicit_cpu_equals_the_default(tmp_path, algorithm):
     overrides = {**CASES[algorithm], "num-server-rounds": 2}
     default = run_app(tmp_path / "default", 3, **overrides)

@@ -72,6 +72,7 @@ def test_without_federated_evaluation_train_messages_carry_the_changed_models(tm
                    for m in train[1:])
 
 
+@pytest.mark.e2e
 def test_fsr_network_on_wine_learns_and_neighbours_agree(tmp_path):
     rows = run_app(tmp_path, 2, **{**FAST, "num-server-rounds": 5, "fedfun.initial-steps": 1000,
                                    "fedfun.local-steps": 200}).rows
@@ -108,6 +109,7 @@ def test_a_tree_node_and_network_nodes_are_neighbours(tmp_path):
 
 
 @pytest.mark.parametrize("algorithm", ["psr", "dfedavgm", "dfedfish", "dfeddf"])
+@pytest.mark.e2e
 def test_the_baselines_run_on_the_relay(tmp_path, algorithm):
     rows = run_app(tmp_path, 3, **{**FAST, "algorithm": algorithm, "partitioning": "iid",
                                    "num-server-rounds": 2, "fedfun.distill-steps": 10}).rows
@@ -115,6 +117,7 @@ def test_the_baselines_run_on_the_relay(tmp_path, algorithm):
     assert rows[-1]["test_accuracy_mean"] > 0.5
 
 
+@pytest.mark.e2e
 def test_a_node_that_lost_its_state_gets_everything_again(tmp_path):
     client = forgetting(client_app, partition_id=1, server_round=2)
     run = run_app(tmp_path, 3, None, client, **{**FAST, "num-server-rounds": 3,
@@ -161,6 +164,7 @@ def test_bad_graphs_and_settings_stop_before_training(tmp_path, overrides, reaso
         run_app(tmp_path, 4, **{**FAST, **overrides})
 
 
+@pytest.mark.e2e
 def test_the_checkpoint_restores_the_relay(tmp_path):
     run = run_app(tmp_path, 3, **{**FAST, "num-server-rounds": 2, "partitioning": "iid"})
     state = read_checkpoint(run.out_dir).strategy

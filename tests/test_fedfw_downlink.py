@@ -43,6 +43,7 @@ def _node_xbar(run, node: int) -> list[np.ndarray]:
 
 @pytest.mark.parametrize(("algorithm", "evaluate"), [("fedfw", False), ("fedfw-plus", True),
                                                      ("fedfw-sto", False)])
+@pytest.mark.e2e
 def test_nodes_hold_the_servers_xbar_bit_for_bit(tmp_path, algorithm, evaluate):
     overrides = {**BASE, "algorithm": algorithm, "num-server-rounds": 200,
                  "fedfw.federated-eval": evaluate, "central-evaluation": False}
@@ -64,6 +65,7 @@ def test_a_node_that_missed_rounds_gets_them_all_in_one_message(tmp_path):
     assert max(spans) >= 2 and all(r["failures"] == 0 for r in run.rows[1:])
 
 
+@pytest.mark.e2e
 def test_a_node_that_lost_its_replica_fails_once_and_gets_the_mirror(tmp_path):
     overrides = {**BASE, "algorithm": "fedfw", "num-server-rounds": 6, "fedfw.participation": 1.0}
     compact = run_app(tmp_path / "compact", 4, None, forgetting(client_app, 2, 4),
@@ -78,7 +80,8 @@ def test_a_node_that_lost_its_replica_fails_once_and_gets_the_mirror(tmp_path):
 
 
 @pytest.mark.parametrize(("constraint", "clients", "compact"),
-                         [("l1", 10, True), ("l1", 100, True), ("box", 10, True),
+                         [("l1", 10, True), pytest.param("l1", 100, True, marks=pytest.mark.e2e),
+                          ("box", 10, True),
                           ("l2", 10, False), ("nuclear", 2, True), ("nuclear", 10, False)])
 def test_auto_sends_points_only_where_they_are_smaller(tmp_path, constraint, clients, compact):
     run = run_app(tmp_path, clients, **{"algorithm": "fedfw", "task": "synthetic",

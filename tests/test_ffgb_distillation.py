@@ -111,6 +111,7 @@ def _nodes_hold_the_server_function(run) -> None:
         np.testing.assert_allclose(values, ensemble.predict(node_inputs(run, node)), atol=1e-4)
 
 
+@pytest.mark.e2e
 def test_client_distillation_sends_one_learner_per_node_and_round(tmp_path):
     run = run_ffgb(tmp_path, **{"num-server-rounds": 3, "ffgb.distill": INCREMENT})
     for t, row in enumerate(run.rows[1:], 1):
@@ -147,6 +148,7 @@ def test_fedavg_distillation_rounds_replace_the_ensemble_by_one_network(tmp_path
     assert len(students) == 2 * 4
 
 
+@pytest.mark.e2e
 def test_a_run_resumed_during_a_distillation_equals_an_uninterrupted_one(tmp_path):
     settings = {**FAST, "algorithm": "ffgb", "num-server-rounds": 5, "fraction-train": 0.5,
                 "ffgb.distill-every": 2, "ffgb.distill-rounds": 2, "ffgb.distill-steps": 30}

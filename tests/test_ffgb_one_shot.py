@@ -17,6 +17,7 @@ FFGB_L = {"algorithm": "ffgb-l", "task": "diabetes", "ffgb.eta0": 1.0, "num-serv
 
 
 @pytest.mark.parametrize("fraction", [1.0, 0.5])
+@pytest.mark.e2e
 def test_one_shot_equals_the_multi_round_run(tmp_path, fraction):
     overrides = {**FFGB_L, "fraction-train": fraction}
     rounds = run_ffgb(tmp_path / "rounds", **overrides).rows
@@ -36,6 +37,7 @@ def test_one_shot_equals_the_multi_round_run(tmp_path, fraction):
     assert rounds[-1]["models_exchanged"] > 3 * shot[-1]["models_exchanged"] * fraction
 
 
+@pytest.mark.e2e
 def test_a_resumed_one_shot_run_equals_an_uninterrupted_one(tmp_path, monkeypatch):
     def config(folder: str) -> dict:
         return run_config(**{"output-dir": str(tmp_path / folder), "run-name": RUN_NAME,

@@ -157,7 +157,9 @@ def quiet(caplog, monkeypatch):
 
 
 ANSWERS = {"query.node", "query.bounds"}
-CASES = ([(name, "every reply after admission") for name in sorted(RUNS)]
+SLOW = {"fedfun-trees"}  # about 30 s here: stage 2, `make test-e2e`
+CASES = ([pytest.param(name, "every reply after admission",
+                       marks=[pytest.mark.e2e] if name in SLOW else []) for name in sorted(RUNS)]
          + [(name, "its query answers") for name in ("fedavg", "ffgb", "fedfun", "fedfw")])
 
 

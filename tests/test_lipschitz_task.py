@@ -114,6 +114,7 @@ def test_kmeans_split_is_heterogeneous_in_features():
     assert np.linalg.norm(centres, axis=1).min() > 0.2  # each client off the pooled mean 0
 
 
+@pytest.mark.e2e
 def test_ffgb_l_learns_it_in_process(tmp_path):
     rows = run_app(tmp_path, 4, **{
         "algorithm": "ffgb-l", "task": "lipschitz", "partitioning": "kmeans",

@@ -18,9 +18,11 @@ import pytest
 from deploy.local import Deployment, free_port_block
 from deploy.netns import Star
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("FL_NETNS") != "1" or os.geteuid() != 0,
-    reason="opt-in: set FL_NETNS=1 and run as root (creates network namespaces)")
+pytestmark = [
+    pytest.mark.e2e,  # stage 2: `make test-e2e`
+    pytest.mark.skipif(os.environ.get("FL_NETNS") != "1" or os.geteuid() != 0,
+                       reason="opt-in: set FL_NETNS=1 and run as root (creates network namespaces)"),
+]
 
 NODES = 2
 

@@ -32,6 +32,7 @@ def rows_with_ids(out, algorithm: str, reverse: bool) -> tuple[list[dict], list[
 
 
 @pytest.mark.parametrize("algorithm", ["fedfw", "feddr", "fedavg", "fedprox", "fedavg-proj"])
+@pytest.mark.e2e
 def test_partial_participation_does_not_depend_on_flowers_node_ids(tmp_path, algorithm):
     rows, trained = rows_with_ids(tmp_path / "a", algorithm, reverse=False)
     rows_reversed, trained_reversed = rows_with_ids(tmp_path / "b", algorithm, reverse=True)

@@ -95,6 +95,7 @@ def _https(d: Deployment, method: str, path: str) -> int:
         connection.close()
 
 
+@pytest.mark.e2e
 def test_supernodes_train_through_the_perimeter_which_refuses_everything_else(
         nginx, tmp_path):
     d = Deployment(tmp_path / "deploy", tls=True, auth=True, perimeter=True, warm=True,
@@ -155,6 +156,7 @@ def test_supernodes_train_through_the_perimeter_which_refuses_everything_else(
     assert not re.search(r'"POST /v1/fleet/[a-z-]+ HTTP/1.1" 401 ', access)  # auth never failed
 
 
+@pytest.mark.e2e
 def test_perimeter_runs_nginx_as_its_own_process_and_stops_it_by_pid(nginx, tmp_path):
     make_certificates(tmp_path / "certs", [])
     certs = tmp_path / "certs"
@@ -201,6 +203,7 @@ def test_the_perimeter_needs_tls():
 
 @pytest.mark.skipif(os.environ.get("FL_NETNS") != "1" or os.geteuid() != 0,
                     reason="opt-in: set FL_NETNS=1 and run as root (creates network namespaces)")
+@pytest.mark.e2e
 def test_supernodes_in_their_own_namespaces_reach_only_the_perimeter(nginx, tmp_path):
     """Separate hosts on one machine (deploy.netns): the SuperLink listens on its namespace's
     loopback, nginx on every address of that namespace; each SuperNode, in a namespace of its

@@ -102,6 +102,7 @@ def quiet(caplog):
 @pytest.mark.parametrize("algorithm", FAMILIES)
 @pytest.mark.parametrize("attack", [big_array, big_config, lying_header],
                          ids=lambda f: f.__name__)
+@pytest.mark.e2e
 def test_one_hostile_reply_costs_no_more_memory_than_an_honest_one(algorithm, attack):
     honest = meter_and_aggregate(algorithm, [copy(r) for r in captured(algorithm).train])
     replies = [copy(r) for r in captured(algorithm).train]

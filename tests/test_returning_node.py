@@ -100,6 +100,7 @@ def first_message(grid: LocalGrid, node: int, kind: str):  # noqa: ANN201
 
 
 @pytest.mark.parametrize("algorithm", sorted(FAMILIES))
+@pytest.mark.e2e
 def test_a_returning_node_is_brought_up_to_date_and_counted_once(tmp_path, algorithm):
     config = config_for(tmp_path / "returning", algorithm)
     grid, nodes = returning(config)
@@ -191,6 +192,7 @@ UP_TO_DATE = {"fedavg": _fedavg, "fedfw": _fedfw, "feddr": _feddr, "ffgb": _ffgb
 
 # -- checkpoints -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("algorithm", sorted(FAMILIES))
+@pytest.mark.e2e
 def test_rebinds_and_claimants_survive_a_resume(tmp_path, algorithm):
     """The served partition's node leaves from round 5: its claimant (asked in round 2, kept in
     the checkpoint) takes its place without being asked again. The ServerApp crashes before

@@ -21,6 +21,8 @@ import pytest
 from testing.inprocess_grid import PROJECT_ROOT
 from tests.helpers import run_app
 
+pytestmark = pytest.mark.e2e  # stage 2: `make test-e2e`
+
 BIN = Path(sys.executable).parent
 
 

@@ -125,7 +125,7 @@ def test_an_invalid_run_config_fails_the_run_before_training(superlink, tmp_path
     completed = subprocess.run(
         [str(BIN / "flwr"), "run", ".", connection, "--stream",
          "--federation-config", "num-supernodes=2 client-resources-num-cpus=1",
-         "--run-config", f"fedfw.radius=-1 output-dir='{tmp_path / 'results'}'"],
+         "--run-config", f"algorithm='fedfw' fedfw.radius=-1 output-dir='{tmp_path / 'results'}'"],
         cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=400,
     )
     log = completed.stdout + completed.stderr

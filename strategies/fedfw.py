@@ -174,8 +174,7 @@ class FedFWStrategy(TorchModelStrategy):
                        config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         """x-bar (dense or compact) to the sampled nodes; a node that may hold nothing gets
         its x_i (``sync``) and, under the compact downlink, the whole mirror."""
-        node_ids, chosen = self.book.node_ids, nodes
-        self._asked = chosen
+        self._asked = nodes
         xbar = self.mirror.x_bar
         dense = params_to_record(self.layout, xbar)
 
@@ -184,10 +183,10 @@ class FedFWStrategy(TorchModelStrategy):
             return dense_restart(self.layout, xbar, x_i, FW_RESTART)
 
         messages = [self.book.train_message(node, server_round, self._downlink(node, dense),
-                                            restart, **{NUM_CLIENTS: len(node_ids)})
-                    for node in chosen]
-        log(INFO, "FedFW round %d: %d of %d nodes participate", server_round, len(chosen),
-            len(node_ids))
+                                            restart, **{NUM_CLIENTS: len(self.book.node_ids)})
+                    for node in nodes]
+        log(INFO, "FedFW round %d: %d of %d nodes participate", server_round, len(nodes),
+            len(self.book.node_ids))
         return messages
 
     def _downlink(self, node: int, dense: ArrayRecord) -> dict:

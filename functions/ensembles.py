@@ -38,7 +38,7 @@ from functions.batched import weighted_sum
 from functions.convnets import ConvNetSpec
 from functions.errors import DecodeError
 from functions.forest import FIELDS as TREE_FIELDS
-from functions.forest import pack_trees, unpack_trees
+from functions.forest import join_packed_trees, pack_trees, unpack_trees
 from functions.learners import Learner, learner_spec, same_spec_runs
 from functions.networks import NetworkSpec, pack_modules, unpack_modules
 from functions.params import arrays_to_record
@@ -292,8 +292,34 @@ def encode_delta(ensemble: Ensemble, since: int | None) -> tuple[Config, dict[st
     return pack_delta(ensemble.snapshot() if since is None else ensemble.delta(since))
 
 
-def pack_delta(delta: Delta) -> tuple[Config, dict[str, np.ndarray]]:
-    """Config values and arrays of a delta (see the module docstring)."""
+class PackCache:
+    """Each learner's wire arrays, packed once and reused by every delta that carries it.
+
+    A round's learners go to every node, in a different delta each (a node's own learners are
+    left out of its own): packing them once per recipient would repeat the same work N times.
+    A delta packed with a cache is identical to one packed without (``pack_delta``).
+    """
+
+    def __init__(self) -> None:
+        self._packs: dict[int, tuple[Learner, dict[str, np.ndarray]]] = {}
+
+    def arrays(self, learner: Learner) -> dict[str, np.ndarray]:
+        """The wire arrays of ``learner`` alone (no prefix)."""
+        entry = self._packs.get(id(learner))
+        if entry is None:  # the learner is kept with its pack, so its id is not reused
+            entry = self._packs[id(learner)] = (learner, _pack_group([learner], ""))
+        return entry[1]
+
+    def keep(self, learners: Sequence[Learner]) -> None:
+        """Forget every learner not in ``learners`` (they no longer travel)."""
+        kept = {id(h) for h in learners}
+        self._packs = {k: v for k, v in self._packs.items() if k in kept}
+
+
+def pack_delta(delta: Delta, cache: PackCache | None = None
+               ) -> tuple[Config, dict[str, np.ndarray]]:
+    """Config values and arrays of a delta (see the module docstring); with a ``cache``, each
+    learner is packed at most once over all the deltas that carry it."""
     runs = same_spec_runs(delta.learners)
     config: Config = {
         "format": FORMAT, "full": delta.full, "since": delta.since, "count": len(delta.learners),
@@ -310,12 +336,30 @@ def pack_delta(delta: Delta) -> tuple[Config, dict[str, np.ndarray]]:
         config[prefix + "count"] = stop - start
         if isinstance(spec, TreeSpec):
             config[prefix + "kind"] = spec.kind
-            arrays.update(pack_trees(group, prefix))
         else:
             module = networks if isinstance(spec, NetworkSpec) else convnets
             config.update(module.spec_config(spec, prefix))
-            arrays.update(pack_modules(group, spec.array_shapes(), prefix))
+        if cache is None:
+            arrays.update(_pack_group(group, prefix))
+        else:
+            arrays.update(_join_packs(spec, [cache.arrays(h) for h in group], prefix))
     return config, arrays
+
+
+def _pack_group(group: Sequence[Learner], prefix: str) -> dict[str, np.ndarray]:
+    """The arrays of learners of one spec: trees field by field, networks stacked."""
+    spec = learner_spec(group[0])
+    if isinstance(spec, TreeSpec):
+        return pack_trees(group, prefix)
+    return pack_modules(group, spec.array_shapes(), prefix)
+
+
+def _join_packs(spec: object, packs: Sequence[Mapping[str, np.ndarray]], prefix: str
+                ) -> dict[str, np.ndarray]:
+    """``_pack_group`` of a run of learners, from each learner's own pack."""
+    if isinstance(spec, TreeSpec):
+        return join_packed_trees(packs, prefix)
+    return {prefix + name: np.concatenate([pack[name] for pack in packs]) for name in packs[0]}
 
 
 @dataclass(frozen=True)

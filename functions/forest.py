@@ -113,6 +113,16 @@ def pack_trees(trees: Sequence[TreeArrays], prefix: str = "") -> dict[str, np.nd
     }
 
 
+def join_packed_trees(parts: Sequence[Mapping[str, np.ndarray]], prefix: str = ""
+                      ) -> dict[str, np.ndarray]:
+    """``pack_trees`` of the concatenated trees, from the packs of its parts (tree by tree the
+    wire form is independent; only the ``sizes`` dtype depends on every tree)."""
+    joined = {prefix + name: np.concatenate([part[name] for part in parts]) for name in FIELDS}
+    sizes = joined[prefix + "sizes"]
+    joined[prefix + "sizes"] = sizes.astype(_smallest_unsigned(int(sizes.max())))
+    return joined
+
+
 def unpack_trees(
     arrays: Mapping[str, object],
     prefix: str,

@@ -1,20 +1,19 @@
 """Server half of FFGB, FFGB.C and FFGB.L: averages the nodes' functions, i.e. merges ensembles
 (Algorithm 1 of the FFGB paper), and keeps every node's copy current with deltas.
 
-The global function is a weighted ensemble with a version (``functions.ensembles``). Each message
-to a node carries what that node lacks since the version it holds (different for every node):
-learners it has not seen, the common rescaling, and, instead of the node's own learners of its
-last accepted round, the factor with which they entered the average. A node that failed gets the
-whole ensemble. Replies are checked against the run (architecture, size, the schedule's weights)
-before they count; the average is over the replies that pass, in partition order (appendix F:
-m of N nodes per round with ``fraction-train``). The server keeps its test-set predictions,
-updated from each round's new learners only.
+The strategy supplies the round lifecycle's hooks and is assembled from parts, one file each:
+the global ensemble and each node's copy of it (``strategies.ensemble_sync``), the checks a reply
+passes before it counts (``strategies.ffgb_replies``: architecture, size, the schedule's
+weights), the boosting rounds (``RoundBoosting`` here, or FFGB.L in one shot,
+``strategies.ffgb_one_shot``) and the global distillation phase
+(``strategies.ffgb_distillation``). The average is over the replies that pass, in partition
+order (appendix F: m of N nodes per round with ``fraction-train``). The server keeps its test-set
+predictions, updated from each round's new learners only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
 from logging import INFO, WARNING
 from typing import Any
 
@@ -24,122 +23,102 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from functions.ensembles import (
-    Delta,
     Ensemble,
     PredictionCache,
-    average,
-    lone_learner,
     pack_delta,
-    read_header,
     read_lone_learner,
     unpack_delta,
 )
-from functions.errors import DecodeError
-from functions.learners import learner_spec
 from functions.params import arrays_to_record, record_to_arrays
 from functions.protocol import (
     CONFIG,
     DELTA,
     DELTA_ARRAYS,
-    DISTILL_ERROR,
     EVALUATE,
     LAST_ACCEPTED,
     METRICS,
-    ORACLE_ERROR,
     SERVER_ROUND,
     STUDENT,
     STUDENT_ARRAYS,
     TRAIN,
-    TRAIN_EXAMPLES,
 )
-from functions.trees import TreeArrays
-from oracles.boosting import AVERAGE, DESCENT, round_coefficients
-from oracles.distillation import NONE, average_networks, distilled_coefficients
-from oracles.weak_learning import new_network
-from run_config.ffgb import DISTILL, FFGBSettings, delta_limits
-from run_config.ffgb import learner_spec as run_learner_spec
+from oracles.distillation import NONE
+from run_config.common import RunSettings
+from run_config.ffgb import DISTILL, FFGBSettings, check_task, ffgb_settings
 from strategies.base import FederatedStrategy
-from strategies.evaluation import (
-    checked_count,
-    checked_metrics,
-    combine_evaluation_sums,
-    decode_evaluation_sums,
-    example_limit,
-)
-from strategies.node_book import NodeSlot
+from strategies.ensemble_sync import EnsembleSync, SyncSlot
+from strategies.evaluation import combine_evaluation_sums, decode_evaluation_sums
+from strategies.ffgb_distillation import GlobalDistillation
+from strategies.ffgb_one_shot import OneShotBoosting
+from strategies.ffgb_replies import CheckedIncrement, FFGBReplies
+from strategies.node_book import NodeBook
 from strategies.sampling import Sampler
 from strategies.screening import exact_records, screen_replies
 from tasks.datasets import TaskData
+from tasks.federation import task_for
 
 
-@dataclass
-class FFGBSlot(NodeSlot):
-    """What a node holds: the ensemble's version (None: nothing), and its own learners of its
-    last accepted round, which its next delta leaves out: appended at the update starting at
-    ``own_version``, sequence numbers ``own_first`` .. + ``own_count`` - 1 (0: none), averaged
-    with ``own_fraction``."""
+class RoundBoosting:
+    """Algorithm 1's rounds: the sampled nodes' increments are averaged into f."""
 
-    version: int | None = None
-    own_version: int = 0
-    own_first: int = 0
-    own_count: int = 0
-    own_fraction: float = 0.0
+    def recipients(self, server_round: int, nodes: list[int], book: NodeBook) -> list[int]:
+        return nodes
 
-    def lose(self) -> None:
-        super().lose()
-        self.version = None
-        self.forget_own()
+    def combine(self, server_round: int, good: dict[int, CheckedIncrement], book: NodeBook,
+                sync: EnsembleSync, test_cache: PredictionCache | None) -> tuple[int, int]:
+        """The plain average of the replies; returns (participants, learners received)."""
+        if good:
+            before = sync.average([(book[node], c.delta) for node, c in good.items()])
+            if test_cache is not None:
+                test_cache.update(sync.ensemble.delta(before))
+        return len(good), sum(len(c.delta.learners) for c in good.values())
 
-    def forget_own(self) -> None:
-        self.own_version = self.own_first = self.own_count = 0
-        self.own_fraction = 0.0
+    def evaluation_nodes(self, server_round: int, book: NodeBook) -> list[int]:
+        return list(book.node_ids)
 
+    def state(self) -> dict[str, ConfigRecord]:
+        return {}
 
-@dataclass(frozen=True)
-class CheckedIncrement:
-    """A train reply that passed every check."""
-
-    delta: Delta
-    oracle_error: float
-    distill_error: float | None = None
-
-
-@dataclass(frozen=True)
-class CheckedStudent:
-    """A distillation-round reply that passed every check."""
-
-    network: object
-    examples: int
-    distill_error: float
+    def load_state(self, state: RecordDict, sync: EnsembleSync, positions: int) -> None:
+        """Nothing besides the ensemble."""
 
 
 class FFGBStrategy(FederatedStrategy):
     """FFGB family on Flower's Message API: delta-synced ensembles, partial participation."""
 
     label = "FFGB"
-    slot = FFGBSlot
+    slot = SyncSlot
 
     def __init__(self, ffgb: FFGBSettings, task: TaskData, central_evaluation: bool,
-                 fraction: float, seed: int) -> None:
+                 fraction: float, seed: int, num_rounds: int) -> None:
         self.ffgb, self.task = ffgb, task
-        self.spec = run_learner_spec(ffgb, task)
+        self.replies = FFGBReplies(ffgb, task)
         self.loss, self.bound = ffgb.loss(task), ffgb.final_bound(task)
-        self.limits = delta_limits(ffgb, task)
         self.x_test = task.x_test.reshape(len(task.x_test), -1)
-        self.ensemble = Ensemble.constant(np.zeros(task.num_outputs), self.x_test.shape[1])
+        n_features = self.x_test.shape[1]
+        self.sync = EnsembleSync(Ensemble.constant(np.zeros(task.num_outputs), n_features))
         self.test_cache: PredictionCache | None = None
         if central_evaluation:
             self.test_cache = PredictionCache(self.x_test)
-            self.test_cache.update(self.ensemble.snapshot())
+            self.test_cache.update(self.sync.ensemble.snapshot())
         self.sampler = Sampler(fraction, seed)  # its generator also seeds the student
+        self.boosting = (OneShotBoosting(ffgb, self.x_test, task.num_outputs, num_rounds)
+                         if ffgb.one_shot else RoundBoosting())
+        if ffgb.one_shot:
+            self.label = OneShotBoosting.label
+        self.distillation = GlobalDistillation(self.replies.spec, n_features, task.num_outputs,
+                                               ffgb.distill_rounds)
         self.learners_up = self.learners_down = 0
-        self.student: object | None = None  # the global distillation's network (FedAvg)
-        self.student_rounds = 0  # FedAvg rounds of the current distillation that had replies
+
+    @property
+    def ensemble(self) -> Ensemble:
+        return self.sync.ensemble
 
     # -- set-up ---------------------------------------------------------------------------------
     def summary(self) -> None:
         f = self.ffgb
-        learner = f"tree of depth {f.tree_depth}" if self.spec is None else str(self.spec)
+        spec = self.replies.spec
+        learner = f"tree of depth {f.tree_depth}" if spec is None else str(spec)
         log(INFO, "\t%s: K=%d, %s steps (eta0=%s, mu=%s), residual=%s, learner %s, oracle %s",
             f.variant, f.local_steps, f.steps.kind, f.steps.eta0, f.mu, f.residual, learner,
             f.oracle)
@@ -149,180 +128,83 @@ class FFGBStrategy(FederatedStrategy):
                 f.distill_steps)
 
     def description(self) -> dict[str, Any]:
-        return {"kind": "ensemble", "learner": self.ffgb.learner,
-                "learners": len(self.ensemble.learners)}
+        described = {"kind": "ensemble", "learner": self.ffgb.learner,
+                     "learners": len(self.ensemble.learners)}
+        return {**described, "one_shot": True} if self.ffgb.one_shot else described
 
     # -- messages -------------------------------------------------------------------------------
-    def _delta_for(self, node: int) -> Delta:
-        """What ``node`` lacks: everything after a failure, else since the version it holds,
-        without its own learners of its last accepted round."""
-        slot = self.book[node]
-        own = (slot.own_version, slot.own_first, slot.own_count, slot.own_fraction)
-        slot.forget_own()  # sent now, or never again
-        since = slot.version
-        if slot.needs_sync or since is None or since < self.ensemble.offset:
-            return self.ensemble.snapshot()
-        version, first, count, fraction = own
-        if count and since <= version:
-            factor = fraction * self.ensemble.scales_after(version)
-            return self.ensemble.delta(since, omit=(first, count), own_factor=factor)
-        return self.ensemble.delta(since)
-
     def _message(self, node: int, server_round: int, kind: str, student: bool = False
                  ) -> Message:
-        delta = self._delta_for(node)
-        config, arrays = pack_delta(delta)
+        """The node's delta (``EnsembleSync``), its acceptance state, and in a distillation
+        round the student."""
+        slot = self.book[node]
+        config, arrays, learners = self.sync.records_for(slot)
         content = RecordDict({
-            DELTA: ConfigRecord(config), DELTA_ARRAYS: arrays_to_record(arrays),
+            DELTA: config, DELTA_ARRAYS: arrays,
             CONFIG: ConfigRecord({SERVER_ROUND: server_round,
-                                  LAST_ACCEPTED: self.book[node].last_accepted}),
+                                  LAST_ACCEPTED: slot.last_accepted}),
         })
         if student:
-            content[STUDENT], content[STUDENT_ARRAYS] = self._student_records()
+            content[STUDENT], content[STUDENT_ARRAYS] = self.distillation.records()
             self.learners_down += 1
-        self.book[node].version = self.ensemble.version
-        self.book[node].needs_sync = False
-        self.learners_down += len(delta.learners)
+        self.learners_down += learners
         return Message(content, node, kind, group_id=str(server_round))
-
-    def _student_records(self) -> tuple[ConfigRecord, ArrayRecord]:
-        config, arrays = pack_delta(lone_learner(self.student, self.x_test.shape[1],
-                                                 self.task.num_outputs))
-        return ConfigRecord(config), arrays_to_record(arrays)
 
     # -- training -------------------------------------------------------------------------------
     def train_messages(self, server_round: int, nodes: list[int], arrays: ArrayRecord,
                        config: ConfigRecord, grid: Grid) -> Iterable[Message]:
-        """Each sampled node's delta (appendix F: m of N nodes), and in a distillation round
-        the student."""
+        """The boosting part's recipients get their deltas; in a distillation round every
+        sampled node also gets the student."""
         phase, index = self.ffgb.phase(server_round)
         distilling = phase == DISTILL
-        if distilling and index == 1:
-            self.student_rounds = 0
-            if self.student is None:  # else: warm start from the last distillation's student
-                self.student = new_network(self.spec, int(self.sampler.rng.integers(2**31)))
+        if distilling:
+            self.distillation.begin(index, self.sampler.rng)
+        else:
+            nodes = self.boosting.recipients(server_round, nodes, self.book)
         log(INFO, "%s round %d: %d of %d nodes %s; ensemble of %d learners", self.label,
             server_round, len(nodes), len(self.book.node_ids),
             f"distil it ({index}/{self.ffgb.distill_rounds})" if distilling else "train",
             len(self.ensemble.learners))
         return [self._message(node, server_round, TRAIN, distilling) for node in nodes]
 
-    def _expected_coefficients(self, t: int) -> tuple[float, list[float]]:
-        """(scale, weights) of a reply in boosting round t (0-based)."""
-        form = AVERAGE if self.ffgb.variant == "ffgb-l" else DESCENT
-        scale, weights = round_coefficients(self.ffgb.steps.etas(t), self.ffgb.mu, form)
-        if self.ffgb.distill == NONE:
-            return scale, weights
-        return distilled_coefficients(self.ffgb.distill, scale, weights)
-
-    def _check_learner(self, learner: object) -> None:
-        """The run's architecture (and FFGB.C's clipping bound G2), nothing larger."""
-        clipping = self.ffgb.clipping(self.task)
-        if self.spec is None:
-            if not isinstance(learner, TreeArrays) or learner.depth > self.ffgb.tree_depth:
-                raise DecodeError(f"expected a tree of depth <= {self.ffgb.tree_depth}")
-            if clipping is not None and np.abs(learner.value).max() > clipping.learner_bound:
-                raise DecodeError(f"a leaf value exceeds G2 = {clipping.learner_bound}")
-            return
-        expected = self.spec
-        if clipping is not None:
-            expected = replace(expected, output_bound=float(clipping.learner_bound))
-        if learner_spec(learner) != expected:
-            raise DecodeError(f"a learner is not the run's {expected}")
-
-    def _checked_increment(self, server_round: int, reply: Message) -> CheckedIncrement:
-        records = exact_records(reply.content, {DELTA: ConfigRecord, DELTA_ARRAYS: ArrayRecord,
-                                                METRICS: MetricRecord})
-        config = dict(records[DELTA])
-        header = read_header(config, self.limits)  # bounded before any array is decoded
-        if header.full or header.own_count or header.since != self.ensemble.version:
-            raise DecodeError(f"expected an increment on version {self.ensemble.version}")
-        scale, weights = self._expected_coefficients(self.ffgb.phase(server_round)[1])
-        if header.count != len(weights):
-            raise DecodeError(f"{header.count} learners, expected {len(weights)}")
-        arrays = record_to_arrays(records[DELTA_ARRAYS], self.limits.delta_bytes(header.count))
-        delta = unpack_delta(config, arrays, self.limits)
-        if delta.scale != scale or list(delta.weights) != weights:
-            raise DecodeError("scale or weights do not match the step sizes of the round")
-        for learner in delta.learners:
-            self._check_learner(learner)
-        distilled = self.ffgb.distill != NONE
-        errors = checked_metrics(records[METRICS],
-                                 [ORACLE_ERROR, DISTILL_ERROR] if distilled else [ORACLE_ERROR])
-        return CheckedIncrement(delta, errors[ORACLE_ERROR], errors.get(DISTILL_ERROR))
-
-    def _checked_student(self, reply: Message) -> CheckedStudent:
-        records = exact_records(reply.content, {STUDENT: ConfigRecord,
-                                                STUDENT_ARRAYS: ArrayRecord,
-                                                METRICS: MetricRecord})
-        config = dict(records[STUDENT])
-        if read_header(config, self.limits).count != 1:  # bounded before any array is decoded
-            raise DecodeError("expected one student network")
-        arrays = record_to_arrays(records[STUDENT_ARRAYS], self.limits.delta_bytes(1))
-        network = read_lone_learner(unpack_delta(config, arrays, self.limits))
-        if learner_spec(network) != self.spec:
-            raise DecodeError(f"the student is not the run's {self.spec}")
-        metrics = checked_metrics(records[METRICS], [TRAIN_EXAMPLES, DISTILL_ERROR])
-        examples = checked_count(metrics, TRAIN_EXAMPLES, example_limit(self.task), 1)
-        return CheckedStudent(network, examples, metrics[DISTILL_ERROR])
-
     def aggregate(self, server_round: int, replies: Iterable[Message]
                   ) -> tuple[ArrayRecord | None, dict[str, float]]:
         phase, index = self.ffgb.phase(server_round)
-        check = self._checked_student if phase == DISTILL else (
-            lambda r: self._checked_increment(server_round, r))
-        good = self.screen(server_round, replies, check)
-        metrics = {"participants": len(good)}
         if phase == DISTILL:
-            self._distill(server_round, index, good, metrics)
-        elif good:
-            before = self.ensemble.version
-            fraction, first = 1.0 / len(good), before + 1
-            for node, checked in good.items():
-                count, slot = len(checked.delta.learners), self.book[node]
-                slot.own_version, slot.own_first, slot.own_count = before, first, count
-                slot.own_fraction = fraction
-                first += count
-                self.learners_up += count
-            self.ensemble = average(self.ensemble, [c.delta for c in good.values()],
-                                    [fraction] * len(good))
+            metrics = self._distill(server_round, index, replies)
+        else:
+            good = self.screen(server_round, replies, lambda r: self.replies.increment(
+                r, self.ensemble.version, index))
             self.book.accept(server_round, good)
-            if self.test_cache is not None:
-                self.test_cache.update(self.ensemble.delta(before))
-            metrics["oracle_error"] = float(np.mean([c.oracle_error for c in good.values()]))
-            if self.ffgb.distill != NONE:
-                metrics["distill_error"] = float(np.mean([c.distill_error
-                                                          for c in good.values()]))
+            participants, received = self.boosting.combine(server_round, good, self.book,
+                                                           self.sync, self.test_cache)
+            self.learners_up += received
+            metrics = {"participants": participants}
+            if good and not self.ffgb.one_shot:
+                metrics["oracle_error"] = float(np.mean([c.oracle_error for c in good.values()]))
+                if self.ffgb.distill != NONE:
+                    metrics["distill_error"] = float(np.mean([c.distill_error
+                                                              for c in good.values()]))
         metrics.update(self._size_metrics())
         return None, metrics
 
-    def _distill(self, server_round: int, index: int, good: dict[int, CheckedStudent],
-                 metrics: dict[str, float]) -> None:
-        """FedAvg of the students (weighted by points); after the last round of a distillation
-        the student replaces the whole ensemble (scale 0)."""
-        if good:
-            self.learners_up += len(good)
-            total = sum(c.examples for c in good.values())
-            self.student = average_networks([c.network for c in good.values()],
-                                            [c.examples / total for c in good.values()],
-                                            new_network(self.spec, 0))
-            self.book.accept(server_round, good)
-            self.student_rounds += 1
-            metrics["distill_error"] = float(np.average([c.distill_error for c in good.values()],
-                                                        weights=[c.examples for c in good.values()]))
-        if index < self.ffgb.distill_rounds:
-            return
-        if self.student_rounds == 0:
-            log(WARNING, "%s: no node trained the student; the ensemble stays as it is",
-                self.label)
-            return
-        before = self.ensemble.version
-        self.ensemble = self.ensemble.extend([self.student], [1.0], scale=0.0)
-        for slot in self.book.slots.values():
-            slot.forget_own()
-        if self.test_cache is not None:
-            self.test_cache.update(self.ensemble.delta(before))
-        log(INFO, "%s: the ensemble is replaced by its distilled student", self.label)
+    def _distill(self, server_round: int, index: int, replies: Iterable[Message]
+                 ) -> dict[str, float]:
+        """A FedAvg round of the student; after the last one the student replaces f."""
+        good = self.screen(server_round, replies, self.replies.student)
+        self.book.accept(server_round, good)
+        self.learners_up += len(good)
+        metrics, student = self.distillation.combine(index, good)
+        if index >= self.ffgb.distill_rounds:
+            if student is None:
+                log(WARNING, "%s: no node trained the student; the ensemble stays as it is",
+                    self.label)
+            else:
+                before = self.sync.replace(student, list(self.book.slots.values()))
+                if self.test_cache is not None:
+                    self.test_cache.update(self.ensemble.delta(before))
+                log(INFO, "%s: the ensemble is replaced by its distilled student", self.label)
+        return {"participants": len(good), **metrics}
 
     def _size_metrics(self) -> dict[str, float]:
         """``ensemble_size`` and ``models_exchanged``: learners up and down so far, per node
@@ -336,7 +218,8 @@ class FFGBStrategy(FederatedStrategy):
                            grid: Grid) -> Iterable[Message]:
         if not self.ffgb.federated_eval:
             return []
-        return [self._message(node, server_round, EVALUATE) for node in self.book.node_ids]
+        return [self._message(node, server_round, EVALUATE)
+                for node in self.boosting.evaluation_nodes(server_round, self.book)]
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
                            ) -> MetricRecord | None:
@@ -368,7 +251,7 @@ class FFGBStrategy(FederatedStrategy):
 
     # -- state ----------------------------------------------------------------------------------
     def family_state(self) -> dict[str, ArrayRecord | ConfigRecord]:
-        config, arrays = pack_delta(self.ensemble.snapshot())
+        config, arrays = pack_delta(self.ensemble.snapshot(), self.sync.packs)
         versions, scales = zip(*self.ensemble.updates) if self.ensemble.updates else ((), ())
         state = {
             "ensemble": ConfigRecord(config),
@@ -376,28 +259,42 @@ class FFGBStrategy(FederatedStrategy):
             "ensemble-history": ConfigRecord({"versions": list(versions),
                                               "scales": [float(s) for s in scales]}),
             "traffic": ConfigRecord({"up": self.learners_up, "down": self.learners_down,
-                                     "student-rounds": self.student_rounds}),
+                                     "student-rounds": self.distillation.student_rounds}),
+            **self.boosting.state(),
         }
-        if self.student is not None:
-            state["student"], state["student-arrays"] = self._student_records()
+        if self.distillation.student is not None:
+            state["student"], state["student-arrays"] = self.distillation.records()
         if self.test_cache is not None:
             state["test-values"] = arrays_to_record({"values": self.test_cache.values})
         return state
 
     def load_family_state(self, state: RecordDict) -> None:
+        limits = self.replies.limits
         snapshot = unpack_delta(dict(state["ensemble"]), record_to_arrays(state["ensemble-arrays"]),
-                                self.limits)
+                                limits)
         history = state["ensemble-history"]
-        self.ensemble = Ensemble(snapshot.base, snapshot.n_features, snapshot.learners,
-                                 snapshot.weights,
-                                 tuple(zip(history["versions"], history["scales"])),
-                                 offset=snapshot.since)
+        self.sync.restore(Ensemble(snapshot.base, snapshot.n_features, snapshot.learners,
+                                   snapshot.weights,
+                                   tuple(zip(history["versions"], history["scales"])),
+                                   offset=snapshot.since))
         traffic = state["traffic"]
         self.learners_up, self.learners_down = traffic["up"], traffic["down"]
-        self.student_rounds = traffic["student-rounds"]
+        self.distillation.student_rounds = traffic["student-rounds"]
         if "student" in state:
-            self.student = read_lone_learner(unpack_delta(
-                dict(state["student"]), record_to_arrays(state["student-arrays"]), self.limits))
+            self.distillation.student = read_lone_learner(unpack_delta(
+                dict(state["student"]), record_to_arrays(state["student-arrays"]), limits))
         if self.test_cache is not None:
             self.test_cache = PredictionCache(self.x_test, self.ensemble.version,
                                               state["test-values"]["values"].numpy())
+        if self.book is not None:
+            self.boosting.load_state(state, self.sync, len(self.book.node_ids))
+
+
+def build_ffgb(settings: RunSettings) -> FFGBStrategy:
+    """FFGB, FFGB.C or FFGB.L (``algorithm``) from the ``ffgb.*`` table; FFGB.L in one shot
+    with ``ffgb.one-shot``."""
+    ffgb = ffgb_settings(settings)
+    task = task_for(settings.data)
+    check_task(ffgb, task)
+    return FFGBStrategy(ffgb, task, settings.central_evaluation, settings.fraction_train,
+                        settings.seed, settings.num_rounds)

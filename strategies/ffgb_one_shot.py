@@ -11,111 +11,100 @@ sampler as the multi-round run) and (s_t, w_{k,t}) the round's coefficients,
 which only changes the weights of the N K learners of the pool, so the ensemble never grows past
 N K. The result equals the multi-round FFGB.L run round by round (up to the order of float
 sums). Nodes receive the function once, for the federated evaluation of the last round.
+
+This is the boosting part of ``FFGBStrategy`` when ``one-shot`` is on (``RoundBoosting`` is the
+multi-round one): it decides who is asked and how the round's replies enter f.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from logging import INFO
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.app import ConfigRecord
 from flwr.common.logger import log
-from flwr.serverapp import Grid
 
 from functions.batched import weighted_sum
-from functions.ensembles import Ensemble
-from functions.protocol import TRAIN
+from functions.ensembles import PredictionCache
 from oracles.boosting import AVERAGE, round_coefficients
-from strategies.ffgb import FFGBStrategy
+from run_config.ffgb import FFGBSettings
+from strategies.ensemble_sync import EnsembleSync
+from strategies.ffgb_replies import CheckedIncrement
+from strategies.node_book import NodeBook
 
 
-class FFGBLOneShotStrategy(FFGBStrategy):
-    """FFGB.L with one upload per node: the server replays the rounds on the learners' weights."""
+class OneShotBoosting:
+    """One upload per node: the server replays the rounds on the pool's weights."""
 
     label = "FFGB.L one-shot"
 
-    def __init__(self, *args: object, num_rounds: int, **kwargs: object) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, ffgb: FFGBSettings, x_test: np.ndarray, n_outputs: int, num_rounds: int
+                 ) -> None:
+        self.ffgb, self.x_test, self.n_outputs = ffgb, x_test, n_outputs
         self.num_rounds = num_rounds
         self.pool: dict[int, tuple] = {}  # roster position -> its K learners, in that order
         self.pool_test: np.ndarray | None = None  # (N K, n_test, outputs): each learner's values
         self.sampled: list[int] = []  # the positions of the current round's average
 
-    def train_messages(self, server_round: int, nodes: list[int], arrays: ArrayRecord,
-                       config: ConfigRecord, grid: Grid) -> Iterable[Message]:
-        """Round 1: every node fits its learners; later rounds send nothing. ``nodes`` are
-        drawn by the same sampler as the multi-round run's, and only enter the averages."""
-        self.sampled = [self.book.position(node) for node in nodes]
+    def recipients(self, server_round: int, nodes: list[int], book: NodeBook) -> list[int]:
+        """Round 1: every node fits its learners; later rounds ask nobody. ``nodes`` are drawn
+        by the same sampler as the multi-round run's, and only enter the averages."""
+        self.sampled = [book.position(node) for node in nodes]
         if server_round > 1:
             return []
         log(INFO, "%s: every node fits its %d learners once", self.label, self.ffgb.local_steps)
-        return [self._message(node, server_round, TRAIN) for node in self.book.node_ids]
+        return list(book.node_ids)
 
-    def aggregate(self, server_round: int, replies: Iterable[Message]
-                  ) -> tuple[ArrayRecord | None, dict[str, float]]:
+    def combine(self, server_round: int, good: dict[int, CheckedIncrement], book: NodeBook,
+                sync: EnsembleSync, test_cache: PredictionCache | None) -> tuple[int, int]:
+        """Round 1 fills the pool; every round then takes one step on its weights. Returns
+        (participants, learners received)."""
+        received = 0
         if server_round == 1:
-            good = self.screen(server_round, replies,
-                               lambda r: self._checked_increment(server_round, r))
-            self.book.accept(server_round, good)
-            self.pool = {self.book.position(node): checked.delta.learners
+            self.pool = {book.position(node): checked.delta.learners
                          for node, checked in good.items()}
-            self.learners_up += sum(len(learners) for learners in self.pool.values())
-            for slot in self.book.slots.values():
-                slot.forget_own()
-            self._cache_pool_predictions()
+            received = sum(len(learners) for learners in self.pool.values())
+            self._cache_pool_predictions(len(book.node_ids))
         members = [position for position in self.sampled if position in self.pool]
-        self._step(server_round - 1, members)
-        return None, {"participants": len(members), **self._size_metrics()}
+        self._step(server_round - 1, members, len(book.node_ids), sync, test_cache)
+        return len(members), received
 
-    def _cache_pool_predictions(self) -> None:
-        learners = [h for position in self._positions() for h in self.pool.get(position, ())]
-        outputs = self.task.num_outputs
-        self.pool_test = np.stack([weighted_sum([h], [1.0], self.x_test, outputs)
+    def evaluation_nodes(self, server_round: int, book: NodeBook) -> list[int]:
+        """Only after the last round, every node, with the function whole."""
+        if server_round < self.num_rounds:
+            return []
+        book.lost(book.node_ids)
+        return list(book.node_ids)
+
+    def _cache_pool_predictions(self, positions: int) -> None:
+        learners = [h for position in range(positions) for h in self.pool.get(position, ())]
+        self.pool_test = np.stack([weighted_sum([h], [1.0], self.x_test, self.n_outputs)
                                    for h in learners]) if learners else None
 
-    def _step(self, t: int, members: list[int]) -> None:
+    def _step(self, t: int, members: list[int], positions: int, sync: EnsembleSync,
+              test_cache: PredictionCache | None) -> None:
         """f^{t+1} = s_t f^t + the members' learners with weights w_{k,t} / |members|."""
         scale, weights = round_coefficients(self.ffgb.steps.etas(t), 0.0, AVERAGE)
-        old = dict(zip(self._pool_order(), self.ensemble.weights))
-        coefficients = []
-        for position in self._positions():
-            for k in range(len(self.pool.get(position, ()))):
-                add = weights[k] / len(members) if position in members else 0.0
-                coefficients.append(scale * old.get((position, k), 0.0) + add)
-        learners = tuple(h for position in self._positions() for h in self.pool.get(position, ()))
-        self.ensemble = Ensemble(self.ensemble.base, self.x_test.shape[1], learners,  # f^0 = 0
-                                 tuple(coefficients), offset=self.ensemble.version)
-        if self.test_cache is not None and self.pool_test is not None:
+        order = [(position, k) for position in range(positions)
+                 for k in range(len(self.pool.get(position, ())))]
+        old = dict(zip(order, sync.ensemble.weights))
+        coefficients = [scale * old.get((position, k), 0.0)
+                        + (weights[k] / len(members) if position in members else 0.0)
+                        for position, k in order]
+        learners = tuple(self.pool[position][k] for position, k in order)
+        sync.rebuild(learners, coefficients)
+        if test_cache is not None and self.pool_test is not None:
             values = np.einsum("l,lno->no", np.array(coefficients), self.pool_test)
-            self.test_cache.values, self.test_cache.version = values, self.ensemble.version
+            test_cache.values, test_cache.version = values, sync.ensemble.version
 
-    def _positions(self) -> range:
-        return range(len(self.book.node_ids))
+    def state(self) -> dict[str, ConfigRecord]:
+        return {"pool": ConfigRecord({"positions": list(self.pool)})}
 
-    def _pool_order(self) -> list[tuple[int, int]]:
-        return [(position, k) for position in self._positions()
-                for k in range(len(self.pool.get(position, ())))]
-
-    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                           grid: Grid) -> Iterable[Message]:
-        if server_round < self.num_rounds or not self.ffgb.federated_eval:
-            return []
-        self.book.lost(self.book.node_ids)  # the function, once: every node gets it whole
-        return super().configure_evaluate(server_round, arrays, config, grid)
-
-    def description(self) -> dict[str, object]:
-        return {**super().description(), "one_shot": True}
-
-    def family_state(self) -> dict[str, ArrayRecord | ConfigRecord]:
-        return {**super().family_state(), "pool": ConfigRecord({"positions": list(self.pool)})}
-
-    def load_family_state(self, state: RecordDict) -> None:
-        super().load_family_state(state)
-        positions = [int(p) for p in state["pool"]["positions"]]
+    def load_state(self, state: dict, sync: EnsembleSync, positions: int) -> None:
+        """The pool back from the checkpoint's ensemble (K learners per position, in order)."""
         k = self.ffgb.local_steps
-        learners = iter(self.ensemble.learners)
-        self.pool = {position: tuple(next(learners) for _ in range(k))
-                     for position in positions} if self.book is not None else {}
+        learners = iter(sync.ensemble.learners)
+        self.pool = {int(position): tuple(next(learners) for _ in range(k))
+                     for position in state["pool"]["positions"]}
         if self.pool:
-            self._cache_pool_predictions()
+            self._cache_pool_predictions(positions)

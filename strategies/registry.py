@@ -16,7 +16,7 @@ from strategies.fedavg import build_fedavg, build_fedprox, build_projected_fedav
 from strategies.feddr import build_feddr
 from strategies.fedfun import build_fedfun
 from strategies.fedfw import build_fedfw
-from strategies.ffgb_build import build_ffgb
+from strategies.ffgb import build_ffgb
 from tasks.errors import ConfigError
 
 STANDARD_MESSAGES = (TRAIN, EVALUATE, QUERY_NODE)

@@ -14,7 +14,6 @@ would.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,14 +23,14 @@ from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
 from client_app.job import ClientJob
 from client_app.node_info import describe_node
-from functions.ensembles import Delta, Ensemble, average, encode_delta, pack_delta, unpack_delta
+from functions.ensembles import Delta, Ensemble, encode_delta, pack_delta, unpack_delta
 from functions.params import arrays_to_record, record_to_arrays
 from functions.protocol import CONFIG, EVALUATE, METRICS, QUERY_NODE, SERVER_ROUND, TRAIN
 from functions.trees import decode_tree, encode_tree, from_sklearn
 from run_config.common import RunSettings
 from strategies.base import FederatedStrategy
+from strategies.ensemble_sync import EnsembleSync, SyncSlot
 from strategies.evaluation import checked_metrics, spread_over_nodes
-from strategies.node_book import NodeSlot
 from strategies.registry import ServerAlgorithm
 from strategies.screening import exact_records, screen_replies
 from tasks.federation import task_for
@@ -49,65 +48,54 @@ def _read_delta(content: RecordDict) -> Delta:
     return unpack_delta(dict(records[DELTA]), record_to_arrays(records[DELTA_ARRAYS]))
 
 
-@dataclass
-class TreesSlot(NodeSlot):
-    """The version of a node's predictions (None: none) and the version last sent to it."""
-
-    version: int | None = None
-    sent: int = 0
-
-    def lose(self) -> None:
-        super().lose()
-        self.version = None
-
-
 class BoostedTreesStrategy(FederatedStrategy):
-    """Server half of ``test-trees``: the global function is an ensemble of trees."""
+    """Server half of ``test-trees``: the global function is an ensemble of trees, each node's
+    copy kept current by the shared ``EnsembleSync`` (the nodes here keep no own values, so
+    every delta carries all the new learners)."""
 
     label = "test-trees"
-    slot = TreesSlot
+    slot = SyncSlot
 
     def __init__(self, settings: RunSettings) -> None:
         self.task = task_for(settings.data)
         n_features = int(np.prod(self.task.input_shape))
-        self.ensemble = Ensemble.constant(np.zeros(self.task.num_classes), n_features)
+        self.sync = EnsembleSync(Ensemble.constant(np.zeros(self.task.num_classes), n_features))
 
     def summary(self) -> None:
         """Nothing to configure."""
 
     def description(self) -> dict[str, Any]:
-        return {"kind": "ensemble of trees", "learners": self.ensemble.version}
+        return {"kind": "ensemble of trees", "learners": self.sync.ensemble.version}
 
     def evaluate_global(self, server_round: int, arrays: ArrayRecord) -> dict[str, float]:
         x = self.task.x_test.reshape(len(self.task.x_test), -1)
-        scores = self.ensemble.predict(x)
+        scores = self.sync.ensemble.predict(x)
         return {"test_accuracy": float(np.mean(scores.argmax(axis=1) == self.task.y_test))}
 
     def train_messages(self, server_round: int, nodes: list[int], arrays: ArrayRecord,
                        config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         messages = []
         for node in nodes:  # each node gets what it lacks, and only that
-            slot = self.book[node]
-            slot.sent = self.ensemble.version
-            content = RecordDict({**_delta_records(*encode_delta(self.ensemble, slot.version)),
+            delta, delta_arrays, _ = self.sync.records_for(self.book[node])
+            content = RecordDict({DELTA: delta, DELTA_ARRAYS: delta_arrays,
                                   CONFIG: ConfigRecord({SERVER_ROUND: server_round})})
             messages.append(Message(content, node, TRAIN, group_id=str(server_round)))
         return messages
 
     def _checked(self, reply: Message) -> Delta:
         delta = _read_delta(reply.content)
-        if delta.full or delta.since != self.ensemble.version or len(delta.learners) != 1:
-            raise ValueError(f"expected one learner after version {self.ensemble.version}")
+        version = self.sync.ensemble.version
+        if delta.full or delta.since != version or len(delta.learners) != 1:
+            raise ValueError(f"expected one learner after version {version}")
         return delta
 
     def aggregate(self, server_round: int, replies: Iterable[Message]
                   ) -> tuple[ArrayRecord | None, dict[str, float]]:
-        deltas = list(self.screen(server_round, replies, self._checked).values())
-        for slot in self.book.slots.values():  # an answer applied what was sent; an error: unknown
-            slot.version = None if slot.needs_sync else slot.sent
-        if deltas:
-            self.ensemble = average(self.ensemble, deltas, [1.0 / len(deltas)] * len(deltas))
-        return None, {"participants": len(deltas), "ensemble_size": self.ensemble.version}
+        good = self.screen(server_round, replies, self._checked)
+        if good:
+            self.sync.average([(self.book[node], delta) for node, delta in good.items()],
+                              keep_own=False)
+        return None, {"participants": len(good), "ensemble_size": self.sync.ensemble.version}
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                            grid: Grid) -> Iterable[Message]:
@@ -117,11 +105,11 @@ class BoostedTreesStrategy(FederatedStrategy):
         return None
 
     def family_state(self) -> dict[str, ArrayRecord | ConfigRecord]:
-        return _delta_records(*encode_delta(self.ensemble, None))
+        return _delta_records(*encode_delta(self.sync.ensemble, None))
 
     def load_family_state(self, state: RecordDict) -> None:
-        self.ensemble = self.ensemble.apply(_read_delta(RecordDict(
-            {k: state[k] for k in (DELTA, DELTA_ARRAYS)})))
+        self.sync.restore(self.sync.ensemble.apply(_read_delta(RecordDict(
+            {k: state[k] for k in (DELTA, DELTA_ARRAYS)}))))
 
 
 def boosted_trees_train(job: ClientJob) -> RecordDict:

@@ -7,13 +7,17 @@
 - ``test-local``: nothing global. Each node fits its own classification tree (deeper every
   round) and evaluates it; the server reports the mean, min and max over nodes.
 
-Neither touches ``server_app/``: each registers a server half and a client half, as a new family
-would.
+Neither touches a file outside this one: each has a server half (the lifecycle's hooks only), a
+client half, and ``test-trees`` a key table (``TREES_KEYS``, its family in ``FAMILIES``), which
+the tests register as a new family registers its own (``strategies.registry``,
+``client_app.registry``, ``run_config.tables``; ``python -m run_config.reference`` then writes its
+keys into ``pyproject.toml`` and the README).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,6 +32,8 @@ from functions.params import arrays_to_record, record_to_arrays
 from functions.protocol import CONFIG, EVALUATE, METRICS, QUERY_NODE, SERVER_ROUND, TRAIN
 from functions.trees import decode_tree, encode_tree, from_sklearn
 from run_config.common import RunSettings
+from run_config.keys import Key, build, read_keys, within
+from run_config.tables import Family, Table
 from strategies.base import FederatedStrategy
 from strategies.ensemble_sync import EnsembleSync, SyncSlot
 from strategies.evaluation import checked_metrics, spread_over_nodes
@@ -36,7 +42,28 @@ from strategies.screening import exact_records, screen_replies
 from tasks.federation import task_for
 
 DELTA, DELTA_ARRAYS = "delta", "delta-arrays"
-STEP = 0.5  # each round's averaged tree enters with this weight
+
+TREES_KEYS = (
+    Key("test-trees.step", float, 0.5, "Weight of each round's averaged tree",
+        within(0, 1, "(]")),
+    Key("test-trees.depth", int, 3, "Depth of each node's regression tree", within(1, 8)),
+)
+
+
+@dataclass(frozen=True)
+class TreesSettings:
+    """``test-trees.*``, read once per run on the server and once per node."""
+
+    step: float
+    depth: int
+
+
+def trees_settings(settings: RunSettings) -> TreesSettings:
+    return build(TreesSettings, read_keys(settings.raw, TREES_KEYS), TREES_KEYS)
+
+
+TREES_TABLE = Table("`test-trees.*`", "the frame tests' boosted trees", TREES_KEYS)
+FAMILIES = {"test-trees": Family((TREES_TABLE,), trees_settings)}
 
 
 def _delta_records(config: dict, arrays: dict) -> dict[str, Any]:
@@ -58,6 +85,7 @@ class BoostedTreesStrategy(FederatedStrategy):
 
     def __init__(self, settings: RunSettings) -> None:
         self.task = task_for(settings.data)
+        self.trees = trees_settings(settings)
         n_features = int(np.prod(self.task.input_shape))
         self.sync = EnsembleSync(Ensemble.constant(np.zeros(self.task.num_classes), n_features))
 
@@ -85,8 +113,10 @@ class BoostedTreesStrategy(FederatedStrategy):
     def _checked(self, reply: Message) -> Delta:
         delta = _read_delta(reply.content)
         version = self.sync.ensemble.version
-        if delta.full or delta.since != version or len(delta.learners) != 1:
-            raise ValueError(f"expected one learner after version {version}")
+        if (delta.full or delta.since != version or len(delta.learners) != 1
+                or delta.weights != (self.trees.step,)):
+            raise ValueError(f"expected one learner of weight {self.trees.step} after version "
+                             f"{version}")
         return delta
 
     def aggregate(self, server_round: int, replies: Iterable[Message]
@@ -114,7 +144,7 @@ class BoostedTreesStrategy(FederatedStrategy):
 
 def boosted_trees_train(job: ClientJob) -> RecordDict:
     """Client half of ``test-trees``: update the cached predictions, fit one tree to the residual."""
-    data, state = job.data, job.state
+    data, state, trees = job.data, job.state, job.family
     x = data.x_train.reshape(len(data.x_train), -1)
     delta = _read_delta(RecordDict({k: job.content[k] for k in (DELTA, DELTA_ARRAYS)}))
     if delta.full:
@@ -128,9 +158,9 @@ def boosted_trees_train(job: ClientJob) -> RecordDict:
     state["trees.values"] = arrays_to_record({"values": values})
     state["trees.version"] = ConfigRecord({"version": delta.version})
     residual = np.eye(delta.n_outputs)[data.y_train] - values
-    tree = from_sklearn(DecisionTreeRegressor(max_depth=3, random_state=0).fit(x, residual),
-                        value_dtype=np.float32)
-    reply = Delta(delta.version, 1.0, (tree,), (STEP,), delta.n_features, delta.n_outputs)
+    fitted = DecisionTreeRegressor(max_depth=trees.depth, random_state=0).fit(x, residual)
+    tree = from_sklearn(fitted, value_dtype=np.float32)
+    reply = Delta(delta.version, 1.0, (tree,), (trees.step,), delta.n_features, delta.n_outputs)
     return RecordDict(_delta_records(*pack_delta(reply)))
 
 

@@ -1,4 +1,5 @@
-"""The unchanged ServerApp runs algorithms whose global function is not a torch model."""
+"""The unchanged ServerApp runs algorithms whose global function is not a torch model, and a
+new algorithm is its halves and its key table, registered, with no other file changed."""
 
 from __future__ import annotations
 
@@ -7,25 +8,39 @@ import json
 import pytest
 
 from client_app import registry as client_registry
+from run_config import declared, reference, tables
+from server_app.app import InvalidRunConfig
 from strategies import registry as server_registry
 from tests import frame_algorithms
 from tests.helpers import run_app
 
 
 @pytest.fixture
-def test_algorithms(monkeypatch):
-    """Register both halves of the test-only algorithms, as a new family registers its own."""
+def test_algorithms(monkeypatch, tmp_path):
+    """Register both halves of the test-only algorithms and ``test-trees``' key table, as a new
+    family registers its own; the run's declared keys are those of a ``pyproject.toml`` whose
+    config table ``run_config.reference`` wrote from the tables, the new one included."""
     for name, half in frame_algorithms.SERVER_HALVES.items():
         monkeypatch.setitem(server_registry.ALGORITHMS, name, half)
     for name, handlers in frame_algorithms.CLIENT_HALVES.items():
         monkeypatch.setitem(client_registry.CLIENT_HALVES, name, handlers)
+    for name, family in frame_algorithms.FAMILIES.items():
+        monkeypatch.setitem(tables.FAMILIES, name, family)
+    all_tables = (*tables.TABLES, frame_algorithms.TREES_TABLE)
+    text = reference.PYPROJECT.read_text()
+    span = reference.config_span(text)
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text(text[:span.start] + reference.config_table(all_tables) + text[span.end:])
+    original = declared.declared_defaults
+    monkeypatch.setattr(declared, "declared_defaults", lambda path=None: original(pyproject))
+    return all_tables
 
 
 def test_an_ensemble_global_function_trains_and_is_evaluated_centrally(tmp_path, test_algorithms):
     run = run_app(tmp_path, 4, **{"algorithm": "test-trees", "num-server-rounds": 4})
     rows = run.rows
     assert [r["ensemble_size"] for r in rows[1:]] == [4, 8, 12, 16]  # 4 nodes, one tree each
-    assert rows[0]["test_accuracy"] < 0.2 < 0.6 < rows[-1]["test_accuracy"]
+    assert rows[0]["test_accuracy"] < 0.2 and rows[-1]["test_accuracy"] > 0.6
     assert all(r["failures"] == 0 for r in rows)
     config = json.loads((run.out_dir / "config.json").read_text())
     assert config["global_function"] == {"kind": "ensemble of trees", "learners": 0}
@@ -49,3 +64,15 @@ def test_nodes_with_their_own_models_report_mean_min_max(tmp_path, test_algorith
     summary = json.loads((run.out_dir / "metrics.json").read_text())["summary"]
     assert summary["final_test_accuracy_mean"] == rows[-1]["test_accuracy_mean"]
     assert json.loads((run.out_dir / "config.json").read_text())["global_function"] == {}
+
+
+def test_a_new_algorithms_key_table_is_generated_parsed_and_checked(tmp_path, test_algorithms):
+    assert "\"test-trees.step\" = 0.5" in reference.config_table(test_algorithms)
+    assert "| `test-trees.depth` | int | `3` |" in reference.readme_reference(test_algorithms)
+    run = run_app(tmp_path, 3, **{"algorithm": "test-trees", "num-server-rounds": 2,
+                                  "test-trees.step": 0.25, "test-trees.depth": 2})
+    trains = [m for m in run.grid.down if m.metadata.message_type == "train"]
+    assert list(trains[-1].content["delta-arrays"]["weights"].numpy()) == [0.25 / 3] * 3
+    assert all(r["failures"] == 0 for r in run.rows) and run.rows[-1]["participants"] == 3
+    with pytest.raises(InvalidRunConfig, match=r"test-trees.step=2.0 is not valid"):
+        run_app(tmp_path / "bad", 3, **{"algorithm": "test-trees", "test-trees.step": 2.0})

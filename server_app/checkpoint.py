@@ -23,7 +23,7 @@ from functions.errors import DecodeError
 from server_app.results import write_atomic
 
 FILE_NAME = "checkpoint.pb"
-FORMAT = 2  # 2: with the run config
+FORMAT = 3  # 2: with the run config; 3: strategy state through strategies.state_codec
 _META, _ARRAYS, _STRATEGY = "checkpoint", "checkpoint.arrays", "strategy."
 
 

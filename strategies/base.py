@@ -18,33 +18,39 @@ after the ServerApp stops.
 Failures found while admitting (unusable or refused answers) and while screening replies
 (``screen``) are counted here and reported once, with the round's training metrics
 (``aggregate_train`` wraps the family's ``aggregate``). The checkpoint's common part (the
-generator, the roster, the book) is written and read here; a family adds its own records
-(``family_state`` / ``load_family_state``).
+generator, the roster, the book) is written and read here. A family declares its own state as a
+dataclass (``State``, see ``strategies.state_codec``): ``family_state`` returns one once the
+roster is known, the base writes it with the one codec and reads it back, validated, with the
+family's ``state_context``, into ``load_family_state``. Until every family has moved, one without
+``State`` still writes and reads its own records through the same two hooks.
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
+from functions.errors import DecodeError
 from strategies.node_book import NodeBook, NodeSlot
 from strategies.roster import Roster
 from strategies.sampling import Sampler
-from strategies.state_records import restore_rng, rng_record
+from strategies.state_codec import POSITIONS, decode_state, encode_state, restore_rng, rng_record
 
 T = TypeVar("T")
 _RNG, _ROSTER, _BOOK = "rng", "roster", "book"
+_COMMON = (_RNG, _ROSTER, _BOOK)
 
 
 class FederatedStrategy(Strategy):
     """A Flower Strategy that owns its global function, its round lifecycle and its checkpoint."""
 
     label: str
+    State: ClassVar[type | None] = None  # the family's state dataclass (None: its own records)
     slot: Callable[[], NodeSlot] = NodeSlot  # what the book keeps per node
     sampler: Sampler | None = None  # None: every node takes part in every round
     roster: Roster | None = None  # the run's nodes, once asked (round 1)
@@ -150,29 +156,46 @@ class FederatedStrategy(Strategy):
     # -- checkpoint -------------------------------------------------------------------------------
     def state_record(self) -> RecordDict:
         """Everything a fresh strategy with the same settings needs to continue exactly: the
-        generator, the roster and the book, and the family's records."""
+        generator, the roster and the book, and the family's state."""
         state = RecordDict()
         if self.sampler is not None:
             state[_RNG] = rng_record(self.sampler.rng)
         if self.roster is not None:
             state[_ROSTER] = self.roster.to_record()
             state[_BOOK] = self.book.to_record()
-        for key, record in self.family_state().items():
+        family = self.family_state()
+        if self.State is not None:
+            family = {} if family is None else encode_state(family, self.state_context())
+        for key, record in family.items():
             state[key] = record
         return state
 
     def load_state_record(self, state: RecordDict) -> None:
         """Restore what ``state_record`` wrote (``DecodeError`` if it does not fit)."""
         if self.sampler is not None:
-            self.sampler.rng = restore_rng(state[_RNG])
+            self.sampler.rng = restore_rng(state.get(_RNG))
         if _ROSTER in state:
             self.roster = Roster.from_record(state[_ROSTER])
             self.book = NodeBook.from_record(state[_BOOK], self.label, self.slot)
-        self.load_family_state(state)
+        if self.State is None:
+            self.load_family_state(state)
+            return
+        records = {k: v for k, v in state.items() if k not in _COMMON}
+        if self.roster is not None:
+            self.load_family_state(decode_state(self.State, records, self.state_context()))
+        elif records:
+            raise DecodeError(f"family state {sorted(records)} without a roster")
 
-    def family_state(self) -> dict[str, ArrayRecord | ConfigRecord]:
-        """The family's own records (besides the generator, roster and book)."""
+    def state_context(self) -> dict[str, Any]:
+        """What decoding the family's state needs besides its records (``state_codec``): the
+        roster's number of positions; families add theirs (a ParamLayout, limits, ...)."""
+        return {POSITIONS: len(self.book.node_ids)}
+
+    def family_state(self) -> Any:
+        """The family's ``State`` once the roster is known (None before: nothing to save);
+        without ``State``, its own records (besides the generator, roster and book)."""
         return {}
 
-    def load_family_state(self, state: RecordDict) -> None:
-        """Restore ``family_state``; the roster and book are already back (when saved)."""
+    def load_family_state(self, state: Any) -> None:
+        """Restore ``family_state``'s ``State`` (decoded and validated; the roster and book are
+        back); without ``State``, from the whole RecordDict."""

@@ -11,10 +11,12 @@ told by ``last-accepted``, drops its pending step (see ``client_app.feddr``).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from logging import INFO
+from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
@@ -26,8 +28,16 @@ from run_config.feddr import FedDRSettings, feddr_settings
 from strategies.node_book import dense_restart
 from strategies.sampling import Sampler
 from strategies.screening import exact_records
-from strategies.state_records import params_by_node, params_by_node_record
+from strategies.state_codec import LAYOUT
 from strategies.torch_model import TorchGlobal, TorchModelStrategy
+
+
+@dataclass
+class FedDRState:
+    """What FedDR continues from: x-bar and every node's last x_hat_i by roster position."""
+
+    xbar: Params
+    x_hats: dict[int, Params]
 
 
 class FedDRStrategy(TorchModelStrategy):
@@ -37,6 +47,7 @@ class FedDRStrategy(TorchModelStrategy):
     finds its partition's x_hat_i where its slot is."""
 
     label = "FedDR"
+    State = FedDRState
 
     def __init__(self, dr: FedDRSettings, model: TorchGlobal, x0: Params, seed: int) -> None:
         self.dr, self.model, self.x0 = dr, model, x0
@@ -103,18 +114,15 @@ class FedDRStrategy(TorchModelStrategy):
         return self.evaluation_metrics(server_round, replies, self.book.node_ids)
 
     # -- state -----------------------------------------------------------------------
-    def family_state(self) -> dict[str, ArrayRecord]:
-        state = {"xbar": params_to_record(self.layout, self.xbar, dtype=np.float64)}
-        if self.server is not None:
-            state["x-hats"] = params_by_node_record(self.server.x_hats(), self.layout)
-        return state
+    def state_context(self) -> dict[str, Any]:
+        return {**super().state_context(), LAYOUT: self.layout}
 
-    def load_family_state(self, state: RecordDict) -> None:
-        self.xbar = record_to_params(state["xbar"], self.layout)
-        if self.book is not None:
-            positions = list(range(len(self.book.node_ids)))
-            self.server = FedDRServer.restore(params_by_node(state["x-hats"], self.layout,
-                                                             positions))
+    def family_state(self) -> FedDRState | None:
+        return None if self.server is None else FedDRState(self.xbar, self.server.x_hats())
+
+    def load_family_state(self, state: FedDRState) -> None:
+        self.xbar = state.xbar
+        self.server = FedDRServer.restore(state.x_hats)
 
 
 def build_feddr(settings: RunSettings) -> FedDRStrategy:

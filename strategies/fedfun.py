@@ -14,6 +14,7 @@ sends nothing twice. Metrics: the spread of the node models' accuracies (mean, m
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from logging import INFO
 from typing import Any
 
@@ -55,19 +56,34 @@ from run_config.fedfun import FSR, FedFunSettings, fedfun_settings, model_limits
 from strategies.base import FederatedStrategy
 from strategies.bounds import AgreedBounds, query_bounds
 from strategies.evaluation import checked_count, checked_metrics, example_limit, spread_over_nodes
-from strategies.relay import RelayBook
+from strategies.relay import LIMITS, RelayBook, RelayState, model_records
 from strategies.screening import exact_records, screen_replies
+from strategies.state_codec import checks
 from tasks.datasets import TaskData
 from tasks.errors import ConfigError
 from tasks.federation import task_for
 
 EVALUATION_KEYS = (TEST_ACCURACY, TRAIN_ACCURACY, LOCAL_ACCURACY, CONSENSUS, NEIGHBOUR_COUNT)
+FEATURES = "features"  # the state context's input width (the agreed box's length)
+
+
+@dataclass
+class FedFunState:
+    """What the relay continues from: the graph's size, the agreed box and its samples, and the
+    relay book."""
+
+    vertices: int
+    samples: int
+    lower: np.ndarray = field(metadata=checks(shape=(FEATURES,)))
+    upper: np.ndarray = field(metadata=checks(shape=(FEATURES,)))
+    relay: RelayState
 
 
 class FedFunStrategy(FederatedStrategy):
     """The relay on Flower's Message API (one strategy for FSR and the four baselines)."""
 
     label = "FedFun"
+    State = FedFunState
 
     def __init__(self, fedfun: FedFunSettings, task: TaskData, seed: int) -> None:
         self.fedfun, self.task, self.seed = fedfun, task, seed
@@ -145,7 +161,7 @@ class FedFunStrategy(FederatedStrategy):
                                                 "upper": self.bounds.upper})
             if vertex in relay.latest:
                 models[OWN_PREFIX] = relay.latest[vertex]
-        content[MODELS], content[MODEL_ARRAYS] = relay.model_records(models)
+        content[MODELS], content[MODEL_ARRAYS] = model_records(models)
         relay.mark_delivered(vertex, send, everything)
         self.book[node].needs_sync = False
         return Message(content, node, kind, group_id=str(server_round))
@@ -236,24 +252,20 @@ class FedFunStrategy(FederatedStrategy):
         return metrics
 
     # -- state ----------------------------------------------------------------------------------
-    def family_state(self) -> dict[str, ArrayRecord | ConfigRecord]:
-        if self.relay is None:
-            return {}
-        state = dict(self.relay.to_records())
-        state["bounds"] = arrays_to_record({"lower": self.bounds.lower,
-                                            "upper": self.bounds.upper})
-        state["bounds-samples"] = ConfigRecord({"samples": self.bounds.samples,
-                                                "n": self.relay.graph.n})
-        return state
+    def state_context(self) -> dict[str, Any]:
+        return {**super().state_context(), FEATURES: self.limits.n_features, LIMITS: self.limits}
 
-    def load_family_state(self, state: RecordDict) -> None:
-        if self.book is None:
-            return
-        bounds = record_to_arrays(state["bounds"])
-        meta = state["bounds-samples"]
-        self.bounds = AgreedBounds(bounds["lower"], bounds["upper"], int(meta["samples"]))
-        self.relay = RelayBook(self.graph_for(int(meta["n"])))
-        self.relay.load_records(state)
+    def family_state(self) -> FedFunState | None:
+        if self.relay is None:
+            return None
+        return FedFunState(self.relay.graph.n, self.bounds.samples, self.bounds.lower,
+                           self.bounds.upper, self.relay.state())
+
+    def load_family_state(self, state: FedFunState) -> None:
+        if np.any(state.lower > state.upper):
+            raise DecodeError("state field lower: above upper")
+        self.bounds = AgreedBounds(state.lower, state.upper, state.samples)
+        self.relay = RelayBook.restore(self.graph_for(state.vertices), state.relay)
 
 
 def build_fedfun(settings: RunSettings) -> FedFunStrategy:

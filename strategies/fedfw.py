@@ -13,12 +13,13 @@ picks the compact form when a round's expected points are smaller than the dense
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from logging import INFO, WARNING
+from typing import Any, ClassVar
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
@@ -63,10 +64,11 @@ from strategies.evaluation import combine_evaluation_sums, decode_evaluation_sum
 from strategies.node_book import NodeSlot, dense_restart
 from strategies.sampling import BERNOULLI, Sampler
 from strategies.screening import exact_records, screen_replies
-from strategies.state_records import params_by_node, params_by_node_record
+from strategies.state_codec import LAYOUT, POSITIONS
 from strategies.torch_model import TorchGlobal, TorchModelStrategy
 
 MAX_LOCAL_STEPS = 10_000  # bounds a local pass's points, hence the memory a reply may take
+ETA = "eta"  # the state context's step-size schedule (round -> eta_t)
 
 
 @dataclass
@@ -82,6 +84,50 @@ class FedFWSlot(NodeSlot):
         self.replica, self.fresh = None, False
 
 
+@dataclass(frozen=True)
+class UpdateHistory:
+    """The rounds some node has not applied yet, in the compact downlink's own validated wire
+    form (``pack_updates`` since round 0; a ``state_codec.Wire``). Decoding needs the roster's
+    ``POSITIONS`` and the schedule's step size (``ETA``)."""
+
+    RECORDS: ClassVar[dict[str, type]] = {"": ConfigRecord, "arrays": ArrayRecord}
+    num_nodes: int
+    rounds: tuple[RoundPoints, ...]
+
+    def to_records(self) -> dict[str, ConfigRecord | ArrayRecord]:
+        config, arrays = pack_updates(0, self.rounds, self.num_nodes)
+        return {"": ConfigRecord(config), "arrays": arrays_to_record(arrays)}
+
+    @classmethod
+    def from_records(cls, records: Mapping[str, ConfigRecord | ArrayRecord],
+                     context: Mapping[str, Any]) -> UpdateHistory:
+        positions = context[POSITIONS]
+        since, rounds = unpack_updates(dict(records[""]), record_to_arrays(records["arrays"]),
+                                       positions, context[ETA])
+        if since != 0:
+            raise DecodeError(f"the history starts after round {since}, not 0")
+        return cls(positions, tuple(rounds))
+
+
+@dataclass
+class Downlink:
+    """Whether the downlink is compact, and the last round whose points entered the mirror."""
+
+    compact: bool
+    version: int
+
+
+@dataclass
+class FedFWState:
+    """What FedFW continues from: every x_i by roster position and their running sum (kept: its
+    rounding is part of x-bar), the downlink, and the rounds not every node has applied."""
+
+    mirror: dict[int, Params]
+    mirror_sum: Params
+    downlink: Downlink
+    history: UpdateHistory
+
+
 class FedFWStrategy(TorchModelStrategy):
     """FedFW family on Flower's Message API, with partial participation and per-node D_i.
 
@@ -89,6 +135,7 @@ class FedFWStrategy(TorchModelStrategy):
 
     label = "FedFW"
     slot = FedFWSlot
+    State = FedFWState
 
     def __init__(self, fw: FedFWSettings, model: TorchGlobal, x0: Params, seed: int) -> None:
         """``x0``: x^1 of every client, already in D and float32-exact (``projected_start``)."""
@@ -312,29 +359,21 @@ class FedFWStrategy(TorchModelStrategy):
         return metrics
 
     # -- state -----------------------------------------------------------------------
-    def family_state(self) -> dict[str, ArrayRecord | ConfigRecord]:
-        if self.mirror is None:
-            return {}
-        points, total = self.mirror.state()
-        config, arrays = pack_updates(0, self.history, len(self.book.node_ids))
-        return {"mirror": params_by_node_record(points, self.layout),
-                "mirror-sum": params_to_record(self.layout, total, dtype=np.float64),
-                "downlink": ConfigRecord({"compact": self.compact, "version": self.version}),
-                "history": ConfigRecord(config), "history-arrays": arrays_to_record(arrays)}
+    def state_context(self) -> dict[str, Any]:
+        return {**super().state_context(), LAYOUT: self.layout, ETA: self.fw.schedule.eta}
 
-    def load_family_state(self, state: RecordDict) -> None:
-        if self.book is None:
-            return
-        positions = list(range(len(self.book.node_ids)))
-        self.mirror = ConsensusMirror.restore(params_by_node(state["mirror"], self.layout,
-                                                             positions),
-                                              record_to_params(state["mirror-sum"], self.layout))
+    def family_state(self) -> FedFWState | None:
+        if self.mirror is None:
+            return None
+        points, total = self.mirror.state()
+        return FedFWState(points, total, Downlink(self.compact, self.version),
+                          UpdateHistory(len(self.book.node_ids), tuple(self.history)))
+
+    def load_family_state(self, state: FedFWState) -> None:
+        self.mirror = ConsensusMirror.restore(state.mirror, state.mirror_sum)
         self._fix_node_sets()
-        downlink = state["downlink"]
-        self.compact, self.version = bool(downlink["compact"]), int(downlink["version"])
-        _, self.history = unpack_updates(dict(state["history"]),
-                                         record_to_arrays(state["history-arrays"]),
-                                         len(positions), self.fw.schedule.eta)
+        self.compact, self.version = state.downlink.compact, state.downlink.version
+        self.history = list(state.history.rounds)
 
 
 def build_fedfw(settings: RunSettings) -> FedFWStrategy:

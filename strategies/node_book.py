@@ -17,7 +17,7 @@ that fails decoding is dropped and counted (``strategies.screening``).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import numpy as np
@@ -36,16 +36,17 @@ from functions.protocol import (
     TRAIN,
 )
 from strategies.screening import screen_replies
+from strategies.state_codec import decode_rows, encode_rows
 
 T = TypeVar("T")
 Restart = Callable[[int], tuple[str, Mapping[str, ArrayRecord | ConfigRecord]]]
-_SCALARS = (bool, int, float, str)
 
 
 @dataclass
 class NodeSlot:
     """What the server keeps for one node of the roster. Subclasses add fields of scalar types
-    (bool, int, float, str, or one of them or None); the book saves them generically."""
+    (bool, int, float, str, or one of them or None); the book saves them with the state codec's
+    rows (``strategies.state_codec``)."""
 
     last_accepted: int = 0
     needs_sync: bool = True
@@ -156,56 +157,29 @@ class NodeBook(Generic[S]):
 
     # -- checkpoint -----------------------------------------------------------------------------
     def to_record(self) -> ConfigRecord:
-        """The order and every slot field as one list per field (``needs_sync`` under
-        ``needs-sync``), in that order; an optional field's None is marked in ``<key>:none``
-        (node ids as text: they do not fit int64)."""
-        record = ConfigRecord({"node-ids": [str(n) for n in self.slots]})
-        for f in fields(self.new_slot()):
-            key, values = _key(f.name), [getattr(s, f.name) for s in self.slots.values()]
-            if any(v is None for v in values):
-                record[f"{key}:none"] = [v is None for v in values]
-                kind = next((type(v) for v in values if v is not None), int)
-                values = [kind() if v is None else v for v in values]
-            record[key] = values
-        return record
+        """The order (node ids as text: they do not fit int64) and every slot field as one list
+        per field (``state_codec.encode_rows``: ``needs_sync`` under ``needs-sync``, an optional
+        field's None marked in ``<key>:none``)."""
+        slots = list(self.slots.values())
+        return ConfigRecord({"node-ids": [str(n) for n in self.slots],
+                             **encode_rows(type(self.new_slot()), slots)})
 
     @classmethod
     def from_record(cls, record: ConfigRecord, label: str,
                     slot: Callable[[], S] = NodeSlot) -> NodeBook[S]:  # type: ignore[assignment]
-        """Inverse of ``to_record``; DecodeError when a field is missing, of another length or
-        of another type than the slot's default."""
+        """Inverse of ``to_record``; DecodeError when a field is missing, unknown, of another
+        length or of another type than the slot declares."""
         try:
             node_ids = [int(n) for n in record["node-ids"]]
         except (KeyError, TypeError, ValueError) as err:
             raise DecodeError(f"node book: no usable node ids ({err})") from None
         book = cls(node_ids, label, slot)
-        template = slot()
-        for f in fields(template):
-            key = _key(f.name)
-            values = record.get(key)
-            if not isinstance(values, list) or len(values) != len(node_ids):
-                raise DecodeError(f"node book: {key!r} is not a list of {len(node_ids)} values")
-            none = record.get(f"{key}:none", [False] * len(node_ids))
-            default = getattr(template, f.name)
-            for node, value, missing in zip(node_ids, values, none):
-                if not missing and not _fits(value, default, f.type):
-                    raise DecodeError(f"node book: {key}={value!r} of node {node}")
-                setattr(book.slots[node], f.name, None if missing else value)
+        fields = {k: v for k, v in record.items() if k != "node-ids"}
+        rows = decode_rows(type(slot()), fields, len(node_ids), "node book")
+        for node, values in zip(node_ids, rows):
+            for name, value in values.items():
+                setattr(book.slots[node], name, value)
         return book
-
-
-def _key(name: str) -> str:
-    """A slot field's record key: ``needs_sync`` -> ``needs-sync``."""
-    return name.replace("_", "-")
-
-
-def _fits(value: object, default: object, annotation: object) -> bool:
-    """Whether a value read back has the kind of the field (its default's, or its annotation's
-    first scalar for an optional field whose default is None)."""
-    if default is None:
-        kinds = [k for k in _SCALARS if k.__name__ in str(annotation)]
-        return any(type(value) is k or (k is float and type(value) is int) for k in kinds)
-    return type(value) is type(default) or (type(default) is float and type(value) is int)
 
 
 def dense_restart(layout: ParamLayout, xbar: Params, point: Params, key: str

@@ -5,20 +5,27 @@ Flower has no peer-to-peer transport, so neighbour exchange on a graph is emulat
 keeps the last accepted model of every graph vertex (a partition id) exactly as it arrived,
 never averages or evaluates it, and puts into each node's message only the models of its
 neighbours that changed since that node last received them. A neighbour that failed or did not
-answer keeps its last model. A node that may have lost what it held gets everything again.
+answer keeps its last model. A node that may have lost what it held gets everything again. Its
+checkpoint is a ``RelayState`` (``strategies.state_codec``), whose models are validated as replies.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord
 
-from functions.node_models import Config, reprefixed
+from functions.errors import DecodeError
+from functions.node_models import Config, decode_node_model, reprefixed
 from functions.params import arrays_to_record, record_to_arrays
 from functions.protocol import neighbour_prefix
 from oracles.graphs import Graph
+from strategies.state_codec import checks
+
+LIMITS = "limits"  # the state context's ModelLimits, which the saved models must respect
 
 
 @dataclass(frozen=True)
@@ -28,6 +35,67 @@ class StoredModel:
     config: Config
     arrays: dict[str, np.ndarray]
     version: int
+
+
+@dataclass(frozen=True)
+class RelayModels:
+    """Every vertex's latest model with its version, in the models' own wire form (a
+    ``state_codec.Wire``): keys under ``v<vertex>/``, read back through the replies' decoder
+    (``decode_node_model`` under the context's ``LIMITS``), so a checkpoint holds only models a
+    node could have sent."""
+
+    RECORDS: ClassVar[dict[str, type]] = {"": ConfigRecord, "arrays": ArrayRecord}
+    latest: dict[int, StoredModel]
+
+    def to_records(self) -> dict[str, ConfigRecord | ArrayRecord]:
+        config, arrays = model_records({_prefix(v): s for v, s in self.latest.items()})
+        config["vertices"] = list(self.latest)
+        config["versions"] = [s.version for s in self.latest.values()]
+        return {"": config, "arrays": arrays}
+
+    @classmethod
+    def from_records(cls, records: Mapping[str, ConfigRecord | ArrayRecord],
+                     context: Mapping[str, Any]) -> RelayModels:
+        config, arrays = dict(records[""]), record_to_arrays(records["arrays"])
+        vertices, versions = config.pop("vertices", None), config.pop("versions", None)
+        if (not isinstance(vertices, list) or not isinstance(versions, list)
+                or len(vertices) != len(versions) or len(set(vertices)) != len(vertices)
+                or any(type(x) is not int or x < 0 for x in [*vertices, *versions])):
+            raise DecodeError("relay models: vertices and versions must be lists of as many "
+                              "non-negative ints, the vertices distinct")
+        prefixes = [_prefix(v) for v in vertices]
+        stray = [k for k in [*config, *arrays] if not k.startswith(tuple(prefixes))]
+        if stray:
+            raise DecodeError(f"relay models: keys of no listed vertex {stray[:3]}")
+        latest = {}
+        for vertex, version, prefix in zip(vertices, versions, prefixes):
+            decode_node_model(config, arrays, prefix, context[LIMITS])
+            latest[vertex] = StoredModel(*reprefixed(config, arrays, prefix, ""), version)
+        return cls(latest)
+
+
+@dataclass
+class RelayState:
+    """The relay book as saved: the latest models, and who holds which neighbour model in which
+    version (rows vertex, neighbour, version)."""
+
+    models: RelayModels
+    delivered: np.ndarray = field(metadata=checks("int64", shape=(None, 3)))
+
+
+def _prefix(vertex: int) -> str:
+    return f"v{vertex}/"
+
+
+def model_records(models: dict[str, StoredModel]) -> tuple[ConfigRecord, ArrayRecord]:
+    """``models`` (prefix -> stored model) as one config and one array record."""
+    config: Config = {}
+    arrays: dict[str, np.ndarray] = {}
+    for prefix, stored in models.items():
+        c, a = reprefixed(stored.config, stored.arrays, "", prefix)
+        config.update(c)
+        arrays.update(a)
+    return ConfigRecord(config), arrays_to_record(arrays)
 
 
 class RelayBook:
@@ -60,16 +128,6 @@ class RelayBook:
         send = [j for j in listed if everything or held.get(j) != self.latest[j].version]
         return {"ids": listed, "versions": [self.latest[j].version for j in listed]}, send
 
-    def model_records(self, models: dict[str, StoredModel]) -> tuple[ConfigRecord, ArrayRecord]:
-        """``models`` (prefix -> stored model) as one config and one array record."""
-        config: Config = {}
-        arrays: dict[str, np.ndarray] = {}
-        for prefix, stored in models.items():
-            c, a = reprefixed(stored.config, stored.arrays, "", prefix)
-            config.update(c)
-            arrays.update(a)
-        return ConfigRecord(config), arrays_to_record(arrays)
-
     def neighbour_models(self, send: list[int]) -> dict[str, StoredModel]:
         return {neighbour_prefix(j): self.latest[j] for j in send}
 
@@ -85,26 +143,25 @@ class RelayBook:
         self.delivered[vertex] = {}
 
     # -- checkpoint -----------------------------------------------------------------------------
-    def to_records(self) -> RecordDict:
-        out = RecordDict({"relay": ConfigRecord({
-            "vertices": list(self.latest),
-            "versions": [s.version for s in self.latest.values()],
-            "delivered": [f"{v}:{j}:{version}" for v, held in self.delivered.items()
-                          for j, version in held.items()],
-        })})
-        models, arrays = self.model_records({f"v{v}/": s for v, s in self.latest.items()})
-        out["relay-models"], out["relay-arrays"] = models, arrays
-        return out
+    def state(self) -> RelayState:
+        """The book as its checkpoint holds it (the graph is the run's: not saved)."""
+        held = [(v, j, version) for v, models in self.delivered.items()
+                for j, version in models.items()]
+        return RelayState(RelayModels(dict(self.latest)),
+                          np.array(held, dtype=np.int64).reshape(len(held), 3))
 
-    def load_records(self, state: RecordDict) -> None:
-        relay = state["relay"]
-        config = dict(state["relay-models"])
-        arrays = record_to_arrays(state["relay-arrays"])
-        self.latest = {}
-        for vertex, version in zip(relay["vertices"], relay["versions"]):
-            c, a = reprefixed(config, arrays, f"v{vertex}/", "")
-            self.latest[vertex] = StoredModel(c, a, version)
-        self.delivered = {v: {} for v in range(self.graph.n)}
-        for entry in relay["delivered"]:
-            v, j, version = (int(part) for part in entry.split(":"))
-            self.delivered[v][j] = version
+    @classmethod
+    def restore(cls, graph: Graph, state: RelayState) -> RelayBook:
+        """The book ``state`` describes on ``graph``; ``DecodeError`` for a vertex outside it or a
+        delivery of a model the book does not hold."""
+        book = cls(graph)
+        outside = [v for v in state.models.latest if not 0 <= v < graph.n]
+        if outside:
+            raise DecodeError(f"relay: models of vertices {outside} outside the graph of "
+                              f"{graph.n}")
+        book.latest = dict(state.models.latest)
+        for v, j, version in state.delivered.tolist():
+            if v not in book.delivered or j not in book.latest:
+                raise DecodeError(f"relay: delivered ({v}, {j}) names an unknown vertex or model")
+            book.delivered[v][j] = version
+        return book

@@ -209,8 +209,10 @@ fi
 [ -n "$HTTP_PID" ] && kill "$HTTP_PID" 2>/dev/null && HTTP_PID=""
 note "build total: $(secs "$T_BUILD" "$(now)") s (docker layer cache: unchanged steps are reused)"
 note "images:"
+IMAGES_RE="$SUPEREXEC_IMAGE|$SUPERLINK_IMAGE|$SUPERNODE_IMAGE|local/debian-python"
+[ "$PERIMETER" = 1 ] && IMAGES_RE="$IMAGES_RE|$PERIMETER_IMAGE"   # the perimeter's image too
 docker images --format '  {{.Repository}}:{{.Tag}}  {{.Size}}' \
-  | grep -E "$SUPEREXEC_IMAGE|$SUPERLINK_IMAGE|$SUPERNODE_IMAGE|local/debian-python" | sort -u | tee -a "$SUMMARY"
+  | grep -E "$IMAGES_RE" | sort -u | tee -a "$SUMMARY"
 
 # --- the flwr CLI's connection ----------------------------------------------------------------
 export FLWR_HOME="$LOGDIR/flwr-home" FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1
@@ -238,8 +240,13 @@ else
   FL_UID=$(id -u) FL_GID=$(id -g)
 fi
 export FL_RESULTS_DIR="$RESULTS"
-wait_superlink() {
-  for _ in $(seq 120); do "$FLWR" supernode list "$CONN" --format json >/dev/null 2>&1 && return 0; sleep 1; done
+wait_superlink() {  # `flwr ... --format json` exits 0 even when it cannot connect: read "success"
+  for _ in $(seq 120); do
+    "$FLWR" supernode list "$CONN" --format json 2>/dev/null \
+      | python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin).get("success") else 1)' \
+      2>/dev/null && return 0
+    sleep 1
+  done
   die "SuperLink not answering on 127.0.0.1:39401 (see $LOGDIR/compose.log)"
 }
 online_nodes() {
@@ -253,8 +260,9 @@ if [ "$TLS" = 1 ]; then
   compose up -d --no-build superlink serverapp-superexec >"$LOGDIR/compose-up.log" 2>&1
   wait_superlink
   for i in 0 1; do   # SuperNode authentication: the SuperLink accepts registered keys only
-    "$FLWR" supernode register "$HERE/keys/supernode-$i.pub" "$CONN" --name "supernode-$i" \
-      2>&1 | tail -1 | tee -a "$SUMMARY"
+    out=$("$FLWR" supernode register "$HERE/keys/supernode-$i.pub" "$CONN" --name "supernode-$i" 2>&1) \
+      || { printf '%s\n' "$out" >&2; die "flwr supernode register supernode-$i failed"; }
+    printf '%s\n' "$out" | tail -1 | tee -a "$SUMMARY"
   done
 fi
 compose up -d --no-build >>"$LOGDIR/compose-up.log" 2>&1 \

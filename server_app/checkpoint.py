@@ -3,15 +3,16 @@
 ``checkpoint.pb`` in the results folder holds the completed round, the run config it ran under
 (every key, defaults resolved: ``server_app.resume`` compares it with a resumed run's), the global
 arrays Flower passes on, the recorder's rows and the strategy's ``state_record()``, as one Flower
-RecordDict in
-Flower's protobuf serialisation (written atomically; read back without pickle, and every part is
-validated by the decoders that read it).
+RecordDict in Flower's protobuf serialisation (written atomically; read back without pickle, and
+every part is validated by the decoders that read it). What only grows (FFGB's learners) lies
+beside it in an append-only segments file (``server_app.segment_log``), written once per segment;
+the checkpoint names that file and each live segment's offset, length and SHA-256.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +22,10 @@ from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
 
 from functions.errors import DecodeError
 from server_app.results import write_atomic
+from server_app.segment_log import PREFIX, Entry, generation_of, read_segments
 
 FILE_NAME = "checkpoint.pb"
-FORMAT = 3  # 2: with the run config; 3: strategy state through strategies.state_codec
+FORMAT = 3  # 2: with the run config; 3: strategy state through strategies.state_codec, segments
 _META, _ARRAYS, _STRATEGY = "checkpoint", "checkpoint.arrays", "strategy."
 
 
@@ -37,12 +39,18 @@ class Checkpoint:
     rows: list[dict[str, Any]]
     strategy: RecordDict
     run_config: dict[str, Any]
+    segments_file: str = PREFIX + "0"  # beside the checkpoint
+    segments: dict[str, Entry] = field(default_factory=dict)  # the live ones, where they lie
+    segment_records: dict[str, RecordDict] = field(default_factory=dict)  # once read back
 
     def to_bytes(self) -> bytes:
+        segments = {name: entry.to_list() for name, entry in self.segments.items()}
         content = RecordDict({
             _META: ConfigRecord({"format": FORMAT, "algorithm": self.algorithm,
                                  "round": self.server_round, "rows": json.dumps(self.rows),
-                                 "run-config": json.dumps(self.run_config, sort_keys=True)}),
+                                 "run-config": json.dumps(self.run_config, sort_keys=True),
+                                 "segments-file": self.segments_file,
+                                 "segments": json.dumps(segments)}),
             _ARRAYS: self.arrays,
         })
         for key, record in self.strategy.items():
@@ -61,6 +69,12 @@ class Checkpoint:
             run_config = json.loads(str(meta["run-config"]))
             server_round = int(meta["round"])
             arrays = content[_ARRAYS]
+            segments_file = str(meta["segments-file"])
+            listed = json.loads(str(meta["segments"]))
+            if generation_of(segments_file) is None or not isinstance(listed, dict):
+                raise DecodeError(f"segments: {segments_file!r} is not a segments file name")
+            segments = {str(name): Entry.from_list(value, str(name))
+                        for name, value in listed.items()}
         except DecodeError:
             raise
         except Exception as err:  # noqa: BLE001 - any fault in a file read back from disk
@@ -70,7 +84,8 @@ class Checkpoint:
             raise DecodeError("checkpoint: arrays, rows or run config of the wrong kind")
         strategy = RecordDict({k[len(_STRATEGY):]: v for k, v in content.items()
                                if k.startswith(_STRATEGY)})
-        return cls(str(meta["algorithm"]), server_round, arrays, rows, strategy, run_config)
+        return cls(str(meta["algorithm"]), server_round, arrays, rows, strategy, run_config,
+                   segments_file, segments)
 
 
 def write_checkpoint(directory: Path, checkpoint: Checkpoint) -> Path:
@@ -80,6 +95,11 @@ def write_checkpoint(directory: Path, checkpoint: Checkpoint) -> Path:
 
 
 def read_checkpoint(path: Path) -> Checkpoint:
-    """The checkpoint at ``path`` (a file, or a results folder holding one)."""
+    """The checkpoint at ``path`` (a file, or a results folder holding one), with its segments
+    read back from the file beside it and checked (``DecodeError`` naming a bad one)."""
     path = Path(path)
-    return Checkpoint.from_bytes((path / FILE_NAME if path.is_dir() else path).read_bytes())
+    file = path / FILE_NAME if path.is_dir() else path
+    checkpoint = Checkpoint.from_bytes(file.read_bytes())
+    checkpoint.segment_records = read_segments(file.parent / checkpoint.segments_file,
+                                               checkpoint.segments)
+    return checkpoint

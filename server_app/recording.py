@@ -15,6 +15,7 @@ from flwr.serverapp.strategy import Strategy
 from server_app.checkpoint import Checkpoint, write_checkpoint
 from server_app.metered_grid import MeteredGrid
 from server_app.results import ResultsWriter
+from server_app.segment_log import SegmentLog
 from strategies.base import FederatedStrategy
 
 _CLIENT_BOOKKEEPING = ("num-examples",)
@@ -48,7 +49,7 @@ class RecordedStrategy(Strategy):
         self.asked = len(messages)
         return messages
 
-    def aggregate_train(self, server_round: int, replies: Iterable[Message]):  # noqa: ANN201
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]):
         """The inner aggregation; ``BelowQuorum`` first if fewer than ``min_replies`` of the
         nodes asked (or all of them, if fewer were asked) answered without an error; the strategy
         then keeps its state of the last round."""
@@ -89,6 +90,7 @@ class RoundRecorder:
         self.strategy, self.grid, self.writer = strategy, grid, writer
         self.num_rounds, self.algorithm = num_rounds, algorithm
         self.run_config = dict(run_config)  # stored in every checkpoint (server_app.resume)
+        self.segments = SegmentLog(writer.directory)  # the checkpoint's append-only part
         already = writer.rounds[-1]["wall_time_s"] if writer.rounds else 0.0
         self.start = time.monotonic() - already
 
@@ -114,9 +116,12 @@ class RoundRecorder:
             wall_time_s=round(time.monotonic() - self.start, 3),
         )
         self.writer.add_round(row)
+        inner = self.strategy.inner
+        segments = self.segments.store(inner.segment_names(), inner.segment_record)
         write_checkpoint(self.writer.directory, Checkpoint(
-            self.algorithm, server_round, arrays, self.writer.rounds,
-            self.strategy.inner.state_record(), self.run_config))
+            self.algorithm, server_round, arrays, self.writer.rounds, inner.state_record(),
+            self.run_config, self.segments.path.name, segments))
+        self.segments.retire()
         log(INFO, "%s", format_row(row, self.num_rounds))
         return MetricRecord({k: v for k, v in row.items() if isinstance(v, (int, float))})
 

@@ -59,7 +59,7 @@ def restore(strategy: FederatedStrategy, checkpoint: Checkpoint) -> None:
     (a resumed run is a new Flower run); DecodeError for a state that does not load, whatever
     the fault (a file from disk: a wrong key or shape is a bad file, not a bug to trace)."""
     try:
-        strategy.load_state_record(checkpoint.strategy)
+        strategy.load_state_record(checkpoint.strategy, checkpoint.segment_records)
     except DecodeError:
         raise
     except Exception as err:  # noqa: BLE001 - any fault of a state read back from disk

@@ -21,14 +21,15 @@ Failures found while admitting (unusable or refused answers) and while screening
 generator, the roster, the book) is written and read here. A family declares its own state as a
 dataclass (``State``, see ``strategies.state_codec``): ``family_state`` returns one once the
 roster is known, the base writes it with the one codec and reads it back, validated, with the
-family's ``state_context``, into ``load_family_state``. Until every family has moved, one without
-``State`` still writes and reads its own records through the same two hooks.
+family's ``state_context``, into ``load_family_state``. What only grows (FFGB's learners) is
+kept apart as segments the checkpoint writes once (``segment_names`` / ``segment_record``).
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from types import MappingProxyType
 from typing import Any, ClassVar, TypeVar
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
@@ -39,7 +40,15 @@ from functions.errors import DecodeError
 from strategies.node_book import NodeBook, NodeSlot
 from strategies.roster import Roster
 from strategies.sampling import Sampler
-from strategies.state_codec import POSITIONS, decode_state, encode_state, restore_rng, rng_record
+from strategies.screening import Screened, screen_replies
+from strategies.state_codec import (
+    POSITIONS,
+    SEGMENTS,
+    decode_state,
+    encode_state,
+    restore_rng,
+    rng_record,
+)
 
 T = TypeVar("T")
 _RNG, _ROSTER, _BOOK = "rng", "roster", "book"
@@ -55,7 +64,8 @@ class FederatedStrategy(Strategy):
     sampler: Sampler | None = None  # None: every node takes part in every round
     roster: Roster | None = None  # the run's nodes, once asked (round 1)
     book: NodeBook | None = None  # one slot per node of the roster, in its order
-    pinned: dict[int, int] = {}  # node id -> the partition it alone may serve (node-partitions)
+    pinned: Mapping[int, int] = MappingProxyType({})  # node id -> the partition it alone may
+    # serve (node-partitions); none by default
     _failures: int = 0  # found this round before the replies' screening
 
     def pin_partitions(self, pinned: dict[int, int]) -> None:
@@ -135,6 +145,31 @@ class FederatedStrategy(Strategy):
         for node in list(self.book.node_ids if self.book is not None else []):
             self.rebind(node, node)
 
+    # -- evaluation -----------------------------------------------------------------------------
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
+                           ) -> MetricRecord | None:
+        """Every evaluate reply screened by the family's ``check_evaluation`` (a reply that
+        fails it counts as a failure, like an error reply), the family told which nodes failed
+        (``on_evaluation_screened``), then its ``evaluation_metrics`` of the accepted replies in
+        roster order, with the round's evaluation failures."""
+        screened = screen_replies(self.label, server_round, replies, self.check_evaluation,
+                                  self.book.node_ids)
+        self.on_evaluation_screened(screened)
+        metrics = self.evaluation_metrics(screened.in_order(self.book.node_ids))
+        return MetricRecord({**metrics, "failures": screened.rejected})
+
+    def check_evaluation(self, reply: Message) -> Any:
+        """A node's evaluate reply, decoded and checked (``DecodeError`` otherwise)."""
+        raise DecodeError(f"{self.label} sends no evaluate messages")
+
+    def on_evaluation_screened(self, screened: Screened) -> None:
+        """What the screen found (error replies, dropped ones, accepted ones): the family may
+        mark nodes for re-sync (they may not hold what was sent)."""
+
+    def evaluation_metrics(self, accepted: dict[int, Any]) -> dict[str, Any]:
+        """The round's evaluation metrics from the checked replies (roster order)."""
+        return {}
+
     # -- the global function ----------------------------------------------------------------------
     def initial_arrays(self) -> ArrayRecord:
         """What Flower's ``start`` passes to round 1; empty when there is no global function."""
@@ -156,35 +191,37 @@ class FederatedStrategy(Strategy):
     # -- checkpoint -------------------------------------------------------------------------------
     def state_record(self) -> RecordDict:
         """Everything a fresh strategy with the same settings needs to continue exactly: the
-        generator, the roster and the book, and the family's state."""
+        generator, the roster and the book, and the family's state (its segments apart)."""
         state = RecordDict()
         if self.sampler is not None:
             state[_RNG] = rng_record(self.sampler.rng)
         if self.roster is not None:
             state[_ROSTER] = self.roster.to_record()
             state[_BOOK] = self.book.to_record()
-        family = self.family_state()
-        if self.State is not None:
-            family = {} if family is None else encode_state(family, self.state_context())
-        for key, record in family.items():
-            state[key] = record
+            family = self.family_state()
+            if family is not None:
+                for key, record in encode_state(family, self.state_context()).items():
+                    state[key] = record
         return state
 
-    def load_state_record(self, state: RecordDict) -> None:
-        """Restore what ``state_record`` wrote (``DecodeError`` if it does not fit)."""
+    def load_state_record(self, state: RecordDict,
+                          segments: Mapping[str, RecordDict] | None = None) -> None:
+        """Restore what ``state_record`` wrote, with the segments the checkpoint kept beside it
+        (``DecodeError`` if anything does not fit)."""
         if self.sampler is not None:
             self.sampler.rng = restore_rng(state.get(_RNG))
-        if _ROSTER in state:
-            self.roster = Roster.from_record(state[_ROSTER])
-            self.book = NodeBook.from_record(state[_BOOK], self.label, self.slot)
-        if self.State is None:
-            self.load_family_state(state)
-            return
         records = {k: v for k, v in state.items() if k not in _COMMON}
-        if self.roster is not None:
-            self.load_family_state(decode_state(self.State, records, self.state_context()))
+        if _ROSTER not in state:
+            if records:
+                raise DecodeError(f"family state {sorted(records)} without a roster")
+            return
+        self.roster = Roster.from_record(state[_ROSTER])
+        self.book = NodeBook.from_record(state[_BOOK], self.label, self.slot)
+        if self.State is not None:
+            context = {**self.state_context(), SEGMENTS: dict(segments or {})}
+            self.load_family_state(decode_state(self.State, records, context))
         elif records:
-            raise DecodeError(f"family state {sorted(records)} without a roster")
+            raise DecodeError(f"{self.label} keeps no family state, got {sorted(records)}")
 
     def state_context(self) -> dict[str, Any]:
         """What decoding the family's state needs besides its records (``state_codec``): the
@@ -192,10 +229,19 @@ class FederatedStrategy(Strategy):
         return {POSITIONS: len(self.book.node_ids)}
 
     def family_state(self) -> Any:
-        """The family's ``State`` once the roster is known (None before: nothing to save);
-        without ``State``, its own records (besides the generator, roster and book)."""
-        return {}
+        """The family's ``State`` (called once the roster is known); None: nothing to save."""
+        return None
 
     def load_family_state(self, state: Any) -> None:
-        """Restore ``family_state``'s ``State`` (decoded and validated; the roster and book are
-        back); without ``State``, from the whole RecordDict."""
+        """Restore ``family_state``'s ``State``, decoded and validated (the roster and book
+        are back)."""
+
+    def segment_names(self) -> list[str]:
+        """The live append-only parts of the state (``server_app.segment_log``): records that
+        never change once made, which the checkpoint writes once and lists by name; none by
+        default. Decoding finds them in the context's ``SEGMENTS``."""
+        return []
+
+    def segment_record(self, name: str) -> RecordDict:
+        """The records of segment ``name`` (one of ``segment_names``)."""
+        raise KeyError(f"{self.label} has no segment {name!r}")

@@ -117,10 +117,6 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
         record = RecordDict({ARRAYS: arrays, CONFIG: config})
         return self._construct_messages(record, self.book.node_ids, MessageType.EVALUATE)
 
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
-                           ) -> MetricRecord | None:
-        return self.evaluation_metrics(server_round, replies, self.book.node_ids)
-
 
 class CheckedFedProx(CheckedFedAvg):
     """Li et al.'s FedProx: FedAvg whose clients add (mu/2)||w - w_global||^2."""

@@ -16,7 +16,7 @@ from logging import INFO
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, Message
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
@@ -108,10 +108,6 @@ class FedDRStrategy(TorchModelStrategy):
             return []
         return self.book.evaluate_messages(server_round,
                                            {XBAR: params_to_record(self.layout, self.xbar)})
-
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
-                           ) -> MetricRecord | None:
-        return self.evaluation_metrics(server_round, replies, self.book.node_ids)
 
     # -- state -----------------------------------------------------------------------
     def state_context(self) -> dict[str, Any]:

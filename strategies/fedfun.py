@@ -57,7 +57,7 @@ from strategies.base import FederatedStrategy
 from strategies.bounds import AgreedBounds, query_bounds
 from strategies.evaluation import checked_count, checked_metrics, example_limit, spread_over_nodes
 from strategies.relay import LIMITS, RelayBook, RelayState, model_records
-from strategies.screening import exact_records, screen_replies
+from strategies.screening import Screened, exact_records
 from strategies.state_codec import checks
 from tasks.datasets import TaskData
 from tasks.errors import ConfigError
@@ -224,21 +224,19 @@ class FedFunStrategy(FederatedStrategy):
         return [self._message(node, server_round, EVALUATE) for node in self.book.node_ids
                 if self.vertex(node) in self.relay.latest]
 
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
-                           ) -> MetricRecord | None:
-        screened = screen_replies(self.label, server_round, replies, self._checked_evaluation,
-                                  self.book.node_ids)
+    def on_evaluation_screened(self, screened: Screened) -> None:
         self._lost([node for node in self.book.node_ids if node not in screened.accepted])
-        per_node = screened.in_order(self.book.node_ids)
+
+    def evaluation_metrics(self, accepted: dict[int, dict[str, float]]) -> dict[str, float]:
         names = {TEST_ACCURACY: "test_accuracy", TRAIN_ACCURACY: "train_accuracy",
                  LOCAL_ACCURACY: "local_accuracy"}
-        out = spread_over_nodes({n: {names[k]: m[k] for k in names} for n, m in per_node.items()})
-        pairs = sum(m[NEIGHBOUR_COUNT] for m in per_node.values())
+        out = spread_over_nodes({n: {names[k]: m[k] for k in names} for n, m in accepted.items()})
+        pairs = sum(m[NEIGHBOUR_COUNT] for m in accepted.values())
         if pairs:
-            out["consensus_distance"] = sum(m[CONSENSUS] for m in per_node.values()) / pairs
-        return MetricRecord({**out, "failures": screened.rejected})
+            out["consensus_distance"] = sum(m[CONSENSUS] for m in accepted.values()) / pairs
+        return out
 
-    def _checked_evaluation(self, reply: Message) -> dict[str, float]:
+    def check_evaluation(self, reply: Message) -> dict[str, float]:
         """A node's figures: accuracies in [0, 1], at most its degree of neighbours compared."""
         metrics = checked_metrics(exact_records(reply.content, {METRICS: MetricRecord})[METRICS],
                                   EVALUATION_KEYS)

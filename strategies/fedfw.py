@@ -60,10 +60,10 @@ from oracles.frank_wolfe import fw_gap
 from oracles.lmo import Constraint, lmo_per_tensor, make_constraint, smallest_set
 from run_config.common import RunSettings
 from run_config.fedfw import ConstraintSet, FedFWSettings, fedfw_settings
-from strategies.evaluation import combine_evaluation_sums, decode_evaluation_sums
+from strategies.evaluation import EvaluationSums, combine_evaluation_sums, decode_evaluation_sums
 from strategies.node_book import NodeSlot, dense_restart
 from strategies.sampling import BERNOULLI, Sampler
-from strategies.screening import exact_records, screen_replies
+from strategies.screening import Screened, exact_records
 from strategies.state_codec import LAYOUT, POSITIONS
 from strategies.torch_model import TorchGlobal, TorchModelStrategy
 
@@ -336,7 +336,7 @@ class FedFWStrategy(TorchModelStrategy):
                                            **{FW_GAP: self.fw.gap})
                 for node in self.book.node_ids]
 
-    def _checked_evaluation(self, reply: Message):
+    def check_evaluation(self, reply: Message) -> tuple[EvaluationSums, Params | None]:
         """Evaluation sums, and grad f_i(x-bar) when the gap is on."""
         kinds = {METRICS: MetricRecord, **({FW_GRAD: ArrayRecord} if self.fw.gap else {})}
         records = exact_records(reply.content, kinds)
@@ -344,18 +344,16 @@ class FedFWStrategy(TorchModelStrategy):
         grad = record_to_params(records[FW_GRAD], self.layout, np.float32) if self.fw.gap else None
         return sums, grad
 
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
-                           ) -> MetricRecord | None:
-        screened = screen_replies(self.label, server_round, replies, self._checked_evaluation,
-                                  self.book.node_ids)
+    def on_evaluation_screened(self, screened: Screened) -> None:
         self._forget_replicas(screened.errors)
-        good, rejected = screened.in_order(self.book.node_ids), screened.rejected
-        metrics = MetricRecord({**combine_evaluation_sums([s for s, _ in good.values()], self.kind),
-                                "failures": rejected})
+
+    def evaluation_metrics(self, accepted: dict[int, tuple[EvaluationSums, Params | None]]
+                           ) -> dict[str, float]:
+        metrics = combine_evaluation_sums([s for s, _ in accepted.values()], self.kind)
         if (self.fw.gap and self.gap_domain is not None
-                and len(good) == len(self.book.node_ids)):
-            metrics["fw_gap"] = fw_gap([g for _, g in good.values()], self.mirror.x_bar,
-                                       self.gap_domain, self.fw.scope, len(good))
+                and len(accepted) == len(self.book.node_ids)):
+            metrics["fw_gap"] = fw_gap([g for _, g in accepted.values()], self.mirror.x_bar,
+                                       self.gap_domain, self.fw.scope, len(accepted))
         return metrics
 
     # -- state -----------------------------------------------------------------------

@@ -14,29 +14,23 @@ predictions, updated from each round's new learners only.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from logging import INFO, WARNING
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from functions.ensembles import (
-    Ensemble,
-    PredictionCache,
-    pack_delta,
-    read_lone_learner,
-    unpack_delta,
-)
-from functions.params import arrays_to_record, record_to_arrays
+from functions.ensembles import Ensemble, PredictionCache
+from functions.errors import DecodeError
 from functions.protocol import (
     CONFIG,
     DELTA,
     DELTA_ARRAYS,
     EVALUATE,
     LAST_ACCEPTED,
-    METRICS,
     SERVER_ROUND,
     STUDENT,
     STUDENT_ARRAYS,
@@ -46,16 +40,34 @@ from oracles.distillation import NONE
 from run_config.common import RunSettings
 from run_config.ffgb import DISTILL, FFGBSettings, check_task, ffgb_settings
 from strategies.base import FederatedStrategy
-from strategies.ensemble_sync import EnsembleSync, SyncSlot
-from strategies.evaluation import combine_evaluation_sums, decode_evaluation_sums
-from strategies.ffgb_distillation import GlobalDistillation
+from strategies.ensemble_sync import EnsembleSync, StoredEnsemble, SyncSlot
+from strategies.evaluation import EvaluationSums, combine_evaluation_sums, evaluation_sums_of
+from strategies.ffgb_distillation import SPEC, GlobalDistillation, StoredStudent
 from strategies.ffgb_one_shot import OneShotBoosting
 from strategies.ffgb_replies import CheckedIncrement, FFGBReplies
 from strategies.node_book import NodeBook
 from strategies.sampling import Sampler
-from strategies.screening import exact_records, screen_replies
+from strategies.screening import Screened
+from strategies.state_codec import LIMITS, checks
 from tasks.datasets import TaskData
 from tasks.federation import task_for
+
+TEST_POINTS, OUTPUTS = "test-points", "outputs"  # state-decoding context: the test set's shape
+
+
+@dataclass
+class FFGBState:
+    """What an FFGB run continues from: the ensemble (its learners in segments), the learner
+    counts behind ``models_exchanged``, the distillation's student and FedAvg rounds, the
+    central test-set values, and the one-shot pool's roster positions."""
+
+    ensemble: StoredEnsemble
+    learners_up: int
+    learners_down: int
+    student_rounds: int
+    student: StoredStudent | None
+    test_values: np.ndarray | None = field(metadata=checks(shape=(TEST_POINTS, OUTPUTS)))
+    pool: tuple[int, ...] | None
 
 
 class RoundBoosting:
@@ -76,17 +88,20 @@ class RoundBoosting:
     def evaluation_nodes(self, server_round: int, book: NodeBook) -> list[int]:
         return list(book.node_ids)
 
-    def state(self) -> dict[str, ConfigRecord]:
-        return {}
-
-    def load_state(self, state: RecordDict, sync: EnsembleSync, positions: int) -> None:
+    def state(self) -> None:
         """Nothing besides the ensemble."""
+
+    def load_state(self, pool: tuple[int, ...] | None, sync: EnsembleSync, positions: int
+                   ) -> None:
+        if pool is not None:
+            raise DecodeError("pool: a one-shot state, loaded by a multi-round run")
 
 
 class FFGBStrategy(FederatedStrategy):
     """FFGB family on Flower's Message API: delta-synced ensembles, partial participation."""
 
     label = "FFGB"
+    State = FFGBState
     slot = SyncSlot
 
     def __init__(self, ffgb: FFGBSettings, task: TaskData, central_evaluation: bool,
@@ -221,21 +236,18 @@ class FFGBStrategy(FederatedStrategy):
         return [self._message(node, server_round, EVALUATE)
                 for node in self.boosting.evaluation_nodes(server_round, self.book)]
 
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
-                           ) -> MetricRecord | None:
-        kind = self.task.kind
-        screened = screen_replies(
-            self.label, server_round, replies,
-            lambda r: decode_evaluation_sums(
-                exact_records(r.content, {METRICS: MetricRecord})[METRICS], self.task),
-            self.book.node_ids)
-        self.book.lost(screened.errors)  # it may not hold what we sent
-        sums = screened.in_order(self.book.node_ids).values()
-        combined = combine_evaluation_sums(sums, kind)
+    def check_evaluation(self, reply: Message) -> EvaluationSums:
+        return evaluation_sums_of(reply, self.task)
+
+    def on_evaluation_screened(self, screened: Screened) -> None:
+        self.book.lost(screened.errors)  # they may not hold what we sent
+
+    def evaluation_metrics(self, accepted: dict[int, EvaluationSums]) -> dict[str, float]:
+        combined = combine_evaluation_sums(accepted.values(), self.task.kind)
         if self.test_cache is not None:  # the central figures take the plain names
             combined = {k if k == "train_loss" else f"federated_{k}": v
                         for k, v in combined.items()}
-        return MetricRecord({**combined, **self._size_metrics(), "failures": screened.rejected})
+        return {**combined, **self._size_metrics()}
 
     def evaluate_global(self, server_round: int, arrays: ArrayRecord) -> dict[str, float]:
         if self.test_cache is None:
@@ -250,44 +262,38 @@ class FFGBStrategy(FederatedStrategy):
         return {"test_accuracy": correct / n, "test_loss": loss / n}
 
     # -- state ----------------------------------------------------------------------------------
-    def family_state(self) -> dict[str, ArrayRecord | ConfigRecord]:
-        config, arrays = pack_delta(self.ensemble.snapshot(), self.sync.packs)
-        versions, scales = zip(*self.ensemble.updates) if self.ensemble.updates else ((), ())
-        state = {
-            "ensemble": ConfigRecord(config),
-            "ensemble-arrays": arrays_to_record(arrays),
-            "ensemble-history": ConfigRecord({"versions": list(versions),
-                                              "scales": [float(s) for s in scales]}),
-            "traffic": ConfigRecord({"up": self.learners_up, "down": self.learners_down,
-                                     "student-rounds": self.distillation.student_rounds}),
-            **self.boosting.state(),
-        }
-        if self.distillation.student is not None:
-            state["student"], state["student-arrays"] = self.distillation.records()
-        if self.test_cache is not None:
-            state["test-values"] = arrays_to_record({"values": self.test_cache.values})
-        return state
+    def state_context(self) -> dict[str, Any]:
+        return {**super().state_context(), LIMITS: self.replies.limits, SPEC: self.replies.spec,
+                TEST_POINTS: len(self.x_test), OUTPUTS: self.task.num_outputs}
 
-    def load_family_state(self, state: RecordDict) -> None:
-        limits = self.replies.limits
-        snapshot = unpack_delta(dict(state["ensemble"]), record_to_arrays(state["ensemble-arrays"]),
-                                limits)
-        history = state["ensemble-history"]
-        self.sync.restore(Ensemble(snapshot.base, snapshot.n_features, snapshot.learners,
-                                   snapshot.weights,
-                                   tuple(zip(history["versions"], history["scales"])),
-                                   offset=snapshot.since))
-        traffic = state["traffic"]
-        self.learners_up, self.learners_down = traffic["up"], traffic["down"]
-        self.distillation.student_rounds = traffic["student-rounds"]
-        if "student" in state:
-            self.distillation.student = read_lone_learner(unpack_delta(
-                dict(state["student"]), record_to_arrays(state["student-arrays"]), limits))
+    def family_state(self) -> FFGBState:
+        student = self.distillation.student
+        return FFGBState(
+            StoredEnsemble(self.ensemble), self.learners_up, self.learners_down,
+            self.distillation.student_rounds,
+            None if student is None else StoredStudent(student, self.x_test.shape[1],
+                                                       self.task.num_outputs),
+            None if self.test_cache is None else self.test_cache.values,
+            self.boosting.state())
+
+    def load_family_state(self, state: FFGBState) -> None:
+        if (state.test_values is None) != (self.test_cache is None):
+            raise DecodeError("test-values: saved with central evaluation, loaded without (or "
+                              "the other way round)")
+        self.sync.restore(state.ensemble.ensemble)
+        self.learners_up, self.learners_down = state.learners_up, state.learners_down
+        self.distillation.student_rounds = state.student_rounds
+        self.distillation.student = None if state.student is None else state.student.network
         if self.test_cache is not None:
             self.test_cache = PredictionCache(self.x_test, self.ensemble.version,
-                                              state["test-values"]["values"].numpy())
-        if self.book is not None:
-            self.boosting.load_state(state, self.sync, len(self.book.node_ids))
+                                              state.test_values)
+        self.boosting.load_state(state.pool, self.sync, len(self.book.node_ids))
+
+    def segment_names(self) -> list[str]:
+        return self.sync.segment_names() if self.book is not None else []
+
+    def segment_record(self, name: str) -> RecordDict:
+        return self.sync.segment_record(name)
 
 
 def build_ffgb(settings: RunSettings) -> FFGBStrategy:

@@ -9,16 +9,23 @@ packed once a round, whatever the number of recipients.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord
 
-from functions.ensembles import lone_learner, pack_delta
-from functions.params import arrays_to_record
+from functions.ensembles import lone_learner, pack_delta, read_lone_learner, unpack_delta
+from functions.errors import DecodeError
+from functions.learners import learner_spec
+from functions.params import arrays_to_record, record_to_arrays
 from oracles.distillation import average_networks
 from oracles.weak_learning import new_network
 from strategies.ffgb_replies import CheckedStudent
+from strategies.state_codec import LIMITS
+
+SPEC = "learner-spec"  # state-decoding context: the run's learner spec, which the student has
 
 
 @dataclass
@@ -66,3 +73,28 @@ class GlobalDistillation:
         self._records = None
         finished = index >= self.rounds and self.student_rounds > 0
         return metrics, self.student if finished else None
+
+
+@dataclass(frozen=True)
+class StoredStudent:
+    """The student as strategy state (``strategies.state_codec``'s Wire form): a lone learner's
+    delta, decoded under the context's ``LIMITS`` and checked against its ``SPEC``."""
+
+    network: object
+    n_features: int
+    n_outputs: int
+    RECORDS: ClassVar[Mapping[str, type]] = {"": ConfigRecord, "arrays": ArrayRecord}
+
+    def to_records(self) -> dict[str, ConfigRecord | ArrayRecord]:
+        config, arrays = pack_delta(lone_learner(self.network, self.n_features, self.n_outputs))
+        return {"": ConfigRecord(config), "arrays": arrays_to_record(arrays)}
+
+    @classmethod
+    def from_records(cls, records: Mapping[str, Any], context: Mapping[str, Any]
+                     ) -> StoredStudent:
+        delta = unpack_delta(dict(records[""]), record_to_arrays(records["arrays"]),
+                             context[LIMITS])
+        network = read_lone_learner(delta)
+        if learner_spec(network) != context[SPEC]:
+            raise DecodeError(f"the student is not the run's {context[SPEC]}")
+        return cls(network, delta.n_features, delta.n_outputs)

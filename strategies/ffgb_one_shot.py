@@ -21,11 +21,11 @@ from __future__ import annotations
 from logging import INFO
 
 import numpy as np
-from flwr.app import ConfigRecord
 from flwr.common.logger import log
 
 from functions.batched import weighted_sum
 from functions.ensembles import PredictionCache
+from functions.errors import DecodeError
 from oracles.boosting import AVERAGE, round_coefficients
 from run_config.ffgb import FFGBSettings
 from strategies.ensemble_sync import EnsembleSync
@@ -97,14 +97,20 @@ class OneShotBoosting:
             values = np.einsum("l,lno->no", np.array(coefficients), self.pool_test)
             test_cache.values, test_cache.version = values, sync.ensemble.version
 
-    def state(self) -> dict[str, ConfigRecord]:
-        return {"pool": ConfigRecord({"positions": list(self.pool)})}
+    def state(self) -> tuple[int, ...]:
+        """The roster positions whose learners form the pool, in order."""
+        return tuple(self.pool)
 
-    def load_state(self, state: dict, sync: EnsembleSync, positions: int) -> None:
+    def load_state(self, pool: tuple[int, ...] | None, sync: EnsembleSync, positions: int
+                   ) -> None:
         """The pool back from the checkpoint's ensemble (K learners per position, in order)."""
         k = self.ffgb.local_steps
+        if (pool is None or len(set(pool)) != len(pool)
+                or any(not 0 <= p < positions for p in pool)
+                or len(sync.ensemble.learners) != len(pool) * k):
+            raise DecodeError(f"pool: expected distinct roster positions below {positions}, "
+                              f"{k} learners each")
         learners = iter(sync.ensemble.learners)
-        self.pool = {int(position): tuple(next(learners) for _ in range(k))
-                     for position in state["pool"]["positions"]}
+        self.pool = {position: tuple(next(learners) for _ in range(k)) for position in pool}
         if self.pool:
             self._cache_pool_predictions(positions)

@@ -23,9 +23,7 @@ from functions.node_models import Config, decode_node_model, reprefixed
 from functions.params import arrays_to_record, record_to_arrays
 from functions.protocol import neighbour_prefix
 from oracles.graphs import Graph
-from strategies.state_codec import checks
-
-LIMITS = "limits"  # the state context's ModelLimits, which the saved models must respect
+from strategies.state_codec import LIMITS, checks
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,8 @@ from functions.params import (
 Record = ArrayRecord | ConfigRecord
 T = TypeVar("T")
 LAYOUT, POSITIONS = "layout", "positions"  # context entries for Params fields
+LIMITS = "limits"  # context entry: the decoders' bounds a family's Wire objects read
+SEGMENTS = "segments"  # context entry: the checkpoint's append-only segments, by name
 _SCALARS = (bool, int, float, str)
 _DTYPES = ("float64", "int64")
 _SPEC = "state-codec"  # the metadata key of ``checks``

@@ -3,21 +3,23 @@ model, its start point and its central evaluation."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, Message, MetricRecord
+from flwr.app import ArrayRecord, Message
 from torch import nn
 
 from functions.params import ParamLayout, Params
-from functions.protocol import METRICS
 from oracles.douglas_rachford import project_params
 from run_config.common import RunSettings
 from run_config.fedfw import ConstraintSet
 from strategies.base import FederatedStrategy
-from strategies.evaluation import CentralEvaluator, combine_evaluation_sums, decode_evaluation_sums
-from strategies.screening import exact_records, screen_replies
+from strategies.evaluation import (
+    CentralEvaluator,
+    EvaluationSums,
+    combine_evaluation_sums,
+    evaluation_sums_of,
+)
 from tasks.datasets import TaskData
 from tasks.devices import resolve_device
 from tasks.federation import task_for
@@ -67,17 +69,12 @@ class TorchModelStrategy(FederatedStrategy):
         evaluator = self.model.evaluator
         return evaluator(arrays) if evaluator is not None else {}
 
-    def evaluation_metrics(self, server_round: int, replies: Iterable[Message],
-                           node_ids: list[int]) -> MetricRecord:
-        """The nodes' evaluation sums at the global model, screened and combined."""
-        screened = screen_replies(
-            self.label, server_round, replies,
-            lambda r: decode_evaluation_sums(
-                exact_records(r.content, {METRICS: MetricRecord})[METRICS], self.model.task),
-            node_ids)
-        sums = screened.in_order(node_ids).values()
-        return MetricRecord({**combine_evaluation_sums(sums, self.kind),
-                             "failures": screened.rejected})
+    def check_evaluation(self, reply: Message) -> EvaluationSums:
+        """The node's loss sums and counts at the global model."""
+        return evaluation_sums_of(reply, self.model.task)
+
+    def evaluation_metrics(self, accepted: dict[int, EvaluationSums]) -> dict[str, float]:
+        return combine_evaluation_sums(accepted.values(), self.kind)
 
     def description(self) -> dict[str, Any]:
         return {"kind": "torch model", "model": self.model.name,

@@ -27,7 +27,7 @@ from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 
 from client_app.job import ClientJob
 from client_app.node_info import describe_node
-from functions.ensembles import Delta, Ensemble, encode_delta, pack_delta, unpack_delta
+from functions.ensembles import Delta, Ensemble, pack_delta, unpack_delta
 from functions.params import arrays_to_record, record_to_arrays
 from functions.protocol import CONFIG, EVALUATE, METRICS, QUERY_NODE, SERVER_ROUND, TRAIN
 from functions.trees import decode_tree, encode_tree, from_sklearn
@@ -35,10 +35,10 @@ from run_config.common import RunSettings
 from run_config.keys import Key, build, read_keys, within
 from run_config.tables import Family, Table
 from strategies.base import FederatedStrategy
-from strategies.ensemble_sync import EnsembleSync, SyncSlot
+from strategies.ensemble_sync import EnsembleSync, StoredEnsemble, SyncSlot
 from strategies.evaluation import checked_metrics, spread_over_nodes
 from strategies.registry import ServerAlgorithm
-from strategies.screening import exact_records, screen_replies
+from strategies.screening import exact_records
 from tasks.federation import task_for
 
 DELTA, DELTA_ARRAYS = "delta", "delta-arrays"
@@ -75,6 +75,13 @@ def _read_delta(content: RecordDict) -> Delta:
     return unpack_delta(dict(records[DELTA]), record_to_arrays(records[DELTA_ARRAYS]))
 
 
+@dataclass
+class TreesState:
+    """The ensemble, its learners in the checkpoint's segments."""
+
+    ensemble: StoredEnsemble
+
+
 class BoostedTreesStrategy(FederatedStrategy):
     """Server half of ``test-trees``: the global function is an ensemble of trees, each node's
     copy kept current by the shared ``EnsembleSync`` (the nodes here keep no own values, so
@@ -82,6 +89,7 @@ class BoostedTreesStrategy(FederatedStrategy):
 
     label = "test-trees"
     slot = SyncSlot
+    State = TreesState
 
     def __init__(self, settings: RunSettings) -> None:
         self.task = task_for(settings.data)
@@ -131,15 +139,17 @@ class BoostedTreesStrategy(FederatedStrategy):
                            grid: Grid) -> Iterable[Message]:
         return []
 
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> None:
-        return None
+    def family_state(self) -> TreesState:
+        return TreesState(StoredEnsemble(self.sync.ensemble))
 
-    def family_state(self) -> dict[str, ArrayRecord | ConfigRecord]:
-        return _delta_records(*encode_delta(self.sync.ensemble, None))
+    def load_family_state(self, state: TreesState) -> None:
+        self.sync.restore(state.ensemble.ensemble)
 
-    def load_family_state(self, state: RecordDict) -> None:
-        self.sync.restore(self.sync.ensemble.apply(_read_delta(RecordDict(
-            {k: state[k] for k in (DELTA, DELTA_ARRAYS)}))))
+    def segment_names(self) -> list[str]:
+        return self.sync.segment_names()
+
+    def segment_record(self, name: str) -> RecordDict:
+        return self.sync.segment_record(name)
 
 
 def boosted_trees_train(job: ClientJob) -> RecordDict:
@@ -191,14 +201,12 @@ class LocalModelsStrategy(FederatedStrategy):
                            grid: Grid) -> Iterable[Message]:
         return self._messages(server_round, EVALUATE, self.book.node_ids)
 
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord:
-        screened = screen_replies(
-            self.label, server_round, replies,
-            lambda r: checked_metrics(exact_records(r.content, {METRICS: MetricRecord})[METRICS],
-                                      ["test_accuracy"]),
-            self.book.node_ids)
-        return MetricRecord({**spread_over_nodes(screened.accepted),
-                             "failures": screened.rejected})
+    def check_evaluation(self, reply: Message) -> dict[str, float]:
+        return checked_metrics(exact_records(reply.content, {METRICS: MetricRecord})[METRICS],
+                               ["test_accuracy"])
+
+    def evaluation_metrics(self, accepted: dict[int, dict[str, float]]) -> dict[str, float]:
+        return spread_over_nodes(accepted)
 
 
 def local_train(job: ClientJob) -> RecordDict:

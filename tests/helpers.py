@@ -7,9 +7,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from flwr.app import RecordDict
 
 from client_app.app import app as client_app
+from functions.ensembles import Ensemble
 from server_app.app import main as server_main
+from server_app.checkpoint import read_checkpoint
+from strategies.ensemble_sync import StoredEnsemble
+from strategies.state_codec import SEGMENTS
 from testing.inprocess_grid import LocalGrid, run_config, server_context
 
 RUN_NAME = "job"
@@ -66,3 +71,36 @@ def forgetting(client, partition_id: int, server_round: int):  # noqa: ANN001, A
         return client(message, context)
 
     return app
+
+
+SEGMENT = "segment:"  # saved(): a segment's records, under segment:<name>:<record key>
+
+
+def saved(strategy) -> RecordDict:  # noqa: ANN001 - any FederatedStrategy
+    """The strategy's whole state as a checkpoint keeps it, in one RecordDict: its
+    ``state_record`` and its live segments (``segment:<name>:<key>``)."""
+    state = strategy.state_record()
+    for name in strategy.segment_names():
+        for key, record in strategy.segment_record(name).items():
+            state[f"{SEGMENT}{name}:{key}"] = record
+    return state
+
+
+def restore_saved(strategy, state: RecordDict) -> None:  # noqa: ANN001
+    """``load_state_record`` of what ``saved`` wrote."""
+    plain, segments = RecordDict(), {}
+    for key, record in state.items():
+        if key.startswith(SEGMENT):
+            name, _, inner = key[len(SEGMENT):].partition(":")
+            segments.setdefault(name, RecordDict())[inner] = record
+        else:
+            plain[key] = record
+    strategy.load_state_record(plain, segments)
+
+
+def checkpoint_ensemble(out_dir: Path) -> Ensemble:
+    """The FFGB ensemble of the checkpoint in ``out_dir``, its learners from the segments."""
+    checkpoint = read_checkpoint(out_dir)
+    state = checkpoint.strategy
+    records = {"": state["ensemble"], "arrays": state["ensemble-arrays"]}
+    return StoredEnsemble.from_records(records, {SEGMENTS: checkpoint.segment_records}).ensemble

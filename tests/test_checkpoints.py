@@ -209,10 +209,40 @@ def test_a_strategy_state_that_does_not_load_is_an_invalid_config(tmp_path):
     config = _stopped_after_two_rounds(tmp_path)
     path = tmp_path / RUN_NAME / FILE_NAME
     checkpoint = read_checkpoint(path)
-    del checkpoint.strategy[sorted(checkpoint.strategy.keys())[-1]]
+    removed = sorted(checkpoint.strategy.keys())[-1]
+    del checkpoint.strategy[removed]
     path.write_bytes(checkpoint.to_bytes())
     resumed = {**config, "resume-from": str(tmp_path / RUN_NAME)}
-    with pytest.raises(InvalidRunConfig, match="strategy state does not load"):
+    with pytest.raises(InvalidRunConfig, match=f"record '{removed}' is missing"):
+        run(LocalGrid(client_app, resumed, 3), server_context(resumed))
+
+
+def test_ffgb_learners_are_checkpointed_once_and_a_changed_segment_is_refused(tmp_path):
+    """The checkpoint lists one segment per round's learners; each is appended to the segments
+    file once (the file grows by one round's learners a round, not by the ensemble); a segment
+    whose bytes changed on disk stops a resume with InvalidRunConfig naming it."""
+    config = {**config_for(tmp_path, "ffgb"), "num-server-rounds": 3, "fraction-train": 1.0}
+    sizes = []
+
+    class Watching(LocalGrid):
+        def send_and_receive(self, messages, *, timeout=None):  # noqa: ANN001, ANN201
+            segments = sorted((tmp_path / RUN_NAME).glob("checkpoint.segments.*"))
+            sizes.append(sum(p.stat().st_size for p in segments))
+            return super().send_and_receive(messages, timeout=timeout)
+
+    run(Watching(client_app, config, 3), server_context(config))
+    checkpoint = read_checkpoint(tmp_path / RUN_NAME)
+    names = list(checkpoint.segments)
+    assert names == ["learners-1-6", "learners-7-12", "learners-13-18"]  # 3 nodes, K = 2
+    growth = [b - a for a, b in zip(sizes, sizes[1:]) if b != a]
+    assert len(set(growth)) == 1  # each round appends one round's learners, the same size
+    entry = checkpoint.segments[names[1]]
+    segments = tmp_path / RUN_NAME / checkpoint.segments_file
+    data = bytearray(segments.read_bytes())
+    data[entry.offset + entry.length // 2] ^= 1
+    segments.write_bytes(bytes(data))
+    resumed = {**config, "num-server-rounds": 4, "resume-from": str(tmp_path / RUN_NAME)}
+    with pytest.raises(InvalidRunConfig, match="segment 'learners-7-12'.*changed bytes"):
         run(LocalGrid(client_app, resumed, 3), server_context(resumed))
 
 

@@ -19,11 +19,10 @@ from functions.protocol import DELTA, DELTA_ARRAYS
 from functions.trees import from_sklearn
 from run_config.common import RunSettings
 from server_app.app import InvalidRunConfig
-from server_app.checkpoint import read_checkpoint
 from strategies.registry import ALGORITHMS
 from tasks.federation import local_data
 from testing.inprocess_grid import LocalGrid, run_config
-from tests.helpers import forgetting, run_app, train_messages
+from tests.helpers import checkpoint_ensemble, forgetting, run_app, train_messages
 
 FAST = {"algorithm": "ffgb", "task": "digits", "ffgb.local-steps": 2, "ffgb.oracle-steps": 60,
         "ffgb.hidden": 16}
@@ -34,9 +33,7 @@ def run_ffgb(tmp_path, num_nodes=4, client=client_app, **overrides):
 
 
 def final_ensemble(run) -> Ensemble:
-    state = read_checkpoint(run.out_dir).strategy
-    snapshot = unpack_delta(dict(state["ensemble"]), record_to_arrays(state["ensemble-arrays"]))
-    return Ensemble.constant(np.zeros(snapshot.n_outputs), snapshot.n_features).apply(snapshot)
+    return checkpoint_ensemble(run.out_dir)
 
 
 def node_values(run, node: int) -> tuple[int, np.ndarray]:

@@ -29,7 +29,7 @@ from run_config.common import RunSettings
 from strategies.base import FederatedStrategy
 from strategies.registry import ALGORITHMS
 from testing.inprocess_grid import LocalGrid, run_config
-from tests.helpers import run_app
+from tests.helpers import restore_saved, run_app, saved
 
 NODES = 4
 CONFIG = {"task": "synthetic", "fedfw.gap": True, "central-evaluation": False,
@@ -60,12 +60,12 @@ def captured(algorithm: str) -> Captured:
     strategy = ALGORITHMS[algorithm].build(s)
     train = list(grid.send_and_receive(
         strategy.configure_train(1, strategy.initial_arrays(), ConfigRecord(), grid)))
-    before_train = strategy.state_record()
+    before_train = saved(strategy)
     arrays, _ = strategy.aggregate_train(1, [copy(r) for r in train])
     evaluate = list(grid.send_and_receive(strategy.configure_evaluate(1, arrays, ConfigRecord(),
                                                                       grid)))
     assert len(train) == len(evaluate) == NODES and not any(r.has_error() for r in train)
-    return Captured(s, before_train, train, strategy.state_record(), evaluate)
+    return Captured(s, before_train, train, saved(strategy), evaluate)
 
 
 def copy(message: Message) -> Message:
@@ -75,7 +75,7 @@ def copy(message: Message) -> Message:
 def restored(algorithm: str, state: RecordDict) -> FederatedStrategy:
     """A new strategy of the run, restored to ``state`` (what a resumed ServerApp would hold)."""
     strategy = ALGORITHMS[algorithm].build(captured(algorithm).settings)
-    strategy.load_state_record(state)
+    restore_saved(strategy, state)
     return strategy
 
 
@@ -220,8 +220,8 @@ def test_a_broken_train_reply_is_one_failure_and_otherwise_no_reply(algorithm, d
     assert metrics["failures"] == len(bad) and expected["failures"] == 0
     assert metrics_without_failures(metrics) == metrics_without_failures(expected)
     assert canonical(arrays) == canonical(expected_arrays)
-    assert (without_sync_of(canonical(hit.state_record()), nodes)
-            == without_sync_of(canonical(clean.state_record()), nodes))
+    assert (without_sync_of(canonical(saved(hit)), nodes)
+            == without_sync_of(canonical(saved(clean)), nodes))
 
 
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
@@ -237,7 +237,7 @@ def test_a_broken_evaluate_reply_is_one_failure_and_otherwise_no_reply(algorithm
     assert metrics["failures"] == len(bad) and expected["failures"] == 0
     assert metrics_without_failures(metrics) == metrics_without_failures(expected)
     assert len(metrics) > 1 or len(bad) == NODES  # the good replies' figures, and failures
-    assert canonical(hit.state_record()) == canonical(clean.state_record())
+    assert canonical(saved(hit)) == canonical(saved(clean))
 
 
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
@@ -250,7 +250,7 @@ def test_a_second_reply_from_a_node_is_one_failure_and_ignored(algorithm):
     expected_arrays, expected = clean.aggregate_train(1, [copy(r) for r in run.train])
     assert metrics["failures"] == 1 and expected["failures"] == 0
     assert canonical(arrays) == canonical(expected_arrays)
-    assert canonical(hit.state_record()) == canonical(clean.state_record())
+    assert canonical(saved(hit)) == canonical(saved(clean))
 
 
 def corrupt_first_array(reply: Message) -> None:

@@ -22,8 +22,6 @@ from flwr.app import ConfigRecord, Message, RecordDict
 from client_app.app import app as client_app
 from client_app.fedfw_replica import STATE as REPLICA_STATE
 from client_app.ffgb import CACHE, VALUES
-from functions.ensembles import Ensemble, unpack_delta
-from functions.params import record_to_arrays
 from functions.protocol import BOUNDS, MODELS, NEIGHBOURS, NODE, OWN_PREFIX, SETUP
 from run_config.common import RunSettings
 from server_app.app import run
@@ -32,7 +30,7 @@ from server_app.metered_grid import MeteredGrid
 from strategies.roster import Roster
 from tasks.federation import local_data
 from testing.inprocess_grid import LocalGrid, enter_run, round_of, run_config, server_context
-from tests.helpers import RUN_NAME, state_params
+from tests.helpers import RUN_NAME, checkpoint_ensemble, state_params
 from tests.test_checkpoints import CrashingGrid, ServerCrash, assert_resumed_equals
 
 NODES, ROUNDS, AWAY, SERVED = 4, 5, 3, 2  # partition 3 is sampled in round 3 in every family
@@ -164,9 +162,7 @@ def _ffgb(out: Path, grid: LocalGrid, nodes: dict[str, int]) -> None:
     """Its first message carries the whole ensemble; its values are the server's function."""
     new = nodes["new"]
     assert first_message(grid, new, "train").content["delta"]["full"]
-    state = read_checkpoint(out / RUN_NAME).strategy
-    snapshot = unpack_delta(dict(state["ensemble"]), record_to_arrays(state["ensemble-arrays"]))
-    ensemble = Ensemble.constant(np.zeros(snapshot.n_outputs), snapshot.n_features).apply(snapshot)
+    ensemble = checkpoint_ensemble(out / RUN_NAME)
     context = grid.contexts[new]
     assert int(context.state[CACHE]["version"]) == ensemble.version
     data = local_data(RunSettings.from_run_config(context.run_config).data, AWAY, NODES)

@@ -1,0 +1,237 @@
+"""A site's own data file, read and checked: what a SuperNode holds on its own disk (node config
+``dataset-path``), and the facts about it that a node may disclose (never rows).
+
+Formats: CSV and Parquet (read with pandas, pyarrow's engine for Parquet: kept libraries that
+read a local file straight into columns; Hugging Face ``datasets``' local loaders would also
+write an Arrow cache into the node's home folder, which a site should not have to allow), and NPZ
+with arrays ``x`` (rows, features...) and ``y`` (rows,), read with ``allow_pickle=False``. Image
+folders are the next slice of the issue on sites' own data.
+
+Everything is checked before use, and every fault is a ``SiteDataError`` naming the file and the
+problem: a missing path, a folder, an unknown suffix, a file over the size limit (checked with
+``stat`` before anything is read), an empty, unreadable or truncated file, duplicate or missing
+columns, text in a numeric column, infinities, a site without rows. Missing numeric values (NaN,
+empty CSV cells) are allowed: the federated preprocessing imputes them.
+
+A table is read once per process and file version: the cache key is the resolved path, its size
+and its modification time, so a changed file is read again.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+MAX_BYTES = 256 * 2**20  # default of the node config's ``dataset-max-bytes``
+NUMERIC, CATEGORICAL = "numeric", "categorical"
+SUFFIXES = (".csv", ".parquet", ".npz")
+MAX_CACHED = 16  # tables kept per process
+MAX_FACT_CATEGORIES = 1000  # distinct values a categorical column may report
+
+
+class SiteDataError(ValueError):
+    """A site's file cannot be used; the message names the file and the problem."""
+
+
+@dataclass(frozen=True)
+class SiteTable:
+    """A site's rows: each column numeric (float64, NaN where missing) or categorical (str)."""
+
+    path: Path
+    frame: pd.DataFrame
+
+    @property
+    def rows(self) -> int:
+        return len(self.frame)
+
+    def kinds(self) -> dict[str, str]:
+        """Each column's kind as read (numeric or categorical)."""
+        return {name: NUMERIC if pd.api.types.is_float_dtype(self.frame[name]) else CATEGORICAL
+                for name in self.frame.columns}
+
+
+_CACHE: OrderedDict[tuple, SiteTable] = OrderedDict()
+_LOCK = threading.Lock()
+
+
+def read_site_file(path: str | os.PathLike, max_bytes: int = MAX_BYTES) -> SiteTable:
+    """The table in ``path`` (checked; see the module docstring), from the cache when the file
+    has not changed since it was read."""
+    file = Path(path).expanduser()
+    try:
+        status = file.stat()
+    except FileNotFoundError:
+        raise SiteDataError(f"{file}: no such file") from None
+    except OSError as err:
+        raise SiteDataError(f"{file}: cannot be read ({err.strerror or err})") from None
+    if file.is_dir():
+        raise SiteDataError(f"{file}: a folder; expected a file ending in {', '.join(SUFFIXES)}")
+    key = (str(file.resolve()), status.st_size, status.st_mtime_ns, max_bytes)
+    with _LOCK:
+        if key in _CACHE:
+            _CACHE.move_to_end(key)
+            return _CACHE[key]
+    table = _read(file, status.st_size, max_bytes)
+    with _LOCK:
+        _CACHE[key] = table
+        while len(_CACHE) > MAX_CACHED:
+            _CACHE.popitem(last=False)
+    return table
+
+
+def _read(file: Path, size: int, max_bytes: int) -> SiteTable:
+    suffix = file.suffix.lower()
+    if suffix not in SUFFIXES:
+        raise SiteDataError(f"{file}: unknown format {suffix or '(no suffix)'!r}; expected "
+                            f"{', '.join(SUFFIXES)}")
+    if size > max_bytes:
+        raise SiteDataError(f"{file}: {size} bytes, more than the limit of {max_bytes} (node "
+                            "config dataset-max-bytes)")
+    if size == 0:
+        raise SiteDataError(f"{file}: empty file")
+    try:
+        frame = _READERS[suffix](file)
+    except SiteDataError:
+        raise
+    except Exception as err:  # noqa: BLE001 - any fault of a file from a site's disk
+        raise SiteDataError(f"{file}: unreadable {suffix[1:].upper()} "
+                            f"({type(err).__name__}: {_first_line(err)})") from None
+    return SiteTable(file, _checked(frame, file))
+
+
+def _read_npz(file: Path) -> pd.DataFrame:
+    with np.load(file, allow_pickle=False) as arrays:
+        if sorted(arrays.files) != ["x", "y"]:
+            raise SiteDataError(f"{file}: expected arrays x and y, found {sorted(arrays.files)}")
+        x, y = arrays["x"], arrays["y"]
+    if x.ndim < 2 or y.ndim != 1 or len(x) != len(y):
+        raise SiteDataError(f"{file}: expected x of shape (rows, features...) and y of shape "
+                            f"(rows,), got {x.shape} and {y.shape}")
+    if x.dtype.kind not in "biuf":
+        raise SiteDataError(f"{file}: x must be numeric, got {x.dtype}")
+    flat = x.reshape(len(x), -1).astype(np.float64)
+    frame = pd.DataFrame(flat, columns=[f"x{i}" for i in range(flat.shape[1])])
+    frame["y"] = y if y.dtype.kind in "biuf" else y.astype(str)
+    return frame
+
+
+def _read_csv(file: Path) -> pd.DataFrame:
+    """pandas' reader, after a look at the header (pandas would rename a repeated name)."""
+    with open(file, newline="", encoding="utf-8") as handle:
+        names = [name.strip() for name in next(csv.reader(handle), [])]
+    if len(set(names)) != len(names):
+        raise SiteDataError(f"{file}: column names must be unique and not empty, got {names}")
+    return pd.read_csv(file, skipinitialspace=True)
+
+
+_READERS = {
+    ".csv": _read_csv,
+    ".parquet": lambda file: pd.read_parquet(file, engine="pyarrow"),
+    ".npz": _read_npz,
+}
+
+
+def _checked(frame: pd.DataFrame, file: Path) -> pd.DataFrame:
+    """Unique string column names, at least one row, numbers as float64 (finite or missing),
+    everything else as text."""
+    names = [str(c) for c in frame.columns]
+    if len(set(names)) != len(names) or any(n.startswith("Unnamed: ") for n in names):
+        raise SiteDataError(f"{file}: column names must be unique and not empty, got {names}")
+    if frame.empty:
+        raise SiteDataError(f"{file}: no rows")
+    frame = frame.copy()
+    frame.columns = names
+    for name in names:
+        column = frame[name]
+        if pd.api.types.is_bool_dtype(column) or not pd.api.types.is_numeric_dtype(column):
+            frame[name] = column.map(lambda v: None if _missing(v) else str(v)).astype(object)
+            continue
+        values = column.to_numpy(dtype=np.float64, na_value=np.nan)
+        if np.isinf(values).any():
+            row = int(np.flatnonzero(np.isinf(values))[0])
+            raise SiteDataError(f"{file}: column {name!r} holds an infinite value (row {row})")
+        frame[name] = values
+    return frame
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def numeric_column(table: SiteTable, name: str) -> np.ndarray:
+    """Column ``name`` as float64 (NaN where missing); ``SiteDataError`` naming the column and
+    the first value that is not a number (text in a numeric column)."""
+    column = table.frame[name]
+    if pd.api.types.is_float_dtype(column):
+        return column.to_numpy()
+    values = pd.to_numeric(column, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = np.isnan(values) & column.notna().to_numpy()
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise SiteDataError(f"{table.path}: column {name!r} must be numeric; row {row} holds "
+                            f"{column.iloc[row]!r}")
+    if np.isinf(values).any():
+        raise SiteDataError(f"{table.path}: column {name!r} holds an infinite value")
+    return values
+
+
+def site_facts(table: SiteTable, label: str, categorical: list[str], classification: bool,
+               label_counts: bool = False) -> dict[str, Any]:
+    """What a node discloses about its file (no rows): the row count, every column's kind, the
+    range and the missing count of each numeric column, the values of each categorical column,
+    and the label's values (classification, with how often each occurs only if
+    ``label_counts``) or range (regression). Columns not in ``categorical`` must be numeric."""
+    if label not in table.frame.columns:
+        raise SiteDataError(f"{table.path}: no label column {label!r}; columns are "
+                            f"{list(table.frame.columns)}")
+    facts: dict[str, Any] = {"rows": table.rows, "columns": {}, "ranges": {}, "missing": {},
+                             "categories": {}}
+    for name in table.frame.columns:
+        column = table.frame[name]
+        facts["missing"][name] = int(column.isna().sum())
+        if name in categorical or (name == label and classification):
+            values = sorted({_text(v) for v in column.dropna()})
+            if len(values) > MAX_FACT_CATEGORIES:
+                raise SiteDataError(f"{table.path}: column {name!r} has {len(values)} distinct "
+                                    f"values, more than {MAX_FACT_CATEGORIES}")
+            facts["columns"][name], facts["categories"][name] = CATEGORICAL, values
+            continue
+        values = numeric_column(table, name)
+        present = values[~np.isnan(values)]
+        facts["columns"][name] = NUMERIC
+        facts["ranges"][name] = [float(present.min()), float(present.max())] if present.size \
+            else None
+    if facts["missing"][label]:
+        raise SiteDataError(f"{table.path}: the label column {label!r} is missing in "
+                            f"{facts['missing'][label]} row(s)")
+    if classification and label_counts:
+        counts = table.frame[label].map(_text).value_counts()
+        facts["label-counts"] = {str(k): int(v) for k, v in sorted(counts.items())}
+    return facts
+
+
+def _text(value: Any) -> str:
+    """A categorical value as text (3.0 from a float column reads as "3")."""
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def facts_json(facts: dict[str, Any]) -> str:
+    """The facts as compact JSON (sorted keys), as they travel in a ConfigRecord."""
+    return json.dumps(facts, sort_keys=True, separators=(",", ":"))
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip().splitlines()
+    return text[0][:200] if text else ""

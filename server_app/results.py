@@ -119,12 +119,27 @@ def summarise(rounds: list[dict]) -> dict:
     return summary
 
 
-def write_plots(directory: Path, rounds: list[dict[str, Any]], title: str = "") -> list[Path]:
-    """The headline metric vs round and vs cumulative training bytes, and the bytes per round.
+BYTES_AXIS = "cumulative payload of every message, up + down (MB)"
 
-    Training traffic (the algorithm's own messages) is kept apart from evaluation traffic
-    (diagnostics such as FedFW's dense gradients for ``fw_gap``), on a log scale so that a few
-    bytes per upload stay visible next to dense models.
+
+def cumulative_traffic(rounds: list[dict[str, Any]], metric: str) -> list[float]:
+    """The x values of the metric-vs-bytes plot: the megabytes moved up to each row that has
+    ``metric``, counting every message (``bytes_up`` + ``bytes_down``: training, evaluation and
+    what it carries, such as FFGB's learners that a node needs for its next round, queries).
+    Training messages alone would undercount what an algorithm needs to train."""
+    xs, total = [], 0
+    for r in rounds:
+        total += r.get("bytes_up", 0) + r.get("bytes_down", 0)
+        if r.get(metric) is not None:
+            xs.append(total / 1e6)
+    return xs
+
+
+def write_plots(directory: Path, rounds: list[dict[str, Any]], title: str = "") -> list[Path]:
+    """The headline metric vs round and vs the cumulative bytes of every message
+    (``cumulative_traffic``), and the bytes per round, where training traffic (the train
+    messages) is kept apart from the rest (evaluation and what it carries, queries), on a log
+    scale so that a few bytes per upload stay visible next to dense models.
     """
     import matplotlib
 
@@ -146,15 +161,9 @@ def write_plots(directory: Path, rounds: list[dict[str, Any]], title: str = "") 
     if metric is not None:
         rows = [r for r in rounds if r.get(metric) is not None]
         y = [r[metric] for r in rows]
-        cumulative, total = [], 0
-        for r in rounds:
-            total += r.get("bytes_up_train", 0) + r.get("bytes_down_train", 0)
-            if r.get(metric) is not None:
-                cumulative.append(total / 1e6)
         for name, xs, label in (
             (f"{metric}_vs_round.png", [r["round"] for r in rows], "round"),
-            (f"{metric}_vs_bytes.png", cumulative,
-             "cumulative training payload, up + down (MB)"),
+            (f"{metric}_vs_bytes.png", cumulative_traffic(rounds, metric), BYTES_AXIS),
         ):
             fig, ax = plt.subplots(figsize=(5, 3.8))
             ax.plot(xs, y, marker="o", markersize=3)

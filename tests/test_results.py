@@ -132,6 +132,21 @@ def test_bytes_plot_splits_train_up_down_and_evaluation_on_a_log_scale(tmp_path,
     assert list(ax.get_lines()[0].get_xdata()) == [1, 2, 3, 4, 5]  # round 0 is not plotted
 
 
+def test_the_bytes_axis_counts_every_message_and_ends_at_the_runs_total(tmp_path,
+                                                                         saved_figures):
+    """FFGB's learners ride the evaluate message: an axis of train messages alone ended at a
+    tenth of the traffic of the default job. The axis is every byte, and says so."""
+    rows = _rounds()
+    write_plots(tmp_path, rows, "")
+    (ax,) = saved_figures["test_accuracy_vs_bytes.png"].axes
+    xs = list(ax.get_lines()[0].get_xdata())
+    summary = summarise(rows)
+    assert xs[-1] * 1e6 == pytest.approx(summary["bytes_up_total"] + summary["bytes_down_total"])
+    assert xs == pytest.approx([sum(r["bytes_up"] + r["bytes_down"] for r in rows[:t + 1]) / 1e6
+                                for t in range(len(rows))])
+    assert ax.get_xlabel() == "cumulative payload of every message, up + down (MB)"
+
+
 def test_bytes_plot_leaves_out_traffic_that_never_happened(tmp_path, saved_figures):
     rows = [{"round": t, "test_accuracy": 0.5, "bytes_up": 10 * t, "bytes_down": 20 * t,
              "bytes_up_train": 10 * t, "bytes_down_train": 20 * t} for t in range(3)]

@@ -1,0 +1,66 @@
+"""Comparing finished runs: one figure by round and by bytes, a table with the configs'
+differences, and a clear error for a folder that is not a run's."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from server_app import compare
+from server_app.compare import RunFolderError, read_run
+from tests.helpers import run_app
+
+FAST = {"algorithm": "fedavg", "task": "iris", "num-server-rounds": 2, "local-steps": 2}
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    """A real run, and a copy of it as if run with another learning rate and fewer bytes."""
+    root = tmp_path_factory.mktemp("runs")
+    first = run_app(root / "a", 3, **FAST).out_dir
+    second = root / "b" / "lr-0.1"
+    shutil.copytree(first, second)
+    config = json.loads((second / "config.json").read_text())
+    config["run_config"]["learning-rate"] = 0.1
+    (second / "config.json").write_text(json.dumps(config))
+    metrics = json.loads((second / "metrics.json").read_text())
+    for row in metrics["rounds"]:
+        row["bytes_down"] //= 2
+    (second / "metrics.json").write_text(json.dumps(metrics))
+    return first, second
+
+
+def test_runs_are_drawn_together_and_their_differences_tabled(two_runs, tmp_path, capsys):
+    assert compare.main([str(p) for p in two_runs] + ["--out", str(tmp_path / "c.png")]) == 0
+    header, _, first, second = capsys.readouterr().out.splitlines()[:4]
+    assert header.split(" | ")[-1].strip(" |") == "learning-rate"  # the only key that differs
+    rate = read_run(two_runs[0]).run_config["learning-rate"]
+    assert [row.split(" | ")[-1].strip(" |") for row in (first, second)] == [str(rate), "0.1"]
+    moved = [float(row.split(" | ")[4]) for row in (first, second)]
+    assert moved[1] < moved[0]  # the second moved fewer bytes
+    assert (tmp_path / "c.png").stat().st_size > 1000
+
+
+def test_the_metric_is_one_every_run_reports(two_runs):
+    runs = [read_run(p) for p in two_runs]
+    assert compare.common_metric(runs) == "test_accuracy"
+    with pytest.raises(RunFolderError, match="no metric in common among \\['test_mse'\\]"):
+        compare.common_metric(runs, "test_mse")
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda run: (run / "metrics.json").unlink(), "metrics.json: no such file"),
+    (lambda run: (run / "config.json").write_text("{"), "config.json: unreadable"),
+    (lambda run: (run / "metrics.json").write_text('{"rounds": 3}'), "expected {'rounds'"),
+    (lambda run: (run / "metrics.json").write_text('{"rounds": [{"test_accuracy": "high"}]}'),
+     "test_accuracy='high' is not a finite number"),
+])
+def test_a_folder_that_is_not_a_runs_is_named(two_runs, tmp_path, capsys, damage, message):
+    broken = tmp_path / "broken"
+    shutil.copytree(two_runs[0], broken)
+    damage(broken)
+    assert compare.main([str(two_runs[0]), str(broken), "--out", str(tmp_path / "c.png")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "c.png").exists()

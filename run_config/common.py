@@ -44,8 +44,9 @@ def parse_node_partitions(text: str, key: str = "node-partitions") -> dict[int, 
 
 
 COMMON_KEYS = (
-    Key("algorithm", str, "ffgb", "which algorithm runs: see the algorithms table of README.md "
-        "(the registry in `strategies/registry.py` checks the name)", field="algorithm"),
+    Key("algorithm", str, "ffgb", "which algorithm runs: see the algorithms table of "
+        "docs/algorithms.md (the registry in `strategies/registry.py` checks the name)",
+        field="algorithm"),
     Key("task", str, "digits", "`digits`, `iris`, `wine`, `breast-cancer`, `diabetes` "
         "(regression), `mnist-5k`, `synthetic`, `lipschitz` (regression); online: `mnist`, "
         "`cifar10` (need a network; torchvision is not used)", field="task"),
@@ -53,7 +54,8 @@ COMMON_KEYS = (
         "FedAvg at FFGB's architecture), `dnn`, `cnn`; empty = the task's default (`mlp`; `mclr` "
         "for synthetic; `cnn` for cifar10)", field="model"),
     Key("partitioning", str, "iid", "`iid`, `label-sort`, `labels-per-client`, "
-        "`shifted-labels`, `dirichlet`, `kmeans`, `by-class` (see Data)", field="partitioning"),
+        "`shifted-labels`, `dirichlet`, `kmeans`, `by-class` (see docs/data.md)",
+        field="partitioning"),
     Key("partitioning.s", float, 0.1, "label-sort: fraction spread iid, the rest sorted by "
         "label (FFGB paper)", within(0, 1), field="partitioning_s"),
     Key("partitioning.alpha", float, 0.5, "dirichlet concentration", above(0),
@@ -101,7 +103,7 @@ COMMON_KEYS = (
         "`false` = federated evaluation on the clients' test shards",
         field="central_evaluation"),
     Key("central-device", str, "auto", "torch device of the ServerApp's central evaluation: "
-        "`auto`, `cpu`, `cuda`, `cuda:N` (see Devices)",
+        "`auto`, `cpu`, `cuda`, `cuda:N` (see docs/devices.md)",
         lambda key, value: check_device_name(value, key), field="central_device"),
     Key("reply-timeout", float, 600.0, "seconds each exchange of a round (train, evaluate, the "
         "first `query.node`) waits for replies; a node that has not answered by then counts as "

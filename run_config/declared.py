@@ -30,7 +30,7 @@ def unknown_key(key: str, known: Mapping[str, Any]) -> ConfigError:
     """The error for an undeclared ``key``, naming the closest declared keys."""
     close = difflib.get_close_matches(key, list(known), n=3, cutoff=0.6)
     hint = (f"did you mean {' or '.join(repr(k) for k in close)}?" if close
-            else "see the run-configuration table in README.md")
+            else "see the run-configuration reference in docs/configuration.md")
     return ConfigError(f"{key!r} is not a run-config key; {hint}")
 
 

@@ -73,8 +73,8 @@ FEDFUN_KEYS = (
         "side (`oracles/domain.py`); > 0 for trees", within(0, 1)),
     Key("fedfun.penalty-samples", int, 1000, "b': uniform points of the disagreement penalty "
         "per batch (networks), or standing for a network neighbour of a tree", at_least(1)),
-    Key("fedfun.step", str, JACOBI, "`jacobi` (eq. 14) or `prox-grad` (eq. 5), see FedFun "
-        "above", OneOf(STEP_FORMS)),
+    Key("fedfun.step", str, JACOBI, "`jacobi` (eq. 14) or `prox-grad` (eq. 5), see FedFun in "
+        "docs/algorithms.md", OneOf(STEP_FORMS)),
     Key("fedfun.initial-steps", int, 2000, "round 0's local steps for `fedfun` and `psr` "
         "(appendix B: 10,000); the other baselines train `fedfun.local-steps`", at_least(1)),
     Key("fedfun.local-steps", int, 200, "local steps per round (appendix B: 1,000 for FSR)",

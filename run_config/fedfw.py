@@ -49,14 +49,16 @@ FEDFW_KEYS = (
         finite_at_least(0)),
     Key("fedfw.batch-size", int, 64, "FedFW-sto minibatch, and the local pass's", at_least(1)),
     Key("fedfw.local-pass", bool, False, "one FW step per minibatch over the node's data each "
-        "round, every step's point sent (the authors' code); see FedFW on the wire"),
+        "round, every step's point sent (the authors' code); see FedFW on the wire in "
+        "docs/algorithms.md"),
     Key("fedfw.gap", bool, False, "compute `fw_gap` each round; `true` makes every node send "
-        "its dense gradient at x̄ in the evaluation step (it reveals gradients; see FedFW above)"),
+        "its dense gradient at x̄ in the evaluation step (it reveals gradients; see FedFW on the "
+        "wire in docs/algorithms.md)"),
     Key("fedfw.federated-eval", bool, True, "evaluate F(x̄) on all clients' training data each "
         "round (`train_loss`)"),
     Key("fedfw.downlink", str, "auto", "`dense` (x̄ in every message), `compact` (the rounds' "
         "points; nodes rebuild x̄ bit for bit) or `auto` (compact where it is smaller); see "
-        "FedFW on the wire", OneOf(DOWNLINKS)),
+        "FedFW on the wire in docs/algorithms.md", OneOf(DOWNLINKS)),
 )
 
 @dataclass(frozen=True)

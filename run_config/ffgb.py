@@ -85,7 +85,7 @@ FFGB_KEYS = (
         "(`train_loss`, `federated_test_*`; also keeps nodes in sync)"),
     Key("ffgb.distill", str, NONE, "`increment`: each node distils its K new learners into one "
         "before upload; `function`: its whole g^{K+1} into one (scale 0); see \"Bounding the "
-        "ensemble\"", OneOf(MODES)),
+        "ensemble\" in docs/algorithms.md", OneOf(MODES)),
     Key("ffgb.distill-every", int, 0, "after every D boosting rounds, a global distillation by "
         "FedAvg replaces the ensemble by one network (0 = never; not with trees)",
         at_least(0, "(0 = never)")),

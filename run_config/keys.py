@@ -3,10 +3,10 @@
 Each family module declares its keys as a module-level tuple of ``Key`` (``COMMON_KEYS`` in
 ``run_config.common``, ``FFGB_KEYS`` in ``run_config.ffgb``, ...). ``read_keys`` reads and checks a
 table from a run config; ``run_config.reference`` writes the ``[tool.flwr.app.config]`` table of
-``pyproject.toml`` and the README's key reference from the same tuples. As in scikit-learn's
-declarative parameter validation, a key's type and range live beside its default; what needs
-several keys at once (``fedfun.gamma`` > 0 when ``fedfun.lambda`` is 0) stays code in the family's
-parser, after the per-key checks.
+``pyproject.toml`` and the key reference of docs/configuration.md from the same tuples. As in
+scikit-learn's declarative parameter validation, a key's type and range live beside its default;
+what needs several keys at once (``fedfun.gamma`` > 0 when ``fedfun.lambda`` is 0) stays code in
+the family's parser, after the per-key checks.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def within(low: float, high: float, ends: str = "[]", note: str = "") -> Check:
 @dataclass(frozen=True)
 class Key:
     """One run-config key: its name as in ``--run-config``, type, default, per-key check (None:
-    any value of the type) and one line of help for ``pyproject.toml`` and the README.
+    any value of the type) and one line of help for ``pyproject.toml`` and docs/configuration.md.
 
     ``field`` names the settings-dataclass field the key fills (``build``); empty: the name's
     last part with ``_`` for ``-`` (``ffgb.tree-depth`` fills ``tree_depth``)."""

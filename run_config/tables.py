@@ -2,11 +2,12 @@
 table is parsed (a key of another family must only be declared; ``run_config.declared`` refuses
 an undeclared one).
 
-``TABLES`` is the order of ``pyproject.toml``'s ``[tool.flwr.app.config]`` and of the README's
-key reference (``run_config.reference`` writes both). ``FAMILIES`` maps an algorithm name to its
-family: the tables it reads and the parser that builds its settings. It names the algorithms of
-``strategies.registry`` without importing it (imports point down); a test checks the two agree.
-An algorithm without an entry (the frame tests' test-only algorithms) reads the common keys only.
+``TABLES`` is the order of ``pyproject.toml``'s ``[tool.flwr.app.config]`` and of the key
+reference in docs/configuration.md (``run_config.reference`` writes both). ``FAMILIES`` maps an
+algorithm name to its family: the tables it reads and the parser that builds its settings. It
+names the algorithms of ``strategies.registry`` without importing it (imports point down); a test
+checks the two agree. An algorithm without an entry (the frame tests' test-only algorithms) reads
+the common keys only.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from run_config.keys import Key
 
 @dataclass(frozen=True)
 class Table:
-    """A key table as the README shows it: a title, who reads it, its keys."""
+    """A key table as docs/configuration.md shows it: a title, who reads it, its keys."""
 
     title: str
     note: str

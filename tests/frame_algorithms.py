@@ -11,7 +11,7 @@ Neither touches a file outside this one: each has a server half (the lifecycle's
 client half, and ``test-trees`` a key table (``TREES_KEYS``, its family in ``FAMILIES``), which
 the tests register as a new family registers its own (``strategies.registry``,
 ``client_app.registry``, ``run_config.tables``; ``python -m run_config.reference`` then writes its
-keys into ``pyproject.toml`` and the README).
+keys into ``pyproject.toml`` and docs/configuration.md).
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ def test_nodes_with_their_own_models_report_mean_min_max(tmp_path, test_algorith
 
 def test_a_new_algorithms_key_table_is_generated_parsed_and_checked(tmp_path, test_algorithms):
     assert "\"test-trees.step\" = 0.5" in reference.config_table(test_algorithms)
-    assert "| `test-trees.depth` | int | `3` |" in reference.readme_reference(test_algorithms)
+    assert "| `test-trees.depth` | int | `3` |" in reference.key_reference(test_algorithms)
     run = run_app(tmp_path, 3, **{"algorithm": "test-trees", "num-server-rounds": 2,
                                   "test-trees.step": 0.25, "test-trees.depth": 2})
     trains = [m for m in run.grid.down if m.metadata.message_type == "train"]

@@ -1,5 +1,5 @@
 """The key tables are the one declaration of the run config: pyproject.toml's
-``[tool.flwr.app.config]`` and the README's key reference are generated from them
+``[tool.flwr.app.config]`` and the key reference of docs/configuration.md are generated from them
 (``python -m run_config.reference``) and must be in step; Flower's own loader accepts the table."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from flwr.common.config import get_fused_config_from_dir
 from run_config.common import COMMON_KEYS, RunSettings
 from run_config.declared import PYPROJECT, declared_defaults
 from run_config.keys import Key, at_least, build
-from run_config.reference import END, config_table, main, readme_reference, targets
+from run_config.reference import END, REFERENCE, config_table, key_reference, main, targets
 from run_config.tables import TABLES, all_keys
 from tasks.errors import ConfigError
 
@@ -23,7 +23,7 @@ ROOT = PYPROJECT.parent
 
 
 @pytest.mark.parametrize("target", targets(), ids=lambda t: t.path.name)
-def test_pyproject_and_the_readme_are_in_step_with_the_key_tables(target):
+def test_pyproject_and_the_configuration_page_are_in_step_with_the_key_tables(target):
     assert target.difference() is None, (
         f"{target.difference()}; run `python -m run_config.reference`")
 
@@ -68,51 +68,56 @@ def test_a_default_must_pass_its_own_type_and_check():
 
 
 def _copies(tmp_path: Path) -> tuple[Path, Path]:
-    pyproject, readme = tmp_path / "pyproject.toml", tmp_path / "README.md"
+    pyproject, page = tmp_path / "pyproject.toml", tmp_path / "configuration.md"
     pyproject.write_text(PYPROJECT.read_text(encoding="utf-8"), encoding="utf-8")
-    readme.write_text((ROOT / "README.md").read_text(encoding="utf-8"), encoding="utf-8")
-    return pyproject, readme
+    page.write_text(REFERENCE.read_text(encoding="utf-8"), encoding="utf-8")
+    return pyproject, page
 
 
-def _check(pyproject: Path, readme: Path) -> int:
-    return main(["--check", "--pyproject", str(pyproject), "--readme", str(readme)])
+def _check(pyproject: Path, page: Path) -> int:
+    return main(["--check", "--pyproject", str(pyproject), "--reference", str(page)])
 
 
 def test_check_names_the_first_difference_and_a_rewrite_touches_only_the_table(tmp_path, capsys):
-    pyproject, readme = _copies(tmp_path)
-    assert _check(pyproject, readme) == 0
+    pyproject, page = _copies(tmp_path)
+    assert _check(pyproject, page) == 0
     text = pyproject.read_text(encoding="utf-8")
     line = text.splitlines().index('"ffgb.hidden" = 32') + 1
     # another table's edits (a comment above the next header, a changed option) must survive
     edited = (text.replace('"ffgb.hidden" = 32', '"ffgb.hidden" = 33')
               .replace("[tool.pytest.ini_options]", "# pytest\n[tool.pytest.ini_options]"))
     pyproject.write_text(edited, encoding="utf-8")
-    assert _check(pyproject, readme) == 1
+    assert _check(pyproject, page) == 1
     err = capsys.readouterr().err
     assert f"pyproject.toml:{line}:" in err and '"ffgb.hidden" = 32' in err
     assert "python -m run_config.reference" in err
 
-    assert main(["--pyproject", str(pyproject), "--readme", str(readme)]) == 0
-    assert _check(pyproject, readme) == 0
+    assert main(["--pyproject", str(pyproject), "--reference", str(page)]) == 0
+    assert _check(pyproject, page) == 0
     assert pyproject.read_text(encoding="utf-8") == text.replace(
         "[tool.pytest.ini_options]", "# pytest\n[tool.pytest.ini_options]")
 
 
-def test_check_finds_a_readme_out_of_step(tmp_path, capsys):
-    pyproject, readme = _copies(tmp_path)
-    text = readme.read_text(encoding="utf-8")
-    readme.write_text(text.replace("| `feddr.alpha` | float | `1.0` |",
-                                   "| `feddr.alpha` | float | `1.5` |"), encoding="utf-8")
-    assert _check(pyproject, readme) == 1
+def test_check_finds_a_configuration_page_out_of_step(tmp_path, capsys):
+    pyproject, page = _copies(tmp_path)
+    text = page.read_text(encoding="utf-8")
+    page.write_text(text.replace("| `feddr.alpha` | float | `1.0` |",
+                                 "| `feddr.alpha` | float | `1.5` |"), encoding="utf-8")
+    assert _check(pyproject, page) == 1
     err = capsys.readouterr().err
-    assert "README.md:" in err and "`feddr.alpha` | float | `1.0`" in err
-    readme.write_text(text.replace(END, ""), encoding="utf-8")
-    assert _check(pyproject, readme) == 1
+    assert "configuration.md:" in err and "`feddr.alpha` | float | `1.0`" in err
+    page.write_text(text.replace(END, ""), encoding="utf-8")
+    assert _check(pyproject, page) == 1
     assert "keys:end" in capsys.readouterr().err
 
 
-def test_the_readme_has_one_table_per_family():
-    text = readme_reference()
+def test_the_reference_lives_in_docs_and_no_longer_in_the_readme():
+    assert REFERENCE == ROOT / "docs" / "configuration.md"
+    assert "<!-- keys:begin -->" not in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_reference_has_one_table_per_family():
+    text = key_reference()
     assert text.count("| key | type | default | meaning |") == len(TABLES)
     for key in all_keys():
         assert f"| `{key.name}` | {key.kind.__name__} |" in text

@@ -54,7 +54,7 @@ def test_bad_values_name_the_key(key, value, fragment):
 @pytest.mark.parametrize(("key", "fragment"), [
     ("num-server-round", "did you mean 'num-server-rounds'?"),
     ("fedfw.raduis", "did you mean 'fedfw.radius'"),
-    ("zzzz", "see the run-configuration table in README.md"),
+    ("zzzz", "see the run-configuration reference in docs/configuration.md"),
 ])
 def test_an_unknown_key_names_the_closest_declared_one(key, fragment):
     with pytest.raises(ConfigError) as err:

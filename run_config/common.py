@@ -102,6 +102,9 @@ COMMON_KEYS = (
     Key("central-evaluation", bool, True, "evaluate on the task's test set at the server; "
         "`false` = federated evaluation on the clients' test shards",
         field="central_evaluation"),
+    Key("tensorboard", bool, True, "also write the rows as TensorBoard event files in "
+        "`<results folder>/tensorboard/` (`tensorboard --logdir <output-dir>` shows every run)",
+        field="tensorboard"),
     Key("central-device", str, "auto", "torch device of the ServerApp's central evaluation: "
         "`auto`, `cpu`, `cuda`, `cuda:N` (see docs/devices.md)",
         lambda key, value: check_device_name(value, key), field="central_device"),
@@ -159,6 +162,7 @@ class RunSettings:
     resume_from: str = _DEFAULT["resume_from"]  # a results folder whose checkpoint continues
     git_commit: str = _DEFAULT["git_commit"]
     central_evaluation: bool = _DEFAULT["central_evaluation"]
+    tensorboard: bool = _DEFAULT["tensorboard"]  # TensorBoard event files beside the rows
     central_device: str = _DEFAULT["central_device"]  # torch device of central evaluation
     reply_timeout: float = _DEFAULT["reply_timeout"]  # seconds a round waits for replies
     node_partitions: str = _DEFAULT["node_partitions"]  # "NODE_ID:PARTITION,...": pins

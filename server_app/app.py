@@ -23,6 +23,7 @@ from flwr.serverapp import Grid, ServerApp
 from functions.errors import DecodeError
 from run_config.common import RunSettings
 from run_config.tables import validate_tables
+from server_app.event_log import EventLog
 from server_app.metered_grid import MeteredGrid
 from server_app.recording import BelowQuorum, RecordedStrategy, RoundRecorder
 from server_app.results import ResultsWriter, summarise
@@ -109,7 +110,8 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
         done, arrays, rows = checkpoint.server_round, checkpoint.arrays, checkpoint.rows
         log(INFO, "Resuming after round %d of %d", done, settings.num_rounds)
     config = run_config_record(settings, num_nodes, strategy.description())
-    writer = ResultsWriter(out_dir, config, rows, title=plot_title(settings, num_nodes))
+    events = EventLog(out_dir, settings.raw, rows) if settings.tensorboard else None
+    writer = ResultsWriter(out_dir, config, rows, plot_title(settings, num_nodes), events)
     log(INFO, "Running %s (%s) on task %s with %d nodes; results -> %s",
         plan.algorithm.name, plan.algorithm.summary, settings.task, num_nodes, out_dir)
 
@@ -133,7 +135,7 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
     log(INFO, "Final: %s", ", ".join(f"{k}={v}" for k, v in summary.items()))
     log(INFO, "Results written to %s (%s)", out_dir,
         ", ".join(["config.json", "metrics.json", "metrics.csv", "checkpoint.pb"]
-                  + [p.name for p in plots]))
+                  + [p.name for p in plots] + (["tensorboard/"] if events else [])))
     if stopped is not None:
         raise stopped  # Flower records the run as failed, with the reason
 

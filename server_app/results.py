@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from server_app.event_log import EventLog
+
 # the headline metric of a row: a global function's, else the mean over nodes' own models
 METRIC_KEYS = ("test_accuracy", "test_mse", "test_accuracy_mean", "test_mse_mean")
 
@@ -66,8 +68,10 @@ class ResultsWriter:
     """Writes every round as it arrives, so a crashed run still leaves its rounds on disk."""
 
     def __init__(self, directory: Path, config: dict[str, Any],
-                 rounds: Sequence[dict[str, Any]] = (), title: str = "") -> None:
-        self.directory, self.title = directory, title
+                 rounds: Sequence[dict[str, Any]] = (), title: str = "",
+                 events: EventLog | None = None) -> None:
+        """``events``: TensorBoard's copy of every row (``server_app.event_log``), or none."""
+        self.directory, self.title, self.events = directory, title, events
         self.rounds: list[dict[str, Any]] = list(rounds)
         directory.mkdir(parents=True, exist_ok=True)
         self._write_json("config.json", config)
@@ -81,6 +85,8 @@ class ResultsWriter:
         self.rounds.append(row)
         self._write_json("metrics.json", {"rounds": self.rounds, "summary": {}})
         self._write_csv()
+        if self.events is not None:
+            self.events.add_round(row)
 
     def _write_csv(self) -> None:
         columns: list[str] = []
@@ -93,8 +99,10 @@ class ResultsWriter:
         write_atomic(self.directory / "metrics.csv", text.getvalue())
 
     def finish(self, summary: dict[str, Any]) -> list[Path]:
-        """Write the summary and the plots; return the plot paths."""
+        """Write the summary and the plots (and close the event files); return the plot paths."""
         self._write_json("metrics.json", {"rounds": self.rounds, "summary": summary})
+        if self.events is not None:
+            self.events.close()
         return write_plots(self.directory, self.rounds, self.title)
 
 

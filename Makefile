@@ -27,6 +27,8 @@ run: $(VENV)/.installed
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(FLWR) run . --stream \
 	  --federation-config "num-supernodes=$(NODES) client-resources-num-cpus=1" \
 	  --run-config "$(RUN_CONFIG) git-commit='$(GIT_COMMIT)'"
+	# `flwr run --stream` exits 0 whatever became of the run: exit with the run's own status
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m server_app.run_status
 
 test: $(VENV)/.installed
 	$(VENV)/bin/lint-imports

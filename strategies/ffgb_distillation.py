@@ -68,8 +68,9 @@ class GlobalDistillation:
                                             [c.examples / total for c in good.values()],
                                             new_network(self.spec, 0))
             self.student_rounds += 1
-            metrics["distill_error"] = float(np.average([c.distill_error for c in good.values()],
-                                                        weights=[c.examples for c in good.values()]))
+            errors = [c.distill_error for c in good.values()]
+            metrics["distill_error"] = float(np.average(
+                errors, weights=[c.examples for c in good.values()]))
         self._records = None
         finished = index >= self.rounds and self.student_rounds > 0
         return metrics, self.student if finished else None

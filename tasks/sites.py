@@ -5,8 +5,9 @@
   Label ``species``; features bill and flipper lengths, bill depth, body mass, year (numeric)
   and ``sex`` (categorical, with missing values).
 - ``cars``: the cars table of ``vega-datasets``, miles per gallon by origin: USA 249, Japan 79,
-  Europe 70 rows (406 cars less the 8 without a label: 5 from USA, 3 from Europe). Label ``Miles_per_Gallon`` (regression);
-  features cylinders, displacement, horsepower (6 missing), weight, acceleration, year.
+  Europe 70 rows (406 cars less the 8 without a label: 5 from USA, 3 from Europe). Label
+  ``Miles_per_Gallon`` (regression); features cylinders, displacement, horsepower (6
+  missing), weight, acceleration, year.
 
 Rows are split by flwr-datasets' ``NaturalIdPartitioner`` on the site column, which each file
 then drops (a site's identity is not a feature). Both packages carry their data; no network

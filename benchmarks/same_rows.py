@@ -1,0 +1,106 @@
+"""Behaviour kept through a refactor: every algorithm's rows, compared cell by cell.
+
+A refactor of the strategies, the codecs or the checkpoint must not change what a run computes:
+the same seed gives the same rows (accuracy, losses, bytes, failures, participants), bit for
+bit. This writes the rows of 19 small configurations (every registered algorithm, plus FFGB with
+trees, with distillation and in one shot, FedFW's compact downlink), in-process, 4 nodes, half of
+them per round, 4 rounds, and compares two such files (wall times left out).
+
+    python -m benchmarks.same_rows write rows.json          # about 8 min on 2 cores
+    python -m benchmarks.same_rows compare benchmarks/results/same_rows.json rows.json
+
+``compare`` prints each configuration as identical or not, and the first cells that differ;
+exit 1 if any does. ``benchmarks/results/same_rows.json`` holds the rows of the commit named in
+benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+SMALL = {"task": "synthetic", "num-server-rounds": 4, "fraction-train": 0.5,
+         "fedfw.participation": 0.5, "feddr.participation": 0.5, "local-epochs": 0,
+         "local-steps": 3, "learning-rate": 0.05, "ffgb.local-steps": 2, "ffgb.oracle-steps": 10,
+         "fedfun.initial-steps": 5, "fedfun.local-steps": 3, "fedfun.penalty-samples": 20,
+         "fedfun.distill-steps": 2, "fedfun.distill-samples": 20, "fedfun.hidden": "8",
+         "tensorboard": False}
+EXTRA = {
+    "ffgb-trees": {"algorithm": "ffgb", "ffgb.learner": "tree"},
+    "ffgb-distill": {"algorithm": "ffgb", "ffgb.distill-every": 2, "ffgb.distill-rounds": 1,
+                     "ffgb.distill-steps": 5},
+    "ffgb-one-shot": {"algorithm": "ffgb-l", "ffgb.one-shot": True},
+    "fedfw-compact": {"algorithm": "fedfw", "fedfw.downlink": "compact"},
+}
+
+
+def cases() -> dict[str, dict[str, Any]]:
+    from strategies.registry import ALGORITHMS
+
+    return {**{name: {"algorithm": name} for name in sorted(ALGORITHMS)}, **EXTRA}
+
+
+def rows_of(case: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of one configuration, without wall times."""
+    from client_app.app import app as client_app
+    from server_app.app import run
+    from testing.inprocess_grid import LocalGrid, run_config, server_context
+
+    with tempfile.TemporaryDirectory() as tmp:
+        config = run_config(**{"output-dir": tmp, "run-name": "rows", **SMALL, **case})
+        run(LocalGrid(client_app, config, 4, keep_messages=False), server_context(config))
+        rows = json.loads((Path(tmp) / "rows" / "metrics.json").read_text())["rounds"]
+    return [{k: v for k, v in row.items() if k != "wall_time_s"} for row in rows]
+
+
+def write(out: Path, names: list[str]) -> None:
+    chosen = {name: case for name, case in cases().items() if not names or name in names}
+    found = {}
+    for name, case in chosen.items():
+        found[name] = rows_of(case)
+        out.write_text(json.dumps(found, indent=1, sort_keys=True))  # after each, kept if cut
+        print(f"{name}: {len(found[name])} rows", flush=True)
+
+
+def compare(a: Path, b: Path) -> int:
+    """0 when every configuration in both files has the same rows, else 1."""
+    first, second = json.loads(a.read_text()), json.loads(b.read_text())
+    status = 0
+    for name in sorted(set(first) & set(second)):
+        if first[name] == second[name]:
+            print(f"{name}: identical")
+            continue
+        status = 1
+        print(f"{name}: DIFFERENT")
+        for i, (r, s) in enumerate(zip(first[name], second[name])):
+            cells = {k: (r.get(k), s.get(k)) for k in sorted(set(r) | set(s))
+                     if r.get(k) != s.get(k)}
+            if cells:
+                print(f"  round {i}: {cells}")
+    for name in sorted(set(first) ^ set(second)):
+        print(f"{name}: in one file only")
+    return status
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    w = commands.add_parser("write", help="run every configuration, write its rows")
+    w.add_argument("out", type=Path)
+    w.add_argument("names", nargs="*", help="only these configurations")
+    c = commands.add_parser("compare", help="compare two files cell by cell")
+    c.add_argument("a", type=Path)
+    c.add_argument("b", type=Path)
+    args = parser.parse_args(argv)
+    if args.command == "write":
+        write(args.out, args.names)
+        return 0
+    return compare(args.a, args.b)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""How each family grows with the number of nodes: server time, node time, bytes, memory and
+checkpoint size per round, at N = 10, 100, 300 (1,000 with ``--sizes``), on the in-process
+engine.
+
+Each (family, N) runs 3 rounds in its own process (so its peak memory is its own), with every
+node taking part, on ``task='synthetic' synthetic.samples=60000`` (each node holds 60,000 / N
+points). Per round, averaged over rounds 2-3 (round 1 builds the rosters and the caches):
+
+- ``server s``: the round's wall time less the time spent inside the ClientApp calls (what the
+  ServerApp, its strategy, Flower's serialisation and the results writer cost);
+- ``node s``: the time inside the ClientApp calls, all nodes (they run one after another here);
+- ``up/down kB``: payload bytes of the round, all nodes, and ``down/node``;
+- ``peak MiB``: the process's peak resident memory (server and in-process nodes together);
+- ``ckpt kB``: ``checkpoint.pb`` plus the segments file after the last round.
+
+The growth exponent between the two largest sizes that finished is log(b / a) / log(N_b / N_a)
+for server time and bytes down (1: linear in N). A run that does not finish within
+``--timeout`` seconds is reported as such.
+
+    python -m benchmarks.scale                       # N = 10, 100, 300; several minutes
+    python -m benchmarks.scale --sizes 10 100 300 1000 --families fedavg ffgb-trees
+
+Writes ``results/scale.md`` and ``results/scale.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+COMMON = {"task": "synthetic", "synthetic.samples": 60000, "num-server-rounds": 3,
+          "fraction-train": 1.0, "tensorboard": False}
+FAMILIES = {
+    "fedavg": {"algorithm": "fedavg", "local-steps": 5},
+    "ffgb-mlp": {"algorithm": "ffgb", "ffgb.oracle-steps": 50},
+    "ffgb-trees": {"algorithm": "ffgb", "ffgb.learner": "tree"},
+    "fedfw": {"algorithm": "fedfw"},
+    "fedfun": {"algorithm": "fedfun", "fedfun.initial-steps": 20, "fedfun.local-steps": 10,
+               "fedfun.hidden": "16", "fedfun.penalty-samples": 50},
+}
+
+
+def measure(family: str, nodes: int) -> dict[str, Any]:
+    """Run one (family, N) here; its per-round figures (rounds 2-3)."""
+    from client_app.app import app as client_app
+    from server_app.app import run
+    from testing.inprocess_grid import LocalGrid, run_config, server_context
+
+    node_seconds: dict[int, float] = defaultdict(float)
+
+    class TimedGrid(LocalGrid):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            inner = self.client_app
+
+            def timed(message, context):  # noqa: ANN001, ANN202 - Flower's Message, Context
+                start = time.perf_counter()
+                try:
+                    return inner(message, context)
+                finally:
+                    node_seconds[self.round] += time.perf_counter() - start
+
+            self.client_app = timed
+
+    with tempfile.TemporaryDirectory() as tmp:
+        config = run_config(**{"output-dir": tmp, "run-name": "scale", **COMMON,
+                               **FAMILIES[family]})
+        run(TimedGrid(client_app, config, nodes, keep_messages=False), server_context(config))
+        folder = Path(tmp) / "scale"
+        rows = json.loads((folder / "metrics.json").read_text())["rounds"]
+        checkpoint = sum(p.stat().st_size for p in folder.glob("checkpoint*"))
+    walls = {r["round"]: r["wall_time_s"] for r in rows}
+    later = [t for t in (2, 3) if t in walls and t - 1 in walls]
+    per_round = {
+        "server_s": [walls[t] - walls[t - 1] - node_seconds[t] for t in later],
+        "node_s": [node_seconds[t] for t in later],
+        "up_kB": [rows[t]["bytes_up"] / 1e3 for t in later],
+        "down_kB": [rows[t]["bytes_down"] / 1e3 for t in later],
+    }
+    out = {k: sum(v) / len(v) for k, v in per_round.items()}
+    out.update(family=family, nodes=nodes, down_per_node_kB=out["down_kB"] / nodes,
+               peak_MiB=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+               checkpoint_kB=checkpoint / 1e3, failures=sum(r.get("failures", 0) for r in rows))
+    return out
+
+
+def measure_in_child(family: str, nodes: int, timeout: float) -> dict[str, Any]:
+    """``measure`` in a fresh Python process, or a "did not finish" row."""
+    try:
+        done = subprocess.run([sys.executable, "-m", "benchmarks.scale", "--one", family,
+                               str(nodes)], capture_output=True, text=True, timeout=timeout,
+                              check=False)
+    except subprocess.TimeoutExpired:
+        return {"family": family, "nodes": nodes, "error": f"did not finish in {timeout:.0f} s"}
+    if done.returncode != 0:
+        return {"family": family, "nodes": nodes,
+                "error": f"exit {done.returncode}: {done.stderr.strip().splitlines()[-1:]}"}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def growth(rows: list[dict[str, Any]], key: str) -> float | None:
+    """The log-log slope of ``key`` between the two largest N that finished."""
+    done = sorted((r for r in rows if "error" not in r and r[key] > 0), key=lambda r: r["nodes"])
+    if len(done) < 2:
+        return None
+    a, b = done[-2], done[-1]
+    return math.log(b[key] / a[key]) / math.log(b["nodes"] / a["nodes"])
+
+
+def report(results: list[dict[str, Any]], command: str) -> str:
+    header = ("| family | N | server s | node s | up kB | down kB | down/node kB | peak MiB | "
+              "ckpt kB |")
+    lines = [f"`{command}`", "", header, "|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        if "error" in r:
+            lines.append(f"| {r['family']} | {r['nodes']} | {r['error']} |||||||")
+            continue
+        lines.append(f"| {r['family']} | {r['nodes']} | {r['server_s']:.2f} | {r['node_s']:.2f} "
+                     f"| {r['up_kB']:.0f} | {r['down_kB']:.0f} | {r['down_per_node_kB']:.1f} "
+                     f"| {r['peak_MiB']:.0f} | {r['checkpoint_kB']:.0f} |")
+    lines += ["", "| family | server time exponent | bytes down exponent |", "|---|---|---|"]
+    for family in dict.fromkeys(r["family"] for r in results):
+        mine = [r for r in results if r["family"] == family]
+        shown = [growth(mine, k) for k in ("server_s", "down_kB")]
+        lines.append(f"| {family} | " + " | ".join("-" if g is None else f"{g:.2f}"
+                                                   for g in shown) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 300])
+    parser.add_argument("--families", nargs="+", choices=sorted(FAMILIES), default=list(FAMILIES))
+    parser.add_argument("--timeout", type=float, default=360.0, help="seconds per (family, N)")
+    parser.add_argument("--one", nargs=2, metavar=("FAMILY", "N"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.one:
+        print(json.dumps(measure(args.one[0], int(args.one[1]))))
+        return 0
+    results = []
+    for family in args.families:
+        for nodes in args.sizes:
+            results.append(measure_in_child(family, nodes, args.timeout))
+            print(json.dumps(results[-1]), flush=True)
+            if "error" in results[-1]:
+                break  # larger N would not finish either
+    RESULTS.mkdir(exist_ok=True)
+    command = "python -m benchmarks.scale " + " ".join(sys.argv[1:] if argv is None else argv)
+    (RESULTS / "scale.json").write_text(json.dumps(results, indent=1) + "\n")
+    (RESULTS / "scale.md").write_text(report(results, command.strip()))
+    print(report(results, command.strip()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

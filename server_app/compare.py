@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from server_app.results import BYTES_AXIS, METRIC_KEYS, cumulative_traffic
+from server_app.results import BYTES_AXIS, METRIC_KEYS, cumulative_traffic, summarise, write_atomic
 
 IGNORED = ("output-dir", "run-name", "git-commit", "resume-from")  # not what a run computes
 
@@ -87,18 +87,16 @@ def config_differences(runs: list[FinishedRun]) -> dict[str, list[Any]]:
 
 
 def table(runs: list[FinishedRun], metric: str) -> str:
-    """A markdown table: each run's final and best metric, rounds, MB moved and its values of
-    the keys that differ."""
-    lower = "mse" in metric
+    """A markdown table: each run's final and best metric, rounds, MB moved (``summarise``, as
+    its own metrics.json has them) and its values of the keys that differ."""
     differences = config_differences(runs)
     head = ["run", f"final {metric}", f"best {metric}", "rounds", "MB moved", *differences]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for i, run in enumerate(runs):
-        values = [r[metric] for r in run.rounds if r.get(metric) is not None]
-        best = min(values) if lower else max(values)
-        moved = sum(r.get("bytes_up", 0) + r.get("bytes_down", 0) for r in run.rounds) / 1e6
-        cells = [run.name, f"{values[-1]:.4f}", f"{best:.4f}",
-                 str(max(r.get("round", 0) for r in run.rounds)), f"{moved:.2f}",
+        summary = summarise(run.rounds)
+        moved = (summary["bytes_up_total"] + summary["bytes_down_total"]) / 1e6
+        cells = [run.name, f"{summary[f'final_{metric}']:.4f}", f"{summary[f'best_{metric}']:.4f}",
+                 str(summary["rounds"]), f"{moved:.2f}",
                  *(json.dumps(v[i]) for v in differences.values())]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -110,8 +108,6 @@ def draw(runs: list[FinishedRun], metric: str, out: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from server_app.results import write_atomic
 
     fig, (by_round, by_bytes) = plt.subplots(1, 2, figsize=(10, 4))
     for run in runs:

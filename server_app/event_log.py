@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ class EventLog:
     """The event writer of one results folder."""
 
     def __init__(self, directory: Path, run_config: dict[str, Any],
-                 earlier: list[dict[str, Any]] = ()) -> None:
+                 earlier: Sequence[dict[str, Any]] = ()) -> None:
         """Events of the run in ``directory``; ``earlier`` rows (a resumed run's) are logged
         too when the folder holds no events yet (a resumed run writing to a new folder)."""
         from torch.utils.tensorboard import SummaryWriter  # imported only when events are on

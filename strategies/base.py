@@ -59,13 +59,13 @@ class FederatedStrategy(Strategy):
     """A Flower Strategy that owns its global function, its round lifecycle and its checkpoint."""
 
     label: str
-    State: ClassVar[type | None] = None  # the family's state dataclass (None: its own records)
+    State: ClassVar[type | None] = None  # the family's state dataclass (None: it keeps none)
     slot: Callable[[], NodeSlot] = NodeSlot  # what the book keeps per node
     sampler: Sampler | None = None  # None: every node takes part in every round
     roster: Roster | None = None  # the run's nodes, once asked (round 1)
     book: NodeBook | None = None  # one slot per node of the roster, in its order
-    pinned: Mapping[int, int] = MappingProxyType({})  # node id -> the partition it alone may
-    # serve (node-partitions); none by default
+    # node id -> the partition it alone may serve (node-partitions); none by default
+    pinned: Mapping[int, int] = MappingProxyType({})
     _failures: int = 0  # found this round before the replies' screening
 
     def pin_partitions(self, pinned: dict[int, int]) -> None:

@@ -54,11 +54,6 @@ class SiteTable:
     def rows(self) -> int:
         return len(self.frame)
 
-    def kinds(self) -> dict[str, str]:
-        """Each column's kind as read (numeric or categorical)."""
-        return {name: NUMERIC if pd.api.types.is_float_dtype(self.frame[name]) else CATEGORICAL
-                for name in self.frame.columns}
-
 
 _CACHE: OrderedDict[tuple, SiteTable] = OrderedDict()
 _LOCK = threading.Lock()

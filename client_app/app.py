@@ -11,6 +11,7 @@ from flwr.clientapp import ClientApp
 from client_app.job import ClientJob
 from client_app.registry import client_half, message_types
 from client_app.setup import node_setup
+from client_app.site_data import SITE_HANDLERS, agreed_schema
 from tasks.errors import ConfigError
 
 # Small models on few cores: one intra-op thread per process is ~50x faster than
@@ -26,11 +27,16 @@ def handle(message: Message, context: Context) -> Message:
     setup = node_setup(context)
     settings = setup.settings
     message_type = message.metadata.message_type
+    if settings.sites and message_type in SITE_HANDLERS:
+        return Message(SITE_HANDLERS[message_type](setup, message.content, context.state),
+                       reply_to=message)
     procedure = client_half(settings.algorithm).get(message_type)
     if procedure is None:
         raise ConfigError(f"algorithm {settings.algorithm!r} does not handle {message_type!r} "
                           "messages")
-    job = ClientJob(message.content, context.state, setup.data, settings, setup.node_config,
+    data = (setup.site_data(agreed_schema(message.content, context.state)) if settings.sites
+            else setup.data)
+    job = ClientJob(message.content, context.state, data, settings, setup.node_config,
                     setup.device, setup)
     return Message(procedure(job), reply_to=message)
 
@@ -42,5 +48,5 @@ def _register(message_type: str) -> None:
     (decorator(action) if action else decorator())(handle)
 
 
-for _message_type in message_types():
+for _message_type in (*message_types(), *SITE_HANDLERS):
     _register(_message_type)

@@ -30,6 +30,8 @@ from run_config.tables import family_settings
 from tasks.devices import AUTO, NODE_KEY, resolve_device
 from tasks.errors import ConfigError
 from tasks.federation import LocalData, local_data
+from tasks.site_data import node_data
+from tasks.site_schema import Schema
 
 MAX_SETUPS = 1024  # setups kept per process (least recently used dropped first)
 
@@ -52,12 +54,30 @@ class NodeSetup:
     def __init__(self, settings: RunSettings, node_config: Mapping[str, Any]) -> None:
         self.settings = settings
         self.node_config = dict(node_config)
+        self._site_data: tuple[str, LocalData] | None = None  # (schema JSON, data)
 
     @cached_property
     def data(self) -> LocalData:
         """This node's partition and test shard."""
         partition_id, num_partitions = partition_of(self.node_config)
         return local_data(self.settings.data, partition_id, num_partitions)
+
+    @property
+    def site_share(self) -> float:
+        """Sites' own files: the share of a node's rows held out for testing
+        (``partitioning.local-test`` when > 0, else ``test-fraction``)."""
+        return self.settings.local_test or self.settings.test_fraction
+
+    def site_data(self, schema: Schema) -> LocalData:
+        """This node's own file under the agreed ``schema`` (read and transformed once per
+        schema)."""
+        key = schema.to_json()
+        if self._site_data is None or self._site_data[0] != key:
+            partition_id, num_partitions = partition_of(self.node_config)
+            data = node_data(schema, self.node_config, self.settings.dataset_path,
+                             self.site_share, partition_id, num_partitions, self.settings.seed)
+            self._site_data = (key, data)
+        return self._site_data[1]
 
     @cached_property
     def device(self) -> torch.device:

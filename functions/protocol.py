@@ -9,6 +9,16 @@ TRAIN = "train"
 EVALUATE = "evaluate"
 QUERY_NODE = "query.node"  # once per run: who is this node (partition id, family extras)
 
+QUERY_FACTS = "query.facts"  # task='site', before round 1: the node's facts about its file
+QUERY_MOMENTS = "query.moments"  # ... then its sums under the agreed schema (or its refusal)
+
+# -- sites' own data (strategies.site_agreement; client_app.site_data) ------------------------
+SITE = "site"  # ConfigRecord of the site exchanges, and of query.node with task='site'
+SITE_FACTS = "facts"  # JSON (tasks.site_schema.site_facts)
+SITE_MOMENTS = "moments"  # JSON (tasks.site_schema.site_moments)
+SITE_SCHEMA = "schema"  # JSON (tasks.site_schema.Schema)
+SITE_REFUSED = "refused"  # why the server leaves the node out
+
 # -- every instruction ----------------------------------------------------------------------
 CONFIG = "config"  # the ConfigRecord of an instruction
 SERVER_ROUND = "server-round"

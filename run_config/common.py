@@ -14,6 +14,7 @@ from typing import Any
 from run_config.keys import (
     Check,
     Key,
+    OneOf,
     Scalar,
     above,
     at_least,
@@ -24,9 +25,11 @@ from run_config.keys import (
     require,
     within,
 )
-from tasks.datasets import IMAGE_SCALINGS
+from tasks.datasets import IMAGE_SCALINGS, SITE_TASK
 from tasks.devices import check_device_name
 from tasks.federation import DataSpec
+from tasks.site_data import PARTITION_TEMPLATE
+from tasks.site_schema import CLASSIFICATION, KINDS, SiteSpec
 
 __all__ = ["COMMON_KEYS", "RunSettings", "Scalar", "parse_node_partitions", "read_key", "require"]
 
@@ -49,7 +52,28 @@ COMMON_KEYS = (
         field="algorithm"),
     Key("task", str, "digits", "`digits`, `iris`, `wine`, `breast-cancer`, `diabetes` "
         "(regression), `mnist-5k`, `synthetic`, `lipschitz` (regression); online: `mnist`, "
-        "`cifar10` (need a network; torchvision is not used)", field="task"),
+        "`cifar10` (need a network; torchvision is not used); `site`: every node's own file "
+        "(node config `dataset-path`, or the `dataset-path` template below) under the schema "
+        "of the `data.*` keys (see docs/data.md)", field="task"),
+    Key("data.kind", str, CLASSIFICATION, "`task='site'`: `classification` or `regression`",
+        OneOf(KINDS), field="data_kind"),
+    Key("data.label", str, "", "`task='site'`: the label column (required)", field="data_label"),
+    Key("data.features", str, "", "`task='site'`: comma-separated feature columns, in this "
+        "order; empty = every other column that more than half the sites report (by name)",
+        field="data_features"),
+    Key("data.categorical", str, "", "`task='site'`: comma-separated categorical columns "
+        "(one-hot over the union of the sites' values); a text column not named here is "
+        "categorical too", field="data_categorical"),
+    Key("data.label-counts", bool, False, "`task='site'`: nodes also disclose how often each "
+        "label occurs (off: only which labels occur)", field="data_label_counts"),
+    Key("dataset-path", str, "", "`task='site'`: the file every node reads when its node config "
+        "has no `dataset-path`, with `{partition-id}` replaced by the node's partition id "
+        "(`'/data/sites/{partition-id}.csv'`: per-site files in simulation)",
+        Check("a path that holds no '{' other than '{partition-id}'",
+              lambda v: "{" not in v.replace(PARTITION_TEMPLATE, "")), field="dataset_path"),
+    Key("server-test-path", str, "", "`task='site'`: a file on the ServerApp's machine for "
+        "central evaluation under the agreed schema; empty = no central evaluation (sites "
+        "evaluate on their own held-out rows)", field="server_test_path"),
     Key("model", str, "", "`mclr`, `mlp`, `mlp32` (the FFGB paper's 32-32 leaky-ReLU MLP, for "
         "FedAvg at FFGB's architecture), `dnn`, `cnn`; empty = the task's default (`mlp`; `mclr` "
         "for synthetic; `cnn` for cifar10)", field="model"),
@@ -152,6 +176,13 @@ class RunSettings:
     labels_per_client: int = _DEFAULT["labels_per_client"]
     local_test: float = _DEFAULT["local_test"]  # > 0: each node tests on its own partition
     image_scaling: str = _DEFAULT["image_scaling"]  # "unit" [0, 1] or "centred" [-1, 1]
+    data_kind: str = _DEFAULT["data_kind"]  # task="site": classification or regression
+    data_label: str = _DEFAULT["data_label"]
+    data_features: str = _DEFAULT["data_features"]  # comma-separated, empty: all others
+    data_categorical: str = _DEFAULT["data_categorical"]
+    data_label_counts: bool = _DEFAULT["data_label_counts"]
+    dataset_path: str = _DEFAULT["dataset_path"]  # template with {partition-id}
+    server_test_path: str = _DEFAULT["server_test_path"]
     num_rounds: int = _DEFAULT["num_rounds"]
     seed: int = _DEFAULT["seed"]
     test_fraction: float = _DEFAULT["test_fraction"]  # offline tasks: share held out
@@ -198,11 +229,28 @@ class RunSettings:
         )
 
     @property
+    def sites(self) -> bool:
+        """Whether the nodes train on their own files (``task='site'``)."""
+        return self.task == SITE_TASK
+
+    @property
+    def site(self) -> SiteSpec:
+        """What the ``data.*`` keys say about the sites' files."""
+        def names(text: str) -> tuple[str, ...]:
+            return tuple(n.strip() for n in text.split(",") if n.strip())
+
+        return SiteSpec(self.data_kind, self.data_label, names(self.data_features),
+                        names(self.data_categorical), self.data_label_counts)
+
+    @property
     def pinned_partitions(self) -> dict[int, int]:
         """``node-partitions`` as {node id: partition id} (empty: any node may claim any)."""
         return parse_node_partitions(self.node_partitions)
 
     def validate(self) -> None:
         """The checks across keys (each key's own check is its ``COMMON_KEYS`` entry)."""
+        if self.sites:
+            require(bool(self.data_label.strip()), "data.label", self.data_label,
+                    "the label column's name (task='site')")
         require(self.local_epochs > 0 or self.local_steps > 0, "local-epochs", self.local_epochs,
                 "> 0 when local-steps is 0")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from logging import ERROR, INFO
 from pathlib import Path
 from typing import Any
@@ -31,8 +31,10 @@ from server_app.resume import checked_checkpoint, restore
 from server_app.run_info import results_directory, run_config_record
 from strategies.base import FederatedStrategy
 from strategies.registry import ServerAlgorithm, get_algorithm
+from strategies.site_agreement import SiteAgreement, agree_sites
 from tasks.errors import ConfigError
 from tasks.federation import check_partitioning
+from tasks.site_files import SiteDataError
 
 # Small models on few cores: one intra-op thread per process is ~50x faster than
 # oversubscribing (measured 0.6 ms vs 30 ms per MLP step on 2 busy cores).
@@ -52,17 +54,29 @@ class RunPlan:
     settings: RunSettings
     algorithm: ServerAlgorithm
     strategy: FederatedStrategy
+    sites: SiteAgreement | None = None  # task='site': the schema the nodes agreed
 
 
-def plan_run(run_config: Mapping[str, Any]) -> RunPlan:
-    """Validate everything that needs no node: common keys, the algorithm and its own keys, the
-    task and the model (the strategy factory checks them); raises ConfigError naming the key."""
+def check_settings(run_config: Mapping[str, Any]) -> RunSettings:
+    """The common keys, the algorithm and its own keys; ConfigError naming the key."""
     settings = RunSettings.from_run_config(run_config)
-    algorithm = get_algorithm(settings.algorithm)
+    get_algorithm(settings.algorithm)
     validate_tables(settings)
-    strategy = algorithm.build(settings)
+    return settings
+
+
+def plan_run(run_config: Mapping[str, Any], sites: SiteAgreement | None = None) -> RunPlan:
+    """Validate everything that needs no node (with ``sites``, after the agreement): the keys,
+    the task and the model (the strategy factory checks them); ConfigError names the key."""
+    settings = check_settings(run_config)
+    if sites is not None and not settings.server_test_path:
+        settings = replace(settings, central_evaluation=False)  # no test rows at the server
+    algorithm = get_algorithm(settings.algorithm)
+    strategy = algorithm.strategy(settings, None if sites is None else sites.task)
     strategy.pin_partitions(settings.pinned_partitions)
-    return RunPlan(settings, algorithm, strategy)
+    if sites is not None:
+        strategy.admit_sites(sites.question, sites.left_out)
+    return RunPlan(settings, algorithm, strategy, sites)
 
 
 def wait_for_nodes(grid: Grid, minimum: int) -> int:
@@ -74,10 +88,16 @@ def wait_for_nodes(grid: Grid, minimum: int) -> int:
 
 
 def prepare(context: Context, grid: Grid) -> tuple[RunPlan, int]:
-    """The validated plan and the number of nodes; ConfigError before the first message."""
-    plan = plan_run(context.run_config)
-    num_nodes = wait_for_nodes(grid, plan.settings.min_nodes)
-    check_partitioning(plan.settings.data, num_nodes)
+    """The validated plan and the number of nodes; ConfigError before the first message (with
+    sites' own data, before the first message after the schema agreement)."""
+    settings = check_settings(context.run_config)
+    if not settings.sites:
+        plan = plan_run(context.run_config)
+    num_nodes = wait_for_nodes(grid, settings.min_nodes)
+    if settings.sites:
+        plan = plan_run(context.run_config, agree_sites(grid, settings))
+    else:
+        check_partitioning(settings.data, num_nodes)
     plan.strategy.check_federation(num_nodes)
     return plan, num_nodes
 
@@ -100,7 +120,7 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
         if resume_from is not None:
             checkpoint = checked_checkpoint(resume_from, plan.algorithm.name, context.run_config)
             restore(plan.strategy, checkpoint)
-    except (ConfigError, DecodeError, OSError) as err:
+    except (ConfigError, DecodeError, SiteDataError, OSError) as err:
         log(ERROR, "Invalid run config: %s", err)
         raise InvalidRunConfig(str(err)) from None
     settings, strategy = plan.settings, plan.strategy
@@ -109,7 +129,8 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
     if checkpoint is not None:
         done, arrays, rows = checkpoint.server_round, checkpoint.arrays, checkpoint.rows
         log(INFO, "Resuming after round %d of %d", done, settings.num_rounds)
-    config = run_config_record(settings, num_nodes, strategy.description())
+    config = run_config_record(settings, num_nodes, strategy.description(),
+                               None if plan.sites is None else plan.sites.record())
     events = EventLog(out_dir, settings.raw, rows) if settings.tensorboard else None
     writer = ResultsWriter(out_dir, config, rows, plot_title(settings, num_nodes), events)
     log(INFO, "Running %s (%s) on task %s with %d nodes; results -> %s",

@@ -14,7 +14,7 @@ import argparse
 import sys
 
 from run_config.declared import parse_overrides, with_overrides
-from server_app.app import plan_run
+from server_app.app import check_settings, plan_run
 from tasks.errors import ConfigError
 from tasks.federation import check_partitioning
 
@@ -23,10 +23,15 @@ EXIT_INVALID = 2
 
 def check(run_config_text: str, num_nodes: int) -> str:
     """A one-line summary of the valid run; ConfigError otherwise."""
-    plan = plan_run(with_overrides(parse_overrides(run_config_text)))
+    run_config = with_overrides(parse_overrides(run_config_text))
+    s = check_settings(run_config)
+    if s.sites:
+        return (f"run config OK: algorithm={s.algorithm} task=site label={s.data_label} "
+                f"rounds={s.num_rounds} nodes={num_nodes}; the schema and the model's widths "
+                "are agreed with the nodes when the run starts")
+    plan = plan_run(run_config)
     check_partitioning(plan.settings.data, num_nodes)
     plan.strategy.check_federation(num_nodes)
-    s = plan.settings
     return (f"run config OK: algorithm={s.algorithm} task={s.task} partitioning={s.partitioning} "
             f"rounds={s.num_rounds} nodes={num_nodes}")
 

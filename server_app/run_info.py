@@ -42,13 +42,15 @@ def _git_commit() -> str | None:
     return out.stdout.strip() or None
 
 
-def run_config_record(settings: RunSettings, num_nodes: int,
-                      global_function: dict[str, Any]) -> dict[str, Any]:
-    """The contents of config.json."""
+def run_config_record(settings: RunSettings, num_nodes: int, global_function: dict[str, Any],
+                      sites: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The contents of config.json (``sites``: with sites' own data, the agreed schema, the
+    partitions that took part and every node left out with the reason)."""
     return {
         "run_config": dict(sorted(settings.raw.items())),
         "global_function": global_function,
         "num_nodes": num_nodes,
+        **({"sites": sites} if sites is not None else {}),
         "versions": {
             "flwr": _version("flwr"),
             "torch": _version("torch"),

@@ -8,7 +8,8 @@ after the ServerApp stops.
 
 ``configure_train`` is written once, here (as Flower's ``Strategy.start`` drives its hooks):
 
-1. **admit**: round 1 asks every node who it is (``Roster.query``, under the run's pins) and
+1. **admit**: round 1 asks every node who it is (``Roster.query``, under the run's
+   ``Admission``: its pins and, with sites' own data, the agreed schema and the refused sites) and
    gives each admitted node a slot (``NodeBook``); the family then sets itself up on the roster
    (``on_roster``). Every later round takes SuperNodes that came back under a new node id into
    their partition's slot (``Roster.refresh`` and ``rebind``), as nodes that lost their state.
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Mapping
-from types import MappingProxyType
+from dataclasses import replace
 from typing import Any, ClassVar, TypeVar
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
@@ -38,7 +39,7 @@ from flwr.serverapp.strategy import Strategy
 
 from functions.errors import DecodeError
 from strategies.node_book import NodeBook, NodeSlot
-from strategies.roster import Roster
+from strategies.roster import Admission, Roster
 from strategies.sampling import Sampler
 from strategies.screening import Screened, screen_replies
 from strategies.state_codec import (
@@ -64,15 +65,20 @@ class FederatedStrategy(Strategy):
     sampler: Sampler | None = None  # None: every node takes part in every round
     roster: Roster | None = None  # the run's nodes, once asked (round 1)
     book: NodeBook | None = None  # one slot per node of the roster, in its order
-    # node id -> the partition it alone may serve (node-partitions); none by default
-    pinned: Mapping[int, int] = MappingProxyType({})
+    admission: Admission = Admission()  # pins, nodes left out, the query.node content
     _failures: int = 0  # found this round before the replies' screening
 
     def pin_partitions(self, pinned: dict[int, int]) -> None:
         """Only node ``n`` may serve partition ``pinned[n]``; with a map, a node that claims
         another partition, or is not in it, is refused (``node-partitions``, for SuperNodes with
         authentication, whose node ids are fixed at registration)."""
-        self.pinned = dict(pinned)
+        self.admission = replace(self.admission, pinned=dict(pinned))
+
+    def admit_sites(self, question: Callable[[], RecordDict], left_out: Mapping[int, str]
+                    ) -> None:
+        """Sites' own data: every ``query.node`` carries ``question`` (the agreed schema), and
+        the nodes of ``left_out`` (refused by the agreement) never enter the roster."""
+        self.admission = replace(self.admission, question=question, left_out=dict(left_out))
 
     # -- the round lifecycle ----------------------------------------------------------------------
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
@@ -87,12 +93,12 @@ class FederatedStrategy(Strategy):
     def admit(self, grid: Grid, server_round: int) -> None:
         """Round 1: the roster and the book, then ``on_roster``; later rounds: returning nodes."""
         if self.roster is None:
-            self.roster, failures = Roster.query(grid, self.label, server_round, self.pinned)
+            self.roster, failures = Roster.query(grid, self.label, server_round, self.admission)
             self.book = NodeBook(self.roster.node_ids, self.label, self.slot)
             self._failures += failures
             self.on_roster(grid, server_round)
             return
-        rebinds, rejected = self.roster.refresh(grid, self.label, server_round, self.pinned)
+        rebinds, rejected = self.roster.refresh(grid, self.label, server_round, self.admission)
         self._failures += rejected
         for old, new in rebinds:
             self.rebind(old, new)

@@ -33,9 +33,10 @@ from tasks.evaluation import CLASSIFICATION, evaluate_model
 
 def example_limit(task: TaskData) -> int:
     """The most examples a node can hold of ``task``: its train and test sets together (a node's
-    shards, or its local hold-out, come from them). A count above it is a false report, and
-    would weigh one node's figures over everyone's."""
-    return len(task.y_train) + len(task.y_test)
+    shards, or its local hold-out, come from them), or with sites' own files the rows they
+    reported. A count above it is a false report, and would weigh one node's figures over
+    everyone's."""
+    return task.max_examples or len(task.y_train) + len(task.y_test)
 
 
 def checked_metrics(record: object, keys: Iterable[str]) -> dict[str, float]:

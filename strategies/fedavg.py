@@ -40,6 +40,7 @@ from strategies.evaluation import checked_count, checked_metrics, example_limit
 from strategies.sampling import Sampler
 from strategies.screening import exact_records
 from strategies.torch_model import TorchGlobal, TorchModelStrategy
+from tasks.datasets import TaskData
 
 
 @dataclass(frozen=True)
@@ -166,20 +167,20 @@ def _fedavg_options(settings: RunSettings, model: TorchGlobal, start: ArrayRecor
             "fraction_train": settings.fraction_train}
 
 
-def build_fedavg(settings: RunSettings) -> CheckedFedAvg:
-    model = TorchGlobal(settings)
+def build_fedavg(settings: RunSettings, task: TaskData) -> CheckedFedAvg:
+    model = TorchGlobal(settings, task)
     return CheckedFedAvg(**_fedavg_options(settings, model, ArrayRecord(model.model.state_dict())))
 
 
-def build_fedprox(settings: RunSettings) -> CheckedFedProx:
-    model = TorchGlobal(settings)
+def build_fedprox(settings: RunSettings, task: TaskData) -> CheckedFedProx:
+    model = TorchGlobal(settings, task)
     return CheckedFedProx(settings.fedprox_mu,
                           **_fedavg_options(settings, model, ArrayRecord(model.model.state_dict())))
 
 
-def build_projected_fedavg(settings: RunSettings) -> ProjectedFedAvg:
+def build_projected_fedavg(settings: RunSettings, task: TaskData) -> ProjectedFedAvg:
     """Projected FedAvg over D from the ``fedfw.*`` keys; it starts at the init projected onto D."""
     domain = constraint_set(settings)
-    model = TorchGlobal(settings)
+    model = TorchGlobal(settings, task)
     start = params_to_record(model.layout, model.projected_start(domain))
     return ProjectedFedAvg(domain, **_fedavg_options(settings, model, start))

@@ -30,6 +30,7 @@ from strategies.sampling import Sampler
 from strategies.screening import exact_records
 from strategies.state_codec import LAYOUT
 from strategies.torch_model import TorchGlobal, TorchModelStrategy
+from tasks.datasets import TaskData
 
 
 @dataclass
@@ -121,8 +122,8 @@ class FedDRStrategy(TorchModelStrategy):
         self.server = FedDRServer.restore(state.x_hats)
 
 
-def build_feddr(settings: RunSettings) -> FedDRStrategy:
+def build_feddr(settings: RunSettings, task: TaskData) -> FedDRStrategy:
     """FedDR from the ``feddr.*`` table, over D from the ``fedfw.*`` keys."""
     dr = feddr_settings(settings)
-    model = TorchGlobal(settings)
+    model = TorchGlobal(settings, task)
     return FedDRStrategy(dr, model, model.projected_start(dr.domain), settings.seed)

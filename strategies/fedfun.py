@@ -61,7 +61,6 @@ from strategies.screening import Screened, exact_records
 from strategies.state_codec import checks
 from tasks.datasets import TaskData
 from tasks.errors import ConfigError
-from tasks.federation import task_for
 
 EVALUATION_KEYS = (TEST_ACCURACY, TRAIN_ACCURACY, LOCAL_ACCURACY, CONSENSUS, NEIGHBOUR_COUNT)
 FEATURES = "features"  # the state context's input width (the agreed box's length)
@@ -266,10 +265,9 @@ class FedFunStrategy(FederatedStrategy):
         self.relay = RelayBook.restore(self.graph_for(state.vertices), state.relay)
 
 
-def build_fedfun(settings: RunSettings) -> FedFunStrategy:
+def build_fedfun(settings: RunSettings, task: TaskData) -> FedFunStrategy:
     """The relay for ``algorithm`` in fedfun, psr, dfedavgm, dfedfish, dfeddf."""
     fedfun = fedfun_settings(settings)
-    task = task_for(settings.data)
     if task.kind != "classification":
         raise ConfigError(f"{settings.algorithm} supports classification tasks; {settings.task!r} "
                           "is a regression task")

@@ -66,6 +66,7 @@ from strategies.sampling import BERNOULLI, Sampler
 from strategies.screening import Screened, exact_records
 from strategies.state_codec import LAYOUT, POSITIONS
 from strategies.torch_model import TorchGlobal, TorchModelStrategy
+from tasks.datasets import TaskData
 
 MAX_LOCAL_STEPS = 10_000  # bounds a local pass's points, hence the memory a reply may take
 ETA = "eta"  # the state context's step-size schedule (round -> eta_t)
@@ -374,9 +375,9 @@ class FedFWStrategy(TorchModelStrategy):
         self.history = list(state.history.rounds)
 
 
-def build_fedfw(settings: RunSettings) -> FedFWStrategy:
+def build_fedfw(settings: RunSettings, task: TaskData) -> FedFWStrategy:
     """FedFW, FedFW+ or FedFW-sto (``algorithm``) from the ``fedfw.*`` table."""
     fw = fedfw_settings(settings)
-    model = TorchGlobal(settings)
+    model = TorchGlobal(settings, task)
     x0 = model.projected_start(ConstraintSet(fw.constraint, fw.scope))
     return FedFWStrategy(fw, model, x0, settings.seed)

@@ -50,7 +50,6 @@ from strategies.sampling import Sampler
 from strategies.screening import Screened
 from strategies.state_codec import LIMITS, checks
 from tasks.datasets import TaskData
-from tasks.federation import task_for
 
 TEST_POINTS, OUTPUTS = "test-points", "outputs"  # state-decoding context: the test set's shape
 
@@ -109,8 +108,8 @@ class FFGBStrategy(FederatedStrategy):
         self.ffgb, self.task = ffgb, task
         self.replies = FFGBReplies(ffgb, task)
         self.loss, self.bound = ffgb.loss(task), ffgb.final_bound(task)
-        self.x_test = task.x_test.reshape(len(task.x_test), -1)
-        n_features = self.x_test.shape[1]
+        n_features = int(np.prod(task.input_shape))
+        self.x_test = task.x_test.reshape(len(task.x_test), n_features)
         self.sync = EnsembleSync(Ensemble.constant(np.zeros(task.num_outputs), n_features))
         self.test_cache: PredictionCache | None = None
         if central_evaluation:
@@ -296,11 +295,10 @@ class FFGBStrategy(FederatedStrategy):
         return self.sync.segment_record(name)
 
 
-def build_ffgb(settings: RunSettings) -> FFGBStrategy:
+def build_ffgb(settings: RunSettings, task: TaskData) -> FFGBStrategy:
     """FFGB, FFGB.C or FFGB.L (``algorithm``) from the ``ffgb.*`` table; FFGB.L in one shot
     with ``ffgb.one-shot``."""
     ffgb = ffgb_settings(settings)
-    task = task_for(settings.data)
     check_task(ffgb, task)
     return FFGBStrategy(ffgb, task, settings.central_evaluation, settings.fraction_train,
                         settings.seed, settings.num_rounds)

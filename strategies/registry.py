@@ -17,7 +17,9 @@ from strategies.feddr import build_feddr
 from strategies.fedfun import build_fedfun
 from strategies.fedfw import build_fedfw
 from strategies.ffgb import build_ffgb
+from tasks.datasets import TaskData
 from tasks.errors import ConfigError
+from tasks.federation import task_for
 
 STANDARD_MESSAGES = (TRAIN, EVALUATE, QUERY_NODE)
 RELAY_MESSAGES = (*STANDARD_MESSAGES, QUERY_BOUNDS)
@@ -27,15 +29,20 @@ RELAY_MESSAGES = (*STANDARD_MESSAGES, QUERY_BOUNDS)
 class ServerAlgorithm:
     """A registered algorithm's server half.
 
-    ``build`` parses the algorithm's run-config keys (``run_config``) and returns its strategy;
-    it raises ConfigError before any node is contacted. ``message_types`` are those its strategy
+    ``build`` parses the algorithm's run-config keys (``run_config``) and returns its strategy
+    for the task (bundled, or agreed with the sites); it raises ConfigError before any node
+    trains. ``message_types`` are those its strategy
     sends, each of which the client half must answer.
     """
 
     name: str
     summary: str
-    build: Callable[[RunSettings], FederatedStrategy]
+    build: Callable[[RunSettings, TaskData], FederatedStrategy]
     message_types: tuple[str, ...] = STANDARD_MESSAGES
+
+    def strategy(self, settings: RunSettings, task: TaskData | None = None) -> FederatedStrategy:
+        """The strategy for ``task``, by default the run's bundled task."""
+        return self.build(settings, task_for(settings.data) if task is None else task)
 
 
 ALGORITHMS: dict[str, ServerAlgorithm] = {

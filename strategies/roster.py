@@ -19,7 +19,7 @@ the new id (``FederatedStrategy.rebind``), where the node counts as one that los
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
 from typing import TypeVar
@@ -34,6 +34,19 @@ from strategies.screening import exact_records, screen_replies
 
 Facts = dict[str, int | float | str]
 V = TypeVar("V")
+
+
+@dataclass(frozen=True)
+class Admission:
+    """Who may enter the roster, and what ``query.node`` carries: ``pinned`` (node id -> the
+    partition it alone may serve, from ``node-partitions``), ``left_out`` (node id -> why it is
+    not admitted: a site refused by the schema agreement) and ``question`` (the content of every
+    ``query.node``: with sites' own data, the agreed schema)."""
+
+    pinned: Mapping[int, int] = field(default_factory=dict)
+    left_out: Mapping[int, str] = field(default_factory=dict)
+    question: Callable[[], RecordDict] = RecordDict
+
 CLAIMANTS = "claimants"  # checkpoint keys: the claimants' ids, and their facts under claimant/
 CLAIMANT_PREFIX = "claimant/"
 
@@ -47,12 +60,16 @@ def _facts(reply: Message) -> Facts:
     return facts
 
 
-def _ask(grid: Grid, label: str, server_round: int, node_ids: list[int]
-         ) -> tuple[dict[int, Facts], int]:
-    """``query.node`` to ``node_ids``: the usable answers, and how many replies were dropped
-    (error replies are counted by the metered grid)."""
-    questions = [Message(RecordDict(), node, QUERY_NODE, group_id=str(server_round))
-                 for node in node_ids]
+def _ask(grid: Grid, label: str, server_round: int, node_ids: list[int],
+         admission: Admission) -> tuple[dict[int, Facts], int]:
+    """``query.node`` to ``node_ids`` (but those ``admission`` leaves out): the usable answers,
+    and how many replies were dropped (error replies are counted by the metered grid)."""
+    for node in node_ids:
+        if node in admission.left_out:
+            log(WARNING, "%s round %d: node %s is left out: %s", label, server_round, node,
+                admission.left_out[node])
+    questions = [Message(admission.question(), node, QUERY_NODE, group_id=str(server_round))
+                 for node in node_ids if node not in admission.left_out]
     screened = screen_replies(label, server_round, grid.send_and_receive(questions), _facts,
                               node_ids)
     return screened.accepted, screened.rejected
@@ -89,17 +106,20 @@ class Roster:
 
     @classmethod
     def query(cls, grid: Grid, label: str, server_round: int,
-              pinned: Mapping[int, int] | None = None) -> tuple[Roster, int]:
+              admission: Admission = Admission()) -> tuple[Roster, int]:
         """Ask every connected node; return the roster and how many answers were unusable or
-        refused (a claim against ``pinned``, node id -> partition, when given)."""
+        refused (a claim against ``admission.pinned``)."""
         node_ids = sorted(grid.get_node_ids())
-        answers, rejected = _ask(grid, label, server_round, node_ids)
+        answers, rejected = _ask(grid, label, server_round, node_ids, admission)
+        pinned = admission.pinned
         facts: dict[int, Facts] = {}
         claimants: dict[int, Facts | None] = {n: None for n in node_ids if n not in answers}
         for node in claimants:
+            if node in admission.left_out:
+                continue
             log(WARNING, "%s round %d: node %s gave no usable answer to %s; it is left out",
                 label, server_round, node, QUERY_NODE)
-        for node in _refuse_unpinned(label, server_round, answers, pinned or {}):
+        for node in _refuse_unpinned(label, server_round, answers, pinned):
             del answers[node]
             claimants[node] = None
             rejected += 1
@@ -121,17 +141,17 @@ class Roster:
         return cls(order, {n: facts[n] for n in order}, claimants), rejected
 
     def refresh(self, grid: Grid, label: str, server_round: int,
-                pinned: Mapping[int, int] | None = None) -> tuple[list[tuple[int, int]], int]:
+                admission: Admission = Admission()) -> tuple[list[tuple[int, int]], int]:
         """Take returning SuperNodes in: the (old, new) node ids rebound, in roster order, and how
-        many ``query.node`` answers were unusable or refused (``pinned``, as in ``query``). Only
-        node ids never seen before are asked."""
+        many ``query.node`` answers were unusable or refused (``admission``, as in ``query``).
+        Only node ids never seen before are asked."""
         connected = set(grid.get_node_ids())
         self.claimants = {n: f for n, f in self.claimants.items() if n in connected}
         new = sorted(connected.difference(self.node_ids, self.claimants))
         rejected, refused = 0, []
         if new:
-            answers, rejected = _ask(grid, label, server_round, new)
-            refused = _refuse_unpinned(label, server_round, answers, pinned or {})
+            answers, rejected = _ask(grid, label, server_round, new, admission)
+            refused = _refuse_unpinned(label, server_round, answers, admission.pinned)
             for node in refused:
                 del answers[node]
                 rejected += 1
@@ -163,7 +183,8 @@ class Roster:
                 "no longer connected; it is brought up to date", label, server_round, node, old,
                 pid)
         for node in new:
-            if node in self.claimants and self.claimants[node] is None and node not in refused:
+            if (node in self.claimants and self.claimants[node] is None and node not in refused
+                    and node not in admission.left_out):
                 log(WARNING, "%s round %d: node %s gave no usable answer to %s; it is left out",
                     label, server_round, node, QUERY_NODE)
         position = {n: i for i, n in enumerate(self.node_ids)}

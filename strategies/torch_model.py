@@ -22,15 +22,14 @@ from strategies.evaluation import (
 )
 from tasks.datasets import TaskData
 from tasks.devices import resolve_device
-from tasks.federation import task_for
 from tasks.models import model_for
 
 
 class TorchGlobal:
     """The run's task and model: layout, initial weights, and a central evaluator if wanted."""
 
-    def __init__(self, settings: RunSettings) -> None:
-        self.task: TaskData = task_for(settings.data)
+    def __init__(self, settings: RunSettings, task: TaskData) -> None:
+        self.task = task
         self.name = settings.model or self.task.default_model
         self.model: nn.Module = model_for(self.name, self.task, settings.seed)
         self.layout = ParamLayout.of_state_dict(self.model.state_dict())

@@ -39,6 +39,7 @@ TASK_NAMES: tuple[str, ...] = (
     "digits", "iris", "wine", "breast-cancer", "diabetes", "mnist-5k", "synthetic",
     "lipschitz", "mnist", "cifar10",
 )
+SITE_TASK = "site"  # every node's own file (tasks.site_data); no bundled data
 REGRESSION_TASKS = ("diabetes", "lipschitz")
 ONLINE_TASKS = ("mnist", "cifar10")
 DEFAULT_MODELS = {"synthetic": "mclr", "cifar10": "cnn"}  # every other task: "mlp"
@@ -67,6 +68,7 @@ class TaskData:
     y_test: np.ndarray
     num_classes: int  # 0 for regression
     default_model: str
+    max_examples: int = 0  # the most examples a node may hold (0: train and test together)
 
     @property
     def input_shape(self) -> tuple[int, ...]:

@@ -7,7 +7,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from tasks.datasets import TaskData, load_task
+from tasks.datasets import SITE_TASK, TaskData, load_task
 from tasks.errors import ConfigError
 from tasks.partitioning import partition
 
@@ -44,7 +44,10 @@ class LocalData:
 
 
 def task_for(spec: DataSpec) -> TaskData:
-    """The run's task, loaded (and cached) once per process."""
+    """The run's bundled task, loaded (and cached) once per process."""
+    if spec.task == SITE_TASK:
+        raise ConfigError("task='site' has no bundled data: its schema is agreed with the nodes "
+                          "when the run starts (tasks.site_schema)")
     return load_task(
         spec.task,
         seed=spec.seed,
@@ -84,7 +87,7 @@ def check_partitioning(spec: DataSpec, num_partitions: int) -> None:
     _train_partitions(spec, num_partitions)
 
 
-def _local_split(part: np.ndarray, fraction: float, partition_id: int, seed: int
+def local_split(part: np.ndarray, fraction: float, partition_id: int, seed: int
                  ) -> tuple[np.ndarray, np.ndarray]:
     """(train, test) indices of a partition with ``fraction`` of it held out for testing (the
     FedFW authors' per-user split: a shuffled 75/25 split of each user's data)."""
@@ -101,7 +104,7 @@ def local_data(spec: DataSpec, partition_id: int, num_partitions: int) -> LocalD
     task = task_for(spec)
     train_idx = _train_partitions(spec, num_partitions)[partition_id]
     if spec.local_test > 0:
-        train_idx, test_idx = _local_split(train_idx, spec.local_test, partition_id, spec.seed)
+        train_idx, test_idx = local_split(train_idx, spec.local_test, partition_id, spec.seed)
         x_test, y_test = task.x_train[test_idx], task.y_train[test_idx]
     else:
         test_idx = _test_shard(len(task.y_test), partition_id, num_partitions, spec.seed)

@@ -1,5 +1,6 @@
 """A site's own data file, read and checked: what a SuperNode holds on its own disk (node config
-``dataset-path``), and the facts about it that a node may disclose (never rows).
+``dataset-path``). What a node discloses about it, and the schema the sites agree, are
+``tasks.site_schema``'s.
 
 Formats: CSV and Parquet (read with pandas, pyarrow's engine for Parquet: kept libraries that
 read a local file straight into columns; Hugging Face ``datasets``' local loaders would also
@@ -20,7 +21,6 @@ and its modification time, so a changed file is read again.
 from __future__ import annotations
 
 import csv
-import json
 import math
 import os
 import threading
@@ -36,7 +36,6 @@ MAX_BYTES = 256 * 2**20  # default of the node config's ``dataset-max-bytes``
 NUMERIC, CATEGORICAL = "numeric", "categorical"
 SUFFIXES = (".csv", ".parquet", ".npz")
 MAX_CACHED = 16  # tables kept per process
-MAX_FACT_CATEGORIES = 1000  # distinct values a categorical column may report
 
 
 class SiteDataError(ValueError):
@@ -178,53 +177,6 @@ def numeric_column(table: SiteTable, name: str) -> np.ndarray:
     if np.isinf(values).any():
         raise SiteDataError(f"{table.path}: column {name!r} holds an infinite value")
     return values
-
-
-def site_facts(table: SiteTable, label: str, categorical: list[str], classification: bool,
-               label_counts: bool = False) -> dict[str, Any]:
-    """What a node discloses about its file (no rows): the row count, every column's kind, the
-    range and the missing count of each numeric column, the values of each categorical column,
-    and the label's values (classification, with how often each occurs only if
-    ``label_counts``) or range (regression). Columns not in ``categorical`` must be numeric."""
-    if label not in table.frame.columns:
-        raise SiteDataError(f"{table.path}: no label column {label!r}; columns are "
-                            f"{list(table.frame.columns)}")
-    facts: dict[str, Any] = {"rows": table.rows, "columns": {}, "ranges": {}, "missing": {},
-                             "categories": {}}
-    for name in table.frame.columns:
-        column = table.frame[name]
-        facts["missing"][name] = int(column.isna().sum())
-        if name in categorical or (name == label and classification):
-            values = sorted({_text(v) for v in column.dropna()})
-            if len(values) > MAX_FACT_CATEGORIES:
-                raise SiteDataError(f"{table.path}: column {name!r} has {len(values)} distinct "
-                                    f"values, more than {MAX_FACT_CATEGORIES}")
-            facts["columns"][name], facts["categories"][name] = CATEGORICAL, values
-            continue
-        values = numeric_column(table, name)
-        present = values[~np.isnan(values)]
-        facts["columns"][name] = NUMERIC
-        facts["ranges"][name] = [float(present.min()), float(present.max())] if present.size \
-            else None
-    if facts["missing"][label]:
-        raise SiteDataError(f"{table.path}: the label column {label!r} is missing in "
-                            f"{facts['missing'][label]} row(s)")
-    if classification and label_counts:
-        counts = table.frame[label].map(_text).value_counts()
-        facts["label-counts"] = {str(k): int(v) for k, v in sorted(counts.items())}
-    return facts
-
-
-def _text(value: Any) -> str:
-    """A categorical value as text (3.0 from a float column reads as "3")."""
-    if isinstance(value, (float, np.floating)) and float(value).is_integer():
-        return str(int(value))
-    return str(value)
-
-
-def facts_json(facts: dict[str, Any]) -> str:
-    """The facts as compact JSON (sorted keys), as they travel in a ConfigRecord."""
-    return json.dumps(facts, sort_keys=True, separators=(",", ":"))
 
 
 def _first_line(err: Exception) -> str:

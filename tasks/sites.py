@@ -10,11 +10,14 @@
   missing), weight, acceleration, year.
 
 Rows are split by flwr-datasets' ``NaturalIdPartitioner`` on the site column, which each file
-then drops (a site's identity is not a feature). Both packages carry their data; no network
-(install them with the project's ``sites`` extra, which ``make install`` brings).
+then drops (a site's identity is not a feature). Sites are numbered in the order of their names
+and each file is named by that number, the partition id its SuperNode is given, so the run
+config template ``dataset-path='<folder>/{partition-id}.csv'`` finds them; ``sites.json`` names
+them. Both packages carry their data; no network (install them with the project's ``sites``
+extra, which ``make install`` brings).
 
-    python -m tasks.sites penguins --out sites/penguins   # Biscoe.csv, Dream.csv, Torgersen.csv
-    python -m tasks.sites cars --out sites/cars           # Europe.csv, Japan.csv, USA.csv
+    python -m tasks.sites penguins --out sites/penguins   # 0.csv Biscoe, 1.csv Dream, 2.csv Torgersen
+    python -m tasks.sites cars --out sites/cars           # 0.csv Europe, 1.csv Japan, 2.csv USA
 """
 
 from __future__ import annotations
@@ -54,22 +57,26 @@ TABLES = {
 
 
 def write_sites(name: str, out: Path) -> dict[str, int]:
-    """Write ``out/<site>.csv`` for each site of table ``name`` and ``out/sites.json`` (the
-    table's label, kind, categorical columns and each site's rows); returns the rows by site."""
+    """Write ``out/<i>.csv`` for the i-th site of table ``name`` (in name order) and
+    ``out/sites.json`` (the table's label, kind, categorical columns, and each site's partition
+    id and rows); returns the rows by site, in partition order."""
     table = TABLES[name]
     frame = table.load(name)
     partitioner = NaturalIdPartitioner(partition_by=table.site)
     partitioner.dataset = Dataset.from_pandas(frame, preserve_index=False)
     out.mkdir(parents=True, exist_ok=True)
-    rows = {}
+    parts = {}
     for pid in range(partitioner.num_partitions):
         part = partitioner.load_partition(pid).to_pandas()
-        site = str(part[table.site].iloc[0])
-        part.drop(columns=[table.site]).to_csv(out / f"{site}.csv", index=False)
-        rows[site] = len(part)
-    rows = dict(sorted(rows.items()))
+        parts[str(part[table.site].iloc[0])] = part.drop(columns=[table.site])
+    rows = {}
+    for partition_id, site in enumerate(sorted(parts)):
+        parts[site].to_csv(out / f"{partition_id}.csv", index=False)
+        rows[site] = len(parts[site])
     manifest = {"table": name, "label": table.label, "kind": table.kind,
-                "categorical": list(table.categorical), "sites": rows}
+                "categorical": list(table.categorical),
+                "sites": {site: {"partition-id": i, "rows": count}
+                          for i, (site, count) in enumerate(rows.items())}}
     (out / "sites.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return rows
 
@@ -79,8 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("table", choices=sorted(TABLES))
     parser.add_argument("--out", type=Path, required=True, help="folder for the site files")
     args = parser.parse_args(argv)
-    for site, count in write_sites(args.table, args.out).items():
-        print(f"{args.out / (site + '.csv')}: {count} rows")
+    for partition_id, (site, count) in enumerate(write_sites(args.table, args.out).items()):
+        print(f"{args.out / f'{partition_id}.csv'}: {site}, {count} rows")
     return 0
 
 

@@ -39,7 +39,7 @@ from strategies.ensemble_sync import EnsembleSync, StoredEnsemble, SyncSlot
 from strategies.evaluation import checked_metrics, spread_over_nodes
 from strategies.registry import ServerAlgorithm
 from strategies.screening import exact_records
-from tasks.federation import task_for
+from tasks.datasets import TaskData
 
 DELTA, DELTA_ARRAYS = "delta", "delta-arrays"
 
@@ -91,8 +91,8 @@ class BoostedTreesStrategy(FederatedStrategy):
     slot = SyncSlot
     State = TreesState
 
-    def __init__(self, settings: RunSettings) -> None:
-        self.task = task_for(settings.data)
+    def __init__(self, settings: RunSettings, task: TaskData) -> None:
+        self.task = task
         self.trees = trees_settings(settings)
         n_features = int(np.prod(self.task.input_shape))
         self.sync = EnsembleSync(Ensemble.constant(np.zeros(self.task.num_classes), n_features))
@@ -179,7 +179,7 @@ class LocalModelsStrategy(FederatedStrategy):
 
     label = "test-local"
 
-    def __init__(self, settings: RunSettings) -> None:
+    def __init__(self, settings: RunSettings, task: TaskData) -> None:
         """Nothing to set up: no global function, no sampling."""
 
     def summary(self) -> None:

@@ -168,7 +168,7 @@ def test_bad_graphs_and_settings_stop_before_training(tmp_path, overrides, reaso
 def test_the_checkpoint_restores_the_relay(tmp_path):
     run = run_app(tmp_path, 3, **{**FAST, "num-server-rounds": 2, "partitioning": "iid"})
     state = read_checkpoint(run.out_dir).strategy
-    strategy = ALGORITHMS["fedfun"].build(RunSettings.from_run_config(run_config(**FAST)))
+    strategy = ALGORITHMS["fedfun"].strategy(RunSettings.from_run_config(run_config(**FAST)))
     strategy.load_state_record(state)
     again = strategy.state_record()
     assert sorted(again.keys()) == sorted(state.keys())

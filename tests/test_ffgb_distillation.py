@@ -174,7 +174,7 @@ def test_a_run_resumed_during_a_distillation_equals_an_uninterrupted_one(tmp_pat
 
 def test_a_student_of_another_architecture_is_a_counted_failure():
     config = run_config(**{**FAST, "ffgb.distill-every": 1})
-    strategy = ALGORITHMS["ffgb"].build(RunSettings.from_run_config(config))
+    strategy = ALGORITHMS["ffgb"].strategy(RunSettings.from_run_config(config))
     grid = LocalGrid(client_app, config, 3)
     for server_round in (1, 2):  # a boosting round, then a distillation round
         messages = strategy.configure_train(server_round, None, ConfigRecord(), grid)

@@ -130,7 +130,7 @@ def _copy(message: Message) -> Message:
 
 def _round_one(algorithm: str, **overrides):  # noqa: ANN202
     config = run_config(**{**FAST, "algorithm": algorithm, **overrides})
-    strategy = ALGORITHMS[algorithm].build(RunSettings.from_run_config(config))
+    strategy = ALGORITHMS[algorithm].strategy(RunSettings.from_run_config(config))
     grid = LocalGrid(client_app, config, 3)
     replies = list(grid.send_and_receive(strategy.configure_train(1, None, ConfigRecord(), grid)))
     return strategy, replies

@@ -57,7 +57,7 @@ def captured(algorithm: str) -> Captured:
     config = run_config(algorithm=algorithm, **CONFIG)
     s = RunSettings.from_run_config(config)
     grid = LocalGrid(client_app, config, NODES)
-    strategy = ALGORITHMS[algorithm].build(s)
+    strategy = ALGORITHMS[algorithm].strategy(s)
     train = list(grid.send_and_receive(
         strategy.configure_train(1, strategy.initial_arrays(), ConfigRecord(), grid)))
     before_train = saved(strategy)
@@ -74,7 +74,7 @@ def copy(message: Message) -> Message:
 
 def restored(algorithm: str, state: RecordDict) -> FederatedStrategy:
     """A new strategy of the run, restored to ``state`` (what a resumed ServerApp would hold)."""
-    strategy = ALGORITHMS[algorithm].build(captured(algorithm).settings)
+    strategy = ALGORITHMS[algorithm].strategy(captured(algorithm).settings)
     restore_saved(strategy, state)
     return strategy
 

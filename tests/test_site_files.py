@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from tasks import site_files
-from tasks.site_files import (
-    CATEGORICAL,
-    NUMERIC,
-    SiteDataError,
-    facts_json,
-    read_site_file,
-    site_facts,
-)
+from tasks.site_files import CATEGORICAL, NUMERIC, SiteDataError, read_site_file
+from tasks.site_schema import CLASSIFICATION, REGRESSION, SiteSpec, site_facts
+
+PENGUIN_SPEC = SiteSpec(CLASSIFICATION, "species", categorical=("sex",))
 
 PENGUINS = pd.DataFrame({
     "bill_length_mm": [39.1, 39.5, None, 46.5, 50.0],
@@ -43,7 +41,7 @@ def write(tmp_path, name: str, frame: pd.DataFrame = PENGUINS):
 @pytest.mark.parametrize("name", ["site.csv", "site.parquet"])
 def test_a_site_file_gives_facts_and_no_rows(tmp_path, name):
     table = read_site_file(write(tmp_path, name))
-    facts = site_facts(table, "species", ["sex"], classification=True)
+    facts = site_facts(table, PENGUIN_SPEC)
     assert facts["rows"] == 5
     assert facts["columns"] == {"bill_length_mm": NUMERIC, "flipper_length_mm": NUMERIC,
                                 "sex": CATEGORICAL, "species": CATEGORICAL}
@@ -52,23 +50,23 @@ def test_a_site_file_gives_facts_and_no_rows(tmp_path, name):
                                 "species": 0}
     assert facts["categories"]["species"] == ["Adelie", "Chinstrap", "Gentoo"]
     assert "label-counts" not in facts  # only when the run asks
-    text = facts_json(facts)
+    text = json.dumps(facts)
     assert "39.5" not in text and "46.5" not in text  # no rows: only each column's range
-    counted = site_facts(table, "species", ["sex"], classification=True, label_counts=True)
+    counted = site_facts(table, replace(PENGUIN_SPEC, label_counts=True))
     assert counted["label-counts"] == {"Adelie": 3, "Chinstrap": 1, "Gentoo": 1}
 
 
 def test_columns_in_another_order_give_the_same_facts(tmp_path):
-    a = site_facts(read_site_file(write(tmp_path, "a.csv")), "species", ["sex"], True)
+    a = site_facts(read_site_file(write(tmp_path, "a.csv")), PENGUIN_SPEC)
     shuffled = PENGUINS[["species", "sex", "flipper_length_mm", "bill_length_mm"]]
-    b = site_facts(read_site_file(write(tmp_path, "b.csv", shuffled)), "species", ["sex"], True)
-    assert facts_json(a) == facts_json(b)
+    b = site_facts(read_site_file(write(tmp_path, "b.csv", shuffled)), PENGUIN_SPEC)
+    assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
 def test_npz_and_regression_labels(tmp_path):
     path = tmp_path / "site.npz"
     np.savez(path, x=np.arange(12.0).reshape(3, 2, 2), y=np.array([1.5, 2.5, 3.5]))
-    facts = site_facts(read_site_file(path), "y", [], classification=False)
+    facts = site_facts(read_site_file(path), SiteSpec(REGRESSION, "y"))
     assert facts["columns"] == {**{f"x{i}": NUMERIC for i in range(4)}, "y": NUMERIC}
     assert facts["ranges"]["y"] == [1.5, 3.5] and facts["rows"] == 3
 
@@ -150,7 +148,7 @@ def test_a_file_over_the_limit_is_refused_before_it_is_read(tmp_path, monkeypatc
 
 
 @pytest.mark.parametrize("frame, label, message", [
-    (PENGUINS.drop(columns="species"), "species", "no label column 'species'"),
+    (PENGUINS.drop(columns="species"), "species", "no column 'species'"),
     (PENGUINS.assign(flipper_length_mm=["181", "x", "195", "210", "220"]), "species",
      "column 'flipper_length_mm' must be numeric; row 1 holds 'x'"),
     (PENGUINS.assign(species=["Adelie", None, "Adelie", "Gentoo", "Chinstrap"]), "species",
@@ -159,4 +157,5 @@ def test_a_file_over_the_limit_is_refused_before_it_is_read(tmp_path, monkeypatc
 def test_a_file_that_does_not_fit_the_schema_is_named(tmp_path, frame, label, message):
     table = read_site_file(write(tmp_path, "site.csv", frame))
     with pytest.raises(SiteDataError, match=message):
-        site_facts(table, label, ["sex"], classification=True)
+        site_facts(table, SiteSpec(CLASSIFICATION, label, ("bill_length_mm", "flipper_length_mm",
+                                                           "sex"), ("sex",)))

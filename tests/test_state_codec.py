@@ -336,20 +336,20 @@ def test_a_familys_state_round_trips_through_the_base_and_a_missing_part_is_name
         algorithm, field_name, key):
     config = run_config(algorithm=algorithm, task="synthetic", **{"central-evaluation": False})
     settings = RunSettings.from_run_config(config)
-    strategy = ALGORITHMS[algorithm].build(settings)
+    strategy = ALGORITHMS[algorithm].strategy(settings)
     grid = LocalGrid(client_app, config, 3)
     strategy.aggregate_train(1, grid.send_and_receive(strategy.configure_train(
         1, strategy.initial_arrays(), ConfigRecord(), grid)))
     state = through_flower(strategy.state_record())
-    again = ALGORITHMS[algorithm].build(settings)
+    again = ALGORITHMS[algorithm].strategy(settings)
     again.load_state_record(state)
     assert_equal(again.family_state(), strategy.family_state())
     del state[key]
     with pytest.raises(DecodeError, match=field_name):
-        ALGORITHMS[algorithm].build(settings).load_state_record(state)
+        ALGORITHMS[algorithm].strategy(settings).load_state_record(state)
     del state["roster"]
     with pytest.raises(DecodeError, match="without a roster"):
-        ALGORITHMS[algorithm].build(settings).load_state_record(state)
+        ALGORITHMS[algorithm].strategy(settings).load_state_record(state)
 
 
 # -- rows (the node book's slots) and the generator ---------------------------------------------

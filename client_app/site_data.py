@@ -1,0 +1,99 @@
+"""The node's half of the sites' schema agreement (``task='site'``; the server's half is
+``strategies.site_agreement``), for every family alike.
+
+- ``query.facts``: the facts of the node's own file (``tasks.site_schema.site_facts``: no rows),
+  with its partition id, and the row count of its test file if it has one.
+- ``query.moments``: under the schema the server sends, the sums of the node's training rows
+  (and its test file, if it has one, checked against the schema); or, when the server refuses
+  the node, the reason, which the node logs.
+- every ``query.node`` of such a run carries the fitted schema: the node keeps it in its
+  ``Context.state`` (which outlives the ClientApp process) and reads its data under it from then
+  on (``agreed_schema``).
+
+A file that cannot be used raises ``SiteDataError`` naming the file and the problem; Flower
+answers the server with that message as the error reason (no traceback), and the server leaves
+the node out.
+"""
+
+from __future__ import annotations
+
+import json
+from logging import WARNING
+
+from flwr.app import ConfigRecord, RecordDict
+from flwr.common.logger import log
+
+from client_app.setup import NodeSetup, partition_of
+from functions.protocol import (
+    PARTITION_ID,
+    QUERY_FACTS,
+    QUERY_MOMENTS,
+    SITE,
+    SITE_FACTS,
+    SITE_MOMENTS,
+    SITE_REFUSED,
+    SITE_SCHEMA,
+)
+from tasks.site_data import TEST_PATH_KEY, max_bytes, read_own, training_rows
+from tasks.site_files import SiteDataError, read_site_file
+from tasks.site_schema import Schema, check_table, site_facts, site_moments
+
+
+def _site_record(content: RecordDict) -> ConfigRecord:
+    record = content.get(SITE)
+    if not isinstance(record, ConfigRecord):
+        raise SiteDataError(f"the server's message has no {SITE!r} ConfigRecord")
+    return record
+
+
+def describe_file(setup: NodeSetup, content: RecordDict, state: RecordDict) -> RecordDict:
+    """``query.facts``: the partition id and the facts of the node's file."""
+    settings = setup.settings
+    partition_id, _ = partition_of(setup.node_config)
+    table = read_own(setup.node_config, settings.dataset_path, partition_id)
+    facts = site_facts(table, settings.site)
+    test_path = setup.node_config.get(TEST_PATH_KEY)
+    if test_path:
+        facts["test-rows"] = read_site_file(str(test_path), max_bytes(setup.node_config)).rows
+    return RecordDict({SITE: ConfigRecord({PARTITION_ID: partition_id,
+                                           SITE_FACTS: json.dumps(facts, sort_keys=True)})})
+
+
+def sum_rows(setup: NodeSetup, content: RecordDict, state: RecordDict) -> RecordDict:
+    """``query.moments``: the sums of the training rows under the schema sent, or the refusal
+    logged and acknowledged with an empty answer."""
+    record = _site_record(content)
+    if SITE_REFUSED in record:
+        log(WARNING, "The server leaves this node out of the run: %s", record[SITE_REFUSED])
+        return RecordDict()
+    schema = Schema.from_json(str(record.get(SITE_SCHEMA, "")))
+    settings = setup.settings
+    partition_id, _ = partition_of(setup.node_config)
+    table = read_own(setup.node_config, settings.dataset_path, partition_id)
+    train, _ = training_rows(table, setup.node_config, setup.site_share, partition_id,
+                             settings.seed)
+    moments = site_moments(table, schema, train)
+    test_path = setup.node_config.get(TEST_PATH_KEY)
+    if test_path:  # its columns, labels and categories must fit the schema too
+        check_table(read_site_file(str(test_path), max_bytes(setup.node_config)), schema)
+    return RecordDict({SITE: ConfigRecord({SITE_MOMENTS: json.dumps(moments)})})
+
+
+SITE_HANDLERS = {QUERY_FACTS: describe_file, QUERY_MOMENTS: sum_rows}
+
+
+def agreed_schema(content: RecordDict, state: RecordDict) -> Schema:
+    """The fitted schema: from this message (a ``query.node``), kept in the node's state, or
+    from the state; ``SiteDataError`` when the node never received one (it was not admitted)."""
+    record = content.get(SITE)
+    if isinstance(record, ConfigRecord) and SITE_SCHEMA in record:
+        schema = Schema.from_json(str(record[SITE_SCHEMA]))
+        if not schema.fitted:
+            raise SiteDataError("the server sent a schema without its fitted transform")
+        state[SITE] = ConfigRecord({SITE_SCHEMA: schema.to_json()})
+        return schema
+    kept = state.get(SITE)
+    if not isinstance(kept, ConfigRecord) or SITE_SCHEMA not in kept:
+        raise SiteDataError("this node holds no agreed schema: the server did not admit it to "
+                            "the run")
+    return Schema.from_json(str(kept[SITE_SCHEMA]))

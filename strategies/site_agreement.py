@@ -1,0 +1,153 @@
+"""The sites agree their data's schema before round 1 (``task='site'``): two exchanges, facts and
+sums, never rows.
+
+1. ``query.facts`` to every connected node: each answers its partition id and the facts of its
+   own file (``tasks.site_schema.site_facts``). A node whose file cannot be used answers an
+   error naming the file and the problem; it is logged and left out.
+2. The server agrees one schema (``tasks.site_schema.agree``); a node whose facts conflict is
+   refused with the reason, which it is told in the next exchange.
+3. ``query.moments`` to every node that answered: the schema to the agreeing ones, which answer
+   their training rows' sums, and the reason to the refused ones, which log it. The summed
+   moments fix the imputation and scaling (``with_moments``).
+
+The nodes that agreed become the run's federation: ``SiteAgreement.question`` is the content of
+every ``query.node`` (each node keeps the schema in its state and reads its data under it), and
+``SiteAgreement.left_out`` names every other node with its reason, which the roster leaves out.
+Sums are added in partition order, so the same files give the same schema on every engine.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from logging import INFO, WARNING
+from typing import Any
+
+from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.common.logger import log
+from flwr.serverapp import Grid
+
+from functions.errors import DecodeError
+from functions.protocol import (
+    PARTITION_ID,
+    QUERY_FACTS,
+    QUERY_MOMENTS,
+    SITE,
+    SITE_FACTS,
+    SITE_MOMENTS,
+    SITE_REFUSED,
+    SITE_SCHEMA,
+)
+from run_config.common import RunSettings
+from strategies.screening import exact_records, screen_replies
+from tasks.datasets import TaskData
+from tasks.site_data import server_task
+from tasks.site_files import SiteDataError
+from tasks.site_schema import Schema, SiteSpec, agree, check_facts, check_moments, with_moments
+
+LABEL = "sites"
+ROUND = 0  # the exchanges come before round 1
+MAX_JSON = 2**22  # characters of facts or moments a node may send
+
+
+@dataclass
+class SiteAgreement:
+    """The agreed schema, the server's task under it, and the nodes left out with the reason."""
+
+    schema: Schema
+    task: TaskData
+    partitions: dict[int, int]  # node id -> partition id of every node that agreed
+    left_out: dict[int, str] = field(default_factory=dict)
+
+    def question(self) -> RecordDict:
+        """The content of a ``query.node``: the fitted schema."""
+        return RecordDict({SITE: ConfigRecord({SITE_SCHEMA: self.schema.to_json()})})
+
+    def record(self) -> dict[str, Any]:
+        """What config.json keeps: the schema, the partitions that took part, who was left out
+        and why."""
+        return {"schema": json.loads(self.schema.to_json()),
+                "partitions": sorted(self.partitions.values()),
+                "left-out": {str(node): reason for node, reason in self.left_out.items()}}
+
+
+def _json_field(reply: Message, name: str) -> tuple[ConfigRecord, Any]:
+    record = exact_records(reply.content, {SITE: ConfigRecord})[SITE]
+    payload = record.get(name)
+    if not isinstance(payload, str) or len(payload) > MAX_JSON:
+        raise DecodeError(f"{SITE}.{name} must be JSON text of at most {MAX_JSON} characters")
+    try:
+        return record, json.loads(payload)
+    except ValueError as err:
+        raise DecodeError(f"{SITE}.{name} is not JSON: {err}") from None
+
+
+def _exchange(grid: Grid, settings: RunSettings, message_type: str,
+              contents: dict[int, RecordDict], decode) -> tuple[dict[int, Any], dict[int, str]]:
+    """Send each node its content; the decoded answers, and the reason of every node whose
+    answer was an error, was unusable, or did not come."""
+    questions = [Message(content, node, message_type, group_id=str(ROUND))
+                 for node, content in contents.items()]
+    replies = list(grid.send_and_receive(questions, timeout=settings.reply_timeout))
+    screened = screen_replies(LABEL, ROUND, replies, decode, set(contents))
+    failed = {r.metadata.src_node_id: f"its {message_type} answer was an error: "
+              f"{r.error.reason}" for r in replies if r.has_error()}
+    for node in screened.dropped:
+        failed.setdefault(node, f"its {message_type} answer was unusable")
+    for node in contents:
+        if node not in screened.accepted and node not in failed:
+            failed[node] = f"no {message_type} answer within reply-timeout"
+    return screened.accepted, failed
+
+
+def agree_sites(grid: Grid, settings: RunSettings) -> SiteAgreement:
+    """Run both exchanges with every connected node; ``SiteDataError`` when no node agrees."""
+    spec: SiteSpec = settings.site
+    nodes = sorted(grid.get_node_ids())
+
+    def facts_of(reply: Message) -> tuple[int, dict]:
+        record, payload = _json_field(reply, SITE_FACTS)
+        partition = record.get(PARTITION_ID)
+        if type(partition) is not int or partition < 0:
+            raise DecodeError(f"{PARTITION_ID}={partition!r} is not a non-negative int")
+        try:
+            return partition, check_facts(payload, spec)
+        except SiteDataError as err:
+            raise DecodeError(str(err)) from None
+
+    answers, left_out = _exchange(grid, settings, QUERY_FACTS,
+                                  {n: RecordDict() for n in nodes}, facts_of)
+    order = sorted(answers, key=lambda n: (answers[n][0], n))
+    agreement = agree(spec, {n: answers[n][1] for n in order})
+    for node, reason in agreement.refused.items():
+        log(WARNING, "%s: node %s (partition %d) is refused: %s", LABEL, node, answers[node][0],
+            reason)
+    left_out.update(agreement.refused)
+    schema = agreement.schema
+    contents = {n: RecordDict({SITE: ConfigRecord(
+        {SITE_REFUSED: agreement.refused[n]} if n in agreement.refused
+        else {SITE_SCHEMA: schema.to_json()})}) for n in order}
+    rows = {n: answers[n][1]["rows"] for n in order}
+
+    def moments_of(reply: Message) -> dict | None:
+        node = reply.metadata.src_node_id
+        if node in agreement.refused:
+            return None  # a refused node only acknowledges
+        try:
+            return check_moments(_json_field(reply, SITE_MOMENTS)[1], schema, rows[node])
+        except SiteDataError as err:
+            raise DecodeError(str(err)) from None
+
+    sums, failed = _exchange(grid, settings, QUERY_MOMENTS, contents, moments_of)
+    left_out.update({n: r for n, r in failed.items() if n not in left_out})
+    agreed = [n for n in order if n not in left_out]
+    if not agreed:
+        raise SiteDataError("no site agreed the schema: " + "; ".join(
+            f"node {n}: {r}" for n, r in left_out.items()))
+    fitted = with_moments(schema, {n: sums[n] for n in agreed})
+    largest = max(rows[n] + answers[n][1].get("test-rows", 0) for n in agreed)
+    task = server_task(fitted, largest, settings.server_test_path)
+    log(INFO, "%s: %d of %d nodes agree a schema of %d feature columns (%d features after "
+        "one-hot), %s", LABEL, len(agreed), len(nodes), len(fitted.columns), fitted.width,
+        f"{fitted.num_classes} classes" if fitted.num_classes else "regression")
+    return SiteAgreement(fitted, task, {n: answers[n][0] for n in agreed}, left_out)

@@ -1,0 +1,473 @@
+"""The schema a run's sites agree before round 1, and the federated preprocessing it carries.
+
+Three steps, each on facts or sums, never rows (``strategies.site_agreement`` runs the
+exchanges; this module is the maths, without Flower):
+
+1. ``site_facts``: a node describes its file under the run's ``SiteSpec`` (row count, every
+   reported column's kind, numeric ranges and missing counts, categorical values, the label's
+   values or range; label counts only when the run asks for them).
+2. ``agree``: the server matches columns by name and agrees one ``Schema``: the feature columns in
+   a fixed order, each numeric or categorical (its categories the union of the nodes', one-hot in
+   sorted order), the classes (the union of the label sets, one index each); a node whose facts
+   conflict (a missing feature column, a column that is text here and numbers elsewhere, a
+   regression label that is text) is refused with a reason naming the column.
+3. ``site_moments`` and ``with_moments``: each node sums its training rows (per numeric column:
+   count, sum and sum of squares of the present values; per categorical column: each category's
+   count; for regression the label's count, sum and sum of squares); the server adds them up and
+   fixes the transform: numeric columns imputed with the federated mean and standardised by the
+   federated standard deviation, categorical ones imputed with the most frequent category and
+   one-hot encoded, a regression label standardised.
+
+``transform`` applies the agreed schema to any table (a node's training rows, its test file, the
+server's test file) and refuses a label or category outside the agreed sets. The schema travels as
+JSON, and ``Schema.from_json`` validates everything it reads (it comes from the network).
+
+Written here rather than with scikit-learn's ``StandardScaler``/``OneHotEncoder``: those fit on
+rows in one place, while here the statistics come from sums over sites that never pool rows; the
+transform itself is a few array operations.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tasks.site_files import CATEGORICAL, NUMERIC, SiteDataError, SiteTable, numeric_column
+
+CLASSIFICATION, REGRESSION = "classification", "regression"
+KINDS = (CLASSIFICATION, REGRESSION)
+MAX_FACT_CATEGORIES = 1000  # distinct values a categorical column may report
+MAX_COLUMNS = 10_000  # columns a schema may hold
+MIN_STD = 1e-12  # a standard deviation below this standardises by 1 (a constant column)
+
+
+@dataclass(frozen=True)
+class SiteSpec:
+    """What the run config says about the sites' files (``data.*`` keys)."""
+
+    kind: str
+    label: str
+    features: tuple[str, ...] = ()  # empty: every other column most sites report
+    categorical: tuple[str, ...] = ()
+    label_counts: bool = False  # facts include how often each label occurs
+
+    def kind_of(self, name: str, column: pd.Series) -> str:
+        """Declared categorical, declared feature (numeric), or by the column's type."""
+        if name in self.categorical or (name == self.label and self.kind == CLASSIFICATION):
+            return CATEGORICAL
+        if name in self.features or name == self.label:
+            return NUMERIC
+        numeric = pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)
+        return NUMERIC if numeric else CATEGORICAL
+
+
+def text(value: Any) -> str:
+    """A categorical value as text (3.0 from a float column reads as "3")."""
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def site_facts(table: SiteTable, spec: SiteSpec) -> dict[str, Any]:
+    """What a node discloses about its file (no rows): the row count, the kind and missing count
+    of every reported column (the label and ``spec.features``, or every column when no features
+    are declared), each numeric column's range, each categorical column's values, and the
+    label's values (with counts only if ``spec.label_counts``). ``SiteDataError`` names the file
+    and the column of any fault (a missing column, text in a declared numeric column)."""
+    frame = table.frame
+    wanted = [spec.label, *spec.features] if spec.features else list(frame.columns)
+    for name in [spec.label, *spec.features, *spec.categorical]:
+        if name not in frame.columns:
+            raise SiteDataError(f"{table.path}: no column {name!r}; columns are "
+                                f"{list(frame.columns)}")
+    facts: dict[str, Any] = {"rows": table.rows, "columns": {}, "ranges": {}, "missing": {},
+                             "categories": {}}
+    for name in wanted:
+        column = frame[name]
+        facts["missing"][name] = int(column.isna().sum())
+        if spec.kind_of(name, column) == CATEGORICAL:
+            values = sorted({text(v) for v in column.dropna()})
+            if len(values) > MAX_FACT_CATEGORIES:
+                raise SiteDataError(f"{table.path}: column {name!r} has {len(values)} distinct "
+                                    f"values, more than {MAX_FACT_CATEGORIES}")
+            facts["columns"][name], facts["categories"][name] = CATEGORICAL, values
+            continue
+        values = numeric_column(table, name)
+        present = values[~np.isnan(values)]
+        facts["columns"][name] = NUMERIC
+        facts["ranges"][name] = [float(present.min()), float(present.max())] if present.size \
+            else None
+    if facts["missing"][spec.label]:
+        raise SiteDataError(f"{table.path}: the label column {spec.label!r} is missing in "
+                            f"{facts['missing'][spec.label]} row(s)")
+    if spec.kind == CLASSIFICATION and spec.label_counts:
+        counts = frame[spec.label].map(text).value_counts()
+        facts["label-counts"] = {str(k): int(v) for k, v in sorted(counts.items())}
+    return facts
+
+
+@dataclass(frozen=True)
+class Column:
+    """One agreed feature column: numeric (``categories`` None) or categorical, with its
+    imputation and scaling once the moments are in."""
+
+    name: str
+    categories: tuple[str, ...] | None = None
+    mean: float = 0.0  # numeric: federated mean (the fill of a missing value)
+    std: float = 1.0  # numeric: federated standard deviation (1 for a constant column)
+    mode: str = ""  # categorical: the most frequent category (the fill of a missing value)
+
+    @property
+    def width(self) -> int:
+        return 1 if self.categories is None else len(self.categories)
+
+
+@dataclass(frozen=True)
+class Schema:
+    """The agreed feature space: columns in order, the classes (classification) and, once the
+    moments are in, each column's fill and scale and the regression target's."""
+
+    kind: str
+    label: str
+    columns: tuple[Column, ...]
+    classes: tuple[str, ...] = ()
+    target: tuple[float, float] = (0.0, 1.0)  # regression: the label's federated mean and std
+    fitted: bool = False  # whether the moments are in
+
+    @property
+    def width(self) -> int:
+        """Features after one-hot encoding."""
+        return sum(c.width for c in self.columns)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes) if self.kind == CLASSIFICATION else 0
+
+    def to_json(self) -> str:
+        body = {"kind": self.kind, "label": self.label, "classes": list(self.classes),
+                "target": list(self.target), "fitted": self.fitted,
+                "columns": [{"name": c.name, "categories": None if c.categories is None
+                             else list(c.categories), "mean": c.mean, "std": c.std,
+                             "mode": c.mode} for c in self.columns]}
+        return json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+    @classmethod
+    def from_json(cls, payload: str) -> Schema:
+        """The schema in ``payload``, every field checked; ``SiteDataError`` names the fault."""
+        try:
+            body = json.loads(payload)
+            return _schema_of(body)
+        except SiteDataError:
+            raise
+        except (ValueError, TypeError, KeyError) as err:
+            raise SiteDataError(f"the agreed schema does not decode: {err}") from None
+
+
+def _schema_of(body: Any) -> Schema:
+    def need(ok: bool, what: str) -> None:
+        if not ok:
+            raise SiteDataError(f"the agreed schema is malformed: {what}")
+
+    need(isinstance(body, dict) and set(body) == {"kind", "label", "classes", "target",
+                                                   "fitted", "columns"}, "its keys")
+    need(body["kind"] in KINDS and isinstance(body["label"], str), "kind or label")
+    need(isinstance(body["fitted"], bool), "fitted")
+    classes, target, columns = body["classes"], body["target"], body["columns"]
+    need(isinstance(classes, list) and all(isinstance(c, str) for c in classes)
+         and len(set(classes)) == len(classes) and len(classes) <= MAX_FACT_CATEGORIES, "classes")
+    need(isinstance(target, list) and len(target) == 2 and _finite(target)
+         and target[1] > 0, "target")
+    need(isinstance(columns, list) and 0 < len(columns) <= MAX_COLUMNS, "columns")
+    parsed = []
+    for item in columns:
+        need(isinstance(item, dict) and set(item) == {"name", "categories", "mean", "std",
+                                                      "mode"}, "a column's keys")
+        cats = item["categories"]
+        need(cats is None or (isinstance(cats, list) and all(isinstance(c, str) for c in cats)
+                              and len(set(cats)) == len(cats)
+                              and len(cats) <= MAX_FACT_CATEGORIES), "a column's categories")
+        need(isinstance(item["name"], str) and isinstance(item["mode"], str)
+             and _finite([item["mean"], item["std"]]) and item["std"] > 0, "a column's fields")
+        parsed.append(Column(item["name"], None if cats is None else tuple(cats),
+                             float(item["mean"]), float(item["std"]), item["mode"]))
+    names = [c.name for c in parsed]
+    need(len(set(names)) == len(names) and body["label"] not in names, "column names")
+    return Schema(body["kind"], body["label"], tuple(parsed), tuple(classes),
+                  (float(target[0]), float(target[1])), body["fitted"])
+
+
+def _finite(values: list) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+               for v in values)
+
+
+def check_facts(payload: Any, spec: SiteSpec, max_rows: int = 10**9) -> dict[str, Any]:
+    """A node's facts as decoded JSON (from the network), checked: the fields ``site_facts``
+    writes and no others, every column named once with its kind, counts whole and within the
+    row count, ranges finite, at most ``MAX_COLUMNS`` columns and ``MAX_FACT_CATEGORIES``
+    values a column; ``SiteDataError`` names the fault."""
+    def need(ok: bool, what: str) -> None:
+        if not ok:
+            raise SiteDataError(f"facts: {what}")
+
+    keys = {"rows", "columns", "ranges", "missing", "categories"}
+    need(isinstance(payload, dict) and set(payload) - {"label-counts", "test-rows"} == keys,
+         "unexpected keys")
+    rows, columns = payload["rows"], payload["columns"]
+    need(type(rows) is int and 0 < rows <= max_rows, f"rows={rows!r} not in [1, {max_rows}]")
+    need(isinstance(columns, dict) and 0 < len(columns) <= MAX_COLUMNS
+         and all(isinstance(n, str) and k in (NUMERIC, CATEGORICAL) for n, k in columns.items()),
+         "columns must map names to 'numeric' or 'categorical'")
+    need(spec.label in columns, f"no label column {spec.label!r}")
+    numeric = {n for n, k in columns.items() if k == NUMERIC}
+    missing, ranges, categories = payload["missing"], payload["ranges"], payload["categories"]
+    need(isinstance(missing, dict) and set(missing) == set(columns)
+         and all(type(v) is int and 0 <= v <= rows for v in missing.values()), "missing counts")
+    need(isinstance(ranges, dict) and set(ranges) == numeric
+         and all(r is None or (isinstance(r, list) and len(r) == 2 and _finite(r)
+                               and r[0] <= r[1]) for r in ranges.values()), "ranges")
+    need(isinstance(categories, dict) and set(categories) == set(columns) - numeric
+         and all(isinstance(v, list) and len(v) <= MAX_FACT_CATEGORIES
+                 and all(isinstance(c, str) for c in v) and len(set(v)) == len(v)
+                 for v in categories.values()), "categories")
+    test_rows = payload.get("test-rows", 1)
+    need(type(test_rows) is int and 0 < test_rows <= max_rows, "test-rows")
+    counts = payload.get("label-counts")
+    need(counts is None or (isinstance(counts, dict) and len(counts) <= MAX_FACT_CATEGORIES
+                            and all(isinstance(k, str) and type(v) is int and 0 < v <= rows
+                                    for k, v in counts.items())), "label counts")
+    return payload
+
+
+# -- agreement ----------------------------------------------------------------------------------
+@dataclass
+class Agreement:
+    """The agreed schema, and every refused node with the reason (naming the column)."""
+
+    schema: Schema
+    refused: dict[int, str] = field(default_factory=dict)
+
+
+def _class_order(values: set[str]) -> tuple[str, ...]:
+    """Labels in numeric order when they are all numbers, else in text order."""
+    try:
+        return tuple(sorted(values, key=float))
+    except ValueError:
+        return tuple(sorted(values))
+
+
+def agree(spec: SiteSpec, facts: Mapping[int, Mapping[str, Any]]) -> Agreement:
+    """One schema for the nodes' ``facts`` (node id -> ``site_facts``, in the run's node order).
+
+    Feature columns: ``spec.features`` in that order, or every column other than the label that
+    more than half the nodes report, by name. A column's kind is the declared one, or the kind
+    most nodes report (numeric on a tie). A node is refused when it lacks a feature column, when
+    one of its columns has the other kind, or (regression) when its label is not numeric; the
+    schema is then agreed again without it. ``SiteDataError`` when no node is left."""
+    refused: dict[int, str] = {}
+    while True:
+        kept = {n: f for n, f in facts.items() if n not in refused}
+        if not kept:
+            raise SiteDataError("no site's data fits a common schema: "
+                                + "; ".join(f"node {n}: {r}" for n, r in refused.items()))
+        schema, conflicts = _agree_once(spec, kept)
+        if not conflicts:
+            return Agreement(schema, refused)
+        refused.update(conflicts)
+
+
+def _agree_once(spec: SiteSpec, facts: Mapping[int, Mapping[str, Any]]
+                ) -> tuple[Schema, dict[int, str]]:
+    names = list(spec.features)
+    if not names:
+        seen: dict[str, int] = {}
+        for f in facts.values():
+            for name in f["columns"]:
+                seen[name] = seen.get(name, 0) + 1
+        names = sorted(n for n, count in seen.items()
+                       if n != spec.label and 2 * count > len(facts))
+    kinds = {}
+    for name in names:
+        reported = [f["columns"][name] for f in facts.values() if name in f["columns"]]
+        if name in spec.categorical:
+            kinds[name] = CATEGORICAL
+        else:
+            kinds[name] = (CATEGORICAL if 2 * reported.count(CATEGORICAL) > len(reported)
+                           else NUMERIC)
+    conflicts: dict[int, str] = {}
+    for node, f in facts.items():
+        columns = f["columns"]
+        missing = [n for n in [spec.label, *names] if n not in columns]
+        clash = [n for n in names if n in columns and columns[n] != kinds[n]]
+        if missing:
+            conflicts[node] = f"no column {missing[0]!r} (the other sites have it)"
+        elif clash:
+            conflicts[node] = (f"column {clash[0]!r} is {columns[clash[0]]} here but "
+                               f"{kinds[clash[0]]} at the other sites")
+        elif spec.kind == REGRESSION and columns[spec.label] != NUMERIC:
+            conflicts[node] = f"the label {spec.label!r} is not numeric (data.kind=regression)"
+    if conflicts:
+        return Schema(spec.kind, spec.label, ()), conflicts
+    columns = []
+    for name in names:
+        if kinds[name] == NUMERIC:
+            columns.append(Column(name))
+            continue
+        values = set().union(*(f["categories"].get(name, []) for f in facts.values()))
+        columns.append(Column(name, tuple(sorted(values))))
+    classes: tuple[str, ...] = ()
+    if spec.kind == CLASSIFICATION:
+        classes = _class_order(set().union(*(f["categories"][spec.label]
+                                             for f in facts.values())))
+    if not columns:
+        raise SiteDataError(f"no feature column besides the label {spec.label!r}")
+    return Schema(spec.kind, spec.label, tuple(columns), classes), {}
+
+
+# -- moments and the fitted transform ----------------------------------------------------------
+def site_moments(table: SiteTable, schema: Schema, rows: np.ndarray) -> dict[str, Any]:
+    """The sums a node sends for ``rows`` of its table (its training rows): per numeric column
+    [count, sum, sum of squares] of the present values, per categorical column the count of
+    each agreed category, and (regression) the label's [count, sum, sum of squares]."""
+    frame = table.frame.iloc[rows]
+    check_columns(table, schema)
+    numeric, categories = {}, {}
+    for column in schema.columns:
+        if column.categories is None:
+            values = numeric_column(table, column.name)[rows]
+            present = values[~np.isnan(values)]
+            numeric[column.name] = [float(present.size), float(present.sum()),
+                                    float(np.square(present).sum())]
+        else:
+            counts = frame[column.name].dropna().map(text).value_counts()
+            _unknown(table, column.name, counts.index, column.categories)
+            categories[column.name] = [int(counts.get(c, 0)) for c in column.categories]
+    moments: dict[str, Any] = {"rows": len(rows), "numeric": numeric,
+                               "categories": categories}
+    if schema.kind == REGRESSION:
+        y = numeric_column(table, schema.label)[rows]
+        moments["target"] = [float(y.size), float(y.sum()), float(np.square(y).sum())]
+    return moments
+
+
+def with_moments(schema: Schema, moments: Mapping[int, Mapping[str, Any]]) -> Schema:
+    """The schema with its transform fixed by the nodes' summed ``moments`` (already checked by
+    ``check_moments``)."""
+    columns = []
+    for column in schema.columns:
+        parts = [m["numeric" if column.categories is None else "categories"][column.name]
+                 for m in moments.values()]
+        total = np.sum(np.asarray(parts, dtype=np.float64), axis=0)
+        if column.categories is None:
+            mean, std = _mean_std(total)
+            columns.append(replace(column, mean=mean, std=std))
+        else:
+            mode = column.categories[int(np.argmax(total))] if column.categories else ""
+            columns.append(replace(column, mode=mode))
+    target = (0.0, 1.0)
+    if schema.kind == REGRESSION:
+        target = _mean_std(np.sum([m["target"] for m in moments.values()], axis=0))
+    return replace(schema, columns=tuple(columns), target=target, fitted=True)
+
+
+def _mean_std(total: np.ndarray) -> tuple[float, float]:
+    count, first, second = (float(v) for v in total)
+    if count <= 0:
+        return 0.0, 1.0
+    mean = first / count
+    std = math.sqrt(max(second / count - mean * mean, 0.0))
+    return mean, (std if std > MIN_STD else 1.0)
+
+
+def check_moments(payload: Any, schema: Schema, max_rows: int) -> dict[str, Any]:
+    """A node's moments as decoded JSON, checked against the schema: every column once, counts
+    whole and within ``max_rows``, every number finite; ``SiteDataError`` names the fault."""
+    def need(ok: bool, what: str) -> None:
+        if not ok:
+            raise SiteDataError(f"moments: {what}")
+
+    expected = {"rows", "numeric", "categories"} | ({"target"} if schema.kind == REGRESSION
+                                                     else set())
+    need(isinstance(payload, dict) and set(payload) == expected, "unexpected keys")
+    rows = payload["rows"]
+    need(type(rows) is int and 0 < rows <= max_rows, f"rows={rows!r} not in [1, {max_rows}]")
+    numeric = {c.name for c in schema.columns if c.categories is None}
+    need(isinstance(payload["numeric"], dict) and set(payload["numeric"]) == numeric,
+         "numeric columns differ from the schema's")
+    need(isinstance(payload["categories"], dict)
+         and set(payload["categories"]) == {c.name for c in schema.columns} - numeric,
+         "categorical columns differ from the schema's")
+    sums = list(payload["numeric"].values()) + ([payload["target"]] if "target" in payload
+                                                else [])
+    for triple in sums:
+        need(isinstance(triple, list) and len(triple) == 3 and _finite(triple)
+             and 0 <= triple[0] <= rows and float(triple[0]).is_integer() and triple[2] >= 0,
+             "a [count, sum, sum of squares] out of range")
+    for column in schema.columns:
+        if column.categories is not None:
+            counts = payload["categories"][column.name]
+            need(isinstance(counts, list) and len(counts) == len(column.categories)
+                 and all(type(c) is int and c >= 0 for c in counts) and sum(counts) <= rows,
+                 f"category counts of {column.name!r}")
+    return payload
+
+
+def check_columns(table: SiteTable, schema: Schema) -> None:
+    """Every agreed column and the label are in the table."""
+    for name in [schema.label, *(c.name for c in schema.columns)]:
+        if name not in table.frame.columns:
+            raise SiteDataError(f"{table.path}: no column {name!r} (the run's schema needs it)")
+
+
+def _unknown(table: SiteTable, name: str, values: Any, allowed: tuple[str, ...]) -> None:
+    extra = sorted(set(values) - set(allowed))
+    if extra:
+        raise SiteDataError(f"{table.path}: column {name!r} holds {extra[0]!r}, which is not one "
+                            f"of the agreed values {list(allowed)}")
+
+
+def check_table(table: SiteTable, schema: Schema) -> None:
+    """The table fits the schema: every agreed column, numbers in the numeric ones, and only
+    agreed categories and labels; ``SiteDataError`` names the file, the column and the value."""
+    check_columns(table, schema)
+    for column in schema.columns:
+        if column.categories is None:
+            numeric_column(table, column.name)
+        else:
+            present = table.frame[column.name].dropna().map(text).unique()
+            _unknown(table, column.name, present, column.categories)
+    if schema.kind == CLASSIFICATION:
+        _unknown(table, schema.label, table.frame[schema.label].map(text).unique(),
+                 schema.classes)
+    elif np.isnan(numeric_column(table, schema.label)).any():
+        raise SiteDataError(f"{table.path}: the label column {schema.label!r} has missing values")
+
+
+def transform(table: SiteTable, schema: Schema) -> tuple[np.ndarray, np.ndarray]:
+    """(x float32 (rows, width), y) of the whole table under the fitted schema: y a class index
+    (int64) or the standardised target (float32); ``check_table``'s errors first."""
+    check_table(table, schema)
+    frame, blocks = table.frame, []
+    for column in schema.columns:
+        if column.categories is None:
+            values = numeric_column(table, column.name)
+            values = np.where(np.isnan(values), column.mean, values)
+            blocks.append(((values - column.mean) / column.std)[:, None])
+            continue
+        cells = frame[column.name].map(text, na_action="ignore").fillna(column.mode)
+        index = {c: i for i, c in enumerate(column.categories)}
+        onehot = np.zeros((len(frame), len(column.categories)))
+        onehot[np.arange(len(frame)), cells.map(index).to_numpy(dtype=np.int64)] = 1.0
+        blocks.append(onehot)
+    x = np.ascontiguousarray(np.hstack(blocks), dtype=np.float32)
+    if schema.kind == CLASSIFICATION:
+        index = {c: i for i, c in enumerate(schema.classes)}
+        return x, frame[schema.label].map(text).map(index).to_numpy(dtype=np.int64)
+    y = numeric_column(table, schema.label)
+    return x, ((y - schema.target[0]) / schema.target[1]).astype(np.float32)

@@ -494,6 +494,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="SuperNodes dial an nginx perimeter that forwards only the Fleet "
                              "API; the SuperLink listens on loopback (needs --tls; "
                              "deploy/perimeter.py)")
+    parser.add_argument("--site-files", type=Path, default=None,
+                        help="a folder of per-site files <partition-id>.csv (python -m "
+                             "tasks.sites): SuperNode i gets node config dataset-path of its own "
+                             "file only (for task='site' runs)")
     parser.add_argument("run_config", help="the job's --run-config text")
     args = parser.parse_args(argv)
     args.workdir = new_workdir(args.workdir)
@@ -507,7 +511,9 @@ def main(argv: list[str] | None = None) -> int:
             star.create()
         deployment.start_superlink()
         for i in range(args.nodes):
-            deployment.start_supernode(i, args.nodes)
+            own = "" if args.site_files is None else \
+                f"dataset-path='{args.site_files.absolute() / f'{i}.csv'}'"
+            deployment.start_supernode(i, args.nodes, node_config=own)
         run_config = f"{args.run_config} output-dir='{args.workdir / 'results'}' run-name='job'"
         done = deployment.flwr_run(run_config)
         print(done.stdout[-4000:], done.stderr[-2000:], sep="\n")

@@ -163,4 +163,7 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
 
 def plot_title(settings: RunSettings, num_nodes: int) -> str:
     """Algorithm, task, partitioning and number of nodes, for the plots."""
+    if settings.sites:
+        return f"{settings.algorithm} on the sites' own files ({settings.data_label}), " \
+               f"{num_nodes} nodes"
     return f"{settings.algorithm} on {settings.task}, {settings.partitioning}, {num_nodes} nodes"

@@ -11,6 +11,7 @@ import csv
 import io
 import json
 import os
+import re
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -181,6 +182,9 @@ def write_plots(directory: Path, rounds: list[dict[str, Any]], title: str = "") 
                 ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.grid(alpha=0.3)
             save(fig, name)
+    site_plot = _per_site_figure(rounds, plt, MaxNLocator)
+    if site_plot is not None:
+        save(site_plot, "sites_vs_round.png")
     trained = [r for r in rounds if r.get("round", 0) > 0]
     if trained:
         fig, ax = plt.subplots(figsize=(5, 3.8))
@@ -203,6 +207,30 @@ def write_plots(directory: Path, rounds: list[dict[str, Any]], title: str = "") 
         ax.legend(fontsize=7)
         save(fig, "bytes_vs_round.png")
     return paths
+
+
+SITE_COLUMN = re.compile(r"^site(\d+)_(test_accuracy|test_mse|test_loss)$")
+
+
+def _per_site_figure(rounds: list[dict[str, Any]], plt, locator):  # noqa: ANN001, ANN202
+    """Each site's own test metric per round (columns ``site<partition>_<metric>``, sites' own
+    data), accuracy where there is one, else MSE, else loss; None without such columns."""
+    found = {m.groups() for r in rounds for k in r if (m := SITE_COLUMN.match(k))}
+    metric = next((m for m in ("test_accuracy", "test_mse", "test_loss")
+                   if any(name == m for _, name in found)), None)
+    if metric is None:
+        return None
+    fig, ax = plt.subplots(figsize=(5, 3.8))
+    for site in sorted({int(p) for p, name in found if name == metric}):
+        rows = [r for r in rounds if r.get(f"site{site}_{metric}") is not None]
+        ax.plot([r["round"] for r in rows], [r[f"site{site}_{metric}"] for r in rows],
+                marker="o", markersize=3, label=f"site {site}")
+    ax.set_xlabel("round")
+    ax.set_ylabel(f"{metric.replace('_', ' ')}, each site's own test rows")
+    ax.xaxis.set_major_locator(locator(integer=True))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return fig
 
 
 def _save_figure(fig, path: Path) -> None:  # noqa: ANN001 - a matplotlib Figure

@@ -38,6 +38,8 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from functions.errors import DecodeError
+from functions.protocol import PARTITION_ID
+from strategies.evaluation import EvaluationSums, combine_evaluation_sums
 from strategies.node_book import NodeBook, NodeSlot
 from strategies.roster import Admission, Roster
 from strategies.sampling import Sampler
@@ -50,6 +52,7 @@ from strategies.state_codec import (
     restore_rng,
     rng_record,
 )
+from tasks.evaluation import CLASSIFICATION
 
 T = TypeVar("T")
 _RNG, _ROSTER, _BOOK = "rng", "roster", "book"
@@ -66,6 +69,7 @@ class FederatedStrategy(Strategy):
     roster: Roster | None = None  # the run's nodes, once asked (round 1)
     book: NodeBook | None = None  # one slot per node of the roster, in its order
     admission: Admission = Admission()  # pins, nodes left out, the query.node content
+    per_site: bool = False  # evaluation also reports each site's own metrics (sites' own data)
     _failures: int = 0  # found this round before the replies' screening
 
     def pin_partitions(self, pinned: dict[int, int]) -> None:
@@ -79,6 +83,7 @@ class FederatedStrategy(Strategy):
         """Sites' own data: every ``query.node`` carries ``question`` (the agreed schema), and
         the nodes of ``left_out`` (refused by the agreement) never enter the roster."""
         self.admission = replace(self.admission, question=question, left_out=dict(left_out))
+        self.per_site = True
 
     # -- the round lifecycle ----------------------------------------------------------------------
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
@@ -161,7 +166,13 @@ class FederatedStrategy(Strategy):
         screened = screen_replies(self.label, server_round, replies, self.check_evaluation,
                                   self.book.node_ids)
         self.on_evaluation_screened(screened)
-        metrics = self.evaluation_metrics(screened.in_order(self.book.node_ids))
+        accepted = screened.in_order(self.book.node_ids)
+        metrics = self.evaluation_metrics(accepted)
+        if self.per_site:
+            for node, value in accepted.items():
+                partition = self.roster.facts[node][PARTITION_ID]
+                metrics.update({f"site{partition}_{name}": figure
+                                for name, figure in self.site_metrics(value).items()})
         return MetricRecord({**metrics, "failures": screened.rejected})
 
     def check_evaluation(self, reply: Message) -> Any:
@@ -175,6 +186,15 @@ class FederatedStrategy(Strategy):
     def evaluation_metrics(self, accepted: dict[int, Any]) -> dict[str, Any]:
         """The round's evaluation metrics from the checked replies (roster order)."""
         return {}
+
+    def site_metrics(self, value: Any) -> dict[str, float]:
+        """One site's own metrics from its checked evaluate reply (with sites' own data, the
+        columns ``site<partition>_<metric>``): its test loss and accuracy or MSE from the loss
+        sums that most families' nodes send."""
+        if not isinstance(value, EvaluationSums):
+            return {}
+        kind = "regression" if value.test_correct_sum is None else CLASSIFICATION
+        return combine_evaluation_sums([value], kind)
 
     # -- the global function ----------------------------------------------------------------------
     def initial_arrays(self) -> ArrayRecord:

@@ -235,6 +235,10 @@ class FedFunStrategy(FederatedStrategy):
             out["consensus_distance"] = sum(m[CONSENSUS] for m in accepted.values()) / pairs
         return out
 
+    def site_metrics(self, value: dict[str, float]) -> dict[str, float]:
+        """The site's own model on its own test rows."""
+        return {"test_accuracy": value[TEST_ACCURACY]}
+
     def check_evaluation(self, reply: Message) -> dict[str, float]:
         """A node's figures: accuracies in [0, 1], at most its degree of neighbours compared."""
         metrics = checked_metrics(exact_records(reply.content, {METRICS: MetricRecord})[METRICS],

@@ -348,6 +348,9 @@ class FedFWStrategy(TorchModelStrategy):
     def on_evaluation_screened(self, screened: Screened) -> None:
         self._forget_replicas(screened.errors)
 
+    def site_metrics(self, value: tuple[EvaluationSums, Params | None]) -> dict[str, float]:
+        return super().site_metrics(value[0])
+
     def evaluation_metrics(self, accepted: dict[int, tuple[EvaluationSums, Params | None]]
                            ) -> dict[str, float]:
         metrics = combine_evaluation_sums([s for s, _ in accepted.values()], self.kind)

@@ -56,6 +56,9 @@ def test_every_family_trains_on_the_sites_files(tmp_path, penguins, algorithm, k
     last = run.rows[-1]
     accuracy = last.get("test_accuracy", last.get("test_accuracy_mean"))
     assert accuracy is not None and 0.0 <= accuracy <= 1.0 and last["failures"] == 0
+    own = [last[f"site{p}_test_accuracy"] for p in range(3)]  # each site's own test rows
+    assert all(0.0 <= a <= 1.0 for a in own)
+    assert (run.out_dir / "sites_vs_round.png").stat().st_size > 0
     assert all(math.isfinite(v) for v in last.values() if isinstance(v, float))
 
 
@@ -119,3 +122,19 @@ def test_each_bad_input_leaves_its_site_out_with_a_reason_and_the_run_goes_on(tm
         assert reason in left_out, (node_config, left_out)
         assert "Traceback" not in left_out
         assert run.rows[-1]["failures"] == 0  # left out before round 1, not a round's failure
+
+
+def test_a_regression_site_table_reports_each_sites_error(tmp_path):
+    folder = tmp_path / "cars"
+    write_sites("cars", folder)
+    run = run_app(tmp_path / "run", 3, None, task="site", algorithm="ffgb-l",
+                  **{"data.kind": "regression", "data.label": "Miles_per_Gallon",
+                     "dataset-path": f"{folder}/{{partition-id}}.csv", "num-server-rounds": 2,
+                     "ffgb.oracle-steps": 50})
+    record = sites_record(run)
+    assert record["partitions"] == [0, 1, 2] and record["schema"]["classes"] == []
+    mean, std = record["schema"]["target"]
+    assert 20 < mean < 27 and 6 < std < 9  # miles per gallon, from federated sums
+    last = run.rows[-1]
+    assert all(math.isfinite(last[f"site{p}_test_mse"]) for p in range(3))
+    assert math.isfinite(last["test_mse"])

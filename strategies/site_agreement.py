@@ -19,6 +19,7 @@ Sums are added in partition order, so the same files give the same schema on eve
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
 from typing import Any
@@ -83,7 +84,8 @@ def _json_field(reply: Message, name: str) -> tuple[ConfigRecord, Any]:
 
 
 def _exchange(grid: Grid, settings: RunSettings, message_type: str,
-              contents: dict[int, RecordDict], decode) -> tuple[dict[int, Any], dict[int, str]]:
+              contents: dict[int, RecordDict], decode: Callable[[Message], Any]
+              ) -> tuple[dict[int, Any], dict[int, str]]:
     """Send each node its content; the decoded answers, and the reason of every node whose
     answer was an error, was unusable, or did not come."""
     questions = [Message(content, node, message_type, group_id=str(ROUND))

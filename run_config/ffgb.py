@@ -203,10 +203,14 @@ def ffgb_settings(settings: RunSettings) -> FFGBSettings:
 
 def check_task(ffgb: FFGBSettings, task: TaskData) -> None:
     """What needs the task: FFGB.C on regression needs an explicit gradient bound; a CNN needs
-    images. ConfigError names the key."""
+    images; cross-entropy needs two classes. ConfigError names the key."""
     if ffgb.variant == "ffgb-c" and task.kind != "classification" and ffgb.grad_bound == 0:
         raise ConfigError.bound("ffgb.grad-bound", 0.0, "> 0 with ffgb-c on a regression task "
                                 "(the square loss has no a-priori gradient bound)")
+    if task.kind == "classification" and ffgb.variant != "ffgb-l" and task.num_classes < 2:
+        raise ConfigError(f"{ffgb.variant} needs at least 2 classes; the task has "
+                          f"{task.num_classes} (with task='site': every site holds the same "
+                          "single label)")
     learner_spec(ffgb, task)
 
 

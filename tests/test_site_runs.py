@@ -10,6 +10,7 @@ import math
 import pandas as pd
 import pytest
 
+from server_app.app import InvalidRunConfig
 from tasks import site_files
 from tasks.sites import write_sites
 from tests.helpers import run_app
@@ -138,3 +139,9 @@ def test_a_regression_site_table_reports_each_sites_error(tmp_path):
     last = run.rows[-1]
     assert all(math.isfinite(last[f"site{p}_test_mse"]) for p in range(3))
     assert math.isfinite(last["test_mse"])
+
+
+def test_sites_that_share_one_label_are_refused_by_name_for_cross_entropy(tmp_path, penguins):
+    only_adelie = [{"dataset-path": str(penguins / "2.csv")}] * 3  # Torgersen: Adelie only
+    with pytest.raises(InvalidRunConfig, match="ffgb needs at least 2 classes; the task has 1"):
+        site_run(tmp_path, penguins, only_adelie, algorithm="ffgb", **{"ffgb.learner": "tree"})

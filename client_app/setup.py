@@ -68,15 +68,15 @@ class NodeSetup:
         (``partitioning.local-test`` when > 0, else ``test-fraction``)."""
         return self.settings.local_test or self.settings.test_fraction
 
-    def site_data(self, schema: Schema) -> LocalData:
-        """This node's own file under the agreed ``schema`` (read and transformed once per
-        schema)."""
-        key = schema.to_json()
-        if self._site_data is None or self._site_data[0] != key:
+    def site_data(self, schema_json: str) -> LocalData:
+        """This node's own file under the agreed schema (its JSON: decoded, read and
+        transformed once per schema)."""
+        if self._site_data is None or self._site_data[0] != schema_json:
             partition_id, num_partitions = partition_of(self.node_config)
-            data = node_data(schema, self.node_config, self.settings.dataset_path,
-                             self.site_share, partition_id, num_partitions, self.settings.seed)
-            self._site_data = (key, data)
+            data = node_data(Schema.from_json(schema_json), self.node_config,
+                             self.settings.dataset_path, self.site_share, partition_id,
+                             num_partitions, self.settings.seed)
+            self._site_data = (schema_json, data)
         return self._site_data[1]
 
     @cached_property

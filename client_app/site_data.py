@@ -34,8 +34,8 @@ from functions.protocol import (
     SITE_REFUSED,
     SITE_SCHEMA,
 )
-from tasks.site_data import TEST_PATH_KEY, max_bytes, read_own, training_rows
-from tasks.site_files import SiteDataError, read_site_file
+from tasks.site_data import read_own, read_test, training_rows
+from tasks.site_files import SiteDataError, SiteTable
 from tasks.site_schema import Schema, check_table, site_facts, site_moments
 
 
@@ -46,15 +46,19 @@ def _site_record(content: RecordDict) -> ConfigRecord:
     return record
 
 
+def _own_table(setup: NodeSetup) -> tuple[int, SiteTable]:
+    """The node's partition id and its own training file."""
+    partition_id, _ = partition_of(setup.node_config)
+    return partition_id, read_own(setup.node_config, setup.settings.dataset_path, partition_id)
+
+
 def describe_file(setup: NodeSetup, content: RecordDict, state: RecordDict) -> RecordDict:
     """``query.facts``: the partition id and the facts of the node's file."""
-    settings = setup.settings
-    partition_id, _ = partition_of(setup.node_config)
-    table = read_own(setup.node_config, settings.dataset_path, partition_id)
-    facts = site_facts(table, settings.site)
-    test_path = setup.node_config.get(TEST_PATH_KEY)
-    if test_path:
-        facts["test-rows"] = read_site_file(str(test_path), max_bytes(setup.node_config)).rows
+    partition_id, table = _own_table(setup)
+    facts = site_facts(table, setup.settings.site)
+    test_table = read_test(setup.node_config)
+    if test_table is not None:
+        facts["test-rows"] = test_table.rows
     return RecordDict({SITE: ConfigRecord({PARTITION_ID: partition_id,
                                            SITE_FACTS: json.dumps(facts, sort_keys=True)})})
 
@@ -67,33 +71,33 @@ def sum_rows(setup: NodeSetup, content: RecordDict, state: RecordDict) -> Record
         log(WARNING, "The server leaves this node out of the run: %s", record[SITE_REFUSED])
         return RecordDict()
     schema = Schema.from_json(str(record.get(SITE_SCHEMA, "")))
-    settings = setup.settings
-    partition_id, _ = partition_of(setup.node_config)
-    table = read_own(setup.node_config, settings.dataset_path, partition_id)
+    partition_id, table = _own_table(setup)
     train, _ = training_rows(table, setup.node_config, setup.site_share, partition_id,
-                             settings.seed)
+                             setup.settings.seed)
     moments = site_moments(table, schema, train)
-    test_path = setup.node_config.get(TEST_PATH_KEY)
-    if test_path:  # its columns, labels and categories must fit the schema too
-        check_table(read_site_file(str(test_path), max_bytes(setup.node_config)), schema)
+    test_table = read_test(setup.node_config)
+    if test_table is not None:  # its columns, labels and categories must fit the schema too
+        check_table(test_table, schema)
     return RecordDict({SITE: ConfigRecord({SITE_MOMENTS: json.dumps(moments)})})
 
 
 SITE_HANDLERS = {QUERY_FACTS: describe_file, QUERY_MOMENTS: sum_rows}
 
 
-def agreed_schema(content: RecordDict, state: RecordDict) -> Schema:
-    """The fitted schema: from this message (a ``query.node``), kept in the node's state, or
-    from the state; ``SiteDataError`` when the node never received one (it was not admitted)."""
+def agreed_schema(content: RecordDict, state: RecordDict) -> str:
+    """The fitted schema's JSON: from this message (a ``query.node``: validated, then kept in
+    the node's state), or from the state, where only a validated one is ever put (the node's
+    setup decodes it once per schema, not once per message); ``SiteDataError`` when the node
+    never received one (it was not admitted)."""
     record = content.get(SITE)
     if isinstance(record, ConfigRecord) and SITE_SCHEMA in record:
-        schema = Schema.from_json(str(record[SITE_SCHEMA]))
-        if not schema.fitted:
+        text = str(record[SITE_SCHEMA])
+        if not Schema.from_json(text).fitted:
             raise SiteDataError("the server sent a schema without its fitted transform")
-        state[SITE] = ConfigRecord({SITE_SCHEMA: schema.to_json()})
-        return schema
+        state[SITE] = ConfigRecord({SITE_SCHEMA: text})
+        return text
     kept = state.get(SITE)
     if not isinstance(kept, ConfigRecord) or SITE_SCHEMA not in kept:
         raise SiteDataError("this node holds no agreed schema: the server did not admit it to "
                             "the run")
-    return Schema.from_json(str(kept[SITE_SCHEMA]))
+    return str(kept[SITE_SCHEMA])

@@ -65,10 +65,10 @@ def check_settings(run_config: Mapping[str, Any]) -> RunSettings:
     return settings
 
 
-def plan_run(run_config: Mapping[str, Any], sites: SiteAgreement | None = None) -> RunPlan:
-    """Validate everything that needs no node (with ``sites``, after the agreement): the keys,
-    the task and the model (the strategy factory checks them); ConfigError names the key."""
-    settings = check_settings(run_config)
+def plan_run(settings: RunSettings, sites: SiteAgreement | None = None) -> RunPlan:
+    """Validate everything that needs no node (with ``sites``, after the agreement) beyond the
+    keys (``check_settings``): the task and the model (the strategy factory checks them);
+    ConfigError names the key."""
     if sites is not None and not settings.server_test_path:
         settings = replace(settings, central_evaluation=False)  # no test rows at the server
     algorithm = get_algorithm(settings.algorithm)
@@ -92,10 +92,10 @@ def prepare(context: Context, grid: Grid) -> tuple[RunPlan, int]:
     sites' own data, before the first message after the schema agreement)."""
     settings = check_settings(context.run_config)
     if not settings.sites:
-        plan = plan_run(context.run_config)
+        plan = plan_run(settings)
     num_nodes = wait_for_nodes(grid, settings.min_nodes)
     if settings.sites:
-        plan = plan_run(context.run_config, agree_sites(grid, settings))
+        plan = plan_run(settings, agree_sites(grid, settings))
     else:
         check_partitioning(settings.data, num_nodes)
     plan.strategy.check_federation(num_nodes)

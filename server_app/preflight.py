@@ -29,7 +29,7 @@ def check(run_config_text: str, num_nodes: int) -> str:
         return (f"run config OK: algorithm={s.algorithm} task=site label={s.data_label} "
                 f"rounds={s.num_rounds} nodes={num_nodes}; the schema and the model's widths "
                 "are agreed with the nodes when the run starts")
-    plan = plan_run(run_config)
+    plan = plan_run(s)
     check_partitioning(plan.settings.data, num_nodes)
     plan.strategy.check_federation(num_nodes)
     return (f"run config OK: algorithm={s.algorithm} task={s.task} partitioning={s.partitioning} "

@@ -29,6 +29,11 @@ PARTITION_TEMPLATE = "{partition-id}"
 SITE_MODEL = "mlp"
 
 
+def local_path(text: str) -> Path:
+    """A path from a config: ``~`` expanded, relative to the working folder."""
+    return Path(text).expanduser().absolute()
+
+
 def site_file(node_config: Mapping[str, Any], template: str, partition_id: int) -> Path:
     """The node's ``dataset-path``, or the run config's template for its partition."""
     path = str(node_config.get(PATH_KEY, "") or template.replace(PARTITION_TEMPLATE,
@@ -36,7 +41,7 @@ def site_file(node_config: Mapping[str, Any], template: str, partition_id: int) 
     if not path:
         raise SiteDataError("this node has no data file: give the SuperNode --node-config "
                             "\"dataset-path='<file>'\" or the run config a dataset-path template")
-    return Path(path).expanduser().absolute()
+    return local_path(path)
 
 
 def max_bytes(node_config: Mapping[str, Any]) -> int:
@@ -50,6 +55,12 @@ def max_bytes(node_config: Mapping[str, Any]) -> int:
 def read_own(node_config: Mapping[str, Any], template: str, partition_id: int) -> SiteTable:
     """The node's own training file, read and checked (cached while it does not change)."""
     return read_site_file(site_file(node_config, template, partition_id), max_bytes(node_config))
+
+
+def read_test(node_config: Mapping[str, Any]) -> SiteTable | None:
+    """The node's ``dataset-test-path`` file, read and checked; None without one."""
+    path = node_config.get(TEST_PATH_KEY)
+    return read_site_file(local_path(str(path)), max_bytes(node_config)) if path else None
 
 
 def training_rows(table: SiteTable, node_config: Mapping[str, Any], share: float,
@@ -80,9 +91,8 @@ def node_data(schema: Schema, node_config: Mapping[str, Any], template: str, sha
     table = read_own(node_config, template, partition_id)
     train, test = training_rows(table, node_config, share, partition_id, seed)
     x, y = transform(table, schema)
-    if node_config.get(TEST_PATH_KEY):
-        test_table = read_site_file(Path(str(node_config[TEST_PATH_KEY])).expanduser()
-                                    .absolute(), max_bytes(node_config))
+    test_table = read_test(node_config)
+    if test_table is not None:
         x_test, y_test = transform(test_table, schema)
     else:
         x_test, y_test = x[test], y[test]
@@ -99,7 +109,6 @@ def server_task(schema: Schema, total_rows: int, test_path: str) -> TaskData:
     x_test = np.zeros((0, width), np.float32)
     y_test = np.zeros(0, np.int64 if schema.num_classes else np.float32)
     if test_path:
-        x_test, y_test = transform(read_site_file(Path(test_path).expanduser().absolute()),
-                                   schema)
+        x_test, y_test = transform(read_site_file(local_path(test_path)), schema)
     return site_task(schema, np.zeros((0, width), np.float32), y_test[:0], x_test, y_test,
                      max_examples=total_rows)

@@ -44,6 +44,7 @@ CLASSIFICATION, REGRESSION = "classification", "regression"
 KINDS = (CLASSIFICATION, REGRESSION)
 MAX_FACT_CATEGORIES = 1000  # distinct values a categorical column may report
 MAX_COLUMNS = 10_000  # columns a schema may hold
+MAX_ROWS = 10**9  # rows a site may report
 MIN_STD = 1e-12  # a standard deviation below this standardises by 1 (a constant column)
 
 
@@ -207,10 +208,11 @@ def _finite(values: list) -> bool:
                for v in values)
 
 
-def check_facts(payload: Any, spec: SiteSpec, max_rows: int = 10**9) -> dict[str, Any]:
+def check_facts(payload: Any, spec: SiteSpec) -> dict[str, Any]:
     """A node's facts as decoded JSON (from the network), checked: the fields ``site_facts``
     writes and no others, every column named once with its kind, counts whole and within the
-    row count, ranges finite, at most ``MAX_COLUMNS`` columns and ``MAX_FACT_CATEGORIES``
+    row count (at most ``MAX_ROWS``), ranges finite, at most ``MAX_COLUMNS`` columns and
+    ``MAX_FACT_CATEGORIES``
     values a column; ``SiteDataError`` names the fault."""
     def need(ok: bool, what: str) -> None:
         if not ok:
@@ -220,7 +222,7 @@ def check_facts(payload: Any, spec: SiteSpec, max_rows: int = 10**9) -> dict[str
     need(isinstance(payload, dict) and set(payload) - {"label-counts", "test-rows"} == keys,
          "unexpected keys")
     rows, columns = payload["rows"], payload["columns"]
-    need(type(rows) is int and 0 < rows <= max_rows, f"rows={rows!r} not in [1, {max_rows}]")
+    need(type(rows) is int and 0 < rows <= MAX_ROWS, f"rows={rows!r} not in [1, {MAX_ROWS}]")
     need(isinstance(columns, dict) and 0 < len(columns) <= MAX_COLUMNS
          and all(isinstance(n, str) and k in (NUMERIC, CATEGORICAL) for n, k in columns.items()),
          "columns must map names to 'numeric' or 'categorical'")
@@ -237,7 +239,7 @@ def check_facts(payload: Any, spec: SiteSpec, max_rows: int = 10**9) -> dict[str
                  and all(isinstance(c, str) for c in v) and len(set(v)) == len(v)
                  for v in categories.values()), "categories")
     test_rows = payload.get("test-rows", 1)
-    need(type(test_rows) is int and 0 < test_rows <= max_rows, "test-rows")
+    need(type(test_rows) is int and 0 < test_rows <= MAX_ROWS, "test-rows")
     counts = payload.get("label-counts")
     need(counts is None or (isinstance(counts, dict) and len(counts) <= MAX_FACT_CATEGORIES
                             and all(isinstance(k, str) and type(v) is int and 0 < v <= rows
@@ -336,7 +338,7 @@ def site_moments(table: SiteTable, schema: Schema, rows: np.ndarray) -> dict[str
     [count, sum, sum of squares] of the present values, per categorical column the count of
     each agreed category, and (regression) the label's [count, sum, sum of squares]."""
     frame = table.frame.iloc[rows]
-    check_columns(table, schema)
+    check_table(table, schema)
     numeric, categories = {}, {}
     for column in schema.columns:
         if column.categories is None:
@@ -346,7 +348,6 @@ def site_moments(table: SiteTable, schema: Schema, rows: np.ndarray) -> dict[str
                                     float(np.square(present).sum())]
         else:
             counts = frame[column.name].dropna().map(text).value_counts()
-            _unknown(table, column.name, counts.index, column.categories)
             categories[column.name] = [int(counts.get(c, 0)) for c in column.categories]
     moments: dict[str, Any] = {"rows": len(rows), "numeric": numeric,
                                "categories": categories}

@@ -75,7 +75,7 @@ def _ask(grid: Grid, label: str, server_round: int, node_ids: list[int],
     return screened.accepted, screened.rejected
 
 
-def _refuse_unpinned(label: str, server_round: int, answers: dict[int, Facts],
+def refuse_unpinned(label: str, server_round: int, answers: dict[int, Facts],
                      pinned: Mapping[int, int]) -> list[int]:
     """The nodes whose claim contradicts ``node-partitions`` (``pinned``: node id -> partition),
     logged; none when nothing is pinned."""
@@ -119,7 +119,7 @@ class Roster:
                 continue
             log(WARNING, "%s round %d: node %s gave no usable answer to %s; it is left out",
                 label, server_round, node, QUERY_NODE)
-        for node in _refuse_unpinned(label, server_round, answers, pinned):
+        for node in refuse_unpinned(label, server_round, answers, pinned):
             del answers[node]
             claimants[node] = None
             rejected += 1
@@ -151,7 +151,7 @@ class Roster:
         rejected, refused = 0, []
         if new:
             answers, rejected = _ask(grid, label, server_round, new, admission)
-            refused = _refuse_unpinned(label, server_round, answers, admission.pinned)
+            refused = refuse_unpinned(label, server_round, answers, admission.pinned)
             for node in refused:
                 del answers[node]
                 rejected += 1

@@ -3,7 +3,9 @@ sums, never rows.
 
 1. ``query.facts`` to every connected node: each answers its partition id and the facts of its
    own file (``tasks.site_schema.site_facts``). A node whose file cannot be used answers an
-   error naming the file and the problem; it is logged and left out.
+   error naming the file and the problem; it is logged and left out, as is a node whose claim
+   the roster would refuse (against ``node-partitions``, or a partition another node serves),
+   so that no sums are taken from a node that will not train.
 2. The server agrees one schema (``tasks.site_schema.agree``); a node whose facts conflict is
    refused with the reason, which it is told in the next exchange.
 3. ``query.moments`` to every node that answered: the schema to the agreeing ones, which answer
@@ -40,6 +42,7 @@ from functions.protocol import (
     SITE_SCHEMA,
 )
 from run_config.common import RunSettings
+from strategies.roster import refuse_unpinned
 from strategies.screening import exact_records, screen_replies
 from tasks.datasets import TaskData
 from tasks.site_data import server_task
@@ -102,6 +105,26 @@ def _exchange(grid: Grid, settings: RunSettings, message_type: str,
     return screened.accepted, failed
 
 
+def _contested(answers: dict[int, tuple[int, dict]], pinned: dict[int, int]) -> dict[int, str]:
+    """The roster's rules, applied before any sums are taken: a claim against
+    ``node-partitions`` is refused, and a partition is served by one node (the first by node
+    id); the other claimants, with the reason."""
+    claims = {n: {PARTITION_ID: answers[n][0]} for n in sorted(answers)}
+    refused = {n: f"its claim of partition {claims[n][PARTITION_ID]} contradicts node-partitions"
+               for n in refuse_unpinned(LABEL, ROUND, claims, pinned)}
+    owner: dict[int, int] = {}
+    for node, claim in claims.items():
+        partition = claim[PARTITION_ID]
+        if node in refused:
+            continue
+        if partition in owner:
+            refused[node] = f"partition {partition} is served by node {owner[partition]}"
+            log(WARNING, "%s: node %s is left out: %s", LABEL, node, refused[node])
+        else:
+            owner[partition] = node
+    return refused
+
+
 def agree_sites(grid: Grid, settings: RunSettings) -> SiteAgreement:
     """Run both exchanges with every connected node; ``SiteDataError`` when no node agrees."""
     spec: SiteSpec = settings.site
@@ -119,6 +142,8 @@ def agree_sites(grid: Grid, settings: RunSettings) -> SiteAgreement:
 
     answers, left_out = _exchange(grid, settings, QUERY_FACTS,
                                   {n: RecordDict() for n in nodes}, facts_of)
+    left_out.update(_contested(answers, settings.pinned_partitions))
+    answers = {n: a for n, a in answers.items() if n not in left_out}
     order = sorted(answers, key=lambda n: (answers[n][0], n))
     agreement = agree(spec, {n: answers[n][1] for n in order})
     for node, reason in agreement.refused.items():

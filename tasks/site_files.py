@@ -5,17 +5,19 @@
 Formats: CSV and Parquet (read with pandas, pyarrow's engine for Parquet: kept libraries that
 read a local file straight into columns; Hugging Face ``datasets``' local loaders would also
 write an Arrow cache into the node's home folder, which a site should not have to allow), and NPZ
-with arrays ``x`` (rows, features...) and ``y`` (rows,), read with ``allow_pickle=False``. Image
-folders are the next slice of the issue on sites' own data.
+with arrays ``x`` (rows, features...) and ``y`` (rows,), read with ``allow_pickle=False``. A
+folder is an image folder (``tasks.site_images``: one sub-folder per class), read as the table an
+NPZ file of its images gives.
 
 Everything is checked before use, and every fault is a ``SiteDataError`` naming the file and the
-problem: a missing path, a folder, an unknown suffix, a file over the size limit (checked with
-``stat`` before anything is read), an empty, unreadable or truncated file, duplicate or missing
+problem: a missing path, a folder that is not an image folder, an unknown suffix, a file (or
+image folder) over the size limit (checked with ``stat`` before anything is read), an empty, unreadable or truncated file, duplicate or missing
 columns, text in a numeric column, infinities, a site without rows. Missing numeric values (NaN,
 empty CSV cells) are allowed: the federated preprocessing imputes them.
 
 A table is read once per process and file version: the cache key is the resolved path, its size
-and its modification time, so a changed file is read again.
+and its modification time (an image folder's: its bytes, images and latest modification time),
+so a changed file is read again.
 """
 
 from __future__ import annotations
@@ -32,14 +34,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tasks.site_errors import SiteDataError
+from tasks.site_images import ImageFile, folder_version, image_files, read_image_folder
+
 MAX_BYTES = 256 * 2**20  # default of the node config's ``dataset-max-bytes``
 NUMERIC, CATEGORICAL = "numeric", "categorical"
 SUFFIXES = (".csv", ".parquet", ".npz")
 MAX_CACHED = 16  # tables kept per process
-
-
-class SiteDataError(ValueError):
-    """A site's file cannot be used; the message names the file and the problem."""
 
 
 @dataclass(frozen=True)
@@ -68,14 +69,14 @@ def read_site_file(path: str | os.PathLike, max_bytes: int = MAX_BYTES) -> SiteT
         raise SiteDataError(f"{file}: no such file") from None
     except OSError as err:
         raise SiteDataError(f"{file}: cannot be read ({err.strerror or err})") from None
-    if file.is_dir():
-        raise SiteDataError(f"{file}: a folder; expected a file ending in {', '.join(SUFFIXES)}")
-    key = (str(file.resolve()), status.st_size, status.st_mtime_ns, max_bytes)
+    images = image_files(file) if file.is_dir() else []
+    version = folder_version(file, images) if images else (status.st_size, status.st_mtime_ns)
+    key = (str(file.resolve()), version, max_bytes)
     with _LOCK:
         if key in _CACHE:
             _CACHE.move_to_end(key)
             return _CACHE[key]
-    table = _read(file, status.st_size, max_bytes)
+    table = _read(file, version[0], max_bytes, images)
     with _LOCK:
         _CACHE[key] = table
         while len(_CACHE) > MAX_CACHED:
@@ -83,16 +84,18 @@ def read_site_file(path: str | os.PathLike, max_bytes: int = MAX_BYTES) -> SiteT
     return table
 
 
-def _read(file: Path, size: int, max_bytes: int) -> SiteTable:
-    suffix = file.suffix.lower()
-    if suffix not in SUFFIXES:
+def _read(file: Path, size: int, max_bytes: int, images: list[ImageFile]) -> SiteTable:
+    suffix = "" if images else file.suffix.lower()
+    if not images and suffix not in SUFFIXES:
         raise SiteDataError(f"{file}: unknown format {suffix or '(no suffix)'!r}; expected "
-                            f"{', '.join(SUFFIXES)}")
+                            f"{', '.join(SUFFIXES)} or an image folder")
     if size > max_bytes:
         raise SiteDataError(f"{file}: {size} bytes, more than the limit of {max_bytes} (node "
                             "config dataset-max-bytes)")
     if size == 0:
         raise SiteDataError(f"{file}: empty file")
+    if images:
+        return SiteTable(file, _checked(read_image_folder(images), file))
     try:
         frame = _READERS[suffix](file)
     except SiteDataError:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -264,11 +265,17 @@ def _class_order(values: set[str]) -> tuple[str, ...]:
         return tuple(sorted(values))
 
 
+def _natural(name: str) -> list[str | int]:
+    """Names in natural order: ``x2`` before ``x10`` (an image's pixels stay in order)."""
+    return [int(part) if odd else part
+            for odd, part in ((i % 2, p) for i, p in enumerate(re.split(r"(\d+)", name)))]
+
+
 def agree(spec: SiteSpec, facts: Mapping[int, Mapping[str, Any]]) -> Agreement:
     """One schema for the nodes' ``facts`` (node id -> ``site_facts``, in the run's node order).
 
     Feature columns: ``spec.features`` in that order, or every column other than the label that
-    more than half the nodes report, by name. A column's kind is the declared one, or the kind
+    more than half the nodes report, in natural order of their names. A column's kind is the declared one, or the kind
     most nodes report (numeric on a tie). A node is refused when it lacks a feature column, when
     one of its columns has the other kind, or (regression) when its label is not numeric; the
     schema is then agreed again without it. ``SiteDataError`` when no node is left."""
@@ -292,8 +299,8 @@ def _agree_once(spec: SiteSpec, facts: Mapping[int, Mapping[str, Any]]
         for f in facts.values():
             for name in f["columns"]:
                 seen[name] = seen.get(name, 0) + 1
-        names = sorted(n for n, count in seen.items()
-                       if n != spec.label and 2 * count > len(facts))
+        names = sorted((n for n, count in seen.items()
+                        if n != spec.label and 2 * count > len(facts)), key=_natural)
     kinds = {}
     for name in names:
         reported = [f["columns"][name] for f in facts.values() if name in f["columns"]]

@@ -18,6 +18,14 @@ extra, which ``make install`` brings).
 
     python -m tasks.sites penguins --out sites/penguins   # 0.csv Biscoe, 1.csv Dream, 2.csv Torgersen
     python -m tasks.sites cars --out sites/cars           # 0.csv Europe, 1.csv Japan, 2.csv USA
+
+And sites that hold images: ``digits`` writes scikit-learn's 1,797 handwritten digits (8x8 grey,
+bundled with scikit-learn) as three image folders ``0/``, ``1/``, ``2/`` of PNG files, one
+sub-folder per class (``tasks.site_images``), split by flwr-datasets' ``DirichletPartitioner``
+over the label (alpha 0.5, seed 0: label skew, as sites collecting different cases would have),
+for the template ``dataset-path='<folder>/{partition-id}'`` (label ``y``).
+
+    python -m tasks.sites digits --out sites/digits       # 0/, 1/, 2/: one image folder per site
 """
 
 from __future__ import annotations
@@ -27,9 +35,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from datasets import Dataset
-from flwr_datasets.partitioner import NaturalIdPartitioner
+from flwr_datasets.partitioner import DirichletPartitioner, NaturalIdPartitioner
+from PIL import Image
+from sklearn.datasets import load_digits
 
 
 @dataclass(frozen=True)
@@ -81,11 +92,41 @@ def write_sites(name: str, out: Path) -> dict[str, int]:
     return rows
 
 
+IMAGE_SITES, IMAGE_ALPHA, IMAGE_SEED = 3, 0.5, 0
+
+
+def write_image_sites(out: Path) -> dict[str, int]:
+    """Write the digits as image folders ``out/<i>/<class>/<row>.png`` (see the module
+    docstring) and ``out/sites.json``; returns the images by site, in partition order."""
+    digits = load_digits()
+    pixels = np.rint(digits.images * 255 / 16).astype(np.uint8)
+    frame = pd.DataFrame({"row": np.arange(len(pixels)), "label": digits.target})
+    partitioner = DirichletPartitioner(IMAGE_SITES, "label", IMAGE_ALPHA, seed=IMAGE_SEED)
+    partitioner.dataset = Dataset.from_pandas(frame, preserve_index=False)
+    rows = {}
+    for pid in range(IMAGE_SITES):
+        part = partitioner.load_partition(pid)
+        for row, label in zip(part["row"], part["label"]):
+            file = out / str(pid) / str(label) / f"{row:04d}.png"
+            file.parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(pixels[row]).save(file)
+        rows[str(pid)] = len(part)
+    manifest = {"table": "digits", "label": "y", "kind": "classification", "categorical": [],
+                "sites": {site: {"partition-id": int(site), "rows": count}
+                          for site, count in rows.items()}}
+    (out / "sites.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("table", choices=sorted(TABLES))
+    parser.add_argument("table", choices=[*sorted(TABLES), "digits"])
     parser.add_argument("--out", type=Path, required=True, help="folder for the site files")
     args = parser.parse_args(argv)
+    if args.table == "digits":
+        for site, count in write_image_sites(args.out).items():
+            print(f"{args.out / site}/: {count} images")
+        return 0
     for partition_id, (site, count) in enumerate(write_sites(args.table, args.out).items()):
         print(f"{args.out / f'{partition_id}.csv'}: {site}, {count} rows")
     return 0

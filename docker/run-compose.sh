@@ -8,6 +8,10 @@
 #   FL_DOCKER=1 FL_DOCKER_TLS=1 docker/run-compose.sh   # + compose.tls.yml: TLS, SuperNode auth
 #   FL_DOCKER=1 FL_DOCKER_PERIMETER=1 docker/run-compose.sh   # + compose.perimeter.yml (and TLS):
 #                                the SuperNodes reach the SuperLink through the nginx perimeter
+#   FL_DOCKER=1 FL_DOCKER_SITES=penguins docker/run-compose.sh   # + compose.sites.yml: sites 0
+#                                and 1 of `python -m tasks.sites <table>` (penguins, cars or
+#                                digits), each mounted read-only into its own node's ClientApp
+#                                SuperExec only; default jobs FFGB (trees) and FedFW on them
 #
 # Environment (all optional):
 #   FL_BASE=auto|official|local  official flwr/* images (pulled) or a locally built base
@@ -74,6 +78,8 @@ else die "no compose tool (docker compose plugin or docker-compose)"; fi
 FILES=(-f "$HERE/compose.yml")
 [ "$TLS" = 1 ] && FILES+=(-f "$HERE/compose.tls.yml")
 [ "$PERIMETER" = 1 ] && FILES+=(-f "$HERE/compose.perimeter.yml")
+SITES_TABLE="${FL_DOCKER_SITES:-}"
+[ -n "$SITES_TABLE" ] && FILES+=(-f "$HERE/compose.sites.yml")
 compose() { (cd "$HERE" && "${COMPOSE[@]}" -p "$PROJECT" "${FILES[@]}" "$@"); }
 
 # --- teardown ------------------------------------------------------------------------------
@@ -240,6 +246,24 @@ else
   FL_UID=$(id -u) FL_GID=$(id -g)
 fi
 export FL_RESULTS_DIR="$RESULTS"
+SITE_CONFIG=""
+if [ -n "$SITES_TABLE" ]; then   # each node's ClientApps see only their own site, read-only
+  (cd "$ROOT" && "$PY" -m tasks.sites "$SITES_TABLE" --out "$LOGDIR/sites") >"$LOGDIR/sites.log" 2>&1 \
+    || { cat "$LOGDIR/sites.log" >&2; die "python -m tasks.sites $SITES_TABLE failed"; }
+  chmod -R a+rX "$LOGDIR/sites"
+  if [ "$SITES_TABLE" = digits ]; then FL_SITE_NAME=images; suffix=""
+  else FL_SITE_NAME=data.csv; suffix=.csv; fi
+  export FL_SITE_NAME FL_SITE_0="$LOGDIR/sites/0$suffix" FL_SITE_1="$LOGDIR/sites/1$suffix"
+  export FL_NODE_CONFIG="dataset-path='/app/site/$FL_SITE_NAME'"
+  SITE_CONFIG=$(python3 - "$LOGDIR/sites/sites.json" <<'EOF'
+import json, sys
+m = json.load(open(sys.argv[1]))
+cat = f" data.categorical='{','.join(m['categorical'])}'" if m["categorical"] else ""
+print(f"task='site' data.kind='{m['kind']}' data.label='{m['label']}'{cat}")
+EOF
+)
+  note "sites: $SITES_TABLE, site 0 $FL_SITE_0 and site 1 $FL_SITE_1, each mounted read-only at /app/site/$FL_SITE_NAME in its own node's ClientApp SuperExec"
+fi
 wait_superlink() {  # `flwr ... --format json` exits 0 even when it cannot connect: read "success"
   for _ in $(seq 120); do
     "$FLWR" supernode list "$CONN" --format json 2>/dev/null \
@@ -273,9 +297,17 @@ for _ in $(seq 120); do n=$(online_nodes); [ "$n" -ge 2 ] && break; sleep 1; don
 [ "$n" -ge 2 ] || die "only $n of 2 SuperNodes online after 120 s"
 note "deployment up, 2 SuperNodes online: $(secs "$T_UP" "$(now)") s"
 compose ps >>"$SUMMARY" 2>&1
+if [ -n "$SITES_TABLE" ]; then   # what each node's ClientApps can see of the sites' data
+  for i in 0 1; do
+    seen=$(compose exec -T "clientapp-superexec-$i" python -c "import os; p='/app/site'; print(os.listdir(p), 'writable' if os.access(f'{p}/$FL_SITE_NAME', os.W_OK) else 'read-only')" 2>&1) \
+      || die "cannot look into clientapp-superexec-$i: $seen"
+    note "clientapp-superexec-$i sees /app/site: $seen"
+  done
+fi
 
 # --- jobs --------------------------------------------------------------------------------------
 DEFAULT_JOBS="algorithm='fedfw' task='synthetic' num-server-rounds=2;algorithm='fedfun' task='wine' partitioning='kmeans' num-server-rounds=2 fedfun.initial-steps=200 fedfun.local-steps=50"
+[ -n "$SITES_TABLE" ] && DEFAULT_JOBS="algorithm='ffgb' ffgb.learner='tree' $SITE_CONFIG num-server-rounds=3;algorithm='fedfw' $SITE_CONFIG num-server-rounds=3"
 IFS=';' read -r -a JOBS <<<"${FL_JOBS:-$DEFAULT_JOBS}"
 COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 FAILED=0
@@ -320,9 +352,19 @@ keys = [k for k in s if k.startswith(("final_", "best_"))] + ["failures_total", 
 print(f"  results: {sys.argv[1].rsplit('/', 2)[0]}/{sys.argv[1].rsplit('/', 2)[1]}: "
       f"{len(d['rounds'])} rows (round 0..{s.get('rounds')}); "
       + ", ".join(f"{k}={s[k]:.4g}" if isinstance(s[k], float) else f"{k}={s[k]}" for k in keys if k in s))
+sites = json.load(open(sys.argv[1].replace("metrics.json", "config.json"))).get("sites")
+if sites:
+    last = d["rounds"][-1]
+    own = {k: round(v, 4) for k, v in last.items() if k.startswith("site") and "_test_" in k}
+    print(f"  sites: partitions {sites['partitions']}, left out {sites['left-out']}; last round {own}")
 EOF
   else note "  results: $metrics missing"; fi
-  if [ $rc != 0 ] || [ "$status" != finished:completed ] || [ ! -s "$metrics" ]; then
+  took_part=ok
+  if [ -n "$SITES_TABLE" ] && [ -s "$metrics" ]; then   # both sites trained, none left out
+    python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["sites"]; sys.exit(s["partitions"] != [0, 1])' \
+      "${metrics%metrics.json}config.json" || took_part=no
+  fi
+  if [ $rc != 0 ] || [ "$status" != finished:completed ] || [ ! -s "$metrics" ] || [ $took_part != ok ]; then
     FAILED=$((FAILED + 1)); tail -20 "$LOGDIR/job-$i.log" >&2
   fi
 done

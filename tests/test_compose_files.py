@@ -7,7 +7,9 @@ SuperLink / SuperNode; every command line is accepted by flwr 1.41's own argumen
 certificates its flags name and turns on SuperNode authentication; the perimeter overlay puts
 nginx (its configuration rendered by deploy.perimeter, checked with `nginx -t`) between the
 SuperNodes and the loopback SuperLink; every service runs as FL_UID:FL_GID (default 49999);
-the GPU overlay reserves devices on the SuperNode side only; the image's requirements follow pyproject.toml; the
+the GPU overlay reserves devices on the SuperNode side only; the sites overlay mounts each
+site, read-only, into its own node's ClientApp SuperExec alone, at the path its node config
+names, and compose refuses it without the sites' paths; the image's requirements follow pyproject.toml; the
 end-to-end script stays off unless FL_DOCKER=1. Where a compose tool is installed, every file
 combination is also validated with `docker compose config` / `docker-compose config` and the
 same checks run on the merged result.
@@ -37,8 +39,11 @@ BASE = "compose.yml"
 TLS = "compose.tls.yml"
 GPU = "compose.gpu.yml"
 PERIMETER = "compose.perimeter.yml"
+SITES = "compose.sites.yml"
 COMBINATIONS = [(BASE,), (BASE, TLS), (BASE, GPU), (BASE, TLS, GPU), (BASE, TLS, PERIMETER),
-                (BASE, TLS, PERIMETER, GPU)]
+                (BASE, TLS, PERIMETER, GPU), (BASE, SITES), (BASE, TLS, PERIMETER, SITES)]
+SITE_ENV = {"FL_SITE_0": "/data/site-zero.csv", "FL_SITE_1": "/data/site-one.csv",
+            "FL_NODE_CONFIG": "dataset-path='/app/site/data.csv'"}  # what a sites run exports
 PERIMETER_PORT = 39405
 N_NODES = 2
 DEPRECATED_FLAGS = {
@@ -48,22 +53,24 @@ DEPRECATED_FLAGS = {
     "--executor-type",
 }
 
-_VAR = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}")
+_VAR = re.compile(r"\$\{(\w+)(?::?([-?])([^}]*))?\}")
 
 
-def _substitute(value):
-    """Resolve ${VAR:-default} as compose does with an empty environment."""
+def _substitute(value, env: dict | None = None):
+    """Resolve ${VAR:-default} and ${VAR:?error} as compose does in the environment ``env``."""
+    env = env or {}
     if isinstance(value, str):
-        return _VAR.sub(lambda m: m.group(2) or "", value)
+        return _VAR.sub(lambda m: env.get(m.group(1)) or (m.group(3) if m.group(2) == "-"
+                                                          else f"<{m.group(1)} unset>"), value)
     if isinstance(value, list):
-        return [_substitute(v) for v in value]
+        return [_substitute(v, env) for v in value]
     if isinstance(value, dict):
-        return {k: _substitute(v) for k, v in value.items()}
+        return {k: _substitute(v, env) for k, v in value.items()}
     return value
 
 
-def _load(name: str) -> dict:
-    return _substitute(yaml.safe_load((DOCKER / name).read_text()))
+def _load(name: str, env: dict | None = None) -> dict:
+    return _substitute(yaml.safe_load((DOCKER / name).read_text()), env)
 
 
 def _compose_cmd() -> list[str] | None:
@@ -181,6 +188,34 @@ def check_flags(services: dict, parsers: dict) -> None:
         if "superexec" in name:
             assert "--allow-runtime-dependency-installation" not in cmd
             assert service["environment"]["FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION"] == "1"
+
+
+def check_sites(services: dict) -> None:
+    """Each node's ClientApp SuperExec mounts its own site, read-only, at the path its
+    SuperNode's node config names; no other service mounts any site."""
+    sites = {SITE_ENV[f"FL_SITE_{i}"]: i for i in range(N_NODES)}
+    for name, service in services.items():
+        mounted = [m for m in _mounts(service) if m[0] in sites]
+        if not name.startswith("clientapp-superexec-"):
+            assert not mounted, name
+            continue
+        node = int(name.rsplit("-", 1)[1])
+        ((source, target, mode),) = mounted
+        assert (sites[source], mode) == (node, "ro"), name
+        config = shlex.split(_opt(services[f"supernode-{node}"]["command"], "--node-config"))
+        assert f"dataset-path={target}" in config, (name, config)
+
+
+def test_sites_overlay(parsers):
+    """Over the base file: only the ClientApp SuperExecs' volumes change."""
+    base, sites = _load(BASE, SITE_ENV)["services"], _load(SITES, SITE_ENV)["services"]
+    assert set(sites) == {f"clientapp-superexec-{i}" for i in range(N_NODES)}
+    assert all(set(service) == {"volumes"} for service in sites.values())
+    merged = {name: {**base[name], "volumes": base[name].get("volumes", [])
+                     + sites.get(name, {}).get("volumes", [])} for name in base}
+    check_topology(merged)
+    check_sites(merged)
+    check_flags(merged, parsers)
 
 
 def check_insecure(services: dict) -> None:
@@ -381,11 +416,12 @@ def compose_configs() -> dict[tuple[str, ...], subprocess.CompletedProcess]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("SUPER", "TORCH", "FL_", "COMPOSE_"))}
     procs = {}
-    for files in COMBINATIONS:
-        args = [a for f in files for a in ("-f", str(DOCKER / f))]
+    for files in [*COMBINATIONS, ("unset", BASE, SITES)]:
+        args = [a for f in files if f != "unset" for a in ("-f", str(DOCKER / f))]
+        extra = SITE_ENV if SITES in files and "unset" not in files else {}
         procs[files] = subprocess.Popen([*cmd, "-p", "fl-test", *args, "config"], cwd=DOCKER,
-                                        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        text=True)
+                                        env={**env, **extra}, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True)
     out = {}
     for files, proc in procs.items():
         stdout, stderr = proc.communicate(timeout=60)
@@ -410,3 +446,10 @@ def test_compose_config(compose_configs, files, parsers):
         check_perimeter(services)
     if GPU in files:
         check_gpu(services)
+    if SITES in files:
+        check_sites(services)
+
+
+def test_the_sites_overlay_needs_every_sites_path(compose_configs):
+    proc = compose_configs[("unset", BASE, SITES)]
+    assert proc.returncode != 0 and "FL_SITE_0 must name site 0's data" in proc.stderr

@@ -5,7 +5,9 @@
   with its partition id, and the row count of its test file if it has one.
 - ``query.moments``: under the schema the server sends, the sums of the node's training rows
   (and its test file, if it has one, checked against the schema); or, when the server refuses
-  the node, the reason, which the node logs.
+  the node, the reason, which the node logs. A resumed run sends the schema its checkpoint
+  keeps, already fitted: the node keeps it as from a ``query.node`` (a resumed run does not ask
+  its roster's nodes again) and sends no sums.
 - every ``query.node`` of such a run carries the fitted schema: the node keeps it in its
   ``Context.state`` (which outlives the ClientApp process) and reads its data under it from then
   on (``agreed_schema``).
@@ -70,18 +72,27 @@ def sum_rows(setup: NodeSetup, content: RecordDict, state: RecordDict) -> Record
     if SITE_REFUSED in record:
         log(WARNING, "The server leaves this node out of the run: %s", record[SITE_REFUSED])
         return RecordDict()
-    schema = Schema.from_json(str(record.get(SITE_SCHEMA, "")))
+    text = str(record.get(SITE_SCHEMA, ""))
+    schema = Schema.from_json(text)
+    test_table = read_test(setup.node_config)
+    if test_table is not None:  # its columns, labels and categories must fit the schema too
+        check_table(test_table, schema)
+    if schema.fitted:  # a resumed run's: final, and no sums are needed
+        _keep(state, text)
+        return RecordDict()
     partition_id, table = _own_table(setup)
     train, _ = training_rows(table, setup.node_config, setup.site_share, partition_id,
                              setup.settings.seed)
     moments = site_moments(table, schema, train)
-    test_table = read_test(setup.node_config)
-    if test_table is not None:  # its columns, labels and categories must fit the schema too
-        check_table(test_table, schema)
     return RecordDict({SITE: ConfigRecord({SITE_MOMENTS: json.dumps(moments)})})
 
 
 SITE_HANDLERS = {QUERY_FACTS: describe_file, QUERY_MOMENTS: sum_rows}
+
+
+def _keep(state: RecordDict, text: str) -> None:
+    """Keep a validated, fitted schema's JSON in the node's state."""
+    state[SITE] = ConfigRecord({SITE_SCHEMA: text})
 
 
 def agreed_schema(content: RecordDict, state: RecordDict) -> str:
@@ -94,7 +105,7 @@ def agreed_schema(content: RecordDict, state: RecordDict) -> str:
         text = str(record[SITE_SCHEMA])
         if not Schema.from_json(text).fitted:
             raise SiteDataError("the server sent a schema without its fitted transform")
-        state[SITE] = ConfigRecord({SITE_SCHEMA: text})
+        _keep(state, text)
         return text
     kept = state.get(SITE)
     if not isinstance(kept, ConfigRecord) or SITE_SCHEMA not in kept:

@@ -24,6 +24,7 @@ from functions.errors import DecodeError
 from run_config.common import RunSettings
 from run_config.tables import validate_tables
 from server_app.event_log import EventLog
+from server_app.checkpoint import Checkpoint
 from server_app.metered_grid import MeteredGrid
 from server_app.recording import BelowQuorum, RecordedStrategy, RoundRecorder
 from server_app.results import ResultsWriter, summarise
@@ -35,6 +36,7 @@ from strategies.site_agreement import SiteAgreement, agree_sites
 from tasks.errors import ConfigError
 from tasks.federation import check_partitioning
 from tasks.site_files import SiteDataError
+from tasks.site_schema import Schema
 
 # Small models on few cores: one intra-op thread per process is ~50x faster than
 # oversubscribing (measured 0.6 ms vs 30 ms per MLP step on 2 busy cores).
@@ -79,6 +81,15 @@ def plan_run(settings: RunSettings, sites: SiteAgreement | None = None) -> RunPl
     return RunPlan(settings, algorithm, strategy, sites)
 
 
+def kept_schema(checkpoint: Checkpoint | None) -> Schema | None:
+    """The sites' schema a resumed run keeps (its checkpoint's), or None for a new run."""
+    if checkpoint is None:
+        return None
+    if not checkpoint.site_schema:
+        raise ConfigError("resume-from: the checkpoint holds no sites' schema (task='site')")
+    return Schema.from_json(checkpoint.site_schema)
+
+
 def wait_for_nodes(grid: Grid, minimum: int) -> int:
     """Block until ``minimum`` nodes are connected; return how many are."""
     while len(nodes := list(grid.get_node_ids())) < minimum:
@@ -87,15 +98,16 @@ def wait_for_nodes(grid: Grid, minimum: int) -> int:
     return len(nodes)
 
 
-def prepare(context: Context, grid: Grid) -> tuple[RunPlan, int]:
+def prepare(settings: RunSettings, grid: Grid, checkpoint: Checkpoint | None = None
+            ) -> tuple[RunPlan, int]:
     """The validated plan and the number of nodes; ConfigError before the first message (with
-    sites' own data, before the first message after the schema agreement)."""
-    settings = check_settings(context.run_config)
+    sites' own data, before the first message after the schema agreement, which a resumed run
+    makes under its ``checkpoint``'s schema)."""
     if not settings.sites:
         plan = plan_run(settings)
     num_nodes = wait_for_nodes(grid, settings.min_nodes)
     if settings.sites:
-        plan = plan_run(settings, agree_sites(grid, settings))
+        plan = plan_run(settings, agree_sites(grid, settings, kept_schema(checkpoint)))
     else:
         check_partitioning(settings.data, num_nodes)
     plan.strategy.check_federation(num_nodes)
@@ -113,12 +125,15 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
     ``resume-from``), continue the run whose checkpoint that is (same run config but for
     ``server_app.resume.MAY_CHANGE``) after its last completed round."""
     try:
-        plan, num_nodes = prepare(context, grid)
-        if resume_from is None and plan.settings.resume_from:
-            resume_from = Path(plan.settings.resume_from)
+        settings = check_settings(context.run_config)
+        if resume_from is None and settings.resume_from:
+            resume_from = Path(settings.resume_from)
         checkpoint = None
         if resume_from is not None:
-            checkpoint = checked_checkpoint(resume_from, plan.algorithm.name, context.run_config)
+            checkpoint = checked_checkpoint(resume_from, get_algorithm(settings.algorithm).name,
+                                            context.run_config)
+        plan, num_nodes = prepare(settings, grid, checkpoint)
+        if checkpoint is not None:
             restore(plan.strategy, checkpoint)
     except (ConfigError, DecodeError, SiteDataError, OSError) as err:
         log(ERROR, "Invalid run config: %s", err)
@@ -139,7 +154,8 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
     metered = MeteredGrid(grid, settings.reply_timeout)
     recorded = RecordedStrategy(strategy, done, settings.min_replies)
     recorder = RoundRecorder(recorded, metered, writer, settings.num_rounds, plan.algorithm.name,
-                             context.run_config)
+                             context.run_config,
+                             "" if plan.sites is None else plan.sites.schema.to_json())
     stopped = None
     if settings.num_rounds > done:
         try:

@@ -25,7 +25,8 @@ from server_app.results import write_atomic
 from server_app.segment_log import PREFIX, Entry, generation_of, read_segments
 
 FILE_NAME = "checkpoint.pb"
-FORMAT = 3  # 2: with the run config; 3: strategy state through strategies.state_codec, segments
+FORMAT = 4  # 2: with the run config; 3: strategy state through strategies.state_codec, segments;
+# 4: the sites' schema
 _META, _ARRAYS, _STRATEGY = "checkpoint", "checkpoint.arrays", "strategy."
 
 
@@ -42,6 +43,7 @@ class Checkpoint:
     segments_file: str = PREFIX + "0"  # beside the checkpoint
     segments: dict[str, Entry] = field(default_factory=dict)  # the live ones, where they lie
     segment_records: dict[str, RecordDict] = field(default_factory=dict)  # once read back
+    site_schema: str = ""  # task='site': the fitted schema the run trains under (its JSON)
 
     def to_bytes(self) -> bytes:
         segments = {name: entry.to_list() for name, entry in self.segments.items()}
@@ -50,7 +52,8 @@ class Checkpoint:
                                  "round": self.server_round, "rows": json.dumps(self.rows),
                                  "run-config": json.dumps(self.run_config, sort_keys=True),
                                  "segments-file": self.segments_file,
-                                 "segments": json.dumps(segments)}),
+                                 "segments": json.dumps(segments),
+                                 "site-schema": self.site_schema}),
             _ARRAYS: self.arrays,
         })
         for key, record in self.strategy.items():
@@ -75,6 +78,7 @@ class Checkpoint:
                 raise DecodeError(f"segments: {segments_file!r} is not a segments file name")
             segments = {str(name): Entry.from_list(value, str(name))
                         for name, value in listed.items()}
+            site_schema = str(meta["site-schema"])
         except DecodeError:
             raise
         except Exception as err:  # noqa: BLE001 - any fault in a file read back from disk
@@ -85,7 +89,7 @@ class Checkpoint:
         strategy = RecordDict({k[len(_STRATEGY):]: v for k, v in content.items()
                                if k.startswith(_STRATEGY)})
         return cls(str(meta["algorithm"]), server_round, arrays, rows, strategy, run_config,
-                   segments_file, segments)
+                   segments_file, segments, site_schema=site_schema)
 
 
 def write_checkpoint(directory: Path, checkpoint: Checkpoint) -> Path:

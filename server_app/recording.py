@@ -86,10 +86,12 @@ class RoundRecorder:
     """Flower's ``evaluate_fn``: central evaluation, then the round's row, log line and checkpoint."""
 
     def __init__(self, strategy: RecordedStrategy, grid: MeteredGrid, writer: ResultsWriter,
-                 num_rounds: int, algorithm: str, run_config: Mapping[str, Any]) -> None:
+                 num_rounds: int, algorithm: str, run_config: Mapping[str, Any],
+                 site_schema: str = "") -> None:
         self.strategy, self.grid, self.writer = strategy, grid, writer
         self.num_rounds, self.algorithm = num_rounds, algorithm
         self.run_config = dict(run_config)  # stored in every checkpoint (server_app.resume)
+        self.site_schema = site_schema  # likewise: the sites' schema a resumed run keeps
         self.segments = SegmentLog(writer.directory)  # the checkpoint's append-only part
         already = writer.rounds[-1]["wall_time_s"] if writer.rounds else 0.0
         self.start = time.monotonic() - already
@@ -120,7 +122,7 @@ class RoundRecorder:
         segments = self.segments.store(inner.segment_names(), inner.segment_record)
         write_checkpoint(self.writer.directory, Checkpoint(
             self.algorithm, server_round, arrays, self.writer.rounds, inner.state_record(),
-            self.run_config, self.segments.path.name, segments))
+            self.run_config, self.segments.path.name, segments, site_schema=self.site_schema))
         self.segments.retire()
         log(INFO, "%s", format_row(row, self.num_rounds))
         return MetricRecord({k: v for k, v in row.items() if isinstance(v, (int, float))})

@@ -16,6 +16,11 @@ The nodes that agreed become the run's federation: ``SiteAgreement.question`` is
 every ``query.node`` (each node keeps the schema in its state and reads its data under it), and
 ``SiteAgreement.left_out`` names every other node with its reason, which the roster leaves out.
 Sums are added in partition order, so the same files give the same schema on every engine.
+
+A resumed run keeps the schema its checkpoint was trained under (``kept``): step 2 then only
+checks each node's facts against it (``misfit``), and step 3 sends it, fitted, to the agreeing
+nodes, which keep it (the resumed run does not ask its roster's nodes again) and send no sums.
+The transform, and with it every round after the resumption, is the uninterrupted run's.
 """
 
 from __future__ import annotations
@@ -47,7 +52,16 @@ from strategies.screening import exact_records, screen_replies
 from tasks.datasets import TaskData
 from tasks.site_data import server_task
 from tasks.site_files import SiteDataError
-from tasks.site_schema import Schema, SiteSpec, agree, check_facts, check_moments, with_moments
+from tasks.site_schema import (
+    Agreement,
+    Schema,
+    SiteSpec,
+    agree,
+    check_facts,
+    check_moments,
+    misfit,
+    with_moments,
+)
 
 LABEL = "sites"
 ROUND = 0  # the exchanges come before round 1
@@ -125,8 +139,9 @@ def _contested(answers: dict[int, tuple[int, dict]], pinned: dict[int, int]) -> 
     return refused
 
 
-def agree_sites(grid: Grid, settings: RunSettings) -> SiteAgreement:
-    """Run both exchanges with every connected node; ``SiteDataError`` when no node agrees."""
+def agree_sites(grid: Grid, settings: RunSettings, kept: Schema | None = None) -> SiteAgreement:
+    """Run both exchanges with every connected node (with ``kept``, the schema of the run being
+    resumed, under it); ``SiteDataError`` when no node agrees."""
     spec: SiteSpec = settings.site
     nodes = sorted(grid.get_node_ids())
 
@@ -145,7 +160,11 @@ def agree_sites(grid: Grid, settings: RunSettings) -> SiteAgreement:
     left_out.update(_contested(answers, settings.pinned_partitions))
     answers = {n: a for n, a in answers.items() if n not in left_out}
     order = sorted(answers, key=lambda n: (answers[n][0], n))
-    agreement = agree(spec, {n: answers[n][1] for n in order})
+    if kept is None:
+        agreement = agree(spec, {n: answers[n][1] for n in order})
+    else:
+        agreement = Agreement(kept, {n: reason for n in order
+                                     if (reason := misfit(kept, answers[n][1]))})
     for node, reason in agreement.refused.items():
         log(WARNING, "%s: node %s (partition %d) is refused: %s", LABEL, node, answers[node][0],
             reason)
@@ -158,8 +177,8 @@ def agree_sites(grid: Grid, settings: RunSettings) -> SiteAgreement:
 
     def moments_of(reply: Message) -> dict | None:
         node = reply.metadata.src_node_id
-        if node in agreement.refused:
-            return None  # a refused node only acknowledges
+        if node in agreement.refused or kept is not None:
+            return None  # a refused node, or any in a resumed run, only acknowledges
         try:
             return check_moments(_json_field(reply, SITE_MOMENTS)[1], schema, rows[node])
         except SiteDataError as err:
@@ -171,10 +190,11 @@ def agree_sites(grid: Grid, settings: RunSettings) -> SiteAgreement:
     if not agreed:
         raise SiteDataError("no site agreed the schema: " + "; ".join(
             f"node {n}: {r}" for n, r in left_out.items()))
-    fitted = with_moments(schema, {n: sums[n] for n in agreed})
+    fitted = kept or with_moments(schema, {n: sums[n] for n in agreed})
     largest = max(rows[n] + answers[n][1].get("test-rows", 0) for n in agreed)
     task = server_task(fitted, largest, settings.server_test_path)
-    log(INFO, "%s: %d of %d nodes agree a schema of %d feature columns (%d features after "
-        "one-hot), %s", LABEL, len(agreed), len(nodes), len(fitted.columns), fitted.width,
+    log(INFO, "%s: %d of %d nodes agree %s schema of %d feature columns (%d features after "
+        "one-hot), %s", LABEL, len(agreed), len(nodes),
+        "the resumed run's" if kept else "a", len(fitted.columns), fitted.width,
         f"{fitted.num_classes} classes" if fitted.num_classes else "regression")
     return SiteAgreement(fitted, task, {n: answers[n][0] for n in agreed}, left_out)

@@ -339,6 +339,29 @@ def _agree_once(spec: SiteSpec, facts: Mapping[int, Mapping[str, Any]]
     return Schema(spec.kind, spec.label, tuple(columns), classes), {}
 
 
+def misfit(schema: Schema, facts: Mapping[str, Any]) -> str | None:
+    """Why a node's ``facts`` do not fit ``schema``, an agreed one kept as it is (a resumed run
+    keeps its transform), or None: a feature column it lacks or holds with the other kind, a
+    category or class outside the schema's, a regression label that is not numeric."""
+    columns, categories = facts["columns"], facts["categories"]
+    for column in schema.columns:
+        kind = NUMERIC if column.categories is None else CATEGORICAL
+        if column.name not in columns:
+            return f"no column {column.name!r} (the run's schema has it)"
+        if columns[column.name] != kind:
+            return (f"column {column.name!r} is {columns[column.name]} here but {kind} in the "
+                    "run's schema")
+        extra = sorted(set(categories.get(column.name, [])) - set(column.categories or ()))
+        if extra:
+            return f"column {column.name!r} holds {extra[0]!r}, not one of the run's categories"
+    if schema.kind == REGRESSION:
+        return None if columns.get(schema.label) == NUMERIC else \
+            f"the label {schema.label!r} is not numeric (data.kind=regression)"
+    extra = sorted(set(categories.get(schema.label, [])) - set(schema.classes))
+    return f"the label {schema.label!r} holds {extra[0]!r}, not one of the run's classes" \
+        if extra else None
+
+
 # -- moments and the fitted transform ----------------------------------------------------------
 def site_moments(table: SiteTable, schema: Schema, rows: np.ndarray) -> dict[str, Any]:
     """The sums a node sends for ``rows`` of its table (its training rows): per numeric column

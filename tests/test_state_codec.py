@@ -388,5 +388,5 @@ def test_a_checkpoint_of_the_format_before_the_codec_is_refused():
     data = Checkpoint("fedfw", 1, ArrayRecord(), [], RecordDict(), {}).to_bytes()
     content = recorddict_from_proto(ProtoRecordDict.FromString(data))
     content["checkpoint"]["format"] = 2
-    with pytest.raises(DecodeError, match="checkpoint format 2, expected 3"):
+    with pytest.raises(DecodeError, match="checkpoint format 2, expected 4"):
         Checkpoint.from_bytes(recorddict_to_proto(content).SerializeToString())

@@ -132,7 +132,8 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
         if resume_from is not None:
             checkpoint = checked_checkpoint(resume_from, get_algorithm(settings.algorithm).name,
                                             context.run_config)
-        plan, num_nodes = prepare(settings, grid, checkpoint)
+        metered = MeteredGrid(grid, settings.reply_timeout)  # round 0 counts the agreement
+        plan, num_nodes = prepare(settings, metered, checkpoint)
         if checkpoint is not None:
             restore(plan.strategy, checkpoint)
     except (ConfigError, DecodeError, SiteDataError, OSError) as err:
@@ -151,7 +152,6 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
     log(INFO, "Running %s (%s) on task %s with %d nodes; results -> %s",
         plan.algorithm.name, plan.algorithm.summary, settings.task, num_nodes, out_dir)
 
-    metered = MeteredGrid(grid, settings.reply_timeout)
     recorded = RecordedStrategy(strategy, done, settings.min_replies)
     recorder = RoundRecorder(recorded, metered, writer, settings.num_rounds, plan.algorithm.name,
                              context.run_config,

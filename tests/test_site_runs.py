@@ -61,6 +61,8 @@ def test_every_family_trains_on_the_sites_files(tmp_path, penguins, algorithm, k
     assert all(0.0 <= a <= 1.0 for a in own)
     assert (run.out_dir / "sites_vs_round.png").stat().st_size > 0
     assert all(math.isfinite(v) for v in last.values() if isinstance(v, float))
+    agreement = run.rows[0]  # round 0 counts the schema agreement's facts, schema and moments
+    assert agreement["bytes_up"] > 3 * 100 and agreement["bytes_down"] > 3 * 500
 
 
 def test_columns_in_another_order_change_nothing(tmp_path, penguins):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -40,12 +41,27 @@ class Graph:
             raise ValueError("edges must be sorted and without duplicates")
         object.__setattr__(self, "edges", edges)
 
+    @cached_property
+    def _adjacency(self) -> tuple[tuple[int, ...], ...]:
+        """Each vertex's neighbours, sorted: built once, in one pass over the edges (a server
+        asks for a vertex's neighbours in every message of every round)."""
+        joined: list[list[int]] = [[] for _ in range(self.n)]
+        for i, j in self.edges:
+            joined[i].append(j)
+            joined[j].append(i)
+        return tuple(tuple(sorted(vertices)) for vertices in joined)
+
+    @cached_property
+    def _spectrum(self) -> np.ndarray:
+        """L's eigenvalues, ascending: computed once per graph (O(n^3))."""
+        return np.linalg.eigvalsh(self.laplacian())
+
     def neighbours(self, i: int) -> tuple[int, ...]:
         """The vertices joined to ``i``, sorted."""
-        return tuple(sorted(b if a == i else a for a, b in self.edges if i in (a, b)))
+        return self._adjacency[i]
 
     def degree(self, i: int) -> int:
-        return len(self.neighbours(i))
+        return len(self._adjacency[i])
 
     def laplacian(self) -> np.ndarray:
         """L with L_ii = degree of i and L_ij = -1 for each edge (float64, (n, n))."""
@@ -57,11 +73,11 @@ class Graph:
 
     def algebraic_connectivity(self) -> float:
         """nu, the second-smallest eigenvalue of L (Assumption 2: > 0 iff connected)."""
-        return float(np.linalg.eigvalsh(self.laplacian())[1])
+        return float(self._spectrum[1])
 
     def spectral_norm(self) -> float:
         """||L||, its largest eigenvalue (Assumption 3: gamma < 1 / (lam ||L||))."""
-        return float(np.linalg.eigvalsh(self.laplacian())[-1])
+        return float(self._spectrum[-1])
 
     def components(self) -> list[list[int]]:
         """The connected components, each sorted, ordered by their smallest vertex."""

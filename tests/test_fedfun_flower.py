@@ -178,3 +178,18 @@ def test_the_checkpoint_restores_the_relay(tmp_path):
         else:
             a, b = record_to_arrays(again[key]), record_to_arrays(state[key])
             assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
+def test_the_graphs_constants_are_computed_once_per_run(tmp_path, monkeypatch):
+    """||L|| enters every message (gamma): its eigenvalues are computed once per run, not once
+    per message (O(N^3) each, minutes a round at N = 1,000)."""
+    shapes = []
+    eigvalsh = np.linalg.eigvalsh
+
+    def counted(matrix, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        shapes.append(matrix.shape)
+        return eigvalsh(matrix, *args, **kwargs)
+
+    monkeypatch.setattr(np.linalg, "eigvalsh", counted)
+    run = run_app(tmp_path, 6, **{**FAST, "num-server-rounds": 3})
+    assert len(run.rows) == 4 and shapes == [(6, 6)]

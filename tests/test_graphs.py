@@ -98,3 +98,12 @@ def test_bad_arguments_are_refused():
         make_graph("erdos-renyi", 30, seed=0, probability=1e-4)
     with pytest.raises(ValueError, match="sorted"):
         Graph(3, ((1, 2), (0, 1)))
+
+
+@pytest.mark.parametrize("topology", ["erdos-renyi", "regular", "ring"])
+def test_neighbours_and_degrees_equal_a_scan_of_the_edges(topology):
+    graph = make_graph(topology, 40, seed=3, degree=4, probability=0.2)
+    for i in range(graph.n):
+        scanned = sorted(b if a == i else a for a, b in graph.edges if i in (a, b))
+        assert graph.neighbours(i) == tuple(scanned) and graph.degree(i) == len(scanned)
+    assert graph.spectral_norm() == float(np.linalg.eigvalsh(graph.laplacian())[-1])

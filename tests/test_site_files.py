@@ -121,7 +121,7 @@ def bad(tmp_path, what: str):
 
 @pytest.mark.parametrize("what, message", [
     ("missing file", "no such file"),
-    ("a folder", "a folder; expected a file"),
+    ("a folder", "a folder with no class sub-folders"),
     ("empty file", "empty file"),
     ("truncated parquet", "unreadable PARQUET"),
     ("unreadable csv", "unreadable CSV"),

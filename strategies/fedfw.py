@@ -144,6 +144,9 @@ class FedFWStrategy(TorchModelStrategy):
         self.sampler = Sampler(fw.participation, seed, BERNOULLI)
         self.mirror: ConsensusMirror | None = None
         self.node_sets: list[Constraint] = []  # D_i by position
+        self.replica_sets: tuple[tuple[str, ...], tuple[float, ...]] = ((), ())  # kinds, radii
+        self._round_updates: dict[int, dict] = {}  # packed updates by version held, until
+        # the history moves on (every message that needs them shares one copy)
         self.local_steps: list[int] = []  # K of each node's local pass (1 without), by position
         self.gap_domain: Constraint | None = None  # D = the intersection of the D_i, if known
         self._asked: list[int] = []  # the nodes of the current round's train messages
@@ -187,6 +190,8 @@ class FedFWStrategy(TorchModelStrategy):
         """Each node's D_i from the roster, and D = their intersection when it is one of them
         (section 4.3; ``fw_gap`` is taken over it, and left out when there is none)."""
         self.node_sets = [self._declared_set(n) for n in self.roster.node_ids]
+        self.replica_sets = (tuple(c.kind for c in self.node_sets),
+                             tuple(float(c.radius) for c in self.node_sets))
         self.local_steps = [self._declared_steps(n) for n in self.roster.node_ids]
         self.gap_domain = smallest_set(self.node_sets, list(self.layout.shapes), self.fw.scope)
         sets = sorted({f"{c.kind}({c.radius:g})" for c in self.node_sets})
@@ -244,8 +249,7 @@ class FedFWStrategy(TorchModelStrategy):
             return {XBAR: dense}
         slot = self.book[node]
         since, slot.replica = slot.replica, self.version
-        kinds = tuple(c.kind for c in self.node_sets)
-        radii = tuple(float(c.radius) for c in self.node_sets)
+        kinds, radii = self.replica_sets
         if slot.fresh:  # x-bar^1 (float32-exact) and every round since
             slot.fresh = False
             config, _ = pack_replica(Replica(0, kinds, radii, (), []))
@@ -263,9 +267,14 @@ class FedFWStrategy(TorchModelStrategy):
         return self._updates_since(since)
 
     def _updates_since(self, since: int) -> dict:
-        config, arrays = pack_updates(since, [u for u in self.history if u.round > since],
-                                      len(self.book.node_ids))
-        return {UPDATES: ConfigRecord(config), UPDATE_ARRAYS: arrays_to_record(arrays)}
+        """The rounds after ``since``, packed once a round for each ``since`` and shared by every
+        message that needs them (the records are only read when a message is sent)."""
+        if since not in self._round_updates:
+            config, arrays = pack_updates(since, [u for u in self.history if u.round > since],
+                                          len(self.book.node_ids))
+            self._round_updates[since] = {UPDATES: ConfigRecord(config),
+                                          UPDATE_ARRAYS: arrays_to_record(arrays)}
+        return self._round_updates[since]
 
     def _forget_replicas(self, nodes: Iterable[int]) -> None:
         """Nodes whose reply was an error may have lost their replica: send them the mirror."""
@@ -296,6 +305,7 @@ class FedFWStrategy(TorchModelStrategy):
                 (position(node), arrays) for node, (arrays, _) in checked.items())))
         if points:
             self.version = server_round
+        self._round_updates = {}  # the history moved on
         self.book.accept(server_round, points)
         metrics = {
             "participants": len(points),  # error replies add to the failures
@@ -376,6 +386,7 @@ class FedFWStrategy(TorchModelStrategy):
         self._fix_node_sets()
         self.compact, self.version = state.downlink.compact, state.downlink.version
         self.history = list(state.history.rounds)
+        self._round_updates = {}
 
 
 def build_fedfw(settings: RunSettings, task: TaskData) -> FedFWStrategy:

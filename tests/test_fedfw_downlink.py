@@ -151,3 +151,26 @@ def test_a_replica_round_trips_and_refuses_wrong_arrays():
                 {k: v for k, v in arrays.items() if k != "x.1.1"}):
         with pytest.raises(DecodeError):
             unpack_replica(config, bad, shapes)
+
+
+@pytest.mark.e2e
+def test_a_hundred_nodes_hold_the_servers_xbar_and_share_each_rounds_updates(tmp_path):
+    """N = 100, half of them a round: after the last round's evaluation every node holds the
+    server's x-bar bit for bit, and the train messages of a round that need the same rounds
+    share one packed copy (packed once per version held, not once per message)."""
+    run = run_app(tmp_path, 100, **{**BASE, "algorithm": "fedfw", "num-server-rounds": 4,
+                                   "fedfw.federated-eval": True, "central-evaluation": False,
+                                   "fedfw.downlink": "compact"})
+    server, last = _server_xbar(run), 0
+    for node in run.grid.node_ids:
+        meta = run.grid.contexts[node].state.get("fedfw-replica.meta")
+        if meta is not None and meta["version"] == 4:
+            last += 1
+            assert all(np.array_equal(a, b) for a, b in zip(_node_xbar(run, node), server))
+    assert last == 100
+    for server_round in range(2, 5):
+        sent = [m.content for m in run.grid.down if UPDATES in m.content
+                and m.metadata.message_type == "train"
+                and m.metadata.group_id == str(server_round)]
+        versions = {c[UPDATES]["since"] for c in sent}
+        assert len(sent) > len(versions) and len({id(c[UPDATES]) for c in sent}) == len(versions)

@@ -264,25 +264,14 @@ EOF
 )
   note "sites: $SITES_TABLE, site 0 $FL_SITE_0 and site 1 $FL_SITE_1, each mounted read-only at /app/site/$FL_SITE_NAME in its own node's ClientApp SuperExec"
 fi
-wait_superlink() {  # `flwr ... --format json` exits 0 even when it cannot connect: read "success"
-  for _ in $(seq 120); do
-    "$FLWR" supernode list "$CONN" --format json 2>/dev/null \
-      | python3 -c 'import json,sys; sys.exit(0 if json.load(sys.stdin).get("success") else 1)' \
-      2>/dev/null && return 0
-    sleep 1
-  done
-  die "SuperLink not answering on 127.0.0.1:39401 (see $LOGDIR/compose.log)"
-}
-online_nodes() {
-  "$FLWR" supernode list "$CONN" --format json 2>/dev/null \
-    | python3 -c 'import json,sys; print(sum(n["status"]=="online" for n in json.load(sys.stdin).get("nodes", [])))' \
-    2>/dev/null || echo 0
+wait_ready() {  # CONNECTION NODES: the SuperLink answers and NODES SuperNodes are online
+  FLWR="$FLWR" "$HERE/wait-ready.sh" "$1" "$2" 120 || die "see $LOGDIR/compose.log"
 }
 T_UP=$(now)
 STARTED_COMPOSE=1
 if [ "$TLS" = 1 ]; then
   compose up -d --no-build superlink serverapp-superexec >"$LOGDIR/compose-up.log" 2>&1
-  wait_superlink
+  wait_ready "$CONN" 0
   for i in 0 1; do   # SuperNode authentication: the SuperLink accepts registered keys only
     out=$("$FLWR" supernode register "$HERE/keys/supernode-$i.pub" "$CONN" --name "supernode-$i" 2>&1) \
       || { printf '%s\n' "$out" >&2; die "flwr supernode register supernode-$i failed"; }
@@ -291,10 +280,7 @@ if [ "$TLS" = 1 ]; then
 fi
 compose up -d --no-build >>"$LOGDIR/compose-up.log" 2>&1 \
   || { tail -20 "$LOGDIR/compose-up.log" >&2; die "compose up failed"; }
-wait_superlink
-n=0
-for _ in $(seq 120); do n=$(online_nodes); [ "$n" -ge 2 ] && break; sleep 1; done
-[ "$n" -ge 2 ] || die "only $n of 2 SuperNodes online after 120 s"
+wait_ready "$CONN" 2
 note "deployment up, 2 SuperNodes online: $(secs "$T_UP" "$(now)") s"
 compose ps >>"$SUMMARY" 2>&1
 if [ -n "$SITES_TABLE" ]; then   # what each node's ClientApps can see of the sites' data

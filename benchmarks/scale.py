@@ -20,7 +20,7 @@ for server time and bytes down (1: linear in N). A run that does not finish with
     python -m benchmarks.scale                       # N = 10, 100, 300; several minutes
     python -m benchmarks.scale --sizes 10 100 300 1000 --families fedavg ffgb-trees
 
-Writes ``results/scale.md`` and ``results/scale.json``.
+Writes ``results/scale.md`` and ``results/scale.json`` (``--name`` another name).
 """
 
 from __future__ import annotations
@@ -142,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 300])
     parser.add_argument("--families", nargs="+", choices=sorted(FAMILIES), default=list(FAMILIES))
     parser.add_argument("--timeout", type=float, default=360.0, help="seconds per (family, N)")
+    parser.add_argument("--name", default="scale",
+                        help="results/<name>.md and .json (default: scale)")
     parser.add_argument("--one", nargs=2, metavar=("FAMILY", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:
@@ -156,8 +158,8 @@ def main(argv: list[str] | None = None) -> int:
                 break  # larger N would not finish either
     RESULTS.mkdir(exist_ok=True)
     command = "python -m benchmarks.scale " + " ".join(sys.argv[1:] if argv is None else argv)
-    (RESULTS / "scale.json").write_text(json.dumps(results, indent=1) + "\n")
-    (RESULTS / "scale.md").write_text(report(results, command.strip()))
+    (RESULTS / f"{args.name}.json").write_text(json.dumps(results, indent=1) + "\n")
+    (RESULTS / f"{args.name}.md").write_text(report(results, command.strip()))
     print(report(results, command.strip()))
     return 0
 

@@ -2,7 +2,8 @@
 schema, and the server's view of the task (widths, classes, row bound, its own test file).
 
 Node config (the SuperNode's ``--node-config``, or the simulation's per-node config):
-- ``dataset-path``: the node's file (CSV, Parquet, NPZ; ``tasks.site_files``); without it the
+- ``dataset-path``: the node's file (CSV, Parquet, NPZ; ``tasks.site_files``) or image folder
+  (one sub-folder per class; ``tasks.site_images``); without it the
   run config's ``dataset-path`` template, ``{partition-id}`` replaced by the node's partition id;
 - ``dataset-test-path``: the node's test file; without it a seeded hold-out of its own rows
   (``partitioning.local-test`` when > 0, else ``test-fraction``; at least one row each side);

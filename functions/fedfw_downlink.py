@@ -3,10 +3,13 @@ instead of the dense x-bar, or, once, the whole mirror a node replicates.
 
 - updates: for each round after the node's version, the accepted points in roster order (the
   order the server applies them), each as the compact arrays its node sent
-  (``functions.extreme_points``). Config: ``since``, ``rounds``; arrays ``accepted`` (per round, a
-  bitmap over the roster, ``np.packbits``, ceil(N / 8) bytes: who sent the points) and
-  ``{u}.{j}.{name}`` (update u, point j). eta_t does not travel: both sides take it from the
-  run's schedule, with the same code.
+  (``functions.extreme_points``: one 1-D array per field). Config: ``since``, ``rounds``; arrays
+  ``accepted`` (per round, a bitmap over the roster, ``np.packbits``, ceil(N / 8) bytes: who sent
+  the points), and per round u and field f the round's points' values one after another
+  (``{u}.{f}``) with each point's length (``{u}.{f}.len``, int64, 0 where a point has no such
+  field): two arrays a field and round, however many nodes sent points (one array per point made
+  a message's encoding, and a node's decoding, grow with N). eta_t does not travel: both sides
+  take it from the run's schedule, with the same code.
 - replica: every node's x_i and their running sum (float64), the version, the roster's D_i
   (``kinds``, ``radii``). Arrays ``x.{i}.{k}`` (node i, tensor k) and ``sum.{k}``.
 
@@ -24,7 +27,7 @@ import numpy as np
 from functions.errors import DecodeError
 
 Arrays = dict[str, np.ndarray]
-_POINT_KEY = re.compile(r"^(\d+)\.(\d+)\.(.+)$")
+_FIELD_KEY = re.compile(r"^(\d{1,7})\.([a-z]+)(\.len)?$")
 _MAX_UPDATES = 1_000_000
 
 
@@ -51,9 +54,46 @@ def pack_updates(since: int, updates: Sequence[RoundPoints], num_nodes: int
         masks.append(np.packbits(mask))
     config = {"since": since, "rounds": [u.round for u in updates]}
     arrays = {"accepted": np.concatenate(masks) if masks else np.zeros(0, np.uint8)}
-    arrays |= {f"{u}.{j}.{name}": value for u, update in enumerate(updates)
-               for j, (_, point) in enumerate(update.points) for name, value in point.items()}
+    for u, update in enumerate(updates):
+        arrays |= _packed_fields(u, [point for _, point in update.points])
     return config, arrays
+
+
+def _packed_fields(u: int, points: Sequence[Arrays]) -> Arrays:
+    """Round ``u``'s points field by field: values one after another, and each point's length."""
+    fields = sorted({name for point in points for name in point})
+    packed: Arrays = {}
+    for name in fields:
+        parts = [np.asarray(point[name]) for point in points if name in point]
+        if any(part.ndim != 1 or part.size == 0 for part in parts):
+            raise ValueError(f"round {u}: field {name!r} of a point is not a non-empty 1-D array")
+        packed[f"{u}.{name}"] = np.concatenate(parts)
+        packed[f"{u}.{name}.len"] = np.array([point[name].size if name in point else 0
+                                              for point in points], np.int64)
+    return packed
+
+
+def _unpacked_fields(u: int, count: int, fields: Mapping[str, dict[str, np.ndarray]]
+                     ) -> list[Arrays]:
+    """Round ``u``'s ``count`` points from its packed fields (name -> values, lengths);
+    ``DecodeError`` unless the lengths cover the values and every point has a field."""
+    points: list[Arrays] = [{} for _ in range(count)]
+    for name, packed in fields.items():
+        values, lengths = packed.get("values"), packed.get("len")
+        if values is None or lengths is None:
+            raise DecodeError(f"update {u}: field {name!r} needs its values and lengths")
+        if (lengths.dtype != np.int64 or lengths.shape != (count,) or values.ndim != 1
+                or (lengths < 0).any() or int(lengths.sum()) != len(values)):
+            raise DecodeError(f"update {u}: the lengths of field {name!r} do not cover its "
+                              f"{len(values)} values for {count} points")
+        ends = np.cumsum(lengths)
+        for j, (end, length) in enumerate(zip(ends.tolist(), lengths.tolist())):
+            if length:
+                points[j][name] = values[end - length:end]
+    empty = [j for j, point in enumerate(points) if not point]
+    if empty:
+        raise DecodeError(f"point {empty[0]} of update {u} has no arrays")
+    return points
 
 
 def unpack_updates(config: Mapping[str, object], arrays: Mapping[str, np.ndarray],
@@ -76,24 +116,21 @@ def unpack_updates(config: Mapping[str, object], arrays: Mapping[str, np.ndarray
     masks = np.unpackbits(bitmaps).reshape(len(rounds), 8 * width).astype(bool)
     if masks[:, num_nodes:].any():
         raise DecodeError("a FedFW update bitmap names a node outside the roster")
-    grouped: dict[tuple[int, int], Arrays] = {}
+    grouped: dict[int, dict[str, dict[str, np.ndarray]]] = {}
     for key, value in arrays.items():
         if key == "accepted":
             continue
-        match = _POINT_KEY.match(key)
-        if match is None:
+        match = _FIELD_KEY.match(key)
+        if match is None or int(match[1]) >= len(rounds):
             raise DecodeError(f"unexpected array {key!r} in a FedFW update")
-        grouped.setdefault((int(match[1]), int(match[2])), {})[match[3]] = value
+        part = "len" if match[3] else "values"
+        grouped.setdefault(int(match[1]), {}).setdefault(match[2], {})[part] = value
     updates = []
     for u, round_ in enumerate(rounds):
-        points = []
-        for j, node in enumerate(np.flatnonzero(masks[u])):
-            if (u, j) not in grouped:
-                raise DecodeError(f"point {j} of update {u} has no arrays")
-            points.append((int(node), grouped.pop((u, j))))
-        updates.append(RoundPoints(round_, eta(round_), tuple(points)))
-    if grouped:
-        raise DecodeError(f"arrays of unknown points {sorted(grouped)} in a FedFW update")
+        nodes = np.flatnonzero(masks[u])
+        points = _unpacked_fields(u, len(nodes), grouped.get(u, {}))
+        updates.append(RoundPoints(round_, eta(round_), tuple(
+            (int(node), point) for node, point in zip(nodes, points))))
     return since, updates
 
 

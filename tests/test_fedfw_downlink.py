@@ -50,10 +50,14 @@ def test_nodes_hold_the_servers_xbar_bit_for_bit(tmp_path, algorithm, evaluate):
     compact = run_app(tmp_path / "compact", 4, **overrides, **{"fedfw.downlink": "compact"})
     dense = run_app(tmp_path / "dense", 4, **overrides, **{"fedfw.downlink": "dense"})
     assert _without_bytes(compact.rows) == _without_bytes(dense.rows)
-    server = _server_xbar(compact)
-    for node in compact.grid.node_ids:  # every node, at its version: the last round it saw
+    server, checked = _server_xbar(compact), 0
+    for node in compact.grid.node_ids:  # every node that saw round 200 (an evaluation did)
         if compact.grid.contexts[node].state.get("fedfw-replica.meta")["version"] == 200:
+            checked += 1
             assert all(np.array_equal(a, b) for a, b in zip(_node_xbar(compact, node), server))
+    # without evaluation a node's replica ends at its last train round (< 200): the rows above,
+    # equal to the dense run's, are then the check that every node used the server's x-bar
+    assert checked == (len(compact.grid.node_ids) if evaluate else 0)
     down = [r["bytes_down"] for r in compact.rows[1:]]
     assert sum(down) < sum(r["bytes_down"] for r in dense.rows[1:]) / 3
 
@@ -105,9 +109,24 @@ def test_updates_round_trip():
     config, arrays = pack_updates(1, _updates(), 3)
     assert sorted(config) == ["rounds", "since"]  # eta_t comes from the schedule on both sides
     assert arrays["accepted"].tolist() == [0b10100000, 0b01000000]
+    assert sorted(arrays) == ["0.vertex", "0.vertex.len", "1.vertex", "1.vertex.len",
+                              "accepted"]  # two arrays a field and round, not one a point
     since, updates = unpack_updates(config, arrays, 3, ETAS.get)
     assert since == 1 and [(u.round, u.eta, [i for i, _ in u.points]) for u in updates] == [
         (2, 0.5, [0, 2]), (5, 0.25, [1])]
+    assert all(p["vertex"].tolist() == [7] and p["vertex"].dtype == np.uint16
+               for u in updates for _, p in u.points)
+
+
+def test_points_of_other_fields_share_a_round():
+    """Nodes with other D_i (an l1 vertex, a box's bits) in one round: each gets its own."""
+    mixed = [RoundPoints(3, 0.5, ((0, {"vertex": np.array([4, 9], np.uint16)}),
+                                  (1, {"bits": np.array([5], np.uint8)}),
+                                  (2, {"vertex": np.array([1, 2], np.uint16)})))]
+    config, arrays = pack_updates(2, mixed, 3)
+    _, (update,) = unpack_updates(config, arrays, 3, {3: 0.5}.get)
+    assert [(i, {k: v.tolist() for k, v in p.items()}) for i, p in update.points] == [
+        (0, {"vertex": [4, 9]}), (1, {"bits": [5]}), (2, {"vertex": [1, 2]})]
 
 
 @pytest.mark.parametrize("nodes", [(2, 0), (1, 1), (0, 3)])
@@ -126,8 +145,15 @@ def test_points_out_of_roster_order_are_not_packed(nodes):
     lambda c, a: a.update(accepted=a["accepted"].view(np.int8)),
     lambda c, a: a.update(accepted=np.array([0b10100000], np.uint8)),
     lambda c, a: a.pop("accepted"),
-    lambda c, a: a.pop("1.0.vertex"),
-    lambda c, a: a.update({"9.0.vertex": np.array([1], np.uint16)}),
+    lambda c, a: a.pop("1.vertex"),
+    lambda c, a: a.pop("0.vertex.len"),
+    lambda c, a: a.update({"9.vertex": np.array([1], np.uint16)}),
+    lambda c, a: a.update({"0.vertex.len": np.array([1, 2], np.int64)}),
+    lambda c, a: a.update({"0.vertex.len": np.array([2, 0], np.int64)}),
+    lambda c, a: a.update({"0.vertex.len": np.array([3, -1], np.int64)}),
+    lambda c, a: a.update({"0.vertex.len": np.array([1, 1], np.int32)}),
+    lambda c, a: a.update({"0.vertex.len": np.array([1, 1, 0], np.int64)}),
+    lambda c, a: a.update({"1.vertex": np.array([[7]], np.uint16)}),
     lambda c, a: a.update({"junk": np.array([1])}),
     lambda c, a: c.pop("rounds"),
 ])

@@ -6,9 +6,10 @@ instead of the dense x-bar, or, once, the whole mirror a node replicates.
   (``functions.extreme_points``: one 1-D array per field). Config: ``since``, ``rounds``; arrays
   ``accepted`` (per round, a bitmap over the roster, ``np.packbits``, ceil(N / 8) bytes: who sent
   the points), and per round u and field f the round's points' values one after another
-  (``{u}.{f}``) with each point's length (``{u}.{f}.len``, int64, 0 where a point has no such
-  field): two arrays a field and round, however many nodes sent points (one array per point made
-  a message's encoding, and a node's decoding, grow with N). eta_t does not travel: both sides
+  (``{u}.{f}``) with the points' lengths (``{u}.{f}.len``, the smallest unsigned dtype: one
+  length when every point has the field with that length, else one per point, 0 where a point
+  has no such field): two arrays a field and round, however many nodes sent points (one array
+  per point made a message's encoding, and a node's decoding, grow with N). eta_t does not travel: both sides
   take it from the run's schedule, with the same code.
 - replica: every node's x_i and their running sum (float64), the version, the roster's D_i
   (``kinds``, ``radii``). Arrays ``x.{i}.{k}`` (node i, tensor k) and ``sum.{k}``.
@@ -67,9 +68,11 @@ def _packed_fields(u: int, points: Sequence[Arrays]) -> Arrays:
         parts = [np.asarray(point[name]) for point in points if name in point]
         if any(part.ndim != 1 or part.size == 0 for part in parts):
             raise ValueError(f"round {u}: field {name!r} of a point is not a non-empty 1-D array")
+        lengths = np.array([point[name].size if name in point else 0 for point in points])
+        if (lengths == lengths[0]).all():
+            lengths = lengths[:1]  # every point has the field, with one length
         packed[f"{u}.{name}"] = np.concatenate(parts)
-        packed[f"{u}.{name}.len"] = np.array([point[name].size if name in point else 0
-                                              for point in points], np.int64)
+        packed[f"{u}.{name}.len"] = lengths.astype(np.min_scalar_type(int(lengths.max())))
     return packed
 
 
@@ -82,8 +85,12 @@ def _unpacked_fields(u: int, count: int, fields: Mapping[str, dict[str, np.ndarr
         values, lengths = packed.get("values"), packed.get("len")
         if values is None or lengths is None:
             raise DecodeError(f"update {u}: field {name!r} needs its values and lengths")
-        if (lengths.dtype != np.int64 or lengths.shape != (count,) or values.ndim != 1
-                or (lengths < 0).any() or int(lengths.sum()) != len(values)):
+        if (lengths.dtype.kind != "u" or lengths.itemsize > 4
+                or lengths.shape not in ((1,), (count,))):
+            raise DecodeError(f"update {u}: the lengths of field {name!r} must be one or "
+                              f"{count} unsigned ints of at most 32 bits")
+        lengths = np.broadcast_to(lengths.astype(np.int64), (count,))
+        if values.ndim != 1 or int(lengths.sum()) != len(values):
             raise DecodeError(f"update {u}: the lengths of field {name!r} do not cover its "
                               f"{len(values)} values for {count} points")
         ends = np.cumsum(lengths)

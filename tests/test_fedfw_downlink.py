@@ -111,6 +111,7 @@ def test_updates_round_trip():
     assert arrays["accepted"].tolist() == [0b10100000, 0b01000000]
     assert sorted(arrays) == ["0.vertex", "0.vertex.len", "1.vertex", "1.vertex.len",
                               "accepted"]  # two arrays a field and round, not one a point
+    assert arrays["0.vertex.len"].tolist() == [1] and arrays["0.vertex.len"].dtype == np.uint8
     since, updates = unpack_updates(config, arrays, 3, ETAS.get)
     assert since == 1 and [(u.round, u.eta, [i for i, _ in u.points]) for u in updates] == [
         (2, 0.5, [0, 2]), (5, 0.25, [1])]
@@ -124,6 +125,7 @@ def test_points_of_other_fields_share_a_round():
                                   (1, {"bits": np.array([5], np.uint8)}),
                                   (2, {"vertex": np.array([1, 2], np.uint16)})))]
     config, arrays = pack_updates(2, mixed, 3)
+    assert arrays["0.vertex.len"].tolist() == [2, 0, 2]  # per point where not all have it
     _, (update,) = unpack_updates(config, arrays, 3, {3: 0.5}.get)
     assert [(i, {k: v.tolist() for k, v in p.items()}) for i, p in update.points] == [
         (0, {"vertex": [4, 9]}), (1, {"bits": [5]}), (2, {"vertex": [1, 2]})]
@@ -148,11 +150,12 @@ def test_points_out_of_roster_order_are_not_packed(nodes):
     lambda c, a: a.pop("1.vertex"),
     lambda c, a: a.pop("0.vertex.len"),
     lambda c, a: a.update({"9.vertex": np.array([1], np.uint16)}),
-    lambda c, a: a.update({"0.vertex.len": np.array([1, 2], np.int64)}),
-    lambda c, a: a.update({"0.vertex.len": np.array([2, 0], np.int64)}),
-    lambda c, a: a.update({"0.vertex.len": np.array([3, -1], np.int64)}),
-    lambda c, a: a.update({"0.vertex.len": np.array([1, 1], np.int32)}),
-    lambda c, a: a.update({"0.vertex.len": np.array([1, 1, 0], np.int64)}),
+    lambda c, a: a.update({"0.vertex.len": np.array([1, 2], np.uint8)}),
+    lambda c, a: a.update({"0.vertex.len": np.array([2, 0], np.uint8)}),
+    lambda c, a: a.update({"0.vertex.len": np.array([2], np.uint8)}),
+    lambda c, a: a.update({"0.vertex.len": np.array([1, 1], np.int8)}),
+    lambda c, a: a.update({"0.vertex.len": np.array([1, 1], np.uint64)}),
+    lambda c, a: a.update({"0.vertex.len": np.array([1, 1, 0], np.uint8)}),
     lambda c, a: a.update({"1.vertex": np.array([[7]], np.uint16)}),
     lambda c, a: a.update({"junk": np.array([1])}),
     lambda c, a: c.pop("rounds"),

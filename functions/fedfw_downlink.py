@@ -9,8 +9,8 @@ instead of the dense x-bar, or, once, the whole mirror a node replicates.
   (``{u}.{f}``) with the points' lengths (``{u}.{f}.len``, the smallest unsigned dtype: one
   length when every point has the field with that length, else one per point, 0 where a point
   has no such field): two arrays a field and round, however many nodes sent points (one array
-  per point made a message's encoding, and a node's decoding, grow with N). eta_t does not travel: both sides
-  take it from the run's schedule, with the same code.
+  per point made a message's encoding, and a node's decoding, grow with N). eta_t does not
+  travel: both sides take it from the run's schedule, with the same code.
 - replica: every node's x_i and their running sum (float64), the version, the roster's D_i
   (``kinds``, ``radii``). Arrays ``x.{i}.{k}`` (node i, tensor k) and ``sum.{k}``.
 

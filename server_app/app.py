@@ -23,8 +23,8 @@ from flwr.serverapp import Grid, ServerApp
 from functions.errors import DecodeError
 from run_config.common import RunSettings
 from run_config.tables import validate_tables
-from server_app.event_log import EventLog
 from server_app.checkpoint import Checkpoint
+from server_app.event_log import EventLog
 from server_app.metered_grid import MeteredGrid
 from server_app.recording import BelowQuorum, RecordedStrategy, RoundRecorder
 from server_app.results import ResultsWriter, summarise

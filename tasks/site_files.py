@@ -11,8 +11,9 @@ NPZ file of its images gives.
 
 Everything is checked before use, and every fault is a ``SiteDataError`` naming the file and the
 problem: a missing path, a folder that is not an image folder, an unknown suffix, a file (or
-image folder) over the size limit (checked with ``stat`` before anything is read), an empty, unreadable or truncated file, duplicate or missing
-columns, text in a numeric column, infinities, a site without rows. Missing numeric values (NaN,
+image folder) over the size limit (checked with ``stat`` before anything is read), an empty,
+unreadable or truncated file, duplicate or missing columns, text in a numeric column,
+infinities, a site without rows. Missing numeric values (NaN,
 empty CSV cells) are allowed: the federated preprocessing imputes them.
 
 A table is read once per process and file version: the cache key is the resolved path, its size
@@ -85,7 +86,8 @@ def read_site_file(path: str | os.PathLike, max_bytes: int = MAX_BYTES) -> SiteT
 
 
 def _read(file: Path, size: int, max_bytes: int, images: list[ImageFile]) -> SiteTable:
-    suffix = "" if images else file.suffix.lower()
+    """The table of ``file``, or of the image folder whose ``images`` these are."""
+    suffix = file.suffix.lower()
     if not images and suffix not in SUFFIXES:
         raise SiteDataError(f"{file}: unknown format {suffix or '(no suffix)'!r}; expected "
                             f"{', '.join(SUFFIXES)} or an image folder")

@@ -58,16 +58,16 @@ def image_files(folder: Path) -> list[ImageFile]:
     classes = _visible(folder)
     if not any(entry.is_dir() for entry in classes):
         raise SiteDataError(f"{folder}: a folder with no class sub-folders; expected an image "
-                               "folder (one sub-folder per class) or a data file")
+                            "folder (one sub-folder per class) or a data file")
     images = []
     for entry in classes:
         if not entry.is_dir():
             raise SiteDataError(f"{entry.path}: not a class folder; an image folder holds only "
-                                   "one sub-folder per class")
+                                "one sub-folder per class")
         for item in _visible(Path(entry.path)):
             if not item.is_file() or Path(item.name).suffix.lower() not in IMAGE_SUFFIXES:
                 raise SiteDataError(f"{item.path}: not an image file (expected "
-                                       f"{', '.join(IMAGE_SUFFIXES)})")
+                                    f"{', '.join(IMAGE_SUFFIXES)})")
             status = item.stat()
             images.append(ImageFile(entry.name, Path(item.path), status.st_size,
                                     status.st_mtime_ns))
@@ -96,7 +96,7 @@ def read_image_folder(images: list[ImageFile]) -> pd.DataFrame:
                 values = picture.width * picture.height * (1 if mode == "L" else 3)
                 if values > MAX_VALUES:
                     raise SiteDataError(f"{image.path}: {picture.width}x{picture.height} "
-                                           f"{mode}, more than {MAX_VALUES} values an image")
+                                        f"{mode}, more than {MAX_VALUES} values an image")
                 if first is None:
                     first = (picture.size, mode, image.path)
                 elif picture.size != first[0]:
@@ -108,7 +108,7 @@ def read_image_folder(images: list[ImageFile]) -> pd.DataFrame:
             raise
         except (UnidentifiedImageError, Image.DecompressionBombError, OSError, ValueError) as err:
             raise SiteDataError(f"{image.path}: unreadable image ({type(err).__name__}: "
-                                   f"{str(err).strip()[:200]})") from None
+                                f"{str(err).strip()[:200]})") from None
     x = np.stack(pixels)
     frame = pd.DataFrame(x, columns=[f"x{i}" for i in range(x.shape[1])])
     frame["y"] = [image.label for image in images]

@@ -275,10 +275,10 @@ def agree(spec: SiteSpec, facts: Mapping[int, Mapping[str, Any]]) -> Agreement:
     """One schema for the nodes' ``facts`` (node id -> ``site_facts``, in the run's node order).
 
     Feature columns: ``spec.features`` in that order, or every column other than the label that
-    more than half the nodes report, in natural order of their names. A column's kind is the declared one, or the kind
-    most nodes report (numeric on a tie). A node is refused when it lacks a feature column, when
-    one of its columns has the other kind, or (regression) when its label is not numeric; the
-    schema is then agreed again without it. ``SiteDataError`` when no node is left."""
+    more than half the nodes report, in natural order of their names. A column's kind is the
+    declared one, or the kind most nodes report (numeric on a tie). A node is refused when it
+    lacks a feature column, when one of its columns has the other kind, or (regression) when its
+    label is not numeric; the schema is then agreed again without it. ``SiteDataError`` when no node is left."""
     refused: dict[int, str] = {}
     while True:
         kept = {n: f for n, f in facts.items() if n not in refused}

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from client_app.app import app as client_app
 from client_app.fedfw_replica import STATE
@@ -165,6 +167,35 @@ def test_malformed_updates_are_refused(change):
     change(config, arrays)
     with pytest.raises(DecodeError):
         unpack_updates(config, arrays, 3, ETAS.get)
+
+
+MUTATIONS = {  # a declared field of one packed array: its dtype, shape or count
+    "dtype": lambda a: a.astype(np.int64 if a.dtype.kind == "u" else np.uint32),
+    "signed": lambda a: a.astype(np.int8),
+    "2-D": lambda a: a.reshape(1, -1),
+    "shorter": lambda a: a[:-1],
+    "longer": lambda a: np.concatenate([a, a[:1]]),
+    "empty": lambda a: a[:0],
+    "counts + 1": lambda a: a + 1,  # on the lengths and the bitmaps only (below)
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(key=st.sampled_from(["0.vertex", "0.vertex.len", "1.vertex", "1.vertex.len", "accepted"]),
+       mutation=st.sampled_from(sorted(MUTATIONS)))
+def test_a_mutated_declared_field_decodes_to_the_same_points_or_is_refused(key, mutation):
+    """Any one packed array with another dtype, shape or count: the updates either decode to
+    exactly the packed points (the change said nothing) or raise DecodeError, never anything
+    else and never other points."""
+    assume(mutation != "counts + 1" or key.endswith((".len", "accepted")))  # not the points
+    config, arrays = pack_updates(1, _updates(), 3)
+    arrays[key] = MUTATIONS[mutation](arrays[key])
+    try:
+        since, updates = unpack_updates(config, arrays, 3, ETAS.get)
+    except DecodeError:
+        return
+    assert since == 1 and [(u.round, [(i, p["vertex"].tolist()) for i, p in u.points])
+                           for u in updates] == [(2, [(0, [7]), (2, [7])]), (5, [(1, [7])])]
 
 
 def test_a_replica_round_trips_and_refuses_wrong_arrays():

@@ -116,6 +116,7 @@ COMMON_KEYS = (
     Key("resume-from", str, "", "a results folder: continue that run from its `checkpoint.pb` "
         "after its last completed round; the run config must equal the checkpoint's but for "
         "`num-server-rounds`, `output-dir`, `run-name`, `git-commit`, `reply-timeout`, "
+        "`reply-poll-interval`, "
         "`min-replies`, `min-nodes` and `central-device` (any other change is refused, naming "
         "the key); give the same `output-dir`/`run-name` to keep writing into it",
         field="resume_from"),
@@ -136,6 +137,10 @@ COMMON_KEYS = (
         "first `query.node`) waits for replies; a node that has not answered by then counts as "
         "a failure and the round goes on with the others (Flower's own default is an hour)",
         finite_above(0, "seconds"), field="reply_timeout"),
+    Key("reply-poll-interval", float, 0.1, "deployment: seconds between the ServerApp's pulls "
+        "of the replies it still waits for (Flower's deployment grid waits a fixed 3 s; the "
+        "simulation engine's grid pulls every 0.1 s)",
+        within(0.01, 10, "[]"), field="reply_poll_interval"),
     Key("node-partitions", str, "", "`\"<node id>:<partition id>,...\"`: only these nodes may "
         "serve these partitions; any other claim in `query.node` is refused and counted as a "
         "failure (for SuperNodes with authentication, whose node ids `flwr supernode register` "
@@ -196,6 +201,7 @@ class RunSettings:
     tensorboard: bool = _DEFAULT["tensorboard"]  # TensorBoard event files beside the rows
     central_device: str = _DEFAULT["central_device"]  # torch device of central evaluation
     reply_timeout: float = _DEFAULT["reply_timeout"]  # seconds a round waits for replies
+    reply_poll_interval: float = _DEFAULT["reply_poll_interval"]  # seconds between pulls
     node_partitions: str = _DEFAULT["node_partitions"]  # "NODE_ID:PARTITION,...": pins
     fraction_train: float = _DEFAULT["fraction_train"]
     local_epochs: int = _DEFAULT["local_epochs"]

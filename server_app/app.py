@@ -25,7 +25,7 @@ from run_config.common import RunSettings
 from run_config.tables import validate_tables
 from server_app.checkpoint import Checkpoint
 from server_app.event_log import EventLog
-from server_app.metered_grid import MeteredGrid
+from server_app.metered_grid import MeteredGrid, own_pull_interval
 from server_app.recording import BelowQuorum, RecordedStrategy, RoundRecorder
 from server_app.results import ResultsWriter, summarise
 from server_app.resume import checked_checkpoint, restore
@@ -132,7 +132,8 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
         if resume_from is not None:
             checkpoint = checked_checkpoint(resume_from, get_algorithm(settings.algorithm).name,
                                             context.run_config)
-        metered = MeteredGrid(grid, settings.reply_timeout)  # round 0 counts the agreement
+        metered = MeteredGrid(grid, settings.reply_timeout,  # round 0 counts the agreement
+                              own_pull_interval(grid, settings.reply_poll_interval))
         plan, num_nodes = prepare(settings, metered, checkpoint)
         if checkpoint is not None:
             restore(plan.strategy, checkpoint)

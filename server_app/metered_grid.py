@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
+from flwr.superlink.grid.http_grid import HttpGrid
 
 from functions.records import payload_bytes, wire_bytes
 
@@ -22,6 +24,13 @@ class TrafficCounters:
     wire_bytes_down: int = 0
     wire_bytes_up: int = 0
     failures: int = 0
+
+
+def own_pull_interval(grid: Grid, interval: float) -> float | None:
+    """``interval`` for Flower's deployment grid, which sleeps a fixed 3 s between pulls; None
+    (the grid's own ``send_and_receive``) for the simulation engine's, which pulls every 0.1 s,
+    and for the in-process test grids."""
+    return interval if isinstance(grid, HttpGrid) else None
 
 
 def _is_train(message: Message) -> bool:
@@ -40,11 +49,15 @@ class MeteredGrid(Grid):
     an error, or a message whose reply never came, counts as a failure.
     """
 
-    def __init__(self, inner: Grid, reply_timeout: float | None = None) -> None:
+    def __init__(self, inner: Grid, reply_timeout: float | None = None,
+                 poll_interval: float | None = None) -> None:
         """``reply_timeout``: seconds to wait for replies when a caller gives none (the run's
-        ``reply-timeout``; Flower's own default is an hour)."""
+        ``reply-timeout``; Flower's own default is an hour). ``poll_interval``: seconds between
+        two pulls of the replies still missing (the run's ``reply-poll-interval``); None = the
+        inner grid's own ``send_and_receive``."""
         self._inner = inner
         self.reply_timeout = reply_timeout
+        self.poll_interval = poll_interval
         self._counters = TrafficCounters()
 
     def take(self) -> TrafficCounters:
@@ -107,12 +120,34 @@ class MeteredGrid(Grid):
             return []
         self._count_down(messages)
         timeout = self.reply_timeout if timeout is None else timeout
-        replies = list(self._inner.send_and_receive(messages, timeout=timeout))
+        if self.poll_interval is None:
+            replies = list(self._inner.send_and_receive(messages, timeout=timeout))
+        else:
+            replies = self._push_and_pull(messages, timeout, self.poll_interval)
         sent_to = {m.metadata.message_id: m.metadata.dst_node_id for m in messages}
         for reply in replies:
             _name_the_lost_node(reply, sent_to)
         self._count_up(replies)
         self._counters.failures += max(0, len(messages) - len(replies))
+        return replies
+
+
+    def _push_and_pull(self, messages: list[Message], timeout: float | None,
+                       poll_interval: float) -> list[Message]:
+        """Flower's ``Grid.send_and_receive`` with our pull interval: the deployment's grid
+        (``flwr/superlink/grid/http_grid.py``, ``send_and_receive``) sleeps a fixed 3 s between
+        pulls, up to 3 s of every exchange spent waiting for replies that have arrived."""
+        pending = {message_id for message_id in self._inner.push_messages(messages) if message_id}
+        deadline = None if timeout is None else time.monotonic() + timeout
+        replies: list[Message] = []
+        while pending:
+            pulled = list(self._inner.pull_messages(pending))
+            replies += pulled
+            pending.difference_update(reply.metadata.reply_to_message_id for reply in pulled)
+            left = None if deadline is None else deadline - time.monotonic()
+            if not pending or (left is not None and left <= 0):
+                break
+            time.sleep(poll_interval if left is None else min(poll_interval, left))
         return replies
 
 

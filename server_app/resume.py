@@ -21,7 +21,8 @@ from strategies.base import FederatedStrategy
 from tasks.errors import ConfigError
 
 MAY_CHANGE = ("num-server-rounds", "output-dir", "run-name", "resume-from", "git-commit",
-              "reply-timeout", "min-replies", "min-nodes", "central-device")
+              "reply-timeout", "reply-poll-interval", "min-replies", "min-nodes",
+              "central-device")
 
 
 def config_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:

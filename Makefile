@@ -12,7 +12,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	# the CPU wheel first, or pip pulls GBs of CUDA packages
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev,sites]"
+	$(PY) -m pip install -q -e ".[dev,sites,xgboost]"
 	touch $@
 
 .PHONY: install run test test-e2e stop

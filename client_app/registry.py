@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from client_app import fedavg, feddr, fedfun, fedfw, ffgb
+from client_app import fedavg, feddr, fedfun, fedfw, fedxgb, ffgb
 from client_app.job import ClientProcedure
 from tasks.errors import ConfigError
 
@@ -27,6 +27,8 @@ CLIENT_HALVES: dict[str, Mapping[str, ClientProcedure]] = {
     "ffgb-c": ffgb.HANDLERS,
     "ffgb-l": ffgb.HANDLERS,
     **{name: fedfun.HANDLERS for name in FEDFUN_NAMES},
+    "fedxgb-bagging": fedxgb.HANDLERS,
+    "fedxgb-cyclic": fedxgb.HANDLERS,
 }
 
 # A family whose node may override the run's settings from its node config: (the family

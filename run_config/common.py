@@ -147,8 +147,9 @@ COMMON_KEYS = (
         "fixes); empty = any node may claim any partition (the first by node id wins a "
         "contested one)", lambda key, value: parse_node_partitions(value, key),
         field="node_partitions"),
-    Key("fraction-train", float, 1.0, "FedAvg, FedProx, projected FedAvg, FFGB family: "
-        "fraction of nodes sampled per round (at least one), seeded, in partition order",
+    Key("fraction-train", float, 1.0, "FedAvg, FedProx, projected FedAvg, FFGB family, "
+        "fedxgb-bagging: fraction of nodes sampled per round (at least one), seeded, in "
+        "partition order",
         within(0, 1, "(]"), field="fraction_train"),
     Key("local-epochs", int, 1, "FedAvg/FedProx local epochs", at_least(0),
         field="local_epochs"),

@@ -21,6 +21,8 @@ from run_config.fedfun import ALGORITHMS as FEDFUN_ALGORITHMS
 from run_config.fedfun import FEDFUN_KEYS, fedfun_settings
 from run_config.fedfw import DOMAIN_KEYS, FEDFW_KEYS, constraint_set, fedfw_settings
 from run_config.fedfw import VARIANTS as FEDFW_VARIANTS
+from run_config.fedxgb import ALGORITHMS as FEDXGB_ALGORITHMS
+from run_config.fedxgb import FEDXGB_KEYS, fedxgb_settings
 from run_config.ffgb import FFGB_KEYS, ffgb_settings
 from run_config.ffgb import VARIANTS as FFGB_VARIANTS
 from run_config.keys import Key
@@ -43,7 +45,9 @@ FEDFW = Table("`fedfw.*`: Frank-Wolfe", "FedFW's variants", FEDFW_KEYS)
 FEDDR = Table("`feddr.*`", "FedDR", FEDDR_KEYS)
 FFGB = Table("`ffgb.*`", "the FFGB family", FFGB_KEYS)
 FEDFUN = Table("`fedfun.*`", "FedFun (FSR) and its four decentralised baselines", FEDFUN_KEYS)
-TABLES = (COMMON, DOMAIN, FEDFW, FEDDR, FFGB, FEDFUN)
+FEDXGB = Table("`fedxgb.*`", "the XGBoost baselines on Flower's FedXgbBagging and FedXgbCyclic",
+               FEDXGB_KEYS)
+TABLES = (COMMON, DOMAIN, FEDFW, FEDDR, FFGB, FEDFUN, FEDXGB)
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,7 @@ FAMILIES: dict[str, Family] = {
     "feddr": Family((DOMAIN, FEDDR), feddr_settings),
     **{name: Family((FFGB,), ffgb_settings) for name in FFGB_VARIANTS},
     **{name: Family((FEDFUN,), fedfun_settings) for name in FEDFUN_ALGORITHMS},
+    **{name: Family((FEDXGB,), fedxgb_settings) for name in FEDXGB_ALGORITHMS},
 }
 
 

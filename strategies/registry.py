@@ -16,6 +16,7 @@ from strategies.fedavg import build_fedavg, build_fedprox, build_projected_fedav
 from strategies.feddr import build_feddr
 from strategies.fedfun import build_fedfun
 from strategies.fedfw import build_fedfw
+from strategies.fedxgb import build_fedxgb
 from strategies.ffgb import build_ffgb
 from tasks.datasets import TaskData
 from tasks.errors import ConfigError
@@ -72,6 +73,10 @@ ALGORITHMS: dict[str, ServerAlgorithm] = {
                         build_fedfun, RELAY_MESSAGES),
         ServerAlgorithm("dfeddf", "DFedDF: neighbours' ensemble distilled on sampled inputs",
                         build_fedfun, RELAY_MESSAGES),
+        ServerAlgorithm("fedxgb-bagging", "XGBoost, Flower's FedXgbBagging: nodes' new trees "
+                        "appended", build_fedxgb),
+        ServerAlgorithm("fedxgb-cyclic", "XGBoost, Flower's FedXgbCyclic: nodes boost in turn",
+                        build_fedxgb),
     )
 }
 

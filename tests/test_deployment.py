@@ -37,7 +37,8 @@ NODES = 3
 # no federated evaluation: a SuperNode handles one message at a time, each in a ClientApp
 # process, so every message saved is time saved
 COMMON = ("num-server-rounds=2 min-nodes=3 reply-timeout=300 fedfw.federated-eval=false "
-          "feddr.federated-eval=false ffgb.federated-eval=false fedfun.federated-eval=false")
+          "feddr.federated-eval=false ffgb.federated-eval=false fedfun.federated-eval=false "
+          "fedxgb.federated-eval=false")
 FAMILIES = {
     "fedavg": "algorithm='fedavg' task='digits' local-steps=5",
     "fedfw": "algorithm='fedfw' task='synthetic'",
@@ -46,6 +47,8 @@ FAMILIES = {
             "ffgb.hidden=8",
     "fedfun": "algorithm='fedfun' task='wine' fedfun.initial-steps=50 fedfun.local-steps=20 "
               "fedfun.hidden='8' fedfun.penalty-samples=50",
+    "fedxgb-bagging": "algorithm='fedxgb-bagging' task='wine' fedxgb.max-depth=3",
+    "fedxgb-cyclic": "algorithm='fedxgb-cyclic' task='wine' fedxgb.max-depth=3",
 }
 KILLED = ("algorithm='fedfw' task='synthetic' num-server-rounds=7 min-nodes=3 "
           "fedfw.federated-eval=false reply-timeout=30")

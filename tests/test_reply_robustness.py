@@ -64,7 +64,9 @@ def captured(algorithm: str) -> Captured:
     arrays, _ = strategy.aggregate_train(1, [copy(r) for r in train])
     evaluate = list(grid.send_and_receive(strategy.configure_evaluate(1, arrays, ConfigRecord(),
                                                                       grid)))
-    assert len(train) == len(evaluate) == NODES and not any(r.has_error() for r in train)
+    asked = 1 if algorithm == "fedxgb-cyclic" else NODES  # cyclic: one node trains a round
+    assert len(train) == asked and len(evaluate) == NODES
+    assert not any(r.has_error() for r in train)
     return Captured(s, before_train, train, saved(strategy), evaluate)
 
 

@@ -20,7 +20,7 @@ PENGUINS = {"task": "site", "data.label": "species", "data.categorical": "sex",
 FAMILIES = [
     ("ffgb", {"ffgb.learner": "tree"}), ("ffgb", {}), ("ffgb-c", {"ffgb.learner": "tree"}),
     ("fedfw", {}), ("fedavg", {}), ("fedprox", {}), ("feddr", {}), ("fedavg-proj", {}),
-    ("fedfun", {"fedfun.local-steps": 5}),
+    ("fedfun", {"fedfun.local-steps": 5}), ("fedxgb-bagging", {}), ("fedxgb-cyclic", {}),
 ]
 
 

@@ -1,0 +1,68 @@
+"""Client half of ``fedxgb-bagging`` and ``fedxgb-cyclic`` (Flower's xgboost examples' node).
+
+A node keeps nothing between messages: each one carries the global booster, checked here as on
+the server (``functions.boosters``) before XGBoost loads it. Training boosts
+``fedxgb.local-rounds`` iterations on it and sends back only those (bagging) or the whole model
+(cyclic), as XGBoost's JSON; evaluation reports the booster's loss sums on the node's data.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from flwr.app import MetricRecord, RecordDict
+
+from client_app.job import ClientJob
+from client_app.node_info import describe_node
+from functions.boosters import raw_record, read_booster
+from functions.protocol import (
+    ARRAYS,
+    EVALUATE,
+    METRICS,
+    NUM_EXAMPLES,
+    QUERY_NODE,
+    TEST_CORRECT_SUM,
+    TEST_LOSS_SUM,
+    TRAIN,
+    TRAIN_EXAMPLES,
+    TRAIN_LOSS_SUM,
+)
+from oracles.xgboost_local import boost, last_iterations, outputs, whole
+from run_config.fedxgb import FedXgbSettings
+
+
+def _flat(x: np.ndarray) -> np.ndarray:
+    return x.reshape(len(x), -1)
+
+
+def _global(job: ClientJob) -> bytes:
+    """The checked global booster's bytes."""
+    fedxgb: FedXgbSettings = job.family
+    return read_booster(job.content[ARRAYS], fedxgb.spec(job.data.task))[1]
+
+
+def train(job: ClientJob) -> RecordDict:
+    """Boost on the global booster; reply with the new iterations (bagging) or all (cyclic)."""
+    fedxgb: FedXgbSettings = job.family
+    data = job.data
+    rounds = fedxgb.local_rounds
+    booster = boost(_global(job), fedxgb.spec(data.task).params(), _flat(data.x_train),
+                    data.y_train, rounds, fedxgb.node_eta(data.num_partitions))
+    raw = last_iterations(booster, rounds) if fedxgb.bagging else whole(booster)
+    return RecordDict({ARRAYS: raw_record(raw)})
+
+
+def evaluate(job: ClientJob) -> RecordDict:
+    """The global booster's loss sums on this node's test shard and training data."""
+    fedxgb: FedXgbSettings = job.family
+    data, raw = job.data, _global(job)
+    loss = fedxgb.loss(data.task)
+    test_loss, correct = loss.sums(outputs(raw, _flat(data.x_test)), data.y_test)
+    train_loss, _ = loss.sums(outputs(raw, _flat(data.x_train)), data.y_train)
+    record = MetricRecord({NUM_EXAMPLES: len(data.y_test), TEST_LOSS_SUM: test_loss,
+                           TRAIN_LOSS_SUM: train_loss, TRAIN_EXAMPLES: len(data.y_train)})
+    if correct is not None:
+        record[TEST_CORRECT_SUM] = correct
+    return RecordDict({METRICS: record})
+
+
+HANDLERS = {TRAIN: train, EVALUATE: evaluate, QUERY_NODE: describe_node}

@@ -188,6 +188,12 @@ class Deployment:
     hosts: list[str] = field(default_factory=list)
     star: Star | None = None  # separate hosts: each process in its own network namespace
     warm: bool = False  # ServerApp and ClientApp processes are forked (deploy.warm_superexec)
+    # seconds between a SuperExec's asks for a task (FLWR_SUPEREXEC_TASK_POLL_INTERVAL; Flower's
+    # default is 1 s); None: Flower's default
+    task_poll_interval: float | None = 0.1
+    # the SuperNode's command, if not this venv's flower-supernode (benchmarks.latency measures
+    # Flower's fixed SuperNode pollers with a wrapper)
+    supernode_command: tuple[str, ...] = ()
     # SuperNodes dial an nginx perimeter (deploy.perimeter) that forwards only the Fleet API;
     # the SuperLink listens on loopback, where the flwr CLI (Control API) reaches it
     perimeter: bool = False
@@ -217,7 +223,9 @@ class Deployment:
                 # no calls out of a loopback deployment (Flower's usage telemetry, its update
                 # check), and none waited for when a process exits
                 "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1",
-                "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+                "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+                **({} if self.task_poll_interval is None else
+                   {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": str(self.task_poll_interval)})}
 
     def _tls_flags(self, server: bool) -> list[str]:
         if not self.tls:
@@ -262,6 +270,8 @@ class Deployment:
             raise ValueError("warm SuperExecs are not supported with network namespaces")
         superexec = [sys.executable, "-m", "deploy.warm_superexec", "--runtime-api-address",
                      f"127.0.0.1:{runtime_port}", "--preload", preload,
+                     # torch imports it lazily, at a model's first ``to_empty`` (about 1 s)
+                     "--preload", "torch.fx.experimental.symbolic_shapes",
                      *(["--root-certificates", str(self.certs / "ca.crt")] if tls
                        else ["--insecure"])]
         script = (f"cd {shlex.quote(str(PROJECT))} && {shlex.join(superexec)} --parent-pid $$ "
@@ -333,7 +343,8 @@ class Deployment:
         port = self.base_port + 10 + 2 * (index if slot is None else slot)
         superlink = (f"127.0.0.1:{self.fleet_port}" if self.star is None
                      else f"{self.star.link_address(index)}:{self.fleet_port}")
-        args = [str(BIN / "flower-supernode"), *self._tls_flags(server=False),
+        args = [*(self.supernode_command or (str(BIN / "flower-supernode"),)),
+                *self._tls_flags(server=False),
                 "--superlink", superlink, "--port", str(port),
                 "--health-server-address", f"127.0.0.1:{port + 1}",
                 "--node-config",

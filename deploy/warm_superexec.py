@@ -18,7 +18,18 @@ checkout.
     python -m deploy.warm_superexec --runtime-api-address 127.0.0.1:P --insecure \\
         --parent-pid <SuperNode pid> --preload client_app.app
 
-Test tooling (``deploy.local.Deployment(warm=True)``); production uses Flower's own SuperExec.
+Children retry an object of their task that the SuperNode does not hold yet after
+``--pull-backoff`` seconds (default 0.1, doubling up to Flower's cap of 10 s) instead of
+Flower's 1 s (``PULL_INITIAL_BACKOFF``, flwr/supercore/constant.py line 48): a flwr 1.41
+SuperNode creates a ClientApp's task before it has pulled the message's objects from the
+SuperLink (flwr/supernode/start_client_internal.py lines 386-416), so a ClientApp that starts
+at once finds them missing, and Flower's backoff then costs it 1 s, often 1 + 2 s (measured in
+benchmarks.latency: 3.2 s of a 4.8 s ClientApp).
+
+A supported alternative to Flower's SuperExec wherever one runs with ``--isolation process``:
+``deploy.local --warm``, docker/compose.warm.yml (this file mounted into the SuperExec
+containers, which preload only third-party libraries) and the separate-machines runbook
+(docs/deployment.md). It takes the arguments of ``flower-superexec`` that those use.
 """
 
 from __future__ import annotations
@@ -52,6 +63,16 @@ def preload(modules: list[str]) -> None:
     for name in list(sys.modules):
         if name.partition(".")[0] in own:
             del sys.modules[name]
+
+
+def prompt_object_pulls(backoff: float) -> None:
+    """Flower's object pulls (a task's message and FAB in a ClientApp, replies in a ServerApp)
+    retry a missing object after ``backoff`` seconds, then doubling, instead of 1 s."""
+    from flwr.supercore.inflatable import inflatable_utils
+
+    for pull in (inflatable_utils.pull_objects,
+                 inflatable_utils.pull_and_inflate_object_from_tree):
+        pull.__kwdefaults__["initial_backoff"] = backoff
 
 
 def _entry_point(command: str):
@@ -140,16 +161,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--insecure", action="store_true")
     parser.add_argument("--root-certificates", default=None)
     parser.add_argument("--parent-pid", type=int, default=None)
+    parser.add_argument("--health-server-address", default=None)
+    parser.add_argument("--pull-backoff", type=float, default=0.1,
+                        help="seconds before a child retries an object not there yet "
+                             "(Flower's: 1)")
     parser.add_argument("--preload", action="append", default=[],
                         help="a module to import before forking (repeatable)")
     args = parser.parse_args(argv)
     preload(args.preload)
+    prompt_object_pulls(args.pull_backoff)
     for command in ("flwr-clientapp", "flwr-serverapp"):
         _entry_point(command)
     loop = importlib.import_module("flwr.supercore.superexec.run_superexec")
     loop.get_executor = lambda *_, **__: ForkExecutor()  # Flower's loop, our executor
     loop.run_superexec(runtime_api_address=args.runtime_api_address, insecure=args.insecure,
                        root_certificates_path=args.root_certificates, parent_pid=args.parent_pid,
+                       health_server_address=args.health_server_address,
                        runtime_dependency_install=False)
 
 

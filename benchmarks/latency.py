@@ -1,0 +1,156 @@
+"""Round latency: the same jobs on the in-process engine and in a deployment with TLS and
+SuperNode authentication (one SuperLink, 2 SuperNodes, on loopback), side by side in one run.
+
+Three ways to run each job, one after another (never two runs at once):
+
+- ``in-process``: the ServerApp and both ClientApps in this process (``testing.inprocess_grid``),
+  the nodes one after the other;
+- ``deployment, Flower's defaults``: ``deploy.local.Deployment`` with Flower's own
+  ``--isolation subprocess`` (a fresh ``flwr-clientapp`` interpreter per message), its SuperExec
+  task poll (1 s) and the ServerApp pulling replies every 3 s (``reply-poll-interval=3``, what
+  Flower's deployment grid does);
+- ``deployment, tuned``: ``--warm`` (ClientApps forked from ``deploy.warm_superexec``), the
+  SuperExecs' task poll at 0.1 s and the ServerApp pulling every 0.1 s (the defaults of
+  ``deploy.local`` and of the run config);
+- ``tuned, SuperNode pollers at 0.1 s`` (a measurement, not an option): as tuned, with the
+  SuperNodes run by ``benchmarks.prompt_supernode``, which caps the SuperNode's two fixed
+  sleeps (3 s when it found no message, 0.5 s between checks for a reply) at 0.1 s; the
+  difference to ``tuned`` is what those pollers cost.
+
+A round's latency is the difference of consecutive ``wall_time_s`` in the run's
+``metrics.json`` (the ServerApp's clock), averaged over rounds 2 to R (round 1 also starts the
+ServerApp, installs the FAB and builds the roster).
+
+    python -m benchmarks.latency                 # every family, 4 rounds; about 15 min
+    python -m benchmarks.latency --families default --rounds 6
+
+Writes ``results/latency.md`` and ``results/latency.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import RESULTS, md_table, parser, write_report
+
+# the default job (pyproject's defaults: FFGB, MLP learners, digits) and one job per family,
+# those of the deployment test
+FAMILIES = {
+    "default": "",
+    "fedavg": "algorithm='fedavg' task='digits' local-steps=5",
+    "fedfw": "algorithm='fedfw' task='synthetic'",
+    "feddr": "algorithm='feddr' task='synthetic'",
+    "ffgb-trees": "algorithm='ffgb' task='digits' ffgb.learner='tree'",
+    "fedfun": "algorithm='fedfun' task='wine' fedfun.initial-steps=50 fedfun.local-steps=20 "
+              "fedfun.hidden='8' fedfun.penalty-samples=50",
+}
+NODES = 2
+WAYS = {  # Deployment options and the ServerApp's reply-poll-interval
+    "flower": {"warm": False, "task_poll_interval": None, "reply_poll": 3.0},
+    "tuned": {"warm": True, "task_poll_interval": 0.1, "reply_poll": 0.1},
+    "pollers": {"warm": True, "task_poll_interval": 0.1, "reply_poll": 0.1,
+                "supernode_command": (sys.executable, "-m", "benchmarks.prompt_supernode")},
+}
+
+
+def round_seconds(metrics: Path) -> list[float]:
+    """Seconds of rounds 2..R from a run's metrics.json."""
+    rows = json.loads(metrics.read_text())["rounds"]
+    walls = {r["round"]: r["wall_time_s"] for r in rows if r.get("round", 0) >= 1}
+    return [walls[t] - walls[t - 1] for t in sorted(walls) if t >= 2 and t - 1 in walls]
+
+
+def in_process(config: str, rounds: int) -> list[float]:
+    from client_app.app import app as client_app
+    from run_config.declared import parse_overrides
+    from server_app.app import run
+    from testing.inprocess_grid import LocalGrid, run_config, server_context
+
+    with tempfile.TemporaryDirectory() as tmp:
+        values = {**parse_overrides(config), "num-server-rounds": rounds, "output-dir": tmp,
+                  "run-name": "job", "min-nodes": NODES}
+        conf = run_config(**values)
+        run(LocalGrid(client_app, conf, NODES, keep_messages=False), server_context(conf))
+        return round_seconds(Path(tmp) / "job" / "metrics.json")
+
+
+def deployed(way: str, jobs: dict[str, str], rounds: int, workdir: Path) -> dict[str, Any]:
+    """Each job on one TLS + authentication deployment set up ``way``; seconds per round."""
+    from deploy.local import Deployment, app_copy, free_port_block
+
+    options = WAYS[way]
+    app = app_copy(workdir / "app")
+    deployment = Deployment(workdir / way, tls=True, auth=True, base_port=free_port_block(),
+                            warm=options["warm"],
+                            task_poll_interval=options["task_poll_interval"],
+                            supernode_command=options.get("supernode_command", ()))
+    results = workdir / way / "results"
+    out: dict[str, Any] = {}
+    try:
+        deployment.start_superlink()
+        for i in range(NODES):
+            deployment.start_supernode(i, NODES)
+            deployment.wait_for_port(deployment.base_port + 10 + 2 * i)  # raises if one exited
+        for name, config in jobs.items():
+            text = (f"{config} num-server-rounds={rounds} min-nodes={NODES} reply-timeout=600 "
+                    f"reply-poll-interval={options['reply_poll']} "
+                    f"output-dir='{results}' run-name='{name}'")
+            run_id = deployment.submit(text, app)
+            status = deployment.wait_for_runs([run_id], timeout=1800)[run_id]
+            metrics = results / name / "metrics.json"
+            out[name] = (round_seconds(metrics) if metrics.exists()
+                         else f"no metrics ({status})")
+            print(f"{way} {name}: {status} {out[name]}", flush=True)
+    finally:
+        deployment.stop()
+    return out
+
+
+def mean(values: Any) -> float | None:
+    return sum(values) / len(values) if isinstance(values, list) and values else None
+
+
+def report(measured: dict[str, dict[str, Any]]) -> str:
+    rows = []
+    for name in measured["in-process"]:
+        local, flower, tuned, pollers = (mean(measured[w][name]) for w in (
+            "in-process", "flower", "tuned", "pollers"))
+        shown = [("-" if v is None else f"{v:.2f}") for v in (local, flower, tuned, pollers)]
+        gap = "-" if None in (local, tuned) else f"{tuned - local:+.2f}"
+        cost = "-" if None in (tuned, pollers) else f"{tuned - pollers:.2f}"
+        rows.append([name, *shown, gap, cost])
+    return md_table(["job", "in-process s/round", "deployment, Flower's defaults s/round",
+                     "deployment, tuned s/round", "tuned, SuperNode pollers at 0.1 s s/round",
+                     "tuned - in-process s", "SuperNode pollers' cost s"], rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser(__doc__.split("\n")[0])
+    p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
+    p.add_argument("--rounds", type=int, default=4)
+    p.add_argument("--ways", nargs="+", default=list(WAYS), choices=list(WAYS))
+    args = p.parse_args(argv)
+    jobs = {name: FAMILIES[name] for name in args.families}
+    start = time.monotonic()
+    measured: dict[str, dict[str, Any]] = {"in-process": {}}
+    for name, config in jobs.items():
+        measured["in-process"][name] = in_process(config, args.rounds)
+        print(f"in-process {name}: {measured['in-process'][name]}", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for way in WAYS:
+            measured[way] = (deployed(way, jobs, args.rounds, Path(tmp)) if way in args.ways
+                             else {name: "not run" for name in jobs})
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "latency.json").write_text(json.dumps(measured, indent=1))
+    write_report(RESULTS / "latency.md", "Round latency: in-process against deployment",
+                 time.monotonic() - start, report(measured))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

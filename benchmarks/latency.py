@@ -84,7 +84,7 @@ def deployed(way: str, jobs: dict[str, str], rounds: int, workdir: Path) -> dict
     from deploy.local import Deployment, app_copy, free_port_block
 
     options = WAYS[way]
-    app = app_copy(workdir / "app")
+    app = app_copy(workdir / way / "app")
     deployment = Deployment(workdir / way, tls=True, auth=True, base_port=free_port_block(),
                             warm=options["warm"],
                             task_poll_interval=options["task_poll_interval"],

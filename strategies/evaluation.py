@@ -112,6 +112,16 @@ def combine_evaluation_sums(sums: Iterable[EvaluationSums], kind: str) -> dict[s
     return out
 
 
+def federated_figures(sums: Iterable[EvaluationSums], kind: str,
+                      central: bool) -> dict[str, float]:
+    """``combine_evaluation_sums``, the test figures named ``federated_*`` when the server also
+    evaluates centrally (the central figures take the plain names)."""
+    combined = combine_evaluation_sums(sums, kind)
+    if not central:
+        return combined
+    return {k if k == "train_loss" else f"federated_{k}": v for k, v in combined.items()}
+
+
 def spread_over_nodes(per_node: Mapping[int, Mapping[str, float]]) -> dict[str, float]:
     """``<metric>_mean``, ``_min`` and ``_max`` over nodes, for algorithms without a global
     function (each node evaluates its own model)."""

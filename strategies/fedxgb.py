@@ -36,7 +36,7 @@ from oracles.xgboost_local import INSTALL, available, outputs
 from run_config.common import RunSettings
 from run_config.fedxgb import FedXgbSettings, check_task, fedxgb_settings
 from strategies.base import FederatedStrategy
-from strategies.evaluation import EvaluationSums, combine_evaluation_sums, evaluation_sums_of
+from strategies.evaluation import EvaluationSums, evaluation_sums_of, federated_figures
 from strategies.sampling import Sampler
 from strategies.screening import exact_records
 from tasks.datasets import TaskData
@@ -126,10 +126,8 @@ class XgbStrategy(FederatedStrategy):
         return evaluation_sums_of(reply, self.task)
 
     def evaluation_metrics(self, accepted: dict[int, EvaluationSums]) -> dict[str, float]:
-        combined = combine_evaluation_sums(accepted.values(), self.task.kind)
-        if self.x_test is not None:  # the central figures take the plain names
-            combined = {k if k == "train_loss" else f"federated_{k}": v
-                        for k, v in combined.items()}
+        combined = federated_figures(accepted.values(), self.task.kind,
+                                     central=self.x_test is not None)
         return {**combined, **self._metrics()}
 
     def evaluate_global(self, server_round: int, arrays: ArrayRecord) -> dict[str, float]:

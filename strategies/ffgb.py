@@ -41,7 +41,7 @@ from run_config.common import RunSettings
 from run_config.ffgb import DISTILL, FFGBSettings, check_task, ffgb_settings
 from strategies.base import FederatedStrategy
 from strategies.ensemble_sync import EnsembleSync, StoredEnsemble, SyncSlot
-from strategies.evaluation import EvaluationSums, combine_evaluation_sums, evaluation_sums_of
+from strategies.evaluation import EvaluationSums, evaluation_sums_of, federated_figures
 from strategies.ffgb_distillation import SPEC, GlobalDistillation, StoredStudent
 from strategies.ffgb_one_shot import OneShotBoosting
 from strategies.ffgb_replies import CheckedIncrement, FFGBReplies
@@ -242,10 +242,8 @@ class FFGBStrategy(FederatedStrategy):
         self.book.lost(screened.errors)  # they may not hold what we sent
 
     def evaluation_metrics(self, accepted: dict[int, EvaluationSums]) -> dict[str, float]:
-        combined = combine_evaluation_sums(accepted.values(), self.task.kind)
-        if self.test_cache is not None:  # the central figures take the plain names
-            combined = {k if k == "train_loss" else f"federated_{k}": v
-                        for k, v in combined.items()}
+        combined = federated_figures(accepted.values(), self.task.kind,
+                                     central=self.test_cache is not None)
         return {**combined, **self._size_metrics()}
 
     def evaluate_global(self, server_round: int, arrays: ArrayRecord) -> dict[str, float]:

@@ -41,7 +41,8 @@ FAST = {"task": "synthetic", "num-server-rounds": 2, "central-evaluation": False
 RUNS = {  # every family, and FFGB's distillation and one-shot phases
     **{name: {"algorithm": name} for name in
        ("fedavg", "fedprox", "fedavg-proj", "feddr", "fedfw", "fedfw-plus", "fedfw-sto", "ffgb",
-        "ffgb-c", "ffgb-l", "fedfun", "psr", "dfedavgm", "dfedfish", "dfeddf")},
+        "ffgb-c", "ffgb-l", "fedfun", "psr", "dfedavgm", "dfedfish", "dfeddf",
+        "fedxgb-bagging", "fedxgb-cyclic")},
     "fedfun-trees": {"algorithm": "fedfun", "fedfun.learner": "tree"},
     "ffgb-distill": {"algorithm": "ffgb", "ffgb.distill-every": 1, "ffgb.distill-rounds": 1,
                      "ffgb.distill-steps": 2, "num-server-rounds": 3},

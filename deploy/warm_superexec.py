@@ -26,10 +26,10 @@ SuperLink (flwr/supernode/start_client_internal.py lines 386-416), so a ClientAp
 at once finds them missing, and Flower's backoff then costs it 1 s, often 1 + 2 s (measured in
 benchmarks.latency: 3.2 s of a 4.8 s ClientApp).
 
-A supported alternative to Flower's SuperExec wherever one runs with ``--isolation process``:
-``deploy.local --warm``, docker/compose.warm.yml (this file mounted into the SuperExec
-containers, which preload only third-party libraries) and the separate-machines runbook
-(docs/deployment.md). It takes the arguments of ``flower-superexec`` that those use.
+A supported alternative to Flower's SuperExec wherever one runs with ``--isolation process``
+on a host with the project's checkout and venv: ``deploy.local --warm`` and the
+separate-machines runbook (docs/deployment.md). It takes the arguments of ``flower-superexec``
+that those use. The docker compose files still run Flower's own SuperExec.
 """
 
 from __future__ import annotations

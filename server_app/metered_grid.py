@@ -131,7 +131,6 @@ class MeteredGrid(Grid):
         self._counters.failures += max(0, len(messages) - len(replies))
         return replies
 
-
     def _push_and_pull(self, messages: list[Message], timeout: float | None,
                        poll_interval: float) -> list[Message]:
         """Flower's ``Grid.send_and_receive`` with our pull interval: the deployment's grid

@@ -26,10 +26,11 @@ SuperLink (flwr/supernode/start_client_internal.py lines 386-416), so a ClientAp
 at once finds them missing, and Flower's backoff then costs it 1 s, often 1 + 2 s (measured in
 benchmarks.latency: 3.2 s of a 4.8 s ClientApp).
 
-A supported alternative to Flower's SuperExec wherever one runs with ``--isolation process``
-on a host with the project's checkout and venv: ``deploy.local --warm`` and the
-separate-machines runbook (docs/deployment.md). It takes the arguments of ``flower-superexec``
-that those use. The docker compose files still run Flower's own SuperExec.
+A supported alternative to Flower's SuperExec wherever one runs with ``--isolation process``:
+``deploy.local --warm``, the separate-machines runbook (docs/deployment.md), and the docker
+compose overlay ``docker/compose.warm.yml`` (this file and the app's packages mounted read-only
+into Flower's SuperExec image, which has the libraries: it needs nothing but flwr and the
+standard library itself). It takes the arguments of ``flower-superexec`` that those use.
 """
 
 from __future__ import annotations
@@ -155,7 +156,9 @@ class ForkExecutor:
         self.reconcile()
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line: ``flower-superexec``'s arguments, ``--pull-backoff`` and ``--preload``
+    (separate from ``main`` so the compose files' commands can be checked against it)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runtime-api-address", required=True)
     parser.add_argument("--insecure", action="store_true")
@@ -167,7 +170,12 @@ def main(argv: list[str] | None = None) -> None:
                              "(Flower's: 1)")
     parser.add_argument("--preload", action="append", default=[],
                         help="a module to import before forking (repeatable)")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Warm up, then run Flower's SuperExec loop with the forking executor."""
+    args = parse_args(argv)
     preload(args.preload)
     prompt_object_pulls(args.pull_backoff)
     for command in ("flwr-clientapp", "flwr-serverapp"):

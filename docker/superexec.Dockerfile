@@ -32,7 +32,7 @@ RUN set -eu; \
       --index-url "${TORCH_INDEX_URL}" ${TORCH_FIND_LINKS:+--find-links "${TORCH_FIND_LINKS}"} \
       "${TORCH_SPEC}"; \
     python -m pip install --no-cache-dir --disable-pip-version-check -r /tmp/requirements.txt; \
-    python -c "import flwr, torch, sklearn, scipy, ot, mlxtend, matplotlib; \
+    python -c "import flwr, torch, sklearn, scipy, ot, mlxtend, matplotlib, xgboost; \
 print('flwr', flwr.__version__, 'torch', torch.__version__, 'cuda', torch.version.cuda)"
 
 ENV FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1 \

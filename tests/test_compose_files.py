@@ -9,8 +9,10 @@ nginx (its configuration rendered by deploy.perimeter, checked with `nginx -t`) 
 SuperNodes and the loopback SuperLink; every service runs as FL_UID:FL_GID (default 49999);
 the GPU overlay reserves devices on the SuperNode side only; the sites overlay mounts each
 site, read-only, into its own node's ClientApp SuperExec alone, at the path its node config
-names, and compose refuses it without the sites' paths; the image's requirements follow pyproject.toml; the
-end-to-end script stays off unless FL_DOCKER=1. Where a compose tool is installed, every file
+names, and compose refuses it without the sites' paths; the warm overlay runs every SuperExec as
+deploy/warm_superexec.py (mounted read-only with the app's packages it preloads, its task poll at
+0.1 s) with the arguments of the files before it; the image's requirements follow pyproject.toml
+and the extras it carries; the end-to-end script stays off unless FL_DOCKER=1. Where a compose tool is installed, every file
 combination is also validated with `docker compose config` / `docker-compose config` and the
 same checks run on the merged result.
 """
@@ -40,8 +42,12 @@ TLS = "compose.tls.yml"
 GPU = "compose.gpu.yml"
 PERIMETER = "compose.perimeter.yml"
 SITES = "compose.sites.yml"
+WARM = "compose.warm.yml"
 COMBINATIONS = [(BASE,), (BASE, TLS), (BASE, GPU), (BASE, TLS, GPU), (BASE, TLS, PERIMETER),
-                (BASE, TLS, PERIMETER, GPU), (BASE, SITES), (BASE, TLS, PERIMETER, SITES)]
+                (BASE, TLS, PERIMETER, GPU), (BASE, SITES), (BASE, TLS, PERIMETER, SITES),
+                (BASE, WARM), (BASE, TLS, WARM), (BASE, TLS, PERIMETER, SITES, WARM)]
+IMAGE_EXTRAS = ("xgboost",)  # pyproject's extras the SuperExec image carries (requirements.txt)
+WARM_SCRIPT = "/opt/fl/deploy/warm_superexec.py"  # where the warm overlay mounts it
 SITE_ENV = {"FL_SITE_0": "/data/site-zero.csv", "FL_SITE_1": "/data/site-one.csv",
             "FL_NODE_CONFIG": "dataset-path='/app/site/data.csv'"}  # what a sites run exports
 PERIMETER_PORT = 39405
@@ -280,6 +286,39 @@ def check_perimeter(services: dict) -> None:
                                      "/app/certs/server.key"])
 
 
+def _app_packages() -> list[str]:
+    """The app's packages, those a FAB carries: pyproject's wheel packages."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
+
+
+def check_warm(services: dict) -> None:
+    """Every SuperExec runs deploy/warm_superexec.py (its parser accepts the entrypoint's
+    arguments with the service's command), preloads its app from the read-only mounts of the
+    script and the app's packages, all of which exist on the host, and polls every 0.1 s."""
+    from deploy.warm_superexec import parse_args
+
+    superexecs = {name: s for name, s in services.items() if "superexec" in name}
+    assert set(superexecs) == {"serverapp-superexec",
+                               *(f"clientapp-superexec-{i}" for i in range(N_NODES))}
+    packages = _app_packages()
+    for name, service in superexecs.items():
+        entry = [str(a) for a in service["entrypoint"]]
+        assert entry[:3] == ["python", "-m", "deploy.warm_superexec"], name
+        assert service["working_dir"] == "/opt/fl", name
+        args = parse_args([*entry[3:], *(str(a) for a in service["command"])])
+        app = "server_app.app" if name.startswith("serverapp") else "client_app.app"
+        assert args.preload[0] == app and app.split(".")[0] in packages, name
+        assert service["environment"]["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"] == "0.1", name
+        mounts = {target: (source, mode) for source, target, mode in _mounts(service)}
+        expected = {WARM_SCRIPT: ROOT / "deploy" / "warm_superexec.py",
+                    **{f"/opt/fl/{p}": ROOT / p for p in packages}}
+        for target, host in expected.items():
+            source, mode = mounts[target]
+            assert mode == "ro" and (DOCKER / source).resolve() == host.resolve(), (name, target)
+            assert host.exists(), host
+
+
 def check_gpu(services: dict) -> None:
     """GPUs only on the SuperNode side: the ClientApp SuperExecs, where the ClientApps train."""
     reserved = set()
@@ -305,7 +344,7 @@ def parsers():
     return {"superlink": superlink, "supernode": supernode, "superexec": superexec}
 
 
-@pytest.mark.parametrize("name", [BASE, TLS, GPU, PERIMETER])
+@pytest.mark.parametrize("name", [BASE, TLS, GPU, PERIMETER, WARM])
 def test_files_parse(name):
     data = _load(name)
     assert isinstance(data["services"], dict) and data["services"]
@@ -377,8 +416,37 @@ def test_perimeter_config_passes_nginx_t(tmp_path):
     conf = re.sub(r"listen \d+ ssl;", "listen 127.0.0.1:1 ssl;", conf)  # -t does not bind
     (tmp_path / "nginx.conf").write_text(conf)
     done = subprocess.run([nginx, "-t", "-p", f"{tmp_path}/", "-e", "stderr",
-                           "-c", str(tmp_path / "nginx.conf")], capture_output=True, text=True)
+                           "-c", str(tmp_path / "nginx.conf")], check=False,
+                          capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_warm_overlay(parsers):
+    """Over the base file, and over the TLS overlay: the warm overlay changes the SuperExecs'
+    entrypoint, environment and mounts only, so each keeps the command (the arguments) of the
+    files before it."""
+    base, tls = _load(BASE)["services"], _load(TLS)["services"]
+    warm = _load(WARM)["services"]
+    assert set(warm) == {n for n in base if "superexec" in n}
+    for service in warm.values():
+        assert set(service) == {"entrypoint", "working_dir", "environment", "volumes"}
+    for under in ({}, tls):
+        merged = {}
+        for name, service in base.items():
+            over = {**under.get(name, {}), **warm.get(name, {})}
+            merged[name] = {
+                **service, **over,
+                "environment": {**service["environment"], **over.get("environment", {})},
+                "volumes": [*service.get("volumes", []), *under.get(name, {}).get("volumes", []),
+                            *warm.get(name, {}).get("volumes", [])]}
+        for name in warm:
+            before = under.get(name, base[name])["command"]
+            assert merged[name]["command"] == before, name
+        check_topology(merged)
+        check_flags(merged, parsers)
+        check_warm(merged)
+        if under:
+            check_tls(merged)
 
 
 def test_gpu_overlay():
@@ -390,8 +458,10 @@ def test_gpu_overlay():
 
 
 def test_requirements_follow_pyproject():
-    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    expected = {d.replace("flwr[simulation]", "flwr") for d in deps}
+    """requirements.txt: pyproject's dependencies (flwr without Ray) and IMAGE_EXTRAS' pins."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = [d for extra in IMAGE_EXTRAS for d in project["optional-dependencies"][extra]]
+    expected = {d.replace("flwr[simulation]", "flwr") for d in [*project["dependencies"], *extras]}
     lines = (DOCKER / "requirements.txt").read_text().splitlines()
     baked = {ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")}
     assert baked == expected
@@ -448,6 +518,8 @@ def test_compose_config(compose_configs, files, parsers):
         check_gpu(services)
     if SITES in files:
         check_sites(services)
+    if WARM in files:
+        check_warm(services)
 
 
 def test_the_sites_overlay_needs_every_sites_path(compose_configs):

@@ -136,7 +136,7 @@ def _increment(ffgb: FFGBSettings, job: ClientJob, f_train: np.ndarray, t: int):
         fit = lipschitz_oracle(spec, data.x_train, extension, ffgb.oracle, seed_of, job.device)
         return ffgb_l_increment(targets, etas, fit, ffgb.residual)
     fit = boosting_oracle(spec, data.x_train, ffgb.oracle, ffgb.variant == "ffgb-c",
-                          ffgb.tree_depth, seed_of, job.device)
+                          ffgb.tree_depth, seed_of, job.device, ffgb.tree_fitter)
     return ffgb_increment(f_train, data.y_train, loss, etas, ffgb.mu, fit, ffgb.residual,
                           ffgb.clipping(task), clip_learner)
 
@@ -146,7 +146,7 @@ def _distiller(ffgb: FFGBSettings, job: ClientJob, t: int):  # noqa: ANN202
     task, clipping = job.data.task, ffgb.clipping(job.data.task)
     seed = _seed_of(ffgb, job, t)(ffgb.local_steps + 1)
     fit = boosting_oracle(learner_spec(ffgb, task), job.data.x_train, ffgb.oracle, False,
-                          ffgb.tree_depth, lambda k: seed, job.device)
+                          ffgb.tree_depth, lambda k: seed, job.device, ffgb.tree_fitter)
 
     def fit_one(target: np.ndarray) -> Fitted:
         fitted = fit(target, 0)

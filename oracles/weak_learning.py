@@ -8,8 +8,9 @@ function given by its values on the node's points.
   p-mean (mean_j e_j^p)^(1/p), which tends to the max as p grows.
 - WO-lip (eq. 25): that sup term plus the mean squared error of the input Jacobians at sample
   points of the node's domain (Sobolev training), the integral over X estimated by Monte Carlo.
-- trees: scikit-learn's CART regression tree (least squares), for every variant (a tree has no
-  input gradient, so FFGB.L needs a network).
+- trees: a least-squares regression tree, for every variant (a tree has no input gradient, so
+  FFGB.L needs a network), fitted by scikit-learn's exact CART or, on larger nodes, by XGBoost's
+  histogram method (``oracles.hist_trees``; ``tree_fitter``).
 
 Every oracle returns the learner as it travels (float32 weights, float32 leaf values, on the CPU)
 with its values on the points, so the node steps with exactly the function the others will
@@ -31,11 +32,18 @@ from functions.learners import build_learner
 from functions.networks import NetworkSpec
 from functions.trees import TreeArrays, from_sklearn
 from oracles.boosting import Fitted
+from oracles.hist_trees import HistTreeFitter
 from oracles.lipschitz import LipschitzExtension
 from oracles.mlp_least_squares import ACTIVATIONS, fit_mlp_least_squares, smooth_max_gradient
+from oracles.xgboost_local import INSTALL, available
 from tasks.devices import on_device
 
 CPU = torch.device("cpu")
+CART, HIST, AUTO = "cart", "hist", "auto"
+TREE_FITTERS = (AUTO, CART, HIST)
+# benchmarks.tree_fit: the histogram fit (binning included) is faster than CART from a few
+# thousand points a node on; below, XGBoost's fixed cost per tree dominates
+HIST_FROM_ROWS = 2_000
 
 
 @dataclass(frozen=True)
@@ -190,6 +198,16 @@ def fit_tree(x: np.ndarray, target: np.ndarray, depth: int, seed: int) -> Fitted
     return Fitted(tree, tree.predict(flat).astype(np.float64))
 
 
+def tree_fitter_for(choice: str, rows: int) -> str:
+    """The fitter of a node with ``rows`` points: ``auto`` is ``hist`` from ``HIST_FROM_ROWS``
+    rows on when xgboost is installed, else ``cart``; ``hist`` without xgboost is an error."""
+    if choice == HIST and not available():
+        raise ImportError(f"ffgb.tree-fitter='hist' needs the xgboost package: {INSTALL}")
+    if choice == AUTO:
+        return HIST if rows >= HIST_FROM_ROWS and available() else CART
+    return choice
+
+
 def clip_learner(learner: object, bound: float) -> object:
     """Pi_bound(h): the learner with its outputs clipped to [-bound, bound] (FFGB.C)."""
     if isinstance(learner, TreeArrays):
@@ -205,10 +223,15 @@ SeedOf = Callable[[int], int]  # local step k -> the seed of its fit
 
 def boosting_oracle(spec: object | None, x: np.ndarray, settings: OracleSettings,
                     sup_norm: bool, tree_depth: int, seed_of: SeedOf,
-                    device: torch.device = CPU) -> Callable[..., Fitted]:
-    """FFGB's and FFGB.C's oracle on the points ``x``: a tree when ``spec`` is None, else WO2
-    (FFGB) or WO-infinity (``sup_norm``: FFGB.C) with networks of ``spec``."""
+                    device: torch.device = CPU, tree_fitter: str = CART
+                    ) -> Callable[..., Fitted]:
+    """FFGB's and FFGB.C's oracle on the points ``x``: a tree when ``spec`` is None (fitted by
+    ``tree_fitter_for(tree_fitter, len(x))``; the histogram fitter bins ``x`` once, here), else
+    WO2 (FFGB) or WO-infinity (``sup_norm``: FFGB.C) with networks of ``spec``."""
     flat = np.asarray(x, dtype=np.float32).reshape(len(x), -1)
+    if spec is None and tree_fitter_for(tree_fitter, len(flat)) == HIST:
+        hist = HistTreeFitter(flat, tree_depth)
+        return lambda target, k: hist.fit(target)
 
     def fit(target: np.ndarray, k: int) -> Fitted:
         if spec is None:

@@ -28,15 +28,16 @@ def available() -> bool:
     return importlib.util.find_spec("xgboost") is not None
 
 
-def _xgb() -> ModuleType:
+def xgboost_module() -> ModuleType:
+    """The ``xgboost`` package; ImportError saying how to install it when it is missing."""
     try:
         return importlib.import_module("xgboost")
     except ImportError as err:
-        raise ImportError(f"the XGBoost baselines need the xgboost package: {INSTALL}") from err
+        raise ImportError(f"this needs the xgboost package: {INSTALL}") from err
 
 
 def _loaded(raw: bytes) -> xgb.Booster:
-    booster = _xgb().Booster(params={"nthread": THREADS})
+    booster = xgboost_module().Booster(params={"nthread": THREADS})
     booster.load_model(bytearray(raw))
     return booster
 
@@ -46,7 +47,7 @@ def boost(raw: bytes, model: Mapping[str, Any], x: np.ndarray, y: np.ndarray, ro
     """The booster ``raw`` with ``rounds`` more iterations fitted to (x, y), one tree per output
     each, shrunk by ``eta``; ``model``: the parameters that define the model (objective, classes,
     base score, depth: ``functions.boosters.BoosterSpec.params``)."""
-    xgboost = _xgb()
+    xgboost = xgboost_module()
     params = {**model, "eta": eta, "tree_method": "hist", "nthread": THREADS, "verbosity": 0}
     data = xgboost.DMatrix(x, label=y, nthread=THREADS)
     return xgboost.train(params, data, num_boost_round=rounds, xgb_model=_loaded(raw))
@@ -66,5 +67,5 @@ def whole(booster: xgb.Booster) -> bytes:
 def outputs(raw: bytes, x: np.ndarray) -> np.ndarray:
     """The booster's raw outputs on ``x``: (n, classes) margins (softmax's logits) or (n, 1)
     values, float64."""
-    margins = _loaded(raw).predict(_xgb().DMatrix(x, nthread=THREADS), output_margin=True)
+    margins = _loaded(raw).predict(xgboost_module().DMatrix(x, nthread=THREADS), output_margin=True)
     return np.asarray(margins, dtype=np.float64).reshape(len(x), -1)

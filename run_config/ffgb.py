@@ -14,7 +14,7 @@ from oracles.boosting import EXPERIMENT, SCHEDULES, THEOREM, Clipping, StepSizes
 from oracles.distillation import FUNCTION, MODES, NONE
 from oracles.functional_losses import CROSS_ENTROPY, SQUARE, PointwiseLoss
 from oracles.lipschitz import KINDS, UPPER
-from oracles.weak_learning import OracleSettings
+from oracles.weak_learning import AUTO, HIST_FROM_ROWS, TREE_FITTERS, OracleSettings
 from run_config.common import RunSettings
 from run_config.keys import (
     Key,
@@ -55,12 +55,19 @@ FFGB_KEYS = (
         "no-residual ablation"),
     Key("ffgb.learner", str, "mlp", "`mlp` (two hidden layers of `ffgb.hidden`, leaky ReLU "
         "0.01: the paper's MNIST learner), `cnn` (the PyTorch-tutorial LeNet with `ffgb.hidden` "
-        "dense layers: the paper's CIFAR learner; image tasks), `tree` (scikit-learn regression "
-        "tree; not with `ffgb-l`, which needs input gradients)", OneOf(LEARNERS)),
+        "dense layers: the paper's CIFAR learner; image tasks), `tree` (least-squares regression "
+        "tree, fitted as `ffgb.tree-fitter` says; not with `ffgb-l`, which needs input "
+        "gradients)", OneOf(LEARNERS)),
     Key("ffgb.hidden", int, 32, "width of the learners' dense hidden layers",
         within(1, 4096)),
     Key("ffgb.tree-depth", int, 3, "maximum depth of tree learners (the server refuses deeper "
         "trees)", within(1, 20)),
+    Key("ffgb.tree-fitter", str, AUTO, "how a node fits tree learners: `cart` (scikit-learn's "
+        "exact CART), `hist` (XGBoost's histogram method: the node's points binned once a "
+        "round into at most 256 quantile bins per feature, leaf values the exact means; needs "
+        f"the `xgboost` extra), `auto` (`hist` on nodes with at least {HIST_FROM_ROWS:,} points "
+        "when xgboost is installed, else `cart`); see benchmarks/README.md, tree fit",
+        OneOf(TREE_FITTERS)),
     Key("ffgb.oracle-steps", int, 500, "Adam steps per network fit (the paper: 1,000 for "
         "MNIST; the authors' code 500-2,000)", at_least(1)),
     Key("ffgb.oracle-lr", float, 0.005, "Adam step size of the fits", finite_above(0)),
@@ -114,6 +121,7 @@ class FFGBSettings:
     learner: str
     hidden: int
     tree_depth: int
+    tree_fitter: str
     oracle: OracleSettings
     gamma: float
     grad_bound: float  # 0: auto

@@ -107,6 +107,8 @@ def test_a_node_that_lost_its_state_fails_once_and_gets_everything(tmp_path):
     [
         ("ffgb-c", "digits", {}),
         ("ffgb", "digits", {"ffgb.learner": "tree", "ffgb.local-steps": 3}),
+        ("ffgb", "digits", {"ffgb.learner": "tree", "ffgb.local-steps": 3,
+                            "ffgb.tree-fitter": "hist"}),
         ("ffgb", "digits", {"ffgb.residual": False}),
         pytest.param("ffgb", "mnist-5k", {"ffgb.learner": "cnn", "ffgb.oracle-steps": 40},
                      marks=pytest.mark.e2e),  # the LeNet

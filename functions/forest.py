@@ -158,15 +158,18 @@ def unpack_trees(
     offset = np.repeat(ends - sizes, sizes)
     index = np.arange(total)
     left = np.where(inner, index + 1 - offset, LEAF).astype(np.int32)
+    right_global = _right_children(counter, inner)
     right = np.full(total, LEAF, dtype=np.int32)
-    right[inner] = _right_children(counter, inner) - offset[inner]
+    right[inner] = right_global - offset[inner]
     node_feature = np.where(leaf, LEAF_FEATURE, feature.astype(np.int64)).astype(np.int32)
     node_threshold = np.full(total, LEAF_FEATURE, dtype=np.float32)
     node_threshold[inner] = threshold
     node_value = np.zeros((total, n_outputs), dtype=np.float32)
     node_value[leaf] = value
-    return [TreeArrays(left[a:b], right[a:b], node_feature[a:b], node_threshold[a:b],
-                       node_value[a:b], n_features) for a, b in zip(ends - sizes, ends)]
+    depths = _depths(inner, right_global, ends - sizes).tolist()
+    return [TreeArrays.prechecked(left[a:b], right[a:b], node_feature[a:b], node_threshold[a:b],
+                                  node_value[a:b], n_features, depth)
+            for a, b, depth in zip((ends - sizes).tolist(), ends.tolist(), depths)]
 
 
 def add_weighted(out: np.ndarray, trees: Sequence[TreeArrays], weights: Sequence[float],
@@ -232,6 +235,21 @@ def _tree_counter(leaf: np.ndarray, sizes: np.ndarray, ends: np.ndarray, prefix:
         raise DecodeError(f"{prefix}feature: the leaf marks of tree {tree} do not form one full "
                           f"binary tree of {sizes[tree]} nodes in preorder")
     return counter
+
+
+def _depths(inner: np.ndarray, right: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Each tree's depth, from its checked preorder (``right``: the global index of each
+    internal node's right child): every node's distance to its root by pointer doubling over
+    the parent links, so the passes grow as log2 of the depth, not as the depth."""
+    parent = np.arange(len(inner))  # roots point at themselves
+    nodes = np.flatnonzero(inner)
+    parent[nodes + 1] = nodes
+    parent[right] = nodes
+    distance = (parent != np.arange(len(inner))).astype(np.intp)
+    while not np.array_equal(ancestor := parent[parent], parent):
+        distance += distance[parent]
+        parent = ancestor
+    return np.maximum.reduceat(distance, starts)
 
 
 def _right_children(counter: np.ndarray, inner: np.ndarray) -> np.ndarray:

@@ -20,7 +20,8 @@ from functions.errors import DecodeError
 from functions.networks import NetworkSpec, build, decode_network, encode_network
 from functions.params import arrays_to_record, record_to_arrays
 from functions.records import payload_bytes, wire_bytes
-from functions.trees import TreeArrays, decode_tree, encode_tree, from_sklearn
+from functions.forest import pack_trees, unpack_trees
+from functions.trees import TreeArrays, check_tree, decode_tree, encode_tree, from_sklearn
 
 RNG = np.random.default_rng(0)
 X_TRAIN, X_TEST = RNG.normal(size=(300, 6)), RNG.normal(size=(200, 6)) * 1.5
@@ -351,6 +352,32 @@ def test_packed_trees_round_trip_exactly_through_flower():
         assert received.n_nodes == sent.n_nodes and received.depth == sent.depth
         assert np.array_equal(received.predict(X_TEST), sent.predict(X_TEST))
         assert np.array_equal(received.predict(X_TRAIN), sent.predict(X_TRAIN))
+
+
+def chain_tree(depth: int, n_features: int, n_outputs: int) -> TreeArrays:
+    """A tree that splits only its right child: depth ``depth`` with 2 depth + 1 nodes."""
+    n = 2 * depth + 1
+    left, right = np.full(n, -1, np.int32), np.full(n, -1, np.int32)
+    feature, threshold = np.full(n, -2, np.int32), np.full(n, -2.0, np.float32)
+    for level in range(depth):
+        node = 2 * level
+        left[node], right[node] = node + 1, node + 2
+        feature[node], threshold[node] = level % n_features, float(level)
+    values = np.arange(n * n_outputs, dtype=np.float32).reshape(n, n_outputs)
+    return TreeArrays(left, right, feature, threshold, values, n_features)
+
+
+def test_decoded_trees_pass_the_full_tree_check_with_the_depth_it_finds():
+    """unpack_trees builds trees without check_tree: its vectorised checks and depths must
+    agree with check_tree on every tree, chains and single leaves included."""
+    rng = np.random.default_rng(11)
+    trees = [chain_tree(d, 6, 3) for d in (0, 1, 2, 37)]
+    trees += [float32_tree(X_TRAIN, rng.normal(size=(len(X_TRAIN), 3)), depth=d, seed=d)
+              for d in (1, 2, 5, 9, None)]
+    received = unpack_trees(pack_trees(trees), "", len(trees), 6, 3, 10_000)
+    for sent, back in zip(trees, received):
+        assert back.depth == check_tree(back) == sent.depth
+        assert np.array_equal(back.predict(X_TEST), sent.predict(X_TEST))
 
 
 def test_trees_must_be_float32_valued_to_be_packed():

@@ -17,10 +17,10 @@ from functions.ensembles import (
     payload_nbytes, unpack_delta,
 )
 from functions.errors import DecodeError
+from functions.forest import pack_trees, unpack_trees
 from functions.networks import NetworkSpec, build, decode_network, encode_network
 from functions.params import arrays_to_record, record_to_arrays
 from functions.records import payload_bytes, wire_bytes
-from functions.forest import pack_trees, unpack_trees
 from functions.trees import TreeArrays, check_tree, decode_tree, encode_tree, from_sklearn
 
 RNG = np.random.default_rng(0)

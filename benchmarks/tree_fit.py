@@ -101,7 +101,8 @@ def main() -> None:
     cases = [bundled("iris"), bundled("wine"), bundled("breast-cancer"), bundled("digits"),
              generated(2_000, 2), generated(2_000, 10), generated(5_000, 2)]
     if not args.quick:
-        cases += [generated(20_000, 2), generated(50_000, 2), generated(50_000, 5),
+        cases += [generated(20_000, 2), generated(20_000, 10), generated(50_000, 2),
+                  generated(50_000, 5),
                   generated(200_000, 2)]
     rows, began = [], time.perf_counter()
     for case in cases:

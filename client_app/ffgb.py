@@ -52,11 +52,13 @@ from oracles.boosting import Fitted, ffgb_increment, ffgb_l_increment
 from oracles.distillation import NONE, distill_increment
 from oracles.lipschitz import LipschitzExtension, data_lipschitz_constant
 from oracles.weak_learning import (
+    NEWTON,
     boosting_oracle,
     clip_learner,
     fit_seed,
     lipschitz_oracle,
     new_network,
+    newton_leaf_step,
     train_least_squares,
 )
 from run_config.ffgb import DISTILL, FFGBSettings, delta_limits, learner_spec
@@ -137,8 +139,9 @@ def _increment(ffgb: FFGBSettings, job: ClientJob, f_train: np.ndarray, t: int):
         return ffgb_l_increment(targets, etas, fit, ffgb.residual)
     fit = boosting_oracle(spec, data.x_train, ffgb.oracle, ffgb.variant == "ffgb-c",
                           ffgb.tree_depth, seed_of, job.device, ffgb.tree_fitter)
+    leaf_step = newton_leaf_step(data.x_train, loss) if ffgb.tree_leaves == NEWTON else None
     return ffgb_increment(f_train, data.y_train, loss, etas, ffgb.mu, fit, ffgb.residual,
-                          ffgb.clipping(task), clip_learner)
+                          ffgb.clipping(task), clip_learner, leaf_step)
 
 
 def _distiller(ffgb: FFGBSettings, job: ClientJob, t: int):  # noqa: ANN202

@@ -32,7 +32,8 @@ from oracles.functional_losses import PointwiseLoss
 
 EXPERIMENT = "experiment"
 THEOREM = "theorem"
-SCHEDULES = (EXPERIMENT, THEOREM)
+CONSTANT = "constant"  # ours, not the paper's: XGBoost's fixed shrinkage
+SCHEDULES = (EXPERIMENT, THEOREM, CONSTANT)
 DESCENT = "descent"  # g <- (1 - eta mu) g - eta h   (FFGB, FFGB.C)
 AVERAGE = "average"  # g <- (1 - eta) g + eta h      (FFGB.L)
 
@@ -44,6 +45,8 @@ class StepSizes:
     ``experiment``: eta0 / (K t + k + 1), as in section 4 of the paper.
     ``theorem``: c / (mu (K t + k + 1)), with c = 2 for FFGB (Theorem 3.1) and 4 for FFGB.C and
     FFGB.L (Theorems 3.2, 3.3); mu is the strong-convexity modulus (FFGB.L: 1, the square loss).
+    ``constant``: eta0 at every step, the fixed shrinkage of XGBoost (not the paper's: its
+    theorems need decreasing steps; an ablation, benchmarks/README.md).
     """
 
     kind: str
@@ -62,6 +65,8 @@ class StepSizes:
         denominator = self.local_steps * t + k + 1
         if self.kind == EXPERIMENT:
             return self.eta0 / denominator
+        if self.kind == CONSTANT:
+            return self.eta0
         return self.constant / (self.mu * denominator)
 
     def etas(self, t: int) -> list[float]:
@@ -119,6 +124,8 @@ class Clipping:
 
 
 Fit = Callable[[np.ndarray, int], Fitted]  # target values (n, c), local step k -> learner
+# (least-squares fit, target, g_k) -> the learner to step with (Newton leaf values)
+LeafStep = Callable[[Fitted, np.ndarray, np.ndarray], Fitted]
 
 
 def _weighted_sum(weights: Sequence[float], values: Sequence[np.ndarray]) -> np.ndarray:
@@ -138,9 +145,14 @@ def ffgb_increment(
     residual: bool = True,
     clipping: Clipping | None = None,
     clip_learner: Callable[[object, float], object] | None = None,
+    leaf_step: LeafStep | None = None,
 ) -> Increment:
     """Algorithm 2 (FFGB), or Algorithm 5 (FFGB.C) with ``clipping`` and ``clip_learner``
-    (which turns a learner into its output-clipped version, the one that travels)."""
+    (which turns a learner into its output-clipped version, the one that travels).
+
+    ``leaf_step`` (ours, not the paper's) turns the oracle's least-squares fit into the learner
+    the node steps with (second-order leaf values); the residual stays the least-squares fit's
+    error, what the learner's shape could not represent of the target."""
     g = np.array(f, dtype=np.float64)
     delta = np.zeros_like(g)
     learners, steps = [], []
@@ -148,11 +160,12 @@ def ffgb_increment(
         gradient = loss.gradient(g, y)
         target = delta + gradient if residual else gradient
         fitted = fit(target, k)
+        stepped = fitted if leaf_step is None else leaf_step(fitted, target, g)
         if clipping is None:
-            learner, step = fitted.learner, fitted.values
+            learner, step = stepped.learner, stepped.values
         else:
             bound = clipping.learner_bound
-            learner, step = clip_learner(fitted.learner, bound), np.clip(fitted.values, -bound, bound)
+            learner, step = clip_learner(stepped.learner, bound), np.clip(stepped.values, -bound, bound)
         g = (1.0 - eta * mu) * g - eta * step
         error = target - fitted.values
         if residual:

@@ -44,6 +44,14 @@ class PointwiseLoss:
             return softmax(f, axis=1) - self.targets(y)
         return f - self.targets(y)
 
+    def hessian_diagonal(self, f: np.ndarray) -> np.ndarray:
+        """The diagonal of grad_1^2 l(f(x_j), y_j) at every point, (n, c): p (1 - p) for
+        cross-entropy (p = softmax(f)), 1 for the square loss."""
+        if self.kind == CROSS_ENTROPY:
+            p = softmax(f, axis=1)
+            return p * (1.0 - p)
+        return np.ones_like(f, dtype=np.float64)
+
     def values(self, f: np.ndarray, y: np.ndarray) -> np.ndarray:
         """The loss at every point (n,): cross-entropy, or the squared error summed over outputs."""
         if self.kind == CROSS_ENTROPY:

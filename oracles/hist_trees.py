@@ -30,6 +30,7 @@ import numpy as np
 
 from functions.trees import LEAF, LEAF_FEATURE, TreeArrays
 from oracles.boosting import Fitted
+from oracles.tree_leaves import mean_values
 from oracles.xgboost_local import THREADS, xgboost_module
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ class HistTreeFitter:
         self.matrix.set_label(target.astype(np.float32))
         booster = xgboost_module().train(self.params, self.matrix, num_boost_round=1)
         shape = tree_shape(booster, self.x.shape[1])
-        tree = with_mean_values(shape, self.x, target)
+        tree = mean_values(shape, self.x, target)
         return Fitted(tree, tree.predict(self.x).astype(np.float64))
 
 
@@ -88,21 +89,3 @@ def tree_shape(booster: xgb.Booster, n_features: int) -> TreeArrays:
             out_threshold[i] = np.nextafter(np.float32(condition[node]), np.float32(-np.inf))
     return TreeArrays(out_left, out_right, out_feature, out_threshold,
                       np.zeros((len(order), 1), dtype=np.float32), n_features)
-
-
-def with_mean_values(shape: TreeArrays, x: np.ndarray, target: np.ndarray) -> TreeArrays:
-    """``shape`` with every node's value the float64 mean of ``target`` over the rows of ``x``
-    that pass through it (CART's node values), rounded to float32."""
-    leaf = shape.apply(x)
-    n_nodes = shape.n_nodes
-    counts = np.bincount(leaf, minlength=n_nodes).astype(np.float64)
-    sums = np.zeros((n_nodes, target.shape[1]))
-    np.add.at(sums, leaf, target)
-    for node in range(n_nodes - 1, -1, -1):  # preorder: children come after their parent
-        if shape.children_left[node] != LEAF:
-            children = [shape.children_left[node], shape.children_right[node]]
-            counts[node] = counts[children].sum()
-            sums[node] = sums[children].sum(axis=0)
-    value = sums / np.maximum(counts, 1.0)[:, None]
-    return TreeArrays(shape.children_left, shape.children_right, shape.feature,
-                      shape.threshold, value.astype(np.float32), shape.n_features)

@@ -14,7 +14,15 @@ from oracles.boosting import EXPERIMENT, SCHEDULES, THEOREM, Clipping, StepSizes
 from oracles.distillation import FUNCTION, MODES, NONE
 from oracles.functional_losses import CROSS_ENTROPY, SQUARE, PointwiseLoss
 from oracles.lipschitz import KINDS, UPPER
-from oracles.weak_learning import AUTO, HIST_FROM_ROWS, TREE_FITTERS, OracleSettings
+from oracles.weak_learning import (
+    AUTO,
+    HIST_FROM_ROWS,
+    MEAN,
+    NEWTON,
+    TREE_FITTERS,
+    TREE_LEAVES,
+    OracleSettings,
+)
 from run_config.common import RunSettings
 from run_config.keys import (
     Key,
@@ -42,13 +50,16 @@ MAX_ENSEMBLE = 10_000_000  # learners in an ensemble a decoder accepts (its vers
 FFGB_KEYS = (
     Key("ffgb.local-steps", int, 3, "K, boosting steps (weak learners) per node and round",
         at_least(1)),
-    Key("ffgb.eta0", float, 0.0, "η0 of the `experiment` schedule η_{k,t} = η0/(K t + k + 1); "
+    Key("ffgb.eta0", float, 0.0, "η0 of the `experiment` schedule η_{k,t} = η0/(K t + k + 1) "
+        "and the step of the `constant` one; "
         "0 = 10 for `ffgb` and `ffgb-c` (the authors' MNIST value) and 1 for `ffgb-l`, whose "
         "step g ← (1 − η) g + η h extrapolates when η > 1",
         finite_at_least(0, "(0 = auto)")),
-    Key("ffgb.schedule", str, EXPERIMENT, "`experiment` (section 4) or `theorem`: c/(μ(Kt+k+1)) "
+    Key("ffgb.schedule", str, EXPERIMENT, "`experiment` (section 4), `theorem`: c/(μ(Kt+k+1)) "
         "with c = 2 (FFGB, Theorem 3.1) or 4 (FFGB.C, FFGB.L, Theorems 3.2-3.3), μ = `ffgb.mu` "
-        "(must be > 0; FFGB.L uses 1, the square loss's modulus)", OneOf(SCHEDULES)),
+        "(must be > 0; FFGB.L uses 1, the square loss's modulus), or `constant`: η0 at every "
+        "step (ours, XGBoost's shrinkage; not covered by the paper's theorems)",
+        OneOf(SCHEDULES)),
     Key("ffgb.mu", float, 0.0, "μ of the regulariser (μ/2)‖g‖²: each step first scales g by "
         "(1 − η μ)", finite_at_least(0)),
     Key("ffgb.residual", bool, True, "keep the residual Δ (Algorithm 2); `false` = the "
@@ -68,6 +79,10 @@ FFGB_KEYS = (
         f"the `xgboost` extra), `auto` (`hist` on nodes with at least {HIST_FROM_ROWS:,} points "
         "when xgboost is installed, else `cart`); see benchmarks/README.md, tree fit",
         OneOf(TREE_FITTERS)),
+    Key("ffgb.tree-leaves", str, MEAN, "leaf values of tree learners: `mean` (the least-squares "
+        "fit, the paper's oracle) or `newton` (ours: the least-squares tree's shape with "
+        "XGBoost's second-order leaf values sum(target) / (sum(hessian) + 1); the residual stays "
+        "the least-squares error); see benchmarks/README.md, FFGB ablations", OneOf(TREE_LEAVES)),
     Key("ffgb.oracle-steps", int, 500, "Adam steps per network fit (the paper: 1,000 for "
         "MNIST; the authors' code 500-2,000)", at_least(1)),
     Key("ffgb.oracle-lr", float, 0.005, "Adam step size of the fits", finite_above(0)),
@@ -122,6 +137,7 @@ class FFGBSettings:
     hidden: int
     tree_depth: int
     tree_fitter: str
+    tree_leaves: str
     oracle: OracleSettings
     gamma: float
     grad_bound: float  # 0: auto
@@ -188,6 +204,8 @@ def ffgb_settings(settings: RunSettings) -> FFGBSettings:
     learner, distill = v["ffgb.learner"], v["ffgb.distill"]
     require(not (variant == "ffgb-l" and learner == "tree"), "ffgb.learner", learner,
             "a network with ffgb-l (its oracle fits input gradients, which a tree has not)")
+    require(v["ffgb.tree-leaves"] != NEWTON or learner == "tree", "ffgb.tree-leaves",
+            v["ffgb.tree-leaves"], "'mean' unless ffgb.learner='tree'")
     oracle = OracleSettings(
         steps=v["ffgb.oracle-steps"],
         lr=v["ffgb.oracle-lr"],

@@ -109,6 +109,8 @@ def test_a_node_that_lost_its_state_fails_once_and_gets_everything(tmp_path):
         ("ffgb", "digits", {"ffgb.learner": "tree", "ffgb.local-steps": 3}),
         ("ffgb", "digits", {"ffgb.learner": "tree", "ffgb.local-steps": 3,
                             "ffgb.tree-fitter": "hist"}),
+        ("ffgb", "digits", {"ffgb.learner": "tree", "ffgb.tree-leaves": "newton",
+                            "ffgb.schedule": "constant", "ffgb.eta0": 0.5}),
         ("ffgb", "digits", {"ffgb.residual": False}),
         pytest.param("ffgb", "mnist-5k", {"ffgb.learner": "cnn", "ffgb.oracle-steps": 40},
                      marks=pytest.mark.e2e),  # the LeNet
@@ -193,6 +195,7 @@ def test_a_reply_off_the_schedule_or_architecture_is_a_counted_failure(case):
         ({"ffgb.learner": "cnn"}, "ffgb.learner='cnn'"),
         ({"ffgb.schedule": "fast"}, "ffgb.schedule='fast'"),
         ({"algorithm": "ffgb-c", "task": "diabetes"}, "ffgb.grad-bound"),
+        ({"ffgb.tree-leaves": "newton"}, "ffgb.tree-leaves='newton'"),
     ],
 )
 def test_bad_settings_stop_before_training(tmp_path, overrides, fragment):

@@ -11,7 +11,9 @@ points). Per round, averaged over rounds 2-3 (round 1 builds the rosters and the
 - ``node s``: the time inside the ClientApp calls, all nodes (they run one after another here);
 - ``up/down kB``: payload bytes of the round, all nodes, and ``down/node``;
 - ``peak MiB``: the process's peak resident memory (server and in-process nodes together);
-- ``ckpt kB``: ``checkpoint.pb`` plus the segments file after the last round.
+- ``ckpt kB``: ``checkpoint.pb`` plus the segments file after the last round;
+- ``run s``: the whole run's wall time (all 3 rounds, the ServerApp's clock), and the final
+  round's central test accuracy.
 
 The growth exponent between the two largest sizes that finished is log(b / a) / log(N_b / N_a)
 for server time and bytes down (1: linear in N). A run that does not finish within
@@ -44,6 +46,13 @@ FAMILIES = {
     "fedavg": {"algorithm": "fedavg", "local-steps": 5},
     "ffgb-mlp": {"algorithm": "ffgb", "ffgb.oracle-steps": 50},
     "ffgb-trees": {"algorithm": "ffgb", "ffgb.learner": "tree"},
+    # FFGB's MLP learners at N = 1,000 (issue 21): 10 % of the nodes a round, no federated
+    # evaluation (which would send every node the round's learners), with and without each
+    # node distilling its K new learners into one (ffgb.distill='increment')
+    "ffgb-mlp-sampled": {"algorithm": "ffgb", "ffgb.oracle-steps": 50, "fraction-train": 0.1,
+                         "ffgb.federated-eval": False},
+    "ffgb-mlp-bounded": {"algorithm": "ffgb", "ffgb.oracle-steps": 50, "fraction-train": 0.1,
+                         "ffgb.federated-eval": False, "ffgb.distill": "increment"},
     "fedfw": {"algorithm": "fedfw"},
     "fedfun": {"algorithm": "fedfun", "fedfun.initial-steps": 20, "fedfun.local-steps": 10,
                "fedfun.hidden": "16", "fedfun.penalty-samples": 50},
@@ -90,7 +99,8 @@ def measure(family: str, nodes: int) -> dict[str, Any]:
     out = {k: sum(v) / len(v) for k, v in per_round.items()}
     out.update(family=family, nodes=nodes, down_per_node_kB=out["down_kB"] / nodes,
                peak_MiB=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-               checkpoint_kB=checkpoint / 1e3, failures=sum(r.get("failures", 0) for r in rows))
+               checkpoint_kB=checkpoint / 1e3, failures=sum(r.get("failures", 0) for r in rows),
+               run_s=rows[-1]["wall_time_s"], accuracy=rows[-1].get("test_accuracy"))
     return out
 
 
@@ -119,15 +129,18 @@ def growth(rows: list[dict[str, Any]], key: str) -> float | None:
 
 def report(results: list[dict[str, Any]], command: str) -> str:
     header = ("| family | N | server s | node s | up kB | down kB | down/node kB | peak MiB | "
-              "ckpt kB |")
-    lines = [f"`{command}`", "", header, "|---|---|---|---|---|---|---|---|---|"]
+              "ckpt kB | run s | test accuracy |")
+    lines = [f"`{command}`", "", header, "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         if "error" in r:
-            lines.append(f"| {r['family']} | {r['nodes']} | {r['error']} |||||||")
+            lines.append(f"| {r['family']} | {r['nodes']} | {r['error']} |||||||||")
             continue
+        accuracy = r.get("accuracy")
         lines.append(f"| {r['family']} | {r['nodes']} | {r['server_s']:.2f} | {r['node_s']:.2f} "
                      f"| {r['up_kB']:.0f} | {r['down_kB']:.0f} | {r['down_per_node_kB']:.1f} "
-                     f"| {r['peak_MiB']:.0f} | {r['checkpoint_kB']:.0f} |")
+                     f"| {r['peak_MiB']:.0f} | {r['checkpoint_kB']:.0f} "
+                     f"| {r.get('run_s', math.nan):.0f} "
+                     f"| {'-' if accuracy is None else f'{accuracy:.4f}'} |")
     lines += ["", "| family | server time exponent | bytes down exponent |", "|---|---|---|"]
     for family in dict.fromkeys(r["family"] for r in results):
         mine = [r for r in results if r["family"] == family]

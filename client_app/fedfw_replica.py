@@ -5,7 +5,8 @@ x-bar rounded to float32, exactly what a dense message would have carried.
 
 First contact: x-bar^1 (every x_i starts there), the roster's D_i and the rounds so far. A node
 that lost its replica or holds the wrong version fails once (``LostStateError``); the server then
-sends the whole mirror.
+sends the whole mirror. With full participation the node holds x-bar alone instead
+(``client_app.fedfw_mean``, chosen by the header's ``MEAN``).
 """
 
 from __future__ import annotations
@@ -13,12 +14,20 @@ from __future__ import annotations
 import numpy as np
 from flwr.app import ConfigRecord
 
+from client_app.fedfw_mean import META as MEAN_META
+from client_app.fedfw_mean import mean_xbar
 from client_app.job import ClientJob
 from client_app.node_state import LostStateError
 from functions.errors import DecodeError
 from functions.extreme_points import decode_model_point
-from functions.fedfw_downlink import replica_header, unpack_replica, unpack_updates
-from functions.params import ParamLayout, Params, arrays_to_record, record_to_arrays, record_to_params
+from functions.fedfw_downlink import MEAN, replica_header, unpack_replica, unpack_updates
+from functions.params import (
+    ParamLayout,
+    Params,
+    arrays_to_record,
+    record_to_arrays,
+    record_to_params,
+)
 from functions.protocol import REPLICA, REPLICA_ARRAYS, UPDATE_ARRAYS, UPDATES, XBAR
 from oracles.fedfw_mirror import ConsensusMirror
 from oracles.lmo import make_constraint
@@ -34,7 +43,7 @@ def _stored(job: ClientJob, layout: ParamLayout) -> tuple[ConsensusMirror, dict]
     (N, *shape_k)) and the sum (``sum.{k}``), so a message reads and writes 2 arrays a tensor,
     not 2 per node (at N = 1,000 the per-node arrays were most of a node's time)."""
     if META not in job.state:
-        raise LostStateError("no FedFW replica on this node; the server will send the mirror")
+        raise LostStateError("no FedFW replica or x-bar on this node; the server will re-send it")
     meta = dict(job.state[META])
     arrays = {k: v.numpy() for k, v in job.state[STATE].items()}
     stacks = [arrays[f"x.{k}"] for k in range(len(layout.shapes))]
@@ -90,6 +99,9 @@ def _apply_updates(job: ClientJob, layout: ParamLayout, fw: FedFWSettings,
 def compact_xbar(job: ClientJob, layout: ParamLayout, fw: FedFWSettings) -> Params | None:
     """x-bar from the node's replica (updated by this message), float32-rounded; None when the
     message carries the dense x-bar only (``fedfw.downlink`` dense)."""
+    if (MEAN in job.content[REPLICA] if REPLICA in job.content
+            else UPDATES in job.content and MEAN_META in job.state):
+        return mean_xbar(job, layout, fw)
     if REPLICA in job.content:
         mirror, meta = _received(job, layout)
     elif UPDATES in job.content:

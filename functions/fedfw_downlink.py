@@ -13,6 +13,9 @@ instead of the dense x-bar, or, once, the whole mirror a node replicates.
   travel: both sides take it from the run's schedule, with the same code.
 - replica: every node's x_i and their running sum (float64), the version, the roster's D_i
   (``kinds``, ``radii``). Arrays ``x.{i}.{k}`` (node i, tensor k) and ``sum.{k}``.
+- mean (full participation, ``MEAN`` set in the replica's header): x-bar alone, float64
+  (``xbar.{k}``), for a node that follows x-bar's recursion from each round's points instead of
+  replicating every x_i; none at round 0, where the dense x-bar^1 is exact in float32.
 
 Decoders validate everything and raise ``DecodeError``; no pickle.
 """
@@ -26,10 +29,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from functions.errors import DecodeError
+from functions.extreme_points import INDEX_FIELDS, Ball, sum_index_points, sum_model_points
 
 Arrays = dict[str, np.ndarray]
 _FIELD_KEY = re.compile(r"^(\d{1,7})\.([a-z]+)(\.len)?$")
 _MAX_UPDATES = 1_000_000
+MEAN = "mean"  # header flag: the node follows x-bar's recursion (full participation), no replica
 
 
 @dataclass(frozen=True)
@@ -76,11 +81,33 @@ def _packed_fields(u: int, points: Sequence[Arrays]) -> Arrays:
     return packed
 
 
-def _unpacked_fields(u: int, count: int, fields: Mapping[str, dict[str, np.ndarray]]
-                     ) -> list[Arrays]:
-    """Round ``u``'s ``count`` points from its packed fields (name -> values, lengths);
-    ``DecodeError`` unless the lengths cover the values and every point has a field."""
-    points: list[Arrays] = [{} for _ in range(count)]
+@dataclass(frozen=True)
+class PackedRound:
+    """One round's accepted points as they travel: the roster positions (increasing) and, per
+    field, the values one after another with each point's length (0 where a point has no such
+    field), checked to cover the values."""
+
+    round: int
+    eta: float
+    nodes: np.ndarray
+    fields: dict[str, tuple[np.ndarray, np.ndarray]]
+
+    def points(self) -> tuple[tuple[int, Arrays], ...]:
+        """(roster position, the point's arrays) for each point, in roster order."""
+        points: list[Arrays] = [{} for _ in self.nodes]
+        for name, (values, lengths) in self.fields.items():
+            ends = np.cumsum(lengths)
+            for j, (end, length) in enumerate(zip(ends.tolist(), lengths.tolist())):
+                if length:
+                    points[j][name] = values[end - length:end]
+        return tuple((int(node), point) for node, point in zip(self.nodes, points))
+
+
+def _checked_fields(u: int, count: int, fields: Mapping[str, dict[str, np.ndarray]]
+                    ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Round ``u``'s packed fields (name -> values, one length a point); ``DecodeError`` unless
+    the lengths cover the values and every one of the ``count`` points has a field."""
+    checked, covered = {}, np.zeros(count, dtype=bool)
     for name, packed in fields.items():
         values, lengths = packed.get("values"), packed.get("len")
         if values is None or lengths is None:
@@ -93,21 +120,18 @@ def _unpacked_fields(u: int, count: int, fields: Mapping[str, dict[str, np.ndarr
         if values.ndim != 1 or int(lengths.sum()) != len(values):
             raise DecodeError(f"update {u}: the lengths of field {name!r} do not cover its "
                               f"{len(values)} values for {count} points")
-        ends = np.cumsum(lengths)
-        for j, (end, length) in enumerate(zip(ends.tolist(), lengths.tolist())):
-            if length:
-                points[j][name] = values[end - length:end]
-    empty = [j for j, point in enumerate(points) if not point]
-    if empty:
-        raise DecodeError(f"point {empty[0]} of update {u} has no arrays")
-    return points
+        checked[name] = (values, lengths)
+        covered |= lengths > 0
+    if not covered.all():
+        raise DecodeError(f"point {int(np.argmin(covered))} of update {u} has no arrays")
+    return checked
 
 
-def unpack_updates(config: Mapping[str, object], arrays: Mapping[str, np.ndarray],
-                   num_nodes: int, eta: Callable[[int], float]) -> tuple[int, list[RoundPoints]]:
-    """(since, updates), each round's step size ``eta(round)``; ``DecodeError`` unless rounds
-    increase after ``since``, the bitmaps cover the roster with zero padding and every accepted
-    node's point has arrays."""
+def unpack_rounds(config: Mapping[str, object], arrays: Mapping[str, np.ndarray],
+                  num_nodes: int, eta: Callable[[int], float]) -> tuple[int, list[PackedRound]]:
+    """(since, rounds) still packed, each round's step size ``eta(round)``; ``DecodeError``
+    unless rounds increase after ``since``, the bitmaps cover the roster with zero padding and
+    every accepted node's point has arrays."""
     try:
         since, rounds = int(config["since"]), [int(r) for r in config["rounds"]]
         bitmaps = arrays["accepted"]
@@ -132,13 +156,74 @@ def unpack_updates(config: Mapping[str, object], arrays: Mapping[str, np.ndarray
             raise DecodeError(f"unexpected array {key!r} in a FedFW update")
         part = "len" if match[3] else "values"
         grouped.setdefault(int(match[1]), {}).setdefault(match[2], {})[part] = value
-    updates = []
+    packed = []
     for u, round_ in enumerate(rounds):
         nodes = np.flatnonzero(masks[u])
-        points = _unpacked_fields(u, len(nodes), grouped.get(u, {}))
-        updates.append(RoundPoints(round_, eta(round_), tuple(
-            (int(node), point) for node, point in zip(nodes, points))))
-    return since, updates
+        packed.append(PackedRound(round_, eta(round_), nodes,
+                                  _checked_fields(u, len(nodes), grouped.get(u, {}))))
+    return since, packed
+
+
+def unpack_updates(config: Mapping[str, object], arrays: Mapping[str, np.ndarray],
+                   num_nodes: int, eta: Callable[[int], float]) -> tuple[int, list[RoundPoints]]:
+    """``unpack_rounds`` with each round's points split one by one."""
+    since, rounds = unpack_rounds(config, arrays, num_nodes, eta)
+    return since, [RoundPoints(r.round, r.eta, r.points()) for r in rounds]
+
+
+@dataclass(frozen=True)
+class RosterSets:
+    """The roster's D_i by position as the distinct sets and, when there are several, each
+    position's index into them: what a node following x-bar keeps, whatever N is."""
+
+    distinct: tuple[Ball, ...]
+    members: np.ndarray | None  # int64, one a position; None: every node has distinct[0]
+    size: int
+
+    @classmethod
+    def of(cls, sets: Sequence[Ball]) -> RosterSets:
+        index: dict[tuple[str, float], int] = {}
+        distinct: list[Ball] = []
+        members = []
+        for ball in sets:
+            key = (ball.kind, float(ball.radius))
+            if key not in index:
+                index[key] = len(distinct)
+                distinct.append(ball)
+            members.append(index[key])
+        if not distinct:
+            raise DecodeError("a roster needs at least one D_i")
+        return cls(tuple(distinct), np.array(members, np.int64) if len(distinct) > 1 else None,
+                   len(members))
+
+    def __getitem__(self, position: int) -> Ball:
+        return self.distinct[0 if self.members is None else int(self.members[position])]
+
+    def radii(self) -> np.ndarray:
+        """Each position's radius (float64)."""
+        radii = np.array([float(ball.radius) for ball in self.distinct])
+        return np.full(self.size, radii[0]) if self.members is None else radii[self.members]
+
+
+def sum_round(sets: RosterSets, update: PackedRound, shapes: Sequence[tuple[int, ...]],
+              scope: str) -> list[np.ndarray]:
+    """sum_i s_i of a round in which every node of the roster sent its point, in roster order:
+    the input of x-bar's full-participation recursion, taken by this one function on the server
+    and on every node from the same packed arrays, so both hold the same bits. l1 (or simplex)
+    points of one field width are decoded all at once; others one by one."""
+    if len(update.nodes) != sets.size:
+        raise DecodeError(f"round {update.round} has {len(update.nodes)} of {sets.size} points; "
+                          "x-bar's recursion needs every node's")
+    kinds = {ball.kind for ball in sets.distinct}
+    kind = next(iter(kinds))
+    key = INDEX_FIELDS.get(kind) if len(kinds) == 1 else None
+    if key is not None and set(update.fields) == {key}:
+        values, lengths = update.fields[key]
+        if (lengths == lengths[0]).all():
+            return sum_index_points(kind, sets.radii(), values.reshape(sets.size, -1), shapes,
+                                    scope)
+    points = update.points()
+    return sum_model_points([sets[i] for i, _ in points], [p for _, p in points], shapes, scope)
 
 
 @dataclass(frozen=True)
@@ -159,6 +244,33 @@ def pack_replica(replica: Replica) -> tuple[dict, Arrays]:
               for k, a in enumerate(x)}
     arrays |= {f"sum.{k}": np.asarray(a, np.float64) for k, a in enumerate(replica.total)}
     return config, arrays
+
+
+def pack_mean(version: int, kinds: Sequence[str], radii: Sequence[float],
+              xbar: Sequence[np.ndarray] | None) -> tuple[dict, Arrays]:
+    """The header (``MEAN`` set) and x-bar (float64; None at round 0) a node following x-bar's
+    recursion starts from."""
+    config, _ = pack_replica(Replica(version, tuple(kinds), tuple(radii), (), []))
+    arrays = {} if xbar is None else {f"xbar.{k}": np.asarray(a, np.float64)
+                                      for k, a in enumerate(xbar)}
+    return {**config, MEAN: True}, arrays
+
+
+def unpack_mean(arrays: Mapping[str, np.ndarray], shapes: Sequence[tuple[int, ...]]
+                ) -> list[np.ndarray]:
+    """x-bar from ``pack_mean``'s arrays; ``DecodeError`` unless one finite float64 array a
+    tensor."""
+    if set(arrays) != {f"xbar.{k}" for k in range(len(shapes))}:
+        raise DecodeError("a FedFW x-bar re-sync's arrays are not one per tensor")
+    return [_finite64(arrays, f"xbar.{k}", shape) for k, shape in enumerate(shapes)]
+
+
+def _finite64(arrays: Mapping[str, np.ndarray], key: str, shape: Sequence[int]) -> np.ndarray:
+    """A copy of ``arrays[key]``; ``DecodeError`` unless finite float64 of ``shape``."""
+    value = arrays[key]
+    if value.dtype != np.float64 or value.shape != tuple(shape) or not np.isfinite(value).all():
+        raise DecodeError(f"{key} is not a finite float64 array of shape {tuple(shape)}")
+    return np.array(value)
 
 
 def replica_header(config: Mapping[str, object]) -> tuple[int, tuple[str, ...], tuple[float, ...]]:
@@ -183,14 +295,7 @@ def unpack_replica(config: Mapping[str, object], arrays: Mapping[str, np.ndarray
     expected |= {f"sum.{k}" for k in range(len(shapes))}
     if set(arrays) != expected:
         raise DecodeError("a FedFW replica's arrays are not one point per node and a sum")
-
-    def tensor(key: str, shape: tuple[int, ...]) -> np.ndarray:
-        value = arrays[key]
-        if value.dtype != np.float64 or value.shape != tuple(shape) or not np.isfinite(value).all():
-            raise DecodeError(f"{key} is not a finite float64 array of shape {tuple(shape)}")
-        return np.array(value)
-
-    points = tuple([tensor(f"x.{i}.{k}", s) for k, s in enumerate(shapes)]
+    points = tuple([_finite64(arrays, f"x.{i}.{k}", s) for k, s in enumerate(shapes)]
                    for i in range(num_nodes))
-    total = [tensor(f"sum.{k}", s) for k, s in enumerate(shapes)]
+    total = [_finite64(arrays, f"sum.{k}", s) for k, s in enumerate(shapes)]
     return Replica(version, kinds, radii, points, total)

@@ -7,6 +7,10 @@ holds only when every client steps. Under partial participation (section 4.2) no
 x_i^{t+1} = x_i^t, so the server mirrors every client's x_i and keeps x_bar the exact average of
 them. The mirror applies the same ``apply_step`` as the clients, so a client that keeps float64
 state holds bit-for-bit the x_i the server has for it.
+
+With full participation (p = 1) a round in which every client's point was accepted advances x_bar
+by that recursion itself (``mean_step``), and server and nodes take it with the same arithmetic:
+a node then needs x_bar and the round's points, not every x_i.
 """
 
 from __future__ import annotations
@@ -97,3 +101,12 @@ class ConsensusMirror:
             for x in self._points.values()
         ]
         return float(np.mean(distances))
+
+
+def mean_step(x_bar: Params, point_sum: Params, count: int, eta: float) -> Params:
+    """x_bar' = (1 - eta) x_bar + eta (point_sum / count): Algorithm 1's aggregation for a round
+    in which all ``count`` clients stepped from x_bar's x_i with the same eta. One arithmetic
+    order (the mean point first, then ``apply_step``) on the server and on every node."""
+    if count < 1:
+        raise ValueError(f"count={count} must be >= 1")
+    return apply_step(x_bar, [np.asarray(t, dtype=np.float64) / count for t in point_sum], eta)

@@ -9,6 +9,12 @@ Downlink (``fedfw.downlink``): the dense x-bar, or the compact form: each node r
 mirror (``client_app.fedfw_replica``) from the rounds' accepted points it has not seen (relayed
 as the nodes sent them), and gets the whole mirror once when it is new to it or lost it. ``auto``
 picks the compact form when a round's expected points are smaller than the dense x-bar.
+
+With full participation (p = 1, one step a round) a round in which every node's point was
+accepted advances x-bar by Algorithm 1's recursion x-bar <- (1 - eta_t) x-bar + eta_t mean_i s_i
+(``mean_step`` on ``sum_round``), on the server and, under the compact downlink, on every
+node, which then holds x-bar alone (O(model)) instead of the mirror. Any other round sets x-bar to
+the mirror's mean of the x_i; such a node is then re-synced with x-bar in float64.
 """
 
 from __future__ import annotations
@@ -27,9 +33,13 @@ from functions.errors import DecodeError
 from functions.extreme_points import decode_model_point, decode_model_points, encode_model_point
 from functions.fedfw_downlink import (
     Replica,
+    RosterSets,
     RoundPoints,
+    pack_mean,
     pack_replica,
     pack_updates,
+    sum_round,
+    unpack_rounds,
     unpack_updates,
 )
 from functions.params import (
@@ -55,7 +65,7 @@ from functions.protocol import (
     UPDATES,
     XBAR,
 )
-from oracles.fedfw_mirror import ConsensusMirror
+from oracles.fedfw_mirror import ConsensusMirror, mean_step
 from oracles.frank_wolfe import fw_gap
 from oracles.lmo import Constraint, lmo_per_tensor, make_constraint, smallest_set
 from run_config.common import RunSettings
@@ -74,8 +84,9 @@ ETA = "eta"  # the state context's step-size schedule (round -> eta_t)
 
 @dataclass
 class FedFWSlot(NodeSlot):
-    """A node's replica of the mirror (compact downlink): the round it holds (None: lost), and
-    whether it was never contacted (then it starts from x-bar^1)."""
+    """A node's replica of the mirror, or its x-bar with full participation (compact downlink):
+    the round it holds (None: lost), and whether it was never contacted (then it starts from
+    x-bar^1)."""
 
     replica: int | None = 0
     fresh: bool = True
@@ -121,10 +132,12 @@ class Downlink:
 @dataclass
 class FedFWState:
     """What FedFW continues from: every x_i by roster position and their running sum (kept: its
-    rounding is part of x-bar), the downlink, and the rounds not every node has applied."""
+    rounding is part of x-bar), x-bar (kept: under full participation it follows its own
+    recursion), the downlink, and the rounds not every node has applied."""
 
     mirror: dict[int, Params]
     mirror_sum: Params
+    xbar: Params
     downlink: Downlink
     history: UpdateHistory
 
@@ -143,10 +156,15 @@ class FedFWStrategy(TorchModelStrategy):
         self.fw, self.model, self.x0 = fw, model, x0
         self.sampler = Sampler(fw.participation, seed, BERNOULLI)
         self.mirror: ConsensusMirror | None = None
+        self.xbar: Params = []  # the run's x-bar (float64), what every node rebuilds
+        # full participation with one step a round: x-bar follows Algorithm 1's recursion
+        self.recursive = fw.participation == 1.0 and not fw.local_pass
         self.node_sets: list[Constraint] = []  # D_i by position
+        self.roster_sets = RosterSets((), None, 0)  # the same, as a node following x-bar keeps them
         self.replica_sets: tuple[tuple[str, ...], tuple[float, ...]] = ((), ())  # kinds, radii
         self._round_updates: dict[int, dict] = {}  # packed updates by version held, until
         # the history moves on (every message that needs them shares one copy)
+        self._mean_resync: dict | None = None  # the same, for x-bar's re-sync (recursive)
         self.local_steps: list[int] = []  # K of each node's local pass (1 without), by position
         self.gap_domain: Constraint | None = None  # D = the intersection of the D_i, if known
         self._asked: list[int] = []  # the nodes of the current round's train messages
@@ -169,6 +187,7 @@ class FedFWStrategy(TorchModelStrategy):
         """Each node's D_i from its query.node answer; every x_i starts at x^1."""
         self._fix_node_sets()
         self.mirror = ConsensusMirror(self.x0, range(len(self.book.node_ids)))
+        self.xbar = self.mirror.x_bar
         if self.fw.downlink == "auto":
             # a node gets each round's points once, but x-bar in every message it gets
             p = self.fw.participation
@@ -190,6 +209,7 @@ class FedFWStrategy(TorchModelStrategy):
         """Each node's D_i from the roster, and D = their intersection when it is one of them
         (section 4.3; ``fw_gap`` is taken over it, and left out when there is none)."""
         self.node_sets = [self._declared_set(n) for n in self.roster.node_ids]
+        self.roster_sets = RosterSets.of(self.node_sets)
         self.replica_sets = (tuple(c.kind for c in self.node_sets),
                              tuple(float(c.radius) for c in self.node_sets))
         self.local_steps = [self._declared_steps(n) for n in self.roster.node_ids]
@@ -226,9 +246,10 @@ class FedFWStrategy(TorchModelStrategy):
     def train_messages(self, server_round: int, nodes: list[int], arrays: ArrayRecord,
                        config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         """x-bar (dense or compact) to the sampled nodes; a node that may hold nothing gets
-        its x_i (``sync``) and, under the compact downlink, the whole mirror."""
+        its x_i (``sync``) and, under the compact downlink, the whole mirror (x-bar alone with
+        full participation)."""
         self._asked = nodes
-        xbar = self.mirror.x_bar
+        xbar = self.xbar
         dense = params_to_record(self.layout, xbar)
 
         def restart(node: int) -> tuple[str, dict]:
@@ -244,12 +265,18 @@ class FedFWStrategy(TorchModelStrategy):
 
     def _downlink(self, node: int, dense: ArrayRecord) -> dict:
         """What ``node`` needs to know x-bar: the dense x-bar, or (compact) the points it has not
-        applied, or x-bar^1 and the D_i on first contact, or the whole mirror after a loss."""
+        applied, or x-bar^1 and the D_i on first contact, or the whole mirror after a loss
+        (with full participation: x-bar, in float64 after round 0)."""
         if not self.compact:
             return {XBAR: dense}
         slot = self.book[node]
         since, slot.replica = slot.replica, self.version
         kinds, radii = self.replica_sets
+        if self.recursive:
+            if slot.fresh or since is None:
+                slot.fresh = False
+                return self._mean_start()
+            return self._updates_since(since)
         if slot.fresh:  # x-bar^1 (float32-exact) and every round since
             slot.fresh = False
             config, _ = pack_replica(Replica(0, kinds, radii, (), []))
@@ -265,6 +292,18 @@ class FedFWStrategy(TorchModelStrategy):
                                                   total))
             return {REPLICA: ConfigRecord(config), REPLICA_ARRAYS: arrays_to_record(arrays)}
         return self._updates_since(since)
+
+    def _mean_start(self) -> dict:
+        """x-bar for a node that follows x-bar's recursion: the dense x-bar^1 at round 0 (exact
+        in float32), x-bar in float64 after; built once a round and shared."""
+        if self._mean_resync is None:
+            kinds, radii = self.replica_sets
+            config, arrays = pack_mean(self.version, kinds, radii,
+                                       self.xbar if self.version else None)
+            self._mean_resync = {REPLICA: ConfigRecord(config)} | (
+                {REPLICA_ARRAYS: arrays_to_record(arrays)} if self.version
+                else {XBAR: params_to_record(self.layout, self.x0)})
+        return self._mean_resync
 
     def _updates_since(self, since: int) -> dict:
         """The rounds after ``since``, packed once a round for each ``since`` and shared by every
@@ -299,13 +338,18 @@ class FedFWStrategy(TorchModelStrategy):
         position = self.book.position
         self.mirror.apply_steps({position(node): self._with_etas(server_round, steps)
                                  for node, steps in points.items()})
-        if points and self.compact:
-            self._forget_seen_rounds()  # once a round, before the round's points join
-            self.history.append(RoundPoints(server_round, eta, tuple(
-                (position(node), arrays) for node, (arrays, _) in checked.items())))
+        full = self.recursive and len(points) == len(self.book.node_ids)
+        sent = RoundPoints(server_round, eta, tuple(
+            (position(node), arrays) for node, (arrays, _) in checked.items()))
         if points:
+            self.xbar = self._next_xbar(sent) if full else self.mirror.x_bar
+            if self.recursive and not full:  # nodes cannot follow: re-sync them all
+                self._forget_replicas(self.book.node_ids)
             self.version = server_round
-        self._round_updates = {}  # the history moved on
+        if points and self.compact and (full or not self.recursive):
+            self._forget_seen_rounds()  # once a round, before the round's points join
+            self.history.append(sent)
+        self._round_updates, self._mean_resync = {}, None  # the history moved on
         self.book.accept(server_round, points)
         metrics = {
             "participants": len(points),  # error replies add to the failures
@@ -313,7 +357,16 @@ class FedFWStrategy(TorchModelStrategy):
             "lambda": self.fw.schedule.lam(server_round),
             "consensus_distance": self.mirror.consensus_distance(),
         }
-        return params_to_record(self.layout, self.mirror.x_bar), metrics
+        return params_to_record(self.layout, self.xbar), metrics
+
+    def _next_xbar(self, sent: RoundPoints) -> Params:
+        """x-bar after a round in which every node's point was accepted: the recursion, from
+        the points packed as a node receives them, with the code every node runs on them."""
+        count = len(self.book.node_ids)
+        config, arrays = pack_updates(self.version, [sent], count)
+        _, (packed,) = unpack_rounds(config, arrays, count, self.fw.schedule.eta)
+        total = sum_round(self.roster_sets, packed, self.layout.shapes, self.fw.scope)
+        return mean_step(self.xbar, total, count, packed.eta)
 
     def _with_etas(self, t: int, steps: list[Params]) -> list[tuple[float, Params]]:
         """A node's round of K steps with their step sizes, as the node took them: eta_t for
@@ -342,7 +395,7 @@ class FedFWStrategy(TorchModelStrategy):
                            grid: Grid) -> Iterable[Message]:
         if not self.fw.federated_eval:
             return []
-        dense = params_to_record(self.layout, self.mirror.x_bar)
+        dense = params_to_record(self.layout, self.xbar)
         return [self.book.evaluate_message(node, server_round, self._downlink(node, dense),
                                            **{FW_GAP: self.fw.gap})
                 for node in self.book.node_ids]
@@ -366,7 +419,7 @@ class FedFWStrategy(TorchModelStrategy):
         metrics = combine_evaluation_sums([s for s, _ in accepted.values()], self.kind)
         if (self.fw.gap and self.gap_domain is not None
                 and len(accepted) == len(self.book.node_ids)):
-            metrics["fw_gap"] = fw_gap([g for _, g in accepted.values()], self.mirror.x_bar,
+            metrics["fw_gap"] = fw_gap([g for _, g in accepted.values()], self.xbar,
                                        self.gap_domain, self.fw.scope, len(accepted))
         return metrics
 
@@ -378,15 +431,16 @@ class FedFWStrategy(TorchModelStrategy):
         if self.mirror is None:
             return None
         points, total = self.mirror.state()
-        return FedFWState(points, total, Downlink(self.compact, self.version),
+        return FedFWState(points, total, self.xbar, Downlink(self.compact, self.version),
                           UpdateHistory(len(self.book.node_ids), tuple(self.history)))
 
     def load_family_state(self, state: FedFWState) -> None:
         self.mirror = ConsensusMirror.restore(state.mirror, state.mirror_sum)
+        self.xbar = state.xbar
         self._fix_node_sets()
         self.compact, self.version = state.downlink.compact, state.downlink.version
         self.history = list(state.history.rounds)
-        self._round_updates = {}
+        self._round_updates, self._mean_resync = {}, None
 
 
 def build_fedfw(settings: RunSettings, task: TaskData) -> FedFWStrategy:

@@ -119,7 +119,7 @@ def test_a_checkpoint_survives_its_bytes_and_refuses_garbage(tmp_path):
     again = Checkpoint.from_bytes(checkpoint.to_bytes())
     assert (again.server_round, again.rows, again.algorithm) == (4, checkpoint.rows, "fedfw")
     assert set(again.strategy.keys()) == {"rng", "roster", "book", "mirror", "mirror-sum",
-                                          "downlink", "history", "history-arrays"}
+                                          "xbar", "downlink", "history", "history-arrays"}
     for garbage in (b"", b"\x00not a checkpoint", path.read_bytes()[:50]):
         with pytest.raises(DecodeError):
             Checkpoint.from_bytes(garbage)

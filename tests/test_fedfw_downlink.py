@@ -72,7 +72,9 @@ def test_a_node_that_missed_rounds_gets_them_all_in_one_message(tmp_path):
 
 
 @pytest.mark.e2e
-def test_a_node_that_lost_its_replica_fails_once_and_gets_the_mirror(tmp_path):
+def test_a_node_that_lost_its_state_fails_once_and_is_resynced_once(tmp_path):
+    """Full participation: the re-sync is x-bar (tests/test_fedfw_mean.py); the mirror's, with
+    partial participation, is tests/test_returning_node.py's."""
     overrides = {**BASE, "algorithm": "fedfw", "num-server-rounds": 6, "fedfw.participation": 1.0}
     compact = run_app(tmp_path / "compact", 4, None, forgetting(client_app, 2, 4),
                       **overrides, **{"fedfw.downlink": "compact"})

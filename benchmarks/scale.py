@@ -16,7 +16,7 @@ points). Per round, averaged over rounds 2-3 (round 1 builds the rosters and the
   round's central test accuracy.
 
 The growth exponent between the two largest sizes that finished is log(b / a) / log(N_b / N_a)
-for server time and bytes down (1: linear in N). A run that does not finish within
+for server time, node time and bytes down (1: linear in N). A run that does not finish within
 ``--timeout`` seconds is reported as such.
 
     python -m benchmarks.scale                       # N = 10, 100, 300; several minutes
@@ -53,7 +53,8 @@ FAMILIES = {
                          "ffgb.federated-eval": False},
     "ffgb-mlp-bounded": {"algorithm": "ffgb", "ffgb.oracle-steps": 50, "fraction-train": 0.1,
                          "ffgb.federated-eval": False, "ffgb.distill": "increment"},
-    "fedfw": {"algorithm": "fedfw"},
+    "fedfw": {"algorithm": "fedfw"},  # downlink auto: compact up to about N = 1,200
+    "fedfw-dense": {"algorithm": "fedfw", "fedfw.downlink": "dense"},
     "fedfun": {"algorithm": "fedfun", "fedfun.initial-steps": 20, "fedfun.local-steps": 10,
                "fedfun.hidden": "16", "fedfun.penalty-samples": 50},
 }
@@ -141,10 +142,11 @@ def report(results: list[dict[str, Any]], command: str) -> str:
                      f"| {r['peak_MiB']:.0f} | {r['checkpoint_kB']:.0f} "
                      f"| {r.get('run_s', math.nan):.0f} "
                      f"| {'-' if accuracy is None else f'{accuracy:.4f}'} |")
-    lines += ["", "| family | server time exponent | bytes down exponent |", "|---|---|---|"]
+    lines += ["", "| family | server time exponent | node time exponent | bytes down exponent |",
+              "|---|---|---|---|"]
     for family in dict.fromkeys(r["family"] for r in results):
         mine = [r for r in results if r["family"] == family]
-        shown = [growth(mine, k) for k in ("server_s", "down_kB")]
+        shown = [growth(mine, k) for k in ("server_s", "node_s", "down_kB")]
         lines.append(f"| {family} | " + " | ".join("-" if g is None else f"{g:.2f}"
                                                    for g in shown) + " |")
     return "\n".join(lines) + "\n"

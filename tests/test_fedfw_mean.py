@@ -56,7 +56,7 @@ def _state_size(run, node: int) -> int:
     return size
 
 
-# -- the shared sum of a round's points -----------------------------------------------------------
+# -- the shared sum of a round's points -------------------------------------------------------
 def _points(kind: str, radii: list[float], scope: str, seed: int) -> list[dict[str, np.ndarray]]:
     rng = np.random.default_rng(seed)
     return [encode_model_point(Constraint(kind, r), lmo_per_tensor(
@@ -110,7 +110,7 @@ def test_a_round_without_every_nodes_point_is_refused():
         sum_round(RosterSets.of([Constraint("l1", 1.0)] * 3), update, SHAPES, "per-tensor")
 
 
-# -- end to end --------------------------------------------------------------------------------------
+# -- end to end ------------------------------------------------------------------------------
 def test_the_servers_xbar_is_the_recursion_from_each_rounds_mean_point(tmp_path):
     """x-bar^{t+1} = (1 - eta_t) x-bar^t + eta_t ((sum_i s_i) / n): the points as the nodes sent
     them, decoded and added in roster order, then one ``apply_step`` (the order both sides use;

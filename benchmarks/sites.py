@@ -151,7 +151,7 @@ def make_split(table: str, raw: Path, folder: Path, seed: int) -> Split:
 # -- running ----------------------------------------------------------------------------------
 def run_one(out_dir: Path, name: str, config: dict[str, Any],
             node_configs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One run of the real ServerApp on LocalGrid: final row, target std, wall time, or the
+    """One run of the real ServerApp on LocalGrid: its rows, target std, wall time, or the
     error that stopped it."""
     from client_app.app import app as client_app
     from server_app.app import main as server_main
@@ -171,7 +171,8 @@ def run_one(out_dir: Path, name: str, config: dict[str, Any],
     rows = json.loads((run_dir / "metrics.json").read_text())["rounds"]
     sites = json.loads((run_dir / "config.json").read_text()).get("sites", {})
     target_std = float(sites.get("schema", {}).get("target", [0.0, 1.0])[1])
-    return {"last": rows[-1], "rounds": rows[-1].get("round", 0), "target_std": target_std,
+    return {"rows": rows, "last": rows[-1], "rounds": rows[-1].get("round", 0),
+            "target_std": target_std,
             "train_losses": [r.get("train_loss") for r in rows], "wall_s": wall,
             "left_out": sites.get("left-out", {})}
 
@@ -185,7 +186,9 @@ def score(row: dict[str, Any], prefix: str, kind: str, target_std: float) -> flo
 
 
 def federated(split: Split, family: Family, table: str, seed: int, rounds: int,
-              out_dir: Path) -> dict[str, Any]:
+              out_dir: Path, keep_rows: bool = False) -> dict[str, Any]:
+    """All sites federated: test/all.csv (central) and each site's share; ``keep_rows`` also
+    keeps every round's row and the label's std (``rows``, ``target_std``)."""
     folder = split.folder
     config = {**family.overrides, **family.per_table.get(table, {}), "seed": seed,
               "num-server-rounds": min(rounds, family.max_rounds or rounds),
@@ -201,6 +204,8 @@ def federated(split: Split, family: Family, table: str, seed: int, rounds: int,
     if "error" in result:
         return {**record, "error": result["error"]}
     last, std = result["last"], result["target_std"]
+    if keep_rows:
+        record.update(rows=result["rows"], target_std=std)
     record.update(rounds=result["rounds"], left_out=result["left_out"],
                   all=score(last, "", split.kind, std),
                   own={str(p): score(last, f"site{p}_", split.kind, std)
@@ -247,14 +252,15 @@ def alone(split: Split, family: Family, table: str, seed: int, rounds: int, out_
     return records
 
 
-def pooled(split: Split, family: Family, table: str, seed: int, rounds: int, out_dir: Path
-           ) -> dict[str, Any]:
+def pooled(split: Split, family: Family, table: str, seed: int, rounds: int, out_dir: Path,
+           own_shares: bool = True) -> dict[str, Any]:
     """One node on every site's training rows: all from its federated evaluation on
-    test/all.csv, each site's share from the server's evaluation, one run per site."""
+    test/all.csv, each site's share from the server's evaluation, one run per site
+    (``own_shares=False``: one run, and no site's share)."""
     record = {"table": table, "seed": seed, "method": family.name, "kind": "pooled", "own": {},
               "wall_s": 0.0}
     losses = []
-    for pid in range(len(split.sites)):
+    for pid in range(len(split.sites) if own_shares else 1):
         config = site_config(split, family, table, seed, rounds, "all.csv", f"{pid}.csv")
         node = [{"dataset-test-path": str(split.folder / "test" / "all.csv")}]
         result = run_one(out_dir, f"{table}-s{seed}-{family.name}-pooled-on{pid}", config,
@@ -264,7 +270,8 @@ def pooled(split: Split, family: Family, table: str, seed: int, rounds: int, out
         if "error" in result:
             return {**record, "error": result["error"]}
         last, std = result["last"], result["target_std"]
-        record["own"][str(pid)] = score(last, "", split.kind, std)
+        if own_shares:
+            record["own"][str(pid)] = score(last, "", split.kind, std)
         record["all"] = score(last, "site0_", split.kind, std)
         record["rounds"] = result["rounds"]
         losses.append(result["train_losses"])

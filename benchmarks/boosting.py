@@ -75,6 +75,7 @@ from benchmarks.sites import (
     mean_std,
     plain,
     pooled,
+    score,
 )
 
 SHIFT = 0.5  # std of synth50k's per-site feature offsets (features have std about 1-2)
@@ -188,7 +189,6 @@ def split_for(name: str, work: Path, seed: int) -> Split:
 def traffic(record: dict[str, Any], kind: str) -> dict[str, Any]:
     """Replace a federated record's rows by its curve [round, cumulative MB, score on
     test/all.csv], bytes per round (mean over rounds 1..R) and seconds per round."""
-    from benchmarks.sites import score
     from server_app.results import cumulative_traffic
 
     rows, std = record.pop("rows"), record.pop("target_std")
@@ -266,7 +266,7 @@ def summarise(records: list[dict[str, Any]], name: str, kind: str, seeds: list[i
     summary: dict[str, Any] = {}
     rows = []
 
-    def show(values: list[float], failed: list[dict[str, Any]], scale: float = 0.0,
+    def show(values: list[float], failed: list[dict[str, Any]], raw: bool = False,
              note: str = "") -> str:
         for error in sorted({r["error"] for r in failed}):
             if error not in errors:
@@ -275,9 +275,9 @@ def summarise(records: list[dict[str, Any]], name: str, kind: str, seeds: list[i
                                                                     for r in failed}))
         if not any(math.isfinite(v) for v in values):
             return f"error ({marks})" if failed else "-"
-        if scale:
+        if raw:  # a plain number, not a score
             mean, std, n = mean_std(values)
-            text = f"{mean / scale:.1f} ± {std / scale:.1f}"
+            text = f"{mean:.1f} ± {std:.1f}"
             text = text if n == expected else f"{text} ({n} of {expected} seeds)"
         else:
             text = cell(values, kind, expected)
@@ -305,9 +305,9 @@ def summarise(records: list[dict[str, Any]], name: str, kind: str, seeds: list[i
                      show(columns["own mean"], failed), show(columns["own worst"], failed),
                      ("over budget at round 1" if budget_cell == "-" else
                       f"{budget_cell} (r {in_budget:.1f})"),
-                     show(columns["kB up per round"], failed, 1.0),
-                     show(columns["kB down per round"], failed, 1.0),
-                     show(columns["ms per round"], failed, 1.0)])
+                     show(columns["kB up per round"], failed, raw=True),
+                     show(columns["kB down per round"], failed, raw=True),
+                     show(columns["ms per round"], failed, raw=True)])
     for label in REFERENCES:
         for kind_ in ("pooled", "alone"):
             chosen = [r for r in mine if r["method"] == label and r["kind"] == kind_]

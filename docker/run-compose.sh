@@ -12,6 +12,10 @@
 #                                and 1 of `python -m tasks.sites <table>` (penguins, cars or
 #                                digits), each mounted read-only into its own node's ClientApp
 #                                SuperExec only; default jobs FFGB (trees) and FedFW on them
+#   FL_DOCKER=1 FL_DOCKER_WARM=1 docker/run-compose.sh   # + compose.warm.yml (last): the
+#                                SuperExecs fork each ServerApp / ClientApp from a warm parent
+#                                (deploy/warm_superexec.py) and ask for tasks every 0.1 s;
+#                                combines with the others
 #
 # Environment (all optional):
 #   FL_BASE=auto|official|local  official flwr/* images (pulled) or a locally built base
@@ -51,6 +55,7 @@ LOGDIR="$(mktemp -d -t fl-docker-run.XXXXXX)"
 RESULTS="${FL_RESULTS_DIR:-$HERE/results}"
 TLS="${FL_DOCKER_TLS:-0}"
 PERIMETER="${FL_DOCKER_PERIMETER:-0}"
+WARM="${FL_DOCKER_WARM:-0}"
 [ "$PERIMETER" = 1 ] && TLS=1   # the perimeter terminates TLS
 PERIMETER_IMAGE="${PERIMETER_IMAGE:-beyond-averaging/perimeter:latest}"
 FLWR_VERSION=1.41.0
@@ -80,6 +85,7 @@ FILES=(-f "$HERE/compose.yml")
 [ "$PERIMETER" = 1 ] && FILES+=(-f "$HERE/compose.perimeter.yml")
 SITES_TABLE="${FL_DOCKER_SITES:-}"
 [ -n "$SITES_TABLE" ] && FILES+=(-f "$HERE/compose.sites.yml")
+[ "$WARM" = 1 ] && FILES+=(-f "$HERE/compose.warm.yml")   # last: it keeps the commands before it
 compose() { (cd "$HERE" && "${COMPOSE[@]}" -p "$PROJECT" "${FILES[@]}" "$@"); }
 
 # --- teardown ------------------------------------------------------------------------------
@@ -106,7 +112,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 : >"$SUMMARY"
-note "== docker compose deployment run $TS ($( [ "$TLS" = 1 ] && echo 'TLS + SuperNode auth' || echo insecure)$( [ "$PERIMETER" = 1 ] && echo ', SuperNodes through the nginx perimeter'))"
+note "== docker compose deployment run $TS ($( [ "$TLS" = 1 ] && echo 'TLS + SuperNode auth' || echo insecure)$( [ "$PERIMETER" = 1 ] && echo ', SuperNodes through the nginx perimeter')$( [ "$WARM" = 1 ] && echo ', warm SuperExecs'))"
 note "host: $(nproc) cores, $(uname -r); compose: $("${COMPOSE[@]}" version --short 2>/dev/null || "${COMPOSE[@]}" version | head -1)"
 
 # --- docker daemon -------------------------------------------------------------------------
@@ -305,6 +311,7 @@ for cfg in "${JOBS[@]}"; do
   name="docker-${algo:-job}-${task:-x}-$TS"
   [ "$TLS" = 1 ] && name="$name-tls"
   [ "$PERIMETER" = 1 ] && name="$name-perimeter"
+  [ "$WARM" = 1 ] && name="$name-warm"
   if [ -x "$ROOT/.venv/bin/python" ]; then   # the config is checked in seconds before any run
     (cd "$ROOT" && "$PY" -m server_app.preflight --nodes 2 "$cfg") >"$LOGDIR/preflight-$i.log" 2>&1 \
       || { cat "$LOGDIR/preflight-$i.log" >&2; die "preflight refused: $cfg"; }
@@ -338,6 +345,12 @@ keys = [k for k in s if k.startswith(("final_", "best_"))] + ["failures_total", 
 print(f"  results: {sys.argv[1].rsplit('/', 2)[0]}/{sys.argv[1].rsplit('/', 2)[1]}: "
       f"{len(d['rounds'])} rows (round 0..{s.get('rounds')}); "
       + ", ".join(f"{k}={s[k]:.4g}" if isinstance(s[k], float) else f"{k}={s[k]}" for k in keys if k in s))
+# a round's latency as benchmarks.latency takes it: consecutive wall_time_s, rounds 2..R
+walls = {r["round"]: r["wall_time_s"] for r in d["rounds"] if r.get("round", 0) >= 1}
+gaps = [walls[t] - walls[t - 1] for t in sorted(walls) if t >= 2 and t - 1 in walls]
+if gaps:
+    print(f"  s/round (rounds 2..{max(walls)}): {sum(gaps) / len(gaps):.2f} "
+          f"({', '.join(f'{g:.2f}' for g in gaps)})")
 sites = json.load(open(sys.argv[1].replace("metrics.json", "config.json"))).get("sites")
 if sites:
     last = d["rounds"][-1]

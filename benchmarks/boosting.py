@@ -25,8 +25,9 @@ seed (natural sites are the same for every seed).
 
 Methods (``METHODS``): FFGB and FFGB.C with tree learners, FFGB with its MLP learners,
 ``fedxgb-bagging``, ``fedxgb-cyclic``, FedAvg (MLP), all at the project's defaults, with the
-regression settings ``benchmarks.sites`` found on cars (FFGB eta0 = 1, FFGB.C G = 3, FedAvg
-learning rate 0.01) on every regression dataset. References: each site alone and all sites
+regression settings ``benchmarks.sites`` found on cars (FFGB with MLP learners and FFGB.C
+eta0 = 1, FFGB.C G = 3, FedAvg learning rate 0.01; FFGB trees at its defaults, Newton leaves and
+a constant 0.3) on every regression dataset. References: each site alone and all sites
 pooled (one node on the union), with FFGB trees and with XGBoost (``fedxgb-bagging`` on one
 node: one tree a round on the node's rows at eta 0.3, plain XGBoost). With more than
 ``POOLED_SHARES_MAX`` sites the pooled model is scored on test/all.csv only (its score on each

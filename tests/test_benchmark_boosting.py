@@ -41,3 +41,20 @@ def test_the_large_table_has_50000_rows_over_10_non_empty_sites(tmp_path):
     rows = [len(pd.read_csv(tmp_path / f"{pid}.csv")) for pid in range(10)]
     assert min(rows) > 0 and sum(rows) == 50_000
     assert not (tmp_path / "10.csv").exists()
+
+
+def test_an_ablation_variant_changes_only_its_settings_and_runs(tmp_path):
+    """A variant is the paper's FFGB with trees (eta0 1 on regression) and its one change; a
+    two-round run of the default and of Newton leaves on penguins gives a table with both."""
+    from benchmarks.boosting_ablation import BASE, PAPER, VARIANTS, main, variant
+
+    newton = variant("newton leaves", "cars")
+    assert newton.overrides == {**BASE.overrides, **PAPER, "ffgb.eta0": 1.0,
+                                "ffgb.tree-leaves": "newton"}
+    default = next(iter(VARIANTS))
+    out = tmp_path / "ablation.json"
+    assert main(["--datasets", "penguins", "--seeds", "0", "--rounds", "2", "--variants",
+                 default, "newton leaves", "--out", str(out)]) == 0
+    table = out.with_suffix(".md").read_text()
+    assert "| newton leaves |" in table and f"| {default} |" in table
+    assert "n/a" not in table

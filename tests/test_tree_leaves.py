@@ -1,5 +1,5 @@
 """Tree node values from the rows that reach them: least-squares means and Newton values, and
-FFGB's step with Newton leaves and the constant schedule."""
+FFGB's step with Newton leaves and the constant schedule, and what `auto` picks for them."""
 
 from __future__ import annotations
 
@@ -12,6 +12,9 @@ from oracles.boosting import CONSTANT, DESCENT, StepSizes, ffgb_increment, round
 from oracles.functional_losses import CROSS_ENTROPY, SQUARE, PointwiseLoss
 from oracles.tree_leaves import NEWTON_L2, mean_values, newton_values
 from oracles.weak_learning import fit_tree, newton_leaf_step
+from run_config.common import RunSettings
+from run_config.ffgb import ffgb_settings
+from testing.inprocess_grid import run_config
 
 RNG = np.random.default_rng(3)
 X = RNG.normal(size=(400, 5)).astype(np.float32)
@@ -83,3 +86,17 @@ def test_newton_leaves_lower_the_training_loss_faster_than_means_at_a_small_step
 @pytest.mark.parametrize("t", [0, 3, 50])
 def test_the_constant_schedule_steps_eta0_every_round(t):
     assert StepSizes(CONSTANT, 4, eta0=0.1).etas(t) == [0.1] * 4
+
+
+@pytest.mark.parametrize(("overrides", "leaves", "schedule", "eta0"), [
+    ({"ffgb.learner": "tree"}, "newton", "constant", 0.3),  # auto: measured best for trees
+    ({"ffgb.learner": "tree", "algorithm": "ffgb-c"}, "mean", "experiment", 10.0),
+    ({}, "mean", "experiment", 10.0),  # networks: the paper's
+    ({"ffgb.learner": "tree", "ffgb.tree-leaves": "mean"}, "mean", "experiment", 10.0),
+    ({"ffgb.learner": "tree", "ffgb.schedule": "experiment"}, "newton", "experiment", 10.0),
+    ({"ffgb.learner": "tree", "ffgb.eta0": 0.5}, "newton", "constant", 0.5),
+])
+def test_auto_leaves_and_schedule_resolve_as_documented(overrides, leaves, schedule, eta0):
+    settings = ffgb_settings(RunSettings.from_run_config(run_config(**overrides)))
+    assert (settings.tree_leaves, settings.steps.kind, settings.steps.eta0) == (
+        leaves, schedule, eta0)

@@ -64,6 +64,20 @@ def test_nodes_hold_the_servers_xbar_bit_for_bit(tmp_path, algorithm, evaluate):
     assert sum(down) < sum(r["bytes_down"] for r in dense.rows[1:]) / 3
 
 
+def test_a_hundred_nodes_hold_the_servers_xbar_bit_for_bit_with_partial_participation(
+        tmp_path):
+    """Issue 21's exactness pin: N = 100, half the nodes train each round, compact downlink;
+    after the last round's evaluation every node's x-bar equals the server's bit for bit."""
+    run = run_app(tmp_path, 100, **{**BASE, "algorithm": "fedfw", "num-server-rounds": 6,
+                                    "fedfw.federated-eval": True, "central-evaluation": False,
+                                    "fedfw.downlink": "compact"})
+    assert all(r["failures"] == 0 and 0 < r["participants"] < 100 for r in run.rows[1:])
+    server = _server_xbar(run)
+    for node in run.grid.node_ids:
+        assert run.grid.contexts[node].state.get("fedfw-replica.meta")["version"] == 6
+        assert all(np.array_equal(a, b) for a, b in zip(_node_xbar(run, node), server))
+
+
 def test_a_node_that_missed_rounds_gets_them_all_in_one_message(tmp_path):
     run = run_app(tmp_path, 4, **{**BASE, "algorithm": "fedfw", "num-server-rounds": 12,
                                  "fedfw.federated-eval": False, "fedfw.downlink": "compact"})

@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +61,9 @@ FAMILIES = {
 }
 
 
-def measure(family: str, nodes: int) -> dict[str, Any]:
-    """Run one (family, N) here; its per-round figures (rounds 2-3)."""
+def measure(family: str, nodes: int, folder: Path | None = None) -> dict[str, Any]:
+    """Run one (family, N) here; its per-round figures (rounds 2-3). With ``folder``, the run's
+    results folder (``folder``/scale) is written there and kept."""
     from client_app.app import app as client_app
     from server_app.app import run
     from testing.inprocess_grid import LocalGrid, run_config, server_context
@@ -82,7 +84,7 @@ def measure(family: str, nodes: int) -> dict[str, Any]:
 
             self.client_app = timed
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() if folder is None else nullcontext(str(folder)) as tmp:
         config = run_config(**{"output-dir": tmp, "run-name": "scale", **COMMON,
                                **FAMILIES[family]})
         run(TimedGrid(client_app, config, nodes, keep_messages=False), server_context(config))

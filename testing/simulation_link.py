@@ -1,0 +1,124 @@
+"""A SuperLink with Flower's simulation engine (Ray) on loopback, for `flwr run .` from the
+tests and the benchmarks.
+
+It runs in a new process group with a temporary FLWR_HOME, free ports and its own Ray
+temporary folder, and ``simulation_superlink`` stops that whole group (by the SuperLink's PID)
+whatever happens; a Ray process that left the group but names our Ray folder on its command
+line is stopped by its PID too. Nothing else is touched.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+CONNECTION = "testlink"
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports the kernel reports free on 127.0.0.1 right now."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def wait_for_port(port: int, deadline_s: float) -> None:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {deadline_s}s")
+
+
+def stop_group(process: subprocess.Popen) -> None:
+    """SIGTERM the process group we created, then SIGKILL what is left."""
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+    except ProcessLookupError:
+        return
+    try:  # children (SuperExec, ServerApp, Ray) share the group
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def pids_naming(marker: str) -> list[int]:
+    """PIDs of the processes whose command line contains ``marker`` (a unique temporary path)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if marker.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def _stop_stragglers(marker: str) -> None:
+    for pid in pids_naming(marker):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@contextmanager
+def simulation_superlink(home: Path, log_path: Path | None = None
+                         ) -> Iterator[tuple[dict[str, str], str]]:
+    """A simulation SuperLink with FLWR_HOME ``home`` (created, removed afterwards); yields the
+    environment for ``flwr`` commands and the connection name. Its output goes to ``log_path``
+    (default: ``home``/superlink.log, removed with it)."""
+    home.mkdir(parents=True)
+    # Ray's folder: short (its socket paths must fit 107 bytes) and ours alone
+    ray_tmp = tempfile.mkdtemp(prefix="ray")
+    http, fleet, control, health = free_ports(4)
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "{CONNECTION}"\n\n'
+        f'[superlink.{CONNECTION}]\naddress = "127.0.0.1:{http}"\ninsecure = true\n'
+    )
+    env = {**os.environ, "FLWR_HOME": str(home), "FLWR_DISABLE_UPDATE_CHECK": "1",
+           "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "RAY_TMPDIR": ray_tmp,
+           "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    log = open(log_path or home / "superlink.log", "w")  # noqa: SIM115 - closed below
+    try:
+        process = subprocess.Popen(
+            [str(BIN / "flower-superlink"), "--insecure", "--simulation", "--isolation",
+             "subprocess", "--disable-runtime-dependency-installation", "--host", "127.0.0.1",
+             "--port", str(http), "--fleet-api-address", f"127.0.0.1:{fleet}",
+             "--control-api-address", f"127.0.0.1:{control}", "--health-server-address",
+             f"127.0.0.1:{health}", "--database", str(home / "state.db")],
+            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        try:
+            wait_for_port(http, 60)
+            yield env, CONNECTION
+        finally:
+            stop_group(process)
+            _stop_stragglers(ray_tmp)
+    finally:
+        log.close()
+        shutil.rmtree(home, ignore_errors=True)
+        shutil.rmtree(ray_tmp, ignore_errors=True)

@@ -13,8 +13,15 @@ from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 from functions.convnets import ConvNetSpec
 from functions.convnets import build as build_cnn
 from functions.ensembles import (
-    Ensemble, Limits, PredictionCache, apply_delta, average, encode_delta, pack_delta,
-    payload_nbytes, unpack_delta,
+    Ensemble,
+    Limits,
+    PredictionCache,
+    apply_delta,
+    average,
+    encode_delta,
+    pack_delta,
+    payload_nbytes,
+    unpack_delta,
 )
 from functions.errors import DecodeError
 from functions.forest import pack_trees, unpack_trees

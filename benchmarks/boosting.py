@@ -42,6 +42,7 @@ end of round 0).
 
     python -m benchmarks.boosting --out benchmarks/results/boosting.json
     python -m benchmarks.boosting --datasets penguins --seeds 0 --rounds 3 --out /tmp/b.json
+    python -m benchmarks.boosting --render --out benchmarks/results/boosting.json  # markdown only
 
 Runs one after another in this process (one core). Writes the JSON and, beside it, the markdown
 section (same name, ``.md``) after every dataset, so an interrupted grid keeps what ran.
@@ -77,11 +78,14 @@ from benchmarks.sites import (
     plain,
     pooled,
     score,
+    unplain,
 )
 
 SHIFT = 0.5  # std of synth50k's per-site feature offsets (features have std about 1-2)
 LABEL_SORT_S, DIRICHLET_ALPHA = 0.1, 0.5
 POOLED_SHARES_MAX = 5  # more sites: the pooled model is scored on test/all.csv only
+TITLE = "FFGB against federated XGBoost on tabular sites (issue 24 item 3)"
+CURVE_ROUNDS = (1, 2, 5, 10, 20)  # the rounds of the per-round table
 
 
 @dataclass(frozen=True)
@@ -328,9 +332,30 @@ def summarise(records: list[dict[str, Any]], name: str, kind: str, seeds: list[i
              f"{budget:.2f} MB on average)")
     parts = [title, "", md_table(headers, rows), ""]
     parts += [f"({i}) {error}" for i, error in enumerate(errors, start=1)]
+    parts += ["", curve_table(mine, kind, expected)]
     verdict = _verdict(summary, kind)
     summary["verdict"] = verdict
     return summary, "\n".join(parts + ["", f"**Verdict.** {verdict}", ""])
+
+
+def curve_table(mine: list[dict[str, Any]], kind: str, expected: int) -> str:
+    """Score on test/all.csv after rounds ``CURVE_ROUNDS`` and the cumulative MB (up and down)
+    at the last round, per federated method, mean over seeds."""
+    rounds = sorted({int(p[0]) for r in mine if "curve" in r for p in r["curve"]})
+    shown = [r for r in CURVE_ROUNDS if r in rounds]
+    rows = []
+    for family in METHODS:
+        curves = [r["curve"] for r in mine if r["method"] == family.name and "curve" in r]
+        if not curves:
+            continue
+        at = [{int(p[0]): p for p in c} for c in curves]
+        cells = [cell([c[r][2] for c in at if r in c], kind, expected)
+                 if any(r in c for c in at) else "-" for r in shown]
+        last = max(int(c[-1][0]) for c in curves)
+        megabytes = mean_std([c[-1][1] for c in curves])[0]
+        rows.append([family.name, *cells, f"{megabytes:.2f} (r {last})"])
+    headers = ["method", *(f"round {r}" for r in shown), "MB up + down, whole run"]
+    return "Per round (test/all.csv, mean ± std over seeds):\n\n" + md_table(headers, rows)
 
 
 def _rounds(records: list[dict[str, Any]]) -> str:
@@ -390,7 +415,7 @@ def _verdict(summary: dict[str, Any], kind: str) -> str:
                  f"and {time_ratio:.2g}x the time per round of {BUDGET_METHOD}")
     others = ", ".join(f"{m} {value(m)}" for m in federated_rows if m not in (best,
                                                                             BUDGET_METHOD))
-    return (f"{text}; {others}; pooled XGBoost {value('pooled (xgboost)')}, pooled FFGB trees "
+    return (f"{text}; {others + '; ' if others else ''}pooled XGBoost {value('pooled (xgboost)')}, pooled FFGB trees "
             f"{value('pooled (ffgb-trees)')}.")
 
 
@@ -414,7 +439,12 @@ def main(argv: list[str] | None = None) -> int:
                              "folder, removed)")
     parser.add_argument("--out", type=Path, required=True,
                         help="results JSON; the markdown goes beside it (.md)")
+    parser.add_argument("--render", action="store_true",
+                        help="run nothing: rewrite the markdown beside --out from its JSON")
     args = parser.parse_args(argv)
+    if args.render:
+        render(args.out)
+        return 0
     caps = dict(item.split("=") for item in args.fewer_rounds)
     seeds = {name: [int(s) for s in listed.split(",")]
              for name, listed in (item.split("=") for item in args.fewer_seeds)}
@@ -459,8 +489,21 @@ def _write(args: argparse.Namespace, argv: list[str] | None, wall: float,
               "summary": summaries, "runs": records}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(plain(report), indent=1, default=str) + "\n")
-    write_report(args.out.with_suffix(".md"), "FFGB against federated XGBoost on tabular sites "
-                 "(issue 24 item 3)", wall, "\n".join(parts))
+    write_report(args.out.with_suffix(".md"), TITLE, wall, "\n".join(parts))
+
+
+def render(out: Path) -> None:
+    """The markdown of a finished (or interrupted) run, from its JSON alone, under the header
+    the run wrote (its command, machine and wall time)."""
+    report = json.loads(out.read_text())
+    runs = unplain(report["runs"])
+    parts = []
+    for name, seeds in report["seeds"].items():
+        if name in report["summary"]:
+            kind = "regression" if name in REGRESSION else "classification"
+            parts.append(summarise(runs, name, kind, seeds)[1])
+    write_report(out.with_suffix(".md"), TITLE, report["wall_s"], "\n".join(parts),
+                 command=report["command"], info=report["machine"])
 
 
 if __name__ == "__main__":

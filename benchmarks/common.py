@@ -272,11 +272,13 @@ def command_line() -> str:
     return " ".join(["python -m", f"benchmarks.{module}", *sys.argv[1:]])
 
 
-def write_report(path: Path, title: str, wall_s: float, body: str) -> None:
-    """``body`` under a header giving the command, machine, commit, date and wall time."""
-    info = machine_info()
+def write_report(path: Path, title: str, wall_s: float, body: str, *,
+                 command: str | None = None, info: dict[str, Any] | None = None) -> None:
+    """``body`` under a header giving the command, machine, commit, date and wall time (this
+    process's, or ``command`` and ``info`` kept from the run when a report is re-rendered)."""
+    info = info if info is not None else machine_info()
     header = [f"# {title}", "",
-              f"- command: `{command_line()}` (from the repository root, venv active)",
+              f"- command: `{command or command_line()}` (from the repository root, venv active)",
               f"- wall time: {wall_s / 60:.1f} min ({wall_s:.0f} s)"]
     header += [f"- {k}: {v}" for k, v in info.items()]
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -405,6 +405,17 @@ def plain(value: Any) -> Any:
     return value
 
 
+def unplain(value: Any) -> Any:
+    """The inverse of ``plain`` for a report read back: every None a NaN."""
+    if value is None:
+        return math.nan
+    if isinstance(value, dict):
+        return {k: unplain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [unplain(v) for v in value]
+    return value
+
+
 # -- main -------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

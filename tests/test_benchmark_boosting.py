@@ -1,12 +1,15 @@
 """benchmarks.boosting's sites: the same files for the same seed, no empty site, and the
 federation's test set exactly the union of the sites' test shares."""
 
+import json
+import math
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from benchmarks.boosting import split_for, write_raw
+from benchmarks.boosting import curve_table, render, split_for, write_raw
+from benchmarks.sites import plain
 
 
 def _files(folder: Path) -> dict[str, bytes]:
@@ -58,3 +61,40 @@ def test_an_ablation_variant_changes_only_its_settings_and_runs(tmp_path):
     table = out.with_suffix(".md").read_text()
     assert "| newton leaves |" in table and f"| {default} |" in table
     assert "n/a" not in table
+
+
+def _run(method: str, seed: int, curve: list[list[float]]) -> dict:
+    """A federated record as benchmarks.boosting keeps it, with made-up numbers."""
+    return {"dataset": "penguins", "method": method, "kind": "federated", "seed": seed,
+            "rounds": int(curve[-1][0]), "all": curve[-1][2], "own": {"0": 0.5, "1": math.nan},
+            "worst_own": 0.5, "at_budget": math.nan, "rounds_in_budget": 0,
+            "bytes_up_per_round": 10.0, "bytes_down_per_round": 20.0, "s_per_round": 0.1,
+            "budget_mb": 1.0, "curve": curve}
+
+
+def test_the_per_round_table_averages_each_round_over_seeds_and_marks_missing_rounds():
+    runs = [_run("ffgb-trees", 0, [[0, 0.0, 0.3], [1, 0.1, 0.6], [2, 0.2, 0.8]]),
+            _run("ffgb-trees", 1, [[0, 0.0, 0.3], [1, 0.1, 0.8], [2, 0.4, 0.9]]),
+            _run("fedavg", 0, [[0, 0.0, 0.3], [1, 0.5, 0.7]])]
+    table = curve_table(runs, "classification", expected=2)
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in table.splitlines()}
+    assert "round 1 | round 2 |" in table and "round 5" not in table
+    assert "| 70.0 ± 14.1 | 85.0 ± 7.1 | 0.30 (r 2) |" in rows["ffgb-trees"]
+    assert "| 70.0 ± 0.0 (1 of 2 seeds) | - | 0.50 (r 1) |" in rows["fedavg"]
+
+
+def test_render_rewrites_the_markdown_from_the_json_alone(tmp_path):
+    """A report read back (NaN stored as null) renders the same tables the run wrote."""
+    runs = [_run("ffgb-trees", 0, [[0, 0.0, 0.3], [1, 0.1, 0.6]])]
+    out = tmp_path / "b.json"
+    out.write_text(json.dumps(plain({
+        "command": "python -m benchmarks.boosting --datasets penguins", "wall_s": 60.0,
+        "machine": {"commit": "abc1234"}, "seeds": {"penguins": [0]},
+        "summary": {"penguins": {}}, "runs": runs})))
+    render(out)
+    text = out.with_suffix(".md").read_text()
+    assert "- command: `python -m benchmarks.boosting --datasets penguins`" in text
+    assert "- commit: abc1234" in text
+    assert "| ffgb-trees | 1 | 60.0 ± 0.0 | - | 50.0 ± 0.0 |" in text  # NaN came back as NaN
+    assert "| 60.0 ± 0.0 | 0.10 (r 1) |" in text
+    assert "best federated on test/all.csv: ffgb-trees 60.0; pooled XGBoost n/a" in text

@@ -48,6 +48,9 @@ NEWTON_ETA0 = 0.3
 THEOREM_CONSTANT = {"ffgb": 2.0, "ffgb-c": 4.0, "ffgb-l": 4.0}  # Theorems 3.1, 3.2, 3.3
 CROSS_ENTROPY_GRAD_BOUND = 1.0  # |softmax - onehot| <= 1 in every output
 BOOST, DISTILL = "boost", "distill"  # the two kinds of round
+PER_NODE, SHARED = "per-node", "shared"  # ffgb.downlink
+DOWNLINKS = (AUTO, PER_NODE, SHARED)
+SHARED_FROM = 100  # recipients from which `auto` shares one downlink (1 % more bytes at most)
 MAX_ENSEMBLE = 10_000_000  # learners in an ensemble a decoder accepts (its version)
 
 FFGB_KEYS = (
@@ -111,6 +114,13 @@ FFGB_KEYS = (
         "the gradient term", at_least(1)),
     Key("ffgb.federated-eval", bool, True, "evaluate f on every node after each round "
         "(`train_loss`, `federated_test_*`; also keeps nodes in sync)"),
+    Key("ffgb.downlink", str, AUTO, "what a round's recipients get: `per-node` = each node "
+        "the learners it lacks, without its own of the last round (the paper's (N − 1) K), "
+        "packed per node; `shared` = one delta for all nodes at the same version, own learners "
+        "included (N K: 1/N more bytes), built once and sent as the same records (Flower's "
+        "content-addressed objects upload it once); `auto`: `shared` from "
+        f"{SHARED_FROM} recipients in a round, else `per-node`; see benchmarks/README.md, scale",
+        OneOf(DOWNLINKS)),
     Key("ffgb.distill", str, NONE, "`increment`: each node distils its K new learners into one "
         "before upload; `function`: its whole g^{K+1} into one (scale 0); see \"Bounding the "
         "ensemble\" in docs/algorithms.md", OneOf(MODES)),
@@ -156,6 +166,12 @@ class FFGBSettings:
     distill_steps: int = 500  # local Adam steps of the student per FedAvg round
     one_shot: bool = False  # FFGB.L in one round of communication (Remark 3.1)
     extension: str = UPPER  # FFGB.L's u_i: eq. 17 (upper) or the midpoint interpolant
+    downlink: str = AUTO  # per-node, shared or auto (by the round's recipients)
+
+    def shares_downlink(self, recipients: int) -> bool:
+        """Whether a round with ``recipients`` nodes sends one shared delta (``ffgb.downlink``)."""
+        return self.downlink == SHARED or (self.downlink == AUTO
+                                           and recipients >= SHARED_FROM)
 
     def student_training(self) -> OracleSettings:
         """How a node trains the distillation student in one FedAvg round."""

@@ -7,6 +7,11 @@ paper's (N - 1) K learners down, not N K). A node that holds nothing, or whose l
 error, gets the whole ensemble. Each learner is packed for the wire once (``PackCache``), however
 many nodes receive it.
 
+A shared downlink (``records_for(..., share=True)``) gives every node at the same version the
+same delta, its own learners included (N K down: 1/N more bytes), packed once and handed out as
+the same record objects: N messages then cost the server one delta, not N of (N - 1) K learners
+each, and Flower's grid, which addresses objects by content, uploads it once.
+
 Used by FFGB (its boosting rounds, its distillation and its one-shot FFGB.L) and by the frame
 tests' boosted trees: the sync is written once.
 
@@ -43,6 +48,7 @@ from functions.params import arrays_to_record, record_to_arrays
 from strategies.node_book import NodeSlot
 from strategies.state_codec import LIMITS, SEGMENTS
 
+Records = tuple[ConfigRecord, ArrayRecord, int]  # a delta's config, arrays and learner count
 _SEGMENT = re.compile(r"learners-([1-9][0-9]{0,9})-([1-9][0-9]{0,9})")
 _LEARNERS, _LEARNER_ARRAYS = "learners", "learners-arrays"
 
@@ -76,14 +82,23 @@ class EnsembleSync:
     def __init__(self, ensemble: Ensemble) -> None:
         self.ensemble = ensemble
         self.packs = PackCache()
+        # shared deltas of one ensemble: (ensemble, {since or None (whole): records})
+        self._shared: tuple[Ensemble | None, dict[int | None, Records]] = (None, {})
+
+    def _since(self, slot: SyncSlot) -> int | None:
+        """The version the node's delta starts from; None: it gets the whole ensemble."""
+        since = slot.version
+        if slot.needs_sync or since is None or since < self.ensemble.offset:
+            return None
+        return since
 
     def delta_for(self, slot: SyncSlot) -> Delta:
         """What the node lacks: everything after a failure, else since the version it holds,
         without its own learners of its last accepted round."""
         own = (slot.own_version, slot.own_first, slot.own_count, slot.own_fraction)
         slot.forget_own()  # sent now, or never again
-        since = slot.version
-        if slot.needs_sync or since is None or since < self.ensemble.offset:
+        since = self._since(slot)
+        if since is None:
             return self.ensemble.snapshot()
         version, first, count, fraction = own
         if count and since <= version:
@@ -91,12 +106,28 @@ class EnsembleSync:
             return self.ensemble.delta(since, omit=(first, count), own_factor=factor)
         return self.ensemble.delta(since)
 
-    def records_for(self, slot: SyncSlot) -> tuple[ConfigRecord, ArrayRecord, int]:
+    def records_for(self, slot: SyncSlot, share: bool = False) -> Records:
         """The node's delta as records, and its number of learners; from now on the slot says
-        the node holds the current version (an error reply sets ``needs_sync`` again)."""
-        delta = self.delta_for(slot)
-        config, arrays = pack_delta(delta, self.packs)
+        the node holds the current version (an error reply sets ``needs_sync`` again). With
+        ``share``, the delta of every node at the slot's version, own learners included: the
+        same record objects for all of them (treat them as read-only)."""
+        if share:
+            slot.forget_own()
+            owner, shared = self._shared
+            if owner is not self.ensemble:
+                shared = {}
+                self._shared = (self.ensemble, shared)
+            since = self._since(slot)
+            if since not in shared:
+                shared[since] = self._records(self.delta_for(slot))
+            records = shared[since]
+        else:
+            records = self._records(self.delta_for(slot))
         slot.version, slot.needs_sync = self.ensemble.version, False
+        return records
+
+    def _records(self, delta: Delta) -> Records:
+        config, arrays = pack_delta(delta, self.packs)
         return ConfigRecord(config), arrays_to_record(arrays), len(delta.learners)
 
     def average(self, pairs: Sequence[tuple[SyncSlot, Delta]], keep_own: bool = True) -> int:

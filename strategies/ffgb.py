@@ -147,12 +147,12 @@ class FFGBStrategy(FederatedStrategy):
         return {**described, "one_shot": True} if self.ffgb.one_shot else described
 
     # -- messages -------------------------------------------------------------------------------
-    def _message(self, node: int, server_round: int, kind: str, student: bool = False
-                 ) -> Message:
-        """The node's delta (``EnsembleSync``), its acceptance state, and in a distillation
-        round the student."""
+    def _message(self, node: int, server_round: int, kind: str, share: bool,
+                 student: bool = False) -> Message:
+        """The node's delta (``EnsembleSync``; with ``share`` the one of every node at its
+        version), its acceptance state, and in a distillation round the student."""
         slot = self.book[node]
-        config, arrays, learners = self.sync.records_for(slot)
+        config, arrays, learners = self.sync.records_for(slot, share)
         content = RecordDict({
             DELTA: config, DELTA_ARRAYS: arrays,
             CONFIG: ConfigRecord({SERVER_ROUND: server_round,
@@ -179,7 +179,8 @@ class FFGBStrategy(FederatedStrategy):
             server_round, len(nodes), len(self.book.node_ids),
             f"distil it ({index}/{self.ffgb.distill_rounds})" if distilling else "train",
             len(self.ensemble.learners))
-        return [self._message(node, server_round, TRAIN, distilling) for node in nodes]
+        share = self.ffgb.shares_downlink(len(nodes))
+        return [self._message(node, server_round, TRAIN, share, distilling) for node in nodes]
 
     def aggregate(self, server_round: int, replies: Iterable[Message]
                   ) -> tuple[ArrayRecord | None, dict[str, float]]:
@@ -232,8 +233,9 @@ class FFGBStrategy(FederatedStrategy):
                            grid: Grid) -> Iterable[Message]:
         if not self.ffgb.federated_eval:
             return []
-        return [self._message(node, server_round, EVALUATE)
-                for node in self.boosting.evaluation_nodes(server_round, self.book)]
+        nodes = self.boosting.evaluation_nodes(server_round, self.book)
+        share = self.ffgb.shares_downlink(len(nodes))
+        return [self._message(node, server_round, EVALUATE, share) for node in nodes]
 
     def check_evaluation(self, reply: Message) -> EvaluationSums:
         return evaluation_sums_of(reply, self.task)

@@ -45,6 +45,9 @@ FAMILIES = {
     "feddr": "algorithm='feddr' task='synthetic'",
     "ffgb": "algorithm='ffgb' task='digits' ffgb.local-steps=1 ffgb.oracle-steps=20 "
             "ffgb.hidden=8",
+    # one delta a round in the same records for every node, uploaded once by Flower's grid
+    "ffgb-shared": "algorithm='ffgb' task='digits' ffgb.learner='tree' ffgb.local-steps=2 "
+                   "ffgb.downlink='shared'",
     "fedfun": "algorithm='fedfun' task='wine' fedfun.initial-steps=50 fedfun.local-steps=20 "
               "fedfun.hidden='8' fedfun.penalty-samples=50",
     "fedxgb-bagging": "algorithm='fedxgb-bagging' task='wine' fedxgb.max-depth=3",

@@ -8,8 +8,16 @@ import pytest
 from sklearn.tree import DecisionTreeRegressor
 
 import functions.ensembles as ensembles
-from functions.ensembles import Delta, Ensemble, PackCache, pack_delta, unpack_delta
+from functions.ensembles import (
+    Delta,
+    Ensemble,
+    PackCache,
+    PredictionCache,
+    pack_delta,
+    unpack_delta,
+)
 from functions.networks import NetworkSpec
+from functions.params import record_to_arrays
 from functions.trees import from_sklearn
 from oracles.weak_learning import new_network
 from strategies.ensemble_sync import EnsembleSync, SyncSlot
@@ -106,3 +114,40 @@ def test_a_rounds_learners_are_packed_once_for_all_recipients(monkeypatch):
     received = [sync.records_for(slot)[2] for slot in slots]
     assert received == [6, 6, 6, 6]  # (N - 1) K learners each
     assert packed == [1] * 8  # N K packs, one learner each, not N (N - 1) K
+
+
+def test_a_shared_downlink_is_one_set_of_records_that_moves_every_node_to_the_same_function():
+    """``share``: the nodes at one version get the same record objects (own learners included,
+    N K), packed once; a node's values after it equal those after its per-node delta plus its
+    own learners' values, to rounding."""
+    per_node = EnsembleSync(Ensemble.constant(np.zeros(OUTPUTS), X.shape[1]))
+    shared = EnsembleSync(Ensemble.constant(np.zeros(OUTPUTS), X.shape[1]))
+    slots_a, slots_b = four_nodes_one_round(per_node), four_nodes_one_round(shared)
+    received = [shared.records_for(slot, share=True) for slot in slots_b]
+    assert all(r[0] is received[0][0] and r[1] is received[0][1] for r in received)
+    assert [r[2] for r in received] == [8] * 4 and all(s.own_count == 0 for s in slots_b)
+    assert all(s.version == shared.ensemble.version for s in slots_b)
+    whole = unpack_delta(dict(received[0][0]), record_to_arrays(received[0][1]))
+    assert (whole.since, whole.own_count, whole.version) == (0, 0, 8)
+    start = np.zeros((len(X), OUTPUTS))
+    for node, slot in enumerate(slots_a):
+        config, arrays, count = per_node.records_for(slot)
+        mine = unpack_delta(dict(config), record_to_arrays(arrays))
+        own = ensembles.weighted_sum([tree(4, 10 * node), tree(3, 10 * node + 1)], [0.5, 0.5],
+                                     X, OUTPUTS)
+        expected = PredictionCache(X, 0, start.copy()).update(mine, own)
+        assert count == 6 and np.allclose(PredictionCache(X, 0, start.copy()).update(whole),
+                                          expected, rtol=0, atol=1e-12)
+
+
+def test_a_shared_downlink_is_packed_once_per_version_and_rebuilt_for_a_new_ensemble():
+    sync = EnsembleSync(Ensemble.constant(np.zeros(OUTPUTS), X.shape[1]))
+    slots = four_nodes_one_round(sync)
+    slots[0].needs_sync = True  # its reply was an error: the whole ensemble, its own records
+    first = [sync.records_for(slot, share=True) for slot in slots]
+    assert first[0][0]["full"] and not first[1][0]["full"]
+    assert first[1][1] is first[2][1] is first[3][1] and first[0][1] is not first[1][1]
+    sync.average([(slot, increment(8, [tree(2, 50 + i)])) for i, slot in enumerate(slots)])
+    second = [sync.records_for(slot, share=True) for slot in slots]
+    assert second[0][1] is second[3][1] is not first[1][1]
+    assert (second[0][0]["since"], second[0][2]) == (8, 4)

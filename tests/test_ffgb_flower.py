@@ -92,6 +92,34 @@ def test_own_learners_are_not_sent_back_and_mu_rescales_exactly(tmp_path):
     assert any(m.content[DELTA]["own_count"] == 2 for m in evaluates)
 
 
+def test_a_shared_downlink_learns_the_same_function_sending_each_node_its_own_learners_too(
+        tmp_path):
+    """``ffgb.downlink='shared'``: one delta per round and version, the same records in every
+    message, own learners included; the function learnt equals the per-node downlink's to
+    rounding, and every node holds the server's f."""
+    common = {"num-server-rounds": 3, "fraction-train": 0.5, "ffgb.learner": "tree",
+              "ffgb.local-steps": 2}
+    per_node = run_ffgb(tmp_path / "a", **common, **{"ffgb.downlink": "per-node"})
+    shared = run_ffgb(tmp_path / "b", **common, **{"ffgb.downlink": "shared"})
+    for a, b in zip(per_node.rows[1:], shared.rows[1:], strict=True):
+        assert b["test_loss"] == pytest.approx(a["test_loss"], rel=1e-9)
+        assert b["federated_test_loss"] == pytest.approx(b["test_loss"], rel=1e-6)
+        assert b["bytes_down"] > a["bytes_down"]  # each node's own learners travel back
+    evaluates = [m for m in shared.grid.down if m.metadata.message_type == "evaluate"]
+    assert all(m.content[DELTA]["own_count"] == 0 for m in evaluates)
+    by_round: dict[str, set[int]] = {}
+    for m in evaluates:
+        by_round.setdefault(m.metadata.group_id, set()).add(id(m.content[DELTA_ARRAYS]))
+    # round 1: the nodes that trained hold version 0, the others nothing (the whole ensemble)
+    assert [len(by_round[r]) for r in ("1", "2", "3")] == [2, 1, 1]
+    ensemble = final_ensemble(shared)
+    for node in shared.grid.node_ids:
+        version, values = node_values(shared, node)
+        assert version == ensemble.version
+        np.testing.assert_allclose(values, ensemble.predict(node_inputs(shared, node)),
+                                   atol=1e-5)
+
+
 def test_a_node_that_lost_its_state_fails_once_and_gets_everything(tmp_path):
     run = run_ffgb(tmp_path, client=forgetting(client_app, 1, 3), **{"num-server-rounds": 4})
     assert [r["failures"] for r in run.rows[1:]] == [0, 0, 1, 0]

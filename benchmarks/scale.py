@@ -6,9 +6,11 @@ Each (family, N) runs 3 rounds in its own process (so its peak memory is its own
 node taking part, on ``task='synthetic' synthetic.samples=60000`` (each node holds 60,000 / N
 points). Per round, averaged over rounds 2-3 (round 1 builds the rosters and the caches):
 
-- ``server s``: the round's wall time less the time spent inside the ClientApp calls (what the
-  ServerApp, its strategy, Flower's serialisation and the results writer cost);
-- ``node s``: the time inside the ClientApp calls, all nodes (they run one after another here);
+- ``server s``: the round's wall time less the nodes' time (what the ServerApp, its strategy,
+  its half of Flower's wire and the results writer cost: the messages' distinct objects
+  deflated once a push, as Flower's grid uploads them, and the replies inflated);
+- ``node s``: the nodes' half of each delivery, all nodes (they run one after another here):
+  inflating the message, the ClientApp, deflating the reply (``LocalGrid.node_step``);
 - ``up/down kB``: payload bytes of the round, all nodes, and ``down/node``;
 - ``peak MiB``: the process's peak resident memory (server and in-process nodes together);
 - ``ckpt kB``: ``checkpoint.pb`` plus the segments file after the last round;
@@ -66,23 +68,17 @@ def measure(family: str, nodes: int, folder: Path | None = None) -> dict[str, An
     results folder (``folder``/scale) is written there and kept."""
     from client_app.app import app as client_app
     from server_app.app import run
-    from testing.inprocess_grid import LocalGrid, run_config, server_context
+    from testing.inprocess_grid import LocalGrid, Wire, run_config, server_context
 
     node_seconds: dict[int, float] = defaultdict(float)
 
     class TimedGrid(LocalGrid):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            inner = self.client_app
-
-            def timed(message, context):  # noqa: ANN001, ANN202 - Flower's Message, Context
-                start = time.perf_counter()
-                try:
-                    return inner(message, context)
-                finally:
-                    node_seconds[self.round] += time.perf_counter() - start
-
-            self.client_app = timed
+        def node_step(self, wire: Wire) -> Wire:
+            start = time.perf_counter()
+            try:
+                return super().node_step(wire)
+            finally:
+                node_seconds[self.round] += time.perf_counter() - start
 
     with tempfile.TemporaryDirectory() if folder is None else nullcontext(str(folder)) as tmp:
         config = run_config(**{"output-dir": tmp, "run-name": "scale", **COMMON,

@@ -3,9 +3,13 @@
 Used by the fast end-to-end tests and by the benchmarks (many rounds, many configs); not part
 of the shipped packages.
 
-Each message is passed through Flower's own protobuf serialisation both ways, each
-node keeps its own Context (so Context.state persists across rounds), and a client
-exception becomes an error reply, as on Flower's engines. No Ray, no processes.
+Each message travels as Flower 1.41's deployment wire carries it: the sender deflates its
+content-addressed objects (each distinct object of a push once, as Flower's grid uploads it
+once), the receiver inflates the message from those bytes. The ServerApp's half of that
+(``deflate_push``, ``inflate``) and the node's half (``LocalGrid.node_step``) are separate calls,
+so a benchmark can tell server time from node time. Each node keeps its own Context (so
+Context.state persists across rounds), and a client exception becomes an error reply, as on
+Flower's engines. No Ray, no processes.
 
 Nodes can come and go between rounds (``leave``, ``join``): a node that left is no longer
 listed and each message to it gets the SuperLink's "node unavailable" error reply, as from
@@ -17,14 +21,17 @@ node ids at the start of round r (after a message of round r - 1) or sends a mes
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from flwr.app import Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
-from flwr.common.serde import message_from_proto, message_to_proto
+from flwr.supercore.inflatable.inflatable_object import (
+    get_all_nested_objects,
+    no_object_id_recompute,
+)
+from flwr.supercore.inflatable.inflatable_utils import inflate_object_from_contents
 from flwr.server.superlink.linkstate.utils import create_message_error_unavailable_res_message
 from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
@@ -51,9 +58,31 @@ def enter_run() -> None:
     TaskIdentity.task_id = 1
 
 
-def _wire(message: Message) -> Message:
-    """Round-trip a message through Flower's serialisation."""
-    return message_from_proto(message_to_proto(message))
+Wire = tuple[str, dict[str, bytes]]  # a message's object id and its objects' bytes
+
+
+def deflate_push(messages: Iterable[Message]) -> list[Wire]:
+    """The messages as Flower's grid pushes them: each message's id is its object id, and each
+    distinct object of the push is deflated once (a record shared by many messages, once)."""
+    deflated: dict[str, bytes] = {}
+    out = []
+    with no_object_id_recompute():
+        for message in messages:
+            message.metadata.__dict__["_message_id"] = message.object_id
+            objects = get_all_nested_objects(message)
+            for object_id, obj in objects.items():
+                if object_id not in deflated:
+                    deflated[object_id] = obj.deflate()
+            out.append((message.object_id, {i: deflated[i] for i in objects}))
+    return out
+
+
+def inflate(wire: Wire) -> Message:
+    """The message a receiver rebuilds from the bytes it pulled (Flower's inflation)."""
+    message_id, contents = wire
+    message = inflate_object_from_contents(message_id, dict(contents))
+    message.metadata.__dict__["_message_id"] = message_id
+    return message
 
 
 def round_of(message: Message) -> int | None:
@@ -143,32 +172,33 @@ class LocalGrid(Grid):
         self._advance(self.round + 1)
         return list(self.node_ids)
 
-    def _deliver(self, message: Message) -> Message:
-        received = _wire(message)
+    def node_step(self, wire: Wire) -> Wire:
+        """The node's half of a delivery: inflate the message, run the ClientApp, deflate its
+        reply (or the SuperLink's "node unavailable" reply for a node that left)."""
+        received = inflate(wire)
         if received.metadata.dst_node_id in self.gone:  # the SuperLink answers (from node 1)
-            return _wire(create_message_error_unavailable_res_message(received.metadata,
-                                                                      "node_unavail"))
+            return deflate_push([create_message_error_unavailable_res_message(
+                received.metadata, "node_unavail")])[0]
         context = self.contexts[received.metadata.dst_node_id]
         try:
             reply = self.client_app(received, context)
         except Exception as err:  # noqa: BLE001 - mirrors Flower's runtime behaviour
             reply = Message(Error(CLIENT_EXCEPTION_CODE, f"{type(err).__name__}: {err}"),
                             reply_to=received)
-        reply.metadata.__dict__["_message_id"] = str(uuid.uuid4())
-        return _wire(reply)
+        return deflate_push([reply])[0]
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        messages = list(messages)
         ids = []
-        for message in messages:
+        for message, wire in zip(messages, deflate_push(messages), strict=True):
             server_round = round_of(message)
             if server_round is not None:
                 self.round = max(self.round, server_round)
                 self._advance(self.round)
-            message.metadata.__dict__["_message_id"] = str(uuid.uuid4())
             if self.keep_messages:
                 self.down.append(message)
-            self.replies[message.metadata.message_id] = self._deliver(message)
-            ids.append(message.metadata.message_id)
+            self.replies[wire[0]] = inflate(self.node_step(wire))
+            ids.append(wire[0])
         return ids
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:

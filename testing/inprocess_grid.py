@@ -27,13 +27,13 @@ from typing import Any
 
 from flwr.app import Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.server.superlink.linkstate.utils import create_message_error_unavailable_res_message
+from flwr.serverapp import Grid
 from flwr.supercore.inflatable.inflatable_object import (
     get_all_nested_objects,
     no_object_id_recompute,
 )
 from flwr.supercore.inflatable.inflatable_utils import inflate_object_from_contents
-from flwr.server.superlink.linkstate.utils import create_message_error_unavailable_res_message
-from flwr.serverapp import Grid
 from flwr.supercore.task_identity import TaskIdentity
 
 from functions.protocol import CONFIG, SERVER_ROUND

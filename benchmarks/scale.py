@@ -48,7 +48,9 @@ COMMON = {"task": "synthetic", "synthetic.samples": 60000, "num-server-rounds": 
 FAMILIES = {
     "fedavg": {"algorithm": "fedavg", "local-steps": 5},
     "ffgb-mlp": {"algorithm": "ffgb", "ffgb.oracle-steps": 50},
-    "ffgb-trees": {"algorithm": "ffgb", "ffgb.learner": "tree"},
+    "ffgb-trees": {"algorithm": "ffgb", "ffgb.learner": "tree"},  # shared downlink from N = 100
+    "ffgb-trees-per-node": {"algorithm": "ffgb", "ffgb.learner": "tree",
+                            "ffgb.downlink": "per-node"},
     # FFGB's MLP learners at N = 1,000 (issue 21): 10 % of the nodes a round, no federated
     # evaluation (which would send every node the round's learners), with and without each
     # node distilling its K new learners into one (ffgb.distill='increment')

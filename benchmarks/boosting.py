@@ -415,7 +415,8 @@ def _verdict(summary: dict[str, Any], kind: str) -> str:
                  f"and {time_ratio:.2g}x the time per round of {BUDGET_METHOD}")
     others = ", ".join(f"{m} {value(m)}" for m in federated_rows if m not in (best,
                                                                             BUDGET_METHOD))
-    return (f"{text}; {others + '; ' if others else ''}pooled XGBoost {value('pooled (xgboost)')}, pooled FFGB trees "
+    others = f"{others}; " if others else ""
+    return (f"{text}; {others}pooled XGBoost {value('pooled (xgboost)')}, pooled FFGB trees "
             f"{value('pooled (ffgb-trees)')}.")
 
 

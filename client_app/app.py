@@ -1,18 +1,31 @@
-"""ClientApp: dispatches each message to the run's algorithm's client procedure."""
+"""ClientApp: dispatches each message to the run's algorithm's client procedure.
+
+A message the node cannot answer gets an error reply whose reason is one sentence (the file, the
+column, the problem), never a traceback, whichever engine runs the node: Flower's runtimes would
+otherwise send the exception with its traceback (the simulation engine's wrapped in Ray's, with
+colour codes). A fault of the data, the configuration or a received record is logged as one
+warning line; any other exception is a fault of ours, and the node's log keeps its traceback.
+"""
 
 from __future__ import annotations
 
 import os
+from logging import ERROR, WARNING
 
 import torch
-from flwr.app import Context, Message
+from flwr.app import Context, Error, Message
 from flwr.clientapp import ClientApp
+from flwr.common.constant import ErrorCode
+from flwr.common.logger import log
 
 from client_app.job import ClientJob
+from client_app.node_state import LostStateError
 from client_app.registry import client_half, message_types
 from client_app.setup import node_setup
 from client_app.site_data import SITE_HANDLERS, agreed_schema
+from functions.errors import DecodeError, one_sentence
 from tasks.errors import ConfigError
+from tasks.site_errors import SiteDataError
 
 # Small models on few cores: one intra-op thread per process is ~50x faster than
 # oversubscribing (measured 0.6 ms vs 30 ms per MLP step on 2 busy cores).
@@ -20,8 +33,27 @@ torch.set_num_threads(int(os.environ.get("FL_TORCH_THREADS", "1")))
 
 app = ClientApp()
 
+# what the node's data, the run config or a received record can be faulted for
+EXPECTED_FAILURES = (SiteDataError, ConfigError, DecodeError, LostStateError)
+
 
 def handle(message: Message, context: Context) -> Message:
+    """``answer``, or the error reply of one sentence when it raises (see the module
+    docstring)."""
+    message_type = message.metadata.message_type
+    try:
+        return answer(message, context)
+    except EXPECTED_FAILURES as err:
+        reason = one_sentence(err)
+        log(WARNING, "%s: this node cannot answer: %s", message_type, reason)
+    except Exception as err:  # noqa: BLE001 - a fault of ours: traceback here, one line sent
+        reason = one_sentence(f"{type(err).__name__}: {err}")
+        log(ERROR, "%s: this node failed: %s", message_type, reason, exc_info=True)
+    return Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason),
+                   reply_to=message)
+
+
+def answer(message: Message, context: Context) -> Message:
     """Run the procedure that the run's algorithm registered for this message type, on the
     node's setup (built on the run's first message to this node, then reused)."""
     setup = node_setup(context)

@@ -1,6 +1,7 @@
 """Replies can never crash the server: every reply is read inside one guard.
 
-An error reply is logged (the metered grid counts it); any exception while reading a content
+An error reply is logged with its reason as one line (``one_sentence``: whatever an engine or a
+node put in it; the metered grid counts it); any exception while reading a content
 reply (unparseable array bytes, a wrong record kind, a missing or extra key, non-finite or
 out-of-range values, a reply from a node outside the federation, a second reply from one node)
 drops that reply, logs one line naming the node and the reason, and counts one failure. The
@@ -17,7 +18,7 @@ from typing import Generic, TypeVar
 from flwr.app import Message, RecordDict
 from flwr.common.logger import log
 
-from functions.errors import DecodeError
+from functions.errors import DecodeError, one_sentence
 
 T = TypeVar("T")
 
@@ -30,6 +31,7 @@ class Screened(Generic[T]):
     accepted: dict[int, T] = field(default_factory=dict)
     dropped: list[int] = field(default_factory=list)
     errors: list[int] = field(default_factory=list)
+    reasons: dict[int, str] = field(default_factory=dict)  # of each error or dropped reply
 
     @property
     def rejected(self) -> int:
@@ -49,8 +51,9 @@ def screen_replies(label: str, server_round: int, replies: Iterable[Message],
         node = reply.metadata.src_node_id
         if reply.has_error():
             out.errors.append(node)
+            out.reasons[node] = one_sentence(reply.error.reason)
             log(WARNING, "%s round %d: node %s failed: %s", label, server_round, node,
-                reply.error.reason)
+                out.reasons[node])
             continue
         try:
             if node not in members:
@@ -60,7 +63,9 @@ def screen_replies(label: str, server_round: int, replies: Iterable[Message],
             out.accepted[node] = decode(reply)
         except Exception as err:  # noqa: BLE001 - whatever a reply holds, it only fails itself
             out.dropped.append(node)
-            reason = str(err) if isinstance(err, DecodeError) else f"{type(err).__name__}: {err}"
+            reason = one_sentence(err if isinstance(err, DecodeError)
+                                  else f"{type(err).__name__}: {err}")
+            out.reasons.setdefault(node, reason)
             log(WARNING, "%s round %d: dropped the reply of node %s: %s", label, server_round,
                 node, reason)
     return out

@@ -35,7 +35,7 @@ from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from functions.errors import DecodeError
+from functions.errors import DecodeError, one_sentence
 from functions.protocol import (
     PARTITION_ID,
     QUERY_FACTS,
@@ -109,10 +109,11 @@ def _exchange(grid: Grid, settings: RunSettings, message_type: str,
                  for node, content in contents.items()]
     replies = list(grid.send_and_receive(questions, timeout=settings.reply_timeout))
     screened = screen_replies(LABEL, ROUND, replies, decode, set(contents))
-    failed = {r.metadata.src_node_id: f"its {message_type} answer was an error: "
-              f"{r.error.reason}" for r in replies if r.has_error()}
+    failed = {node: f"its {message_type} answer was an error: {screened.reasons[node]}"
+              for node in screened.errors}
     for node in screened.dropped:
-        failed.setdefault(node, f"its {message_type} answer was unusable")
+        failed.setdefault(node, f"its {message_type} answer was refused: "
+                          f"{screened.reasons[node]}")
     for node in contents:
         if node not in screened.accepted and node not in failed:
             failed[node] = f"no {message_type} answer within reply-timeout"
@@ -139,6 +140,13 @@ def _contested(answers: dict[int, tuple[int, dict]], pinned: dict[int, int]) -> 
     return refused
 
 
+def _no_site(what: str, left_out: dict[int, str]) -> SiteDataError:
+    """The run's end when no site is left: ``what`` happened, and every node's reason."""
+    reasons = "; ".join(f"node {n}: {r}" for n, r in left_out.items())
+    return SiteDataError(f"{what}" + (f"; {reasons}" if reasons else "")
+                         + ("" if left_out else ": no node answered"))
+
+
 def agree_sites(grid: Grid, settings: RunSettings, kept: Schema | None = None) -> SiteAgreement:
     """Run both exchanges with every connected node (with ``kept``, the schema of the run being
     resumed, under it); ``SiteDataError`` when no node agrees."""
@@ -160,8 +168,13 @@ def agree_sites(grid: Grid, settings: RunSettings, kept: Schema | None = None) -
     left_out.update(_contested(answers, settings.pinned_partitions))
     answers = {n: a for n, a in answers.items() if n not in left_out}
     order = sorted(answers, key=lambda n: (answers[n][0], n))
+    if not answers:
+        raise _no_site("no site's data could be described", left_out)
     if kept is None:
-        agreement = agree(spec, {n: answers[n][1] for n in order})
+        try:
+            agreement = agree(spec, {n: answers[n][1] for n in order})
+        except SiteDataError as err:  # every describing node refused: its reasons and ours
+            raise _no_site(str(err), left_out) from None
     else:
         agreement = Agreement(kept, {n: reason for n in order
                                      if (reason := misfit(kept, answers[n][1]))})
@@ -188,8 +201,7 @@ def agree_sites(grid: Grid, settings: RunSettings, kept: Schema | None = None) -
     left_out.update({n: r for n, r in failed.items() if n not in left_out})
     agreed = [n for n in order if n not in left_out]
     if not agreed:
-        raise SiteDataError("no site agreed the schema: " + "; ".join(
-            f"node {n}: {r}" for n, r in left_out.items()))
+        raise _no_site("no site agreed the schema", left_out)
     fitted = kept or with_moments(schema, {n: sums[n] for n in agreed})
     largest = max(rows[n] + answers[n][1].get("test-rows", 0) for n in agreed)
     task = server_task(fitted, largest, settings.server_test_path)

@@ -147,3 +147,14 @@ def test_sites_that_share_one_label_are_refused_by_name_for_cross_entropy(tmp_pa
     only_adelie = [{"dataset-path": str(penguins / "2.csv")}] * 3  # Torgersen: Adelie only
     with pytest.raises(InvalidRunConfig, match="ffgb needs at least 2 classes; the task has 1"):
         site_run(tmp_path, penguins, only_adelie, algorithm="ffgb", **{"ffgb.learner": "tree"})
+
+
+def test_when_every_site_fails_the_run_names_every_sites_reason(tmp_path, penguins):
+    with pytest.raises(InvalidRunConfig) as raised:
+        site_run(tmp_path, tmp_path / "nowhere", algorithm="ffgb")
+    message = str(raised.value)
+    assert message.startswith("no site's data could be described; node ")
+    assert [f"nowhere/{p}.csv: no such file" in message for p in range(3)] == [True] * 3
+    with pytest.raises(InvalidRunConfig) as raised:  # the label's name in the wrong case
+        site_run(tmp_path / "b", penguins, algorithm="ffgb", **{"data.label": "Species"})
+    assert str(raised.value).count("no column 'Species'") == 3

@@ -77,9 +77,11 @@ def _run_in_this_process(job: dict, out_dir: str) -> dict:
     logging.disable(logging.WARNING)  # Flower logs every round at INFO; keep WARNING+ quiet too
     from client_app.app import app as client_app
     from server_app.app import main as server_main
-    from testing.inprocess_grid import LocalGrid, run_config, server_context
+    from testing.inprocess_grid import LocalGrid, counting, run_config, server_context
 
-    config = run_config(**{"output-dir": out_dir, "run-name": job["name"], **job["overrides"]})
+    # a benchmark's base settings serve several families: each run gets the keys that count
+    config = run_config(**{"output-dir": out_dir, "run-name": job["name"],
+                           **counting(job["overrides"])})
     start = time.perf_counter()
     grid = (_wire_grid_class() if job.get("wire") else LocalGrid)(
         client_app, config, job["num_nodes"], keep_messages=False)

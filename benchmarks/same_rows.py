@@ -48,10 +48,11 @@ def rows_of(case: dict[str, Any]) -> list[dict[str, Any]]:
     """The rows of one configuration, without wall times."""
     from client_app.app import app as client_app
     from server_app.app import run
-    from testing.inprocess_grid import LocalGrid, run_config, server_context
+    from testing.inprocess_grid import LocalGrid, counting, run_config, server_context
 
     with tempfile.TemporaryDirectory() as tmp:
-        config = run_config(**{"output-dir": tmp, "run-name": "rows", **SMALL, **case})
+        config = run_config(**{"output-dir": tmp, "run-name": "rows",
+                               **counting({**SMALL, **case})})
         run(LocalGrid(client_app, config, 4, keep_messages=False), server_context(config))
         rows = json.loads((Path(tmp) / "rows" / "metrics.json").read_text())["rounds"]
     return [{k: v for k, v in row.items() if k != "wall_time_s"} for row in rows]

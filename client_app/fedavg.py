@@ -20,7 +20,7 @@ from functions.protocol import (
     SERVER_ROUND,
     TRAIN,
 )
-from oracles.local_sgd import SGDConfig, train_sgd
+from oracles.local_sgd import SGDConfig, default_step, train_sgd
 
 
 def train(job: ClientJob) -> RecordDict:
@@ -32,7 +32,7 @@ def train(job: ClientJob) -> RecordDict:
         epochs=s.local_epochs,
         steps=s.local_steps,
         batch_size=s.batch_size,
-        learning_rate=s.learning_rate,
+        learning_rate=s.learning_rate or default_step(data.task.kind),
         proximal_mu=float(config.get(PROXIMAL_MU, 0.0)),
     )
     seed = s.seed * 100_003 + int(config.get(SERVER_ROUND, 0)) * 1_009 + data.partition_id

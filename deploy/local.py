@@ -4,8 +4,10 @@ optionally with TLS and SuperNode authentication, and jobs submitted through ``f
     python -m deploy.local --nodes 3 --tls --auth \\
         "algorithm='fedfw' task='synthetic' num-server-rounds=3"
 
-starts everything under a fresh work directory, runs the job, prints Flower's run list and the
-results folder, and stops every process it started by PID (also on Ctrl-C or an error). Each
+starts everything under a fresh work directory, runs the job (printing a line a round while it
+runs), prints the run's status, its results folder (when the run wrote one) and its health
+line, exits 0 only when the run completed, and stops every process it started by PID (also on
+Ctrl-C or an error). Each
 process gets its own loopback ports; certificates (a CA and a server certificate whose SANs
 are 127.0.0.1, localhost and any ``--host``) and ECDSA P-384 SuperNode keys are made with the
 ``cryptography`` package (Flower's own dependency: no openssl or ssh-keygen needed), and each key is registered with ``flwr supernode register`` before its SuperNode
@@ -48,10 +50,17 @@ from cryptography.x509.oid import NameOID
 
 from deploy.netns import Star
 from deploy.perimeter import Perimeter
+from server_app.preflight import EXIT_INVALID, check
+from server_app.run_status import COMPLETED, report
+from tasks.errors import ConfigError
 
 BIN = Path(sys.executable).parent  # flower-superlink, flower-supernode and flwr of this venv
 PROJECT = Path(__file__).resolve().parents[1]
 CONNECTION = "deploy"
+# the lines of a run's log ``main`` prints while it runs: a line a round, and how it ends
+PROGRESS = re.compile(r"\[results\]|Run (completed|failed)|Invalid run config|The run stops|"
+                      r"is left out|is refused")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def run_checked(args: list[str], **kwargs) -> subprocess.CompletedProcess:
@@ -449,6 +458,24 @@ class Deployment:
         """Flower's run list (``flwr list``)."""
         return self._flwr("list", CONNECTION).stdout
 
+    def follow(self, run_id: str, shown: re.Pattern[str], timeout: float = 3600.0) -> str:
+        """Stream run ``run_id``'s log (``flwr log <id> --stream``, which ends when the run
+        does) into ``logs/<id>.log`` of the work directory, printing the lines ``shown`` matches
+        as they come (a line a round); then its final status."""
+        logs = self.workdir / "logs"
+        logs.mkdir(exist_ok=True)
+        stream = subprocess.Popen(
+            self._in_link([str(BIN / "flwr"), "log", str(run_id), CONNECTION, "--stream"]),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env,
+            cwd=PROJECT)
+        with open(logs / f"{run_id}.log", "a") as out:
+            for line in stream.stdout:
+                out.write(line)
+                if shown.search(line):
+                    print(ANSI.sub("", line).rstrip(), flush=True)
+        stream.wait()
+        return self.wait_for_runs([run_id], timeout)[run_id]
+
     def kill(self, name: str) -> None:
         """SIGKILL one process and its group (a node that dies)."""
         process = self.processes[name]
@@ -511,6 +538,11 @@ def main(argv: list[str] | None = None) -> int:
                              "file only (for task='site' runs)")
     parser.add_argument("run_config", help="the job's --run-config text")
     args = parser.parse_args(argv)
+    try:  # in seconds, before any process starts: what the ServerApp would refuse
+        print(check(args.run_config, args.nodes), flush=True)
+    except ConfigError as err:
+        print(f"Invalid run config: {err}", file=sys.stderr)
+        return EXIT_INVALID
     args.workdir = new_workdir(args.workdir)
     star = Star(f"fl{os.getpid() % 10000}", args.nodes) if args.netns else None
     deployment = Deployment(args.workdir, tls=args.tls, auth=args.auth, base_port=args.port,
@@ -525,12 +557,18 @@ def main(argv: list[str] | None = None) -> int:
             own = "" if args.site_files is None else \
                 f"dataset-path='{args.site_files.absolute() / f'{i}.csv'}'"
             deployment.start_supernode(i, args.nodes, node_config=own)
-        run_config = f"{args.run_config} output-dir='{args.workdir / 'results'}' run-name='job'"
-        done = deployment.flwr_run(run_config)
-        print(done.stdout[-4000:], done.stderr[-2000:], sep="\n")
-        print(deployment.runs())
-        print(f"results: {args.workdir / 'results' / 'job'}; {time.monotonic() - started:.0f} s")
-        return done.returncode
+        results = args.workdir / "results" / "job"
+        run_id = deployment.submit(f"{args.run_config} output-dir='{results.parent}' "
+                                   "run-name='job'")
+        print(f"run {run_id} submitted; its log: {args.workdir / 'logs' / f'{run_id}.log'}",
+              flush=True)
+        status = deployment.follow(run_id, PROGRESS)
+        print(f"run {run_id}: {status}; {time.monotonic() - started:.0f} s")
+        config = None
+        if (results / "config.json").is_file():
+            config = json.loads((results / "config.json").read_text())
+        print("\n".join(report(results, config)))
+        return 0 if status == COMPLETED else 1
     finally:
         deployment.stop()
         if star is not None:

@@ -319,9 +319,13 @@ for cfg in "${JOBS[@]}"; do
   log "job $i: flwr run . $CONN --run-config \"$cfg\""
   t0=$(now)
   set +e
+  # the whole log to its file; a line a round (and how the run ended) to the terminal
   (cd "$ROOT" && timeout "${FL_JOB_TIMEOUT:-1200}" "$FLWR" run . "$CONN" --stream --run-config \
-    "$cfg output-dir='/app/results' run-name='$name' git-commit='$COMMIT'") >"$LOGDIR/job-$i.log" 2>&1
-  rc=$?
+    "$cfg output-dir='/app/results' run-name='$name' git-commit='$COMMIT'") 2>&1 \
+    | tee "$LOGDIR/job-$i.log" | sed -u 's/\x1b\[[0-9;]*m//g' \
+    | grep --line-buffered -E '\[results\] round|Run (completed|failed)|Invalid run config' \
+    | sed -u 's/^[A-Z]* *: *//; s/^/  /'
+  rc=${PIPESTATUS[0]}
   set -e
   dt=$(secs "$t0" "$(now)")
   run_id=$(grep -o 'Successfully started run [0-9]*' "$LOGDIR/job-$i.log" | awk '{print $4}' | head -1)
@@ -351,13 +355,15 @@ gaps = [walls[t] - walls[t - 1] for t in sorted(walls) if t >= 2 and t - 1 in wa
 if gaps:
     print(f"  s/round (rounds 2..{max(walls)}): {sum(gaps) / len(gaps):.2f} "
           f"({', '.join(f'{g:.2f}' for g in gaps)})")
-sites = json.load(open(sys.argv[1].replace("metrics.json", "config.json"))).get("sites")
+config = json.load(open(sys.argv[1].replace("metrics.json", "config.json")))
+print(f"  {config.get('outcome', {}).get('line', 'no health line: the run ended abruptly')}")
+sites = config.get("sites")
 if sites:
     last = d["rounds"][-1]
     own = {k: round(v, 4) for k, v in last.items() if k.startswith("site") and "_test_" in k}
     print(f"  sites: partitions {sites['partitions']}, left out {sites['left-out']}; last round {own}")
 EOF
-  else note "  results: $metrics missing"; fi
+  else note "  no results folder: the run stopped before it wrote one"; fi
   took_part=ok
   if [ -n "$SITES_TABLE" ] && [ -s "$metrics" ]; then   # both sites trained, none left out
     python3 -c 'import json,sys; s=json.load(open(sys.argv[1]))["sites"]; sys.exit(s["partitions"] != [0, 1])' \

@@ -16,6 +16,7 @@ from run_config.keys import (
     Key,
     OneOf,
     Scalar,
+    When,
     above,
     at_least,
     build,
@@ -25,11 +26,11 @@ from run_config.keys import (
     require,
     within,
 )
-from tasks.datasets import IMAGE_SCALINGS, SITE_TASK
+from tasks.datasets import IMAGE_SCALINGS, IMAGE_TASKS, ONLINE_TASKS, SITE_TASK
 from tasks.devices import check_device_name
 from tasks.federation import DataSpec
 from tasks.site_data import PARTITION_TEMPLATE
-from tasks.site_schema import CLASSIFICATION, KINDS, SiteSpec
+from tasks.site_schema import CLASSIFICATION, KINDS, SCALE_FACTOR, SiteSpec
 
 __all__ = ["COMMON_KEYS", "RunSettings", "Scalar", "parse_node_partitions", "read_key", "require"]
 
@@ -46,6 +47,9 @@ def parse_node_partitions(text: str, key: str = "node-partitions") -> dict[int, 
     return pinned
 
 
+SITES = When("task", (SITE_TASK,))  # the keys of a site's own files
+BUNDLED = When("task", (SITE_TASK,), unless=True)  # the keys of the bundled tasks' split
+
 COMMON_KEYS = (
     Key("algorithm", str, "ffgb", "which algorithm runs: see the algorithms table of "
         "docs/algorithms.md (the registry in `strategies/registry.py` checks the name)",
@@ -56,36 +60,47 @@ COMMON_KEYS = (
         "(node config `dataset-path`, or the `dataset-path` template below) under the schema "
         "of the `data.*` keys (see docs/data.md)", field="task"),
     Key("data.kind", str, CLASSIFICATION, "`task='site'`: `classification` or `regression`",
-        OneOf(KINDS), field="data_kind"),
-    Key("data.label", str, "", "`task='site'`: the label column (required)", field="data_label"),
+        OneOf(KINDS), field="data_kind", when=SITES),
+    Key("data.label", str, "", "`task='site'`: the label column (required)", field="data_label",
+        when=SITES),
     Key("data.features", str, "", "`task='site'`: comma-separated feature columns, in this "
         "order; empty = every other column that more than half the sites report (by name)",
-        field="data_features"),
+        field="data_features", when=SITES),
     Key("data.categorical", str, "", "`task='site'`: comma-separated categorical columns "
         "(one-hot over the union of the sites' values); a text column not named here is "
-        "categorical too", field="data_categorical"),
+        "categorical too", field="data_categorical", when=SITES),
     Key("data.label-counts", bool, False, "`task='site'`: nodes also disclose how often each "
-        "label occurs (off: only which labels occur)", field="data_label_counts"),
+        "label occurs (off: only which labels occur)", field="data_label_counts", when=SITES),
+    Key("data.strict", bool, False, "`task='site'`: refuse a site that looks mistaken (a "
+        "numeric column more than `data.scale-factor` times the other sites' magnitude, a "
+        "label no other site holds) instead of warning of it", field="data_strict",
+        when=SITES),
+    Key("data.scale-factor", float, SCALE_FACTOR, "`task='site'`: how many times a site's "
+        "median absolute value of a numeric column may differ from the sites' median before "
+        "it is reported (another unit?)", above(1), field="data_scale_factor", when=SITES),
     Key("dataset-path", str, "", "`task='site'`: the file every node reads when its node config "
         "has no `dataset-path`, with `{partition-id}` replaced by the node's partition id "
         "(`'/data/sites/{partition-id}.csv'`: per-site files in simulation)",
         Check("a path that holds no '{' other than '{partition-id}'",
-              lambda v: "{" not in v.replace(PARTITION_TEMPLATE, "")), field="dataset_path"),
+              lambda v: "{" not in v.replace(PARTITION_TEMPLATE, "")), field="dataset_path",
+        when=SITES),
     Key("server-test-path", str, "", "`task='site'`: a file on the ServerApp's machine for "
         "central evaluation under the agreed schema; empty = no central evaluation (sites "
-        "evaluate on their own held-out rows)", field="server_test_path"),
+        "evaluate on their own held-out rows)", field="server_test_path", when=SITES),
     Key("model", str, "", "`mclr`, `mlp`, `mlp32` (the FFGB paper's 32-32 leaky-ReLU MLP, for "
         "FedAvg at FFGB's architecture), `dnn`, `cnn`; empty = the task's default (`mlp`; `mclr` "
         "for synthetic; `cnn` for cifar10)", field="model"),
     Key("partitioning", str, "iid", "`iid`, `label-sort`, `labels-per-client`, "
         "`shifted-labels`, `dirichlet`, `kmeans`, `by-class` (see docs/data.md)",
-        field="partitioning"),
+        field="partitioning", when=BUNDLED),
     Key("partitioning.s", float, 0.1, "label-sort: fraction spread iid, the rest sorted by "
-        "label (FFGB paper)", within(0, 1), field="partitioning_s"),
+        "label (FFGB paper)", within(0, 1), field="partitioning_s",
+        when=When("partitioning", ("label-sort",))),
     Key("partitioning.alpha", float, 0.5, "dirichlet concentration", above(0),
-        field="partitioning_alpha"),
+        field="partitioning_alpha", when=When("partitioning", ("dirichlet",))),
     Key("partitioning.labels-per-client", int, 3, "labels-per-client, shifted-labels: labels "
-        "per client (FedFW paper)", at_least(1), field="labels_per_client"),
+        "per client (FedFW paper)", at_least(1), field="labels_per_client",
+        when=When("partitioning", ("labels-per-client", "shifted-labels"))),
     Key("partitioning.local-test", float, 0.0, "> 0: every node holds out this share of its "
         "own partition as its test shard (the FedFW authors' per-user 75/25 split: `0.25`), so "
         "federated evaluation (`federated_test_*`) scores each node on its own distribution; 0: "
@@ -95,13 +110,13 @@ COMMON_KEYS = (
     Key("image-scaling", str, "unit", "image tasks (`mnist-5k`, `mnist`, `cifar10`): pixels in "
         "[0, 1] (`unit`) or [−1, 1] (`centred`, torchvision's `Normalize(0.5, 0.5)`, as the "
         "FedFW authors' code)", Check(f"one of {IMAGE_SCALINGS}", lambda v: v in IMAGE_SCALINGS),
-        field="image_scaling"),
+        field="image_scaling", when=When("task", IMAGE_TASKS)),
     Key("num-server-rounds", int, 20, "rounds, ≥ 1", at_least(1), field="num_rounds"),
     Key("seed", int, 0, "seeds data split, partitions, model init, sampling and minibatches",
         field="seed"),
     Key("test-fraction", float, 0.2, "offline tasks: share held out for testing, stratified "
         "(the FedFun paper: 0.5)", Check("strictly between 0 and 1", lambda v: 0.0 < v < 1.0),
-        field="test_fraction"),
+        field="test_fraction", when=When("task", ONLINE_TASKS, unless=True)),
     Key("min-nodes", int, 2, "the server waits for this many connected nodes before starting",
         at_least(1), field="min_nodes"),
     Key("min-replies", int, 0, "quorum: if fewer nodes answer a round's training (without an "
@@ -156,14 +171,17 @@ COMMON_KEYS = (
     Key("local-steps", int, 0, "if > 0, this many minibatch steps instead of epochs",
         at_least(0), field="local_steps"),
     Key("batch-size", int, 16, "local minibatch size", at_least(1), field="batch_size"),
-    Key("learning-rate", float, 0.3, "local SGD step size", above(0), field="learning_rate"),
+    Key("learning-rate", float, 0.0, "local SGD step size; 0 = the task's: 0.3 for "
+        "classification, 0.05 for regression (squared error's gradients grow with the "
+        "residual: 0.3 diverges on diabetes)", at_least(0, "(0: the task's)"),
+        field="learning_rate"),
     Key("fedprox.mu", float, 0.01, "FedProx proximal weight", at_least(0), field="fedprox_mu"),
     Key("synthetic.alpha", float, 1.0, "Synthetic(α, β) heterogeneity: α; 0, 0 = iid",
-        at_least(0), field="synthetic_alpha"),
+        at_least(0), field="synthetic_alpha", when=When("task", ("synthetic",))),
     Key("synthetic.beta", float, 1.0, "Synthetic(α, β) heterogeneity: β; 0, 0 = iid",
-        at_least(0), field="synthetic_beta"),
+        at_least(0), field="synthetic_beta", when=When("task", ("synthetic",))),
     Key("synthetic.samples", int, 6000, "samples generated for `synthetic` (80 % train, 20 % "
-        "test)", at_least(10), field="synthetic_samples"),
+        "test)", at_least(10), field="synthetic_samples", when=When("task", ("synthetic",))),
 )
 _DEFAULT = {key.field: key.default for key in COMMON_KEYS}
 
@@ -187,6 +205,8 @@ class RunSettings:
     data_features: str = _DEFAULT["data_features"]  # comma-separated, empty: all others
     data_categorical: str = _DEFAULT["data_categorical"]
     data_label_counts: bool = _DEFAULT["data_label_counts"]
+    data_strict: bool = _DEFAULT["data_strict"]  # implausible sites refused, not warned of
+    data_scale_factor: float = _DEFAULT["data_scale_factor"]
     dataset_path: str = _DEFAULT["dataset_path"]  # template with {partition-id}
     server_test_path: str = _DEFAULT["server_test_path"]
     num_rounds: int = _DEFAULT["num_rounds"]
@@ -247,7 +267,8 @@ class RunSettings:
             return tuple(n.strip() for n in text.split(",") if n.strip())
 
         return SiteSpec(self.data_kind, self.data_label, names(self.data_features),
-                        names(self.data_categorical), self.data_label_counts)
+                        names(self.data_categorical), self.data_label_counts, self.data_strict,
+                        self.data_scale_factor)
 
     @property
     def pinned_partitions(self) -> dict[int, int]:

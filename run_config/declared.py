@@ -7,6 +7,7 @@ key and the closest declared one, so a typo is found before any engine starts.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -43,9 +44,17 @@ def with_overrides(overrides: Mapping[str, Any], pyproject: Path = PYPROJECT) ->
     return {**config, **overrides}
 
 
+_NAME = re.compile(r"(?:^|\s)([A-Za-z0-9_.-]+)\s*=")  # an unquoted key of ``key=value``
+
+
 def parse_overrides(text: str) -> dict[str, Any]:
     """``key=value`` pairs as ``flwr run --run-config`` reads them (TOML values)."""
     try:
         return parse_config_args([text]) if text.strip() else {}
     except Exception as err:  # click's or tomli's parse errors, with their own message
-        raise ConfigError(f"cannot parse the run config {text!r}: {err}") from None
+        names = _NAME.findall(text)
+        clash = next((f"{parent}=... and {name}=..." for name in names for parent in names
+                      if name.startswith(f"{parent}.")), None)
+        hint = (f" (TOML reads {clash} as a value and a table of the same name: quote the "
+                'dotted key, e.g. "partitioning.alpha"=0.1)' if clash else "")
+        raise ConfigError(f"cannot parse the run config {text!r}: {err}{hint}") from None

@@ -95,12 +95,35 @@ def within(low: float, high: float, ends: str = "[]", note: str = "") -> Check:
 
 
 @dataclass(frozen=True)
+class When:
+    """Where a key has an effect: only when the common key ``on`` has one of ``values`` (with
+    ``unless``: none of them). A key given another value elsewhere is refused
+    (``run_config.tables.inert_keys``): it would change nothing, silently."""
+
+    on: str
+    values: tuple[Scalar, ...]
+    unless: bool = False
+
+    def holds(self, common: Mapping[str, Any]) -> bool:
+        """Whether the key counts, given the run's common keys ({name: typed value})."""
+        return (common[self.on] in self.values) != self.unless
+
+    @property
+    def text(self) -> str:
+        """``task='site'``, ``task other than 'site'``."""
+        values = " or ".join(repr(v) for v in self.values)
+        return f"{self.on} other than {values}" if self.unless else \
+            " or ".join(f"{self.on}={v!r}" for v in self.values)
+
+
+@dataclass(frozen=True)
 class Key:
     """One run-config key: its name as in ``--run-config``, type, default, per-key check (None:
     any value of the type) and one line of help for ``pyproject.toml`` and docs/configuration.md.
 
     ``field`` names the settings-dataclass field the key fills (``build``); empty: the name's
-    last part with ``_`` for ``-`` (``ffgb.tree-depth`` fills ``tree_depth``)."""
+    last part with ``_`` for ``-`` (``ffgb.tree-depth`` fills ``tree_depth``). ``when``: the
+    common key's values under which it has an effect (None: whenever its table is read)."""
 
     name: str
     kind: type
@@ -108,6 +131,7 @@ class Key:
     help: str
     check: Callable[[str, Any], Any] | None = None
     field: str = ""
+    when: When | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -122,6 +146,14 @@ class Key:
     def field_name(self) -> str:
         """The settings-dataclass field this key fills."""
         return self.field or self.name.rsplit(".", 1)[-1].replace("-", "_")
+
+    def given(self, raw: Mapping[str, Any]) -> bool:
+        """Whether ``raw`` sets this key to anything but its default (a value of the wrong
+        type counts as given)."""
+        try:
+            return read_key(raw, self.name, self.kind, self.default) != self.default
+        except ConfigError:
+            return True
 
     def read(self, raw: Mapping[str, Any]) -> Any:
         """The key's value in ``raw`` (its default when absent), typed and checked."""

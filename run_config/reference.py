@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from run_config.keys import Key, Scalar
-from run_config.tables import FAMILIES, TABLES, Table
+from run_config.tables import TABLES, Table, condition, readers
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT, REFERENCE = ROOT / "pyproject.toml", ROOT / "docs" / "configuration.md"
@@ -62,9 +62,9 @@ def _plain(title: str) -> str:
     return title.replace("`", "")
 
 
-def readers(table: Table) -> str:
+def table_readers(table: Table) -> str:
     """Who reads ``table``: its note, and the algorithms whose family lists it."""
-    names = [f"`{name}`" for name, family in FAMILIES.items() if table in family.tables]
+    names = [f"`{name}`" for name in readers(table)]
     return f"{table.note}: {', '.join(names)}" if names else table.note
 
 
@@ -72,7 +72,8 @@ def config_table(tables: Iterable[Table] = TABLES) -> str:
     """The text of ``[tool.flwr.app.config]``: its header, a note, then each table's keys."""
     lines = [HEADER, *_comment(NOTE)]
     for table in tables:
-        lines += ["", *_comment(f"---- {_plain(table.title)} (read by {_plain(readers(table))})")]
+        title = f"---- {_plain(table.title)} (read by {_plain(table_readers(table))})"
+        lines += ["", *_comment(title)]
         for key in table.keys:
             lines += [*_comment(key.help), f"{toml_key(key.name)} = {toml_value(key.default)}"]
     return "\n".join(lines) + "\n"
@@ -83,8 +84,11 @@ def _cell(text: str) -> str:
 
 
 def _row(key: Key) -> str:
+    """A key's line; a key with an effect only in some runs says where (refused elsewhere)."""
+    where = condition(key)
+    meaning = f"{key.help} ({where})" if where else key.help
     return (f"| `{key.name}` | {key.kind.__name__} | `{toml_value(key.default)}` | "
-            f"{_cell(key.help)} |")
+            f"{_cell(meaning)} |")
 
 
 def key_reference(tables: Iterable[Table] = TABLES) -> str:
@@ -93,7 +97,7 @@ def key_reference(tables: Iterable[Table] = TABLES) -> str:
                  "edit those, not this text -->")
     lines = [BEGIN, generated]
     for table in tables:
-        lines += ["", f"**{table.title}** (read by {readers(table)})", "",
+        lines += ["", f"**{table.title}** (read by {table_readers(table)})", "",
                   "| key | type | default | meaning |", "|---|---|---|---|",
                   *(_row(key) for key in table.keys)]
     return "\n".join([*lines, "", END])

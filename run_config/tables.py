@@ -25,7 +25,8 @@ from run_config.fedxgb import ALGORITHMS as FEDXGB_ALGORITHMS
 from run_config.fedxgb import FEDXGB_KEYS, fedxgb_settings
 from run_config.ffgb import FFGB_KEYS, ffgb_settings
 from run_config.ffgb import VARIANTS as FFGB_VARIANTS
-from run_config.keys import Key
+from run_config.keys import Key, read_keys
+from tasks.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -52,24 +53,40 @@ TABLES = (COMMON, DOMAIN, FEDFW, FEDDR, FFGB, FEDFUN, FEDXGB)
 
 @dataclass(frozen=True)
 class Family:
-    """What an algorithm reads beyond the common keys: its tables, and the parser that builds
-    its settings from them (None: nothing beyond the common keys)."""
+    """What an algorithm reads beyond the common keys: its tables, the parser that builds its
+    settings from them (None: nothing beyond the common keys), and the common keys that only
+    some algorithms read (``reads``, a subset of ``SCOPED``)."""
 
     tables: tuple[Table, ...] = ()
     parse: Callable[[RunSettings], object] | None = None
+    reads: tuple[str, ...] = ()
+    steps: tuple[str, ...] = ()  # the keys of its step sizes: what a diverged run names
 
+
+# common keys that only some algorithms read: a torch model's, local SGD's, the sampler's
+MODEL = ("model",)
+LOCAL_SGD = ("local-epochs", "local-steps", "batch-size", "learning-rate")
+SAMPLED = ("fraction-train",)
+FEDAVG_READS = (*MODEL, *LOCAL_SGD, *SAMPLED)
+
+SGD_STEP = ("learning-rate",)
 
 NO_FAMILY = Family()
 FAMILIES: dict[str, Family] = {
-    "fedavg": NO_FAMILY,
-    "fedprox": NO_FAMILY,
-    "fedavg-proj": Family((DOMAIN,), constraint_set),
-    **{name: Family((DOMAIN, FEDFW), fedfw_settings) for name in FEDFW_VARIANTS},
-    "feddr": Family((DOMAIN, FEDDR), feddr_settings),
-    **{name: Family((FFGB,), ffgb_settings) for name in FFGB_VARIANTS},
-    **{name: Family((FEDFUN,), fedfun_settings) for name in FEDFUN_ALGORITHMS},
-    **{name: Family((FEDXGB,), fedxgb_settings) for name in FEDXGB_ALGORITHMS},
+    "fedavg": Family(reads=FEDAVG_READS, steps=SGD_STEP),
+    "fedprox": Family(reads=(*FEDAVG_READS, "fedprox.mu"), steps=SGD_STEP),
+    "fedavg-proj": Family((DOMAIN,), constraint_set, FEDAVG_READS, SGD_STEP),
+    **{name: Family((DOMAIN, FEDFW), fedfw_settings, MODEL,
+                    ("fedfw.schedule", "fedfw.lambda0")) for name in FEDFW_VARIANTS},
+    "feddr": Family((DOMAIN, FEDDR), feddr_settings, MODEL, ("feddr.lr", "feddr.eta")),
+    **{name: Family((FFGB,), ffgb_settings, SAMPLED,
+                    ("ffgb.eta0", "ffgb.schedule", "ffgb.oracle-lr")) for name in FFGB_VARIANTS},
+    **{name: Family((FEDFUN,), fedfun_settings, (), ("fedfun.lr", "fedfun.step"))
+       for name in FEDFUN_ALGORITHMS},
+    **{name: Family((FEDXGB,), fedxgb_settings, SAMPLED if name == "fedxgb-bagging" else (),
+                    ("fedxgb.eta",)) for name in FEDXGB_ALGORITHMS},
 }
+SCOPED = ("fedprox.mu", *FEDAVG_READS)
 
 
 def family_of(algorithm: str) -> Family:
@@ -86,8 +103,53 @@ def family_settings(settings: RunSettings) -> object | None:
 
 
 def validate_tables(settings: RunSettings) -> None:
-    """Parse the chosen algorithm's family tables; ConfigError names the first bad key."""
+    """Parse the chosen algorithm's family tables (ConfigError names the first bad key), then
+    refuse every key that would have no effect (``inert_keys``)."""
     family_settings(settings)
+    inert = inert_keys(settings)
+    if inert:
+        raise ConfigError("; ".join(inert.values()))
+
+
+def readers(table: Table | str) -> list[str]:
+    """The algorithms that read a table, or a scoped common key."""
+    return [name for name, family in FAMILIES.items()
+            if (table in family.tables if isinstance(table, Table) else table in family.reads)]
+
+
+def condition(key: Key) -> str:
+    """When a common key has an effect, for the key reference ("" for always)."""
+    if key.name in SCOPED:
+        return "read only by " + ", ".join(f"`{name}`" for name in readers(key.name))
+    return "" if key.when is None else f"read only with `{key.when.text}`"
+
+
+def inert_keys(settings: RunSettings) -> dict[str, str]:
+    """{key: why it would change nothing in this run} for every key given a value other than
+    its default that the run does not read: a key of a table the algorithm does not read, a
+    common key only other algorithms read (``SCOPED``), a key whose ``when`` does not hold (a
+    ``data.*`` key with a task other than ``site``, ...). Each reason names what would make
+    the key count."""
+    raw, family = settings.raw, family_of(settings.algorithm)
+    common = read_keys(raw, COMMON_KEYS)
+    algorithm = f"algorithm={settings.algorithm!r}"
+    found = {}
+    for table in TABLES[1:]:
+        if table not in family.tables:
+            found.update({key.name: f"{key.name}={raw[key.name]!r} has no effect with "
+                          f"{algorithm}: the {table.title.split(':')[0]} keys are read only by "
+                          f"{', '.join(readers(table))}" for key in table.keys if key.given(raw)})
+    for key in COMMON_KEYS:
+        if not key.given(raw):
+            continue
+        if key.name in SCOPED and key.name not in family.reads:
+            found[key.name] = (f"{key.name}={raw[key.name]!r} has no effect with {algorithm}: "
+                               f"it is read only by {', '.join(readers(key.name))}")
+        elif key.when is not None and not key.when.holds(common):
+            found[key.name] = (f"{key.name}={raw[key.name]!r} has no effect in this run: it is "
+                               f"read only with {key.when.text}, and the run has "
+                               f"{key.when.on}={common[key.when.on]!r}")
+    return found
 
 
 def all_keys() -> tuple[Key, ...]:

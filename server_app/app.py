@@ -22,21 +22,22 @@ from flwr.serverapp import Grid, ServerApp
 
 from functions.errors import DecodeError
 from run_config.common import RunSettings
-from run_config.tables import validate_tables
+from run_config.tables import family_of, validate_tables
 from server_app.checkpoint import Checkpoint
 from server_app.event_log import EventLog
 from server_app.metered_grid import MeteredGrid, own_pull_interval
+from server_app.outcome import outcome
 from server_app.recording import BelowQuorum, RecordedStrategy, RoundRecorder
 from server_app.results import ResultsWriter, summarise
 from server_app.resume import checked_checkpoint, restore
 from server_app.run_info import results_directory, run_config_record
-from strategies.base import FederatedStrategy
+from strategies.base import Diverged, FederatedStrategy
 from strategies.registry import ServerAlgorithm, get_algorithm
 from strategies.site_agreement import SiteAgreement, agree_sites
 from tasks.errors import ConfigError
-from tasks.federation import check_partitioning
+from tasks.federation import check_partitioning, task_for
 from tasks.site_files import SiteDataError
-from tasks.site_schema import Schema
+from tasks.site_schema import REGRESSION, Schema
 
 # Small models on few cores: one intra-op thread per process is ~50x faster than
 # oversubscribing (measured 0.6 ms vs 30 ms per MLP step on 2 busy cores).
@@ -57,6 +58,13 @@ class RunPlan:
     algorithm: ServerAlgorithm
     strategy: FederatedStrategy
     sites: SiteAgreement | None = None  # task='site': the schema the nodes agreed
+
+    @property
+    def label_scale(self) -> float:
+        """A standardised regression label's standard deviation in its own units (1: the
+        label is in its own units, or there is none)."""
+        task = self.sites.task if self.sites is not None else task_for(self.settings.data)
+        return task.target_scale if task.kind == REGRESSION else 1.0
 
 
 def check_settings(run_config: Mapping[str, Any]) -> RunSettings:
@@ -147,7 +155,8 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
         done, arrays, rows = checkpoint.server_round, checkpoint.arrays, checkpoint.rows
         log(INFO, "Resuming after round %d of %d", done, settings.num_rounds)
     config = run_config_record(settings, num_nodes, strategy.description(),
-                               None if plan.sites is None else plan.sites.record())
+                               None if plan.sites is None else plan.sites.record(),
+                               context.run_id)
     events = EventLog(out_dir, settings.raw, rows) if settings.tensorboard else None
     writer = ResultsWriter(out_dir, config, rows, plot_title(settings, num_nodes), events)
     log(INFO, "Running %s (%s) on task %s with %d nodes; results -> %s",
@@ -156,26 +165,48 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
     recorded = RecordedStrategy(strategy, done, settings.min_replies)
     recorder = RoundRecorder(recorded, metered, writer, settings.num_rounds, plan.algorithm.name,
                              context.run_config,
-                             "" if plan.sites is None else plan.sites.schema.to_json())
-    stopped = None
+                             "" if plan.sites is None else plan.sites.schema.to_json(),
+                             plan.label_scale)
+    stopped: Exception | None = None
+    cause = ""
     if settings.num_rounds > done:
         try:
             recorded.start(grid=metered, initial_arrays=arrays,
                            num_rounds=settings.num_rounds - done,
                            timeout=settings.reply_timeout, evaluate_fn=recorder)
         except BelowQuorum as err:
-            stopped = err
+            stopped, cause = err, f"quorum lost at {err}"
             log(ERROR, "The run stops: %s. Completed rounds are saved; continue with "
                 "resume-from='%s' once enough nodes are back", err, out_dir)
+        except Diverged as err:  # said once, by the health line below
+            stopped = RunDiverged(f"{err} ({tried(settings)})")
+            cause = str(stopped)
 
     summary = summarise(writer.rounds)
-    plots = writer.finish(summary)
+    ended = outcome(writer.rounds, settings.num_rounds, num_nodes, cause,
+                    isinstance(stopped, RunDiverged),
+                    None if plan.sites is None else config["sites"])
+    plots = writer.finish(summary, ended.record())
     log(INFO, "Final: %s", ", ".join(f"{k}={v}" for k, v in summary.items()))
     log(INFO, "Results written to %s (%s)", out_dir,
         ", ".join(["config.json", "metrics.json", "metrics.csv", "checkpoint.pb"]
                   + [p.name for p in plots] + (["tensorboard/"] if events else [])))
+    log(ERROR if stopped else INFO, "%s", ended.line())
     if stopped is not None:
         raise stopped  # Flower records the run as failed, with the reason
+
+
+class RunDiverged(RuntimeError):
+    """The run diverged: its one sentence, with what it tried, which Flower records as the
+    failed run's details."""
+
+
+def tried(settings: RunSettings) -> str:
+    """What a diverged run tried: the algorithm, the task and its family's step sizes."""
+    steps = ", ".join(f"{key}={settings.raw[key]!r}" for key in family_of(settings.algorithm).steps
+                      if key in settings.raw)
+    return f"{settings.algorithm} on {settings.task}" + (
+        f"; step sizes {steps}: a smaller one may help" if steps else "")
 
 
 def plot_title(settings: RunSettings, num_nodes: int) -> str:

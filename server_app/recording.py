@@ -14,9 +14,10 @@ from flwr.serverapp.strategy import Strategy
 
 from server_app.checkpoint import Checkpoint, write_checkpoint
 from server_app.metered_grid import MeteredGrid
+from server_app.outcome import in_label_units, nonfinite
 from server_app.results import ResultsWriter
 from server_app.segment_log import SegmentLog
-from strategies.base import FederatedStrategy
+from strategies.base import Diverged, FederatedStrategy
 
 _CLIENT_BOOKKEEPING = ("num-examples",)
 
@@ -87,9 +88,11 @@ class RoundRecorder:
 
     def __init__(self, strategy: RecordedStrategy, grid: MeteredGrid, writer: ResultsWriter,
                  num_rounds: int, algorithm: str, run_config: Mapping[str, Any],
-                 site_schema: str = "") -> None:
+                 site_schema: str = "", label_scale: float = 1.0) -> None:
+        """``label_scale``: a standardised regression label's standard deviation in its own
+        units (its MSE columns are also written as RMSE in those units; 1: not standardised)."""
         self.strategy, self.grid, self.writer = strategy, grid, writer
-        self.num_rounds, self.algorithm = num_rounds, algorithm
+        self.num_rounds, self.algorithm, self.label_scale = num_rounds, algorithm, label_scale
         self.run_config = dict(run_config)  # stored in every checkpoint (server_app.resume)
         self.site_schema = site_schema  # likewise: the sites' schema a resumed run keeps
         self.segments = SegmentLog(writer.directory)  # the checkpoint's append-only part
@@ -117,21 +120,26 @@ class RoundRecorder:
             failures=traffic.failures + int(row.get("failures", 0)),
             wall_time_s=round(time.monotonic() - self.start, 3),
         )
+        bad = nonfinite(row)
+        row.update(in_label_units(row, self.label_scale))
         self.writer.add_round(row)
+        log(INFO, "%s", format_row(row, self.num_rounds))
+        if bad:  # no checkpoint of a diverged state: resuming would resume the divergence
+            raise Diverged(server_round, ", ".join(f"{k}={row[k]}" for k in bad))
         inner = self.strategy.inner
         segments = self.segments.store(inner.segment_names(), inner.segment_record)
         write_checkpoint(self.writer.directory, Checkpoint(
             self.algorithm, server_round, arrays, self.writer.rounds, inner.state_record(),
             self.run_config, self.segments.path.name, segments, site_schema=self.site_schema))
         self.segments.retire()
-        log(INFO, "%s", format_row(row, self.num_rounds))
         return MetricRecord({k: v for k, v in row.items() if isinstance(v, (int, float))})
 
 
 def format_row(row: dict[str, Any], num_rounds: int) -> str:
     """One line per round: accuracy or MSE, losses, bytes, time."""
     parts = [f"round {row['round']}/{num_rounds}"]
-    for key in ("test_accuracy", "test_mse", "test_accuracy_mean", "test_loss", "train_loss"):
+    for key in ("test_accuracy", "test_mse", "test_rmse_label", "test_accuracy_mean",
+                "test_loss", "train_loss"):
         if row.get(key) is not None:
             parts.append(f"{key}={row[key]:.4f}")
     parts.append(f"up={row['bytes_up'] / 1e3:.1f}kB down={row['bytes_down'] / 1e3:.1f}kB")

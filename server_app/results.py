@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import re
 import tempfile
@@ -21,6 +22,8 @@ from server_app.event_log import EventLog
 
 # the headline metric of a row: a global function's, else the mean over nodes' own models
 METRIC_KEYS = ("test_accuracy", "test_mse", "test_accuracy_mean", "test_mse_mean")
+LABEL_UNITS = "rmse_label"  # a standardised regression label's MSE, as RMSE in its own units
+LABEL_KEYS = tuple(k.replace("mse", LABEL_UNITS) for k in METRIC_KEYS if "mse" in k)
 
 
 def _umask() -> int:
@@ -65,21 +68,38 @@ def write_atomic(path: Path, content: bytes | str | Callable[[IO[bytes]], object
     return path
 
 
+def finite(payload: Any) -> Any:
+    """``payload`` with every NaN or infinity as None (JSON's null; JSON has no ``Infinity``)
+    and numpy scalars as Python numbers, through dicts and lists."""
+    if isinstance(payload, dict):
+        return {k: finite(v) for k, v in payload.items()}
+    if isinstance(payload, (list, tuple)):
+        return [finite(v) for v in payload]
+    if hasattr(payload, "item") and getattr(payload, "shape", None) == ():  # a numpy scalar
+        payload = payload.item()
+    if isinstance(payload, float) and not math.isfinite(payload):
+        return None
+    return payload
+
+
 class ResultsWriter:
-    """Writes every round as it arrives, so a crashed run still leaves its rounds on disk."""
+    """Writes every round as it arrives, so a crashed run still leaves its rounds on disk.
+    Non-finite numbers are written as null (JSON) or an empty cell (CSV)."""
 
     def __init__(self, directory: Path, config: dict[str, Any],
                  rounds: Sequence[dict[str, Any]] = (), title: str = "",
                  events: EventLog | None = None) -> None:
         """``events``: TensorBoard's copy of every row (``server_app.event_log``), or none."""
         self.directory, self.title, self.events = directory, title, events
+        self.config = config
         self.rounds: list[dict[str, Any]] = list(rounds)
         directory.mkdir(parents=True, exist_ok=True)
         self._write_json("config.json", config)
 
     def _write_json(self, name: str, payload: Any) -> None:
-        write_atomic(self.directory / name,
-                     json.dumps(payload, indent=2, sort_keys=False, default=str))
+        write_atomic(self.directory / name, json.dumps(finite(payload), indent=2,
+                                                       sort_keys=False, default=str,
+                                                       allow_nan=False))
 
     def add_round(self, row: dict[str, Any]) -> None:
         """Append one round row and rewrite metrics.json and metrics.csv."""
@@ -96,11 +116,18 @@ class ResultsWriter:
         text = io.StringIO(newline="")
         writer = csv.DictWriter(text, fieldnames=columns)
         writer.writeheader()
-        writer.writerows(self.rounds)
+        writer.writerows(finite(self.rounds))
         write_atomic(self.directory / "metrics.csv", text.getvalue())
 
-    def finish(self, summary: dict[str, Any]) -> list[Path]:
-        """Write the summary and the plots (and close the event files); return the plot paths."""
+    def finish(self, summary: dict[str, Any], outcome: dict[str, Any] | None = None
+               ) -> list[Path]:
+        """Write the summary, the run's ``outcome`` (config.json keeps it whole, the summary
+        its status and cause) and the plots (and close the event files); return the plot
+        paths."""
+        if outcome is not None:
+            self.config = {**self.config, "outcome": outcome}
+            self._write_json("config.json", self.config)
+            summary = {**summary, "status": outcome["status"], "cause": outcome["cause"]}
         self._write_json("metrics.json", {"rounds": self.rounds, "summary": summary})
         if self.events is not None:
             self.events.close()
@@ -119,8 +146,8 @@ def summarise(rounds: list[dict]) -> dict:
         "failures_total": sum(r.get("failures", 0) for r in rounds),
         "wall_time_s": last.get("wall_time_s"),
     }
-    for key in METRIC_KEYS:
-        values = [r[key] for r in rounds if r.get(key) is not None]
+    for key in (*METRIC_KEYS, *LABEL_KEYS):
+        values = [r[key] for r in rounds if r.get(key) is not None and math.isfinite(r[key])]
         if values:
             lowest = "mse" in key
             summary[f"final_{key}"] = last.get(key)
@@ -170,10 +197,13 @@ def write_plots(directory: Path, rounds: list[dict[str, Any]], title: str = "") 
     if metric is not None:
         rows = [r for r in rounds if r.get(metric) is not None]
         y = [r[metric] for r in rows]
+        shown = [math.isfinite(v) for v in y]  # a diverged round has no point
+        y = [v for v, ok in zip(y, shown) if ok]
         for name, xs, label in (
             (f"{metric}_vs_round.png", [r["round"] for r in rows], "round"),
             (f"{metric}_vs_bytes.png", cumulative_traffic(rounds, metric), BYTES_AXIS),
         ):
+            xs = [x for x, ok in zip(xs, shown) if ok]
             fig, ax = plt.subplots(figsize=(5, 3.8))
             ax.plot(xs, y, marker="o", markersize=3)
             ax.set_xlabel(label)

@@ -43,10 +43,13 @@ def _git_commit() -> str | None:
 
 
 def run_config_record(settings: RunSettings, num_nodes: int, global_function: dict[str, Any],
-                      sites: dict[str, Any] | None = None) -> dict[str, Any]:
+                      sites: dict[str, Any] | None = None, run_id: int | None = None
+                      ) -> dict[str, Any]:
     """The contents of config.json (``sites``: with sites' own data, the agreed schema, the
-    partitions that took part and every node left out with the reason)."""
+    partitions that took part and every node left out with the reason; ``run_id``: Flower's,
+    by which ``server_app.run_status`` finds the folder of a run)."""
     return {
+        "flower_run_id": None if run_id is None else str(run_id),
         "run_config": dict(sorted(settings.raw.items())),
         "global_function": global_function,
         "num_nodes": num_nodes,

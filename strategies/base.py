@@ -59,6 +59,16 @@ _RNG, _ROSTER, _BOOK = "rng", "roster", "book"
 _COMMON = (_RNG, _ROSTER, _BOOK)
 
 
+class Diverged(RuntimeError):
+    """The run's numbers stopped being numbers: a non-finite metric or aggregate, or every
+    reply of a round dropped for carrying NaN or inf. The run stops as failed (the ServerApp
+    says it in one line); ``what`` says what was not finite."""
+
+    def __init__(self, server_round: int, what: str) -> None:
+        super().__init__(f"diverged at round {server_round}: {what}")
+        self.server_round, self.what = server_round, what
+
+
 class FederatedStrategy(Strategy):
     """A Flower Strategy that owns its global function, its round lifecycle and its checkpoint."""
 
@@ -122,9 +132,15 @@ class FederatedStrategy(Strategy):
 
     def screen(self, server_round: int, replies: Iterable[Message],
                decode: Callable[[Message], T]) -> dict[int, T]:
-        """The book's screening (``NodeBook.screen``), its dropped replies counted."""
-        good, rejected = self.book.screen(server_round, replies, decode)
-        self._failures += rejected
+        """The book's screening (``NodeBook.screen``), its dropped replies counted;
+        ``Diverged`` when no reply passed and every dropped one carried NaN or inf."""
+        good, screened = self.book.screen(server_round, replies, decode)
+        self._failures += screened.rejected
+        if not good and screened.nonfinite and screened.nonfinite == screened.dropped:
+            first = screened.nonfinite[0]
+            raise Diverged(server_round, f"every reply ({len(screened.nonfinite)}) carried NaN "
+                           f"or inf values, for example node {first}'s: "
+                           f"{screened.reasons[first]}")
         return good
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]

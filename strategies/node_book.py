@@ -35,7 +35,7 @@ from functions.protocol import (
     SYNC_NONE,
     TRAIN,
 )
-from strategies.screening import screen_replies
+from strategies.screening import Screened, screen_replies
 from strategies.state_codec import decode_rows, encode_rows
 
 T = TypeVar("T")
@@ -114,8 +114,9 @@ class NodeBook(Generic[S]):
         return Message(records, node, TRAIN, group_id=str(server_round))
 
     def screen(self, server_round: int, replies: Iterable[Message],
-               decode: Callable[[Message], T]) -> tuple[dict[int, T], int]:
-        """Decoded good replies in node order, and how many replies failed decoding.
+               decode: Callable[[Message], T]) -> tuple[dict[int, T], Screened[T]]:
+        """Decoded good replies in node order, and what the screen found (the replies that
+        failed decoding, those that carried NaN or inf, the errors).
 
         Error replies are counted as failures by the metered grid, not here; their nodes may have
         lost their state, so they are re-synced. A node that answered, even with a reply that is
@@ -126,7 +127,7 @@ class NodeBook(Generic[S]):
         for node in [*screened.accepted, *screened.dropped]:
             if node in self.slots:
                 self.slots[node].needs_sync = False
-        return screened.in_order(self.slots), screened.rejected
+        return screened.in_order(self.slots), screened
 
     def accept(self, server_round: int, nodes: Iterable[int]) -> None:
         """Record that the steps of ``nodes`` in ``server_round`` entered the aggregate."""

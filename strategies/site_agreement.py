@@ -59,7 +59,9 @@ from tasks.site_schema import (
     agree,
     check_facts,
     check_moments,
+    judged,
     misfit,
+    plausibility,
     with_moments,
 )
 
@@ -76,6 +78,7 @@ class SiteAgreement:
     task: TaskData
     partitions: dict[int, int]  # node id -> partition id of every node that agreed
     left_out: dict[int, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)  # implausible but kept (data.strict off)
 
     def question(self) -> RecordDict:
         """The content of a ``query.node``: the fitted schema."""
@@ -83,10 +86,11 @@ class SiteAgreement:
 
     def record(self) -> dict[str, Any]:
         """What config.json keeps: the schema, the partitions that took part, who was left out
-        and why."""
+        and why, and what looked implausible about the sites kept."""
         return {"schema": json.loads(self.schema.to_json()),
                 "partitions": sorted(self.partitions.values()),
-                "left-out": {str(node): reason for node, reason in self.left_out.items()}}
+                "left-out": {str(node): reason for node, reason in self.left_out.items()},
+                "warnings": list(self.warnings)}
 
 
 def _json_field(reply: Message, name: str) -> tuple[ConfigRecord, Any]:
@@ -175,9 +179,11 @@ def agree_sites(grid: Grid, settings: RunSettings, kept: Schema | None = None) -
             agreement = agree(spec, {n: answers[n][1] for n in order})
         except SiteDataError as err:  # every describing node refused: its reasons and ours
             raise _no_site(str(err), left_out) from None
-    else:
-        agreement = Agreement(kept, {n: reason for n in order
-                                     if (reason := misfit(kept, answers[n][1]))})
+    else:  # the kept schema, and what is implausible about the sites that fit it
+        misfits = {n: reason for n in order if (reason := misfit(kept, answers[n][1]))}
+        strict, warnings = judged(spec, plausibility(
+            spec, {n: answers[n][1] for n in order if n not in misfits}))
+        agreement = Agreement(kept, {**misfits, **strict}, warnings)
     for node, reason in agreement.refused.items():
         log(WARNING, "%s: node %s (partition %d) is refused: %s", LABEL, node, answers[node][0],
             reason)
@@ -187,13 +193,18 @@ def agree_sites(grid: Grid, settings: RunSettings, kept: Schema | None = None) -
         {SITE_REFUSED: agreement.refused[n]} if n in agreement.refused
         else {SITE_SCHEMA: schema.to_json()})}) for n in order}
     rows = {n: answers[n][1]["rows"] for n in order}
+    warnings = {n: [f"node {n} (partition {answers[n][0]}): {doubt}" for doubt in doubts]
+                for n, doubts in agreement.warnings.items()}
+    for lines in warnings.values():
+        for line in lines:
+            log(WARNING, "%s: %s", LABEL, line)
 
     def moments_of(reply: Message) -> dict | None:
         node = reply.metadata.src_node_id
         if node in agreement.refused or kept is not None:
             return None  # a refused node, or any in a resumed run, only acknowledges
         try:
-            return check_moments(_json_field(reply, SITE_MOMENTS)[1], schema, rows[node])
+            return check_moments(_json_field(reply, SITE_MOMENTS)[1], schema, answers[node][1])
         except SiteDataError as err:
             raise DecodeError(str(err)) from None
 
@@ -209,4 +220,5 @@ def agree_sites(grid: Grid, settings: RunSettings, kept: Schema | None = None) -
         "one-hot), %s", LABEL, len(agreed), len(nodes),
         "the resumed run's" if kept else "a", len(fitted.columns), fitted.width,
         f"{fitted.num_classes} classes" if fitted.num_classes else "regression")
-    return SiteAgreement(fitted, task, {n: answers[n][0] for n in agreed}, left_out)
+    return SiteAgreement(fitted, task, {n: answers[n][0] for n in agreed}, left_out,
+                         [line for n in agreed for line in warnings.get(n, [])])

@@ -69,6 +69,7 @@ class TaskData:
     num_classes: int  # 0 for regression
     default_model: str
     max_examples: int = 0  # the most examples a node may hold (0: train and test together)
+    target_scale: float = 1.0  # regression: one standardised unit of the label in its own units
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -135,6 +136,7 @@ def _load_cached(
     name: str, seed: int, test_fraction: float, alpha: float, beta: float, samples: int
 ) -> TaskData:
     """Load, split and preprocess; positional arguments so equal calls share one entry."""
+    scale = 1.0  # one standardised unit of the target, in its own units
     if name in ONLINE_TASKS:
         from tasks.online import load_online  # imports Hugging Face datasets (slow)
 
@@ -145,6 +147,7 @@ def _load_cached(
         if name in STANDARDISED_TASKS:
             x_train, x_test = _standardise(x_train, x_test)
         if name in STANDARDISED_TARGETS:
+            scale = float(np.std(y_train)) or 1.0  # what _standardise divides by
             y_train, y_test = _standardise(y_train, y_test)
     kind = "regression" if name in REGRESSION_TASKS else "classification"
     label_dtype = np.float32 if kind == "regression" else np.int64
@@ -156,7 +159,8 @@ def _load_cached(
     ]
     for array in arrays:
         array.setflags(write=False)
-    return TaskData(name, kind, *arrays, num_classes, DEFAULT_MODELS.get(name, "mlp"))
+    return TaskData(name, kind, *arrays, num_classes, DEFAULT_MODELS.get(name, "mlp"),
+                    target_scale=scale)
 
 
 def _load_offline(

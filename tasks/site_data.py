@@ -81,7 +81,7 @@ def site_task(schema: Schema, x_train: np.ndarray, y_train: np.ndarray, x_test: 
               y_test: np.ndarray, max_examples: int = 0) -> TaskData:
     """A task over the agreed feature space."""
     return TaskData("site", schema.kind, x_train, y_train, x_test, y_test, schema.num_classes,
-                    SITE_MODEL, max_examples)
+                    SITE_MODEL, max_examples, schema.target[1])
 
 
 def node_data(schema: Schema, node_config: Mapping[str, Any], template: str, share: float,

@@ -47,6 +47,8 @@ MAX_FACT_CATEGORIES = 1000  # distinct values a categorical column may report
 MAX_COLUMNS = 10_000  # columns a schema may hold
 MAX_ROWS = 10**9  # rows a site may report
 MIN_STD = 1e-12  # a standard deviation below this standardises by 1 (a constant column)
+MAX_VALUE = 1e100  # a reported value's magnitude: the sums of squares of 1e9 rows stay finite
+SCALE_FACTOR = 1000.0  # default of data.scale-factor: sites' magnitudes this far apart warn
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,8 @@ class SiteSpec:
     features: tuple[str, ...] = ()  # empty: every other column most sites report
     categorical: tuple[str, ...] = ()
     label_counts: bool = False  # facts include how often each label occurs
+    strict: bool = False  # an implausible site (``plausibility``) is refused, not warned of
+    scale_factor: float = SCALE_FACTOR  # how far apart sites' magnitudes may be
 
     def kind_of(self, name: str, column: pd.Series) -> str:
         """Declared categorical, declared feature (numeric), or by the column's type."""
@@ -79,7 +83,8 @@ def text(value: Any) -> str:
 def site_facts(table: SiteTable, spec: SiteSpec) -> dict[str, Any]:
     """What a node discloses about its file (no rows): the row count, the kind and missing count
     of every reported column (the label and ``spec.features``, or every column when no features
-    are declared), each numeric column's range, each categorical column's values, and the
+    are declared), each numeric column's range and magnitude (the median of its absolute
+    values: how the server finds a site in other units), each categorical column's values, and the
     label's values (with counts only if ``spec.label_counts``). ``SiteDataError`` names the file
     and the column of any fault (a missing column, text in a declared numeric column)."""
     frame = table.frame
@@ -88,8 +93,8 @@ def site_facts(table: SiteTable, spec: SiteSpec) -> dict[str, Any]:
         if name not in frame.columns:
             raise SiteDataError(f"{table.path}: no column {name!r}; columns are "
                                 f"{list(frame.columns)}")
-    facts: dict[str, Any] = {"rows": table.rows, "columns": {}, "ranges": {}, "missing": {},
-                             "categories": {}}
+    facts: dict[str, Any] = {"rows": table.rows, "columns": {}, "ranges": {}, "scales": {},
+                             "missing": {}, "categories": {}}
     for name in wanted:
         column = frame[name]
         facts["missing"][name] = int(column.isna().sum())
@@ -105,6 +110,7 @@ def site_facts(table: SiteTable, spec: SiteSpec) -> dict[str, Any]:
         facts["columns"][name] = NUMERIC
         facts["ranges"][name] = [float(present.min()), float(present.max())] if present.size \
             else None
+        facts["scales"][name] = float(np.median(np.abs(present))) if present.size else None
     if facts["missing"][spec.label]:
         raise SiteDataError(f"{table.path}: the label column {spec.label!r} is missing in "
                             f"{facts['missing'][spec.label]} row(s)")
@@ -204,6 +210,15 @@ def _schema_of(body: Any) -> Schema:
                   (float(target[0]), float(target[1])), body["fitted"])
 
 
+def _scale_fits(scale: Any, bounds: list | None) -> bool:
+    """A median |value| that values in ``bounds`` can have (None exactly when there are none)."""
+    if bounds is None or scale is None:
+        return bounds is None and scale is None
+    low, high = bounds
+    smallest = 0.0 if low <= 0.0 <= high else min(abs(low), abs(high))
+    return _finite([scale]) and smallest * (1 - 1e-12) <= scale <= max(-low, high) * (1 + 1e-12)
+
+
 def _finite(values: list) -> bool:
     return all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
                for v in values)
@@ -219,7 +234,7 @@ def check_facts(payload: Any, spec: SiteSpec) -> dict[str, Any]:
         if not ok:
             raise SiteDataError(f"facts: {what}")
 
-    keys = {"rows", "columns", "ranges", "missing", "categories"}
+    keys = {"rows", "columns", "ranges", "scales", "missing", "categories"}
     need(isinstance(payload, dict) and set(payload) - {"label-counts", "test-rows"} == keys,
          "unexpected keys")
     rows, columns = payload["rows"], payload["columns"]
@@ -234,7 +249,12 @@ def check_facts(payload: Any, spec: SiteSpec) -> dict[str, Any]:
          and all(type(v) is int and 0 <= v <= rows for v in missing.values()), "missing counts")
     need(isinstance(ranges, dict) and set(ranges) == numeric
          and all(r is None or (isinstance(r, list) and len(r) == 2 and _finite(r)
-                               and r[0] <= r[1]) for r in ranges.values()), "ranges")
+                               and -MAX_VALUE <= r[0] <= r[1] <= MAX_VALUE)
+                 for r in ranges.values()), f"ranges (finite, low <= high, within ±{MAX_VALUE:g})")
+    scales = payload["scales"]
+    need(isinstance(scales, dict) and set(scales) == numeric
+         and all(_scale_fits(scales[n], ranges[n]) for n in numeric),
+         "scales (each column's median |value|, inside its range's magnitudes)")
     need(isinstance(categories, dict) and set(categories) == set(columns) - numeric
          and all(isinstance(v, list) and len(v) <= MAX_FACT_CATEGORIES
                  and all(isinstance(c, str) for c in v) and len(set(v)) == len(v)
@@ -251,10 +271,13 @@ def check_facts(payload: Any, spec: SiteSpec) -> dict[str, Any]:
 # -- agreement ----------------------------------------------------------------------------------
 @dataclass
 class Agreement:
-    """The agreed schema, and every refused node with the reason (naming the column)."""
+    """The agreed schema, every refused node with the reason (naming the column), and what is
+    implausible about the nodes it kept (``plausibility``; refused instead under
+    ``data.strict``)."""
 
     schema: Schema
     refused: dict[int, str] = field(default_factory=dict)
+    warnings: dict[int, list[str]] = field(default_factory=dict)
 
 
 def _class_order(values: set[str]) -> tuple[str, ...]:
@@ -278,7 +301,9 @@ def agree(spec: SiteSpec, facts: Mapping[int, Mapping[str, Any]]) -> Agreement:
     more than half the nodes report, in natural order of their names. A column's kind is the
     declared one, or the kind most nodes report (numeric on a tie). A node is refused when it
     lacks a feature column, when one of its columns has the other kind, or (regression) when its
-    label is not numeric; the schema is then agreed again without it. ``SiteDataError`` when no node is left."""
+    label is not numeric; the schema is then agreed again without it. What is only implausible
+    (``plausibility``) is a warning, or with ``spec.strict`` a refusal too. ``SiteDataError``
+    when no node is left."""
     refused: dict[int, str] = {}
     while True:
         kept = {n: f for n, f in facts.items() if n not in refused}
@@ -286,9 +311,65 @@ def agree(spec: SiteSpec, facts: Mapping[int, Mapping[str, Any]]) -> Agreement:
             raise SiteDataError("no site's data fits a common schema: "
                                 + "; ".join(f"node {n}: {r}" for n, r in refused.items()))
         schema, conflicts = _agree_once(spec, kept)
+        strict, warnings = judged(spec, {} if conflicts else plausibility(spec, kept))
+        conflicts.update(strict)
         if not conflicts:
-            return Agreement(schema, refused)
+            return Agreement(schema, refused, warnings)
         refused.update(conflicts)
+
+
+def judged(spec: SiteSpec, doubts: dict[int, list[str]]
+           ) -> tuple[dict[int, str], dict[int, list[str]]]:
+    """``plausibility``'s doubts as refusals (``data.strict``) or as warnings: (refused node ->
+    reason, warned node -> warnings)."""
+    if spec.strict:
+        return {n: "; ".join(d) + " (data.strict=true refuses it)" for n, d in doubts.items()}, {}
+    return {}, doubts
+
+
+def plausibility(spec: SiteSpec, facts: Mapping[int, Mapping[str, Any]]
+                 ) -> dict[int, list[str]]:
+    """What is plausible but probably a mistake, by node: a numeric column (a regression label
+    too) whose median absolute value is more than ``spec.scale_factor`` times the sites'
+    median (another unit: grams against milligrams), and a label only one site holds (a class
+    for every site). With two sites, a column that far apart is said of both."""
+    doubts: dict[int, list[str]] = {}
+    names = {name for f in facts.values() for name, kind in f["columns"].items()
+             if kind == NUMERIC and (name != spec.label or spec.kind == REGRESSION)}
+    for name in sorted(names, key=_natural):
+        scales = {n: f["scales"][name] for n, f in facts.items()
+                  if f["scales"].get(name) and f["columns"].get(name) == NUMERIC}
+        for node, other in _far_apart(scales, spec.scale_factor).items():
+            doubts.setdefault(node, []).append(
+                f"column {name!r} has median |value| {scales[node]:.4g} here against "
+                f"{other:.4g} at the other sites (their median), more than "
+                f"data.scale-factor={spec.scale_factor:g} times apart: another unit?")
+    if spec.kind == CLASSIFICATION and len(facts) > 1:
+        holders: dict[str, list[int]] = {}
+        for node, f in facts.items():
+            for label in f["categories"].get(spec.label, []):
+                holders.setdefault(label, []).append(node)
+        for label, nodes in sorted(holders.items()):
+            if len(nodes) == 1:
+                doubts.setdefault(nodes[0], []).append(
+                    f"the label {label!r} is held by no other site (it becomes a class for "
+                    "every site)")
+    return doubts
+
+
+def _far_apart(scales: Mapping[int, float], factor: float) -> dict[int, float]:
+    """{node: the magnitude it is compared with} for each node whose magnitude is more than
+    ``factor`` times from the median of the nodes' (in log scale); of two nodes, both when
+    they are that far apart."""
+    if len(scales) < 2:
+        return {}
+    logs = {n: math.log10(v) for n, v in scales.items()}
+    limit = math.log10(factor)
+    if len(logs) == 2:
+        (a, la), (b, lb) = logs.items()
+        return {a: scales[b], b: scales[a]} if abs(la - lb) > limit else {}
+    centre = float(np.median(list(logs.values())))
+    return {n: 10**centre for n, v in logs.items() if abs(v - centre) > limit}
 
 
 def _agree_once(spec: SiteSpec, facts: Mapping[int, Mapping[str, Any]]
@@ -416,9 +497,14 @@ def _mean_std(total: np.ndarray) -> tuple[float, float]:
     return mean, (std if std > MIN_STD else 1.0)
 
 
-def check_moments(payload: Any, schema: Schema, max_rows: int) -> dict[str, Any]:
-    """A node's moments as decoded JSON, checked against the schema: every column once, counts
-    whole and within ``max_rows``, every number finite; ``SiteDataError`` names the fault."""
+def check_moments(payload: Any, schema: Schema, facts: Mapping[str, Any]) -> dict[str, Any]:
+    """A node's moments as decoded JSON, checked against the schema and against the node's own
+    ``facts`` (checked by ``check_facts``): every column once, at most the rows it reported,
+    and per numeric column (and regression label) a count within its present values, a mean
+    inside the range it reported and a variance between 0 and (max - min)^2 / 4 (nothing
+    else can come from values in that range; with the range's bound on magnitudes, no sum
+    overflows), no sums without values; categorical counts within the column's present values,
+    none of a category it did not report. ``SiteDataError`` names the column and the fault."""
     def need(ok: bool, what: str) -> None:
         if not ok:
             raise SiteDataError(f"moments: {what}")
@@ -427,26 +513,63 @@ def check_moments(payload: Any, schema: Schema, max_rows: int) -> dict[str, Any]
                                                      else set())
     need(isinstance(payload, dict) and set(payload) == expected, "unexpected keys")
     rows = payload["rows"]
-    need(type(rows) is int and 0 < rows <= max_rows, f"rows={rows!r} not in [1, {max_rows}]")
+    need(type(rows) is int and 0 < rows <= facts["rows"],
+         f"rows={rows!r} not in [1, {facts['rows']}] (the rows it reported)")
     numeric = {c.name for c in schema.columns if c.categories is None}
     need(isinstance(payload["numeric"], dict) and set(payload["numeric"]) == numeric,
          "numeric columns differ from the schema's")
     need(isinstance(payload["categories"], dict)
          and set(payload["categories"]) == {c.name for c in schema.columns} - numeric,
          "categorical columns differ from the schema's")
-    sums = list(payload["numeric"].values()) + ([payload["target"]] if "target" in payload
-                                                else [])
-    for triple in sums:
-        need(isinstance(triple, list) and len(triple) == 3 and _finite(triple)
-             and 0 <= triple[0] <= rows and float(triple[0]).is_integer() and triple[2] >= 0,
-             "a [count, sum, sum of squares] out of range")
+    sums = dict(payload["numeric"])
+    if schema.kind == REGRESSION:
+        sums[schema.label] = payload["target"]
+    for name, triple in sums.items():
+        present = facts["rows"] - facts["missing"][name]
+        _check_sums(name, triple, facts["ranges"][name], present)
+    if schema.kind == REGRESSION:
+        need(sums[schema.label][0] == rows, f"of the label {schema.label!r}: a count other than "
+             f"its rows ({rows})")
     for column in schema.columns:
         if column.categories is not None:
             counts = payload["categories"][column.name]
+            present = facts["rows"] - facts["missing"][column.name]
             need(isinstance(counts, list) and len(counts) == len(column.categories)
-                 and all(type(c) is int and c >= 0 for c in counts) and sum(counts) <= rows,
-                 f"category counts of {column.name!r}")
+                 and all(type(c) is int and c >= 0 for c in counts) and sum(counts) <= present,
+                 f"category counts of {column.name!r} (at most its {present} present values)")
+            reported = set(facts["categories"][column.name])
+            unseen = [c for c, k in zip(column.categories, counts) if k and c not in reported]
+            need(not unseen, f"of {column.name!r}: rows of {unseen[:1]}, a category it did "
+                 "not report")
     return payload
+
+
+def _check_sums(name: str, triple: Any, bounds: list | None, present: int) -> None:
+    """A [count, sum, sum of squares] that values inside ``bounds`` (the range the node
+    reported) can give, with at most ``present`` values; ``SiteDataError`` says what not."""
+    where = f"moments of {name!r}"
+    if not (isinstance(triple, list) and len(triple) == 3 and _finite(triple)):
+        raise SiteDataError(f"{where}: not three finite numbers [count, sum, sum of squares]")
+    count, first, second = (float(v) for v in triple)
+    if not (count.is_integer() and 0 <= count <= present):
+        raise SiteDataError(f"{where}: a count of {count:.6g}, not a whole number in [0, "
+                            f"{present}] (its present values)")
+    if count == 0 or bounds is None:
+        if count or first or second:
+            raise SiteDataError(f"{where}: sums {first:.6g} and {second:.6g} over {count:g} "
+                                "values")
+        return
+    low, high = bounds
+    mean = first / count
+    slack = 1e-9 * max(abs(low), abs(high)) + 1e-300
+    if not low - slack <= mean <= high + slack:
+        raise SiteDataError(f"{where}: mean {mean:.4g} outside the range [{low:.6g}, "
+                            f"{high:.6g}] it reported")
+    variance = second / count - mean * mean  # mean within the range: no overflow
+    top, slack2 = (high - low) ** 2 / 4, 1e-9 * max(low * low, high * high) + 1e-300
+    if not -slack2 <= variance <= top + slack2:
+        raise SiteDataError(f"{where}: variance {variance:.4g} outside [0, {top:.4g}], what "
+                            f"values in the range [{low:.6g}, {high:.6g}] it reported can have")
 
 
 def check_columns(table: SiteTable, schema: Schema) -> None:

@@ -21,7 +21,7 @@ node ids at the start of round r (after a message of round r - 1) or sends a mes
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,9 @@ from flwr.supercore.inflatable.inflatable_utils import inflate_object_from_conte
 from flwr.supercore.task_identity import TaskIdentity
 
 from functions.protocol import CONFIG, SERVER_ROUND
+from run_config.common import RunSettings
 from run_config.declared import with_overrides
+from run_config.tables import inert_keys
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the checkout
 RUN_ID = 1
@@ -48,6 +50,14 @@ CLIENT_EXCEPTION_CODE = 1  # what Flower's runtime reports for a ClientApp excep
 def run_config(**overrides: Any) -> dict[str, Any]:
     """Defaults with overrides (keys as in --run-config; an unknown key is a ConfigError)."""
     return with_overrides(overrides)
+
+
+def counting(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``overrides`` (with an ``algorithm``) less the keys that would have no effect in that
+    run, which the ServerApp refuses (``run_config.tables.inert_keys``): for tests and
+    benchmarks that keep one dict of small settings for every family."""
+    inert = inert_keys(RunSettings.from_run_config(run_config(**overrides)))
+    return {k: v for k, v in overrides.items() if k not in inert}
 
 
 def enter_run() -> None:

@@ -17,7 +17,7 @@ from server_app.checkpoint import FILE_NAME, Checkpoint, read_checkpoint
 from server_app.recording import BelowQuorum
 from server_app.resume import MAY_CHANGE
 from strategies.registry import ALGORITHMS
-from testing.inprocess_grid import LocalGrid, run_config, server_context
+from testing.inprocess_grid import LocalGrid, counting, run_config, server_context
 from tests.helpers import RUN_NAME
 
 # partial participation everywhere, so the restored RNG state matters
@@ -83,7 +83,7 @@ def assert_resumed_equals(resumed: list[dict], uninterrupted: list[dict], after:
 
 def config_for(tmp_path, algorithm: str) -> dict:
     return run_config(**{"output-dir": str(tmp_path), "run-name": RUN_NAME,
-                         "algorithm": algorithm, **SMALL})
+                         **counting({"algorithm": algorithm, **SMALL})})
 
 
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))

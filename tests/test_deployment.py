@@ -36,22 +36,22 @@ pytestmark = pytest.mark.e2e  # stage 2: `make test-e2e`
 NODES = 3
 # no federated evaluation: a SuperNode handles one message at a time, each in a ClientApp
 # process, so every message saved is time saved
-COMMON = ("num-server-rounds=2 min-nodes=3 reply-timeout=300 fedfw.federated-eval=false "
-          "feddr.federated-eval=false ffgb.federated-eval=false fedfun.federated-eval=false "
-          "fedxgb.federated-eval=false")
+COMMON = "num-server-rounds=2 min-nodes=3 reply-timeout=300"
 FAMILIES = {
     "fedavg": "algorithm='fedavg' task='digits' local-steps=5",
-    "fedfw": "algorithm='fedfw' task='synthetic'",
-    "feddr": "algorithm='feddr' task='synthetic'",
+    "fedfw": "algorithm='fedfw' task='synthetic' fedfw.federated-eval=false",
+    "feddr": "algorithm='feddr' task='synthetic' feddr.federated-eval=false",
     "ffgb": "algorithm='ffgb' task='digits' ffgb.local-steps=1 ffgb.oracle-steps=20 "
-            "ffgb.hidden=8",
+            "ffgb.hidden=8 ffgb.federated-eval=false",
     # one delta a round in the same records for every node, uploaded once by Flower's grid
     "ffgb-shared": "algorithm='ffgb' task='digits' ffgb.learner='tree' ffgb.local-steps=2 "
-                   "ffgb.downlink='shared'",
+                   "ffgb.downlink='shared' ffgb.federated-eval=false",
     "fedfun": "algorithm='fedfun' task='wine' fedfun.initial-steps=50 fedfun.local-steps=20 "
-              "fedfun.hidden='8' fedfun.penalty-samples=50",
-    "fedxgb-bagging": "algorithm='fedxgb-bagging' task='wine' fedxgb.max-depth=3",
-    "fedxgb-cyclic": "algorithm='fedxgb-cyclic' task='wine' fedxgb.max-depth=3",
+              "fedfun.hidden='8' fedfun.penalty-samples=50 fedfun.federated-eval=false",
+    "fedxgb-bagging": "algorithm='fedxgb-bagging' task='wine' fedxgb.max-depth=3 "
+                      "fedxgb.federated-eval=false",
+    "fedxgb-cyclic": "algorithm='fedxgb-cyclic' task='wine' fedxgb.max-depth=3 "
+                     "fedxgb.federated-eval=false",
 }
 # Rounds enough for the returning SuperNode to start and be activated before the last ones (it
 # took 12 s on a busy machine, two FedFW rounds of 5.5 s each)

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from client_app.app import app as client_app
 from client_app.registry import message_types
 from functions.records import array_data_bytes, payload_bytes
-from testing.inprocess_grid import round_of
+from testing.inprocess_grid import counting, round_of
 from tests.helpers import run_app
 
 NODES, TARGET = 3, 1  # partition 1's replies are mutated
@@ -166,7 +166,7 @@ CASES = ([pytest.param(name, "every reply after admission",
 
 @pytest.mark.parametrize(("run_name", "which"), CASES)
 def test_mutated_declared_fields_are_a_missing_reply(tmp_path, run_name, which):
-    config = {**FAST, **RUNS[run_name]}
+    config = counting({**FAST, **RUNS[run_name]})
     types = ANSWERS if which == "its query answers" else set(message_types()) - {"query.node"}
     seed = sorted(RUNS).index(run_name)
     hostile, missing = NodeOfPartition(types, seed), NodeOfPartition(types, seed, mutate=False)

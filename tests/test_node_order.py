@@ -8,7 +8,7 @@ import pytest
 
 from client_app.app import app as client_app
 from server_app.app import main as server_main
-from testing.inprocess_grid import LocalGrid, run_config, server_context
+from testing.inprocess_grid import LocalGrid, counting, run_config, server_context
 
 PARTIAL = {"task": "synthetic", "num-server-rounds": 4, "fedfw.gap": False,
            "fedfw.participation": 0.5, "feddr.participation": 0.5, "fraction-train": 0.5,
@@ -17,8 +17,8 @@ PARTIAL = {"task": "synthetic", "num-server-rounds": 4, "fedfw.gap": False,
 
 def rows_with_ids(out, algorithm: str, reverse: bool) -> tuple[list[dict], list[int]]:
     """Rows of a run, and the partitions trained in each round's messages, in order."""
-    config = run_config(**{"output-dir": str(out), "run-name": "job", "algorithm": algorithm,
-                           **PARTIAL})
+    config = run_config(**{"output-dir": str(out), "run-name": "job",
+                           **counting({"algorithm": algorithm, **PARTIAL})})
     grid = LocalGrid(client_app, config, 6)
     if reverse:  # partition 0 gets the largest id, and so on
         ids = list(reversed(grid.node_ids))

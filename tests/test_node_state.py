@@ -55,9 +55,10 @@ def test_screening_updates_sync_flags_and_the_book_round_trips():
             raise ValueError("bad")
         return True
 
-    accepted, rejected = book.screen(1, [reply(33, True), reply(11, False), reply(44, True)],
+    accepted, screened = book.screen(1, [reply(33, True), reply(11, False), reply(44, True)],
                                      decode)
-    assert list(accepted) == [33] and rejected == 2  # 44 is outside the federation
+    assert list(accepted) == [33] and screened.rejected == 2  # 44 is outside the federation
+    assert screened.nonfinite == []
     assert book.needs_sync == {11: False, 22: True, 33: False}  # 11 answered: it holds state
     book.accept(1, accepted)
     again = NodeBook.from_record(book.to_record(), "test")

@@ -28,7 +28,7 @@ from functions.protocol import NUM_EXAMPLES, TRAIN_EXAMPLES
 from run_config.common import RunSettings
 from strategies.base import FederatedStrategy
 from strategies.registry import ALGORITHMS
-from testing.inprocess_grid import LocalGrid, run_config
+from testing.inprocess_grid import LocalGrid, counting, run_config
 from tests.helpers import restore_saved, run_app, saved
 
 NODES = 4
@@ -54,7 +54,7 @@ class Captured:
 
 @functools.cache
 def captured(algorithm: str) -> Captured:
-    config = run_config(algorithm=algorithm, **CONFIG)
+    config = run_config(**counting({"algorithm": algorithm, **CONFIG}))
     s = RunSettings.from_run_config(config)
     grid = LocalGrid(client_app, config, NODES)
     strategy = ALGORITHMS[algorithm].strategy(s)
@@ -278,8 +278,8 @@ def test_garbage_bytes_in_train_and_evaluate_are_counted_and_the_run_completes(
         return reply
 
     caplog.set_level(logging.WARNING, logger="flwr")
-    run = run_app(tmp_path, 4, client=garbling, **{"algorithm": algorithm, **CONFIG,
-                                                   "num-server-rounds": 3})
+    run = run_app(tmp_path, 4, client=garbling,
+                  **counting({"algorithm": algorithm, **CONFIG, "num-server-rounds": 3}))
     rows = run.rows
     assert [r["failures"] for r in rows[1:]] == [0, 2, 0]
     assert [r["round"] for r in rows] == [0, 1, 2, 3] and rows[-1]["train_loss"] > 0

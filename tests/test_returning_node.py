@@ -29,7 +29,14 @@ from server_app.checkpoint import read_checkpoint
 from server_app.metered_grid import MeteredGrid
 from strategies.roster import Roster
 from tasks.federation import local_data
-from testing.inprocess_grid import LocalGrid, enter_run, round_of, run_config, server_context
+from testing.inprocess_grid import (
+    LocalGrid,
+    counting,
+    enter_run,
+    round_of,
+    run_config,
+    server_context,
+)
 from tests.helpers import RUN_NAME, checkpoint_ensemble, state_params
 from tests.test_checkpoints import CrashingGrid, ServerCrash, assert_resumed_equals
 
@@ -49,8 +56,8 @@ TRAFFIC = ("wall_time_s", "models_exchanged")  # and every *bytes* key
 
 
 def config_for(out: Path, algorithm: str) -> dict:
-    return run_config(**{"output-dir": str(out), "run-name": RUN_NAME, "algorithm": algorithm,
-                         **SMALL, **FAMILIES[algorithm]})
+    return run_config(**{"output-dir": str(out), "run-name": RUN_NAME,
+                         **counting({"algorithm": algorithm, **SMALL, **FAMILIES[algorithm]})})
 
 
 def rows_of(out: Path) -> list[dict]:

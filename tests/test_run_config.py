@@ -12,10 +12,12 @@ from run_config.tables import (
     family_settings,
     validate_tables,
 )
+from server_app.app import InvalidRunConfig
 from server_app.preflight import check, main
 from strategies.registry import ALGORITHMS
 from tasks.errors import ConfigError
 from testing.inprocess_grid import run_config
+from tests.helpers import run_app
 
 
 def test_defaults_parse_and_match_the_dataclass():
@@ -36,7 +38,7 @@ def test_ints_are_accepted_for_floats():
         ("partitioning.alpha", 0.0, "> 0"),
         ("fraction-train", 0.0, "in (0, 1]"),
         ("batch-size", 0, ">= 1"),
-        ("learning-rate", -1.0, "> 0"),
+        ("learning-rate", -1.0, ">= 0 (0: the task's)"),
         ("seed", "x", "of type int"),
         ("central-evaluation", 1, "of type bool"),
         ("node-partitions", "12:0,x:1", "NODE_ID:PARTITION_ID pairs"),
@@ -92,16 +94,19 @@ def _bad(key):
 @pytest.mark.parametrize("algorithm", sorted(FAMILIES))
 def test_only_the_chosen_familys_tables_are_parsed(algorithm):
     """Every key outside the common keys and the algorithm's own tables holds a bad value: the
-    family still parses, to what the defaults give (its tables list every key it reads)."""
+    family still parses, to what the defaults give (its tables list every key it reads), and
+    the run is refused naming each of those keys as having no effect."""
     own = {key.name for table in (COMMON, *family_of(algorithm).tables) for key in table.keys}
     config = run_config(algorithm=algorithm)
     expected = family_settings(RunSettings.from_run_config(config))
-    for key in all_keys():
-        if key.name not in own and _bad(key) is not None:
-            config[key.name] = _bad(key)
+    others = [key.name for key in all_keys() if key.name not in own and _bad(key) is not None]
+    for name in others:
+        config[name] = _bad(next(k for k in all_keys() if k.name == name))
     settings = RunSettings.from_run_config(config)
-    validate_tables(settings)
     assert repr(family_settings(settings)) == repr(expected)
+    with pytest.raises(ConfigError) as err:
+        validate_tables(settings)
+    assert [f"{name}=" in str(err.value) for name in others] == [True] * len(others)
 
 
 @pytest.mark.parametrize(("algorithm", "override", "fragment"), [
@@ -120,20 +125,71 @@ def test_a_bad_value_in_the_chosen_familys_table_is_refused(algorithm, override,
     assert fragment in str(err.value)
 
 
-@pytest.mark.parametrize(("algorithm", "override"), [
-    ("fedavg", "ffgb.hidden=0 fedfw.radius=-1.0 feddr.alpha=2.0 fedfun.hidden='0'"),
-    ("ffgb", "fedfw.constraint='l3' fedfun.topology='circle'"),
-    ("fedfw", "ffgb.learner='nope' feddr.eta=0.0"),
-    ("fedfun", "ffgb.hidden='wide' fedfw.schedule='fast'"),
+@pytest.mark.parametrize(("algorithm", "override", "readers"), [
+    ("fedavg", "ffgb.hidden=5", "the `ffgb.*` keys are read only by ffgb, ffgb-c, ffgb-l"),
+    ("ffgb", "fedfw.constraint='l2'",
+     "the `fedfw.*` keys are read only by fedavg-proj, fedfw, fedfw-plus, fedfw-sto, feddr"),
+    ("fedfw", "feddr.eta=0.5", "the `feddr.*` keys are read only by feddr"),
+    ("fedxgb-cyclic", "fraction-train=0.5",
+     "it is read only by fedavg, fedprox, fedavg-proj, ffgb, ffgb-c, ffgb-l, fedxgb-bagging"),
+    ("ffgb", "learning-rate=0.1", "it is read only by fedavg, fedprox, fedavg-proj"),
+    ("fedavg", "fedprox.mu=0.1", "it is read only by fedprox"),
+    ("fedfun", "model='mclr'", "it is read only by fedavg, fedprox, fedavg-proj, fedfw"),
 ])
-def test_another_familys_table_is_not_parsed_but_its_keys_must_be_declared(algorithm, override):
-    assert check(f"algorithm='{algorithm}' num-server-rounds=2 {override}", 2).startswith(
-        "run config OK")
+def test_another_familys_key_is_refused_naming_who_reads_it(algorithm, override, readers):
+    with pytest.raises(ConfigError) as err:
+        check(f"algorithm='{algorithm}' num-server-rounds=2 {override}", 2)
+    assert str(err.value).startswith(f"{override.split('=')[0]}=")
+    assert f"has no effect with algorithm='{algorithm}': {readers}" in str(err.value)
     with pytest.raises(ConfigError, match="'ffgb.hiden' is not a run-config key"):
         check(f"algorithm='{algorithm}' ffgb.hiden=1", 2)
+
+
+@pytest.mark.parametrize(("override", "fragment"), [
+    ("dataset-path='sites/{partition-id}.csv' data.label='species'",
+     "data.label='species' has no effect in this run: it is read only with task='site', and "
+     "the run has task='digits'; dataset-path='sites/{partition-id}.csv' has no effect"),
+    ("server-test-path='t.csv'", "server-test-path='t.csv' has no effect in this run"),
+    ("synthetic.alpha=0.5", "read only with task='synthetic', and the run has task='digits'"),
+    ("partitioning.alpha=0.1", "read only with partitioning='dirichlet', and the run has "
+     "partitioning='iid'"),
+    ("partitioning.labels-per-client=2", "read only with partitioning='labels-per-client' or "
+     "partitioning='shifted-labels'"),
+    ("image-scaling='centred'", "read only with task='mnist-5k' or task='mnist' or "
+     "task='cifar10'"),
+    ("task='site' data.label='y' partitioning='dirichlet'",
+     "partitioning='dirichlet' has no effect in this run: it is read only with task other "
+     "than 'site', and the run has task='site'"),
+])
+def test_a_key_whose_condition_does_not_hold_is_refused(override, fragment):
+    with pytest.raises(ConfigError) as err:
+        check(f"algorithm='ffgb' {override}", 2)
+    assert fragment in str(err.value)
+
+
+def test_a_key_given_its_default_or_under_its_condition_counts():
+    assert check("algorithm='ffgb' data.label='' learning-rate=0.0 fedfw.radius=10", 2)
+    assert check("algorithm='fedprox' fedprox.mu=0.1 learning-rate=0.1 model='mclr'", 2)
+    assert check("algorithm='ffgb' partitioning='dirichlet' \"partitioning.alpha\"=0.1", 2)
+    with pytest.raises(ConfigError, match=r"TOML reads partitioning=\.\.\. and "
+                       r"partitioning.alpha=\.\.\. as a value and a table"):
+        check("algorithm='ffgb' partitioning='dirichlet' partitioning.alpha=0.1", 2)
+    assert check("algorithm='ffgb' task='synthetic' synthetic.alpha=0.5", 2)
 
 
 def test_preflight_exits_2_naming_the_key(capsys):
     assert main(["--nodes", "2", "algorithm='ffgb' ffgb.hidden=0"]) == 2
     assert "Invalid run config: ffgb.hidden=0 is not valid" in capsys.readouterr().err
-    assert main(["--nodes", "2", "algorithm='fedavg' ffgb.hidden=0"]) == 0
+    assert main(["--nodes", "2", "algorithm='fedavg' ffgb.hidden=0"]) == 2
+    assert "ffgb.hidden=0 has no effect with algorithm='fedavg'" in capsys.readouterr().err
+
+
+def test_the_serverapp_refuses_site_keys_without_the_site_task(tmp_path):
+    """The run of issue 35: a site's keys without task='site' trained on the bundled digits set
+    and reported success; the ServerApp now stops it before the first message."""
+    with pytest.raises(InvalidRunConfig, match="dataset-path='sites/{partition-id}.csv' has no "
+                       "effect in this run: it is read only with task='site'"):
+        run_app(tmp_path, 3, **{"algorithm": "ffgb", "ffgb.learner": "tree",
+                                "dataset-path": "sites/{partition-id}.csv",
+                                "data.label": "species", "server-test-path": "sites/test.csv"})
+    assert not (tmp_path / "job" / "metrics.json").exists()

@@ -25,8 +25,8 @@ from tasks.sites import write_sites
 from testing.inprocess_grid import LocalGrid, run_config
 
 HOSTILE = 2  # the partition whose facts are mutated
-FIELDS = ("rows", "columns", "ranges", "missing", "categories", "test-rows", "label-counts",
-          "extra")
+FIELDS = ("rows", "columns", "ranges", "scales", "missing", "categories", "test-rows",
+          "label-counts", "extra")
 ANY_VALUE = st.one_of(st.none(), st.booleans(), st.integers(-5, 2 * 10**9),
                       st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=4),
                       st.lists(st.integers(-2, 400), max_size=3), st.just({}))

@@ -50,7 +50,7 @@ def fitted(tmp_path, spec=SPEC, frames=(A, B)):
     agreement = agree(spec, facts)
     moments = {n: check_moments(json.loads(json.dumps(site_moments(t, agreement.schema,
                                                                    np.arange(t.rows)))),
-                                agreement.schema, t.rows) for n, t in tables.items()}
+                                agreement.schema, facts[n]) for n, t in tables.items()}
     return tables, agreement, with_moments(agreement.schema, moments)
 
 
@@ -143,4 +143,4 @@ def test_hostile_facts_and_moments_are_refused(tmp_path):
                 {**moments, "numeric": {"bill": [5.0, 1.0, 1.0]}},
                 {**moments, "categories": {"sex": [1, 1]}}):
         with pytest.raises(SiteDataError, match="moments"):
-            check_moments(bad, agreement.schema, 4)
+            check_moments(bad, agreement.schema, good)

@@ -61,6 +61,7 @@ CONNECTION = "deploy"
 PROGRESS = re.compile(r"\[results\]|Run (completed|failed)|Invalid run config|The run stops|"
                       r"is left out|is refused")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+LEVEL = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR) *: *")  # Flower's level prefix
 
 
 def run_checked(args: list[str], **kwargs) -> subprocess.CompletedProcess:
@@ -472,7 +473,7 @@ class Deployment:
             for line in stream.stdout:
                 out.write(line)
                 if shown.search(line):
-                    print(ANSI.sub("", line).rstrip(), flush=True)
+                    print(LEVEL.sub("", ANSI.sub("", line)).rstrip(), flush=True)
         stream.wait()
         return self.wait_for_runs([run_id], timeout)[run_id]
 

@@ -95,11 +95,24 @@ def table(runs: list[FinishedRun], metric: str) -> str:
     for i, run in enumerate(runs):
         summary = summarise(run.rounds)
         moved = (summary["bytes_up_total"] + summary["bytes_down_total"]) / 1e6
-        cells = [run.name, f"{summary[f'final_{metric}']:.4f}", f"{summary[f'best_{metric}']:.4f}",
-                 str(summary["rounds"]), f"{moved:.2f}",
+        cells = [run.name, _figure(summary.get(f"final_{metric}")),
+                 _figure(summary.get(f"best_{metric}")), str(summary["rounds"]), f"{moved:.2f}",
                  *(json.dumps(v[i]) for v in differences.values())]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _figure(value: float | None) -> str:
+    """A table's number: 4 decimals, or "none" (a diverged run's final value)."""
+    return "none" if value is None or not math.isfinite(value) else f"{value:.4f}"
+
+
+def traffic_scale(ax, xs: list[float]) -> None:  # noqa: ANN001 - a matplotlib Axes
+    """The bytes axis: logarithmic, so runs that move kilobytes and gigabytes share it, but
+    linear below the smallest traffic of any round (symlog), so that round 0, before any byte
+    moved, is drawn at 0 instead of being clipped off a log axis."""
+    positive = [x for x in xs if x > 0]
+    ax.set_xscale("symlog", linthresh=min(positive) if positive else 1.0, linscale=0.5)
 
 
 def draw(runs: list[FinishedRun], metric: str, out: Path) -> Path:
@@ -110,18 +123,20 @@ def draw(runs: list[FinishedRun], metric: str, out: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig, (by_round, by_bytes) = plt.subplots(1, 2, figsize=(10, 4))
+    traffic = []
     for run in runs:
         rows = [r for r in run.rounds if r.get(metric) is not None]
         ys = [r[metric] for r in rows]
         by_round.plot([r["round"] for r in rows], ys, marker="o", markersize=3, label=run.name)
-        by_bytes.plot(cumulative_traffic(run.rounds, metric), ys, marker="o", markersize=3,
-                      label=run.name)
+        xs = cumulative_traffic(run.rounds, metric)
+        by_bytes.plot(xs, ys, marker="o", markersize=3, label=run.name)
+        traffic += xs
     label = metric.replace("_", " ")
     for ax, xlabel in ((by_round, "round"), (by_bytes, BYTES_AXIS)):
         ax.set_xlabel(xlabel)
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
-    by_bytes.set_xscale("log")
+    traffic_scale(by_bytes, traffic)
     by_round.legend(fontsize=7)
     fig.suptitle(f"{label} of {len(runs)} runs, by round and by bytes moved", fontsize=9)
     fig.tight_layout()

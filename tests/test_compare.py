@@ -64,3 +64,23 @@ def test_a_folder_that_is_not_a_runs_is_named(two_runs, tmp_path, capsys, damage
     assert compare.main([str(two_runs[0]), str(broken), "--out", str(tmp_path / "c.png")]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "c.png").exists()
+
+
+def test_round_0_is_drawn_at_zero_bytes_on_the_bytes_axis():
+    """A log axis clips round 0 (no byte moved yet), so every run seemed to start at its
+    round-1 accuracy: the axis is linear below the smallest traffic and logarithmic above."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    xs = [0.0, 0.05, 0.1, 40.0]
+    ax.plot(xs, [0.1, 0.5, 0.6, 0.9], marker="o")
+    compare.traffic_scale(ax, xs)
+    fig.canvas.draw()
+    low, high = ax.get_xlim()
+    assert ax.get_xscale() == "symlog" and low <= 0.0 < 0.05 and high >= 40.0
+    shown = ax.transData.transform([(x, 0.5) for x in xs])[:, 0]
+    assert all(a < b for a, b in zip(shown, shown[1:]))  # round 0 apart from round 1
+    plt.close(fig)

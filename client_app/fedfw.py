@@ -140,7 +140,7 @@ def describe(job: ClientJob) -> RecordDict:
 def node_overrides(fw: FedFWSettings, node_config: Mapping[str, Any]) -> Constraint:
     """This node's set D_i (section 4.3): node config ``fedfw.constraint`` / ``fedfw.radius``,
     else the run's D (``job.overrides``, built once per run and node)."""
-    return node_constraint(dict(node_config), fw.constraint)
+    return node_constraint(dict(node_config), fw.constraint, fw.radius)
 
 
 HANDLERS = {TRAIN: train, EVALUATE: evaluate, QUERY_NODE: describe}

@@ -26,11 +26,11 @@ from run_config.keys import (
     require,
     within,
 )
-from tasks.datasets import IMAGE_SCALINGS, IMAGE_TASKS, ONLINE_TASKS, SITE_TASK
+from tasks.datasets import IMAGE_SCALINGS, IMAGE_TASKS, ONLINE_TASKS, REGRESSION_TASKS, SITE_TASK
 from tasks.devices import check_device_name
 from tasks.federation import DataSpec
 from tasks.site_data import PARTITION_TEMPLATE
-from tasks.site_schema import CLASSIFICATION, KINDS, SCALE_FACTOR, SiteSpec
+from tasks.site_schema import CLASSIFICATION, KINDS, REGRESSION, SCALE_FACTOR, SiteSpec
 
 __all__ = ["COMMON_KEYS", "RunSettings", "Scalar", "parse_node_partitions", "read_key", "require"]
 
@@ -254,6 +254,12 @@ class RunSettings:
             partitioning_alpha=self.partitioning_alpha, labels_per_client=self.labels_per_client,
             local_test=self.local_test, image_scaling=self.image_scaling,
         )
+
+    @property
+    def regression(self) -> bool:
+        """Whether the label is a number (the square loss): a site table of
+        ``data.kind='regression'``, or a bundled regression task."""
+        return self.data_kind == REGRESSION if self.sites else self.task in REGRESSION_TASKS
 
     @property
     def sites(self) -> bool:

@@ -16,7 +16,8 @@ from oracles.lmo import make_constraint
 from server_app.app import InvalidRunConfig
 from tests.helpers import last_xbar, run_app, state_params, train_messages
 
-FAST = {"task": "synthetic", "algorithm": "feddr", "num-server-rounds": 5}
+FAST = {"task": "synthetic", "algorithm": "feddr", "num-server-rounds": 5,
+        "fedfw.constraint": "l1"}
 MCLR_BYTES = (60 * 10 + 10) * 4  # x_hat_i as dense float32
 
 

@@ -28,7 +28,8 @@ def client_x(grid, node) -> list[np.ndarray]:
 
 
 def test_l1_upload_is_a_few_bytes_per_client(tmp_path):
-    grid, rows = run_fw(tmp_path, num_nodes=10, **{"num-server-rounds": 3})
+    grid, rows = run_fw(tmp_path, num_nodes=10,
+                        **{"num-server-rounds": 3, "fedfw.constraint": "l1"})
     for row in rows[1:]:
         assert row["participants"] == 10 and row["failures"] == 0
         # MCLR 60x10: two uint16 vertex codes (index and sign), packed = 4 bytes per client
@@ -106,7 +107,8 @@ def test_a_point_outside_the_declared_set_is_dropped_and_the_node_resynced(
 
 def test_per_client_l2_superset_runs_and_sends_dense_points(tmp_path):
     sets = [{"fedfw.constraint": "l2", "fedfw.radius": 10.0}, {}, {}, {}]
-    _, rows = run_fw(tmp_path, num_nodes=4, node_configs=sets, **{"num-server-rounds": 3})
+    _, rows = run_fw(tmp_path, num_nodes=4, node_configs=sets,
+                     **{"num-server-rounds": 3, "fedfw.constraint": "l1"})
     assert rows[-1]["failures"] == 0
     assert rows[-1]["bytes_up_train"] == 3 * 4 + (60 * 10 + 10) * 4
 

@@ -45,7 +45,7 @@ def test_the_mirror_is_bit_identical_to_every_node_after_a_local_pass(tmp_path, 
 
 
 def test_each_node_sends_one_point_per_minibatch(tmp_path):
-    config = {**LOCAL, "algorithm": "fedfw"}
+    config = {**LOCAL, "algorithm": "fedfw", "fedfw.constraint": "l1"}
     run = run_app(tmp_path, 4, **config)
     data = RunSettings.from_run_config(run_config(**config)).data
     steps = [math.ceil(len(local_data(data, pid, 4).y_train) / BATCH) for pid in range(4)]

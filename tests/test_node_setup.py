@@ -107,5 +107,5 @@ def test_a_setup_builds_what_a_message_used_to():
                                  "fedfw.constraint": "l2", "fedfw.radius": 2.0})
     assert setup.data.partition_id == 1 and setup.data.num_partitions == 3
     assert setup.device.type in ("cpu", "cuda")
-    assert setup.family.constraint.kind == "l1" and setup.family.schedule.kind == "convex"
+    assert setup.family.constraint.kind == "box" and setup.family.schedule.kind == "convex"
     assert (setup.overrides.kind, setup.overrides.radius) == ("l2", 2.0)

@@ -84,7 +84,7 @@ def test_a_bad_model_is_dropped_counted_and_the_run_goes_on(tmp_path, monkeypatc
 
     monkeypatch.setitem(CLIENT_HALVES["fedavg-proj"], "train", faulty)
     caplog.set_level(logging.WARNING, logger="flwr")
-    grid, rows, _ = run_pavg(tmp_path)
+    grid, rows, _ = run_pavg(tmp_path, **{"fedfw.constraint": "l1"})
     assert [r["failures"] for r in rows[1:]] == [1] * 5
     assert [r["participants"] for r in rows[1:]] == [3] * 5
     reason = {"nan": "contains NaN", "shape": "shape"}[fault]
@@ -105,7 +105,7 @@ def test_partial_participation_uses_fraction_train(tmp_path):
     ("overrides", "fragment"),
     [
         ({"fedfw.constraint": "l3"}, "fedfw.constraint='l3' is not valid"),
-        ({"fedfw.radius": 0.0}, "fedfw.radius=0.0 is not valid"),
+        ({"fedfw.radius": -1.0}, "fedfw.radius=-1.0 is not valid"),
         ({"fedfw.scope": "rows"}, "fedfw.scope='rows' is not valid"),
         ({"fedfw.constraint": "nuclear", "fedfw.scope": "global"}, "needs fedfw.scope=per-tensor"),
     ],

@@ -112,7 +112,7 @@ def test_only_the_chosen_familys_tables_are_parsed(algorithm):
 @pytest.mark.parametrize(("algorithm", "override", "fragment"), [
     ("ffgb", "ffgb.hidden=0", "ffgb.hidden=0 is not valid; it must be in [1, 4096]"),
     ("ffgb-l", "ffgb.learner='tree'", "ffgb.learner='tree'"),
-    ("fedfw", "fedfw.radius=-1.0", "fedfw.radius=-1.0 is not valid; it must be finite and > 0"),
+    ("fedfw", "fedfw.radius=-1.0", "fedfw.radius=-1.0 is not valid; it must be finite and >= 0"),
     ("feddr", "fedfw.scope='row'", "fedfw.scope='row' is not valid; allowed values"),
     ("fedavg-proj", "fedfw.constraint='l3'", "fedfw.constraint='l3' is not valid"),
     ("feddr", "feddr.alpha=2.0", "feddr.alpha=2.0 is not valid; it must be in (0, 2)"),
@@ -168,7 +168,7 @@ def test_a_key_whose_condition_does_not_hold_is_refused(override, fragment):
 
 
 def test_a_key_given_its_default_or_under_its_condition_counts():
-    assert check("algorithm='ffgb' data.label='' learning-rate=0.0 fedfw.radius=10", 2)
+    assert check("algorithm='ffgb' data.label='' learning-rate=0.0 fedfw.radius=0.0", 2)
     assert check("algorithm='fedprox' fedprox.mu=0.1 learning-rate=0.1 model='mclr'", 2)
     assert check("algorithm='ffgb' partitioning='dirichlet' \"partitioning.alpha\"=0.1", 2)
     with pytest.raises(ConfigError, match=r"TOML reads partitioning=\.\.\. and "

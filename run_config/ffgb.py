@@ -267,8 +267,8 @@ def auto_extension(extension: str, lipschitz: float) -> str:
     midpoint. With L from the data (the largest label slope, which one pair of close points
     inflates) eq. 17's upper envelope sits far above the data between its points and FFGB.L
     diverged: cars by origin RMSE 63 mpg, diabetes 69 (the mean: 7.7, 73), against 3.80 and
-    55.9 with the midpoint; on the lipschitz task, where L = 1 is the true constant, eq. 17 gives
-    test MSE 0.0299 (the midpoint with L from the data 0.0366)."""
+    55.9 with the midpoint; on the lipschitz task, whose target is 1-Lipschitz, eq. 17 with L
+    from the data gave test MSE 0.0299 and the midpoint gives 0.0366 (FedAvg 0.037)."""
     if extension != AUTO:
         return extension
     return UPPER if lipschitz > 0 else MIDPOINT

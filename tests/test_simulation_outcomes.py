@@ -94,7 +94,8 @@ def test_bad_sites_are_left_out_with_one_sentence_through_ray(tmp_path, link):
     reported = [LEVEL.sub("", line) for line in log.splitlines()
                 if "left out" in line or "is refused" in line or "cannot answer" in line]
     assert len(reported) >= len(expected)
-    assert all("\x1b" not in line and "ClientAppException" not in line for line in reported), reported
+    assert all("\x1b" not in line and "ClientAppException" not in line
+               for line in reported), reported
 
 
 def test_a_diverging_run_fails_in_one_line_and_run_status_says_so(tmp_path, link):

@@ -56,13 +56,14 @@ def test_a_quoted_figure_equals_its_source(page, text, percent, source, path):
         f"{value_at(source, path)}: update the page from the file")
 
 
-def test_the_readmes_sample_log_lines_are_the_default_jobs():
-    """The round line and the health line the README shows are those of the default job's run
-    in readme.json (the same rounds, bytes and time)."""
+@pytest.mark.parametrize("page", ["README.md", "docs/results.md"])
+def test_the_sample_log_lines_are_the_default_jobs(page):
+    """The round line and the health line a page shows are those of the default job's run in
+    readme.json (the same rounds, bytes and time)."""
     from server_app.recording import format_row
 
     run = json.loads((ROOT / "benchmarks" / "results" / "readme.json").read_text())
     default = run["runs"]["default"]
-    lines = (ROOT / "README.md").read_text().splitlines()
+    lines = (ROOT / page).read_text().splitlines()
     assert format_row(default["last"], default["last"]["round"]) in lines
     assert default["outcome"]["line"] in lines

@@ -193,3 +193,15 @@ def test_the_serverapp_refuses_site_keys_without_the_site_task(tmp_path):
                                 "dataset-path": "sites/{partition-id}.csv",
                                 "data.label": "species", "server-test-path": "sites/test.csv"})
     assert not (tmp_path / "job" / "metrics.json").exists()
+
+
+@pytest.mark.parametrize(("algorithm", "task", "eta0"), [
+    ("ffgb", "digits", 10.0), ("ffgb", "diabetes", 0.5), ("ffgb-c", "lipschitz", 0.5),
+    ("ffgb-l", "lipschitz", 1.0), ("ffgb-l", "diabetes", 1.0)])
+def test_ffgbs_auto_step_follows_the_loss(algorithm, task, eta0):
+    """The authors' 10 for cross-entropy, 0.5 for the square loss (10 diverged on diabetes),
+    FFGB.L's 1 whatever the task."""
+    from run_config.ffgb import ffgb_settings
+
+    settings = RunSettings.from_run_config(run_config(algorithm=algorithm, task=task))
+    assert ffgb_settings(settings).steps.eta0 == eta0

@@ -283,7 +283,8 @@ def cell(found: dict, family: str, task: str, low: float, fedavg: float | None,
         return f"n/a {notes.mark(why)}"
     text = figure(found.get((family, task, False)), task, low, fedavg, family != "fedavg")
     if why:  # ran with the keys its design needs
-        return f"{text} {notes.mark(f'{why}; measured with {keys_text(DOCUMENTED[(family, kind)])}')}"
+        keys = keys_text(DOCUMENTED[(family, kind)])
+        return f"{text} {notes.mark(f'{why}; measured with {keys}')}"
     if (family, task) in MISSES and "✓" not in text:
         reason, keys = MISSES[(family, task)]
         if keys:

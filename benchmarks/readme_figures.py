@@ -5,8 +5,8 @@ Each job is the README's command on the in-process engine (the real ServerApp an
 ``testing.inprocess_grid.LocalGrid``), which gives Flower's simulation engine's numbers to the
 bit (benchmarks/README.md section 16c); the wall times are the rounds' own (``wall_time_s`` of
 the last row), not a command's start-up. The README marks every figure it takes from here with
-``<!-- figure: readme <path> -->`` and ``tests/test_quoted_figures.py`` fails when one no longer
-matches.
+``<!-- figure: readme <path> -->`` (so do pages of docs/) and ``tests/test_quoted_figures.py``
+fails when one no longer matches.
 
     python -m benchmarks.readme_figures            # about 5 min on 2 cores
     python -m benchmarks.readme_figures --only penguins
@@ -45,11 +45,13 @@ JOBS: dict[str, tuple[int, dict[str, Any]]] = {
 
 
 def figures(folder: Path) -> dict[str, Any]:
-    """What the README may quote of a finished run: its last row, its summary and outcome."""
+    """What the README and docs may quote of a finished run: its first row (round 0: with
+    sites' own data, the schema agreement's traffic), its last row, its summary and outcome."""
     metrics = json.loads((folder / "metrics.json").read_text())
     config = json.loads((folder / "config.json").read_text())
     last = metrics["rounds"][-1]
-    return {"last": last, "summary": metrics["summary"], "outcome": config["outcome"],
+    return {"first": metrics["rounds"][0], "last": last, "summary": metrics["summary"],
+            "outcome": config["outcome"],
             "rounds_s": last["wall_time_s"],
             "mb_moved": (metrics["summary"]["bytes_up_total"]
                          + metrics["summary"]["bytes_down_total"]) / 1e6}

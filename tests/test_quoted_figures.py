@@ -1,6 +1,7 @@
 """Figures with a source: every figure the README or a page of docs/ marks as quoted from a
-results file (``<figure><!-- figure: <results file> <path> --></figure>``) equals that file's
-value, written with as many decimals as the quote has. A re-run that changes a number fails
+results file (``<figure><!-- figure: <results file> <path> --></figure>``, or ``... <path> /1000
+-->`` for a value quoted in thousands) equals that file's value, written with as many decimals
+as the quote has. A re-run that changes a number fails
 here until the text is updated from the file.
 
 The results file is ``benchmarks/results/<name>.json``; the path walks its dicts by key and
@@ -17,11 +18,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-MARK = re.compile(r"(-?[\d,]*\.?\d+)(%?)<!-- figure: ([\w.-]+) ([\w.\[\]-]+) -->")
+MARK = re.compile(r"(-?[\d,]*\.?\d+)(%?)<!-- figure: ([\w.-]+) ([\w.\[\]-]+)(?: /(\d+))? -->")
 
 
-def quoted() -> list[tuple[str, str, str, str, str]]:
-    """(page, quoted text, % sign, results file, path) of every marked figure."""
+def quoted() -> list[tuple[str, str, str, str, str, str | None]]:
+    """(page, quoted text, % sign, results file, path, divisor) of every marked figure."""
     found = []
     for page in PAGES:
         for match in MARK.finditer(page.read_text()):
@@ -48,12 +49,14 @@ def test_the_readme_marks_its_figures():
     assert len([q for q in quoted() if q[0] == "README.md"]) >= 10
 
 
-@pytest.mark.parametrize(("page", "text", "percent", "source", "path"), quoted(),
+@pytest.mark.parametrize(("page", "text", "percent", "source", "path", "divisor"), quoted(),
                          ids=[f"{q[0]}:{q[4]}" for q in quoted()])
-def test_a_quoted_figure_equals_its_source(page, text, percent, source, path):
-    assert written(value_at(source, path), text, percent) == text, (
-        f"{page} quotes {text}{percent} for {source}.json {path}, which now holds "
-        f"{value_at(source, path)}: update the page from the file")
+def test_a_quoted_figure_equals_its_source(page, text, percent, source, path, divisor):
+    value = value_at(source, path) / int(divisor or 1)
+    assert written(value, text, percent) == text, (
+        f"{page} quotes {text}{percent} for {source}.json {path}"
+        f"{f' / {divisor}' if divisor else ''}, which now holds {value}: update the page from "
+        "the file")
 
 
 @pytest.mark.parametrize("page", ["README.md", "docs/results.md"])

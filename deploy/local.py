@@ -57,9 +57,9 @@ from tasks.errors import ConfigError
 BIN = Path(sys.executable).parent  # flower-superlink, flower-supernode and flwr of this venv
 PROJECT = Path(__file__).resolve().parents[1]
 CONNECTION = "deploy"
-# the lines of a run's log ``main`` prints while it runs: a line a round, and how it ends
-PROGRESS = re.compile(r"\[results\]|Run (completed|failed)|Invalid run config|The run stops|"
-                      r"is left out|is refused")
+# the lines of a run's log ``main`` prints while it runs: a line a round, and what went wrong
+# (its health line comes after, from its results folder)
+PROGRESS = re.compile(r"\[results\]|Invalid run config|The run stops|is left out|is refused")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 LEVEL = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR) *: *")  # Flower's level prefix
 

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from flwr.app import ArrayRecord
 
-from functions.errors import DecodeError
+from functions.errors import DecodeError, NonFiniteError
 from functions.params import array_to_numpy, arrays_to_record, npy_data_bytes
 
 SOFTPROB, SQUARED_ERROR = "multi:softprob", "reg:squarederror"
@@ -333,7 +333,7 @@ def _float_array(value: object, n: int, where: str) -> np.ndarray:
     with np.errstate(over="ignore"):
         array = np.array(value, dtype=np.float64).astype(np.float32)
     if not np.all(np.isfinite(array)):
-        raise DecodeError(f"{where}: a value is not a finite float32")
+        raise NonFiniteError(f"{where}: a value is not a finite float32")
     return array
 
 

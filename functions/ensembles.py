@@ -36,7 +36,7 @@ from flwr.app import ConfigRecord, RecordDict
 from functions import convnets, networks
 from functions.batched import weighted_sum
 from functions.convnets import ConvNetSpec
-from functions.errors import DecodeError
+from functions.errors import DecodeError, NonFiniteError
 from functions.forest import FIELDS as TREE_FIELDS
 from functions.forest import join_packed_trees, pack_trees, unpack_trees
 from functions.learners import Learner, learner_spec, same_spec_runs
@@ -501,7 +501,9 @@ def _header_int(config: Mapping[str, object], key: str, low: int, high: int) -> 
 
 
 def _number(value: object, name: str) -> float:
-    if type(value) not in (int, float) or not math.isfinite(value):
+    if type(value) in (int, float) and not math.isfinite(value):
+        raise NonFiniteError(f"{name}: expected a finite number, got {value!r}")
+    if type(value) not in (int, float):
         raise DecodeError(f"{name}: expected a finite number, got {value!r}")
     return float(value)
 

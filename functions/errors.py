@@ -10,6 +10,11 @@ class DecodeError(ValueError):
     """A received record is malformed, inconsistent, non-finite or too large."""
 
 
+class NonFiniteError(DecodeError):
+    """A received number or array holds a NaN or an infinity: what a node whose training
+    diverged sends (the strategy counts these apart, ``strategies.screening``)."""
+
+
 def check_float32(array: object, name: str, shape: tuple[int, ...]) -> np.ndarray:
     """``array`` if it is a finite float32 array of ``shape``; ``DecodeError`` otherwise."""
     if not isinstance(array, np.ndarray) or array.dtype != np.float32:
@@ -18,7 +23,7 @@ def check_float32(array: object, name: str, shape: tuple[int, ...]) -> np.ndarra
     if array.shape != shape:
         raise DecodeError(f"{name}: expected shape {shape}, got {array.shape}")
     if not np.all(np.isfinite(array)):
-        raise DecodeError(f"{name}: contains NaN or inf")
+        raise NonFiniteError(f"{name}: contains NaN or inf")
     return array
 
 

@@ -27,7 +27,7 @@ from typing import Protocol
 
 import numpy as np
 
-from functions.errors import DecodeError
+from functions.errors import DecodeError, NonFiniteError
 
 
 class Ball(Protocol):
@@ -111,7 +111,7 @@ def decode_extreme_point(
     if kind == "l2":
         x = _fields(arrays, {"x": (np.float32, n)}, name)["x"].astype(np.float64)
         if not np.all(np.isfinite(x)):
-            raise DecodeError(f"{name}: dense point contains NaN or inf")
+            raise NonFiniteError(f"{name}: dense point contains NaN or inf")
         norm = float(np.linalg.norm(x))
         if not norm <= r * (1.0 + _DENSE_RTOL):
             raise DecodeError(f"{name}: point of l2 norm {norm:.6g} is outside D (r={r})")

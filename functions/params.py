@@ -11,7 +11,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord
 from numpy.lib import format as npy_format
 
-from functions.errors import DecodeError
+from functions.errors import DecodeError, NonFiniteError
 
 Params = list[np.ndarray]
 
@@ -138,6 +138,6 @@ def record_to_params(record: object, layout: ParamLayout, dtype: type | None = N
             raise DecodeError(f"{name}: dtype {array.dtype} is not {expected}")
         value = array.astype(np.float64)
         if not np.all(np.isfinite(value)):
-            raise DecodeError(f"{name}: contains NaN or inf")
+            raise NonFiniteError(f"{name}: contains NaN or inf")
         params.append(value)
     return params

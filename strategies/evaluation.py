@@ -17,7 +17,7 @@ import numpy as np
 from flwr.app import ArrayRecord, Message, MetricRecord
 from torch import nn
 
-from functions.errors import DecodeError
+from functions.errors import DecodeError, NonFiniteError
 from functions.protocol import (
     METRICS,
     NUM_EXAMPLES,
@@ -49,7 +49,9 @@ def checked_metrics(record: object, keys: Iterable[str]) -> dict[str, float]:
     values = {}
     for key in keys:
         value = record[key]
-        if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
+        if type(value) in (int, float) and not math.isfinite(value):
+            raise NonFiniteError(f"{key}={value!r} is not a finite number >= 0")
+        if type(value) not in (int, float) or value < 0:
             raise DecodeError(f"{key}={value!r} is not a finite number >= 0")
         values[key] = float(value)
     return values

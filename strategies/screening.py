@@ -10,17 +10,15 @@ replies that pass are handed on in the caller's node order.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from logging import WARNING
 from typing import Generic, TypeVar
 
-import numpy as np
-from flwr.app import ArrayRecord, Message, RecordDict
+from flwr.app import Message, RecordDict
 from flwr.common.logger import log
 
-from functions.errors import DecodeError, one_sentence
+from functions.errors import DecodeError, NonFiniteError, one_sentence
 
 T = TypeVar("T")
 
@@ -34,7 +32,7 @@ class Screened(Generic[T]):
     dropped: list[int] = field(default_factory=list)
     errors: list[int] = field(default_factory=list)
     reasons: dict[int, str] = field(default_factory=dict)  # of each error or dropped reply
-    nonfinite: list[int] = field(default_factory=list)  # dropped replies that carry NaN or inf
+    nonfinite: list[int] = field(default_factory=list)  # dropped for a NaN or an infinity
 
     @property
     def rejected(self) -> int:
@@ -66,7 +64,7 @@ def screen_replies(label: str, server_round: int, replies: Iterable[Message],
             out.accepted[node] = decode(reply)
         except Exception as err:  # noqa: BLE001 - whatever a reply holds, it only fails itself
             out.dropped.append(node)
-            if carries_nonfinite(reply.content):
+            if isinstance(err, NonFiniteError):
                 out.nonfinite.append(node)
             reason = one_sentence(err if isinstance(err, DecodeError)
                                   else f"{type(err).__name__}: {err}")
@@ -74,27 +72,6 @@ def screen_replies(label: str, server_round: int, replies: Iterable[Message],
             log(WARNING, "%s round %d: dropped the reply of node %s: %s", label, server_round,
                 node, reason)
     return out
-
-
-def carries_nonfinite(content: RecordDict) -> bool:
-    """Whether a reply's content holds a NaN or an infinity (a float metric or config value, an
-    element of a float array): a node whose training diverged. Only read for a dropped reply;
-    anything unreadable counts as not."""
-    for record in content.values():
-        if isinstance(record, ArrayRecord):
-            for array in record.values():
-                try:
-                    values = array.numpy()
-                except Exception:  # noqa: BLE001 - a dropped reply's bytes: unreadable is no
-                    continue
-                if values.dtype.kind in "fc" and not np.all(np.isfinite(values)):
-                    return True
-            continue
-        for value in getattr(record, "values", lambda: ())():
-            items = value if isinstance(value, list) else [value]
-            if any(isinstance(v, float) and not math.isfinite(v) for v in items):
-                return True
-    return False
 
 
 def exact_records(content: RecordDict, kinds: Mapping[str, type]) -> dict:

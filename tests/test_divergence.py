@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 import pytest
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 
 from client_app.app import app as client_app
 from server_app.app import RunDiverged
@@ -19,7 +19,9 @@ from server_app.checkpoint import read_checkpoint
 from server_app.outcome import in_label_units, outcome
 from server_app.results import ResultsWriter
 from strategies.base import Diverged
-from strategies.screening import carries_nonfinite
+from strategies.evaluation import checked_metrics
+from strategies.screening import screen_replies
+from testing.inprocess_grid import enter_run
 from tests.helpers import run_app
 
 # FedAvg's local SGD at the step that was its default (issue 35: test MSE 1.40, 171,570, inf)
@@ -76,13 +78,22 @@ def test_every_reply_dropped_for_nan_stops_the_run_at_that_round(tmp_path):
     assert [r["round"] for r in rows] == [0]
 
 
-def test_what_carries_nan_or_inf():
-    assert not carries_nonfinite(RecordDict({"a": ArrayRecord({"x": Array(np.ones(3))}),
-                                             "m": MetricRecord({"loss": 1.0})}))
-    assert carries_nonfinite(RecordDict({"m": MetricRecord({"loss": math.inf})}))
-    assert carries_nonfinite(RecordDict({"c": ConfigRecord({"v": [1.0, math.nan]})}))
-    assert carries_nonfinite(RecordDict({"a": ArrayRecord({"x": Array(np.array([1.0, np.inf]))})}))
-    assert not carries_nonfinite(RecordDict({"a": ArrayRecord({"x": Array(np.arange(3))})}))
+def test_a_reply_dropped_for_nan_or_inf_is_told_apart_from_other_faults():
+    """The screen counts a reply refused for a NaN or an infinity (``NonFiniteError``, what the
+    decoders raise) apart from any other fault, without decoding anything more."""
+    enter_run()
+    replies = []
+    for node, values in ((1, [1.0, math.inf]), (2, [1.0, 2.0]), (3, [1.0, -1.0])):
+        question = Message(RecordDict(), node, "train", group_id="1")
+        question.metadata.__dict__["_message_id"] = f"q{node}"
+        reply = Message(RecordDict({"m": MetricRecord({"a": values[0], "b": values[1]})}),
+                        reply_to=question)
+        reply.metadata.__dict__["_src_node_id"] = node
+        replies.append(reply)
+    screened = screen_replies("test", 1, replies,
+                              lambda r: checked_metrics(r.content["m"], ["a", "b"]), {1, 2, 3})
+    assert list(screened.accepted) == [2] and screened.dropped == [1, 3]
+    assert screened.nonfinite == [1] and screened.reasons[1] == "b=inf is not a finite number >= 0"
 
 
 def test_the_strategy_screen_raises_diverged_only_when_no_reply_passed():

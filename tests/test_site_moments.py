@@ -43,13 +43,6 @@ PENGUINS = {"task": "site", "data.label": "species", "data.categorical": "sex",
 SPEC = SiteSpec(CLASSIFICATION, "species", categorical=("sex",))
 
 
-@pytest.fixture(scope="module")
-def penguins(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("penguins")
-    write_sites("penguins", folder)
-    return folder
-
-
 @pytest.fixture(autouse=True)
 def fresh_cache():
     site_files._CACHE.clear()

@@ -24,13 +24,6 @@ FAMILIES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def penguins(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("penguins")
-    write_sites("penguins", folder)
-    return folder
-
-
 @pytest.fixture(autouse=True)
 def fresh_cache():
     site_files._CACHE.clear()

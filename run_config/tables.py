@@ -134,11 +134,11 @@ def inert_keys(settings: RunSettings) -> dict[str, str]:
     common = read_keys(raw, COMMON_KEYS)
     algorithm = f"algorithm={settings.algorithm!r}"
     found = {}
-    for table in TABLES[1:]:
-        if table not in family.tables:
+    for table in TABLES:
+        if table is not COMMON and table not in family.tables:
             found.update({key.name: f"{key.name}={raw[key.name]!r} has no effect with "
-                          f"{algorithm}: the {table.title.split(':')[0]} keys are read only by "
-                          f"{', '.join(readers(table))}" for key in table.keys if key.given(raw)})
+                          f"{algorithm}: it is read only by {', '.join(readers(table))}"
+                          for key in table.keys if key.given(raw)})
     for key in COMMON_KEYS:
         if not key.given(raw):
             continue

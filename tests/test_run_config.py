@@ -126,10 +126,10 @@ def test_a_bad_value_in_the_chosen_familys_table_is_refused(algorithm, override,
 
 
 @pytest.mark.parametrize(("algorithm", "override", "readers"), [
-    ("fedavg", "ffgb.hidden=5", "the `ffgb.*` keys are read only by ffgb, ffgb-c, ffgb-l"),
+    ("fedavg", "ffgb.hidden=5", "it is read only by ffgb, ffgb-c, ffgb-l"),
     ("ffgb", "fedfw.constraint='l2'",
-     "the `fedfw.*` keys are read only by fedavg-proj, fedfw, fedfw-plus, fedfw-sto, feddr"),
-    ("fedfw", "feddr.eta=0.5", "the `feddr.*` keys are read only by feddr"),
+     "it is read only by fedavg-proj, fedfw, fedfw-plus, fedfw-sto, feddr"),
+    ("fedfw", "feddr.eta=0.5", "it is read only by feddr"),
     ("fedxgb-cyclic", "fraction-train=0.5",
      "it is read only by fedavg, fedprox, fedavg-proj, ffgb, ffgb-c, ffgb-l, fedxgb-bagging"),
     ("ffgb", "learning-rate=0.1", "it is read only by fedavg, fedprox, fedavg-proj"),

@@ -101,9 +101,12 @@ class Dataset:
 DATASETS = {
     "penguins": Dataset("penguins", "natural", 3),
     "cars": Dataset("cars", "natural", 3),
-    **{f"{source}-{scheme}-{nodes}": Dataset(source, scheme, nodes)
-       for source in ("breast-cancer", "diabetes") for nodes in (5, 20)
-       for scheme in ("label", "dirichlet")},
+    **{
+        f"{source}-{scheme}-{nodes}": Dataset(source, scheme, nodes)
+        for source in ("breast-cancer", "diabetes")
+        for nodes in (5, 20)
+        for scheme in ("label", "dirichlet")
+    },
     # Two classes over 20 sites of at least 10 rows each: alpha 0.5 and 1 fail the partitioner's
     # 10 draws on every seed; alpha 2 leaves sites from 10 % to 95 % benign.
     "breast-cancer-dirichlet-20": Dataset("breast-cancer", "dirichlet", 20, alpha=2.0),
@@ -118,13 +121,13 @@ def _method(name: str, overrides: dict[str, Any]) -> Family:
     """A method with the regression settings ``benchmarks.sites`` uses on cars for ``name``
     (none for the XGBoost baselines)."""
     cars = _SITES[name].per_table.get("cars", {}) if name in _SITES else {}
-    return Family(name, overrides, tables=tuple(DATASETS),
-                  per_table=dict.fromkeys(REGRESSION, cars))
+    return Family(
+        name, overrides, tables=tuple(DATASETS), per_table=dict.fromkeys(REGRESSION, cars)
+    )
 
 
 METHODS = (
-    *(_method(name, _SITES[name].overrides) for name in ("ffgb-trees", "ffgb-c-trees",
-                                                          "ffgb-mlp")),
+    *(_method(name, _SITES[name].overrides) for name in ("ffgb-trees", "ffgb-c-trees", "ffgb-mlp")),
     _method("fedxgb-bagging", {"algorithm": "fedxgb-bagging"}),
     _method("fedxgb-cyclic", {"algorithm": "fedxgb-cyclic"}),
     _method("fedavg", _SITES["fedavg"].overrides),
@@ -142,15 +145,25 @@ def load_table(source: str) -> tuple[pd.DataFrame, str, str, np.ndarray]:
         bunch = datasets.load_breast_cancer(as_frame=True)
         frame = bunch.data.rename(columns=lambda c: c.replace(" ", "_"))
         codes = bunch.target.to_numpy()
-        return (frame.assign(diagnosis=bunch.target_names[codes]), "diagnosis",
-                "classification", codes)
+        return (
+            frame.assign(diagnosis=bunch.target_names[codes]),
+            "diagnosis",
+            "classification",
+            codes,
+        )
     if source == "diabetes":
         bunch = datasets.load_diabetes(as_frame=True)
         frame = bunch.data.assign(progression=bunch.target.astype(float))
         return frame, "progression", "regression", frame["progression"].to_numpy()
     x, codes = datasets.make_classification(
-        n_samples=50_000, n_features=20, n_informative=10, n_redundant=5, n_classes=3,
-        n_clusters_per_class=2, random_state=0)
+        n_samples=50_000,
+        n_features=20,
+        n_informative=10,
+        n_redundant=5,
+        n_classes=3,
+        n_clusters_per_class=2,
+        random_state=0,
+    )
     frame = pd.DataFrame(x, columns=[f"x{i:02d}" for i in range(x.shape[1])])
     return frame.assign(y=[f"class{c}" for c in codes]), "y", "classification", codes
 
@@ -170,16 +183,24 @@ def write_raw(name: str, raw: Path, seed: int) -> None:
     parts = partition(scheme, data.nodes, codes, seed=seed, s=LABEL_SORT_S, alpha=data.alpha)
     features = [c for c in frame.columns if c != label]
     shifts = np.random.default_rng([seed, data.nodes]).normal(
-        0.0, SHIFT, size=(data.nodes, len(features)))
+        0.0, SHIFT, size=(data.nodes, len(features))
+    )
     raw.mkdir(parents=True, exist_ok=True)
     for pid, rows in enumerate(parts):
         site = frame.iloc[rows].copy()
         if data.scheme == "dirichlet-shift":
             site[features] += shifts[pid]
         site.to_csv(raw / f"{pid}.csv", index=False)
-    manifest = {"table": name, "label": label, "kind": kind, "categorical": [],
-                "sites": {f"site{pid:02d}": {"partition-id": pid, "rows": len(rows)}
-                          for pid, rows in enumerate(parts)}}
+    manifest = {
+        "table": name,
+        "label": label,
+        "kind": kind,
+        "categorical": [],
+        "sites": {
+            f"site{pid:02d}": {"partition-id": pid, "rows": len(rows)}
+            for pid, rows in enumerate(parts)
+        },
+    }
     (raw / "sites.json").write_text(json.dumps(manifest, indent=1) + "\n")
 
 
@@ -199,8 +220,10 @@ def traffic(record: dict[str, Any], kind: str) -> dict[str, Any]:
     rows, std = record.pop("rows"), record.pop("target_std")
     key = "test_accuracy" if kind == "classification" else "test_mse"
     scored = [r for r in rows if r.get(key) is not None]
-    record["curve"] = [[r["round"], mb, score(r, "", kind, std)]
-                       for r, mb in zip(scored, cumulative_traffic(rows, key))]
+    record["curve"] = [
+        [r["round"], mb, score(r, "", kind, std)]
+        for r, mb in zip(scored, cumulative_traffic(rows, key))
+    ]
     trained = [r for r in rows if r.get("round", 0) >= 1]
     record["bytes_up_per_round"] = statistics.fmean(r["bytes_up"] for r in trained)
     record["bytes_down_per_round"] = statistics.fmean(r["bytes_down"] for r in trained)
@@ -225,29 +248,45 @@ def at_budget(curve: list[list[float]], budget_mb: float) -> tuple[float, int]:
     return (within[-1][2] if last >= 1 else math.nan), last
 
 
-def run_dataset(name: str, seed: int, rounds: dict[str, int], methods: list[Family],
-                references: bool, work: Path) -> list[dict[str, Any]]:
+def run_dataset(
+    name: str,
+    seed: int,
+    rounds: dict[str, int],
+    methods: list[Family],
+    references: bool,
+    work: Path,
+) -> list[dict[str, Any]]:
     """Every method federated, then each reference alone and pooled, on one dataset and seed;
     the federated records get their equal-bytes score."""
     split = split_for(name, work, seed)
     out_dir = work / name / f"seed{seed}" / "runs"
     records: list[dict[str, Any]] = []
     for family in methods:
-        record = federated(split, family, name, seed, rounds[family.name], out_dir,
-                           keep_rows=True)
+        record = federated(split, family, name, seed, rounds[family.name], out_dir, keep_rows=True)
         records.append(traffic(record, split.kind) if "error" not in record else record)
         _progress(name, seed, "federated", family.name, [records[-1]])
-    budget = next((r["curve"][-1][1] for r in records if r["method"] == BUDGET_METHOD
-                   and "curve" in r), math.nan)
+    budget = next(
+        (r["curve"][-1][1] for r in records if r["method"] == BUDGET_METHOD and "curve" in r),
+        math.nan,
+    )
     for record in records:
         if "curve" in record:
             record["budget_mb"] = budget
             record["at_budget"], record["rounds_in_budget"] = at_budget(record["curve"], budget)
     for label, family in REFERENCES.items() if references else ():
         records += alone(split, family, name, seed, rounds[label], out_dir)
-        _progress(name, seed, "alone", label, records[-len(split.sites):])
-        records.append(pooled(split, family, name, seed, rounds[label], out_dir,
-                              own_shares=len(split.sites) <= POOLED_SHARES_MAX))
+        _progress(name, seed, "alone", label, records[-len(split.sites) :])
+        records.append(
+            pooled(
+                split,
+                family,
+                name,
+                seed,
+                rounds[label],
+                out_dir,
+                own_shares=len(split.sites) <= POOLED_SHARES_MAX,
+            )
+        )
         _progress(name, seed, "pooled", label, records[-1:])
     for record in records:
         record["dataset"] = record.pop("table")
@@ -256,14 +295,18 @@ def run_dataset(name: str, seed: int, rounds: dict[str, int], methods: list[Fami
 
 def _progress(name: str, seed: int, kind: str, method: str, new: list[dict[str, Any]]) -> None:
     errors = [r["error"] for r in new if "error" in r]
-    print(f"  {name:<24} seed {seed} {kind:<9} {method:<14} "
-          f"{sum(r['wall_s'] for r in new):6.1f} s"
-          + (f"  {len(errors)} ERROR {errors[0]}" if errors else ""), flush=True)
+    print(
+        f"  {name:<24} seed {seed} {kind:<9} {method:<14} "
+        f"{sum(r['wall_s'] for r in new):6.1f} s"
+        + (f"  {len(errors)} ERROR {errors[0]}" if errors else ""),
+        flush=True,
+    )
 
 
 # -- summary ----------------------------------------------------------------------------------
-def summarise(records: list[dict[str, Any]], name: str, kind: str, seeds: list[int]
-              ) -> tuple[dict[str, Any], str]:
+def summarise(
+    records: list[dict[str, Any]], name: str, kind: str, seeds: list[int]
+) -> tuple[dict[str, Any], str]:
     """One dataset's {row: {column: [mean, std, n]}} and its markdown table and verdict."""
     mine = [r for r in records if r["dataset"] == name]
     expected = len(seeds)
@@ -271,13 +314,13 @@ def summarise(records: list[dict[str, Any]], name: str, kind: str, seeds: list[i
     summary: dict[str, Any] = {}
     rows = []
 
-    def show(values: list[float], failed: list[dict[str, Any]], raw: bool = False,
-             note: str = "") -> str:
+    def show(
+        values: list[float], failed: list[dict[str, Any]], raw: bool = False, note: str = ""
+    ) -> str:
         for error in sorted({r["error"] for r in failed}):
             if error not in errors:
                 errors.append(error)
-        marks = ", ".join(str(errors.index(e) + 1) for e in sorted({r["error"]
-                                                                    for r in failed}))
+        marks = ", ".join(str(errors.index(e) + 1) for e in sorted({r["error"] for r in failed}))
         if not any(math.isfinite(v) for v in values):
             return f"error ({marks})" if failed else "-"
         if raw:  # a plain number, not a score
@@ -295,41 +338,64 @@ def summarise(records: list[dict[str, Any]], name: str, kind: str, seeds: list[i
             continue
         ok = [r for r in chosen if "error" not in r]
         failed = [r for r in chosen if "error" in r]
-        columns = {"all": [r["all"] for r in ok],
-                   "own mean": [statistics.fmean(r["own"].values()) for r in ok],
-                   "own worst": [r["worst_own"] for r in ok],
-                   "at budget": [r["at_budget"] for r in ok],
-                   "rounds in budget": [float(r["rounds_in_budget"]) for r in ok],
-                   "kB up per round": [r["bytes_up_per_round"] / 1e3 for r in ok],
-                   "kB down per round": [r["bytes_down_per_round"] / 1e3 for r in ok],
-                   "ms per round": [1e3 * r["s_per_round"] for r in ok]}
+        columns = {
+            "all": [r["all"] for r in ok],
+            "own mean": [statistics.fmean(r["own"].values()) for r in ok],
+            "own worst": [r["worst_own"] for r in ok],
+            "at budget": [r["at_budget"] for r in ok],
+            "rounds in budget": [float(r["rounds_in_budget"]) for r in ok],
+            "kB up per round": [r["bytes_up_per_round"] / 1e3 for r in ok],
+            "kB down per round": [r["bytes_down_per_round"] / 1e3 for r in ok],
+            "ms per round": [1e3 * r["s_per_round"] for r in ok],
+        }
         summary[family.name] = {k: list(mean_std(v)) for k, v in columns.items()}
         in_budget = mean_std(columns["rounds in budget"])[0]
         budget_cell = show(columns["at budget"], failed)
-        rows.append([family.name, _rounds(ok), show(columns["all"], failed),
-                     show(columns["own mean"], failed), show(columns["own worst"], failed),
-                     ("over budget at round 1" if budget_cell == "-" else
-                      f"{budget_cell} (r {in_budget:.1f})"),
-                     show(columns["kB up per round"], failed, raw=True),
-                     show(columns["kB down per round"], failed, raw=True),
-                     show(columns["ms per round"], failed, raw=True)])
+        rows.append(
+            [
+                family.name,
+                _rounds(ok),
+                show(columns["all"], failed),
+                show(columns["own mean"], failed),
+                show(columns["own worst"], failed),
+                (
+                    "over budget at round 1"
+                    if budget_cell == "-"
+                    else f"{budget_cell} (r {in_budget:.1f})"
+                ),
+                show(columns["kB up per round"], failed, raw=True),
+                show(columns["kB down per round"], failed, raw=True),
+                show(columns["ms per round"], failed, raw=True),
+            ]
+        )
     for label in REFERENCES:
         for kind_ in ("pooled", "alone"):
             chosen = [r for r in mine if r["method"] == label and r["kind"] == kind_]
             if chosen:
-                summary[f"{kind_} ({label})"], row = _reference(chosen, kind_, kind, seeds,
-                                                                show)
+                summary[f"{kind_} ({label})"], row = _reference(chosen, kind_, kind, seeds, show)
                 rows.append([f"{kind_} ({label})", _rounds(chosen), *row, "-", "-", "-", "-"])
-    headers = ["method", "rounds", "test/all.csv", "own shares, mean of sites", "worst site's",
-               "test/all.csv at equal bytes (rounds)", "kB up / round", "kB down / round",
-               "ms / round"]
-    budget = mean_std([r["budget_mb"] for r in mine if r["method"] == BUDGET_METHOD
-                       and "budget_mb" in r])[0]
-    unit = ("accuracy %" if kind == "classification"
-            else "RMSE in the label's units, lower is better")
-    title = (f"### {name} ({DATASETS[name].nodes} sites; {unit}; mean ± std over seeds "
-             f"{', '.join(map(str, seeds))}; equal bytes = the whole run of {BUDGET_METHOD}, "
-             f"{budget:.2f} MB on average)")
+    headers = [
+        "method",
+        "rounds",
+        "test/all.csv",
+        "own shares, mean of sites",
+        "worst site's",
+        "test/all.csv at equal bytes (rounds)",
+        "kB up / round",
+        "kB down / round",
+        "ms / round",
+    ]
+    budget = mean_std(
+        [r["budget_mb"] for r in mine if r["method"] == BUDGET_METHOD and "budget_mb" in r]
+    )[0]
+    unit = (
+        "accuracy %" if kind == "classification" else "RMSE in the label's units, lower is better"
+    )
+    title = (
+        f"### {name} ({DATASETS[name].nodes} sites; {unit}; mean ± std over seeds "
+        f"{', '.join(map(str, seeds))}; equal bytes = the whole run of {BUDGET_METHOD}, "
+        f"{budget:.2f} MB on average)"
+    )
     parts = [title, "", md_table(headers, rows), ""]
     parts += [f"({i}) {error}" for i, error in enumerate(errors, start=1)]
     parts += ["", curve_table(mine, kind, expected)]
@@ -349,8 +415,12 @@ def curve_table(mine: list[dict[str, Any]], kind: str, expected: int) -> str:
         if not curves:
             continue
         at = [{int(p[0]): p for p in c} for c in curves]
-        cells = [cell([c[r][2] for c in at if r in c], kind, expected)
-                 if any(r in c for c in at) else "-" for r in shown]
+        cells = [
+            cell([c[r][2] for c in at if r in c], kind, expected)
+            if any(r in c for c in at)
+            else "-"
+            for r in shown
+        ]
         last = max(int(c[-1][0]) for c in curves)
         megabytes = mean_std([c[-1][1] for c in curves])[0]
         rows.append([family.name, *cells, f"{megabytes:.2f} (r {last})"])
@@ -362,8 +432,9 @@ def _rounds(records: list[dict[str, Any]]) -> str:
     return "/".join(str(x) for x in sorted({r["rounds"] for r in records if "rounds" in r})) or "-"
 
 
-def _reference(chosen: list[dict[str, Any]], kind_: str, kind: str, seeds: list[int],
-               show: Any) -> tuple[dict[str, Any], list[str]]:
+def _reference(
+    chosen: list[dict[str, Any]], kind_: str, kind: str, seeds: list[int], show: Any
+) -> tuple[dict[str, Any], list[str]]:
     """A reference row: pooled (one model) or alone (one model per site; its test/all.csv
     cell is the mean over sites, with the best site)."""
     failed = [r for r in chosen if "error" in r]  # alone: a site's run refused, the others kept
@@ -377,8 +448,11 @@ def _reference(chosen: list[dict[str, Any]], kind_: str, kind: str, seeds: list[
     else:
         alls = [statistics.fmean(x["all"] for x in r) for r in by_seed.values()]
         owns = [[v for x in r for v in x["own"].values()] for r in by_seed.values()]
-    columns = {"all": alls, "own mean": [statistics.fmean(o) if o else math.nan for o in owns],
-               "own worst": [extreme(o, kind) for o in owns]}
+    columns = {
+        "all": alls,
+        "own mean": [statistics.fmean(o) if o else math.nan for o in owns],
+        "own worst": [extreme(o, kind) for o in owns],
+    }
     summary = {k: list(mean_std(v)) for k, v in columns.items()}
     note = ""
     if kind_ == "alone" and by_seed:
@@ -386,14 +460,20 @@ def _reference(chosen: list[dict[str, Any]], kind_: str, kind: str, seeds: list[
         summary["best site on all"] = list(mean_std(best))
         scale, digits = (100.0, 1) if kind == "classification" else (1.0, 2)
         note = f" (best site {scale * mean_std(best)[0]:.{digits}f})"
-    return summary, [show(columns["all"], failed, note=note), show(columns["own mean"], failed),
-                     show(columns["own worst"], failed)]
+    return summary, [
+        show(columns["all"], failed, note=note),
+        show(columns["own mean"], failed),
+        show(columns["own worst"], failed),
+    ]
 
 
 def _verdict(summary: dict[str, Any], kind: str) -> str:
     """The best federated method on test/all.csv, against FFGB trees and pooled XGBoost."""
-    federated_rows = {m.name: summary[m.name] for m in METHODS if m.name in summary
-                      and math.isfinite(summary[m.name]["all"][0])}
+    federated_rows = {
+        m.name: summary[m.name]
+        for m in METHODS
+        if m.name in summary and math.isfinite(summary[m.name]["all"][0])
+    }
     if not federated_rows:
         return "no federated run finished."
     sign = 1.0 if kind == "classification" else -1.0
@@ -408,16 +488,20 @@ def _verdict(summary: dict[str, Any], kind: str) -> str:
     reference = federated_rows.get(BUDGET_METHOD)
     if reference and best != BUDGET_METHOD:
         mine = federated_rows[best]
-        bytes_ratio = ((mine["kB up per round"][0] + mine["kB down per round"][0])
-                       / (reference["kB up per round"][0] + reference["kB down per round"][0]))
+        bytes_ratio = (mine["kB up per round"][0] + mine["kB down per round"][0]) / (
+            reference["kB up per round"][0] + reference["kB down per round"][0]
+        )
         time_ratio = mine["ms per round"][0] / reference["ms per round"][0]
-        text += (f" ({BUDGET_METHOD} {value(BUDGET_METHOD)}), at {bytes_ratio:.2g}x the bytes "
-                 f"and {time_ratio:.2g}x the time per round of {BUDGET_METHOD}")
-    others = ", ".join(f"{m} {value(m)}" for m in federated_rows if m not in (best,
-                                                                            BUDGET_METHOD))
+        text += (
+            f" ({BUDGET_METHOD} {value(BUDGET_METHOD)}), at {bytes_ratio:.2g}x the bytes "
+            f"and {time_ratio:.2g}x the time per round of {BUDGET_METHOD}"
+        )
+    others = ", ".join(f"{m} {value(m)}" for m in federated_rows if m not in (best, BUDGET_METHOD))
     others = f"{others}; " if others else ""
-    return (f"{text}; {others}pooled XGBoost {value('pooled (xgboost)')}, pooled FFGB trees "
-            f"{value('pooled (ffgb-trees)')}.")
+    return (
+        f"{text}; {others}pooled XGBoost {value('pooled (xgboost)')}, pooled FFGB trees "
+        f"{value('pooled (ffgb-trees)')}."
+    )
 
 
 # -- main -------------------------------------------------------------------------------------
@@ -426,29 +510,49 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--datasets", nargs="+", default=list(DATASETS), choices=list(DATASETS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--rounds", type=int, default=20, help="rounds of every run")
-    parser.add_argument("--methods", nargs="+", default=[m.name for m in METHODS],
-                        choices=[m.name for m in METHODS])
-    parser.add_argument("--fewer-rounds", nargs="*", default=[], metavar="METHOD[@DATASET]=R",
-                        help="R rounds for METHOD (on DATASET only, with @), e.g. "
-                             "ffgb-mlp=10 ffgb-mlp@synth50k=5")
-    parser.add_argument("--fewer-seeds", nargs="*", default=[], metavar="DATASET=S[,S...]",
-                        help="only these of the seeds on DATASET, e.g. synth50k=0")
-    parser.add_argument("--no-references", action="store_true",
-                        help="skip the alone and pooled runs")
-    parser.add_argument("--work", type=Path, default=None,
-                        help="keep the site files and run folders here (default: a temporary "
-                             "folder, removed)")
-    parser.add_argument("--out", type=Path, required=True,
-                        help="results JSON; the markdown goes beside it (.md)")
-    parser.add_argument("--render", action="store_true",
-                        help="run nothing: rewrite the markdown beside --out from its JSON")
+    parser.add_argument(
+        "--methods", nargs="+", default=[m.name for m in METHODS], choices=[m.name for m in METHODS]
+    )
+    parser.add_argument(
+        "--fewer-rounds",
+        nargs="*",
+        default=[],
+        metavar="METHOD[@DATASET]=R",
+        help="R rounds for METHOD (on DATASET only, with @), e.g. ffgb-mlp=10 ffgb-mlp@synth50k=5",
+    )
+    parser.add_argument(
+        "--fewer-seeds",
+        nargs="*",
+        default=[],
+        metavar="DATASET=S[,S...]",
+        help="only these of the seeds on DATASET, e.g. synth50k=0",
+    )
+    parser.add_argument(
+        "--no-references", action="store_true", help="skip the alone and pooled runs"
+    )
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=None,
+        help="keep the site files and run folders here (default: a temporary folder, removed)",
+    )
+    parser.add_argument(
+        "--out", type=Path, required=True, help="results JSON; the markdown goes beside it (.md)"
+    )
+    parser.add_argument(
+        "--render",
+        action="store_true",
+        help="run nothing: rewrite the markdown beside --out from its JSON",
+    )
     args = parser.parse_args(argv)
     if args.render:
         render(args.out)
         return 0
     caps = dict(item.split("=") for item in args.fewer_rounds)
-    seeds = {name: [int(s) for s in listed.split(",")]
-             for name, listed in (item.split("=") for item in args.fewer_seeds)}
+    seeds = {
+        name: [int(s) for s in listed.split(",")]
+        for name, listed in (item.split("=") for item in args.fewer_seeds)
+    }
     seeds = {name: seeds.get(name, args.seeds) for name in args.datasets}
 
     logging.disable(logging.WARNING)  # Flower logs every round at INFO
@@ -460,34 +564,57 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="boosting-bench-") as tmp:
         work = args.work or Path(tmp)
         for name in args.datasets:
-            rounds = {m: int(caps.get(f"{m}@{name}", caps.get(m, args.rounds)))
-                      for m in [*(m.name for m in METHODS), *REFERENCES]}
+            rounds = {
+                m: int(caps.get(f"{m}@{name}", caps.get(m, args.rounds)))
+                for m in [*(m.name for m in METHODS), *REFERENCES]
+            }
             kind = "regression" if name in REGRESSION else "classification"
             for seed in seeds[name]:
-                records += run_dataset(name, seed, rounds, chosen, not args.no_references,
-                                       work)
+                records += run_dataset(name, seed, rounds, chosen, not args.no_references, work)
             summaries[name], part = summarise(records, name, kind, seeds[name])
             parts.append(part)
             _write(args, argv, time.perf_counter() - started, records, summaries, parts, seeds)
     return 0
 
 
-def _write(args: argparse.Namespace, argv: list[str] | None, wall: float,
-           records: list[dict[str, Any]], summaries: dict[str, Any], parts: list[str],
-           seeds: dict[str, list[int]]) -> None:
+def _write(
+    args: argparse.Namespace,
+    argv: list[str] | None,
+    wall: float,
+    records: list[dict[str, Any]],
+    summaries: dict[str, Any],
+    parts: list[str],
+    seeds: dict[str, list[int]],
+) -> None:
     """The JSON and the markdown report of what has run so far."""
     from benchmarks.common import machine_info
 
-    command = " ".join(["python -m benchmarks.boosting",
-                        *(argv if argv is not None else sys.argv[1:])])
-    report = {"command": command, "machine": machine_info(), "wall_s": wall,
-              "datasets": {n: vars(DATASETS[n]) for n in summaries}, "seeds": seeds,
-              "rounds": args.rounds, "fewer_rounds": args.fewer_rounds,
-              "methods": [{"name": m.name, "overrides": m.overrides,
-                           "regression": m.per_table.get(REGRESSION[0], {})}
-                          for m in METHODS if m.name in args.methods],
-              "shift": SHIFT, "label_sort_s": LABEL_SORT_S, "dirichlet_alpha": DIRICHLET_ALPHA,
-              "summary": summaries, "runs": records}
+    command = " ".join(
+        ["python -m benchmarks.boosting", *(argv if argv is not None else sys.argv[1:])]
+    )
+    report = {
+        "command": command,
+        "machine": machine_info(),
+        "wall_s": wall,
+        "datasets": {n: vars(DATASETS[n]) for n in summaries},
+        "seeds": seeds,
+        "rounds": args.rounds,
+        "fewer_rounds": args.fewer_rounds,
+        "methods": [
+            {
+                "name": m.name,
+                "overrides": m.overrides,
+                "regression": m.per_table.get(REGRESSION[0], {}),
+            }
+            for m in METHODS
+            if m.name in args.methods
+        ],
+        "shift": SHIFT,
+        "label_sort_s": LABEL_SORT_S,
+        "dirichlet_alpha": DIRICHLET_ALPHA,
+        "summary": summaries,
+        "runs": records,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(plain(report), indent=1, default=str) + "\n")
     write_report(args.out.with_suffix(".md"), TITLE, wall, "\n".join(parts))
@@ -503,8 +630,14 @@ def render(out: Path) -> None:
         if name in report["summary"]:
             kind = "regression" if name in REGRESSION else "classification"
             parts.append(summarise(runs, name, kind, seeds)[1])
-    write_report(out.with_suffix(".md"), TITLE, report["wall_s"], "\n".join(parts),
-                 command=report["command"], info=report["machine"])
+    write_report(
+        out.with_suffix(".md"),
+        TITLE,
+        report["wall_s"],
+        "\n".join(parts),
+        command=report["command"],
+        info=report["machine"],
+    )
 
 
 if __name__ == "__main__":

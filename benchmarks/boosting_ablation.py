@@ -37,17 +37,22 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "constant eta 0.3": {"ffgb.schedule": "constant", "ffgb.eta0": 0.3},
     "constant eta 1": {"ffgb.schedule": "constant", "ffgb.eta0": 1.0},
     "newton leaves": {"ffgb.tree-leaves": "newton"},
-    "newton leaves, constant eta 0.3": {"ffgb.tree-leaves": "newton", "ffgb.schedule": "constant",
-                                         "ffgb.eta0": 0.3},
-    "newton leaves, constant eta 1": {"ffgb.tree-leaves": "newton", "ffgb.schedule": "constant",
-                                       "ffgb.eta0": 1.0},
+    "newton leaves, constant eta 0.3": {
+        "ffgb.tree-leaves": "newton",
+        "ffgb.schedule": "constant",
+        "ffgb.eta0": 0.3,
+    },
+    "newton leaves, constant eta 1": {
+        "ffgb.tree-leaves": "newton",
+        "ffgb.schedule": "constant",
+        "ffgb.eta0": 1.0,
+    },
     "depth 6": {"ffgb.tree-depth": 6},
     "newton leaves, depth 6": {"ffgb.tree-leaves": "newton", "ffgb.tree-depth": 6},
     "K 1": {"ffgb.local-steps": 1},
     "K 10": {"ffgb.local-steps": 10},
 }
-DEFAULT_DATASETS = ("penguins", "cars", "breast-cancer-dirichlet-5", "diabetes-label-5",
-                    "synth50k")
+DEFAULT_DATASETS = ("penguins", "cars", "breast-cancer-dirichlet-5", "diabetes-label-5", "synth50k")
 
 
 def variant(name: str, dataset: str) -> Family:
@@ -58,8 +63,9 @@ def variant(name: str, dataset: str) -> Family:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--datasets", nargs="+", default=list(DEFAULT_DATASETS),
-                        choices=list(DATASETS))
+    parser.add_argument(
+        "--datasets", nargs="+", default=list(DEFAULT_DATASETS), choices=list(DATASETS)
+    )
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--rounds", type=int, default=20)
@@ -71,14 +77,22 @@ def main(argv: list[str] | None = None) -> int:
             for seed in args.seeds:
                 split = split_for(dataset, Path(work), seed)
                 for name in args.variants:
-                    record = federated(split, variant(name, dataset), dataset, seed, args.rounds,
-                                       Path(work) / dataset / f"seed{seed}" / "runs")
+                    record = federated(
+                        split,
+                        variant(name, dataset),
+                        dataset,
+                        seed,
+                        args.rounds,
+                        Path(work) / dataset / f"seed{seed}" / "runs",
+                    )
                     record.update(dataset=dataset, variant=name, kind=split.kind)
                     records.append(record)
-                    print(f"  {dataset:<26} seed {seed} {name:<58} "
-                          f"{record.get('all', float('nan')):.4f} {record['wall_s']:6.1f} s"
-                          + (f" ERROR {record['error']}" if "error" in record else ""),
-                          flush=True)
+                    print(
+                        f"  {dataset:<26} seed {seed} {name:<58} "
+                        f"{record.get('all', float('nan')):.4f} {record['wall_s']:6.1f} s"
+                        + (f" ERROR {record['error']}" if "error" in record else ""),
+                        flush=True,
+                    )
             _write(args, time.time() - start, records)
     return 0
 
@@ -94,23 +108,30 @@ def table(records: list[dict[str, Any]], datasets: list[str], seeds: list[int]) 
     for name in dict.fromkeys(r["variant"] for r in records):
         row = [name]
         for dataset in datasets:
-            mine = [r for r in records if r["dataset"] == dataset and r["variant"] == name
-                    and "error" not in r]
+            mine = [
+                r
+                for r in records
+                if r["dataset"] == dataset and r["variant"] == name and "error" not in r
+            ]
             kind = next(r["kind"] for r in records if r["dataset"] == dataset)
-            row += [cell([r["all"] for r in mine], kind, len(seeds)),
-                    cell([statistics.fmean(r["own"].values()) for r in mine], kind, len(seeds))]
+            row += [
+                cell([r["all"] for r in mine], kind, len(seeds)),
+                cell([statistics.fmean(r["own"].values()) for r in mine], kind, len(seeds)),
+            ]
         rows.append(row)
     return md_table(headers, rows)
 
 
-def _write(args: argparse.Namespace, wall: float,
-           records: list[dict[str, Any]]) -> None:
+def _write(args: argparse.Namespace, wall: float, records: list[dict[str, Any]]) -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"records": records}, indent=1, default=str) + "\n")
     datasets = [d for d in args.datasets if any(r["dataset"] == d for r in records)]
-    body = (f"### FFGB (trees): one setting at a time, {args.rounds} rounds, final round, "
-            f"mean ± std over seeds {', '.join(map(str, args.seeds))}\n\n"
-            + table(records, datasets, args.seeds) + "\n")
+    body = (
+        f"### FFGB (trees): one setting at a time, {args.rounds} rounds, final round, "
+        f"mean ± std over seeds {', '.join(map(str, args.seeds))}\n\n"
+        + table(records, datasets, args.seeds)
+        + "\n"
+    )
     write_report(args.out.with_suffix(".md"), "FFGB trees ablation (issue 24 item 4)", wall, body)
 
 

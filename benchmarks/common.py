@@ -53,14 +53,17 @@ def _wire_grid_class():
 
         def _deliver(self, message):
             reply = super()._deliver(message)
-            self.wire.append({
-                "type": message.metadata.message_type,
-                "down_content": recorddict_to_proto(message.content).ByteSize(),
-                "down_message": message_to_proto(message).ByteSize(),
-                "up_content": (0 if reply.has_error()
-                               else recorddict_to_proto(reply.content).ByteSize()),
-                "up_message": message_to_proto(reply).ByteSize(),
-            })
+            self.wire.append(
+                {
+                    "type": message.metadata.message_type,
+                    "down_content": recorddict_to_proto(message.content).ByteSize(),
+                    "down_message": message_to_proto(message).ByteSize(),
+                    "up_content": (
+                        0 if reply.has_error() else recorddict_to_proto(reply.content).ByteSize()
+                    ),
+                    "up_message": message_to_proto(reply).ByteSize(),
+                }
+            )
             return reply
 
     return WireGrid
@@ -80,11 +83,13 @@ def _run_in_this_process(job: dict, out_dir: str) -> dict:
     from testing.inprocess_grid import LocalGrid, counting, run_config, server_context
 
     # a benchmark's base settings serve several families: each run gets the keys that count
-    config = run_config(**{"output-dir": out_dir, "run-name": job["name"],
-                           **counting(job["overrides"])})
+    config = run_config(
+        **{"output-dir": out_dir, "run-name": job["name"], **counting(job["overrides"])}
+    )
     start = time.perf_counter()
     grid = (_wire_grid_class() if job.get("wire") else LocalGrid)(
-        client_app, config, job["num_nodes"], keep_messages=False)
+        client_app, config, job["num_nodes"], keep_messages=False
+    )
     server_main(grid, server_context(config))
     wall = time.perf_counter() - start
     run_dir = Path(out_dir) / job["name"]
@@ -115,8 +120,9 @@ def _cached(job: dict, out_dir: Path) -> dict | None:
     return hit
 
 
-def run_jobs(jobs: list[Job], out_dir: Path, workers: int = 2, reuse: bool = False
-             ) -> dict[str, dict]:
+def run_jobs(
+    jobs: list[Job], out_dir: Path, workers: int = 2, reuse: bool = False
+) -> dict[str, dict]:
     """Run ``jobs`` on up to ``workers`` processes; {name: {"rows", "wall_s"}}.
 
     ``reuse`` takes a job's earlier result from ``out_dir`` when it ran with the same spec.
@@ -135,17 +141,22 @@ def run_jobs(jobs: list[Job], out_dir: Path, workers: int = 2, reuse: bool = Fal
         else:
             todo.append(spec)
     if todo:
-        with ProcessPoolExecutor(max_workers=max(1, workers),
-                                 mp_context=get_context("spawn")) as pool:
-            futures = {pool.submit(_run_in_this_process, spec, str(out_dir)): spec["name"]
-                       for spec in todo}
+        with ProcessPoolExecutor(
+            max_workers=max(1, workers), mp_context=get_context("spawn")
+        ) as pool:
+            futures = {
+                pool.submit(_run_in_this_process, spec, str(out_dir)): spec["name"] for spec in todo
+            }
             for future in as_completed(futures):
                 result = future.result()
                 results[result["name"]] = result
                 last = result["rows"][-1]
-                print(f"  {result['name']:<48} {result['wall_s']:6.1f} s  "
-                      f"acc={last.get('test_accuracy', float('nan')):.4f}  "
-                      f"train_loss={last.get('train_loss', float('nan')):.4f}", flush=True)
+                print(
+                    f"  {result['name']:<48} {result['wall_s']:6.1f} s  "
+                    f"acc={last.get('test_accuracy', float('nan')):.4f}  "
+                    f"train_loss={last.get('train_loss', float('nan')):.4f}",
+                    flush=True,
+                )
     return {name: results[name] for name in names}
 
 
@@ -212,16 +223,19 @@ def num(value: float, fmt: str = ".4f") -> str:
 
 def md_table(headers: list[str], rows: list[list[Any]]) -> str:
     """A GitHub markdown table; the first column is left-aligned, the others right-aligned."""
-    lines = ["| " + " | ".join(headers) + " |",
-             "|" + "|".join([":--"] + ["--:"] * (len(headers) - 1)) + "|"]
+    lines = [
+        "| " + " | ".join(headers) + " |",
+        "|" + "|".join([":--"] + ["--:"] * (len(headers) - 1)) + "|",
+    ]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
 
 
 def _run(cmd: list[str], strip: bool = True) -> str:
     try:
-        out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=30,
-                             check=False).stdout
+        out = subprocess.run(
+            cmd, cwd=ROOT, capture_output=True, text=True, timeout=30, check=False
+        ).stdout
         return out.strip() if strip else out
     except (OSError, subprocess.SubprocessError):
         return ""
@@ -246,9 +260,12 @@ def machine_info() -> dict[str, str]:
     status = [s for s in _run(["git", "status", "--porcelain"], strip=False).splitlines() if s]
     changed = [s for s in status if not s.startswith("??")]
     untracked = [s for s in status if s.startswith("??")]
-    dirty = ("clean" if not status else
-             f"{len(changed)} modified, {len(untracked)} untracked paths: "
-             + ", ".join(s[3:] for s in status))
+    dirty = (
+        "clean"
+        if not status
+        else f"{len(changed)} modified, {len(untracked)} untracked paths: "
+        + ", ".join(s[3:] for s in status)
+    )
     versions = []
     for mod in ("flwr", "torch", "numpy", "scipy"):
         try:
@@ -265,7 +282,8 @@ def machine_info() -> dict[str, str]:
         "commit": _run(["git", "rev-parse", "--short", "HEAD"]) or "unknown",
         "working tree": dirty,
         "load average (1/5/15 min) when the report was written": " / ".join(
-            f"{v:.2f}" for v in os.getloadavg()),
+            f"{v:.2f}" for v in os.getloadavg()
+        ),
     }
 
 
@@ -274,14 +292,24 @@ def command_line() -> str:
     return " ".join(["python -m", f"benchmarks.{module}", *sys.argv[1:]])
 
 
-def write_report(path: Path, title: str, wall_s: float, body: str, *,
-                 command: str | None = None, info: dict[str, Any] | None = None) -> None:
+def write_report(
+    path: Path,
+    title: str,
+    wall_s: float,
+    body: str,
+    *,
+    command: str | None = None,
+    info: dict[str, Any] | None = None,
+) -> None:
     """``body`` under a header giving the command, machine, commit, date and wall time (this
     process's, or ``command`` and ``info`` kept from the run when a report is re-rendered)."""
     info = info if info is not None else machine_info()
-    header = [f"# {title}", "",
-              f"- command: `{command or command_line()}` (from the repository root, venv active)",
-              f"- wall time: {wall_s / 60:.1f} min ({wall_s:.0f} s)"]
+    header = [
+        f"# {title}",
+        "",
+        f"- command: `{command or command_line()}` (from the repository root, venv active)",
+        f"- wall time: {wall_s / 60:.1f} min ({wall_s:.0f} s)",
+    ]
     header += [f"- {k}: {v}" for k, v in info.items()]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(header) + "\n\n" + body.rstrip() + "\n")
@@ -290,11 +318,17 @@ def write_report(path: Path, title: str, wall_s: float, body: str, *,
 
 def parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
-    p.add_argument("--quick", action="store_true",
-                   help="smoke version (< 1 min); writes under benchmarks/results/quick/")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke version (< 1 min); writes under benchmarks/results/quick/",
+    )
     p.add_argument("--workers", type=int, default=2, help="parallel runs (default 2)")
-    p.add_argument("--reuse", action="store_true",
-                   help="reuse finished runs with an identical spec from an earlier invocation")
+    p.add_argument(
+        "--reuse",
+        action="store_true",
+        help="reuse finished runs with an identical spec from an earlier invocation",
+    )
     return p
 
 

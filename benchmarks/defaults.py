@@ -43,10 +43,20 @@ from benchmarks.common import RESULTS, command_line, machine_info, md_table, wri
 
 ROUNDS = 20
 NODES = 10
-TASKS = ("digits", "iris", "wine", "breast-cancer", "diabetes", "mnist-5k", "synthetic",
-         "lipschitz")
-SITES = {"penguins": {"data.label": "species", "data.categorical": "sex"},
-         "cars": {"data.label": "Miles_per_Gallon", "data.kind": "regression"}}
+TASKS = (
+    "digits",
+    "iris",
+    "wine",
+    "breast-cancer",
+    "diabetes",
+    "mnist-5k",
+    "synthetic",
+    "lipschitz",
+)
+SITES = {
+    "penguins": {"data.label": "species", "data.categorical": "sex"},
+    "cars": {"data.label": "Miles_per_Gallon", "data.kind": "regression"},
+}
 REGRESSION = ("diabetes", "lipschitz", "cars")
 FAMILIES: dict[str, dict[str, Any]] = {
     "fedavg": {"algorithm": "fedavg"},
@@ -72,11 +82,13 @@ FEDFUN_FAMILY = ("fedfun", "psr", "dfedavgm", "dfedfish", "dfeddf")
 # (family, kind) a family does not run with its defaults by design, and why
 BY_DESIGN = {
     ("ffgb-l", "classification"): "FFGB.L is the paper's square-loss variant "
-                                  "(regression; Section 3.3)",
+    "(regression; Section 3.3)",
     ("ffgb-c", "regression"): "needs ffgb.grad-bound: the square loss has no a-priori gradient "
-                              "bound G (FFGB.C's clip, Theorem 3.2)",
-    **{(name, "regression"): "implemented for classification, as the FedFun paper's "
-                             "experiments" for name in FEDFUN_FAMILY},
+    "bound G (FFGB.C's clip, Theorem 3.2)",
+    **{
+        (name, "regression"): "implemented for classification, as the FedFun paper's experiments"
+        for name in FEDFUN_FAMILY
+    },
 }
 # the keys that make a by-design cell run, measured beside it
 DOCUMENTED = {("ffgb-c", "regression"): {"ffgb.grad-bound": 3.0}}
@@ -85,22 +97,31 @@ MISSES: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {
     ("ffgb (MLP)", "penguins"): (
         "with the authors' η0 = 10 (MNIST) the global function never learns Gentoo, which only "
         "Biscoe holds: each site's learners enter the average with weight 1/3 and the steps "
-        "η0/(3t+k+1) shrink first (Biscoe's own training loss stays 0.83)", {"ffgb.eta0": 20.0}),
+        "η0/(3t+k+1) shrink first (Biscoe's own training loss stays 0.83)",
+        {"ffgb.eta0": 20.0},
+    ),
     ("ffgb-l", "cars"): (
         "the Sobolev oracle's input-gradient term (eq. 25, weight 1) fits the extension's slopes, "
         "which with L from the data are steep, instead of its values: the training loss stays "
-        "at half the label's variance", {"ffgb.sobolev-weight": 0.0}),
+        "at half the label's variance",
+        {"ffgb.sobolev-weight": 0.0},
+    ),
     ("fedfw-sto", "lipschitz"): (
         "the box's constant step η = T^(-2/3) jitters after the best round (rounds 11-13), and "
         "FedFW-sto takes the sign of a 64-row minibatch gradient",
-        {"fedfw.batch-size": 128}),
+        {"fedfw.batch-size": 128},
+    ),
     ("dfeddf", "penguins"): (
         "distilling the neighbours' ensemble erases the label only one site holds (Gentoo on "
         "Biscoe, whose own model scores 0.24 on its test rows): DFedDF's design, which the "
-        "FedFun paper's FSR avoids", {}),
+        "FedFun paper's FSR avoids",
+        {},
+    ),
     ("fedxgb-cyclic", "diabetes"): (
         "each round one node's 35 rows grow a depth-6 tree at η = 0.3: the booster overfits each "
-        "node in turn", {"fedxgb.eta": 0.1}),
+        "node in turn",
+        {"fedxgb.eta": 0.1},
+    ),
 }
 COMMON = {"num-server-rounds": ROUNDS, "seed": 0, "tensorboard": False}
 OUT = RESULTS / "defaults.json"
@@ -150,8 +171,12 @@ def score(row: dict[str, Any], kind: str) -> float | None:
             if row.get(key) is not None:
                 return row[key]
         return None
-    for key, root in (("test_rmse_label", False), ("test_rmse_label_mean", False),
-                      ("test_mse", True), ("test_mse_mean", True)):
+    for key, root in (
+        ("test_rmse_label", False),
+        ("test_rmse_label_mean", False),
+        ("test_mse", True),
+        ("test_mse_mean", True),
+    ):
         if row.get(key) is not None:
             return math.sqrt(row[key]) if root else row[key]
     return None
@@ -161,17 +186,27 @@ def score(row: dict[str, Any], kind: str) -> float | None:
 def config_for(family: str, task: str, splits: dict[str, Path], out: Path) -> dict[str, Any]:
     """The run config of ``family`` on ``task``: its defaults (and, for a cell that needs a
     key by design, that key), the task, where to write."""
-    config = {**FAMILIES[family], **DOCUMENTED.get((family, kind_of(task)), {}), **COMMON,
-              "output-dir": str(out), "run-name": "run"}
+    config = {
+        **FAMILIES[family],
+        **DOCUMENTED.get((family, kind_of(task)), {}),
+        **COMMON,
+        "output-dir": str(out),
+        "run-name": "run",
+    }
     if task in SITES:
-        return {**config, "task": "site", **SITES[task],
-                "dataset-path": f"{splits[task]}/train/{{partition-id}}.csv",
-                "server-test-path": f"{splits[task]}/test/all.csv"}
+        return {
+            **config,
+            "task": "site",
+            **SITES[task],
+            "dataset-path": f"{splits[task]}/train/{{partition-id}}.csv",
+            "server-test-path": f"{splits[task]}/test/all.csv",
+        }
     return {**config, "task": task}
 
 
-def run_one(family: str, task: str, config: dict[str, Any], nodes: int,
-            alt: bool = False) -> dict[str, Any]:
+def run_one(
+    family: str, task: str, config: dict[str, Any], nodes: int, alt: bool = False
+) -> dict[str, Any]:
     """One run in this (worker) process: its last row and wall time, or why it failed
     (``alt``: a missed cell's run with the keys that reach the target)."""
     logging.disable(logging.WARNING)
@@ -183,8 +218,7 @@ def run_one(family: str, task: str, config: dict[str, Any], nodes: int,
     result: dict[str, Any] = {"family": family, "task": task, "config": config, "alt": alt}
     try:
         full = run_config(**config)
-        server_main(LocalGrid(client_app, full, nodes, keep_messages=False),
-                    server_context(full))
+        server_main(LocalGrid(client_app, full, nodes, keep_messages=False), server_context(full))
         result["error"] = None
     except Exception as err:  # noqa: BLE001 - the cell says why
         from functions.errors import one_sentence
@@ -204,31 +238,57 @@ def runnable(family: str, task: str) -> bool:
     return cell_kind not in BY_DESIGN or cell_kind in DOCUMENTED
 
 
-def run_all(families: list[str], tasks: list[str], work: Path, splits: dict[str, Path],
-            workers: int, earlier: dict[tuple[str, str, bool], dict[str, Any]],
-            save: Callable[[list[dict[str, Any]]], None], defaults: bool = True
-            ) -> list[dict[str, Any]]:
+def run_all(
+    families: list[str],
+    tasks: list[str],
+    work: Path,
+    splits: dict[str, Path],
+    workers: int,
+    earlier: dict[tuple[str, str, bool], dict[str, Any]],
+    save: Callable[[list[dict[str, Any]]], None],
+    defaults: bool = True,
+) -> list[dict[str, Any]]:
     """Every (family, task) run not in ``earlier`` (with ``defaults`` false: only the missed
     cells' runs with the keys that reach the target), ``workers`` at a time; ``save`` is given
     the results so far after each."""
-    todo = [(f, t, False) for t in tasks for f in families
-            if defaults and (f, t, False) not in earlier and runnable(f, t)]
-    todo += [(f, t, True) for (f, t), (_, keys) in MISSES.items()
-             if keys and f in families and t in tasks and (f, t, True) not in earlier]
+    todo = [
+        (f, t, False)
+        for t in tasks
+        for f in families
+        if defaults and (f, t, False) not in earlier and runnable(f, t)
+    ]
+    todo += [
+        (f, t, True)
+        for (f, t), (_, keys) in MISSES.items()
+        if keys and f in families and t in tasks and (f, t, True) not in earlier
+    ]
     results: list[dict[str, Any]] = []
     with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
-        futures = [pool.submit(run_one, f, t, {
-            **config_for(f, t, splits, work / "runs" / f"{f}-{t}-{alt}"),
-            **(MISSES[(f, t)][1] if alt else {})}, 3 if t in SITES else NODES, alt)
-            for f, t, alt in todo]
+        futures = [
+            pool.submit(
+                run_one,
+                f,
+                t,
+                {
+                    **config_for(f, t, splits, work / "runs" / f"{f}-{t}-{alt}"),
+                    **(MISSES[(f, t)][1] if alt else {}),
+                },
+                3 if t in SITES else NODES,
+                alt,
+            )
+            for f, t, alt in todo
+        ]
         for future in as_completed(futures):
             result = future.result()
             alt = result["alt"]
             results.append(result)
-            print(f"  {result['family'] + ' (alt)' * alt:<22} {result['task']:<14} "
-                  f"{result['wall_s']:7.1f} s  "
-                  f"{score(result['last'], kind_of(result['task']))}  "
-                  f"{result['error'] or ''}"[:200], flush=True)
+            print(
+                f"  {result['family'] + ' (alt)' * alt:<22} {result['task']:<14} "
+                f"{result['wall_s']:7.1f} s  "
+                f"{score(result['last'], kind_of(result['task']))}  "
+                f"{result['error'] or ''}"[:200],
+                flush=True,
+            )
             save(results)
     return results
 
@@ -242,8 +302,9 @@ def verdict(value: float | None, low: float, fedavg: float, kind: str) -> bool:
     return value >= target if kind == "classification" else value <= target
 
 
-def figure(result: dict[str, Any] | None, task: str, low: float, fedavg: float | None,
-           mark: bool = True) -> str:
+def figure(
+    result: dict[str, Any] | None, task: str, low: float, fedavg: float | None, mark: bool = True
+) -> str:
     """A run's score with its verdict, or why it has none."""
     kind = kind_of(task)
     if result is None:
@@ -273,8 +334,9 @@ class Notes:
         return f"[{self.texts.index(text) + 1}]"
 
 
-def cell(found: dict, family: str, task: str, low: float, fedavg: float | None,
-         notes: Notes) -> str:
+def cell(
+    found: dict, family: str, task: str, low: float, fedavg: float | None, notes: Notes
+) -> str:
     """One cell: the score with its verdict; n/a with a note; a miss with its note and the
     run with the keys that reach the target."""
     kind = kind_of(task)
@@ -298,29 +360,47 @@ def render(data: dict[str, Any]) -> str:
     """The markdown body: the table (families by tasks), its notes, then the cells that miss."""
     tasks, families = data["tasks"], data["families"]
     found = {(r["family"], r["task"], r.get("alt", False)): r for r in data["results"]}
-    fedavg = {t: (score(found[("fedavg", t, False)]["last"], kind_of(t))
-                  if ("fedavg", t, False) in found and not found[("fedavg", t, False)]["error"]
-                  else None) for t in tasks}
+    fedavg = {
+        t: (
+            score(found[("fedavg", t, False)]["last"], kind_of(t))
+            if ("fedavg", t, False) in found and not found[("fedavg", t, False)]["error"]
+            else None
+        )
+        for t in tasks
+    }
     notes = Notes()
-    head = ["family"] + [f"{t} ({'RMSE' if kind_of(t) == 'regression' else 'acc.'})"
-                         for t in tasks]
-    rows = [["trivial predictor"] + [f"{data['trivial'][t]:.3f}" for t in tasks],
-            ["target (halfway to FedAvg)"] + [
-                "n/a" if fedavg[t] is None else f"{(data['trivial'][t] + fedavg[t]) / 2:.3f}"
-                for t in tasks]]
-    rows += [[f] + [cell(found, f, t, data["trivial"][t], fedavg[t], notes) for t in tasks]
-             for f in families]
-    misses = [f"- {f} on {t}: {figure(found.get((f, t, False)), t, data['trivial'][t], fedavg[t])}"
-              for f in families for t in tasks if f != "fedavg" and runnable(f, t)
-              and "✓" not in figure(found.get((f, t, False)), t, data["trivial"][t], fedavg[t])]
-    return "\n\n".join([
-        f"Final score after {ROUNDS} rounds with every key at its default (10 nodes on the "
-        "bundled tasks, 3 sites); accuracy, or RMSE in the label's own units (lower is "
-        "better). ✓: at least halfway from the trivial predictor to FedAvg; [n]: the notes "
-        "below the table.",
-        md_table(head, rows),
-        "\n".join(f"{i}. {text}" for i, text in enumerate(notes.texts, 1)),
-        "Cells whose defaults miss the target or fail:\n\n" + ("\n".join(misses) or "none")])
+    head = ["family"] + [f"{t} ({'RMSE' if kind_of(t) == 'regression' else 'acc.'})" for t in tasks]
+    rows = [
+        ["trivial predictor"] + [f"{data['trivial'][t]:.3f}" for t in tasks],
+        ["target (halfway to FedAvg)"]
+        + [
+            "n/a" if fedavg[t] is None else f"{(data['trivial'][t] + fedavg[t]) / 2:.3f}"
+            for t in tasks
+        ],
+    ]
+    rows += [
+        [f] + [cell(found, f, t, data["trivial"][t], fedavg[t], notes) for t in tasks]
+        for f in families
+    ]
+    misses = [
+        f"- {f} on {t}: {figure(found.get((f, t, False)), t, data['trivial'][t], fedavg[t])}"
+        for f in families
+        for t in tasks
+        if f != "fedavg"
+        and runnable(f, t)
+        and "✓" not in figure(found.get((f, t, False)), t, data["trivial"][t], fedavg[t])
+    ]
+    return "\n\n".join(
+        [
+            f"Final score after {ROUNDS} rounds with every key at its default (10 nodes on the "
+            "bundled tasks, 3 sites); accuracy, or RMSE in the label's own units (lower is "
+            "better). ✓: at least halfway from the trivial predictor to FedAvg; [n]: the notes "
+            "below the table.",
+            md_table(head, rows),
+            "\n".join(f"{i}. {text}" for i, text in enumerate(notes.texts, 1)),
+            "Cells whose defaults miss the target or fail:\n\n" + ("\n".join(misses) or "none"),
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -328,44 +408,80 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--families", nargs="*", default=list(FAMILIES))
     parser.add_argument("--tasks", nargs="*", default=[*TASKS, *SITES])
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--reuse", action="store_true",
-                        help="keep the runs already in the JSON but those of the named "
-                             "families on the named tasks")
-    parser.add_argument("--alternatives", action="store_true",
-                        help="with --reuse: run only the missed cells' runs with the keys "
-                             "that reach the target (MISSES)")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="keep the runs already in the JSON but those of the named families on the named tasks",
+    )
+    parser.add_argument(
+        "--alternatives",
+        action="store_true",
+        help="with --reuse: run only the missed cells' runs with the keys "
+        "that reach the target (MISSES)",
+    )
     parser.add_argument("--render", action="store_true", help="rewrite the report from the JSON")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     old = json.loads(args.out.read_text()) if args.out.is_file() else None
     if args.render:
-        write_report(args.out.with_suffix(".md"), "Every family with its defaults",
-                     old["wall_s"], render(old), command=old["command"], info=old["machine"])
+        write_report(
+            args.out.with_suffix(".md"),
+            "Every family with its defaults",
+            old["wall_s"],
+            render(old),
+            command=old["command"],
+            info=old["machine"],
+        )
         return 0
     earlier = {}
     if args.reuse and old:
-        earlier = {(r["family"], r["task"], r.get("alt", False)): r for r in old["results"]
-                   if r["family"] not in args.families or r["task"] not in args.tasks
-                   or (args.alternatives and not r.get("alt", False))}
+        earlier = {
+            (r["family"], r["task"], r.get("alt", False)): r
+            for r in old["results"]
+            if r["family"] not in args.families
+            or r["task"] not in args.tasks
+            or (args.alternatives and not r.get("alt", False))
+        }
     start = time.perf_counter()
     before = old["wall_s"] if args.reuse and old else 0.0
-    data: dict[str, Any] = {"command": command_line(), "machine": machine_info(),
-                            "rounds": ROUNDS, "tasks": [*TASKS, *SITES],
-                            "families": list(FAMILIES)}
+    data: dict[str, Any] = {
+        "command": command_line(),
+        "machine": machine_info(),
+        "rounds": ROUNDS,
+        "tasks": [*TASKS, *SITES],
+        "families": list(FAMILIES),
+    }
 
     def save(fresh: list[dict[str, Any]]) -> None:
-        data.update(wall_s=time.perf_counter() - start + before,
-                    results=[*earlier.values(), *fresh])
+        data.update(
+            wall_s=time.perf_counter() - start + before, results=[*earlier.values(), *fresh]
+        )
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(data, indent=1, default=str) + "\n")
 
     with tempfile.TemporaryDirectory() as tmp:
         splits = {t: site_split(t, Path(tmp)) for t in SITES}
         data["trivial"] = {t: trivial(t, splits.get(t)) for t in [*TASKS, *SITES]}
-        save(run_all(args.families, args.tasks, Path(tmp), splits, args.workers, earlier,
-                     save, not args.alternatives))
-    write_report(args.out.with_suffix(".md"), "Every family with its defaults", data["wall_s"],
-                 render(data), command=data["command"], info=data["machine"])
+        save(
+            run_all(
+                args.families,
+                args.tasks,
+                Path(tmp),
+                splits,
+                args.workers,
+                earlier,
+                save,
+                not args.alternatives,
+            )
+        )
+    write_report(
+        args.out.with_suffix(".md"),
+        "Every family with its defaults",
+        data["wall_s"],
+        render(data),
+        command=data["command"],
+        info=data["machine"],
+    )
     return 0
 
 

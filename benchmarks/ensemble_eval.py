@@ -64,9 +64,15 @@ def digits() -> tuple[np.ndarray, np.ndarray]:
 def fit_trees(x: np.ndarray, labels: np.ndarray, count: int) -> list[TreeArrays]:
     rng = np.random.default_rng(1)
     one_hot = np.eye(N_OUTPUTS)[labels]
-    return [from_sklearn(DecisionTreeRegressor(max_depth=3, max_features=0.5, random_state=i)
-                         .fit(x, one_hot + 0.3 * rng.normal(size=one_hot.shape)),
-                         value_dtype=np.float32) for i in range(count)]
+    return [
+        from_sklearn(
+            DecisionTreeRegressor(max_depth=3, max_features=0.5, random_state=i).fit(
+                x, one_hot + 0.3 * rng.normal(size=one_hot.shape)
+            ),
+            value_dtype=np.float32,
+        )
+        for i in range(count)
+    ]
 
 
 def best_of(repeats: int, run: Callable[[], object]) -> float:
@@ -85,8 +91,7 @@ def loop(learners: list, weights: list[float], x: np.ndarray) -> np.ndarray:
     return out
 
 
-def measure(kind: str, learners: list, weights: list[float], x: np.ndarray, loop_max: int
-            ) -> dict:
+def measure(kind: str, learners: list, weights: list[float], x: np.ndarray, loop_max: int) -> dict:
     count = len(learners)
     repeats = 7 if count <= 1000 else 3
     timed = min(count, loop_max)
@@ -97,9 +102,16 @@ def measure(kind: str, learners: list, weights: list[float], x: np.ndarray, loop
         batched_times.append(best_of(1, lambda: weighted_sum(learners, weights, x, N_OUTPUTS)))
         loop_times.append(best_of(1, lambda: loop(learners[:timed], weights[:timed], x)))
     batched_s, loop_s = min(batched_times), min(loop_times) * count / timed
-    row = {"learner": kind, "count": count, "loop_s": loop_s, "batched_s": batched_s,
-           "speedup": loop_s / batched_s, "repeats": repeats,
-           "loop_timed_on": timed, "loop_extrapolated": timed < count}
+    row = {
+        "learner": kind,
+        "count": count,
+        "loop_s": loop_s,
+        "batched_s": batched_s,
+        "speedup": loop_s / batched_s,
+        "repeats": repeats,
+        "loop_timed_on": timed,
+        "loop_extrapolated": timed < count,
+    }
     if timed == count:
         row["max_abs_diff"] = float(np.abs(batched_out - loop_out).max())
         row["bit_identical"] = bool(np.array_equal(batched_out, loop_out))
@@ -120,8 +132,10 @@ def tree_accumulation_s(trees: list[TreeArrays], weights: list[float], n: int) -
     """The in-order float64 leaf-value sum alone (what bit-identity requires), random leaves."""
     rng = np.random.default_rng(2)
     sizes = np.array([t.n_nodes for t in trees])
-    weighted = (np.concatenate([t.value for t in trees]).astype(np.float64)
-                * np.repeat(weights, sizes)[:, np.newaxis])
+    weighted = (
+        np.concatenate([t.value for t in trees]).astype(np.float64)
+        * np.repeat(weights, sizes)[:, np.newaxis]
+    )
     leaves = rng.integers(0, len(weighted), size=(len(trees), n))
 
     def accumulate() -> None:
@@ -134,8 +148,12 @@ def tree_accumulation_s(trees: list[TreeArrays], weights: list[float], n: int) -
 
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
-    p.add_argument("--loop-max", type=int, default=5000,
-                   help="time the loop on at most this many learners, extrapolate beyond")
+    p.add_argument(
+        "--loop-max",
+        type=int,
+        default=5000,
+        help="time the loop on at most this many learners, extrapolate beyond",
+    )
     args = p.parse_args()
     torch.set_num_threads(1)
     start = time.perf_counter()
@@ -153,20 +171,25 @@ def main() -> None:
             weights = [float(w) for w in rng.normal(size=count)]
             rows.append(measure(kind, pools[kind][:count], weights, x, args.loop_max))
             r = rows[-1]
-            print(f"{kind:>4} {count:>5}: loop {r['loop_s']:.3f} s, batched "
-                  f"{r['batched_s']:.3f} s, {r['speedup']:.1f}x", flush=True)
+            print(
+                f"{kind:>4} {count:>5}: loop {r['loop_s']:.3f} s, batched "
+                f"{r['batched_s']:.3f} s, {r['speedup']:.1f}x",
+                flush=True,
+            )
     if not args.quick:
         side["matmul_1024_gflops"] = matmul_gflops()
         weights = [float(w) for w in rng.normal(size=1000)]
-        side["tree_accumulation_1000_s"] = tree_accumulation_s(pools["tree"][:1000], weights,
-                                                               N_INPUTS)
+        side["tree_accumulation_1000_s"] = tree_accumulation_s(
+            pools["tree"][:1000], weights, N_INPUTS
+        )
         default = batched.CHUNK_BYTES
         side["mlp_1000_by_chunk_bytes"] = {}
         try:
             for chunk in CHUNK_STUDY:
                 batched.CHUNK_BYTES = chunk
                 side["mlp_1000_by_chunk_bytes"][chunk] = best_of(
-                    5, lambda: weighted_sum(networks[:1000], weights, x, N_OUTPUTS))
+                    5, lambda: weighted_sum(networks[:1000], weights, x, N_OUTPUTS)
+                )
         finally:
             batched.CHUNK_BYTES = default
     wall = time.perf_counter() - start
@@ -175,20 +198,35 @@ def main() -> None:
         return "depth-3 trees" if r["learner"] == "tree" else "MLP 64-32-32-10"
 
     def loop_cell(r: dict) -> str:
-        return (f"{r['loop_s']:.3f} (extrapolated from {r['loop_timed_on']})"
-                if r["loop_extrapolated"] else f"{r['loop_s']:.3f}")
+        return (
+            f"{r['loop_s']:.3f} (extrapolated from {r['loop_timed_on']})"
+            if r["loop_extrapolated"]
+            else f"{r['loop_s']:.3f}"
+        )
 
     def check_cell(r: dict) -> str:
         if "max_abs_diff" not in r:
             return "n/a"
         return "bit-identical" if r["bit_identical"] else f"max diff {r['max_abs_diff']:.1e}"
 
-    table = md_table(["learners", "count", "loop s", "batched s", "speed-up", "batched vs loop"],
-                     [[label(r), f"{r['count']:,}", loop_cell(r), f"{r['batched_s']:.3f}",
-                       f"{r['speedup']:.1f}x", check_cell(r)] for r in rows])
+    table = md_table(
+        ["learners", "count", "loop s", "batched s", "speed-up", "batched vs loop"],
+        [
+            [
+                label(r),
+                f"{r['count']:,}",
+                loop_cell(r),
+                f"{r['batched_s']:.3f}",
+                f"{r['speedup']:.1f}x",
+                check_cell(r),
+            ]
+            for r in rows
+        ],
+    )
     at_1000 = {r["learner"]: r["speedup"] for r in rows if r["count"] == 1000}
-    verdict = ", ".join(f"{k} {v:.1f}x ({'met' if v >= TARGET else 'missed'})"
-                        for k, v in at_1000.items())
+    verdict = ", ".join(
+        f"{k} {v:.1f}x ({'met' if v >= TARGET else 'missed'})" for k, v in at_1000.items()
+    )
     notes = [f"Target: batched >= {TARGET:.0f}x the loop at 1,000 learners: {verdict}."]
     if side:
         mlp = {r["count"]: r for r in rows if r["learner"] == "mlp"}
@@ -196,38 +234,56 @@ def main() -> None:
             f"MLP arithmetic rate at 1,000 learners: loop {mlp[1000]['loop_gflops']:.1f} GFLOP/s, "
             f"batched {mlp[1000]['batched_gflops']:.1f} GFLOP/s; one 1024x1024 float32 matrix "
             f"product on this core: {side['matmul_1024_gflops']:.1f} GFLOP/s "
-            f"({side['matmul_1024_gflops'] / mlp[1000]['loop_gflops']:.1f}x the loop's rate).")
-        chunks = ", ".join(f"{c >> 20} MiB {t:.3f} s"
-                           for c, t in side["mlp_1000_by_chunk_bytes"].items())
-        notes.append(f"Batched MLPs at 1,000 learners by CHUNK_BYTES: {chunks} (default "
-                     f"{batched.CHUNK_BYTES >> 20} MiB).")
+            f"({side['matmul_1024_gflops'] / mlp[1000]['loop_gflops']:.1f}x the loop's rate)."
+        )
+        chunks = ", ".join(
+            f"{c >> 20} MiB {t:.3f} s" for c, t in side["mlp_1000_by_chunk_bytes"].items()
+        )
+        notes.append(
+            f"Batched MLPs at 1,000 learners by CHUNK_BYTES: {chunks} (default "
+            f"{batched.CHUNK_BYTES >> 20} MiB)."
+        )
         tree = {r["count"]: r for r in rows if r["learner"] == "tree"}
         acc = side["tree_accumulation_1000_s"]
-        notes.append(f"Trees at 1,000: the in-order float64 accumulation of leaf values alone "
-                     f"takes {acc:.3f} s of the batched {tree[1000]['batched_s']:.3f} s; with "
-                     f"the walk free, the speed-up would be at most "
-                     f"{tree[1000]['loop_s'] / acc:.1f}x.")
-    setup = (f"{N_INPUTS:,} digits images x {N_FEATURES} features, {N_OUTPUTS} outputs, one torch "
-             f"thread, best of 7 (3 at 5,000 learners), loop and batched interleaved. "
-             f"{DISTINCT_TREES} distinct depth-3 trees (float32 leaves), cycled; MLPs freshly "
-             f"initialised. Loop: `out += w * h.predict(x).astype(float64)` per learner. "
-             f"Default CHUNK_BYTES "
-             f"{batched.CHUNK_BYTES >> 20} MiB.")
+        notes.append(
+            f"Trees at 1,000: the in-order float64 accumulation of leaf values alone "
+            f"takes {acc:.3f} s of the batched {tree[1000]['batched_s']:.3f} s; with "
+            f"the walk free, the speed-up would be at most "
+            f"{tree[1000]['loop_s'] / acc:.1f}x."
+        )
+    setup = (
+        f"{N_INPUTS:,} digits images x {N_FEATURES} features, {N_OUTPUTS} outputs, one torch "
+        f"thread, best of 7 (3 at 5,000 learners), loop and batched interleaved. "
+        f"{DISTINCT_TREES} distinct depth-3 trees (float32 leaves), cycled; MLPs freshly "
+        f"initialised. Loop: `out += w * h.predict(x).astype(float64)` per learner. "
+        f"Default CHUNK_BYTES "
+        f"{batched.CHUNK_BYTES >> 20} MiB."
+    )
     body = setup + "\n\n" + table + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
     print("\n" + table + "\n\n" + "\n".join(f"- {n}" for n in notes), flush=True)
     out_dir = results_dir(args.quick)
     report = {
-        "benchmark": "ensemble_eval", "command": common.command_line(), "wall_s": wall,
+        "benchmark": "ensemble_eval",
+        "command": common.command_line(),
+        "wall_s": wall,
         "machine": common.machine_info(),
-        "setup": {"inputs": N_INPUTS, "features": N_FEATURES, "outputs": N_OUTPUTS,
-                  "data": "sklearn load_digits, first 1,000 images, pixels / 16, float32",
-                  "torch_threads": torch.get_num_threads(), "timing": "best of repeats",
-                  "distinct_trees": DISTINCT_TREES, "tree_depth": 3, "mlp": list(MLP.sizes),
-                  "mlp_activation": MLP.activation, "chunk_bytes": batched.CHUNK_BYTES,
-                  "loop_max": args.loop_max},
-        "target": {"speedup_at_1000": TARGET,
-                   "met": {k: v >= TARGET for k, v in at_1000.items()}},
-        "rows": rows, "side": side,
+        "setup": {
+            "inputs": N_INPUTS,
+            "features": N_FEATURES,
+            "outputs": N_OUTPUTS,
+            "data": "sklearn load_digits, first 1,000 images, pixels / 16, float32",
+            "torch_threads": torch.get_num_threads(),
+            "timing": "best of repeats",
+            "distinct_trees": DISTINCT_TREES,
+            "tree_depth": 3,
+            "mlp": list(MLP.sizes),
+            "mlp_activation": MLP.activation,
+            "chunk_bytes": batched.CHUNK_BYTES,
+            "loop_max": args.loop_max,
+        },
+        "target": {"speedup_at_1000": TARGET, "met": {k: v >= TARGET for k, v in at_1000.items()}},
+        "rows": rows,
+        "side": side,
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "ensemble_eval.json").write_text(json.dumps(report, indent=1) + "\n")

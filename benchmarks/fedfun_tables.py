@@ -37,53 +37,121 @@ CLASSES = {"iris": 3, "wine": 3, "digits": 10, "breast-cancer": 2}
 SEEDS = [0, 1, 2]
 ROUNDS = 20
 METHODS = ["fsr-nn", "fsr-kddt", "psr", "dfedavgm", "dfedfish", "dfeddf"]
-NAMES = {"fsr-nn": "FSR NN", "fsr-kddt": "FSR KDDT", "psr": "PSR", "dfedavgm": "DFedAvgM",
-         "dfedfish": "DFedFish", "dfeddf": "DFedDF"}
-ALGORITHM = {"fsr-nn": "fedfun", "fsr-kddt": "fedfun", "psr": "psr", "dfedavgm": "dfedavgm",
-             "dfedfish": "dfedfish", "dfeddf": "dfeddf"}
+NAMES = {
+    "fsr-nn": "FSR NN",
+    "fsr-kddt": "FSR KDDT",
+    "psr": "PSR",
+    "dfedavgm": "DFedAvgM",
+    "dfedfish": "DFedFish",
+    "dfeddf": "DFedDF",
+}
+ALGORITHM = {
+    "fsr-nn": "fedfun",
+    "fsr-kddt": "fedfun",
+    "psr": "psr",
+    "dfedavgm": "dfedavgm",
+    "dfedfish": "dfedfish",
+    "dfeddf": "dfeddf",
+}
 
 # The paper's Table 2 (cluster split) and Table 4 (class split), 20-round budget:
 # PAPER[split][task][method] = (score, rounds); optdigits -> our "digits".
 PAPER = {
     "kmeans": {
-        "iris": {"fsr-nn": (0.91, 4), "fsr-kddt": (0.95, 1), "psr": (0.95, 7),
-                 "dfedavgm": (0.67, 3), "dfedfish": (0.79, 7), "dfeddf": (0.95, 18)},
-        "wine": {"fsr-nn": (0.97, 10), "fsr-kddt": (0.93, 5), "psr": (0.96, 1),
-                 "dfedavgm": (0.89, 14), "dfedfish": (0.95, 4), "dfeddf": (0.93, 16)},
-        "digits": {"fsr-nn": (0.87, 5), "fsr-kddt": (0.68, 7), "psr": (0.97, 17),
-                   "dfedavgm": (0.90, 15), "dfedfish": (0.98, 19), "dfeddf": (0.98, 19)},
+        "iris": {
+            "fsr-nn": (0.91, 4),
+            "fsr-kddt": (0.95, 1),
+            "psr": (0.95, 7),
+            "dfedavgm": (0.67, 3),
+            "dfedfish": (0.79, 7),
+            "dfeddf": (0.95, 18),
+        },
+        "wine": {
+            "fsr-nn": (0.97, 10),
+            "fsr-kddt": (0.93, 5),
+            "psr": (0.96, 1),
+            "dfedavgm": (0.89, 14),
+            "dfedfish": (0.95, 4),
+            "dfeddf": (0.93, 16),
+        },
+        "digits": {
+            "fsr-nn": (0.87, 5),
+            "fsr-kddt": (0.68, 7),
+            "psr": (0.97, 17),
+            "dfedavgm": (0.90, 15),
+            "dfedfish": (0.98, 19),
+            "dfeddf": (0.98, 19),
+        },
     },
     "by-class": {
-        "iris": {"fsr-nn": (0.91, 19), "fsr-kddt": (0.87, 2), "psr": (0.71, 19),
-                 "dfedavgm": (0.76, 18), "dfedfish": (0.63, 11), "dfeddf": (0.65, 13)},
-        "wine": {"fsr-nn": (0.96, 10), "fsr-kddt": (0.74, 1), "psr": (0.83, 20),
-                 "dfedavgm": (0.93, 13), "dfedfish": (0.72, 13), "dfeddf": (0.85, 20)},
-        "digits": {"fsr-nn": (0.14, 12), "fsr-kddt": (0.14, 1), "psr": (0.17, 9),
-                   "dfedavgm": (0.23, 20), "dfedfish": (0.17, 8), "dfeddf": (0.10, 2)},
+        "iris": {
+            "fsr-nn": (0.91, 19),
+            "fsr-kddt": (0.87, 2),
+            "psr": (0.71, 19),
+            "dfedavgm": (0.76, 18),
+            "dfedfish": (0.63, 11),
+            "dfeddf": (0.65, 13),
+        },
+        "wine": {
+            "fsr-nn": (0.96, 10),
+            "fsr-kddt": (0.74, 1),
+            "psr": (0.83, 20),
+            "dfedavgm": (0.93, 13),
+            "dfedfish": (0.72, 13),
+            "dfeddf": (0.85, 20),
+        },
+        "digits": {
+            "fsr-nn": (0.14, 12),
+            "fsr-kddt": (0.14, 1),
+            "psr": (0.17, 9),
+            "dfedavgm": (0.23, 20),
+            "dfedfish": (0.17, 8),
+            "dfeddf": (0.10, 2),
+        },
     },
 }
 MATCH = 0.03  # |ours - paper| <= MATCH counts as a match
 
 # Appendix B, scaled down (see the report): FSR / PSR 10,000 initial + 1,000 per round there.
 STEPS = {"fedfun.initial-steps": 1000, "fedfun.local-steps": 50}
-BASE = {"test-fraction": 0.5, "num-server-rounds": ROUNDS, "central-evaluation": False,
-        "fedfun.topology": "ring", "fedfun.batch-size": 200, "fedfun.lr": 1e-3,
-        "fedfun.hidden": "50,50", "fedfun.penalty-samples": 500, "fedfun.momentum-lr": 0.01,
-        "fedfun.momentum": 0.9, "fedfun.distill-samples": 500, "fedfun.federated-eval": True,
-        "fedfun.step": "jacobi", "fedfun.max-leaves": 0, **STEPS}
+BASE = {
+    "test-fraction": 0.5,
+    "num-server-rounds": ROUNDS,
+    "central-evaluation": False,
+    "fedfun.topology": "ring",
+    "fedfun.batch-size": 200,
+    "fedfun.lr": 1e-3,
+    "fedfun.hidden": "50,50",
+    "fedfun.penalty-samples": 500,
+    "fedfun.momentum-lr": 0.01,
+    "fedfun.momentum": 0.9,
+    "fedfun.distill-samples": 500,
+    "fedfun.federated-eval": True,
+    "fedfun.step": "jacobi",
+    "fedfun.max-leaves": 0,
+    **STEPS,
+}
 # Trims (documented in the report): the KDDT on 64-dimensional digits costs minutes per round
 # with 1,000 leaves, so its leaf budget is capped there.
 DIGITS_MAX_LEAVES = 100
 
-QUICK_BASE = {**BASE, "num-server-rounds": 3, "fedfun.initial-steps": 50,
-              "fedfun.local-steps": 10, "fedfun.penalty-samples": 50,
-              "fedfun.distill-samples": 50}
+QUICK_BASE = {
+    **BASE,
+    "num-server-rounds": 3,
+    "fedfun.initial-steps": 50,
+    "fedfun.local-steps": 10,
+    "fedfun.penalty-samples": 50,
+    "fedfun.distill-samples": 50,
+}
 
 
 def _fsr(lam: float, delta: float, gamma_auto: bool) -> dict[str, Any]:
     # gamma = 0 -> the default 1 / (2 lambda ||L||); 4 / lambda -> w_own = 1 / gamma = lambda / 4
-    return {"fedfun.lambda": lam, "fedfun.delta": delta,
-            "fedfun.gamma": 0.0 if gamma_auto else 4.0 / lam}
+    return {
+        "fedfun.lambda": lam,
+        "fedfun.delta": delta,
+        "fedfun.gamma": 0.0 if gamma_auto else 4.0 / lam,
+    }
 
 
 def grids(task: str, split: str, quick: bool) -> dict[str, list[dict[str, Any]]]:
@@ -109,15 +177,24 @@ def grids(task: str, split: str, quick: bool) -> dict[str, list[dict[str, Any]]]
         tree_lams, tree_deltas, tree_gammas = (100.0,), (0.1,), (False,)
         psr_lams, avgm_steps = (1.0,), (10,)
     return {
-        "fsr-nn": [{"fedfun.learner": "mlp", **_fsr(lam, d, g)}
-                   for lam in lams for d in nn_deltas for g in gammas],
-        "fsr-kddt": [{"fedfun.learner": "tree", **tree_extra, **_fsr(lam, d, g)}
-                     for lam in tree_lams for d in tree_deltas for g in tree_gammas],
+        "fsr-nn": [
+            {"fedfun.learner": "mlp", **_fsr(lam, d, g)}
+            for lam in lams
+            for d in nn_deltas
+            for g in gammas
+        ],
+        "fsr-kddt": [
+            {"fedfun.learner": "tree", **tree_extra, **_fsr(lam, d, g)}
+            for lam in tree_lams
+            for d in tree_deltas
+            for g in tree_gammas
+        ],
         "psr": [{"fedfun.psr-lambda": lam} for lam in psr_lams],
         "dfedavgm": [{"fedfun.local-steps": s} for s in avgm_steps],
         "dfedfish": [{"fedfun.local-steps": s} for s in avgm_steps],
-        "dfeddf": [{"fedfun.local-steps": 10 if quick else 100,
-                    "fedfun.distill-steps": 5 if quick else 50}],
+        "dfeddf": [
+            {"fedfun.local-steps": 10 if quick else 100, "fedfun.distill-steps": 5 if quick else 50}
+        ],
     }
 
 
@@ -147,8 +224,7 @@ def pretty(method: str, overrides: dict[str, Any]) -> str:
 
 
 # Relative cost of one run per node (measured on 2 cores), to start the longest runs first.
-COST = {"fsr-nn": 4.5, "fsr-kddt": 3.0, "psr": 3.0, "dfedavgm": 2.0, "dfedfish": 2.5,
-        "dfeddf": 4.5}
+COST = {"fsr-nn": 4.5, "fsr-kddt": 3.0, "psr": 3.0, "dfedavgm": 2.0, "dfedfish": 2.5, "dfeddf": 4.5}
 KDDT_COST = {"iris": 0.3, "wine": 0.5, "breast-cancer": 3.0, "digits": 3.0}
 
 
@@ -167,13 +243,22 @@ def all_jobs(quick: bool) -> tuple[list[Job], dict[tuple, list[tuple[str, dict]]
                     cell = cells.setdefault((task, split, method, seed), [])
                     for over in grid:
                         name = f"{task}-{split}-{method}-{label(method, over)}-s{seed}"
-                        spec = {**base, "task": task, "partitioning": split, "seed": seed,
-                                "algorithm": ALGORITHM[method], **over}
+                        spec = {
+                            **base,
+                            "task": task,
+                            "partitioning": split,
+                            "seed": seed,
+                            "algorithm": ALGORITHM[method],
+                            **over,
+                        }
                         jobs.append(Job(name, nodes, spec))
                         cell.append((name, over))
-    weight = {j.name: j.num_nodes * COST[next(m for m in METHODS if f"-{m}-" in j.name)]
-              * (KDDT_COST.get(j.overrides["task"], 1.0) if "-fsr-kddt-" in j.name else 1.0)
-              for j in jobs}
+    weight = {
+        j.name: j.num_nodes
+        * COST[next(m for m in METHODS if f"-{m}-" in j.name)]
+        * (KDDT_COST.get(j.overrides["task"], 1.0) if "-fsr-kddt-" in j.name else 1.0)
+        for j in jobs
+    }
     jobs.sort(key=lambda j: -weight[j.name])
     return jobs, cells
 
@@ -194,8 +279,14 @@ def select(results: dict[str, dict], runs: list[tuple[str, dict]]) -> dict[str, 
         raise ValueError(f"no evaluated round in {[n for n, _ in runs]}")
     _, name, over, row = best
     rows = results[name]["rows"]
-    return {"name": name, "overrides": over, "score": row["test_accuracy_mean"],
-            "round": row["round"], "train": row["train_accuracy_mean"], "rows": rows}
+    return {
+        "name": name,
+        "overrides": over,
+        "score": row["test_accuracy_mean"],
+        "round": row["round"],
+        "train": row["train_accuracy_mean"],
+        "rows": rows,
+    }
 
 
 def bytes_per_node_round(rows: list[dict], nodes: int) -> float:
@@ -231,10 +322,12 @@ def summarise(results, cells, tasks, splits, seeds):
                     "score": mean_std([p["score"] for p in picks]),
                     "round": statistics.fmean(p["round"] for p in picks),
                     "picks": picks,
-                    "consensus": mean_std([p["rows"][-1].get("consensus_distance", math.nan)
-                                           for p in picks]),
-                    "bytes": statistics.fmean(bytes_per_node_round(p["rows"], nodes)
-                                              for p in picks),
+                    "consensus": mean_std(
+                        [p["rows"][-1].get("consensus_distance", math.nan) for p in picks]
+                    ),
+                    "bytes": statistics.fmean(
+                        bytes_per_node_round(p["rows"], nodes) for p in picks
+                    ),
                     "grid": len(cells[(task, split, method, seeds[0])]),
                 }
     return out
@@ -256,7 +349,7 @@ def table(summary, split, tasks) -> str:
             if paper:
                 cell += f" [{paper[m][0]:.2f} ({paper[m][1]})]"
             cells.append(cell)
-        paper_best = (NAMES[max(METHODS, key=lambda m: paper[m][0])] if paper else "n/a")
+        paper_best = NAMES[max(METHODS, key=lambda m: paper[m][0])] if paper else "n/a"
         rows.append([task] + cells + [f"{NAMES[ours_best]} / {paper_best}"])
     return md_table(head, rows)
 
@@ -271,8 +364,7 @@ def statements(summary, split, tasks) -> str:
         groups: dict[str, list[str]] = {"beat": [], "match": [], "trail": []}
         for m in METHODS:
             ours = summary[(task, split, m)]["score"][0]
-            groups[verdict(ours, paper[m][0])].append(
-                f"{NAMES[m]} {ours:.2f} vs {paper[m][0]:.2f}")
+            groups[verdict(ours, paper[m][0])].append(f"{NAMES[m]} {ours:.2f} vs {paper[m][0]:.2f}")
         parts = [f"{k}: " + "; ".join(v) for k, v in groups.items() if v]
         lines.append(f"- **{task}**: " + ". ".join(parts) + ".")
     return "\n".join(lines)
@@ -280,14 +372,18 @@ def statements(summary, split, tasks) -> str:
 
 def extras(summary, tasks, splits) -> str:
     head = ["task", "split", "nodes", "FSR NN consensus dist.", "FSR KDDT consensus dist."] + [
-        f"{NAMES[m]} B/node-round" for m in METHODS]
+        f"{NAMES[m]} B/node-round" for m in METHODS
+    ]
     rows = []
     for task in tasks:
         for split in splits:
             nodes = 2 if split == "kmeans" else CLASSES[task]
             c = [summary[(task, split, m)]["consensus"] for m in ("fsr-nn", "fsr-kddt")]
-            rows.append([task, split, nodes] + [f"{m:.4g} ± {s:.2g}" for m, s in c]
-                        + [f"{summary[(task, split, m)]['bytes']:,.0f}" for m in METHODS])
+            rows.append(
+                [task, split, nodes]
+                + [f"{m:.4g} ± {s:.2g}" for m, s in c]
+                + [f"{summary[(task, split, m)]['bytes']:,.0f}" for m in METHODS]
+            )
     return md_table(head, rows)
 
 
@@ -299,7 +395,9 @@ def picks_table(summary, tasks, splits) -> str:
                 s = summary[(task, split, m)]
                 chosen = "; ".join(
                     f"{pretty(m, p['overrides'])} @ r{p['round']} (train {p['train']:.3f}, "
-                    f"test {p['score']:.3f})" for p in s["picks"])
+                    f"test {p['score']:.3f})"
+                    for p in s["picks"]
+                )
                 rows.append([task, split, NAMES[m], s["grid"], chosen])
     return md_table(["task", "split", "method", "grid size", "chosen per seed 0, 1, 2"], rows)
 
@@ -327,8 +425,12 @@ FSR NN, FSR KDDT, PSR, DFedAvgM and DFedFish; all 3 seeds are kept everywhere.""
 
 
 # -- evaluation point of the baselines (offline check, no Flower) ---------------------------
-EVAL_CHECK = [("wine", "dfedavgm", 60), ("iris", "dfedavgm", 60), ("wine", "dfeddf", 100),
-              ("iris", "dfeddf", 100)]
+EVAL_CHECK = [
+    ("wine", "dfedavgm", 60),
+    ("iris", "dfedavgm", 60),
+    ("wine", "dfeddf", 100),
+    ("iris", "dfeddf", 100),
+]
 EVAL_CHECK_ROUNDS = (1, 5, 10, 20)
 
 
@@ -355,7 +457,10 @@ def eval_point_check(task: str, algorithm: str, local_steps: int, seed: int = 0)
         return np.clip((a - lo) / np.where(hi > lo, hi - lo, 1.0), 0, 1).astype(np.float32)
 
     x, x_test = torch.as_tensor(scale(data.x_train)), torch.as_tensor(scale(data.x_test))
-    y, y_test = torch.as_tensor(np.array(data.y_train)).long(), torch.as_tensor(np.array(data.y_test)).long()
+    y, y_test = (
+        torch.as_tensor(np.array(data.y_train)).long(),
+        torch.as_tensor(np.array(data.y_test)).long(),
+    )
     classes = data.num_classes
     local = [(x[y == c], y[y == c]) for c in range(classes)]
     ring = [sorted({(i - 1) % classes, (i + 1) % classes} - {i}) for i in range(classes)]
@@ -385,12 +490,25 @@ def eval_point_check(task: str, algorithm: str, local_steps: int, seed: int = 0)
         for i in range(classes):
             group = [nets[i]] + [nets[j] for j in ring[i]]
             net = build(spec)
-            net.load_state_dict({k: torch.as_tensor(v, dtype=torch.float32) for k, v in zip(
-                net.state_dict(), average_parameters([params(g) for g in group]))})
+            net.load_state_dict(
+                {
+                    k: torch.as_tensor(v, dtype=torch.float32)
+                    for k, v in zip(
+                        net.state_dict(), average_parameters([params(g) for g in group])
+                    )
+                }
+            )
             if algorithm == "dfeddf":
                 teachers = [g.eval() for g in group]
-                distill(net, [lambda z, t=t: t(z).detach() for t in teachers], x.shape[1], 50,
-                        500, 1e-3, gen)
+                distill(
+                    net,
+                    [lambda z, t=t: t(z).detach() for t in teachers],
+                    x.shape[1],
+                    50,
+                    500,
+                    1e-3,
+                    gen,
+                )
             mixed.append(net)
         trained = []
         for i, net in enumerate(mixed):
@@ -398,14 +516,17 @@ def eval_point_check(task: str, algorithm: str, local_steps: int, seed: int = 0)
             copy.load_state_dict(net.state_dict())
             train(copy, i)
             trained.append(copy)
-        rows.append({"round": r, "trained_train": accuracy(trained, x, y),
-                     "trained_test": accuracy(trained, x_test, y_test),
-                     "mixed_train": accuracy(mixed, x, y),
-                     "mixed_test": accuracy(mixed, x_test, y_test)})
+        rows.append(
+            {
+                "round": r,
+                "trained_train": accuracy(trained, x, y),
+                "trained_test": accuracy(trained, x_test, y_test),
+                "mixed_train": accuracy(mixed, x, y),
+                "mixed_test": accuracy(mixed, x_test, y_test),
+            }
+        )
         nets = trained
     return {"task": task, "algorithm": algorithm, "local_steps": local_steps, "rows": rows}
-
-
 
 
 def eval_point_results(quick: bool) -> list[dict]:
@@ -425,18 +546,30 @@ def eval_point_table(results: list[dict]) -> str:
     rows = []
     for res in results:
         by_round = {r["round"]: r for r in res["rows"]}
-        cells = [f"{by_round[k]['trained_test']:.2f} / {by_round[k]['mixed_test']:.2f}"
-                 for k in EVAL_CHECK_ROUNDS]
+        cells = [
+            f"{by_round[k]['trained_test']:.2f} / {by_round[k]['mixed_test']:.2f}"
+            for k in EVAL_CHECK_ROUNDS
+        ]
         picks = []
         for point in ("trained", "mixed"):
             best = max(res["rows"], key=lambda r: (r[f"{point}_train"], -r["round"]))
             picks.append(f"{best[f'{point}_test']:.2f} (r{best['round']})")
         paper = PAPER["by-class"][res["task"]][res["algorithm"]][0]
-        rows.append([res["task"], NAMES[res["algorithm"]], res["local_steps"], *cells, *picks,
-                     f"{paper:.2f}"])
-    head = (["task", "method", "local steps"]
-            + [f"round {k}: trained / mixed" for k in EVAL_CHECK_ROUNDS]
-            + ["selected: trained", "selected: mixed", "paper"])
+        rows.append(
+            [
+                res["task"],
+                NAMES[res["algorithm"]],
+                res["local_steps"],
+                *cells,
+                *picks,
+                f"{paper:.2f}",
+            ]
+        )
+    head = (
+        ["task", "method", "local steps"]
+        + [f"round {k}: trained / mixed" for k in EVAL_CHECK_ROUNDS]
+        + ["selected: trained", "selected: mixed", "paper"]
+    )
     return md_table(head, rows)
 
 
@@ -477,11 +610,16 @@ def record_timing(quick: bool, wall: float, fresh: int, total: int) -> dict:
         from benchmarks.common import machine_info
 
         info = machine_info()
-        saved = {"wall_s": wall, "fresh_runs": fresh, "total_runs": total,
-                 "finished": info["date"], "commit": info["commit"], "notes": []}
+        saved = {
+            "wall_s": wall,
+            "fresh_runs": fresh,
+            "total_runs": total,
+            "finished": info["date"],
+            "commit": info["commit"],
+            "notes": [],
+        }
         path.write_text(json.dumps(saved, indent=1))
     return saved
-
 
 
 # Written after the measured runs of 2026-11-23 (the numbers are in the tables above it).
@@ -551,23 +689,34 @@ def main() -> None:
     wall = time.perf_counter() - start
     body = report_body(summary, tasks, splits, quick, len(jobs), run_seconds)
     if not fresh and timing:
-        body = (f"Rendered from cached runs in {wall:.0f} s; the wall time above is that of the "
-                f"invocation that ran the {timing['fresh_runs']} runs (finished "
-                f"{timing['finished']}, commit `{timing['commit']}`).\n"
-                + "".join(f"\n{note}\n" for note in timing.get("notes", [])) + "\n" + body)
+        body = (
+            f"Rendered from cached runs in {wall:.0f} s; the wall time above is that of the "
+            f"invocation that ran the {timing['fresh_runs']} runs (finished "
+            f"{timing['finished']}, commit `{timing['commit']}`).\n"
+            + "".join(f"\n{note}\n" for note in timing.get("notes", []))
+            + "\n"
+            + body
+        )
         wall = timing["wall_s"]
     if checks:
         body += eval_point_section(checks) + OBSERVATIONS
-    write_report(results_dir(quick) / "fedfun_tables.md",
-                 "FedFun Tables 2 and 4 analogues (20-round budget)", wall, body)
+    write_report(
+        results_dir(quick) / "fedfun_tables.md",
+        "FedFun Tables 2 and 4 analogues (20-round budget)",
+        wall,
+        body,
+    )
 
 
 def report_body(summary, tasks, splits, quick, n_jobs, run_seconds) -> str:
     base = QUICK_BASE if quick else BASE
     sections = []
     for split in splits:
-        title = ("Table 2 analogue: k-means split, 2 clients" if split == "kmeans" else
-                 "Table 4 analogue: split by class, one client per class")
+        title = (
+            "Table 2 analogue: k-means split, 2 clients"
+            if split == "kmeans"
+            else "Table 4 analogue: split by class, one client per class"
+        )
         sections.append(f"""\
 ## {title}
 
@@ -584,20 +733,20 @@ Against the paper (match = within ±{MATCH:.2f}):
 """)
     return f"""\
 Setup: 50/50 train/test split (`test-fraction=0.5`), random ring (`fedfun.topology='ring'`;
-2 k-means clients form a single edge), {base['num-server-rounds']} rounds,
+2 k-means clients form a single edge), {base["num-server-rounds"]} rounds,
 `central-evaluation=false` (FedFun has no global model; every node model is evaluated on the
 test set and on the union of all training sets each round). MLP hidden "50,50", batch 200,
 Adam lr 1e-3 (DFedAvgM: SGD lr 0.01, momentum 0.9), `fedfun.penalty-samples`
-{base['fedfun.penalty-samples']}, DFedDF `distill-samples` {base['fedfun.distill-samples']}.
+{base["fedfun.penalty-samples"]}, DFedDF `distill-samples` {base["fedfun.distill-samples"]}.
 `digits` is sklearn's 1,797-image 8x8 digits (a copy of UCI optdigits' test part), not the
 5,620-image optdigits of the paper. {n_jobs} runs, {run_seconds / 60:.1f} core-min of run time.
 
 **Step budgets, scaled down from appendix B** (10,000 initial + 1,000 per round for FSR/PSR,
 30,000 iterations in total for DFedAvgM/DFedFish/DFedDF) to fit 2 CPU cores: FSR NN and PSR
-{base['fedfun.initial-steps']} initial steps, then {base['fedfun.local-steps']} steps per round
+{base["fedfun.initial-steps"]} initial steps, then {base["fedfun.local-steps"]} steps per round
 (the full run: 1/10 and 1/20 of the paper); DFedAvgM / DFedFish 60 or 250 local steps per
 round (round 0 is one such pass), DFedDF 100 local + 50 distillation steps per round on
-{base['fedfun.distill-samples']} uniform samples; the KDDT is
+{base["fedfun.distill-samples"]} uniform samples; the KDDT is
 fitted exactly each round (max leaves = min(training samples, 1000), capped at
 {DIGITS_MAX_LEAVES} on digits).
 
@@ -609,10 +758,10 @@ fitted exactly each round (max leaves = min(training samples, 1000), capped at
 ## Consensus distance (final round) and bytes per node-round
 
 Consensus dist. = the mean squared function-space distance between neighbouring node models in
-round {base['num-server-rounds']} of the run each seed selected (mean ± std over seeds), over
+round {base["num-server-rounds"]} of the run each seed selected (mean ± std over seeds), over
 the cube [0, 1]^p the features are scaled to; FSR's models fit one-hot targets, so its values
 are on that scale. B/node-round =
-(bytes_up + bytes_down) summed over rounds 1..{base['num-server-rounds']} / (rounds × nodes),
+(bytes_up + bytes_down) summed over rounds 1..{base["num-server-rounds"]} / (rounds × nodes),
 payload bytes of the selected runs (mean over seeds); with federated evaluation on, the
 neighbours' new models travel in the evaluate message.
 

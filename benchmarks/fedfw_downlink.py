@@ -36,15 +36,38 @@ def main() -> None:
     start = time.perf_counter()
     rounds = 3 if args.quick else 6
     counts = (10,) if args.quick else (10, 100)
-    jobs = [Job(f"{c}-{n}-{mode}", n, {"algorithm": "fedfw", "task": "synthetic",
-                                       "fedfw.constraint": c, "fedfw.downlink": mode,
-                                       "num-server-rounds": rounds})
-            for c in CONSTRAINTS for n in counts for mode in MODES]
-    jobs += [Job(f"{c}-{n}-train-only", n, {"algorithm": "fedfw", "task": "synthetic",
-                                            "fedfw.constraint": c, "fedfw.downlink": "auto",
-                                            "fedfw.federated-eval": False,
-                                            "num-server-rounds": rounds})
-             for c in CONSTRAINTS for n in counts]
+    jobs = [
+        Job(
+            f"{c}-{n}-{mode}",
+            n,
+            {
+                "algorithm": "fedfw",
+                "task": "synthetic",
+                "fedfw.constraint": c,
+                "fedfw.downlink": mode,
+                "num-server-rounds": rounds,
+            },
+        )
+        for c in CONSTRAINTS
+        for n in counts
+        for mode in MODES
+    ]
+    jobs += [
+        Job(
+            f"{c}-{n}-train-only",
+            n,
+            {
+                "algorithm": "fedfw",
+                "task": "synthetic",
+                "fedfw.constraint": c,
+                "fedfw.downlink": "auto",
+                "fedfw.federated-eval": False,
+                "num-server-rounds": rounds,
+            },
+        )
+        for c in CONSTRAINTS
+        for n in counts
+    ]
     results = run_jobs(jobs, runs_dir(args.quick, "fedfw_downlink"), args.workers, args.reuse)
     table = []
     for c in CONSTRAINTS:
@@ -54,24 +77,57 @@ def main() -> None:
             down = {m: _per_client_round(rows[m], n, "bytes_down") for m in MODES}
             up = _per_client_round(rows["dense"], n, "bytes_up")
             train_only = results[f"{c}-{n}-train-only"]["rows"]
-            train_total = sum(_per_client_round(train_only, n, k) for k in ("bytes_up", "bytes_down"))
-            chose = "compact" if abs(down["auto"] - down["compact"]) < abs(
-                down["auto"] - down["dense"]) else "dense"
-            table.append([c, n, f"{down['dense']:,.0f}", f"{down['compact']:,.0f}",
-                          f"{down['dense'] / down['compact']:.2f}x", chose,
-                          f"{up:,.0f}", f"{up + down['auto']:,.0f}", f"{train_total:,.0f}",
-                          "yes" if same else "NO"])
+            train_total = sum(
+                _per_client_round(train_only, n, k) for k in ("bytes_up", "bytes_down")
+            )
+            chose = (
+                "compact"
+                if abs(down["auto"] - down["compact"]) < abs(down["auto"] - down["dense"])
+                else "dense"
+            )
+            table.append(
+                [
+                    c,
+                    n,
+                    f"{down['dense']:,.0f}",
+                    f"{down['compact']:,.0f}",
+                    f"{down['dense'] / down['compact']:.2f}x",
+                    chose,
+                    f"{up:,.0f}",
+                    f"{up + down['auto']:,.0f}",
+                    f"{train_total:,.0f}",
+                    "yes" if same else "NO",
+                ]
+            )
     body = f"""\
 FedFW, MCLR on `synthetic` (610 parameters; dense x-bar 2,440 B), full participation,
 {rounds} rounds, federated evaluation on. Bytes are payload (array bytes in the records) per
 client and round, rounds 2-{rounds}; "down" counts the train and the evaluation message.
 
-{md_table(["ball", "clients", "down dense B", "down compact B", "dense / compact",
-           "auto chose", "up B", "total up + down (auto) B",
-           "training exchange only: up + down (auto, no fed. eval) B", "same metrics"], table)}
+{
+        md_table(
+            [
+                "ball",
+                "clients",
+                "down dense B",
+                "down compact B",
+                "dense / compact",
+                "auto chose",
+                "up B",
+                "total up + down (auto) B",
+                "training exchange only: up + down (auto, no fed. eval) B",
+                "same metrics",
+            ],
+            table,
+        )
+    }
 """
-    write_report(results_dir(args.quick) / "fedfw_downlink.md",
-                 "FedFW downlink: dense x-bar vs compact points", time.perf_counter() - start, body)
+    write_report(
+        results_dir(args.quick) / "fedfw_downlink.md",
+        "FedFW downlink: dense x-bar vs compact points",
+        time.perf_counter() - start,
+        body,
+    )
 
 
 if __name__ == "__main__":

@@ -61,8 +61,9 @@ def main() -> None:
     rows = []
     for scaling in ("unit", "centred", "standardised"):
         out = solve(scaling, iterations)
-        rows.append([scaling, f"{out['loss']:.4f}", f"{out['gap']:.4f}",
-                     f"{100 * out['accuracy']:.2f}"])
+        rows.append(
+            [scaling, f"{out['loss']:.4f}", f"{out['gap']:.4f}", f"{100 * out['accuracy']:.2f}"]
+        )
         print(scaling, out)
     body = f"""\
 MCLR on mnist-5k (4,000 training / 1,000 test images), per-tensor l1 balls of radius {RADIUS:g}
@@ -77,9 +78,12 @@ last iterate bounds F(x) - F* for this convex problem.
 The paper's Table 1 reports 78.07 (IID) and 80.54 (non-IID) for FedFW with this constraint on
 MNIST; a method that converges to the solution scores the last column here.
 """
-    write_report(results_dir(args.quick) / "fedfw_l1_optimum.md",
-                 "FedFW Table 1, l1 MNIST: the central solution's accuracy", time.perf_counter() - start,
-                 body)
+    write_report(
+        results_dir(args.quick) / "fedfw_l1_optimum.md",
+        "FedFW Table 1, l1 MNIST: the central solution's accuracy",
+        time.perf_counter() - start,
+        body,
+    )
 
 
 if __name__ == "__main__":

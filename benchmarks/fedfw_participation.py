@@ -75,11 +75,28 @@ def main() -> None:
     seeds = [0] if args.quick else [0, 1, 2]
     checkpoints = [5, 10] if args.quick else CHECKPOINTS
     lams = lambdas()
-    jobs = [Job(name(lam, p, s), 10, {
-        "algorithm": "fedfw", "task": "synthetic", "model": "mclr", "partitioning": "iid",
-        "fedfw.constraint": "l1", "fedfw.radius": 10.0, "fedfw.lambda0": lam,
-        "fedfw.participation": p, "fedfw.gap": False, "num-server-rounds": rounds, "seed": s})
-        for lam in lams for p in PARTICIPATION for s in seeds]
+    jobs = [
+        Job(
+            name(lam, p, s),
+            10,
+            {
+                "algorithm": "fedfw",
+                "task": "synthetic",
+                "model": "mclr",
+                "partitioning": "iid",
+                "fedfw.constraint": "l1",
+                "fedfw.radius": 10.0,
+                "fedfw.lambda0": lam,
+                "fedfw.participation": p,
+                "fedfw.gap": False,
+                "num-server-rounds": rounds,
+                "seed": s,
+            },
+        )
+        for lam in lams
+        for p in PARTICIPATION
+        for s in seeds
+    ]
     results = run_jobs(jobs, runs_dir(args.quick, "participation"), args.workers, args.reuse)
 
     table = []
@@ -96,8 +113,12 @@ def main() -> None:
             table.append([f"{lam:g}", f"{p:g}"] + cells + [f"{updates:.0f}"])
     png = results_dir(args.quick) / "fedfw_participation.png"
     plot(results, lams, seeds, rounds, png)
-    headers = (["lambda0", "p"] + [f"acc % @{c}" for c in checkpoints]
-               + [f"train loss @{c}" for c in checkpoints] + ["client updates"])
+    headers = (
+        ["lambda0", "p"]
+        + [f"acc % @{c}" for c in checkpoints]
+        + [f"train loss @{c}" for c in checkpoints]
+        + ["client updates"]
+    )
     wall = time.perf_counter() - start
     body = f"""\
 FedFW, MCLR, `synthetic` (Synthetic(1,1)), IID partitioning over 10 clients, per-tensor l1 ball
@@ -111,8 +132,12 @@ client steps over the run (about 10 p per round).
 
 ![accuracy and train loss vs round]({png.name})
 """
-    write_report(results_dir(args.quick) / "fedfw_participation.md",
-                 "FedFW partial participation (Figure 2 analogue)", wall, body)
+    write_report(
+        results_dir(args.quick) / "fedfw_participation.md",
+        "FedFW partial participation (Figure 2 analogue)",
+        wall,
+        body,
+    )
 
 
 if __name__ == "__main__":

@@ -38,38 +38,79 @@ from benchmarks.common import (
 )
 
 SEEDS = (0, 1, 2)
-AUTHORS = {"task": "mnist-5k", "image-scaling": "centred", "partitioning.local-test": 0.25,
-           "fedfw.local-pass": True, "fedfw.batch-size": 64, "feddr.batch-size": 64,
-           "feddr.local-steps": 5}  # 5 = ceil(300 / 64): about one pass of a node's data
+AUTHORS = {
+    "task": "mnist-5k",
+    "image-scaling": "centred",
+    "partitioning.local-test": 0.25,
+    "fedfw.local-pass": True,
+    "fedfw.batch-size": 64,
+    "feddr.batch-size": 64,
+    "feddr.local-steps": 5,
+}  # 5 = ceil(300 / 64): about one pass of a node's data
 AUTHORS_PARTS = {"iid": "iid", "shifted-labels": "labels-per-client"}  # -> the paper's column
 NO_GAP = {"fedfw.gap": False, "fedfw.federated-eval": False, "feddr.federated-eval": False}
 MATCH_POINTS = 1.0  # within this many points (or two standard deviations) counts as a match
 
 
-def table1_jobs(rounds: int, algorithms: list[str], hp: dict, tasks: list[str],
-                seeds: tuple[int, ...]) -> list[Job]:
-    return [Job(f"ours-{a}-{task}-{part}-{c}-s{seed}", t1.NUM_CLIENTS,
-                {**t1.BASE, **NO_GAP, "num-server-rounds": rounds, "algorithm": a, "task": task,
-                 "partitioning": part, "fedfw.constraint": c, "seed": seed, **t1.knobs(a, hp)})
-            for seed in seeds for task in tasks for part in t1.PARTS for c in t1.CONSTRAINTS
-            for a in algorithms]
+def table1_jobs(
+    rounds: int, algorithms: list[str], hp: dict, tasks: list[str], seeds: tuple[int, ...]
+) -> list[Job]:
+    return [
+        Job(
+            f"ours-{a}-{task}-{part}-{c}-s{seed}",
+            t1.NUM_CLIENTS,
+            {
+                **t1.BASE,
+                **NO_GAP,
+                "num-server-rounds": rounds,
+                "algorithm": a,
+                "task": task,
+                "partitioning": part,
+                "fedfw.constraint": c,
+                "seed": seed,
+                **t1.knobs(a, hp),
+            },
+        )
+        for seed in seeds
+        for task in tasks
+        for part in t1.PARTS
+        for c in t1.CONSTRAINTS
+        for a in algorithms
+    ]
 
 
-def authors_jobs(rounds: int, algorithms: list[str], hp: dict, seeds: tuple[int, ...]
-                 ) -> list[Job]:
-    return [Job(f"authors-{a}-{part}-{c}-s{seed}", t1.NUM_CLIENTS,
-                {**t1.BASE, **AUTHORS, "fedfw.gap": False, "num-server-rounds": rounds,
-                 "algorithm": a, "partitioning": part, "fedfw.constraint": c, "seed": seed,
-                 **t1.knobs(a, hp)})
-            for seed in seeds for part in AUTHORS_PARTS for c in t1.CONSTRAINTS
-            for a in algorithms]
+def authors_jobs(rounds: int, algorithms: list[str], hp: dict, seeds: tuple[int, ...]) -> list[Job]:
+    return [
+        Job(
+            f"authors-{a}-{part}-{c}-s{seed}",
+            t1.NUM_CLIENTS,
+            {
+                **t1.BASE,
+                **AUTHORS,
+                "fedfw.gap": False,
+                "num-server-rounds": rounds,
+                "algorithm": a,
+                "partitioning": part,
+                "fedfw.constraint": c,
+                "seed": seed,
+                **t1.knobs(a, hp),
+            },
+        )
+        for seed in seeds
+        for part in AUTHORS_PARTS
+        for c in t1.CONSTRAINTS
+        for a in algorithms
+    ]
 
 
-def table3_jobs(rounds: int, clients: int, algorithms: list[str], hp: dict,
-                seeds: tuple[int, ...]) -> list[Job]:
-    return [Job(f"t3-{job.name}-s{seed}", job.num_nodes, {**job.overrides, "seed": seed})
-            for seed in seeds
-            for job in t3.jobs_for(rounds, clients, algorithms, hp, False, t3.DEFAULT_SAMPLES)]
+def table3_jobs(
+    rounds: int, clients: int, algorithms: list[str], hp: dict, seeds: tuple[int, ...]
+) -> list[Job]:
+    return [
+        Job(f"t3-{job.name}-s{seed}", job.num_nodes, {**job.overrides, "seed": seed})
+        for seed in seeds
+        for job in t3.jobs_for(rounds, clients, algorithms, hp, False, t3.DEFAULT_SAMPLES)
+    ]
 
 
 def _scores(results: dict, stem: str, seeds: tuple[int, ...], key: str) -> list[float]:
@@ -80,8 +121,10 @@ def _authors_rule(results: dict, stem: str, seeds: tuple[int, ...], key: str) ->
     """The seeds' scores at the round where their mean is highest: the rule of the authors'
     ``results_utils.py`` (``gtsa_mean_std[gtsa_mean_std[:, 0].argmax()]``), by which the paper's
     tables report mean +- std."""
-    curves = [[100 * r[key] for r in results[f"{stem}-s{seed}"]["rows"] if r["round"] >= 1]
-              for seed in seeds]
+    curves = [
+        [100 * r[key] for r in results[f"{stem}-s{seed}"]["rows"] if r["round"] >= 1]
+        for seed in seeds
+    ]
     length = min(len(c) for c in curves)
     means = [statistics.mean(c[t] for c in curves) for t in range(length)]
     best = max(range(length), key=means.__getitem__)
@@ -104,17 +147,20 @@ def verdict(scores: list[float], paper: float | None) -> str:
     return f"{'beat' if mean > paper else 'trail'} ({mean - paper:+.1f})"
 
 
-def _vs_feddr(results: dict, stem: str, feddr_stem: str, seeds: tuple[int, ...], key: str,
-              algorithm: str) -> str:
+def _vs_feddr(
+    results: dict, stem: str, feddr_stem: str, seeds: tuple[int, ...], key: str, algorithm: str
+) -> str:
     if algorithm == "feddr" or f"{feddr_stem}-s{seeds[0]}" not in results:
         return ""
-    gap = (statistics.mean(_scores(results, stem, seeds, key))
-           - statistics.mean(_scores(results, feddr_stem, seeds, key)))
+    gap = statistics.mean(_scores(results, stem, seeds, key)) - statistics.mean(
+        _scores(results, feddr_stem, seeds, key)
+    )
     return f"{gap:+.2f}"
 
 
-def table1_report(results: dict, algorithms: list[str], tasks: list[str],
-                  seeds: tuple[int, ...]) -> str:
+def table1_report(
+    results: dict, algorithms: list[str], tasks: list[str], seeds: tuple[int, ...]
+) -> str:
     rows = []
     for c in t1.CONSTRAINTS:
         for a in algorithms:
@@ -124,13 +170,38 @@ def table1_report(results: dict, algorithms: list[str], tasks: list[str],
                     scores = _scores(results, stem, seeds, "test_accuracy")
                     rule = _authors_rule(results, stem, seeds, "test_accuracy")
                     paper = t1.PAPER[c].get(a, {}).get((part, task))
-                    rows.append([c, t1.NAMES[a], f"{t1.PARTS[part]} {task}", _cell(scores),
-                                 _cell(rule), f"{paper:.2f}" if paper is not None else "",
-                                 verdict(rule, paper),
-                                 _vs_feddr(results, stem, f"ours-feddr-{task}-{part}-{c}", seeds,
-                                           "test_accuracy", a)])
-    return md_table(["D", "algorithm", "data", "final round %", "authors' rule %", "paper %",
-                     "vs paper", "minus FedDR (final)"], rows)
+                    rows.append(
+                        [
+                            c,
+                            t1.NAMES[a],
+                            f"{t1.PARTS[part]} {task}",
+                            _cell(scores),
+                            _cell(rule),
+                            f"{paper:.2f}" if paper is not None else "",
+                            verdict(rule, paper),
+                            _vs_feddr(
+                                results,
+                                stem,
+                                f"ours-feddr-{task}-{part}-{c}",
+                                seeds,
+                                "test_accuracy",
+                                a,
+                            ),
+                        ]
+                    )
+    return md_table(
+        [
+            "D",
+            "algorithm",
+            "data",
+            "final round %",
+            "authors' rule %",
+            "paper %",
+            "vs paper",
+            "minus FedDR (final)",
+        ],
+        rows,
+    )
 
 
 def authors_report(results: dict, algorithms: list[str], seeds: tuple[int, ...]) -> str:
@@ -144,15 +215,42 @@ def authors_report(results: dict, algorithms: list[str], seeds: tuple[int, ...])
                 central = _scores(results, stem, seeds, "test_accuracy")
                 ours = _scores(results, f"ours-{a}-mnist-5k-{column}-{c}", seeds, "test_accuracy")
                 paper = t1.PAPER[c].get(a, {}).get((column, "mnist-5k"))
-                rows.append([c, t1.NAMES[a], t1.PARTS[column], _cell(users), _cell(rule),
-                             _cell(central), _cell(ours),
-                             f"{paper:.2f}" if paper is not None else "", verdict(rule, paper),
-                             _vs_feddr(results, stem, f"authors-feddr-{part}-{c}", seeds,
-                                       "federated_test_accuracy", a)])
-    return md_table(["D", "algorithm", "data", "users' test shares, final %",
-                     "users' test shares, authors' rule %", "task test split, final %",
-                     "our setup, final %", "paper %", "vs paper (authors' rule)",
-                     "minus FedDR (final)"], rows)
+                rows.append(
+                    [
+                        c,
+                        t1.NAMES[a],
+                        t1.PARTS[column],
+                        _cell(users),
+                        _cell(rule),
+                        _cell(central),
+                        _cell(ours),
+                        f"{paper:.2f}" if paper is not None else "",
+                        verdict(rule, paper),
+                        _vs_feddr(
+                            results,
+                            stem,
+                            f"authors-feddr-{part}-{c}",
+                            seeds,
+                            "federated_test_accuracy",
+                            a,
+                        ),
+                    ]
+                )
+    return md_table(
+        [
+            "D",
+            "algorithm",
+            "data",
+            "users' test shares, final %",
+            "users' test shares, authors' rule %",
+            "task test split, final %",
+            "our setup, final %",
+            "paper %",
+            "vs paper (authors' rule)",
+            "minus FedDR (final)",
+        ],
+        rows,
+    )
 
 
 def table3_report(results: dict, algorithms: list[str], seeds: tuple[int, ...]) -> str:
@@ -163,11 +261,29 @@ def table3_report(results: dict, algorithms: list[str], seeds: tuple[int, ...]) 
             scores = _scores(results, stem, seeds, "test_accuracy")
             rule = _authors_rule(results, stem, seeds, "test_accuracy")
             paper = t3.PAPER[(a, part)]
-            rows.append([t3.NAMES[a], label, _cell(scores), _cell(rule), f"{paper:.2f}",
-                         verdict(rule, paper),
-                         _vs_feddr(results, stem, f"t3-feddr-{part}", seeds, "test_accuracy", a)])
-    return md_table(["algorithm", "data", "final round %", "authors' rule %", "paper %",
-                     "vs paper", "minus FedDR (final)"], rows)
+            rows.append(
+                [
+                    t3.NAMES[a],
+                    label,
+                    _cell(scores),
+                    _cell(rule),
+                    f"{paper:.2f}",
+                    verdict(rule, paper),
+                    _vs_feddr(results, stem, f"t3-feddr-{part}", seeds, "test_accuracy", a),
+                ]
+            )
+    return md_table(
+        [
+            "algorithm",
+            "data",
+            "final round %",
+            "authors' rule %",
+            "paper %",
+            "vs paper",
+            "minus FedDR (final)",
+        ],
+        rows,
+    )
 
 
 def main() -> None:
@@ -181,9 +297,11 @@ def main() -> None:
     # the paper's algorithms (projected FedAvg, an extra baseline, is in fedfw_table1 only)
     algorithms = [a for a in ("fedfw", "fedfw-plus", "feddr") if a in present]
     sto = [a for a in ("fedfw-sto", "feddr") if a in present]
-    jobs = (table1_jobs(rounds1, algorithms, hp, tasks, seeds)
-            + authors_jobs(rounds1, algorithms, hp, seeds)
-            + table3_jobs(rounds3, clients3, sto, hp, seeds))
+    jobs = (
+        table1_jobs(rounds1, algorithms, hp, tasks, seeds)
+        + authors_jobs(rounds1, algorithms, hp, seeds)
+        + table3_jobs(rounds3, clients3, sto, hp, seeds)
+    )
     print(f"{len(jobs)} runs")
     results = run_jobs(jobs, runs_dir(args.quick, "fedfw_seeds"), args.workers, args.reuse)
     wall = time.perf_counter() - start
@@ -216,8 +334,12 @@ paper used the full MNIST), so a user holds about 300 training images here.
 
 {table3_report(results, sto, seeds)}
 """
-    write_report(results_dir(args.quick) / "fedfw_seeds.md",
-                 "FedFW Tables 1 and 3 with seeds; Table 1 in the authors' setup", wall, body)
+    write_report(
+        results_dir(args.quick) / "fedfw_seeds.md",
+        "FedFW Tables 1 and 3 with seeds; Table 1 in the authors' setup",
+        wall,
+        body,
+    )
 
 
 if __name__ == "__main__":

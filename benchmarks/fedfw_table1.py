@@ -38,29 +38,61 @@ from benchmarks.common import (
 # PAPER[constraint][algorithm][(partitioning, task)]
 PAPER = {
     "l2": {
-        "feddr": {("iid", "mnist-5k"): 89.59, ("iid", "synthetic"): 78.24,
-                  ("labels-per-client", "mnist-5k"): 83.72, ("labels-per-client", "synthetic"): 92.97},
-        "fedfw": {("iid", "mnist-5k"): 86.96, ("iid", "synthetic"): 80.20,
-                  ("labels-per-client", "mnist-5k"): 86.95, ("labels-per-client", "synthetic"): 94.81},
-        "fedfw-plus": {("iid", "mnist-5k"): 86.50, ("iid", "synthetic"): 79.96,
-                       ("labels-per-client", "mnist-5k"): 86.98,
-                       ("labels-per-client", "synthetic"): 94.56},
+        "feddr": {
+            ("iid", "mnist-5k"): 89.59,
+            ("iid", "synthetic"): 78.24,
+            ("labels-per-client", "mnist-5k"): 83.72,
+            ("labels-per-client", "synthetic"): 92.97,
+        },
+        "fedfw": {
+            ("iid", "mnist-5k"): 86.96,
+            ("iid", "synthetic"): 80.20,
+            ("labels-per-client", "mnist-5k"): 86.95,
+            ("labels-per-client", "synthetic"): 94.81,
+        },
+        "fedfw-plus": {
+            ("iid", "mnist-5k"): 86.50,
+            ("iid", "synthetic"): 79.96,
+            ("labels-per-client", "mnist-5k"): 86.98,
+            ("labels-per-client", "synthetic"): 94.56,
+        },
     },
     "l1": {
-        "feddr": {("iid", "mnist-5k"): 72.18, ("iid", "synthetic"): 79.00,
-                  ("labels-per-client", "mnist-5k"): 74.29, ("labels-per-client", "synthetic"): 93.81},
-        "fedfw": {("iid", "mnist-5k"): 78.07, ("iid", "synthetic"): 81.63,
-                  ("labels-per-client", "mnist-5k"): 80.54, ("labels-per-client", "synthetic"): 90.84},
-        "fedfw-plus": {("iid", "mnist-5k"): 69.17, ("iid", "synthetic"): 81.92,
-                       ("labels-per-client", "mnist-5k"): 71.32,
-                       ("labels-per-client", "synthetic"): 91.20},
+        "feddr": {
+            ("iid", "mnist-5k"): 72.18,
+            ("iid", "synthetic"): 79.00,
+            ("labels-per-client", "mnist-5k"): 74.29,
+            ("labels-per-client", "synthetic"): 93.81,
+        },
+        "fedfw": {
+            ("iid", "mnist-5k"): 78.07,
+            ("iid", "synthetic"): 81.63,
+            ("labels-per-client", "mnist-5k"): 80.54,
+            ("labels-per-client", "synthetic"): 90.84,
+        },
+        "fedfw-plus": {
+            ("iid", "mnist-5k"): 69.17,
+            ("iid", "synthetic"): 81.92,
+            ("labels-per-client", "mnist-5k"): 71.32,
+            ("labels-per-client", "synthetic"): 91.20,
+        },
     },
 }
 
 NUM_CLIENTS = 10
-BASE = {"model": "mclr", "fedfw.radius": 10.0, "fedfw.scope": "per-tensor", "fedfw.gap": True,
-        "fedfw.participation": 1.0, "feddr.local-steps": 1, "feddr.alpha": 1.0,
-        "feddr.batch-size": 0, "local-steps": 1, "batch-size": 1_000_000, "seed": 0}
+BASE = {
+    "model": "mclr",
+    "fedfw.radius": 10.0,
+    "fedfw.scope": "per-tensor",
+    "fedfw.gap": True,
+    "fedfw.participation": 1.0,
+    "feddr.local-steps": 1,
+    "feddr.alpha": 1.0,
+    "feddr.batch-size": 0,
+    "local-steps": 1,
+    "batch-size": 1_000_000,
+    "seed": 0,
+}
 GRID_SETTING = {"task": "synthetic", "partitioning": "iid", "fedfw.constraint": "l2"}
 LAMBDA0_GRID = [1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0]
 FEDDR_GRID = [(eta, lr) for eta in (0.1, 1.0, 10.0) for lr in (0.01, 0.1, 1.0)]
@@ -74,18 +106,34 @@ NAMES = {"fedfw": "FedFW", "fedfw-plus": "FedFW+", "feddr": "FedDR", "fedavg-pro
 def grid_jobs(rounds: int, baselines: list[str], quick: bool) -> list[Job]:
     common = {**BASE, **GRID_SETTING, "num-server-rounds": rounds}
     lambdas = LAMBDA0_GRID[2:4] if quick else LAMBDA0_GRID
-    jobs = [Job(f"grid-fedfw-l{lam:g}", NUM_CLIENTS,
-                {**common, "algorithm": "fedfw", "fedfw.lambda0": lam}) for lam in lambdas]
+    jobs = [
+        Job(
+            f"grid-fedfw-l{lam:g}",
+            NUM_CLIENTS,
+            {**common, "algorithm": "fedfw", "fedfw.lambda0": lam},
+        )
+        for lam in lambdas
+    ]
     if "feddr" in baselines:
-        jobs += [Job(f"grid-feddr-eta{eta:g}-lr{lr:g}", NUM_CLIENTS,
-                     {**common, "algorithm": "feddr", "feddr.eta": eta, "feddr.lr": lr})
-                 for eta, lr in (FEDDR_GRID[4:5] if quick else FEDDR_GRID)]
+        jobs += [
+            Job(
+                f"grid-feddr-eta{eta:g}-lr{lr:g}",
+                NUM_CLIENTS,
+                {**common, "algorithm": "feddr", "feddr.eta": eta, "feddr.lr": lr},
+            )
+            for eta, lr in (FEDDR_GRID[4:5] if quick else FEDDR_GRID)
+        ]
     if "fedavg-proj" in baselines:
         # FedAvg's train_loss is the clients' loss at the received model: with one full-batch
         # step it is F(x-bar) of that round, the same criterion as the others.
-        jobs += [Job(f"grid-fedavg-proj-lr{lr:g}", NUM_CLIENTS,
-                     {**common, "algorithm": "fedavg-proj", "learning-rate": lr})
-                 for lr in (PROJ_LR_GRID[1:2] if quick else PROJ_LR_GRID)]
+        jobs += [
+            Job(
+                f"grid-fedavg-proj-lr{lr:g}",
+                NUM_CLIENTS,
+                {**common, "algorithm": "fedavg-proj", "learning-rate": lr},
+            )
+            for lr in (PROJ_LR_GRID[1:2] if quick else PROJ_LR_GRID)
+        ]
     return jobs
 
 
@@ -100,8 +148,9 @@ def choose(results: dict[str, dict], baselines: list[str]) -> tuple[dict, str]:
     if "feddr" in baselines:
         dr = {n: l for n, l in loss.items() if n.startswith("grid-feddr-")}
         best_dr = pick(dr)
-        chosen.update({k: results[best_dr]["spec"][k] for k in ("feddr.eta", "feddr.lr",
-                                                                 "feddr.alpha")})
+        chosen.update(
+            {k: results[best_dr]["spec"][k] for k in ("feddr.eta", "feddr.lr", "feddr.alpha")}
+        )
         groups.append(("feddr", dr, best_dr))
     if "fedavg-proj" in baselines:
         pr = {n: l for n, l in loss.items() if n.startswith("grid-fedavg-proj-")}
@@ -111,11 +160,20 @@ def choose(results: dict[str, dict], baselines: list[str]) -> tuple[dict, str]:
     for algorithm, values, winner in groups:
         for name in values:
             spec, rows = results[name]["spec"], results[name]["rows"]
-            knobs = {k: v for k, v in spec.items()
-                     if k in ("fedfw.lambda0", "feddr.eta", "feddr.lr", "learning-rate")}
-            table.append([NAMES[algorithm], ", ".join(f"{k}={v:g}" for k, v in knobs.items()),
-                          num(final(rows, "train_loss")), pct(final(rows, "test_accuracy")),
-                          "**chosen**" if name == winner else ""])
+            knobs = {
+                k: v
+                for k, v in spec.items()
+                if k in ("fedfw.lambda0", "feddr.eta", "feddr.lr", "learning-rate")
+            }
+            table.append(
+                [
+                    NAMES[algorithm],
+                    ", ".join(f"{k}={v:g}" for k, v in knobs.items()),
+                    num(final(rows, "train_loss")),
+                    pct(final(rows, "test_accuracy")),
+                    "**chosen**" if name == winner else "",
+                ]
+            )
     md = md_table(["algorithm", "setting", "final train loss", "final test acc %", ""], table)
     return chosen, md
 
@@ -129,16 +187,33 @@ def knobs(algorithm: str, chosen: dict) -> dict:
     return {"learning-rate": chosen.get("fedavg-proj.learning-rate", 0.1)}
 
 
-def main_jobs(rounds: int, algorithms: list[str], chosen: dict, tasks: list[str],
-              parts: list[str]) -> list[Job]:
-    return [Job(f"{a}-{task}-{part}-{c}", NUM_CLIENTS,
-                {**BASE, "num-server-rounds": rounds, "algorithm": a, "task": task,
-                 "partitioning": part, "fedfw.constraint": c, **knobs(a, chosen)})
-            for task in tasks for part in parts for c in CONSTRAINTS for a in algorithms]
+def main_jobs(
+    rounds: int, algorithms: list[str], chosen: dict, tasks: list[str], parts: list[str]
+) -> list[Job]:
+    return [
+        Job(
+            f"{a}-{task}-{part}-{c}",
+            NUM_CLIENTS,
+            {
+                **BASE,
+                "num-server-rounds": rounds,
+                "algorithm": a,
+                "task": task,
+                "partitioning": part,
+                "fedfw.constraint": c,
+                **knobs(a, chosen),
+            },
+        )
+        for task in tasks
+        for part in parts
+        for c in CONSTRAINTS
+        for a in algorithms
+    ]
 
 
-def report(results: dict, algorithms: list[str], tasks: list[str], parts: list[str]
-           ) -> tuple[str, str]:
+def report(
+    results: dict, algorithms: list[str], tasks: list[str], parts: list[str]
+) -> tuple[str, str]:
     """Side-by-side table (final / best, paper) and a long table with losses and bytes."""
     settings = [(p, t) for p in parts for t in tasks]
     head = ["D", "algorithm"] + [f"{PARTS[p]} {t}" for p, t in settings]
@@ -153,22 +228,47 @@ def report(results: dict, algorithms: list[str], tasks: list[str], parts: list[s
                     continue
                 rows = r["rows"]
                 paper = PAPER[c].get(a, {}).get((p, t))
-                cells.append(f"{pct(final(rows, 'test_accuracy'))} / "
-                             f"{pct(best(rows, 'test_accuracy'))}"
-                             + (f" ({paper:.2f})" if paper is not None else ""))
+                cells.append(
+                    f"{pct(final(rows, 'test_accuracy'))} / "
+                    f"{pct(best(rows, 'test_accuracy'))}"
+                    + (f" ({paper:.2f})" if paper is not None else "")
+                )
                 last = rows[-1]
-                long.append([c, NAMES[a], PARTS[p], t, pct(final(rows, "test_accuracy")),
-                             pct(best(rows, "test_accuracy")),
-                             f"{paper:.2f}" if paper is not None else "",
-                             num(final(rows, "train_loss")), num(last.get("fw_gap", float("nan"))),
-                             num(last.get("consensus_distance", float("nan"))),
-                             f"{last['bytes_up_train'] / max(1, last.get('participants', 10)):.0f}",
-                             f"{r['wall_s']:.1f}"])
+                long.append(
+                    [
+                        c,
+                        NAMES[a],
+                        PARTS[p],
+                        t,
+                        pct(final(rows, "test_accuracy")),
+                        pct(best(rows, "test_accuracy")),
+                        f"{paper:.2f}" if paper is not None else "",
+                        num(final(rows, "train_loss")),
+                        num(last.get("fw_gap", float("nan"))),
+                        num(last.get("consensus_distance", float("nan"))),
+                        f"{last['bytes_up_train'] / max(1, last.get('participants', 10)):.0f}",
+                        f"{r['wall_s']:.1f}",
+                    ]
+                )
             side.append([c, NAMES[a]] + cells)
     side_md = md_table(head, side)
-    long_md = md_table(["D", "algorithm", "data", "task", "final acc %", "best acc %",
-                        "paper %", "final train loss", "FW gap", "consensus dist.",
-                        "bytes up / client / round", "wall s"], long)
+    long_md = md_table(
+        [
+            "D",
+            "algorithm",
+            "data",
+            "task",
+            "final acc %",
+            "best acc %",
+            "paper %",
+            "final train loss",
+            "FW gap",
+            "consensus dist.",
+            "bytes up / client / round",
+            "wall s",
+        ],
+        long,
+    )
     return side_md, long_md
 
 
@@ -224,8 +324,12 @@ mean_i ||x_i - x-bar||_2 (FedFW family); bytes up = training payload per client 
 
 {long_md}
 """
-    write_report(results_dir(args.quick) / "fedfw_table1.md",
-                 "FedFW Table 1 analogue (convex MCLR)", wall, body)
+    write_report(
+        results_dir(args.quick) / "fedfw_table1.md",
+        "FedFW Table 1 analogue (convex MCLR)",
+        wall,
+        body,
+    )
 
 
 if __name__ == "__main__":

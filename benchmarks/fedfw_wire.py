@@ -34,8 +34,18 @@ from benchmarks.common import (
 
 RUNS = [("mclr", t, c) for t in ("synthetic", "mnist-5k") for c in ("l1", "l2", "box", "nuclear")]
 RUNS += [("dnn", t, c) for t in ("synthetic", "mnist-5k") for c in ("l1", "nuclear")]
-LMO_SHAPES = [(10, 60), (10, 784), (33, 100), (60, 100), (64, 300), (100, 100), (100, 784),
-              (256, 1024), (512, 2048), (1000, 1000)]
+LMO_SHAPES = [
+    (10, 60),
+    (10, 784),
+    (33, 100),
+    (60, 100),
+    (64, 300),
+    (100, 100),
+    (100, 784),
+    (256, 1024),
+    (512, 2048),
+    (1000, 1000),
+]
 
 
 def num_params(model: str, task: str) -> tuple[int, list[tuple[int, ...]]]:
@@ -49,12 +59,26 @@ def num_params(model: str, task: str) -> tuple[int, list[tuple[int, ...]]]:
 
 
 def wire_table(rounds: int, runs: list, quick: bool, workers: int, reuse: bool) -> str:
-    jobs = [Job(f"{m}-{t}-{c}", 10, {"algorithm": "fedfw", "model": m, "task": t,
-                                     "fedfw.constraint": c, "fedfw.radius": 10.0,
-                                     "num-server-rounds": rounds, "fedfw.gap": False,
-                                     "fedfw.downlink": "dense",  # the dense x-bar column
-                                     "fedfw.federated-eval": False, "seed": 0}, wire=True)
-            for m, t, c in runs]
+    jobs = [
+        Job(
+            f"{m}-{t}-{c}",
+            10,
+            {
+                "algorithm": "fedfw",
+                "model": m,
+                "task": t,
+                "fedfw.constraint": c,
+                "fedfw.radius": 10.0,
+                "num-server-rounds": rounds,
+                "fedfw.gap": False,
+                "fedfw.downlink": "dense",  # the dense x-bar column
+                "fedfw.federated-eval": False,
+                "seed": 0,
+            },
+            wire=True,
+        )
+        for m, t, c in runs
+    ]
     results = run_jobs(jobs, runs_dir(quick, "wire"), workers, reuse)
     table = []
     for (m, t, c), job in zip(runs, jobs):
@@ -65,16 +89,42 @@ def wire_table(rounds: int, runs: list, quick: bool, workers: int, reuse: bool) 
         up = last["bytes_up_train"] / last["participants"]
         down = last["bytes_down_train"] / last["participants"]
         train = [w for w in r["wire"] if w["type"] == "train"]
-        later = train[len(train) // rounds:] or train  # rounds >= 2 (round 1 is the first sync)
+        later = train[len(train) // rounds :] or train  # rounds >= 2 (round 1 is the first sync)
         up_pb = median(w["up_content"] for w in later)
         down_pb = median(w["down_content"] for w in later)
-        table.append([m, t, c, " ".join("x".join(map(str, s)) for s in shapes), f"{dense:,}",
-                      f"{up:,.0f}", f"{dense / up:,.1f}x", f"{up_pb:,.0f}",
-                      f"{dense / up_pb:,.1f}x", f"{down:,.0f}", f"{down_pb:,.0f}",
-                      str(last.get("failures", 0))])
-    return md_table(["model", "task", "D", "tensors", "dense fp32 B", "up payload B",
-                     "dense/payload", "up protobuf B", "dense/protobuf", "down payload B",
-                     "down protobuf B", "failures"], table)
+        table.append(
+            [
+                m,
+                t,
+                c,
+                " ".join("x".join(map(str, s)) for s in shapes),
+                f"{dense:,}",
+                f"{up:,.0f}",
+                f"{dense / up:,.1f}x",
+                f"{up_pb:,.0f}",
+                f"{dense / up_pb:,.1f}x",
+                f"{down:,.0f}",
+                f"{down_pb:,.0f}",
+                str(last.get("failures", 0)),
+            ]
+        )
+    return md_table(
+        [
+            "model",
+            "task",
+            "D",
+            "tensors",
+            "dense fp32 B",
+            "up payload B",
+            "dense/payload",
+            "up protobuf B",
+            "dense/protobuf",
+            "down payload B",
+            "down protobuf B",
+            "failures",
+        ],
+        table,
+    )
 
 
 def _time(fn, repeats: int) -> float:
@@ -115,11 +165,29 @@ def lmo_table(shapes: list, repeats: int) -> str:
         # the pair is unique up to a joint sign flip, which leaves u v^T unchanged
         err = float(np.abs(s_ref - s_lmo).max())
         path = "full SVD" if min(shape) <= 32 or np.prod(shape) <= 30_000 else "svds"
-        rows.append(["x".join(map(str, shape)), f"{1e3 * t_full:.3f}", f"{1e3 * t_svds:.3f}",
-                     f"{t_full / t_svds:.1f}x", f"{1e3 * t_lmo:.3f} ({path})",
-                     f"{t_full / t_lmo:.1f}x", f"{err:.1e}"])
-    return md_table(["matrix", "numpy full SVD ms", "svds k=1 ms", "full/svds",
-                     "oracles.lmo nuclear ms (path)", "full/lmo", "max abs diff vs full SVD"], rows)
+        rows.append(
+            [
+                "x".join(map(str, shape)),
+                f"{1e3 * t_full:.3f}",
+                f"{1e3 * t_svds:.3f}",
+                f"{t_full / t_svds:.1f}x",
+                f"{1e3 * t_lmo:.3f} ({path})",
+                f"{t_full / t_lmo:.1f}x",
+                f"{err:.1e}",
+            ]
+        )
+    return md_table(
+        [
+            "matrix",
+            "numpy full SVD ms",
+            "svds k=1 ms",
+            "full/svds",
+            "oracles.lmo nuclear ms (path)",
+            "full/lmo",
+            "max abs diff vs full SVD",
+        ],
+        rows,
+    )
 
 
 def main() -> None:
@@ -152,8 +220,9 @@ min(shape) <= 32 or the matrix has at most 30,000 entries, and `svds` otherwise.
 
 {lmo_md}
 """
-    write_report(results_dir(args.quick) / "fedfw_wire.md", "FedFW wire size and LMO cost", wall,
-                 body)
+    write_report(
+        results_dir(args.quick) / "fedfw_wire.md", "FedFW wire size and LMO cost", wall, body
+    )
 
 
 if __name__ == "__main__":

@@ -48,8 +48,11 @@ from benchmarks.ffgb_mnist import (
 DISTILLED = {
     "increment": {"ffgb.distill": "increment"},
     "function": {"ffgb.distill": "function"},
-    "increment+global": {"ffgb.distill": "increment", "ffgb.distill-every": 10,
-                         "ffgb.distill-rounds": 2},
+    "increment+global": {
+        "ffgb.distill": "increment",
+        "ffgb.distill-every": 10,
+        "ffgb.distill-rounds": 2,
+    },
 }
 
 
@@ -66,8 +69,7 @@ def plot(results: dict, path) -> None:
         axes[0].plot([models_exchanged(r) for r in rows], accuracy, label=name)
         axes[1].plot([b / 1e6 for b in cumulative_bytes(rows)], accuracy, label=name)
         if name.startswith("ffgb"):
-            axes[2].plot([r["round"] for r in rows], [r["ensemble_size"] for r in rows],
-                         label=name)
+            axes[2].plot([r["round"] for r in rows], [r["ensemble_size"] for r in rows], label=name)
     axes[0].set_xlabel("models exchanged per client (paper's count)")
     axes[1].set_xlabel("bytes up + down, all clients (MB, payload)")
     axes[1].set_xscale("log")
@@ -100,8 +102,12 @@ def main() -> None:
     jobs["ffgb-c"] = {**ffgb, "algorithm": "ffgb-c", "num-server-rounds": rounds}
     jobs["ffgb-c-sup-p1"] = {**jobs["ffgb-c"], "ffgb.sup-p": 1.0}
     jobs["fedavg-mlp32"] = {**FEDAVG, "num-server-rounds": rounds * NODES * k // 2}
-    results = run_jobs([Job(name, NODES, {**SETUP, **config}) for name, config in jobs.items()],
-                       runs_dir(args.quick, "ffgb_distillation"), args.workers, args.reuse)
+    results = run_jobs(
+        [Job(name, NODES, {**SETUP, **config}) for name, config in jobs.items()],
+        runs_dir(args.quick, "ffgb_distillation"),
+        args.workers,
+        args.reuse,
+    )
 
     budget = max(models_exchanged(r) for r in train_rows(results["ffgb"]["rows"]))
     checkpoints = sorted({budget * f for f in (0.25, 0.5, 1.0)})
@@ -110,14 +116,21 @@ def main() -> None:
         rows = results[name]["rows"]
         last = train_rows(rows)[-1]
         within = [r for r in train_rows(rows) if models_exchanged(r) <= budget + 1e-9]
-        table.append([name, within[-1]["round"]]
-                      + [pct(value_at_models(rows, c)) for c in checkpoints]
-                      + [f"{cumulative_bytes(rows)[-1] / 1e6:.1f}",
-                         last.get("ensemble_size", 1),
-                         num(last.get("distill_error", float("nan")), ".3f"),
-                         num(seconds_per_round(rows), ".2f")])
-    headers = (["run", "rounds"] + [f"acc % @{c:g} models" for c in checkpoints]
-               + ["MB up+down", "final ensemble", "distill error", "s/round (1 core)"])
+        table.append(
+            [name, within[-1]["round"]]
+            + [pct(value_at_models(rows, c)) for c in checkpoints]
+            + [
+                f"{cumulative_bytes(rows)[-1] / 1e6:.1f}",
+                last.get("ensemble_size", 1),
+                num(last.get("distill_error", float("nan")), ".3f"),
+                num(seconds_per_round(rows), ".2f"),
+            ]
+        )
+    headers = (
+        ["run", "rounds"]
+        + [f"acc % @{c:g} models" for c in checkpoints]
+        + ["MB up+down", "final ensemble", "distill error", "s/round (1 core)"]
+    )
     png = results_dir(args.quick) / "ffgb_distillation.png"
     plot(results, png)
     wall = time.perf_counter() - start
@@ -135,9 +148,12 @@ distilled function on the nodes' points at the last round that distilled.
 
 ![accuracy vs models exchanged and bytes; ensemble size]({png.name})
 """
-    write_report(results_dir(args.quick) / "ffgb_distillation.md",
-                 "FFGB with distillation vs plain FFGB and FedAvg (mnist-5k, label-sort)", wall,
-                 body)
+    write_report(
+        results_dir(args.quick) / "ffgb_distillation.md",
+        "FFGB with distillation vs plain FFGB and FedAvg (mnist-5k, label-sort)",
+        wall,
+        body,
+    )
 
 
 if __name__ == "__main__":

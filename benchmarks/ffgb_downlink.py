@@ -38,10 +38,18 @@ def learners(kind: str, count: int) -> list:
         spec = NetworkSpec((FEATURES, 32, 32, OUTPUTS), "leaky_relu")
         return [new_network(spec, seed) for seed in range(count)]
     from sklearn.tree import DecisionTreeRegressor
+
     rng = np.random.default_rng(0)
     x = rng.normal(size=(300, FEATURES))
-    return [from_sklearn(DecisionTreeRegressor(max_depth=3, random_state=i).fit(
-        x, rng.normal(size=(300, OUTPUTS))), value_dtype=np.float32) for i in range(count)]
+    return [
+        from_sklearn(
+            DecisionTreeRegressor(max_depth=3, random_state=i).fit(
+                x, rng.normal(size=(300, OUTPUTS))
+            ),
+            value_dtype=np.float32,
+        )
+        for i in range(count)
+    ]
 
 
 def one_round(kind: str, n: int) -> tuple[EnsembleSync, list[SyncSlot]]:
@@ -49,8 +57,12 @@ def one_round(kind: str, n: int) -> tuple[EnsembleSync, list[SyncSlot]]:
     sync = EnsembleSync(Ensemble.constant(np.zeros(OUTPUTS), FEATURES))
     slots = [SyncSlot(needs_sync=False, version=0) for _ in range(n)]
     made = learners(kind, n * K)
-    sync.average([(slot, Delta(0, 1.0, tuple(made[i * K:(i + 1) * K]), (0.1,) * K, FEATURES,
-                               OUTPUTS)) for i, slot in enumerate(slots)])
+    sync.average(
+        [
+            (slot, Delta(0, 1.0, tuple(made[i * K : (i + 1) * K]), (0.1,) * K, FEATURES, OUTPUTS))
+            for i, slot in enumerate(slots)
+        ]
+    )
     return sync, slots
 
 
@@ -75,7 +87,10 @@ def build(sync: EnsembleSync, slots: list[SyncSlot], cached: bool) -> float:
 
 def main() -> None:
     torch.set_num_threads(1)
-    rows = ["| learners | N | per recipient (s) | packed once (s) | ratio |", "|---|---|---|---|---|"]
+    rows = [
+        "| learners | N | per recipient (s) | packed once (s) | ratio |",
+        "|---|---|---|---|---|",
+    ]
     for kind in ("mlp", "tree"):
         for n in SIZES:
             sync, slots = one_round(kind, n)

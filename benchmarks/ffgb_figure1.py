@@ -64,8 +64,7 @@ def accuracy_at_bytes(rows: list[dict], budget: float) -> tuple[float, int, bool
     return within[-1]["test_accuracy"], within[-1]["round"], totals[-1] >= budget
 
 
-def plot(results: dict, cells: list[tuple[str, float, int]], node_counts: list[int],
-         path) -> None:
+def plot(results: dict, cells: list[tuple[str, float, int]], node_counts: list[int], path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -73,23 +72,34 @@ def plot(results: dict, cells: list[tuple[str, float, int]], node_counts: list[i
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
     cols = len(S_VALUES) * len(node_counts)
-    fig, axes = plt.subplots(len(TASKS), cols, figsize=(4.6 * cols, 4.0 * len(TASKS)),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        len(TASKS), cols, figsize=(4.6 * cols, 4.0 * len(TASKS)), squeeze=False
+    )
     for task, s, nodes in cells:
-        ax = axes[TASKS.index(task)][S_VALUES.index(s) * len(node_counts)
-                                     + node_counts.index(nodes)]
+        ax = axes[TASKS.index(task)][
+            S_VALUES.index(s) * len(node_counts) + node_counts.index(nodes)
+        ]
         cell = cell_name(task, s, nodes)
         ffgb = train_rows(results[f"{cell}-ffgb"]["rows"])
         fedavg = train_rows(results[f"{cell}-fedavg"]["rows"])
         budget = models_exchanged(ffgb[-1])
-        ax.plot([models_exchanged(r) for r in ffgb],
-                [r["test_accuracy"] for r in ffgb], "o-", ms=4, label="FFGB (K = 3)")
-        ax.plot([models_exchanged(r) for r in fedavg],
-                [r["test_accuracy"] for r in fedavg], "-", lw=1.2, label="FedAvg (mlp32)")
+        ax.plot(
+            [models_exchanged(r) for r in ffgb],
+            [r["test_accuracy"] for r in ffgb],
+            "o-",
+            ms=4,
+            label="FFGB (K = 3)",
+        )
+        ax.plot(
+            [models_exchanged(r) for r in fedavg],
+            [r["test_accuracy"] for r in fedavg],
+            "-",
+            lw=1.2,
+            label="FedAvg (mlp32)",
+        )
         acc, round_, _ = accuracy_at_bytes(fedavg, cumulative_bytes(ffgb)[-1])
         if not math.isnan(acc):
-            ax.plot([2.0 * round_], [acc], "s", color="C3", ms=7,
-                    label="FedAvg at FFGB's bytes")
+            ax.plot([2.0 * round_], [acc], "s", color="C3", ms=7, label="FedAvg at FFGB's bytes")
         ax.axvline(budget, color="grey", ls=":", lw=1)
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
@@ -108,10 +118,18 @@ def plot(results: dict, cells: list[tuple[str, float, int]], node_counts: list[i
 
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
-    p.add_argument("--rounds-10", type=int, default=None,
-                   help="FFGB rounds with 10 clients (default 10; --quick 2)")
-    p.add_argument("--rounds-56", type=int, default=None,
-                   help="FFGB rounds with 56 clients (default 3; not used by --quick)")
+    p.add_argument(
+        "--rounds-10",
+        type=int,
+        default=None,
+        help="FFGB rounds with 10 clients (default 10; --quick 2)",
+    )
+    p.add_argument(
+        "--rounds-56",
+        type=int,
+        default=None,
+        help="FFGB rounds with 56 clients (default 3; not used by --quick)",
+    )
     args = p.parse_args()
     start = time.perf_counter()
     rounds = dict(QUICK_ROUNDS if args.quick else ROUNDS)
@@ -128,14 +146,26 @@ def main() -> None:
         per_round, odd = divmod(nodes * k, 2)  # FedAvg rounds per FFGB round
         assert not odd, "N K must be even for whole FedAvg rounds"
         cell = cell_name(task, s, nodes)
-        jobs.append(Job(f"{cell}-ffgb", nodes,
-                        {**setup, **ffgb, "num-server-rounds": rounds[nodes]}))
-        jobs.append(Job(f"{cell}-fedavg", nodes,
-                        {**setup, **FEDAVG, "num-server-rounds": per_round * rounds[nodes]}))
+        jobs.append(
+            Job(f"{cell}-ffgb", nodes, {**setup, **ffgb, "num-server-rounds": rounds[nodes]})
+        )
+        jobs.append(
+            Job(
+                f"{cell}-fedavg",
+                nodes,
+                {**setup, **FEDAVG, "num-server-rounds": per_round * rounds[nodes]},
+            )
+        )
     # longest first so the pool ends balanced: most clients, then FedAvg (N K / 2 rounds of N
     # clients per FFGB round), then mnist-5k (784 features)
-    order = sorted(jobs, key=lambda j: (-j.num_nodes, j.overrides["algorithm"] != "fedavg",
-                                        TASKS.index(j.overrides["task"])))
+    order = sorted(
+        jobs,
+        key=lambda j: (
+            -j.num_nodes,
+            j.overrides["algorithm"] != "fedavg",
+            TASKS.index(j.overrides["task"]),
+        ),
+    )
     results = run_jobs(order, runs_dir(args.quick, "ffgb_figure1"), args.workers, args.reuse)
 
     table, cost = [], []
@@ -153,37 +183,74 @@ def main() -> None:
         a_bytes_total = cumulative_bytes(train_rows(a_rows))[-1]
         wins_models += f_acc >= a_models
         wins_bytes += f_acc >= a_bytes_acc
-        table.append([
-            f"{task}, s = {s:g}, N = {nodes}", f_last["round"], f"{budget:g}", pct(f_acc),
-            pct(a_models), f"{100 * (f_acc - a_models):+.2f}", num(f_acc / a_models, ".3f"),
-            f"{pct(a_bytes_acc)}{'' if reached else ' (run ends first)'}",
-            f"{a_bytes_round} ({2 * a_bytes_round:g})",
-            f"{100 * (f_acc - a_bytes_acc):+.2f}", num(f_acc / a_bytes_acc, ".3f"),
-        ])
+        table.append(
+            [
+                f"{task}, s = {s:g}, N = {nodes}",
+                f_last["round"],
+                f"{budget:g}",
+                pct(f_acc),
+                pct(a_models),
+                f"{100 * (f_acc - a_models):+.2f}",
+                num(f_acc / a_models, ".3f"),
+                f"{pct(a_bytes_acc)}{'' if reached else ' (run ends first)'}",
+                f"{a_bytes_round} ({2 * a_bytes_round:g})",
+                f"{100 * (f_acc - a_bytes_acc):+.2f}",
+                num(f_acc / a_bytes_acc, ".3f"),
+            ]
+        )
         f_train = train_rows(f_rows)
         a_train = train_rows(a_rows)
-        cost.append([
-            f"{task}, s = {s:g}, N = {nodes}",
-            f"{f_bytes / 1e6:.1f}", f"{a_bytes_total / 1e6:.1f}",
-            num(a_bytes_total / f_bytes, ".2f"),
-            f"{(f_train[-1]['bytes_up'] + f_train[-1]['bytes_down']) / nodes / 1e6:.2f}",
-            f"{(a_train[-1]['bytes_up'] + a_train[-1]['bytes_down']) / nodes / 1e3:.0f}",
-            num(f_train[-1]["train_loss"]), num(a_train[-1]["train_loss"]),
-            num(seconds_per_round(f_rows), ".2f"), num(seconds_per_round(a_rows), ".3f"),
-            f"{results[f'{cell}-ffgb']['wall_s']:.0f}", f"{results[f'{cell}-fedavg']['wall_s']:.0f}",
-        ])
-    headers = ["cell", "FFGB rounds", "models / client", "FFGB acc %", "FedAvg acc % @models",
-               "FFGB - FedAvg (pts)", "FFGB / FedAvg", "FedAvg acc % @FFGB's bytes",
-               "FedAvg round (models)", "FFGB - FedAvg @bytes (pts)", "FFGB / FedAvg @bytes"]
-    cost_headers = ["cell", "FFGB MB (run)", "FedAvg MB (run)", "FedAvg / FFGB bytes",
-                    "FFGB MB / client / round", "FedAvg kB / client / round",
-                    "FFGB train loss (last)", "FedAvg train loss (last)", "FFGB s/round",
-                    "FedAvg s/round", "FFGB run s", "FedAvg run s"]
+        cost.append(
+            [
+                f"{task}, s = {s:g}, N = {nodes}",
+                f"{f_bytes / 1e6:.1f}",
+                f"{a_bytes_total / 1e6:.1f}",
+                num(a_bytes_total / f_bytes, ".2f"),
+                f"{(f_train[-1]['bytes_up'] + f_train[-1]['bytes_down']) / nodes / 1e6:.2f}",
+                f"{(a_train[-1]['bytes_up'] + a_train[-1]['bytes_down']) / nodes / 1e3:.0f}",
+                num(f_train[-1]["train_loss"]),
+                num(a_train[-1]["train_loss"]),
+                num(seconds_per_round(f_rows), ".2f"),
+                num(seconds_per_round(a_rows), ".3f"),
+                f"{results[f'{cell}-ffgb']['wall_s']:.0f}",
+                f"{results[f'{cell}-fedavg']['wall_s']:.0f}",
+            ]
+        )
+    headers = [
+        "cell",
+        "FFGB rounds",
+        "models / client",
+        "FFGB acc %",
+        "FedAvg acc % @models",
+        "FFGB - FedAvg (pts)",
+        "FFGB / FedAvg",
+        "FedAvg acc % @FFGB's bytes",
+        "FedAvg round (models)",
+        "FFGB - FedAvg @bytes (pts)",
+        "FFGB / FedAvg @bytes",
+    ]
+    cost_headers = [
+        "cell",
+        "FFGB MB (run)",
+        "FedAvg MB (run)",
+        "FedAvg / FFGB bytes",
+        "FFGB MB / client / round",
+        "FedAvg kB / client / round",
+        "FFGB train loss (last)",
+        "FedAvg train loss (last)",
+        "FFGB s/round",
+        "FedAvg s/round",
+        "FFGB run s",
+        "FedAvg run s",
+    ]
     png = results_dir(args.quick) / "ffgb_figure1.png"
     plot(results, cells, node_counts, png)
     wall = time.perf_counter() - start
-    rounds_text = ", ".join(f"{r} with {n} clients ({r * n * k} models exchanged per client; "
-                            f"FedAvg {r * n * k // 2} rounds)" for n, r in rounds.items())
+    rounds_text = ", ".join(
+        f"{r} with {n} clients ({r * n * k} models exchanged per client; "
+        f"FedAvg {r * n * k // 2} rounds)"
+        for n, r in rounds.items()
+    )
     body = f"""\
 Label-sort partitioning (s of the training data spread evenly, the rest sorted by label and
 dealt out in order, as in the paper's section 4.1), seed 0, one run per cell. `mnist-5k`: 4,000
@@ -214,8 +281,12 @@ models exchanged, {wins_bytes} of {len(cells)} at equal bytes.
 The dotted line is FFGB's budget; the red square is FedAvg at FFGB's bytes (plotted at its
 models count).
 """
-    write_report(results_dir(args.quick) / "ffgb_figure1.md",
-                 "FFGB vs FedAvg at equal cost: Figure 1 / Figure 4 analogue", wall, body)
+    write_report(
+        results_dir(args.quick) / "ffgb_figure1.md",
+        "FFGB vs FedAvg at equal cost: Figure 1 / Figure 4 analogue",
+        wall,
+        body,
+    )
 
 
 if __name__ == "__main__":

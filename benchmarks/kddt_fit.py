@@ -30,8 +30,9 @@ def accuracy(tree: KDDT, x: np.ndarray, y: np.ndarray) -> str:
     return f"{np.mean(tree.predict(x).argmax(axis=1) == y):.3f}"
 
 
-def timed_fit(items: Boxes, lower: np.ndarray, upper: np.ndarray, max_leaves: int
-              ) -> tuple[KDDT, float]:
+def timed_fit(
+    items: Boxes, lower: np.ndarray, upper: np.ndarray, max_leaves: int
+) -> tuple[KDDT, float]:
     """The fitted tree and the mean wall time of ``REPEATS`` fits."""
     times = []
     for _ in range(REPEATS):
@@ -57,35 +58,75 @@ def main() -> None:
     rows = []
     full = data_boxes(x, one_hot, radius)
     tree, seconds = timed_fit(full, lower, upper, max_leaves)
-    rows.append(["(a) data only, all points", len(full.mass), tree.n_leaves, f"{seconds:.2f}",
-                 accuracy(tree, x, y), "", accuracy(tree, x_test, y_test), ""])
+    rows.append(
+        [
+            "(a) data only, all points",
+            len(full.mass),
+            tree.n_leaves,
+            f"{seconds:.2f}",
+            accuracy(tree, x, y),
+            "",
+            accuracy(tree, x_test, y_test),
+            "",
+        ]
+    )
     neighbour_items = data_boxes(x[theirs], one_hot[theirs], radius)
     neighbour, seconds = timed_fit(neighbour_items, lower, upper, max_leaves)
-    rows.append(["(b0) neighbour: data only, other half", len(neighbour_items.mass),
-                 neighbour.n_leaves, f"{seconds:.2f}", accuracy(neighbour, x[theirs], y[theirs]),
-                 accuracy(neighbour, x, y), accuracy(neighbour, x_test, y_test), ""])
-    items = Boxes.concat(data_boxes(x[mine], one_hot[mine], radius),
-                         tree_boxes(neighbour, WEIGHT))
+    rows.append(
+        [
+            "(b0) neighbour: data only, other half",
+            len(neighbour_items.mass),
+            neighbour.n_leaves,
+            f"{seconds:.2f}",
+            accuracy(neighbour, x[theirs], y[theirs]),
+            accuracy(neighbour, x, y),
+            accuracy(neighbour, x_test, y_test),
+            "",
+        ]
+    )
+    items = Boxes.concat(data_boxes(x[mine], one_hot[mine], radius), tree_boxes(neighbour, WEIGHT))
     tree, seconds = timed_fit(items, lower, upper, max_leaves)
     began = time.perf_counter()
     for _ in range(REPEATS):
         distance = squared_distance(tree, neighbour)
     distance_ms = (time.perf_counter() - began) / REPEATS * 1e3
-    rows.append([f"(b) half + neighbour's {neighbour.n_leaves} leaves, weight {WEIGHT:g}",
-                 len(items.mass), tree.n_leaves, f"{seconds:.2f}",
-                 accuracy(tree, x[mine], y[mine]), accuracy(tree, x, y),
-                 accuracy(tree, x_test, y_test),
-                 f"{distance:.3f} ({distance_ms:.0f} ms)"])
+    rows.append(
+        [
+            f"(b) half + neighbour's {neighbour.n_leaves} leaves, weight {WEIGHT:g}",
+            len(items.mass),
+            tree.n_leaves,
+            f"{seconds:.2f}",
+            accuracy(tree, x[mine], y[mine]),
+            accuracy(tree, x, y),
+            accuracy(tree, x_test, y_test),
+            f"{distance:.3f} ({distance_ms:.0f} ms)",
+        ]
+    )
 
     info = machine_info()
     print(f"# KDDT fit time, digits ({n} training points, {p} features)\n")
     print(f"- command: `{command_line()}`")
     for key in ("cpu", "os", "python", "versions", "commit", "date"):
         print(f"- {key}: {info[key]}")
-    print(f"- delta {DELTA}, kernel radius {radius:.4f}, max_leaves {max_leaves}, "
-          f"fit time = mean of {REPEATS} fits\n")
-    print(md_table(["tree", "items", "leaves", "fit s", "train acc (own data)",
-                    "train acc (all)", "test acc", "squared distance to neighbour (time)"], rows))
+    print(
+        f"- delta {DELTA}, kernel radius {radius:.4f}, max_leaves {max_leaves}, "
+        f"fit time = mean of {REPEATS} fits\n"
+    )
+    print(
+        md_table(
+            [
+                "tree",
+                "items",
+                "leaves",
+                "fit s",
+                "train acc (own data)",
+                "train acc (all)",
+                "test acc",
+                "squared distance to neighbour (time)",
+            ],
+            rows,
+        )
+    )
 
 
 if __name__ == "__main__":

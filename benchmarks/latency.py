@@ -47,14 +47,18 @@ FAMILIES = {
     "feddr": "algorithm='feddr' task='synthetic'",
     "ffgb-trees": "algorithm='ffgb' task='digits' ffgb.learner='tree'",
     "fedfun": "algorithm='fedfun' task='wine' fedfun.initial-steps=50 fedfun.local-steps=20 "
-              "fedfun.hidden='8' fedfun.penalty-samples=50",
+    "fedfun.hidden='8' fedfun.penalty-samples=50",
 }
 NODES = 2
 WAYS = {  # Deployment options and the ServerApp's reply-poll-interval
     "flower": {"warm": False, "task_poll_interval": None, "reply_poll": 3.0},
     "tuned": {"warm": True, "task_poll_interval": 0.1, "reply_poll": 0.1},
-    "pollers": {"warm": True, "task_poll_interval": 0.1, "reply_poll": 0.1,
-                "supernode_command": (sys.executable, "-m", "benchmarks.prompt_supernode")},
+    "pollers": {
+        "warm": True,
+        "task_poll_interval": 0.1,
+        "reply_poll": 0.1,
+        "supernode_command": (sys.executable, "-m", "benchmarks.prompt_supernode"),
+    },
 }
 
 
@@ -72,8 +76,13 @@ def in_process(config: str, rounds: int) -> list[float]:
     from testing.inprocess_grid import LocalGrid, run_config, server_context
 
     with tempfile.TemporaryDirectory() as tmp:
-        values = {**parse_overrides(config), "num-server-rounds": rounds, "output-dir": tmp,
-                  "run-name": "job", "min-nodes": NODES}
+        values = {
+            **parse_overrides(config),
+            "num-server-rounds": rounds,
+            "output-dir": tmp,
+            "run-name": "job",
+            "min-nodes": NODES,
+        }
         conf = run_config(**values)
         run(LocalGrid(client_app, conf, NODES, keep_messages=False), server_context(conf))
         return round_seconds(Path(tmp) / "job" / "metrics.json")
@@ -85,10 +94,15 @@ def deployed(way: str, jobs: dict[str, str], rounds: int, workdir: Path) -> dict
 
     options = WAYS[way]
     app = app_copy(workdir / way / "app")
-    deployment = Deployment(workdir / way, tls=True, auth=True, base_port=free_port_block(),
-                            warm=options["warm"],
-                            task_poll_interval=options["task_poll_interval"],
-                            supernode_command=options.get("supernode_command", ()))
+    deployment = Deployment(
+        workdir / way,
+        tls=True,
+        auth=True,
+        base_port=free_port_block(),
+        warm=options["warm"],
+        task_poll_interval=options["task_poll_interval"],
+        supernode_command=options.get("supernode_command", ()),
+    )
     results = workdir / way / "results"
     out: dict[str, Any] = {}
     try:
@@ -97,14 +111,15 @@ def deployed(way: str, jobs: dict[str, str], rounds: int, workdir: Path) -> dict
             deployment.start_supernode(i, NODES)
             deployment.wait_for_port(deployment.base_port + 10 + 2 * i)  # raises if one exited
         for name, config in jobs.items():
-            text = (f"{config} num-server-rounds={rounds} min-nodes={NODES} reply-timeout=600 "
-                    f"reply-poll-interval={options['reply_poll']} "
-                    f"output-dir='{results}' run-name='{name}'")
+            text = (
+                f"{config} num-server-rounds={rounds} min-nodes={NODES} reply-timeout=600 "
+                f"reply-poll-interval={options['reply_poll']} "
+                f"output-dir='{results}' run-name='{name}'"
+            )
             run_id = deployment.submit(text, app)
             status = deployment.wait_for_runs([run_id], timeout=1800)[run_id]
             metrics = results / name / "metrics.json"
-            out[name] = (round_seconds(metrics) if metrics.exists()
-                         else f"no metrics ({status})")
+            out[name] = round_seconds(metrics) if metrics.exists() else f"no metrics ({status})"
             print(f"{way} {name}: {status} {out[name]}", flush=True)
     finally:
         deployment.stop()
@@ -118,15 +133,25 @@ def mean(values: Any) -> float | None:
 def report(measured: dict[str, dict[str, Any]]) -> str:
     rows = []
     for name in measured["in-process"]:
-        local, flower, tuned, pollers = (mean(measured[w][name]) for w in (
-            "in-process", "flower", "tuned", "pollers"))
+        local, flower, tuned, pollers = (
+            mean(measured[w][name]) for w in ("in-process", "flower", "tuned", "pollers")
+        )
         shown = [("-" if v is None else f"{v:.2f}") for v in (local, flower, tuned, pollers)]
         gap = "-" if None in (local, tuned) else f"{tuned - local:+.2f}"
         cost = "-" if None in (tuned, pollers) else f"{tuned - pollers:.2f}"
         rows.append([name, *shown, gap, cost])
-    return md_table(["job", "in-process s/round", "deployment, Flower's defaults s/round",
-                     "deployment, tuned s/round", "tuned, SuperNode pollers at 0.1 s s/round",
-                     "tuned - in-process s", "SuperNode pollers' cost s"], rows)
+    return md_table(
+        [
+            "job",
+            "in-process s/round",
+            "deployment, Flower's defaults s/round",
+            "deployment, tuned s/round",
+            "tuned, SuperNode pollers at 0.1 s s/round",
+            "tuned - in-process s",
+            "SuperNode pollers' cost s",
+        ],
+        rows,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,12 +168,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"in-process {name}: {measured['in-process'][name]}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for way in WAYS:
-            measured[way] = (deployed(way, jobs, args.rounds, Path(tmp)) if way in args.ways
-                             else {name: "not run" for name in jobs})
+            measured[way] = (
+                deployed(way, jobs, args.rounds, Path(tmp))
+                if way in args.ways
+                else {name: "not run" for name in jobs}
+            )
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "latency.json").write_text(json.dumps(measured, indent=1))
-    write_report(RESULTS / "latency.md", "Round latency: in-process against deployment",
-                 time.monotonic() - start, report(measured))
+    write_report(
+        RESULTS / "latency.md",
+        "Round latency: in-process against deployment",
+        time.monotonic() - start,
+        report(measured),
+    )
     return 0
 
 

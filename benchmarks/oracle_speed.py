@@ -47,19 +47,37 @@ def main() -> None:
                 values[fast] = fit(spec, x, target, settings, seed=1, fast=fast).values
                 best[fast] = min(best[fast], time.perf_counter() - began)
         gap = float(np.abs(values[True] - values[False]).max())
-        rows.append([name, f"{best[False]:.3f}", f"{best[True]:.3f}",
-                     f"{best[False] / best[True]:.2f}x", f"{gap:.1e}"])
-    table = md_table(["oracle", "autograd + Adam s", "hand-written s", "speed-up",
-                      "max |difference| of fitted values"], rows)
+        rows.append(
+            [
+                name,
+                f"{best[False]:.3f}",
+                f"{best[True]:.3f}",
+                f"{best[False] / best[True]:.2f}x",
+                f"{gap:.1e}",
+            ]
+        )
+    table = md_table(
+        [
+            "oracle",
+            "autograd + Adam s",
+            "hand-written s",
+            "speed-up",
+            "max |difference| of fitted values",
+        ],
+        rows,
+    )
     body = f"""\
 One fit: {POINTS} mnist-5k points, MLP 784-32-32-10, {steps} Adam steps, batch 128, one torch
 thread; best of {1 if args.quick else args.repeats}, the two paths alternating.
 
 {table}
 """
-    write_report(results_dir(args.quick) / "oracle_speed.md",
-                 "Weak-learning oracles: hand-written MLP path vs autograd",
-                 time.perf_counter() - start, body)
+    write_report(
+        results_dir(args.quick) / "oracle_speed.md",
+        "Weak-learning oracles: hand-written MLP path vs autograd",
+        time.perf_counter() - start,
+        body,
+    )
     print(table)
 
 

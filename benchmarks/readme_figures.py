@@ -35,12 +35,26 @@ JOBS: dict[str, tuple[int, dict[str, Any]]] = {
     "fedfw": (10, {"algorithm": "fedfw", "task": "synthetic", "fedfw.constraint": "l1"}),
     "fedfun": (2, {"algorithm": "fedfun", "task": "wine", "partitioning": "kmeans"}),
     "fedfw-sto": (10, {"algorithm": "fedfw-sto", "task": "synthetic", "num-server-rounds": 5}),
-    "penguins": (3, {"task": "site", "data.label": "species", "data.categorical": "sex",
-                     "dataset-path": "{sites}/penguins/{{partition-id}}.csv",
-                     "ffgb.learner": "tree", "num-server-rounds": 5}),
-    "digits-images": (3, {"task": "site", "data.label": "y",
-                          "dataset-path": "{sites}/digits/{{partition-id}}",
-                          "num-server-rounds": 10}),
+    "penguins": (
+        3,
+        {
+            "task": "site",
+            "data.label": "species",
+            "data.categorical": "sex",
+            "dataset-path": "{sites}/penguins/{{partition-id}}.csv",
+            "ffgb.learner": "tree",
+            "num-server-rounds": 5,
+        },
+    ),
+    "digits-images": (
+        3,
+        {
+            "task": "site",
+            "data.label": "y",
+            "dataset-path": "{sites}/digits/{{partition-id}}",
+            "num-server-rounds": 10,
+        },
+    ),
 }
 
 
@@ -50,11 +64,15 @@ def figures(folder: Path) -> dict[str, Any]:
     metrics = json.loads((folder / "metrics.json").read_text())
     config = json.loads((folder / "config.json").read_text())
     last = metrics["rounds"][-1]
-    return {"first": metrics["rounds"][0], "last": last, "summary": metrics["summary"],
-            "outcome": config["outcome"],
-            "rounds_s": last["wall_time_s"],
-            "mb_moved": (metrics["summary"]["bytes_up_total"]
-                         + metrics["summary"]["bytes_down_total"]) / 1e6}
+    return {
+        "first": metrics["rounds"][0],
+        "last": last,
+        "summary": metrics["summary"],
+        "outcome": config["outcome"],
+        "rounds_s": last["wall_time_s"],
+        "mb_moved": (metrics["summary"]["bytes_up_total"] + metrics["summary"]["bytes_down_total"])
+        / 1e6,
+    }
 
 
 def run(name: str, sites: Path, out: Path) -> dict[str, Any]:
@@ -68,16 +86,24 @@ def run(name: str, sites: Path, out: Path) -> dict[str, Any]:
     full = run_config(**config, **{"output-dir": str(out), "run-name": name})
     start = time.perf_counter()
     server_main(LocalGrid(client_app, full, nodes, keep_messages=False), server_context(full))
-    return {"nodes": nodes, "run_config": config, "wall_s": time.perf_counter() - start,
-            **figures(out / name)}
+    return {
+        "nodes": nodes,
+        "run_config": config,
+        "wall_s": time.perf_counter() - start,
+        **figures(out / name),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", nargs="*", default=list(JOBS), choices=list(JOBS))
     parser.add_argument("--out", type=Path, default=OUT)
-    parser.add_argument("--keep", type=Path, default=None,
-                        help="also keep the runs' results folders here (for compare.png)")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        help="also keep the runs' results folders here (for compare.png)",
+    )
     args = parser.parse_args(argv)
     logging.disable(logging.WARNING)
     from tasks.sites import write_image_sites, write_sites
@@ -89,8 +115,11 @@ def main(argv: list[str] | None = None) -> int:
         write_sites("penguins", sites / "penguins")
         write_image_sites(sites / "digits")
         for name in args.only:
-            old["runs"][name] = {**run(name, sites, Path(tmp) / "runs"),
-                                 "commit": info["commit"], "date": info["date"]}
+            old["runs"][name] = {
+                **run(name, sites, Path(tmp) / "runs"),
+                "commit": info["commit"],
+                "date": info["date"],
+            }
             print(f"{name}: {old['runs'][name]['outcome']['line']}", flush=True)
             if args.keep is not None:
                 shutil.copytree(Path(tmp) / "runs" / name, args.keep / name, dirs_exist_ok=True)

@@ -23,16 +23,33 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-SMALL = {"task": "synthetic", "num-server-rounds": 4, "fraction-train": 0.5,
-         "fedfw.participation": 0.5, "feddr.participation": 0.5, "local-epochs": 0,
-         "local-steps": 3, "learning-rate": 0.05, "ffgb.local-steps": 2, "ffgb.oracle-steps": 10,
-         "fedfun.initial-steps": 5, "fedfun.local-steps": 3, "fedfun.penalty-samples": 20,
-         "fedfun.distill-steps": 2, "fedfun.distill-samples": 20, "fedfun.hidden": "8",
-         "tensorboard": False}
+SMALL = {
+    "task": "synthetic",
+    "num-server-rounds": 4,
+    "fraction-train": 0.5,
+    "fedfw.participation": 0.5,
+    "feddr.participation": 0.5,
+    "local-epochs": 0,
+    "local-steps": 3,
+    "learning-rate": 0.05,
+    "ffgb.local-steps": 2,
+    "ffgb.oracle-steps": 10,
+    "fedfun.initial-steps": 5,
+    "fedfun.local-steps": 3,
+    "fedfun.penalty-samples": 20,
+    "fedfun.distill-steps": 2,
+    "fedfun.distill-samples": 20,
+    "fedfun.hidden": "8",
+    "tensorboard": False,
+}
 EXTRA = {
     "ffgb-trees": {"algorithm": "ffgb", "ffgb.learner": "tree"},
-    "ffgb-distill": {"algorithm": "ffgb", "ffgb.distill-every": 2, "ffgb.distill-rounds": 1,
-                     "ffgb.distill-steps": 5},
+    "ffgb-distill": {
+        "algorithm": "ffgb",
+        "ffgb.distill-every": 2,
+        "ffgb.distill-rounds": 1,
+        "ffgb.distill-steps": 5,
+    },
     "ffgb-one-shot": {"algorithm": "ffgb-l", "ffgb.one-shot": True},
     "fedfw-compact": {"algorithm": "fedfw", "fedfw.downlink": "compact"},
 }
@@ -51,8 +68,9 @@ def rows_of(case: dict[str, Any]) -> list[dict[str, Any]]:
     from testing.inprocess_grid import LocalGrid, counting, run_config, server_context
 
     with tempfile.TemporaryDirectory() as tmp:
-        config = run_config(**{"output-dir": tmp, "run-name": "rows",
-                               **counting({**SMALL, **case})})
+        config = run_config(
+            **{"output-dir": tmp, "run-name": "rows", **counting({**SMALL, **case})}
+        )
         run(LocalGrid(client_app, config, 4, keep_messages=False), server_context(config))
         rows = json.loads((Path(tmp) / "rows" / "metrics.json").read_text())["rounds"]
     return [{k: v for k, v in row.items() if k != "wall_time_s"} for row in rows]
@@ -78,8 +96,9 @@ def compare(a: Path, b: Path) -> int:
         status = 1
         print(f"{name}: DIFFERENT")
         for i, (r, s) in enumerate(zip(first[name], second[name])):
-            cells = {k: (r.get(k), s.get(k)) for k in sorted(set(r) | set(s))
-                     if r.get(k) != s.get(k)}
+            cells = {
+                k: (r.get(k), s.get(k)) for k in sorted(set(r) | set(s)) if r.get(k) != s.get(k)
+            }
             if cells:
                 print(f"  round {i}: {cells}")
     for name in sorted(set(first) ^ set(second)):

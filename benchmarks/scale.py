@@ -43,25 +43,47 @@ from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).resolve().parent / "results"
-COMMON = {"task": "synthetic", "synthetic.samples": 60000, "num-server-rounds": 3,
-          "fraction-train": 1.0, "tensorboard": False}
+COMMON = {
+    "task": "synthetic",
+    "synthetic.samples": 60000,
+    "num-server-rounds": 3,
+    "fraction-train": 1.0,
+    "tensorboard": False,
+}
 FAMILIES = {
     "fedavg": {"algorithm": "fedavg", "local-steps": 5},
     "ffgb-mlp": {"algorithm": "ffgb", "ffgb.oracle-steps": 50},
     "ffgb-trees": {"algorithm": "ffgb", "ffgb.learner": "tree"},  # shared downlink from N = 100
-    "ffgb-trees-per-node": {"algorithm": "ffgb", "ffgb.learner": "tree",
-                            "ffgb.downlink": "per-node"},
+    "ffgb-trees-per-node": {
+        "algorithm": "ffgb",
+        "ffgb.learner": "tree",
+        "ffgb.downlink": "per-node",
+    },
     # FFGB's MLP learners at N = 1,000 (issue 21): 10 % of the nodes a round, no federated
     # evaluation (which would send every node the round's learners), with and without each
     # node distilling its K new learners into one (ffgb.distill='increment')
-    "ffgb-mlp-sampled": {"algorithm": "ffgb", "ffgb.oracle-steps": 50, "fraction-train": 0.1,
-                         "ffgb.federated-eval": False},
-    "ffgb-mlp-bounded": {"algorithm": "ffgb", "ffgb.oracle-steps": 50, "fraction-train": 0.1,
-                         "ffgb.federated-eval": False, "ffgb.distill": "increment"},
+    "ffgb-mlp-sampled": {
+        "algorithm": "ffgb",
+        "ffgb.oracle-steps": 50,
+        "fraction-train": 0.1,
+        "ffgb.federated-eval": False,
+    },
+    "ffgb-mlp-bounded": {
+        "algorithm": "ffgb",
+        "ffgb.oracle-steps": 50,
+        "fraction-train": 0.1,
+        "ffgb.federated-eval": False,
+        "ffgb.distill": "increment",
+    },
     "fedfw": {"algorithm": "fedfw"},  # downlink auto: compact up to about N = 1,200
     "fedfw-dense": {"algorithm": "fedfw", "fedfw.downlink": "dense"},
-    "fedfun": {"algorithm": "fedfun", "fedfun.initial-steps": 20, "fedfun.local-steps": 10,
-               "fedfun.hidden": "16", "fedfun.penalty-samples": 50},
+    "fedfun": {
+        "algorithm": "fedfun",
+        "fedfun.initial-steps": 20,
+        "fedfun.local-steps": 10,
+        "fedfun.hidden": "16",
+        "fedfun.penalty-samples": 50,
+    },
 }
 
 
@@ -83,8 +105,9 @@ def measure(family: str, nodes: int, folder: Path | None = None) -> dict[str, An
                 node_seconds[self.round] += time.perf_counter() - start
 
     with tempfile.TemporaryDirectory() if folder is None else nullcontext(str(folder)) as tmp:
-        config = run_config(**{"output-dir": tmp, "run-name": "scale", **COMMON,
-                               **FAMILIES[family]})
+        config = run_config(
+            **{"output-dir": tmp, "run-name": "scale", **COMMON, **FAMILIES[family]}
+        )
         run(TimedGrid(client_app, config, nodes, keep_messages=False), server_context(config))
         folder = Path(tmp) / "scale"
         rows = json.loads((folder / "metrics.json").read_text())["rounds"]
@@ -98,24 +121,37 @@ def measure(family: str, nodes: int, folder: Path | None = None) -> dict[str, An
         "down_kB": [rows[t]["bytes_down"] / 1e3 for t in later],
     }
     out = {k: sum(v) / len(v) for k, v in per_round.items()}
-    out.update(family=family, nodes=nodes, down_per_node_kB=out["down_kB"] / nodes,
-               peak_MiB=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-               checkpoint_kB=checkpoint / 1e3, failures=sum(r.get("failures", 0) for r in rows),
-               run_s=rows[-1]["wall_time_s"], accuracy=rows[-1].get("test_accuracy"))
+    out.update(
+        family=family,
+        nodes=nodes,
+        down_per_node_kB=out["down_kB"] / nodes,
+        peak_MiB=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        checkpoint_kB=checkpoint / 1e3,
+        failures=sum(r.get("failures", 0) for r in rows),
+        run_s=rows[-1]["wall_time_s"],
+        accuracy=rows[-1].get("test_accuracy"),
+    )
     return out
 
 
 def measure_in_child(family: str, nodes: int, timeout: float) -> dict[str, Any]:
     """``measure`` in a fresh Python process, or a "did not finish" row."""
     try:
-        done = subprocess.run([sys.executable, "-m", "benchmarks.scale", "--one", family,
-                               str(nodes)], capture_output=True, text=True, timeout=timeout,
-                              check=False)
+        done = subprocess.run(
+            [sys.executable, "-m", "benchmarks.scale", "--one", family, str(nodes)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         return {"family": family, "nodes": nodes, "error": f"did not finish in {timeout:.0f} s"}
     if done.returncode != 0:
-        return {"family": family, "nodes": nodes,
-                "error": f"exit {done.returncode}: {done.stderr.strip().splitlines()[-1:]}"}
+        return {
+            "family": family,
+            "nodes": nodes,
+            "error": f"exit {done.returncode}: {done.stderr.strip().splitlines()[-1:]}",
+        }
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -129,26 +165,34 @@ def growth(rows: list[dict[str, Any]], key: str) -> float | None:
 
 
 def report(results: list[dict[str, Any]], command: str) -> str:
-    header = ("| family | N | server s | node s | up kB | down kB | down/node kB | peak MiB | "
-              "ckpt kB | run s | test accuracy |")
+    header = (
+        "| family | N | server s | node s | up kB | down kB | down/node kB | peak MiB | "
+        "ckpt kB | run s | test accuracy |"
+    )
     lines = [f"`{command}`", "", header, "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         if "error" in r:
             lines.append(f"| {r['family']} | {r['nodes']} | {r['error']} |||||||||")
             continue
         accuracy = r.get("accuracy")
-        lines.append(f"| {r['family']} | {r['nodes']} | {r['server_s']:.2f} | {r['node_s']:.2f} "
-                     f"| {r['up_kB']:.0f} | {r['down_kB']:.0f} | {r['down_per_node_kB']:.1f} "
-                     f"| {r['peak_MiB']:.0f} | {r['checkpoint_kB']:.0f} "
-                     f"| {r.get('run_s', math.nan):.0f} "
-                     f"| {'-' if accuracy is None else f'{accuracy:.4f}'} |")
-    lines += ["", "| family | server time exponent | node time exponent | bytes down exponent |",
-              "|---|---|---|---|"]
+        lines.append(
+            f"| {r['family']} | {r['nodes']} | {r['server_s']:.2f} | {r['node_s']:.2f} "
+            f"| {r['up_kB']:.0f} | {r['down_kB']:.0f} | {r['down_per_node_kB']:.1f} "
+            f"| {r['peak_MiB']:.0f} | {r['checkpoint_kB']:.0f} "
+            f"| {r.get('run_s', math.nan):.0f} "
+            f"| {'-' if accuracy is None else f'{accuracy:.4f}'} |"
+        )
+    lines += [
+        "",
+        "| family | server time exponent | node time exponent | bytes down exponent |",
+        "|---|---|---|---|",
+    ]
     for family in dict.fromkeys(r["family"] for r in results):
         mine = [r for r in results if r["family"] == family]
         shown = [growth(mine, k) for k in ("server_s", "node_s", "down_kB")]
-        lines.append(f"| {family} | " + " | ".join("-" if g is None else f"{g:.2f}"
-                                                   for g in shown) + " |")
+        lines.append(
+            f"| {family} | " + " | ".join("-" if g is None else f"{g:.2f}" for g in shown) + " |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -157,8 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 300])
     parser.add_argument("--families", nargs="+", choices=sorted(FAMILIES), default=list(FAMILIES))
     parser.add_argument("--timeout", type=float, default=360.0, help="seconds per (family, N)")
-    parser.add_argument("--name", default="scale",
-                        help="results/<name>.md and .json (default: scale)")
+    parser.add_argument(
+        "--name", default="scale", help="results/<name>.md and .json (default: scale)"
+    )
     parser.add_argument("--one", nargs=2, metavar=("FAMILY", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.one:

@@ -46,6 +46,7 @@ REL_TOL = 1e-9
 # -- pure helpers ---------------------------------------------------------------------------
 def run_config_arg(values: dict[str, Any]) -> str:
     """``values`` as one ``flwr run --run-config`` string (TOML values, space separated)."""
+
     def toml(v: Any) -> str:
         if isinstance(v, bool):
             return "true" if v else "false"
@@ -70,8 +71,9 @@ def _agree(a: Any, b: Any, rel: float) -> bool:
     return a == b
 
 
-def compare_rows(first: list[dict], second: list[dict], rel: float = REL_TOL,
-                 skip: tuple[str, ...] = CLOCK_KEYS) -> dict[str, Any]:
+def compare_rows(
+    first: list[dict], second: list[dict], rel: float = REL_TOL, skip: tuple[str, ...] = CLOCK_KEYS
+) -> dict[str, Any]:
     """Rows of two runs, matched by ``round``: for every key both share (but ``skip``), over
     the rounds both have, the largest absolute difference (numbers; None otherwise) and whether
     every pair agrees to ``rel`` relative (NaN agrees with NaN only; other values by ==)."""
@@ -88,16 +90,21 @@ def compare_rows(first: list[dict], second: list[dict], rel: float = REL_TOL,
         diffs = [abs(x - y) for x, y in numeric if not (math.isnan(x) or math.isnan(y))]
         metrics[key] = {
             "rounds": len(pairs),
-            "max_abs_diff": (max(diffs) if diffs else 0.0) if len(numeric) == len(pairs)
-            else None,
+            "max_abs_diff": (max(diffs) if diffs else 0.0) if len(numeric) == len(pairs) else None,
             "equal": missing == 0 and all(_agree(x, y, rel) for x, y in pairs),
         }
-    return {"rounds": rounds, "metrics": metrics,
-            "only_first": sorted(keys_a - keys_b), "only_second": sorted(keys_b - keys_a),
-            "rounds_only_first": sorted(set(a) - set(b)),
-            "rounds_only_second": sorted(set(b) - set(a)),
-            "agree": bool(rounds) and set(a) == set(b) and keys_a == keys_b
-            and all(m["equal"] for m in metrics.values())}
+    return {
+        "rounds": rounds,
+        "metrics": metrics,
+        "only_first": sorted(keys_a - keys_b),
+        "only_second": sorted(keys_b - keys_a),
+        "rounds_only_first": sorted(set(a) - set(b)),
+        "rounds_only_second": sorted(set(b) - set(a)),
+        "agree": bool(rounds)
+        and set(a) == set(b)
+        and keys_a == keys_b
+        and all(m["equal"] for m in metrics.values()),
+    }
 
 
 def round_seconds(rows: list[dict]) -> dict[int, float]:
@@ -110,9 +117,22 @@ def round_seconds(rows: list[dict]) -> dict[int, float]:
 def run_inprocess(family: str, nodes: int, folder: Path, timeout: float) -> dict[str, Any]:
     """``benchmarks.scale.measure`` in a fresh process, its results folder kept in ``folder``."""
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "benchmarks.scale_engines", "--inprocess",
-                           family, str(nodes), str(folder)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.scale_engines",
+            "--inprocess",
+            family,
+            str(nodes),
+            str(folder),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     wall = time.perf_counter() - start
     if done.returncode != 0:
         raise RuntimeError(f"in-process run failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -121,8 +141,7 @@ def run_inprocess(family: str, nodes: int, folder: Path, timeout: float) -> dict
     return {"rows": rows, "run_s": wall, "scale": figures}
 
 
-def run_ray(family: str, nodes: int, folder: Path, timeout: float, cpus: float
-            ) -> dict[str, Any]:
+def run_ray(family: str, nodes: int, folder: Path, timeout: float, cpus: float) -> dict[str, Any]:
     """``flwr run .`` on Flower's simulation engine, against a SuperLink of our own."""
     from testing.simulation_link import BIN, simulation_superlink
 
@@ -132,11 +151,24 @@ def run_ray(family: str, nodes: int, folder: Path, timeout: float, cpus: float
         with simulation_superlink(home) as (env, connection):
             start = time.perf_counter()
             done = subprocess.run(
-                [str(BIN / "flwr"), "run", ".", connection, "--stream",
-                 "--federation-config",
-                 f"num-supernodes={nodes} client-resources-num-cpus={cpus:g}",
-                 "--run-config", run_config_arg(config)],
-                cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+                [
+                    str(BIN / "flwr"),
+                    "run",
+                    ".",
+                    connection,
+                    "--stream",
+                    "--federation-config",
+                    f"num-supernodes={nodes} client-resources-num-cpus={cpus:g}",
+                    "--run-config",
+                    run_config_arg(config),
+                ],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
             wall = time.perf_counter() - start
     finally:
         shutil.rmtree(home.parent, ignore_errors=True)
@@ -144,8 +176,11 @@ def run_ray(family: str, nodes: int, folder: Path, timeout: float, cpus: float
     metrics = folder / "ray" / "metrics.json"
     if done.returncode != 0 or not metrics.exists():
         raise RuntimeError(f"flwr run failed ({done.returncode}):\n{log[-3000:]}")
-    return {"rows": json.loads(metrics.read_text())["rounds"], "run_s": wall,
-            "federation_config": f"num-supernodes={nodes} client-resources-num-cpus={cpus:g}"}
+    return {
+        "rows": json.loads(metrics.read_text())["rounds"],
+        "run_s": wall,
+        "federation_config": f"num-supernodes={nodes} client-resources-num-cpus={cpus:g}",
+    }
 
 
 # -- report ---------------------------------------------------------------------------------
@@ -161,27 +196,47 @@ def report(result: dict[str, Any]) -> str:
     time_rows = []
     for name, label in (("inprocess", "in-process"), ("ray", "flwr run (Ray)")):
         secs = engines[name]["round_s"]
-        time_rows.append([label, *(f"{secs[t]:.2f}" if t in secs else "-" for t in rounds),
-                          f"{sum(secs[t] for t in later) / len(later):.2f}",
-                          f"{engines[name]['run_s']:.1f}"])
+        time_rows.append(
+            [
+                label,
+                *(f"{secs[t]:.2f}" if t in secs else "-" for t in rounds),
+                f"{sum(secs[t] for t in later) / len(later):.2f}",
+                f"{engines[name]['run_s']:.1f}",
+            ]
+        )
     lines = [
-        (f"{result['family']} ({run_config_arg(FAMILIES[result['family']])}) at N = "
-         f"{result['nodes']}, run config `{run_config_arg(COMMON)}`; Ray with "
-         f"`{engines['ray']['federation_config']}`."),
+        (
+            f"{result['family']} ({run_config_arg(FAMILIES[result['family']])}) at N = "
+            f"{result['nodes']}, run config `{run_config_arg(COMMON)}`; Ray with "
+            f"`{engines['ray']['federation_config']}`."
+        ),
         "",
-        (f"**Agreement (every shared metric, rounds {comparison['rounds']}, to {REL_TOL:g} "
-         f"relative): {'yes' if comparison['agree'] else 'NO'}**"),
+        (
+            f"**Agreement (every shared metric, rounds {comparison['rounds']}, to {REL_TOL:g} "
+            f"relative): {'yes' if comparison['agree'] else 'NO'}**"
+        ),
         "",
         "## Wall time per round",
         "",
-        md_table(["engine", *(f"round {t} s" for t in rounds),
-                  f"s/round (rounds {later[0]}-{later[-1]})", "run s"], time_rows),
+        md_table(
+            [
+                "engine",
+                *(f"round {t} s" for t in rounds),
+                f"s/round (rounds {later[0]}-{later[-1]})",
+                "run s",
+            ],
+            time_rows,
+        ),
         "",
         "## Metrics, in-process against Ray",
         "",
-        md_table(["metric", "rounds", "max abs diff", f"equal to {REL_TOL:g} rel"],
-                 [[k, m["rounds"], _sci(m["max_abs_diff"]), "yes" if m["equal"] else "NO"]
-                  for k, m in comparison["metrics"].items()]),
+        md_table(
+            ["metric", "rounds", "max abs diff", f"equal to {REL_TOL:g} rel"],
+            [
+                [k, m["rounds"], _sci(m["max_abs_diff"]), "yes" if m["equal"] else "NO"]
+                for k, m in comparison["metrics"].items()
+            ],
+        ),
     ]
     for side, label in (("only_first", "in-process"), ("only_second", "Ray")):
         if comparison[side]:
@@ -196,13 +251,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--family", choices=sorted(FAMILIES), default="fedavg")
     parser.add_argument("--nodes", type=int, default=100)
-    parser.add_argument("--ray-cpus", type=float, default=1.0,
-                        help="client-resources-num-cpus of each Ray actor (default 1)")
+    parser.add_argument(
+        "--ray-cpus",
+        type=float,
+        default=1.0,
+        help="client-resources-num-cpus of each Ray actor (default 1)",
+    )
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per engine")
-    parser.add_argument("--name", default="scale-engines",
-                        help="results/<name>.md and .json (default: scale-engines)")
-    parser.add_argument("--inprocess", nargs=3, metavar=("FAMILY", "N", "FOLDER"),
-                        help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--name",
+        default="scale-engines",
+        help="results/<name>.md and .json (default: scale-engines)",
+    )
+    parser.add_argument(
+        "--inprocess", nargs=3, metavar=("FAMILY", "N", "FOLDER"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args(argv)
     if args.inprocess:
         from benchmarks.scale import measure
@@ -213,23 +276,31 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="scale-engines-") as tmp:
         engines = {
-            "inprocess": run_inprocess(args.family, args.nodes, Path(tmp) / "inprocess",
-                                       args.timeout),
-            "ray": run_ray(args.family, args.nodes, Path(tmp) / "ray", args.timeout,
-                           args.ray_cpus),
+            "inprocess": run_inprocess(
+                args.family, args.nodes, Path(tmp) / "inprocess", args.timeout
+            ),
+            "ray": run_ray(args.family, args.nodes, Path(tmp) / "ray", args.timeout, args.ray_cpus),
         }
     for engine in engines.values():
         engine["round_s"] = round_seconds(engine["rows"])
     comparison = compare_rows(engines["inprocess"]["rows"], engines["ray"]["rows"])
-    result = {"family": args.family, "nodes": args.nodes, "run_config": COMMON,
-              "family_config": FAMILIES[args.family], "comparison": comparison,
-              "engines": engines}
+    result = {
+        "family": args.family,
+        "nodes": args.nodes,
+        "run_config": COMMON,
+        "family_config": FAMILIES[args.family],
+        "comparison": comparison,
+        "engines": engines,
+    }
     text = report(result)
     print(text)
     (RESULTS / f"{args.name}.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
-    write_report(RESULTS / f"{args.name}.md",
-                 f"The scale job on both engines: {args.family}, N = {args.nodes}",
-                 time.perf_counter() - start, text)
+    write_report(
+        RESULTS / f"{args.name}.md",
+        f"The scale job on both engines: {args.family}, N = {args.nodes}",
+        time.perf_counter() - start,
+        text,
+    )
     return 0 if comparison["agree"] else 1
 
 

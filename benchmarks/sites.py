@@ -86,17 +86,35 @@ class Family:
 FAMILIES = (
     # trees at the defaults (Newton leaves, constant 0.3) on every table, cars included
     Family("ffgb-trees", {"algorithm": "ffgb", "ffgb.learner": "tree"}),
-    Family("ffgb-mlp", {"algorithm": "ffgb"}, per_table={"cars": {"ffgb.eta0": 1.0}},
-           max_rounds=10, note="MLP learners (500 Adam steps each): 10 rounds"),
-    Family("ffgb-c-trees", {"algorithm": "ffgb-c", "ffgb.learner": "tree"},
-           per_table={"cars": {"ffgb.eta0": 1.0, "ffgb.grad-bound": 3.0}}),
-    Family("ffgb-l", {"algorithm": "ffgb-l", "ffgb.extension": "midpoint"}, tables=("cars",),
-           max_rounds=5, note="MLP learners with the Sobolev oracle (8 s a round): 5 rounds"),
+    Family(
+        "ffgb-mlp",
+        {"algorithm": "ffgb"},
+        per_table={"cars": {"ffgb.eta0": 1.0}},
+        max_rounds=10,
+        note="MLP learners (500 Adam steps each): 10 rounds",
+    ),
+    Family(
+        "ffgb-c-trees",
+        {"algorithm": "ffgb-c", "ffgb.learner": "tree"},
+        per_table={"cars": {"ffgb.eta0": 1.0, "ffgb.grad-bound": 3.0}},
+    ),
+    Family(
+        "ffgb-l",
+        {"algorithm": "ffgb-l", "ffgb.extension": "midpoint"},
+        tables=("cars",),
+        max_rounds=5,
+        note="MLP learners with the Sobolev oracle (8 s a round): 5 rounds",
+    ),
     Family("fedfw", {"algorithm": "fedfw"}),
     Family("fedavg", {"algorithm": "fedavg"}, per_table={"cars": {"learning-rate": 0.01}}),
     Family("fedprox", {"algorithm": "fedprox"}, per_table={"cars": {"learning-rate": 0.01}}),
-    Family("fedfun", {"algorithm": "fedfun"}, tables=("penguins",), max_rounds=5,
-           note="2,000 initial and 200 local steps per round, 5 rounds"),
+    Family(
+        "fedfun",
+        {"algorithm": "fedfun"},
+        tables=("penguins",),
+        max_rounds=5,
+        note="2,000 initial and 200 local steps per round, 5 rounds",
+    ),
 )
 REFERENCES = ("ffgb-trees", "fedavg")  # run alone at each site and pooled
 
@@ -122,8 +140,7 @@ def make_split(table: str, raw: Path, folder: Path, seed: int) -> Split:
     (folder / "train").mkdir(parents=True, exist_ok=True)
     (folder / "test").mkdir(parents=True, exist_ok=True)
     trains, tests = [], []
-    split = Split(folder, sites, manifest["label"], manifest["kind"], manifest["categorical"],
-                  {})
+    split = Split(folder, sites, manifest["label"], manifest["kind"], manifest["categorical"], {})
     for pid in range(len(sites)):
         frame = pd.read_csv(raw / f"{pid}.csv")
         order = np.random.default_rng([seed, pid]).permutation(len(frame))
@@ -149,8 +166,9 @@ def make_split(table: str, raw: Path, folder: Path, seed: int) -> Split:
 
 
 # -- running ----------------------------------------------------------------------------------
-def run_one(out_dir: Path, name: str, config: dict[str, Any],
-            node_configs: list[dict[str, Any]]) -> dict[str, Any]:
+def run_one(
+    out_dir: Path, name: str, config: dict[str, Any], node_configs: list[dict[str, Any]]
+) -> dict[str, Any]:
     """One run of the real ServerApp on LocalGrid: its rows, target std, wall time, or the
     error that stopped it."""
     from client_app.app import app as client_app
@@ -160,21 +178,26 @@ def run_one(out_dir: Path, name: str, config: dict[str, Any],
     full = run_config(**{"output-dir": str(out_dir), "run-name": name, **COMMON, **config})
     start = time.perf_counter()
     try:
-        grid = LocalGrid(client_app, full, len(node_configs), node_configs=node_configs,
-                         keep_messages=False)
+        grid = LocalGrid(
+            client_app, full, len(node_configs), node_configs=node_configs, keep_messages=False
+        )
         server_main(grid, server_context(full))
     except Exception as err:  # noqa: BLE001 - reported in the table, the benchmark goes on
-        return {"error": f"{type(err).__name__}: {err}",
-                "wall_s": time.perf_counter() - start}
+        return {"error": f"{type(err).__name__}: {err}", "wall_s": time.perf_counter() - start}
     wall = time.perf_counter() - start
     run_dir = out_dir / name
     rows = json.loads((run_dir / "metrics.json").read_text())["rounds"]
     sites = json.loads((run_dir / "config.json").read_text()).get("sites", {})
     target_std = float(sites.get("schema", {}).get("target", [0.0, 1.0])[1])
-    return {"rows": rows, "last": rows[-1], "rounds": rows[-1].get("round", 0),
-            "target_std": target_std,
-            "train_losses": [r.get("train_loss") for r in rows], "wall_s": wall,
-            "left_out": sites.get("left-out", {})}
+    return {
+        "rows": rows,
+        "last": rows[-1],
+        "rounds": rows[-1].get("round", 0),
+        "target_std": target_std,
+        "train_losses": [r.get("train_loss") for r in rows],
+        "wall_s": wall,
+        "left_out": sites.get("left-out", {}),
+    }
 
 
 def score(row: dict[str, Any], prefix: str, kind: str, target_std: float) -> float:
@@ -185,47 +208,77 @@ def score(row: dict[str, Any], prefix: str, kind: str, target_std: float) -> flo
     return math.sqrt(mse) * target_std if math.isfinite(mse) else math.nan
 
 
-def federated(split: Split, family: Family, table: str, seed: int, rounds: int,
-              out_dir: Path, keep_rows: bool = False) -> dict[str, Any]:
+def federated(
+    split: Split,
+    family: Family,
+    table: str,
+    seed: int,
+    rounds: int,
+    out_dir: Path,
+    keep_rows: bool = False,
+) -> dict[str, Any]:
     """All sites federated: test/all.csv (central) and each site's share; ``keep_rows`` also
     keeps every round's row and the label's std (``rows``, ``target_std``)."""
     folder = split.folder
-    config = {**family.overrides, **family.per_table.get(table, {}), "seed": seed,
-              "num-server-rounds": min(rounds, family.max_rounds or rounds),
-              "data.label": split.label, "data.kind": split.kind,
-              "data.categorical": ",".join(split.categorical),
-              "dataset-path": str(folder / "train" / "{partition-id}.csv"),
-              "server-test-path": str(folder / "test" / "all.csv")}
-    nodes = [{"dataset-test-path": str(folder / "test" / f"{pid}.csv")}
-             for pid in range(len(split.sites))]
+    config = {
+        **family.overrides,
+        **family.per_table.get(table, {}),
+        "seed": seed,
+        "num-server-rounds": min(rounds, family.max_rounds or rounds),
+        "data.label": split.label,
+        "data.kind": split.kind,
+        "data.categorical": ",".join(split.categorical),
+        "dataset-path": str(folder / "train" / "{partition-id}.csv"),
+        "server-test-path": str(folder / "test" / "all.csv"),
+    }
+    nodes = [
+        {"dataset-test-path": str(folder / "test" / f"{pid}.csv")}
+        for pid in range(len(split.sites))
+    ]
     result = run_one(out_dir, f"{table}-s{seed}-{family.name}", config, nodes)
-    record = {"table": table, "seed": seed, "method": family.name, "kind": "federated",
-              "config": config, "wall_s": result["wall_s"]}
+    record = {
+        "table": table,
+        "seed": seed,
+        "method": family.name,
+        "kind": "federated",
+        "config": config,
+        "wall_s": result["wall_s"],
+    }
     if "error" in result:
         return {**record, "error": result["error"]}
     last, std = result["last"], result["target_std"]
     if keep_rows:
         record.update(rows=result["rows"], target_std=std)
-    record.update(rounds=result["rounds"], left_out=result["left_out"],
-                  all=score(last, "", split.kind, std),
-                  own={str(p): score(last, f"site{p}_", split.kind, std)
-                       for p in range(len(split.sites))})
+    record.update(
+        rounds=result["rounds"],
+        left_out=result["left_out"],
+        all=score(last, "", split.kind, std),
+        own={str(p): score(last, f"site{p}_", split.kind, std) for p in range(len(split.sites))},
+    )
     return record
 
 
-def site_config(split: Split, family: Family, table: str, seed: int, rounds: int,
-                train: str, server_test: str) -> dict[str, Any]:
+def site_config(
+    split: Split, family: Family, table: str, seed: int, rounds: int, train: str, server_test: str
+) -> dict[str, Any]:
     folder = split.folder
-    return {**family.overrides, **family.per_table.get(table, {}), "seed": seed,
-            "num-server-rounds": min(rounds, family.max_rounds or rounds), "min-nodes": 1,
-            "data.label": split.label, "data.kind": split.kind,
-            "data.categorical": ",".join(split.categorical),
-            "dataset-path": str(folder / "train" / train),
-            "server-test-path": str(folder / "test" / server_test)}
+    return {
+        **family.overrides,
+        **family.per_table.get(table, {}),
+        "seed": seed,
+        "num-server-rounds": min(rounds, family.max_rounds or rounds),
+        "min-nodes": 1,
+        "data.label": split.label,
+        "data.kind": split.kind,
+        "data.categorical": ",".join(split.categorical),
+        "dataset-path": str(folder / "train" / train),
+        "server-test-path": str(folder / "test" / server_test),
+    }
 
 
-def alone(split: Split, family: Family, table: str, seed: int, rounds: int, out_dir: Path
-          ) -> list[dict[str, Any]]:
+def alone(
+    split: Split, family: Family, table: str, seed: int, rounds: int, out_dir: Path
+) -> list[dict[str, Any]]:
     """Each site on its own: own test share (federated evaluation) and test/all.csv (central,
     on the rows it can score for classification, the others counted wrong)."""
     records = []
@@ -235,8 +288,15 @@ def alone(split: Split, family: Family, table: str, seed: int, rounds: int, out_
         config = site_config(split, family, table, seed, rounds, f"{pid}.csv", server_test)
         node = [{"dataset-test-path": str(split.folder / "test" / f"{pid}.csv")}]
         result = run_one(out_dir, f"{table}-s{seed}-{family.name}-alone{pid}", config, node)
-        record = {"table": table, "seed": seed, "method": family.name, "kind": "alone",
-                  "site": pid, "config": config, "wall_s": result["wall_s"]}
+        record = {
+            "table": table,
+            "seed": seed,
+            "method": family.name,
+            "kind": "alone",
+            "site": pid,
+            "config": config,
+            "wall_s": result["wall_s"],
+        }
         if "error" in result:
             records.append({**record, "error": result["error"]})
             continue
@@ -246,25 +306,40 @@ def alone(split: Split, family: Family, table: str, seed: int, rounds: int, out_
             record["known_rows"] = split.known_rows[pid]
             record["all_known_only"] = on_all
             on_all *= split.known_rows[pid] / split.test_rows["all"]
-        record.update(rounds=result["rounds"], all=on_all,
-                      own={str(pid): score(last, "site0_", split.kind, std)})
+        record.update(
+            rounds=result["rounds"],
+            all=on_all,
+            own={str(pid): score(last, "site0_", split.kind, std)},
+        )
         records.append(record)
     return records
 
 
-def pooled(split: Split, family: Family, table: str, seed: int, rounds: int, out_dir: Path,
-           own_shares: bool = True) -> dict[str, Any]:
+def pooled(
+    split: Split,
+    family: Family,
+    table: str,
+    seed: int,
+    rounds: int,
+    out_dir: Path,
+    own_shares: bool = True,
+) -> dict[str, Any]:
     """One node on every site's training rows: all from its federated evaluation on
     test/all.csv, each site's share from the server's evaluation, one run per site
     (``own_shares=False``: one run, and no site's share)."""
-    record = {"table": table, "seed": seed, "method": family.name, "kind": "pooled", "own": {},
-              "wall_s": 0.0}
+    record = {
+        "table": table,
+        "seed": seed,
+        "method": family.name,
+        "kind": "pooled",
+        "own": {},
+        "wall_s": 0.0,
+    }
     losses = []
     for pid in range(len(split.sites) if own_shares else 1):
         config = site_config(split, family, table, seed, rounds, "all.csv", f"{pid}.csv")
         node = [{"dataset-test-path": str(split.folder / "test" / "all.csv")}]
-        result = run_one(out_dir, f"{table}-s{seed}-{family.name}-pooled-on{pid}", config,
-                         node)
+        result = run_one(out_dir, f"{table}-s{seed}-{family.name}-pooled-on{pid}", config, node)
         record["wall_s"] += result["wall_s"]
         record["config"] = {**config, "server-test-path": "test/<pid>.csv"}
         if "error" in result:
@@ -284,8 +359,11 @@ def mean_std(values: list[float]) -> tuple[float, float, int]:
     finite = [v for v in values if math.isfinite(v)]
     if not finite:
         return math.nan, math.nan, 0
-    return (statistics.fmean(finite), statistics.stdev(finite) if len(finite) > 1 else 0.0,
-            len(finite))
+    return (
+        statistics.fmean(finite),
+        statistics.stdev(finite) if len(finite) > 1 else 0.0,
+        len(finite),
+    )
 
 
 def cell(values: list[float], kind: str, expected: int) -> str:
@@ -297,8 +375,13 @@ def cell(values: list[float], kind: str, expected: int) -> str:
     return text if n == expected else f"{text} ({n} of {expected} seeds)"
 
 
-def summarise(records: list[dict[str, Any]], tables: list[str], seeds: list[int],
-              sites: dict[str, list[str]], kinds: dict[str, str]) -> tuple[dict, str]:
+def summarise(
+    records: list[dict[str, Any]],
+    tables: list[str],
+    seeds: list[int],
+    sites: dict[str, list[str]],
+    kinds: dict[str, str],
+) -> tuple[dict, str]:
     """{table: {row: {column: [mean, std, seeds]}}} and the markdown tables. A cell whose
     every run stopped with an error reads ``error (n)``, n numbering the errors under the
     tables."""
@@ -306,14 +389,15 @@ def summarise(records: list[dict[str, Any]], tables: list[str], seeds: list[int]
     parts = []
     for table in tables:
         summary[table], part = summarise_table(
-            table, [r for r in records if r["table"] == table], kinds[table], sites[table],
-            seeds)
+            table, [r for r in records if r["table"] == table], kinds[table], sites[table], seeds
+        )
         parts.append(part)
     return summary, "\n".join(parts)
 
 
-def summarise_table(table: str, mine: list[dict[str, Any]], kind: str, names: list[str],
-                    seeds: list[int]) -> tuple[dict[str, Any], str]:
+def summarise_table(
+    table: str, mine: list[dict[str, Any]], kind: str, names: list[str], seeds: list[int]
+) -> tuple[dict[str, Any], str]:
     """One table's summary and markdown (see ``summarise``)."""
     expected = len(seeds)
     unit = "accuracy %" if kind == "classification" else "RMSE in mpg, lower is better"
@@ -337,20 +421,27 @@ def summarise_table(table: str, mine: list[dict[str, Any]], kind: str, names: li
         by_seed: dict[int, dict[str, float]] = {}
         for r in ok:
             by_seed.setdefault(r["seed"], {}).update(r.get("own", {}))
-        columns = {"all": [r.get("all", math.nan) for r in ok] if with_all else [],
-                   "own mean": [statistics.fmean(v.values()) for v in by_seed.values()
-                                if len(v) == len(names)]}
+        columns = {
+            "all": [r.get("all", math.nan) for r in ok] if with_all else [],
+            "own mean": [
+                statistics.fmean(v.values()) for v in by_seed.values() if len(v) == len(names)
+            ],
+        }
         for pid, name in enumerate(names):
             columns[name] = [v[str(pid)] for v in by_seed.values() if str(pid) in v]
         table_summary[label] = {k: list(mean_std(v)) for k, v in columns.items()}
         if failed:
             table_summary[label]["errors"] = sorted({r["error"] for r in failed})
-        site_failed = {pid: [r for r in failed if r.get("site", pid) == pid]
-                       for pid in range(len(names))}
-        return [label, "/".join(str(x) for x in sorted({r.get("rounds") for r in ok}))
-                or "-", show(columns["all"], failed) if with_all else "n/a",
-                show(columns["own mean"], failed),
-                *[show(columns[n], site_failed[pid]) for pid, n in enumerate(names)]]
+        site_failed = {
+            pid: [r for r in failed if r.get("site", pid) == pid] for pid in range(len(names))
+        }
+        return [
+            label,
+            "/".join(str(x) for x in sorted({r.get("rounds") for r in ok})) or "-",
+            show(columns["all"], failed) if with_all else "n/a",
+            show(columns["own mean"], failed),
+            *[show(columns[n], site_failed[pid]) for pid, n in enumerate(names)],
+        ]
 
     table_summary: dict[str, Any] = {}
     rows = []
@@ -358,30 +449,53 @@ def summarise_table(table: str, mine: list[dict[str, Any]], kind: str, names: li
         chosen = [r for r in mine if r["method"] == family.name and r["kind"] == "federated"]
         if chosen:
             has_all = any(math.isfinite(r.get("all", math.nan)) for r in chosen)
-            rows.append(add(family.name, chosen, has_all or all("error" in r
-                                                                for r in chosen)))
+            rows.append(add(family.name, chosen, has_all or all("error" in r for r in chosen)))
     for method in REFERENCES:
-        rows.append(add(f"pooled ({method})", [r for r in mine if r["method"] == method
-                                               and r["kind"] == "pooled"], True))
-        rows.append(add(f"alone ({method})", [r for r in mine if r["method"] == method
-                                              and r["kind"] == "alone"], False))
+        rows.append(
+            add(
+                f"pooled ({method})",
+                [r for r in mine if r["method"] == method and r["kind"] == "pooled"],
+                True,
+            )
+        )
+        rows.append(
+            add(
+                f"alone ({method})",
+                [r for r in mine if r["method"] == method and r["kind"] == "alone"],
+                False,
+            )
+        )
     alone_rows = []
     for method in REFERENCES:
         line = [f"alone ({method})"]
         for pid, name in enumerate(names):
-            runs = [r for r in mine if r["method"] == method and r["kind"] == "alone"
-                    and r["site"] == pid]
+            runs = [
+                r
+                for r in mine
+                if r["method"] == method and r["kind"] == "alone" and r["site"] == pid
+            ]
             values = [r["all"] for r in runs if "error" not in r]
             table_summary.setdefault(f"alone ({method}) on test/all.csv", {})[name] = list(
-                mean_std(values))
+                mean_std(values)
+            )
             line.append(show(values, [r for r in runs if "error" in r]))
         alone_rows.append(line)
-    headers = ["method", "rounds", "test/all.csv", "own shares, mean of sites",
-               *[f"{name} own" for name in names]]
-    title = (f"### {table} ({unit}; final round, mean ± std over seeds "
-             f"{', '.join(map(str, seeds))})")
-    parts = [title, "", md_table(headers, rows), "",
-             md_table(["each site alone, scored on test/all.csv", *names], alone_rows), ""]
+    headers = [
+        "method",
+        "rounds",
+        "test/all.csv",
+        "own shares, mean of sites",
+        *[f"{name} own" for name in names],
+    ]
+    title = f"### {table} ({unit}; final round, mean ± std over seeds {', '.join(map(str, seeds))})"
+    parts = [
+        title,
+        "",
+        md_table(headers, rows),
+        "",
+        md_table(["each site alone, scored on test/all.csv", *names], alone_rows),
+        "",
+    ]
     parts += [f"({i}) {error}" for i, error in enumerate(errors, start=1)]
     if errors:
         parts.append("")
@@ -389,8 +503,10 @@ def summarise_table(table: str, mine: list[dict[str, Any]], kind: str, names: li
 
 
 def md_table(headers: list[str], rows: list[list[Any]]) -> str:
-    lines = ["| " + " | ".join(headers) + " |",
-             "|" + "|".join([":--"] + ["--:"] * (len(headers) - 1)) + "|"]
+    lines = [
+        "| " + " | ".join(headers) + " |",
+        "|" + "|".join([":--"] + ["--:"] * (len(headers) - 1)) + "|",
+    ]
     return "\n".join(lines + ["| " + " | ".join(str(c) for c in row) + " |" for row in rows])
 
 
@@ -419,18 +535,31 @@ def unplain(value: Any) -> Any:
 # -- main -------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tables", nargs="+", default=["penguins", "cars"],
-                        choices=["penguins", "cars"])
+    parser.add_argument(
+        "--tables", nargs="+", default=["penguins", "cars"], choices=["penguins", "cars"]
+    )
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--rounds", type=int, default=20,
-                        help="rounds of every run (fewer for the slow families, see FAMILIES)")
-    parser.add_argument("--families", nargs="+", default=[f.name for f in FAMILIES],
-                        choices=[f.name for f in FAMILIES])
-    parser.add_argument("--no-references", action="store_true",
-                        help="skip the alone and pooled runs")
-    parser.add_argument("--work", type=Path, default=None,
-                        help="keep the split files and run folders here (default: a temporary "
-                             "folder, removed)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=20,
+        help="rounds of every run (fewer for the slow families, see FAMILIES)",
+    )
+    parser.add_argument(
+        "--families",
+        nargs="+",
+        default=[f.name for f in FAMILIES],
+        choices=[f.name for f in FAMILIES],
+    )
+    parser.add_argument(
+        "--no-references", action="store_true", help="skip the alone and pooled runs"
+    )
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=None,
+        help="keep the split files and run folders here (default: a temporary folder, removed)",
+    )
     parser.add_argument("--out", type=Path, required=True, help="results JSON")
     args = parser.parse_args(argv)
 
@@ -453,8 +582,12 @@ def main(argv: list[str] | None = None) -> int:
                 out_dir = work / table / f"seed{seed}" / "runs"
                 todo = [("federated", f) for f in chosen if table in f.tables]
                 if not args.no_references:
-                    todo += [(kind, f) for f in FAMILIES if f.name in REFERENCES
-                             for kind in ("alone", "pooled")]
+                    todo += [
+                        (kind, f)
+                        for f in FAMILIES
+                        if f.name in REFERENCES
+                        for kind in ("alone", "pooled")
+                    ]
                 for kind, family in todo:
                     if kind == "federated":
                         new = [federated(split, family, table, seed, args.rounds, out_dir)]
@@ -467,21 +600,40 @@ def main(argv: list[str] | None = None) -> int:
                     key = f"{table} {kind} {family.name}"
                     walls[key] = walls.get(key, 0.0) + wall
                     errors = [r["error"] for r in new if "error" in r]
-                    print(f"  {table} seed {seed} {kind:<9} {family.name:<13} {wall:6.1f} s"
-                          + (f"  ERROR {errors[0]}" if errors else ""), flush=True)
+                    print(
+                        f"  {table} seed {seed} {kind:<9} {family.name:<13} {wall:6.1f} s"
+                        + (f"  ERROR {errors[0]}" if errors else ""),
+                        flush=True,
+                    )
     summary, markdown = summarise(records, args.tables, args.seeds, sites, kinds)
     wall = time.perf_counter() - started
     report = {
-        "command": " ".join(["python -m benchmarks.sites", *(argv if argv is not None
-                                                             else sys.argv[1:])]),
-        "machine": machine_info(), "wall_s": wall, "cpu_threads": os.cpu_count(),
-        "tables": args.tables, "seeds": args.seeds, "rounds": args.rounds,
+        "command": " ".join(
+            ["python -m benchmarks.sites", *(argv if argv is not None else sys.argv[1:])]
+        ),
+        "machine": machine_info(),
+        "wall_s": wall,
+        "cpu_threads": os.cpu_count(),
+        "tables": args.tables,
+        "seeds": args.seeds,
+        "rounds": args.rounds,
         "test_share": TEST_SHARE,
-        "families": [{"name": f.name, "overrides": f.overrides, "per_table": f.per_table,
-                      "tables": list(f.tables), "max_rounds": f.max_rounds, "note": f.note}
-                     for f in chosen],
-        "references": list(REFERENCES), "wall_s_by_method": walls,
-        "summary": summary, "markdown": markdown, "runs": records,
+        "families": [
+            {
+                "name": f.name,
+                "overrides": f.overrides,
+                "per_table": f.per_table,
+                "tables": list(f.tables),
+                "max_rounds": f.max_rounds,
+                "note": f.note,
+            }
+            for f in chosen
+        ],
+        "references": list(REFERENCES),
+        "wall_s_by_method": walls,
+        "summary": summary,
+        "markdown": markdown,
+        "runs": records,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(plain(report), indent=1, default=str) + "\n")

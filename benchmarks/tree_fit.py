@@ -47,13 +47,17 @@ class Case:
 
 def bundled(task: str) -> Case:
     data = load_task(task, 0)
-    return Case(task, data.x_train.reshape(len(data.x_train), -1).astype(np.float32),
-                data.y_train.astype(np.int64))
+    return Case(
+        task,
+        data.x_train.reshape(len(data.x_train), -1).astype(np.float32),
+        data.y_train.astype(np.int64),
+    )
 
 
 def generated(rows: int, classes: int) -> Case:
-    x, y = make_classification(n_samples=rows, n_features=20, n_informative=10,
-                               n_classes=classes, random_state=0)
+    x, y = make_classification(
+        n_samples=rows, n_features=20, n_informative=10, n_classes=classes, random_state=0
+    )
     return Case(f"make_classification {rows:,}x20, {classes} classes", x.astype(np.float32), y)
 
 
@@ -90,34 +94,73 @@ def hist_round(case: Case, depth: int) -> tuple[float, float, float]:
     return time.perf_counter() - began, error, loss
 
 
-def fastest(run: Callable[[Case, int], tuple[float, float, float]], case: Case, depth: int
-            ) -> tuple[float, float, float]:
+def fastest(
+    run: Callable[[Case, int], tuple[float, float, float]], case: Case, depth: int
+) -> tuple[float, float, float]:
     """The fastest of ``REPEATS`` rounds (the fits are deterministic: same error and loss)."""
     return min((run(case, depth) for _ in range(REPEATS)), key=lambda r: r[0])
 
 
 def main() -> None:
     args = parser(__doc__.splitlines()[0]).parse_args()
-    cases = [bundled("iris"), bundled("wine"), bundled("breast-cancer"), bundled("digits"),
-             generated(2_000, 2), generated(2_000, 10), generated(5_000, 2)]
+    cases = [
+        bundled("iris"),
+        bundled("wine"),
+        bundled("breast-cancer"),
+        bundled("digits"),
+        generated(2_000, 2),
+        generated(2_000, 10),
+        generated(5_000, 2),
+    ]
     if not args.quick:
-        cases += [generated(20_000, 2), generated(20_000, 10), generated(50_000, 2),
-                  generated(50_000, 5),
-                  generated(200_000, 2)]
+        cases += [
+            generated(20_000, 2),
+            generated(20_000, 10),
+            generated(50_000, 2),
+            generated(50_000, 5),
+            generated(200_000, 2),
+        ]
     rows, began = [], time.perf_counter()
     for case in cases:
         for depth in (3, 6):
             cart = fastest(cart_round, case, depth)
             hist = fastest(hist_round, case, depth)
-            rows.append([case.name, f"{len(case.x):,}", depth, f"{cart[0]:.4f}", f"{hist[0]:.4f}",
-                         f"{cart[0] / hist[0]:.2f}", f"{cart[1]:.2e}", f"{hist[1]:.2e}",
-                         f"{cart[2]:.4f}", f"{hist[2]:.4f}"])
+            rows.append(
+                [
+                    case.name,
+                    f"{len(case.x):,}",
+                    depth,
+                    f"{cart[0]:.4f}",
+                    f"{hist[0]:.4f}",
+                    f"{cart[0] / hist[0]:.2f}",
+                    f"{cart[1]:.2e}",
+                    f"{hist[1]:.2e}",
+                    f"{cart[2]:.4f}",
+                    f"{hist[2]:.4f}",
+                ]
+            )
             print(*rows[-1], sep=" | ", flush=True)
-    table = md_table(["node's points", "rows", "depth", "CART s/round", "hist s/round",
-                      "speed-up", "fit MSE, CART", "fit MSE, hist", "CE after K, CART", "CE after K, hist"],
-                     rows)
-    write_report(results_dir(args.quick) / "tree_fit.md", "FFGB tree fit: CART against histogram",
-                 time.perf_counter() - began, table)
+    table = md_table(
+        [
+            "node's points",
+            "rows",
+            "depth",
+            "CART s/round",
+            "hist s/round",
+            "speed-up",
+            "fit MSE, CART",
+            "fit MSE, hist",
+            "CE after K, CART",
+            "CE after K, hist",
+        ],
+        rows,
+    )
+    write_report(
+        results_dir(args.quick) / "tree_fit.md",
+        "FFGB tree fit: CART against histogram",
+        time.perf_counter() - began,
+        table,
+    )
 
 
 if __name__ == "__main__":

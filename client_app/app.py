@@ -49,8 +49,9 @@ def handle(message: Message, context: Context) -> Message:
     except Exception as err:  # noqa: BLE001 - a fault of ours: traceback here, one line sent
         reason = one_sentence(f"{type(err).__name__}: {err}")
         log(ERROR, "%s: this node failed: %s", message_type, reason, exc_info=True)
-    return Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason),
-                   reply_to=message)
+    return Message(
+        Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason), reply_to=message
+    )
 
 
 def answer(message: Message, context: Context) -> Message:
@@ -60,16 +61,22 @@ def answer(message: Message, context: Context) -> Message:
     settings = setup.settings
     message_type = message.metadata.message_type
     if settings.sites and message_type in SITE_HANDLERS:
-        return Message(SITE_HANDLERS[message_type](setup, message.content, context.state),
-                       reply_to=message)
+        return Message(
+            SITE_HANDLERS[message_type](setup, message.content, context.state), reply_to=message
+        )
     procedure = client_half(settings.algorithm).get(message_type)
     if procedure is None:
-        raise ConfigError(f"algorithm {settings.algorithm!r} does not handle {message_type!r} "
-                          "messages")
-    data = (setup.site_data(agreed_schema(message.content, context.state)) if settings.sites
-            else setup.data)
-    job = ClientJob(message.content, context.state, data, settings, setup.node_config,
-                    setup.device, setup)
+        raise ConfigError(
+            f"algorithm {settings.algorithm!r} does not handle {message_type!r} messages"
+        )
+    data = (
+        setup.site_data(agreed_schema(message.content, context.state))
+        if settings.sites
+        else setup.data
+    )
+    job = ClientJob(
+        message.content, context.state, data, settings, setup.node_config, setup.device, setup
+    )
     return Message(procedure(job), reply_to=message)
 
 

@@ -35,20 +35,24 @@ def evaluation_sums(model: nn.Module, data: LocalData) -> MetricRecord:
     test = evaluate_model(model, data.x_test, data.y_test, kind)
     train = evaluate_model(model, data.x_train, data.y_train, kind)
     n_test, n_train = len(data.y_test), len(data.y_train)
-    record = MetricRecord({
-        NUM_EXAMPLES: n_test,
-        TEST_LOSS_SUM: test["loss"] * n_test,
-        TRAIN_LOSS_SUM: train["loss"] * n_train,
-        TRAIN_EXAMPLES: n_train,
-    })
+    record = MetricRecord(
+        {
+            NUM_EXAMPLES: n_test,
+            TEST_LOSS_SUM: test["loss"] * n_test,
+            TRAIN_LOSS_SUM: train["loss"] * n_train,
+            TRAIN_EXAMPLES: n_train,
+        }
+    )
     if kind == CLASSIFICATION:
         record[TEST_CORRECT_SUM] = test["accuracy"] * n_test
     return record
 
 
-def evaluate_xbar(job: ClientJob, with_gradient: bool = False,
-                  compact: Callable[[ClientJob, ParamLayout], Params | None] | None = None
-                  ) -> RecordDict:
+def evaluate_xbar(
+    job: ClientJob,
+    with_gradient: bool = False,
+    compact: Callable[[ClientJob, ParamLayout], Params | None] | None = None,
+) -> RecordDict:
     """Loss sums at x-bar on this node's data; with ``with_gradient``, also grad f_i(x-bar).
     x-bar is the message's dense one unless ``compact`` rebuilds it (FedFW's compact downlink)."""
     data = job.data

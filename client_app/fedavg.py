@@ -37,10 +37,12 @@ def train(job: ClientJob) -> RecordDict:
     )
     seed = s.seed * 100_003 + int(config.get(SERVER_ROUND, 0)) * 1_009 + data.partition_id
     loss = train_sgd(model, data.x_train, data.y_train, data.task.kind, sgd, seed)
-    return RecordDict({
-        ARRAYS: ArrayRecord(model.cpu().state_dict()),
-        METRICS: MetricRecord({LOCAL_TRAIN_LOSS: loss, NUM_EXAMPLES: len(data.y_train)}),
-    })
+    return RecordDict(
+        {
+            ARRAYS: ArrayRecord(model.cpu().state_dict()),
+            METRICS: MetricRecord({LOCAL_TRAIN_LOSS: loss, NUM_EXAMPLES: len(data.y_train)}),
+        }
+    )
 
 
 def evaluate(job: ClientJob) -> RecordDict:

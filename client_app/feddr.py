@@ -55,8 +55,9 @@ def _records(layout: ParamLayout, state: DRClientState) -> dict:
     return params_records(layout, {"x": state.x, "y": state.y, "x_hat": state.x_hat})
 
 
-def gradient_oracle(job: ClientJob, model: nn.Module, batch_size: int, server_round: int
-                    ) -> Callable[[Params], Params]:
+def gradient_oracle(
+    job: ClientJob, model: nn.Module, batch_size: int, server_round: int
+) -> Callable[[Params], Params]:
     """grad f_i on the node's training partition: full batch, or seeded minibatches when > 0."""
     data = job.data
     n = len(data.y_train)
@@ -77,8 +78,15 @@ def train(job: ClientJob) -> RecordDict:
     layout = ParamLayout.of_state_dict(model.state_dict())
     xbar = record_to_params(job.content[XBAR], layout)
     state = _current_state(job, layout, xbar)
-    pending = feddr_client_step(state, xbar, gradient_oracle(job, model, dr.batch_size, t),
-                                dr.alpha, dr.eta, dr.local_steps, dr.lr)
+    pending = feddr_client_step(
+        state,
+        xbar,
+        gradient_oracle(job, model, dr.batch_size, t),
+        dr.alpha,
+        dr.eta,
+        dr.local_steps,
+        dr.lr,
+    )
     STORE.stage(job.state, _records(layout, state), _records(layout, pending), t)
     return RecordDict({DR_XHAT: params_to_record(layout, pending.x_hat)})
 

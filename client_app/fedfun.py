@@ -103,15 +103,17 @@ def _own_model(job: ClientJob, limits: ModelLimits) -> NodeModel | None:
         return None
     models = job.content[MODELS]
     if OWN_PREFIX + "kind" in models:  # re-sent after a loss: hold it again
-        own = decode_node_model(dict(models), record_to_arrays(job.content[MODEL_ARRAYS]),
-                                OWN_PREFIX, limits)
+        own = decode_node_model(
+            dict(models), record_to_arrays(job.content[MODEL_ARRAYS]), OWN_PREFIX, limits
+        )
         _store_own(job, own, version)
         return own
     config_key, arrays_key = _own_key(version)
     if config_key not in job.state:
         raise LostStateError(f"this node does not hold its own model of round {version}")
-    return decode_node_model(dict(job.state[config_key]),
-                             record_to_arrays(job.state[arrays_key]), "", limits)
+    return decode_node_model(
+        dict(job.state[config_key]), record_to_arrays(job.state[arrays_key]), "", limits
+    )
 
 
 def _keep_own(job: ClientJob, keep: list[int]) -> None:
@@ -161,26 +163,38 @@ def _neighbours(job: ClientJob, limits: ModelLimits) -> dict[int, NodeModel]:
 def _problem(job: ClientJob, cube: UnitCube) -> LocalProblem:
     data = job.data
     x = cube(data.x_train.reshape(len(data.x_train), -1))
-    return LocalProblem(x, np.asarray(data.y_train), data.task.num_outputs, cube.radius,
-                        job.device)
+    return LocalProblem(x, np.asarray(data.y_train), data.task.num_outputs, cube.radius, job.device)
 
 
-def _step_settings(fedfun: FedFunSettings, job: ClientJob, samples: int, initial: bool
-                   ) -> StepSettings:
+def _step_settings(
+    fedfun: FedFunSettings, job: ClientJob, samples: int, initial: bool
+) -> StepSettings:
     config = job.content[CONFIG]
-    w_own, w_nbr = penalty_weights(fedfun.step, float(config["gamma"]), fedfun.lam,
-                                   int(config["degree"]))
+    w_own, w_nbr = penalty_weights(
+        fedfun.step, float(config["gamma"]), fedfun.lam, int(config["degree"])
+    )
     server_round = int(config[SERVER_ROUND])
-    seed = int(np.random.SeedSequence([job.settings.seed, job.data.partition_id,
-                                       server_round]).generate_state(1)[0])
+    seed = int(
+        np.random.SeedSequence(
+            [job.settings.seed, job.data.partition_id, server_round]
+        ).generate_state(1)[0]
+    )
     return StepSettings(
         algorithm=fedfun.algorithm,
         steps=fedfun.round_zero_steps() if initial else fedfun.local_steps,
-        batch_size=fedfun.batch_size, lr=fedfun.lr, seed=seed,
-        penalty_samples=fedfun.penalty_samples, w_own=w_own, w_nbr=w_nbr,
-        max_leaves=max_leaves(fedfun, samples), psr_lambda=fedfun.psr_lambda,
-        momentum_lr=fedfun.momentum_lr, momentum=fedfun.momentum,
-        distill_steps=fedfun.distill_steps, distill_samples=fedfun.distill_samples)
+        batch_size=fedfun.batch_size,
+        lr=fedfun.lr,
+        seed=seed,
+        penalty_samples=fedfun.penalty_samples,
+        w_own=w_own,
+        w_nbr=w_nbr,
+        max_leaves=max_leaves(fedfun, samples),
+        psr_lambda=fedfun.psr_lambda,
+        momentum_lr=fedfun.momentum_lr,
+        momentum=fedfun.momentum,
+        distill_steps=fedfun.distill_steps,
+        distill_samples=fedfun.distill_samples,
+    )
 
 
 def train(job: ClientJob) -> RecordDict:
@@ -209,10 +223,13 @@ def train(job: ClientJob) -> RecordDict:
     _store_own(job, model, version)
     reply_config, reply_arrays = encode_node_model(model, REPLY_PREFIX)
     loss = _squared_error(model, problem)
-    return RecordDict({
-        MODELS: ConfigRecord(reply_config), MODEL_ARRAYS: arrays_to_record(reply_arrays),
-        METRICS: MetricRecord({LOSS: loss, TRAIN_EXAMPLES: len(problem.x)}),
-    })
+    return RecordDict(
+        {
+            MODELS: ConfigRecord(reply_config),
+            MODEL_ARRAYS: arrays_to_record(reply_arrays),
+            METRICS: MetricRecord({LOSS: loss, TRAIN_EXAMPLES: len(problem.x)}),
+        }
+    )
 
 
 def _squared_error(model: NodeModel, problem: LocalProblem) -> float:
@@ -230,8 +247,13 @@ def _distance(a: NodeModel, b: NodeModel, n_features: int, seed: int) -> float:
     if a.kind == TREE and b.kind == TREE:
         return squared_distance(a.function, b.function)
     cpu = torch.device("cpu")
-    return monte_carlo_distance(torch_function(a, cpu), torch_function(b, cpu), n_features,
-                                CONSENSUS_SAMPLES, torch.Generator().manual_seed(seed))
+    return monte_carlo_distance(
+        torch_function(a, cpu),
+        torch_function(b, cpu),
+        n_features,
+        CONSENSUS_SAMPLES,
+        torch.Generator().manual_seed(seed),
+    )
 
 
 def evaluate(job: ClientJob) -> RecordDict:
@@ -249,28 +271,40 @@ def evaluate(job: ClientJob) -> RecordDict:
     data, task = job.data, job.data.task
     seed = int(np.random.SeedSequence([job.settings.seed, data.partition_id]).generate_state(1)[0])
     distances = [_distance(own, m, limits.n_features, seed) for m in neighbours.values()]
-    model = (mixed_model(fedfun.algorithm, own, list(neighbours.values()))
-             if fedfun.algorithm in MIXING else own)
-    return RecordDict({METRICS: MetricRecord({
-        TEST_ACCURACY: _accuracy(model, cube, task.x_test, task.y_test),
-        TRAIN_ACCURACY: _accuracy(model, cube, task.x_train, task.y_train),
-        LOCAL_ACCURACY: _accuracy(model, cube, data.x_train, data.y_train),
-        CONSENSUS: float(sum(distances)),
-        NEIGHBOUR_COUNT: len(distances),
-    })})
+    model = (
+        mixed_model(fedfun.algorithm, own, list(neighbours.values()))
+        if fedfun.algorithm in MIXING
+        else own
+    )
+    return RecordDict(
+        {
+            METRICS: MetricRecord(
+                {
+                    TEST_ACCURACY: _accuracy(model, cube, task.x_test, task.y_test),
+                    TRAIN_ACCURACY: _accuracy(model, cube, task.x_train, task.y_train),
+                    LOCAL_ACCURACY: _accuracy(model, cube, data.x_train, data.y_train),
+                    CONSENSUS: float(sum(distances)),
+                    NEIGHBOUR_COUNT: len(distances),
+                }
+            )
+        }
+    )
 
 
 def bounds(job: ClientJob) -> RecordDict:
     """``query.bounds``: this node's per-feature min and max and its number of samples."""
     x = job.data.x_train.reshape(len(job.data.x_train), -1).astype(np.float64)
-    return RecordDict({
-        BOUNDS: arrays_to_record({"lower": x.min(axis=0), "upper": x.max(axis=0)}),
-        METRICS: MetricRecord({TRAIN_EXAMPLES: len(x)}),
-    })
+    return RecordDict(
+        {
+            BOUNDS: arrays_to_record({"lower": x.min(axis=0), "upper": x.max(axis=0)}),
+            METRICS: MetricRecord({TRAIN_EXAMPLES: len(x)}),
+        }
+    )
 
 
-def node_overrides(fedfun: FedFunSettings, node_config: Mapping[str, Any]
-                   ) -> tuple[str, tuple[int, ...]]:
+def node_overrides(
+    fedfun: FedFunSettings, node_config: Mapping[str, Any]
+) -> tuple[str, tuple[int, ...]]:
     """This node's learner and hidden widths (node config ``fedfun-learner`` /
     ``fedfun-hidden``, FSR only), else the run's (``job.overrides``, built once per run and
     node; a refused override fails every train message, as before)."""

@@ -73,8 +73,9 @@ def _records(layout: ParamLayout, state: FWClientState) -> dict:
     return params_records(layout, {"x": state.x, "y": state.y, "d": state.d})
 
 
-def _steps(fw: FedFWSettings, data: LocalData, t: int, seed: int
-           ) -> list[tuple[int, np.ndarray | None]]:
+def _steps(
+    fw: FedFWSettings, data: LocalData, t: int, seed: int
+) -> list[tuple[int, np.ndarray | None]]:
     """(schedule step, minibatch rows or None for all) of each FW step of round t.
 
     One step at t (FedFW-sto: on a fresh random minibatch), or the local pass: one step per
@@ -84,8 +85,10 @@ def _steps(fw: FedFWSettings, data: LocalData, t: int, seed: int
     n = len(data.y_train)
     if fw.local_pass:
         k_steps, b = fw.local_steps(n), fw.batch_size
-        return [((t - 1) * k_steps + k + 1, np.arange(k * b, min(n, (k + 1) * b)))
-                for k in range(k_steps)]
+        return [
+            ((t - 1) * k_steps + k + 1, np.arange(k * b, min(n, (k + 1) * b)))
+            for k in range(k_steps)
+        ]
     if fw.variant == "fedfw-sto":
         rng = np.random.default_rng([seed, t, data.partition_id])
         return [(t, rng.choice(n, size=min(fw.batch_size, n), replace=False))]
@@ -107,10 +110,10 @@ def train(job: ClientJob) -> RecordDict:
     constraint: Constraint = job.overrides  # this node's D_i
     points = []
     for step, index in _steps(fw, data, t, job.settings.seed):
-        _, grad = loss_and_grad(model, state.x, data.x_train, data.y_train, data.task.kind,
-                                index)
-        s, advanced = fedfw_client_step(fw.variant, state, xbar, grad, step, fw.schedule, n,
-                                        constraint, fw.scope)
+        _, grad = loss_and_grad(model, state.x, data.x_train, data.y_train, data.task.kind, index)
+        s, advanced = fedfw_client_step(
+            fw.variant, state, xbar, grad, step, fw.schedule, n, constraint, fw.scope
+        )
         points.append(encode_model_point(constraint, s, fw.scope))
         # step with the point exactly as the server will decode it, so both x_i stay identical
         s_wire = decode_model_point(constraint, points[-1], layout.shapes, fw.scope)
@@ -123,8 +126,9 @@ def train(job: ClientJob) -> RecordDict:
 def evaluate(job: ClientJob) -> RecordDict:
     """Loss sums at x-bar, and grad f_i(x-bar) when the FW gap diagnostic is on."""
     fw: FedFWSettings = job.family
-    return evaluate_xbar(job, bool(job.content[CONFIG][FW_GAP]),
-                         lambda j, layout: compact_xbar(j, layout, fw))
+    return evaluate_xbar(
+        job, bool(job.content[CONFIG][FW_GAP]), lambda j, layout: compact_xbar(j, layout, fw)
+    )
 
 
 def describe(job: ClientJob) -> RecordDict:
@@ -132,9 +136,18 @@ def describe(job: ClientJob) -> RecordDict:
     check its points."""
     fw: FedFWSettings = job.family
     constraint: Constraint = job.overrides  # this node's D_i
-    return RecordDict({NODE: ConfigRecord({
-        **node_facts(job), CONSTRAINT: constraint.kind, RADIUS: float(constraint.radius),
-        LOCAL_STEPS: fw.local_steps(len(job.data.y_train))})})
+    return RecordDict(
+        {
+            NODE: ConfigRecord(
+                {
+                    **node_facts(job),
+                    CONSTRAINT: constraint.kind,
+                    RADIUS: float(constraint.radius),
+                    LOCAL_STEPS: fw.local_steps(len(job.data.y_train)),
+                }
+            )
+        }
+    )
 
 
 def node_overrides(fw: FedFWSettings, node_config: Mapping[str, Any]) -> Constraint:

@@ -88,20 +88,29 @@ def _store(job: ClientJob, state: MeanState) -> None:
     if sets.members is not None:
         arrays["members"] = sets.members
     job.state[STATE] = arrays_to_record(arrays)
-    job.state[META] = ConfigRecord({"version": state.version, "nodes": sets.size,
-                                    "kinds": [c.kind for c in sets.distinct],
-                                    "radii": [float(c.radius) for c in sets.distinct]})
+    job.state[META] = ConfigRecord(
+        {
+            "version": state.version,
+            "nodes": sets.size,
+            "kinds": [c.kind for c in sets.distinct],
+            "radii": [float(c.radius) for c in sets.distinct],
+        }
+    )
 
 
 def _follow(job: ClientJob, layout: ParamLayout, fw: FedFWSettings, state: MeanState) -> None:
     """Advance x-bar by the rounds the message carries, eta_t from the run's schedule."""
     count = state.sets.size
-    since, updates = unpack_rounds(dict(job.content[UPDATES]),
-                                   record_to_arrays(job.content[UPDATE_ARRAYS]), count,
-                                   fw.schedule.eta)
+    since, updates = unpack_rounds(
+        dict(job.content[UPDATES]),
+        record_to_arrays(job.content[UPDATE_ARRAYS]),
+        count,
+        fw.schedule.eta,
+    )
     if since != state.version:
-        raise LostStateError(f"the updates follow round {since}; this node's x-bar is at "
-                             f"round {state.version}")
+        raise LostStateError(
+            f"the updates follow round {since}; this node's x-bar is at round {state.version}"
+        )
     for update in updates:
         total = sum_round(state.sets, update, layout.shapes, fw.scope)
         state.xbar = mean_step(state.xbar, total, count, update.eta)

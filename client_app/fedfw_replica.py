@@ -75,23 +75,30 @@ def _store(job: ClientJob, mirror: ConsensusMirror, meta: dict) -> None:
     job.state[META] = ConfigRecord(meta)
 
 
-def _apply_updates(job: ClientJob, layout: ParamLayout, fw: FedFWSettings,
-                   mirror: ConsensusMirror, meta: dict) -> None:
+def _apply_updates(
+    job: ClientJob, layout: ParamLayout, fw: FedFWSettings, mirror: ConsensusMirror, meta: dict
+) -> None:
     """Apply the rounds the message carries, with eta_t from the run's schedule (the server's)."""
     kinds, radii, scope = meta["kinds"], meta["radii"], fw.scope
-    since, updates = unpack_updates(dict(job.content[UPDATES]),
-                                    record_to_arrays(job.content[UPDATE_ARRAYS]), len(kinds),
-                                    fw.schedule.eta)
+    since, updates = unpack_updates(
+        dict(job.content[UPDATES]),
+        record_to_arrays(job.content[UPDATE_ARRAYS]),
+        len(kinds),
+        fw.schedule.eta,
+    )
     if since != meta["version"]:
-        raise LostStateError(f"the updates follow round {since}; this node's replica is at "
-                             f"round {meta['version']}")
+        raise LostStateError(
+            f"the updates follow round {since}; this node's replica is at round {meta['version']}"
+        )
     try:
         sets = [make_constraint(kind, radius) for kind, radius in zip(kinds, radii)]
     except ConfigError as err:
         raise DecodeError(f"a D_i of the replica is invalid: {err}") from None
     for update in updates:
-        points = {i: decode_model_point(sets[i], arrays, layout.shapes, scope)
-                  for i, arrays in update.points}
+        points = {
+            i: decode_model_point(sets[i], arrays, layout.shapes, scope)
+            for i, arrays in update.points
+        }
         mirror.apply(points, update.eta)
         meta["version"] = update.round
 
@@ -99,8 +106,11 @@ def _apply_updates(job: ClientJob, layout: ParamLayout, fw: FedFWSettings,
 def compact_xbar(job: ClientJob, layout: ParamLayout, fw: FedFWSettings) -> Params | None:
     """x-bar from the node's replica (updated by this message), float32-rounded; None when the
     message carries the dense x-bar only (``fedfw.downlink`` dense)."""
-    if (MEAN in job.content[REPLICA] if REPLICA in job.content
-            else UPDATES in job.content and MEAN_META in job.state):
+    if (
+        MEAN in job.content[REPLICA]
+        if REPLICA in job.content
+        else UPDATES in job.content and MEAN_META in job.state
+    ):
         return mean_xbar(job, layout, fw)
     if REPLICA in job.content:
         mirror, meta = _received(job, layout)

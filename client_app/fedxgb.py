@@ -45,8 +45,14 @@ def train(job: ClientJob) -> RecordDict:
     fedxgb: FedXgbSettings = job.family
     data = job.data
     rounds = fedxgb.local_rounds
-    booster = boost(_global(job), fedxgb.spec(data.task).params(), _flat(data.x_train),
-                    data.y_train, rounds, fedxgb.node_eta(data.num_partitions))
+    booster = boost(
+        _global(job),
+        fedxgb.spec(data.task).params(),
+        _flat(data.x_train),
+        data.y_train,
+        rounds,
+        fedxgb.node_eta(data.num_partitions),
+    )
     raw = last_iterations(booster, rounds) if fedxgb.bagging else whole(booster)
     return RecordDict({ARRAYS: raw_record(raw)})
 
@@ -58,8 +64,14 @@ def evaluate(job: ClientJob) -> RecordDict:
     loss = fedxgb.loss(data.task)
     test_loss, correct = loss.sums(outputs(raw, _flat(data.x_test)), data.y_test)
     train_loss, _ = loss.sums(outputs(raw, _flat(data.x_train)), data.y_train)
-    record = MetricRecord({NUM_EXAMPLES: len(data.y_test), TEST_LOSS_SUM: test_loss,
-                           TRAIN_LOSS_SUM: train_loss, TRAIN_EXAMPLES: len(data.y_train)})
+    record = MetricRecord(
+        {
+            NUM_EXAMPLES: len(data.y_test),
+            TEST_LOSS_SUM: test_loss,
+            TRAIN_LOSS_SUM: train_loss,
+            TRAIN_EXAMPLES: len(data.y_train),
+        }
+    )
     if correct is not None:
         record[TEST_CORRECT_SUM] = correct
     return RecordDict({METRICS: record})

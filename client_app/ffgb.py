@@ -74,8 +74,7 @@ def _flat(x: np.ndarray) -> np.ndarray:
 
 def _read_delta(job: ClientJob, ffgb: FFGBSettings) -> Delta:
     config, arrays = job.content[DELTA], job.content[DELTA_ARRAYS]
-    return unpack_delta(dict(config), record_to_arrays(arrays),
-                        delta_limits(ffgb, job.data.task))
+    return unpack_delta(dict(config), record_to_arrays(arrays), delta_limits(ffgb, job.data.task))
 
 
 def _own_values(job: ClientJob, delta: Delta) -> dict[str, np.ndarray] | None:
@@ -85,8 +84,10 @@ def _own_values(job: ClientJob, delta: Delta) -> dict[str, np.ndarray] | None:
     own = job.state.get(OWN)
     accepted = job.content[CONFIG][LAST_ACCEPTED]
     if own is None or own["round"] != accepted or own["count"] != delta.own_count:
-        raise LostStateError(f"the delta includes {delta.own_count} learners of this node from "
-                             f"round {accepted}, which it does not hold")
+        raise LostStateError(
+            f"the delta includes {delta.own_count} learners of this node from "
+            f"round {accepted}, which it does not hold"
+        )
     return {k: v.numpy() for k, v in job.state[OWN_VALUES].items()}
 
 
@@ -119,8 +120,10 @@ def current_values(job: ClientJob, ffgb: FFGBSettings) -> tuple[int, dict[str, n
 def _seed_of(ffgb: FFGBSettings, job: ClientJob, t: int):  # noqa: ANN202
     def seed_of(k: int) -> int:
         # FFGB.L's oracle calls do not depend on t (Remark 3.1): the same learners every round
-        return fit_seed(job.settings.seed, 0 if ffgb.variant == "ffgb-l" else t,
-                        job.data.partition_id, k)
+        return fit_seed(
+            job.settings.seed, 0 if ffgb.variant == "ffgb-l" else t, job.data.partition_id, k
+        )
+
     return seed_of
 
 
@@ -137,19 +140,45 @@ def _increment(ffgb: FFGBSettings, job: ClientJob, f_train: np.ndarray, t: int):
         extension = LipschitzExtension.of(data.x_train, targets, lipschitz, ffgb.extension)
         fit = lipschitz_oracle(spec, data.x_train, extension, ffgb.oracle, seed_of, job.device)
         return ffgb_l_increment(targets, etas, fit, ffgb.residual)
-    fit = boosting_oracle(spec, data.x_train, ffgb.oracle, ffgb.variant == "ffgb-c",
-                          ffgb.tree_depth, seed_of, job.device, ffgb.tree_fitter)
+    fit = boosting_oracle(
+        spec,
+        data.x_train,
+        ffgb.oracle,
+        ffgb.variant == "ffgb-c",
+        ffgb.tree_depth,
+        seed_of,
+        job.device,
+        ffgb.tree_fitter,
+    )
     leaf_step = newton_leaf_step(data.x_train, loss) if ffgb.tree_leaves == NEWTON else None
-    return ffgb_increment(f_train, data.y_train, loss, etas, ffgb.mu, fit, ffgb.residual,
-                          ffgb.clipping(task), clip_learner, leaf_step)
+    return ffgb_increment(
+        f_train,
+        data.y_train,
+        loss,
+        etas,
+        ffgb.mu,
+        fit,
+        ffgb.residual,
+        ffgb.clipping(task),
+        clip_learner,
+        leaf_step,
+    )
 
 
 def _distiller(ffgb: FFGBSettings, job: ClientJob, t: int):  # noqa: ANN202
     """WO2 for one more learner (a tree in tree runs), clipped to G2 with FFGB.C."""
     task, clipping = job.data.task, ffgb.clipping(job.data.task)
     seed = _seed_of(ffgb, job, t)(ffgb.local_steps + 1)
-    fit = boosting_oracle(learner_spec(ffgb, task), job.data.x_train, ffgb.oracle, False,
-                          ffgb.tree_depth, lambda k: seed, job.device, ffgb.tree_fitter)
+    fit = boosting_oracle(
+        learner_spec(ffgb, task),
+        job.data.x_train,
+        ffgb.oracle,
+        False,
+        ffgb.tree_depth,
+        lambda k: seed,
+        job.device,
+        ffgb.tree_fitter,
+    )
 
     def fit_one(target: np.ndarray) -> Fitted:
         fitted = fit(target, 0)
@@ -165,22 +194,36 @@ def _train_student(job: ClientJob, ffgb: FFGBSettings, f_train: np.ndarray) -> R
     """One FedAvg round of a global distillation: train the server's student towards f^t on
     this node's points; reply with it and the number of points (FedAvg's weight)."""
     data, spec = job.data, learner_spec(ffgb, job.data.task)
-    received = read_lone_learner(unpack_delta(dict(job.content[STUDENT]),
-                                              record_to_arrays(job.content[STUDENT_ARRAYS]),
-                                              delta_limits(ffgb, data.task)))
+    received = read_lone_learner(
+        unpack_delta(
+            dict(job.content[STUDENT]),
+            record_to_arrays(job.content[STUDENT_ARRAYS]),
+            delta_limits(ffgb, data.task),
+        )
+    )
     if spec_of(received) != spec:
         raise DecodeError(f"the student is not the run's {spec}")
     student = new_network(spec, 0)
     student.load_state_dict(received.state_dict())
-    seed = fit_seed(job.settings.seed, int(job.content[CONFIG][SERVER_ROUND]), data.partition_id,
-                    0)
-    fitted = train_least_squares(student, spec, _flat(data.x_train), f_train,
-                                 ffgb.student_training(), seed, device=job.device)
+    seed = fit_seed(job.settings.seed, int(job.content[CONFIG][SERVER_ROUND]), data.partition_id, 0)
+    fitted = train_least_squares(
+        student,
+        spec,
+        _flat(data.x_train),
+        f_train,
+        ffgb.student_training(),
+        seed,
+        device=job.device,
+    )
     error = float(np.sqrt(np.mean((f_train - fitted.values) ** 2)))
     config, arrays = pack_delta(lone_learner(student, spec.n_features, data.task.num_outputs))
-    return RecordDict({STUDENT: ConfigRecord(config), STUDENT_ARRAYS: arrays_to_record(arrays),
-                       METRICS: MetricRecord({TRAIN_EXAMPLES: len(data.y_train),
-                                              DISTILL_ERROR: error})})
+    return RecordDict(
+        {
+            STUDENT: ConfigRecord(config),
+            STUDENT_ARRAYS: arrays_to_record(arrays),
+            METRICS: MetricRecord({TRAIN_EXAMPLES: len(data.y_train), DISTILL_ERROR: error}),
+        }
+    )
 
 
 def train(job: ClientJob) -> RecordDict:
@@ -197,29 +240,48 @@ def train(job: ClientJob) -> RecordDict:
     metrics = {ORACLE_ERROR: increment.oracle_error}
     if ffgb.distill != NONE:
         increment, metrics[DISTILL_ERROR] = distill_increment(
-            increment, values["train"], ffgb.distill, _distiller(ffgb, job, t))
-    own_test = weighted_sum(increment.learners, increment.weights, _flat(data.x_test),
-                            data.task.num_outputs)
+            increment, values["train"], ffgb.distill, _distiller(ffgb, job, t)
+        )
+    own_test = weighted_sum(
+        increment.learners, increment.weights, _flat(data.x_test), data.task.num_outputs
+    )
     job.state[OWN] = ConfigRecord({"round": server_round, "count": len(increment.learners)})
     job.state[OWN_VALUES] = arrays_to_record({"train": increment.own_values, "test": own_test})
-    reply = Delta(version, increment.scale, tuple(increment.learners),
-                  tuple(increment.weights), int(_flat(data.x_train).shape[1]),
-                  data.task.num_outputs)
+    reply = Delta(
+        version,
+        increment.scale,
+        tuple(increment.learners),
+        tuple(increment.weights),
+        int(_flat(data.x_train).shape[1]),
+        data.task.num_outputs,
+    )
     config, arrays = pack_delta(reply)
-    return RecordDict({DELTA: ConfigRecord(config), DELTA_ARRAYS: arrays_to_record(arrays),
-                       METRICS: MetricRecord(metrics)})
+    return RecordDict(
+        {
+            DELTA: ConfigRecord(config),
+            DELTA_ARRAYS: arrays_to_record(arrays),
+            METRICS: MetricRecord(metrics),
+        }
+    )
 
 
-def evaluation_sums(ffgb: FFGBSettings, data: LocalData, values: dict[str, np.ndarray]
-                    ) -> MetricRecord:
+def evaluation_sums(
+    ffgb: FFGBSettings, data: LocalData, values: dict[str, np.ndarray]
+) -> MetricRecord:
     """Loss sums and counts of f (clipped to B for FFGB.C) on the node's test shard and data."""
     loss, bound = ffgb.loss(data.task), ffgb.final_bound(data.task)
     if bound is not None:
         values = {k: np.clip(v, -bound, bound) for k, v in values.items()}
     test_loss, correct = loss.sums(values["test"], data.y_test)
     train_loss, _ = loss.sums(values["train"], data.y_train)
-    record = MetricRecord({NUM_EXAMPLES: len(data.y_test), TEST_LOSS_SUM: test_loss,
-                           TRAIN_LOSS_SUM: train_loss, TRAIN_EXAMPLES: len(data.y_train)})
+    record = MetricRecord(
+        {
+            NUM_EXAMPLES: len(data.y_test),
+            TEST_LOSS_SUM: test_loss,
+            TRAIN_LOSS_SUM: train_loss,
+            TRAIN_EXAMPLES: len(data.y_train),
+        }
+    )
     if correct is not None:
         record[TEST_CORRECT_SUM] = correct
     return record

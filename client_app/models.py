@@ -19,8 +19,9 @@ def new_model(settings: RunSettings, task: TaskData, device: torch.device = CPU)
     return model_for(settings.model, task, settings.seed).to(device)
 
 
-def model_from_arrays(settings: RunSettings, task: TaskData, arrays: ArrayRecord,
-                      device: torch.device = CPU) -> nn.Module:
+def model_from_arrays(
+    settings: RunSettings, task: TaskData, arrays: ArrayRecord, device: torch.device = CPU
+) -> nn.Module:
     """The run's model with weights from ``arrays`` (strict: shapes and names must match)."""
     model = new_model(settings, task)
     model.load_state_dict(arrays.to_torch_state_dict(), strict=True)

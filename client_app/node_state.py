@@ -49,24 +49,37 @@ class PendingStore:
         fields = meta["pending-fields" if pending else "fields"]
         return {field: state[self._key(field, pending)] for field in fields}
 
-    def stage(self, state: RecordDict, committed: Mapping[str, Record],
-              pending: Mapping[str, Record], server_round: int) -> None:
+    def stage(
+        self,
+        state: RecordDict,
+        committed: Mapping[str, Record],
+        pending: Mapping[str, Record],
+        server_round: int,
+    ) -> None:
         """Store the committed records and this round's step, pending acceptance."""
         for key in [k for k in state if k.startswith(self.prefix + ".")]:
             del state[key]
         for is_pending, records in ((False, committed), (True, pending)):
             for field, record in records.items():
                 state[self._key(field, is_pending)] = record
-        state[self._meta] = ConfigRecord({"pending-round": server_round,
-                                          "fields": list(committed),
-                                          "pending-fields": list(pending)})
+        state[self._meta] = ConfigRecord(
+            {
+                "pending-round": server_round,
+                "fields": list(committed),
+                "pending-fields": list(pending),
+            }
+        )
 
 
-def params_records(layout: ParamLayout, variables: Mapping[str, Params | None]
-                   ) -> dict[str, ArrayRecord]:
+def params_records(
+    layout: ParamLayout, variables: Mapping[str, Params | None]
+) -> dict[str, ArrayRecord]:
     """Parameter lists as float64 records (exact on the node); None values are left out."""
-    return {name: params_to_record(layout, value, dtype=np.float64)
-            for name, value in variables.items() if value is not None}
+    return {
+        name: params_to_record(layout, value, dtype=np.float64)
+        for name, value in variables.items()
+        if value is not None
+    }
 
 
 def records_params(layout: ParamLayout, records: Mapping[str, Record]) -> dict[str, Params]:

@@ -43,7 +43,7 @@ def partition_of(node_config: Mapping[str, Any]) -> tuple[int, int]:
     except KeyError as err:
         raise ConfigError(
             f"node config lacks {err.args[0]!r}; start the SuperNode with "
-            "--node-config \"partition-id=<i> num-partitions=<n>\""
+            '--node-config "partition-id=<i> num-partitions=<n>"'
         ) from None
 
 
@@ -73,9 +73,15 @@ class NodeSetup:
         transformed once per schema)."""
         if self._site_data is None or self._site_data[0] != schema_json:
             partition_id, num_partitions = partition_of(self.node_config)
-            data = node_data(Schema.from_json(schema_json), self.node_config,
-                             self.settings.dataset_path, self.site_share, partition_id,
-                             num_partitions, self.settings.seed)
+            data = node_data(
+                Schema.from_json(schema_json),
+                self.node_config,
+                self.settings.dataset_path,
+                self.site_share,
+                partition_id,
+                num_partitions,
+                self.settings.seed,
+            )
             self._site_data = (schema_json, data)
         return self._site_data[1]
 
@@ -111,8 +117,7 @@ _LOCK = threading.Lock()
 def node_setup(context: Context) -> NodeSetup:
     """The setup of this context's run and node: cached, or built now (the run config parsed,
     ConfigError naming a bad key, as on every message before)."""
-    key = (context.run_id, context.node_id,
-           config_digest(context.run_config, context.node_config))
+    key = (context.run_id, context.node_id, config_digest(context.run_config, context.node_config))
     with _LOCK:
         setup = _SETUPS.get(key)
         if setup is not None:

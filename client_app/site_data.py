@@ -61,8 +61,13 @@ def describe_file(setup: NodeSetup, content: RecordDict, state: RecordDict) -> R
     test_table = read_test(setup.node_config)
     if test_table is not None:
         facts["test-rows"] = test_table.rows
-    return RecordDict({SITE: ConfigRecord({PARTITION_ID: partition_id,
-                                           SITE_FACTS: json.dumps(facts, sort_keys=True)})})
+    return RecordDict(
+        {
+            SITE: ConfigRecord(
+                {PARTITION_ID: partition_id, SITE_FACTS: json.dumps(facts, sort_keys=True)}
+            )
+        }
+    )
 
 
 def sum_rows(setup: NodeSetup, content: RecordDict, state: RecordDict) -> RecordDict:
@@ -81,8 +86,9 @@ def sum_rows(setup: NodeSetup, content: RecordDict, state: RecordDict) -> Record
         _keep(state, text)
         return RecordDict()
     partition_id, table = _own_table(setup)
-    train, _ = training_rows(table, setup.node_config, setup.site_share, partition_id,
-                             setup.settings.seed)
+    train, _ = training_rows(
+        table, setup.node_config, setup.site_share, partition_id, setup.settings.seed
+    )
     moments = site_moments(table, schema, train)
     return RecordDict({SITE: ConfigRecord({SITE_MOMENTS: json.dumps(moments)})})
 
@@ -109,6 +115,7 @@ def agreed_schema(content: RecordDict, state: RecordDict) -> str:
         return text
     kept = state.get(SITE)
     if not isinstance(kept, ConfigRecord) or SITE_SCHEMA not in kept:
-        raise SiteDataError("this node holds no agreed schema: the server did not admit it to "
-                            "the run")
+        raise SiteDataError(
+            "this node holds no agreed schema: the server did not admit it to the run"
+        )
     return str(kept[SITE_SCHEMA])

@@ -68,14 +68,17 @@ def run_checked(args: list[str], **kwargs) -> subprocess.CompletedProcess:
     """Run a set-up command; its output in the error if it fails."""
     done = subprocess.run(args, capture_output=True, text=True, **kwargs)
     if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)} failed ({done.returncode}):\n{done.stdout}"
-                           f"{done.stderr}")
+        raise RuntimeError(
+            f"{' '.join(args)} failed ({done.returncode}):\n{done.stdout}{done.stderr}"
+        )
     return done
 
 
-def _write_key(path: Path, key: ec.EllipticCurvePrivateKey,
-               form: serialization.PrivateFormat = serialization.PrivateFormat.TraditionalOpenSSL
-               ) -> None:
+def _write_key(
+    path: Path,
+    key: ec.EllipticCurvePrivateKey,
+    form: serialization.PrivateFormat = serialization.PrivateFormat.TraditionalOpenSSL,
+) -> None:
     """A private key file, created with mode 0600 (less the umask) and never wider: opened
     with ``O_CREAT | O_EXCL`` (an existing file is an error, not overwritten; a link planted
     at ``path`` is not followed), so no other user can read it at any moment."""
@@ -103,26 +106,38 @@ def make_certificates(directory: Path, hosts: list[str]) -> None:
     now = datetime.now(timezone.utc)
     ca_key = ec.generate_private_key(ec.SECP384R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Flower deployment CA")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
-          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-          .not_valid_before(now).not_valid_after(now + timedelta(days=365))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .sign(ca_key, hashes.SHA256()))
-    names: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                                     x509.DNSName("localhost")]
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + timedelta(days=365))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    names: list[x509.GeneralName] = [
+        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+        x509.DNSName("localhost"),
+    ]
     for host in hosts:
         try:
             names.append(x509.IPAddress(ipaddress.ip_address(host)))
         except ValueError:
             names.append(x509.DNSName(host))
     key = ec.generate_private_key(ec.SECP384R1())
-    server = (x509.CertificateBuilder()
-              .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "superlink")]))
-              .issuer_name(ca_name).public_key(key.public_key())
-              .serial_number(x509.random_serial_number())
-              .not_valid_before(now).not_valid_after(now + timedelta(days=365))
-              .add_extension(x509.SubjectAlternativeName(names), critical=False)
-              .sign(ca_key, hashes.SHA256()))
+    server = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "superlink")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(now + timedelta(days=365))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
     _write_key(directory / "ca.key", ca_key)
     _write_key(directory / "server.key", key)
     (directory / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
@@ -137,8 +152,9 @@ def make_node_key(directory: Path, name: str) -> Path:
     key = ec.generate_private_key(ec.SECP384R1())
     path = directory / name
     _write_key(path, key, serialization.PrivateFormat.OpenSSH)
-    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
-                                           serialization.PublicFormat.OpenSSH)
+    public = key.public_key().public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+    )
     Path(f"{path}.pub").write_bytes(public + b"\n")
     return path
 
@@ -146,9 +162,21 @@ def make_node_key(directory: Path, name: str) -> Path:
 # what an app copy leaves out: the virtual environment, version control, caches and results
 # (``flwr run`` walks every file of the directory it is given before it applies .gitignore:
 # about 5 s of CPU per submission for this checkout, most of it in .venv)
-APP_COPY_IGNORE = (".venv", ".git", "__pycache__", "*.pyc", ".pytest_cache", ".hypothesis",
-                   ".ruff_cache", ".import_linter_cache", ".flwr-home", "results", "build", "dist",
-                   "*.egg-info")
+APP_COPY_IGNORE = (
+    ".venv",
+    ".git",
+    "__pycache__",
+    "*.pyc",
+    ".pytest_cache",
+    ".hypothesis",
+    ".ruff_cache",
+    ".import_linter_cache",
+    ".flwr-home",
+    "results",
+    "build",
+    "dist",
+    "*.egg-info",
+)
 
 
 def app_copy(destination: Path, clientapp: str | None = None) -> Path:
@@ -158,8 +186,12 @@ def app_copy(destination: Path, clientapp: str | None = None) -> Path:
     shutil.copytree(PROJECT, destination, ignore=shutil.ignore_patterns(*APP_COPY_IGNORE))
     if clientapp is not None:
         pyproject = destination / "pyproject.toml"
-        text, count = re.subn(r'^clientapp = ".*"$', f'clientapp = "{clientapp}"',
-                              pyproject.read_text(), flags=re.MULTILINE)
+        text, count = re.subn(
+            r'^clientapp = ".*"$',
+            f'clientapp = "{clientapp}"',
+            pyproject.read_text(),
+            flags=re.MULTILINE,
+        )
         if count != 1:
             raise ValueError(f"{pyproject}: expected one clientapp component, found {count}")
         pyproject.write_text(text)
@@ -228,32 +260,46 @@ class Deployment:
     # -- environment ----------------------------------------------------------------------------
     @property
     def env(self) -> dict[str, str]:
-        return {**os.environ, "FLWR_HOME": str(self.home),
-                "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-                # no calls out of a loopback deployment (Flower's usage telemetry, its update
-                # check), and none waited for when a process exits
-                "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1",
-                "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-                **({} if self.task_poll_interval is None else
-                   {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": str(self.task_poll_interval)})}
+        return {
+            **os.environ,
+            "FLWR_HOME": str(self.home),
+            "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+            # no calls out of a loopback deployment (Flower's usage telemetry, its update
+            # check), and none waited for when a process exits
+            "FLWR_TELEMETRY_ENABLED": "0",
+            "FLWR_DISABLE_UPDATE_CHECK": "1",
+            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+            **(
+                {}
+                if self.task_poll_interval is None
+                else {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": str(self.task_poll_interval)}
+            ),
+        }
 
     def _tls_flags(self, server: bool) -> list[str]:
         if not self.tls:
             return ["--insecure"]
         if server:
-            return ["--ssl-ca-certfile", str(self.certs / "ca.crt"),
-                    "--ssl-certfile", str(self.certs / "server.pem"),
-                    "--ssl-keyfile", str(self.certs / "server.key")]
+            return [
+                "--ssl-ca-certfile",
+                str(self.certs / "ca.crt"),
+                "--ssl-certfile",
+                str(self.certs / "server.pem"),
+                "--ssl-keyfile",
+                str(self.certs / "server.key"),
+            ]
         return ["--root-certificates", str(self.certs / "ca.crt")]
 
     def _write_connection(self) -> None:
         """The ``flwr`` CLI's connection to this SuperLink's Control API."""
         self.home.mkdir(parents=True, exist_ok=True)
-        security = (f'root-certificates = "{self.certs / "ca.crt"}"' if self.tls
-                    else "insecure = true")
+        security = (
+            f'root-certificates = "{self.certs / "ca.crt"}"' if self.tls else "insecure = true"
+        )
         (self.home / "config.toml").write_text(
             f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
-            f'address = "{self.address}"\n{security}\n')
+            f'address = "{self.address}"\n{security}\n'
+        )
 
     def _in_link(self, args: list[str]) -> list[str]:
         """``args`` run where the SuperLink runs (its namespace, if any)."""
@@ -265,27 +311,43 @@ class Deployment:
 
     def _start(self, name: str, args: list[str]) -> subprocess.Popen:
         log = open(self.workdir / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
-        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                   cwd=self.workdir, start_new_session=True)
+        process = subprocess.Popen(
+            args,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            cwd=self.workdir,
+            start_new_session=True,
+        )
         self.processes[name] = process
         return process
 
     # -- processes ------------------------------------------------------------------------------
-    def _with_warm_superexec(self, args: list[str], runtime_port: int, preload: str,
-                             tls: bool) -> list[str]:
+    def _with_warm_superexec(
+        self, args: list[str], runtime_port: int, preload: str, tls: bool
+    ) -> list[str]:
         """``args`` with ``--isolation process``, run by a shell that first starts
         ``deploy.warm_superexec`` for its Runtime API in the background: the two share the
         process group (stopping or killing one stops both) and the SuperExec exits with it."""
         if self.star is not None:
             raise ValueError("warm SuperExecs are not supported with network namespaces")
-        superexec = [sys.executable, "-m", "deploy.warm_superexec", "--runtime-api-address",
-                     f"127.0.0.1:{runtime_port}", "--preload", preload,
-                     # torch imports it lazily, at a model's first ``to_empty`` (about 1 s)
-                     "--preload", "torch.fx.experimental.symbolic_shapes",
-                     *(["--root-certificates", str(self.certs / "ca.crt")] if tls
-                       else ["--insecure"])]
-        script = (f"cd {shlex.quote(str(PROJECT))} && {shlex.join(superexec)} --parent-pid $$ "
-                  f"& exec {shlex.join([*args, '--isolation', 'process'])}")
+        superexec = [
+            sys.executable,
+            "-m",
+            "deploy.warm_superexec",
+            "--runtime-api-address",
+            f"127.0.0.1:{runtime_port}",
+            "--preload",
+            preload,
+            # torch imports it lazily, at a model's first ``to_empty`` (about 1 s)
+            "--preload",
+            "torch.fx.experimental.symbolic_shapes",
+            *(["--root-certificates", str(self.certs / "ca.crt")] if tls else ["--insecure"]),
+        ]
+        script = (
+            f"cd {shlex.quote(str(PROJECT))} && {shlex.join(superexec)} --parent-pid $$ "
+            f"& exec {shlex.join([*args, '--isolation', 'process'])}"
+        )
         return ["sh", "-c", script]
 
     def start_superlink(self) -> None:
@@ -298,14 +360,22 @@ class Deployment:
         p = self.base_port
         # in its own namespace the SuperLink listens on its links too, unless behind a perimeter
         host = "127.0.0.1" if self.star is None or self.perimeter else "0.0.0.0"  # noqa: S104
-        args = self._in_link([
-            str(BIN / "flower-superlink"), *self._tls_flags(server=True),
-            "--disable-runtime-dependency-installation",
-            "--host", host, "--port", str(p),
-            "--health-server-address", f"127.0.0.1:{p + 1}",
-            "--database", str(self.workdir / "state.db"),
-            *(["--enable-supernode-auth"] if self.auth else []),
-        ])
+        args = self._in_link(
+            [
+                str(BIN / "flower-superlink"),
+                *self._tls_flags(server=True),
+                "--disable-runtime-dependency-installation",
+                "--host",
+                host,
+                "--port",
+                str(p),
+                "--health-server-address",
+                f"127.0.0.1:{p + 1}",
+                "--database",
+                str(self.workdir / "state.db"),
+                *(["--enable-supernode-auth"] if self.auth else []),
+            ]
+        )
         if self.warm:
             args = self._with_warm_superexec(args, p, "server_app.app", self.tls)
         self._start("superlink", args)
@@ -317,13 +387,19 @@ class Deployment:
         """nginx on the SuperNodes' side (``proxy_port``; on every address of the SuperLink's
         namespace with ``star``), TLS with the SuperLink's certificate, only the Fleet API
         forwarded to the SuperLink's loopback listener (re-encrypted, verified with ca.crt)."""
-        listen = (f"127.0.0.1:{self.proxy_port}" if self.star is None
-                  else f"0.0.0.0:{self.proxy_port}")
+        listen = (
+            f"127.0.0.1:{self.proxy_port}" if self.star is None else f"0.0.0.0:{self.proxy_port}"
+        )
         self.proxy = Perimeter(
-            listen=listen, upstream=self.address, cert=self.certs / "server.pem",
-            key=self.certs / "server.key", ca=self.certs / "ca.crt", auth=self.auth,
+            listen=listen,
+            upstream=self.address,
+            cert=self.certs / "server.pem",
+            key=self.certs / "server.key",
+            ca=self.certs / "ca.crt",
+            auth=self.auth,
             workdir=self.workdir / "perimeter",
-            exec_prefix=[] if self.star is None else self.star.exec_prefix(self.star.link))
+            exec_prefix=[] if self.star is None else self.star.exec_prefix(self.star.link),
+        )
         self.proxy.start()
 
     @property
@@ -339,9 +415,16 @@ class Deployment:
         self.node_ids[name] = int(json.loads(done.stdout)["node-id"])
         return key
 
-    def start_supernode(self, index: int, num_partitions: int, registered: bool = True,
-                        name: str | None = None, slot: int | None = None,
-                        node_config: str = "", warm: bool | None = None) -> subprocess.Popen:
+    def start_supernode(
+        self,
+        index: int,
+        num_partitions: int,
+        registered: bool = True,
+        name: str | None = None,
+        slot: int | None = None,
+        node_config: str = "",
+        warm: bool | None = None,
+    ) -> subprocess.Popen:
         """SuperNode ``index`` (partition ``index``) with the ports of ``slot`` (default: the
         index); with auth, its key (registered first unless ``registered`` is false: the
         SuperLink must refuse it); ``node_config``: more
@@ -351,15 +434,27 @@ class Deployment:
         warm = self.warm if warm is None else warm
         name = name or f"supernode-{index}"
         port = self.base_port + 10 + 2 * (index if slot is None else slot)
-        superlink = (f"127.0.0.1:{self.fleet_port}" if self.star is None
-                     else f"{self.star.link_address(index)}:{self.fleet_port}")
-        args = [*(self.supernode_command or (str(BIN / "flower-supernode"),)),
-                *self._tls_flags(server=False),
-                "--superlink", superlink, "--port", str(port),
-                "--health-server-address", f"127.0.0.1:{port + 1}",
-                "--node-config",
-                f"partition-id={index} num-partitions={num_partitions} {node_config}".strip(),
-                "--max-retries", "3", "--max-wait-time", "20"]
+        superlink = (
+            f"127.0.0.1:{self.fleet_port}"
+            if self.star is None
+            else f"{self.star.link_address(index)}:{self.fleet_port}"
+        )
+        args = [
+            *(self.supernode_command or (str(BIN / "flower-supernode"),)),
+            *self._tls_flags(server=False),
+            "--superlink",
+            superlink,
+            "--port",
+            str(port),
+            "--health-server-address",
+            f"127.0.0.1:{port + 1}",
+            "--node-config",
+            f"partition-id={index} num-partitions={num_partitions} {node_config}".strip(),
+            "--max-retries",
+            "3",
+            "--max-wait-time",
+            "20",
+        ]
         if self.auth:
             key = self.register(name) if registered else make_node_key(self.keys, name)
             args += ["--auth-supernode-private-key", str(key)]
@@ -371,32 +466,63 @@ class Deployment:
 
     def wait_for_port(self, port: int, timeout: float = 60.0) -> None:
         """Until something listens on ``port`` of the SuperLink's loopback."""
-        probe = self._in_link([sys.executable, "-c", "import socket, sys; sys.exit(socket.socket()"
-                               f".connect_ex(('127.0.0.1', {port})))"])
+        probe = self._in_link(
+            [
+                sys.executable,
+                "-c",
+                f"import socket, sys; sys.exit(socket.socket().connect_ex(('127.0.0.1', {port})))",
+            ]
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if subprocess.run(probe, capture_output=True).returncode == 0:
                 return
             if any(p.poll() is not None for p in self.processes.values()):
-                raise RuntimeError(f"a process exited while waiting for port {port}: "
-                                   f"{self.exited()}")
+                raise RuntimeError(
+                    f"a process exited while waiting for port {port}: {self.exited()}"
+                )
             time.sleep(0.3)
         raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
 
     def exited(self) -> dict[str, int]:
         return {n: p.returncode for n, p in self.processes.items() if p.poll() is not None}
 
-    def flwr_run(self, run_config: str, timeout: float = 600.0,
-                 app: Path = PROJECT) -> subprocess.CompletedProcess:
+    def flwr_run(
+        self, run_config: str, timeout: float = 600.0, app: Path = PROJECT
+    ) -> subprocess.CompletedProcess:
         """Submit a job with ``flwr run <app> deploy --stream`` and wait for it to end."""
         return subprocess.run(
-            self._in_link([str(BIN / "flwr"), "run", str(app), CONNECTION, "--stream",
-                           "--run-config", run_config]),
-            capture_output=True, text=True, env=self.env, cwd=PROJECT, timeout=timeout)
+            self._in_link(
+                [
+                    str(BIN / "flwr"),
+                    "run",
+                    str(app),
+                    CONNECTION,
+                    "--stream",
+                    "--run-config",
+                    run_config,
+                ]
+            ),
+            capture_output=True,
+            text=True,
+            env=self.env,
+            cwd=PROJECT,
+            timeout=timeout,
+        )
 
     def _run_args(self, run_config: str, app: Path) -> list[str]:
-        return self._in_link([str(BIN / "flwr"), "run", str(app), CONNECTION, "--format", "json",
-                              "--run-config", run_config])
+        return self._in_link(
+            [
+                str(BIN / "flwr"),
+                "run",
+                str(app),
+                CONNECTION,
+                "--format",
+                "json",
+                "--run-config",
+                run_config,
+            ]
+        )
 
     def submit(self, run_config: str, app: Path = PROJECT) -> str:
         """Start a job without waiting for it (``flwr run <app> ... --format json``); its run
@@ -406,9 +532,17 @@ class Deployment:
 
     def submit_all(self, run_configs: list[str], app: Path = PROJECT) -> list[str]:
         """``submit`` each job, the ``flwr run`` commands side by side; the run ids in order."""
-        started = [subprocess.Popen(self._run_args(c, app), stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True, env=self.env, cwd=PROJECT)
-                   for c in run_configs]
+        started = [
+            subprocess.Popen(
+                self._run_args(c, app),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=self.env,
+                cwd=PROJECT,
+            )
+            for c in run_configs
+        ]
         outputs = [(p, *p.communicate()) for p in started]
         for process, out, err in outputs:
             if process.returncode != 0:
@@ -432,10 +566,17 @@ class Deployment:
         streams = []
         for run_id in run_ids:
             with open(logs / f"{run_id}.log", "a") as out:
-                streams.append(subprocess.Popen(
-                    self._in_link([str(BIN / "flwr"), "log", str(run_id), CONNECTION,
-                                   "--stream"]),
-                    stdout=out, stderr=subprocess.STDOUT, env=self.env, cwd=PROJECT))
+                streams.append(
+                    subprocess.Popen(
+                        self._in_link(
+                            [str(BIN / "flwr"), "log", str(run_id), CONNECTION, "--stream"]
+                        ),
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        env=self.env,
+                        cwd=PROJECT,
+                    )
+                )
         try:
             for stream in streams:
                 try:
@@ -467,8 +608,12 @@ class Deployment:
         logs.mkdir(exist_ok=True)
         stream = subprocess.Popen(
             self._in_link([str(BIN / "flwr"), "log", str(run_id), CONNECTION, "--stream"]),
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env,
-            cwd=PROJECT)
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=self.env,
+            cwd=PROJECT,
+        )
         with open(logs / f"{run_id}.log", "a") as out:
             for line in stream.stdout:
                 out.write(line)
@@ -515,28 +660,51 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--tls", action="store_true")
-    parser.add_argument("--auth", action="store_true", help="SuperNode authentication (needs --tls)")
-    parser.add_argument("--workdir", type=Path, default=None,
-                        help="a new or empty folder for certificates, keys, logs, state and "
-                             "results (default: a new one, tempfile.mkdtemp)")
+    parser.add_argument(
+        "--auth", action="store_true", help="SuperNode authentication (needs --tls)"
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="a new or empty folder for certificates, keys, logs, state and "
+        "results (default: a new one, tempfile.mkdtemp)",
+    )
     parser.add_argument("--port", type=int, default=39400, help="first of the ports used")
-    parser.add_argument("--host", action="append", default=[],
-                        help="another name or address for the SuperLink's certificate")
+    parser.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        help="another name or address for the SuperLink's certificate",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
-    parser.add_argument("--warm", action="store_true",
-                        help="fork ServerApp and ClientApp processes from a warm parent "
-                             "(--isolation process and deploy.warm_superexec)")
-    parser.add_argument("--netns", action="store_true",
-                        help="each process in its own network namespace, linked by veth pairs "
-                             "(separate hosts on one machine; needs root)")
-    parser.add_argument("--perimeter", action="store_true",
-                        help="SuperNodes dial an nginx perimeter that forwards only the Fleet "
-                             "API; the SuperLink listens on loopback (needs --tls; "
-                             "deploy/perimeter.py)")
-    parser.add_argument("--site-files", type=Path, default=None,
-                        help="a folder of per-site files <partition-id>.csv (python -m "
-                             "tasks.sites): SuperNode i gets node config dataset-path of its own "
-                             "file only (for task='site' runs)")
+    parser.add_argument(
+        "--warm",
+        action="store_true",
+        help="fork ServerApp and ClientApp processes from a warm parent "
+        "(--isolation process and deploy.warm_superexec)",
+    )
+    parser.add_argument(
+        "--netns",
+        action="store_true",
+        help="each process in its own network namespace, linked by veth pairs "
+        "(separate hosts on one machine; needs root)",
+    )
+    parser.add_argument(
+        "--perimeter",
+        action="store_true",
+        help="SuperNodes dial an nginx perimeter that forwards only the Fleet "
+        "API; the SuperLink listens on loopback (needs --tls; "
+        "deploy/perimeter.py)",
+    )
+    parser.add_argument(
+        "--site-files",
+        type=Path,
+        default=None,
+        help="a folder of per-site files <partition-id>.csv (python -m "
+        "tasks.sites): SuperNode i gets node config dataset-path of its own "
+        "file only (for task='site' runs)",
+    )
     parser.add_argument("run_config", help="the job's --run-config text")
     args = parser.parse_args(argv)
     try:  # in seconds, before any process starts: what the ServerApp would refuse
@@ -546,23 +714,36 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INVALID
     args.workdir = new_workdir(args.workdir)
     star = Star(f"fl{os.getpid() % 10000}", args.nodes) if args.netns else None
-    deployment = Deployment(args.workdir, tls=args.tls, auth=args.auth, base_port=args.port,
-                            hosts=args.host, star=star, warm=args.warm,
-                            perimeter=args.perimeter)
+    deployment = Deployment(
+        args.workdir,
+        tls=args.tls,
+        auth=args.auth,
+        base_port=args.port,
+        hosts=args.host,
+        star=star,
+        warm=args.warm,
+        perimeter=args.perimeter,
+    )
     started = time.monotonic()
     try:
         if star is not None:
             star.create()
         deployment.start_superlink()
         for i in range(args.nodes):
-            own = "" if args.site_files is None else \
-                f"dataset-path='{args.site_files.absolute() / f'{i}.csv'}'"
+            own = (
+                ""
+                if args.site_files is None
+                else f"dataset-path='{args.site_files.absolute() / f'{i}.csv'}'"
+            )
             deployment.start_supernode(i, args.nodes, node_config=own)
         results = args.workdir / "results" / "job"
-        run_id = deployment.submit(f"{args.run_config} output-dir='{results.parent}' "
-                                   "run-name='job'")
-        print(f"run {run_id} submitted; its log: {args.workdir / 'logs' / f'{run_id}.log'}",
-              flush=True)
+        run_id = deployment.submit(
+            f"{args.run_config} output-dir='{results.parent}' run-name='job'"
+        )
+        print(
+            f"run {run_id} submitted; its log: {args.workdir / 'logs' / f'{run_id}.log'}",
+            flush=True,
+        )
         status = deployment.follow(run_id, PROGRESS)
         print(f"run {run_id}: {status}; {time.monotonic() - started:.0f} s")
         config = None

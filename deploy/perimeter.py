@@ -45,9 +45,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # flwr/supernode/fleet_http_client.py: what an authenticated flower-supernode 1.41 calls, all POST
-FLEET_PATHS = ("activate-node", "deactivate-node", "send-node-heartbeat", "pull-messages",
-               "push-messages", "get-run", "get-fab", "push-object", "pull-object",
-               "confirm-message-received")
+FLEET_PATHS = (
+    "activate-node",
+    "deactivate-node",
+    "send-node-heartbeat",
+    "pull-messages",
+    "push-messages",
+    "get-run",
+    "get-fab",
+    "push-object",
+    "pull-object",
+    "confirm-message-received",
+)
 # ... and a SuperNode without a key of its own (no SuperNode authentication) also these
 SELF_REGISTERING_PATHS = ("register-node", "unregister-node")
 # flwr.supercore.constant.MAX_PROTOBUF_STREAM_MESSAGE_LENGTH (2 GiB - 1 byte, protobuf's limit)
@@ -125,20 +134,39 @@ http {
 """
 
 
-def render(*, listen: str, upstream: str, cert: str, key: str, ca: str, workdir: str,
-           upstream_name: str = "localhost", auth: bool = True,
-           error_log: str | None = None, access_log: str | None = None,
-           temp: str | None = None, header: str = "written by deploy/perimeter.py") -> str:
+def render(
+    *,
+    listen: str,
+    upstream: str,
+    cert: str,
+    key: str,
+    ca: str,
+    workdir: str,
+    upstream_name: str = "localhost",
+    auth: bool = True,
+    error_log: str | None = None,
+    access_log: str | None = None,
+    temp: str | None = None,
+    header: str = "written by deploy/perimeter.py",
+) -> str:
     """The nginx configuration: TLS on ``listen`` (``[address:]port``) with ``cert``/``key``,
     the Fleet paths forwarded over TLS to ``upstream`` (``address:port``, verified with ``ca``
     as ``upstream_name``); pid file, logs and temporary folders (in ``temp``, an existing
     folder, default ``workdir/tmp``) in ``workdir``."""
     paths = FLEET_PATHS if auth else (*FLEET_PATHS, *SELF_REGISTERING_PATHS)
     values = {
-        "HEADER": header, "LISTEN": listen, "UPSTREAM": upstream, "CERT": cert, "KEY": key,
-        "CA": ca, "UPSTREAM_NAME": upstream_name, "PATHS": "|".join(paths),
-        "MAX_BODY": str(MAX_MESSAGE_BYTES), "PID": f"{workdir}/nginx.pid",
-        "TEMP": temp or f"{workdir}/tmp", "ERROR_LOG": error_log or f"{workdir}/error.log",
+        "HEADER": header,
+        "LISTEN": listen,
+        "UPSTREAM": upstream,
+        "CERT": cert,
+        "KEY": key,
+        "CA": ca,
+        "UPSTREAM_NAME": upstream_name,
+        "PATHS": "|".join(paths),
+        "MAX_BODY": str(MAX_MESSAGE_BYTES),
+        "PID": f"{workdir}/nginx.pid",
+        "TEMP": temp or f"{workdir}/tmp",
+        "ERROR_LOG": error_log or f"{workdir}/error.log",
         "ACCESS_LOG": access_log or f"{workdir}/access.log",
     }
     text = TEMPLATE
@@ -179,18 +207,35 @@ class Perimeter:
 
     def write_config(self) -> Path:
         (self.workdir / "tmp").mkdir(mode=0o700, exist_ok=True)
-        self.conf.write_text(render(
-            listen=self.listen, upstream=self.upstream, cert=str(self.cert), key=str(self.key),
-            ca=str(self.ca), workdir=str(self.workdir), upstream_name=self.upstream_name,
-            auth=self.auth))
+        self.conf.write_text(
+            render(
+                listen=self.listen,
+                upstream=self.upstream,
+                cert=str(self.cert),
+                key=str(self.key),
+                ca=str(self.ca),
+                workdir=str(self.workdir),
+                upstream_name=self.upstream_name,
+                auth=self.auth,
+            )
+        )
         return self.conf
 
     def _command(self, *extra: str) -> list[str]:
         nginx = nginx_binary()
         if nginx is None:
             raise FileNotFoundError("nginx not found (Debian: apt-get install -y nginx)")
-        return [*self.exec_prefix, nginx, "-p", f"{self.workdir}/", "-e",
-                str(self.workdir / "error.log"), "-c", str(self.conf), *extra]
+        return [
+            *self.exec_prefix,
+            nginx,
+            "-p",
+            f"{self.workdir}/",
+            "-e",
+            str(self.workdir / "error.log"),
+            "-c",
+            str(self.conf),
+            *extra,
+        ]
 
     def check(self) -> None:
         """``nginx -t``: the configuration parses and its files load."""
@@ -206,18 +251,29 @@ class Perimeter:
         pid_file = self.workdir / "nginx.pid"
         pid_file.unlink(missing_ok=True)
         with open(self.workdir / "nginx.out", "w") as log:
-            self.process = subprocess.Popen(self._command("-g", "daemon off;"), stdout=log,
-                                            stderr=subprocess.STDOUT, start_new_session=True)
-        host, port = self.listen.rsplit(":", 1) if ":" in self.listen else ("127.0.0.1",
-                                                                            self.listen)
-        probe = [*self.exec_prefix, sys.executable, "-c",
-                 "import socket, sys; sys.exit(socket.socket().connect_ex("
-                 f"({(host if host not in ('0.0.0.0', '*') else '127.0.0.1')!r}, {port})))"]
+            self.process = subprocess.Popen(
+                self._command("-g", "daemon off;"),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        host, port = (
+            self.listen.rsplit(":", 1) if ":" in self.listen else ("127.0.0.1", self.listen)
+        )
+        probe = [
+            *self.exec_prefix,
+            sys.executable,
+            "-c",
+            "import socket, sys; sys.exit(socket.socket().connect_ex("
+            f"({(host if host not in ('0.0.0.0', '*') else '127.0.0.1')!r}, {port})))",
+        ]
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"nginx exited ({self.process.returncode}): "
-                                   f"{(self.workdir / 'error.log').read_text()[-2000:]}")
+                raise RuntimeError(
+                    f"nginx exited ({self.process.returncode}): "
+                    f"{(self.workdir / 'error.log').read_text()[-2000:]}"
+                )
             # nginx writes its pid file once its sockets are bound (not someone else's port)
             if pid_file.exists() and subprocess.run(probe, capture_output=True).returncode == 0:
                 return self.process
@@ -246,25 +302,48 @@ def main(argv: list[str] | None = None) -> int:
     """``--docker``: rewrite docker/nginx/perimeter.conf. Otherwise write the configuration for
     ``--listen`` / ``--upstream`` / ``--certs`` into ``--workdir``, check it (``nginx -t``) and
     become nginx in the foreground (exec: the PID stays), for a service manager or a terminal."""
-    parser = argparse.ArgumentParser(description="nginx in front of a Flower 1.41 SuperLink: "
-                                                 "only the SuperNodes' Fleet API passes.")
-    parser.add_argument("--docker", action="store_true",
-                        help="(re)write docker/nginx/perimeter.conf and exit")
-    parser.add_argument("--listen", default="0.0.0.0:9091",
-                        help="[address:]port the SuperNodes dial (default 0.0.0.0:9091)")
-    parser.add_argument("--upstream", default="127.0.0.1:9092",
-                        help="the SuperLink's own --host:--port (default 127.0.0.1:9092)")
-    parser.add_argument("--certs", type=Path, default=Path("certs"),
-                        help="folder with ca.crt, server.pem, server.key (the SuperLink's)")
-    parser.add_argument("--workdir", type=Path, default=None,
-                        help="folder for nginx.conf, pid file, logs (default: a new one)")
-    parser.add_argument("--upstream-name", default="localhost",
-                        help="a name in the SuperLink's certificate, verified on the upstream "
-                             "connection (default localhost: make_certificates and certs.sh "
-                             "put it in)")
-    parser.add_argument("--no-auth", action="store_true",
-                        help="SuperLink without --enable-supernode-auth: also forward "
-                             "register-node / unregister-node (nodes register themselves)")
+    parser = argparse.ArgumentParser(
+        description="nginx in front of a Flower 1.41 SuperLink: "
+        "only the SuperNodes' Fleet API passes."
+    )
+    parser.add_argument(
+        "--docker", action="store_true", help="(re)write docker/nginx/perimeter.conf and exit"
+    )
+    parser.add_argument(
+        "--listen",
+        default="0.0.0.0:9091",
+        help="[address:]port the SuperNodes dial (default 0.0.0.0:9091)",
+    )
+    parser.add_argument(
+        "--upstream",
+        default="127.0.0.1:9092",
+        help="the SuperLink's own --host:--port (default 127.0.0.1:9092)",
+    )
+    parser.add_argument(
+        "--certs",
+        type=Path,
+        default=Path("certs"),
+        help="folder with ca.crt, server.pem, server.key (the SuperLink's)",
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="folder for nginx.conf, pid file, logs (default: a new one)",
+    )
+    parser.add_argument(
+        "--upstream-name",
+        default="localhost",
+        help="a name in the SuperLink's certificate, verified on the upstream "
+        "connection (default localhost: make_certificates and certs.sh "
+        "put it in)",
+    )
+    parser.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="SuperLink without --enable-supernode-auth: also forward "
+        "register-node / unregister-node (nodes register themselves)",
+    )
     parser.add_argument("--check", action="store_true", help="write and check, do not run")
     args = parser.parse_args(argv)
     if args.docker:
@@ -272,14 +351,22 @@ def main(argv: list[str] | None = None) -> int:
         DOCKER_CONF.write_text(docker_config())
         return 0
     certs = args.certs.resolve()
-    perimeter = Perimeter(listen=args.listen, upstream=args.upstream,
-                          cert=certs / "server.pem", key=certs / "server.key",
-                          ca=certs / "ca.crt", auth=not args.no_auth,
-                          upstream_name=args.upstream_name,
-                          workdir=None if args.workdir is None else args.workdir.resolve())
+    perimeter = Perimeter(
+        listen=args.listen,
+        upstream=args.upstream,
+        cert=certs / "server.pem",
+        key=certs / "server.key",
+        ca=certs / "ca.crt",
+        auth=not args.no_auth,
+        upstream_name=args.upstream_name,
+        workdir=None if args.workdir is None else args.workdir.resolve(),
+    )
     perimeter.check()
-    print(f"[perimeter] {perimeter.conf} checked; nginx on {args.listen} -> https://"
-          f"{args.upstream} (Fleet API only); logs in {perimeter.workdir}", flush=True)
+    print(
+        f"[perimeter] {perimeter.conf} checked; nginx on {args.listen} -> https://"
+        f"{args.upstream} (Fleet API only); logs in {perimeter.workdir}",
+        flush=True,
+    )
     if args.check:
         return 0
     command = perimeter._command("-g", "daemon off;")
@@ -291,11 +378,19 @@ def docker_config() -> str:
     """The configuration of docker/compose.perimeter.yml's ``perimeter`` service: every port,
     the SuperNodes' door 39405 on all addresses; the SuperLink at 127.0.0.1:39401 (host
     networking); the certificates where the overlay mounts them; its files under /tmp."""
-    return render(listen="39405", upstream="127.0.0.1:39401", cert="/app/certs/server.pem",
-                  key="/app/certs/server.key", ca="/app/certs/ca.crt", workdir="/tmp",
-                  temp="/tmp", error_log="stderr", access_log="/dev/stdout",
-                  header="docker/compose.perimeter.yml; made by `python -m deploy.perimeter "
-                         "--docker` (do not edit by hand)")
+    return render(
+        listen="39405",
+        upstream="127.0.0.1:39401",
+        cert="/app/certs/server.pem",
+        key="/app/certs/server.key",
+        ca="/app/certs/ca.crt",
+        workdir="/tmp",
+        temp="/tmp",
+        error_log="stderr",
+        access_log="/dev/stdout",
+        header="docker/compose.perimeter.yml; made by `python -m deploy.perimeter "
+        "--docker` (do not edit by hand)",
+    )
 
 
 if __name__ == "__main__":

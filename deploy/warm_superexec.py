@@ -71,8 +71,7 @@ def prompt_object_pulls(backoff: float) -> None:
     retry a missing object after ``backoff`` seconds, then doubling, instead of 1 s."""
     from flwr.supercore.inflatable import inflatable_utils
 
-    for pull in (inflatable_utils.pull_objects,
-                 inflatable_utils.pull_and_inflate_object_from_tree):
+    for pull in (inflatable_utils.pull_objects, inflatable_utils.pull_and_inflate_object_from_tree):
         pull.__kwdefaults__["initial_backoff"] = backoff
 
 
@@ -111,21 +110,27 @@ class ForkExecutor:
     def __init__(self) -> None:
         self.children: set[int] = set()
 
-    def get_eligible_capacity(self, supported_task_types, *, insecure=False,
-                              root_certificates_path=None):
+    def get_eligible_capacity(
+        self, supported_task_types, *, insecure=False, root_certificates_path=None
+    ):
         del insecure, root_certificates_path
         return supported_task_types, set()
 
-    def wait_for_capacity(self, task_type=None, *, fab_hash=None, insecure=False,
-                          root_certificates_path=None) -> None:
+    def wait_for_capacity(
+        self, task_type=None, *, fab_hash=None, insecure=False, root_certificates_path=None
+    ) -> None:
         del task_type, fab_hash, insecure, root_certificates_path
 
     def launch(self, spec):
         from flwr.supercore.constant import TASK_TYPE_TO_APPIO_API_ADDRESS_ARG, TASK_TYPE_TO_COMMAND
         from flwr.supercore.superexec.executor.types import LaunchResult
 
-        argv = [TASK_TYPE_TO_APPIO_API_ADDRESS_ARG[spec.task_type], spec.runtime_api_address,
-                "--token", spec.token]
+        argv = [
+            TASK_TYPE_TO_APPIO_API_ADDRESS_ARG[spec.task_type],
+            spec.runtime_api_address,
+            "--token",
+            spec.token,
+        ]
         if spec.insecure:
             argv.append("--insecure")
         elif spec.root_certificates_path is not None:
@@ -165,11 +170,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--root-certificates", default=None)
     parser.add_argument("--parent-pid", type=int, default=None)
     parser.add_argument("--health-server-address", default=None)
-    parser.add_argument("--pull-backoff", type=float, default=0.1,
-                        help="seconds before a child retries an object not there yet "
-                             "(Flower's: 1)")
-    parser.add_argument("--preload", action="append", default=[],
-                        help="a module to import before forking (repeatable)")
+    parser.add_argument(
+        "--pull-backoff",
+        type=float,
+        default=0.1,
+        help="seconds before a child retries an object not there yet (Flower's: 1)",
+    )
+    parser.add_argument(
+        "--preload",
+        action="append",
+        default=[],
+        help="a module to import before forking (repeatable)",
+    )
     return parser.parse_args(argv)
 
 
@@ -182,10 +194,14 @@ def main(argv: list[str] | None = None) -> None:
         _entry_point(command)
     loop = importlib.import_module("flwr.supercore.superexec.run_superexec")
     loop.get_executor = lambda *_, **__: ForkExecutor()  # Flower's loop, our executor
-    loop.run_superexec(runtime_api_address=args.runtime_api_address, insecure=args.insecure,
-                       root_certificates_path=args.root_certificates, parent_pid=args.parent_pid,
-                       health_server_address=args.health_server_address,
-                       runtime_dependency_install=False)
+    loop.run_superexec(
+        runtime_api_address=args.runtime_api_address,
+        insecure=args.insecure,
+        root_certificates_path=args.root_certificates,
+        parent_pid=args.parent_pid,
+        health_server_address=args.health_server_address,
+        runtime_dependency_install=False,
+    )
 
 
 if __name__ == "__main__":

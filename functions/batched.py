@@ -50,8 +50,10 @@ def weighted_sum(
     for start, stop in same_spec_runs(learners):
         spec = learner_spec(learners[start])
         if (spec.n_features, spec.n_outputs) != (x.shape[1], n_outputs):
-            raise ValueError(f"learner {start} maps {spec.n_features} -> {spec.n_outputs}, "
-                             f"expected {x.shape[1]} -> {n_outputs}")
+            raise ValueError(
+                f"learner {start} maps {spec.n_features} -> {spec.n_outputs}, "
+                f"expected {x.shape[1]} -> {n_outputs}"
+            )
         if isinstance(spec, TreeSpec):
             add_weighted(out, learners[start:stop], weights[start:stop], x)
         else:
@@ -59,22 +61,29 @@ def weighted_sum(
     return out
 
 
-def _add_networks(out: np.ndarray, spec: NetworkSpec | ConvNetSpec,
-                  modules: Sequence[Network | ConvNet], weights: Sequence[float],
-                  x: np.ndarray) -> None:
+def _add_networks(
+    out: np.ndarray,
+    spec: NetworkSpec | ConvNetSpec,
+    modules: Sequence[Network | ConvNet],
+    weights: Sequence[float],
+    x: np.ndarray,
+) -> None:
     """out += sum_k weights[k] * modules[k](x), stacked in chunks of networks and inputs."""
-    forward = networks.stacked_forward if isinstance(spec, NetworkSpec) else \
-        convnets.stacked_forward
+    forward = (
+        networks.stacked_forward if isinstance(spec, NetworkSpec) else convnets.stacked_forward
+    )
     pairs = max(1, CHUNK_BYTES // (4 * spec.activation_size))  # (network, input) pairs a chunk
     rows = max(1, min(len(x), pairs))
     per_chunk = max(1, pairs // rows)
     inputs = torch.tensor(x, dtype=torch.float32)
     with torch.no_grad():
         for first in range(0, len(modules), per_chunk):
-            chunk = modules[first:first + per_chunk]
-            params = [torch.stack(tensors) for tensors in
-                      zip(*(module.state_dict().values() for module in chunk))]
+            chunk = modules[first : first + per_chunk]
+            params = [
+                torch.stack(tensors)
+                for tensors in zip(*(module.state_dict().values() for module in chunk))
+            ]
             for row in range(0, len(x), rows):
-                outputs = forward(spec, params, inputs[row:row + rows]).numpy()
-                for weight, output in zip(weights[first:first + per_chunk], outputs):
-                    out[row:row + rows] += weight * output.astype(np.float64)
+                outputs = forward(spec, params, inputs[row : row + rows]).numpy()
+                for weight, output in zip(weights[first : first + per_chunk], outputs):
+                    out[row : row + rows] += weight * output.astype(np.float64)

@@ -66,30 +66,43 @@ class BoosterSpec:
 
     def params(self) -> dict[str, Any]:
         """The XGBoost parameters that define the model (a node adds its training ones)."""
-        params = {"objective": self.objective, "base_score": self.base_score,
-                  "max_depth": self.max_depth}
+        params = {
+            "objective": self.objective,
+            "base_score": self.base_score,
+            "max_depth": self.max_depth,
+        }
         return {**params, "num_class": self.num_class} if self.num_class else params
 
     def header(self, num_trees: int) -> dict[str, Any]:
         """The model's JSON beside its trees, as XGBoost 3.2 writes it."""
         objective: dict[str, Any] = (
             {"name": SOFTPROB, "softmax_multiclass_param": {"num_class": str(self.num_class)}}
-            if self.num_class else
-            {"name": SQUARED_ERROR, "reg_loss_param": {"scale_pos_weight": "1"}})
+            if self.num_class
+            else {"name": SQUARED_ERROR, "reg_loss_param": {"scale_pos_weight": "1"}}
+        )
         iterations = num_trees // self.outputs
         return {
-            "attributes": {}, "feature_names": [], "feature_types": [],
+            "attributes": {},
+            "feature_names": [],
+            "feature_types": [],
             "learner_model_param": {
                 "base_score": "[" + ",".join([repr(self.base_score)] * self.outputs) + "]",
-                "boost_from_average": "0", "num_class": str(self.num_class),
-                "num_feature": str(self.num_feature), "num_target": "1"},
+                "boost_from_average": "0",
+                "num_class": str(self.num_class),
+                "num_feature": str(self.num_feature),
+                "num_target": "1",
+            },
             "objective": objective,
-            "gradient_booster": {"name": "gbtree", "model": {
-                "cats": _EMPTY_CATS,
-                "gbtree_model_param": {"num_parallel_tree": "1", "num_trees": str(num_trees)},
-                "iteration_indptr": [i * self.outputs for i in range(iterations + 1)],
-                "tree_info": [i % self.outputs for i in range(num_trees)],
-                "trees": []}},
+            "gradient_booster": {
+                "name": "gbtree",
+                "model": {
+                    "cats": _EMPTY_CATS,
+                    "gbtree_model_param": {"num_parallel_tree": "1", "num_trees": str(num_trees)},
+                    "iteration_indptr": [i * self.outputs for i in range(iterations + 1)],
+                    "tree_info": [i % self.outputs for i in range(num_trees)],
+                    "trees": [],
+                },
+            },
         }
 
 
@@ -113,8 +126,9 @@ class Tree:
 
     def same_as(self, other: Tree) -> bool:
         """Every field equal, value for value."""
-        return all(np.array_equal(getattr(self, f.name), getattr(other, f.name))
-                   for f in fields(self))
+        return all(
+            np.array_equal(getattr(self, f.name), getattr(other, f.name)) for f in fields(self)
+        )
 
     def parents(self) -> np.ndarray:
         parents = np.full(self.num_nodes, ROOT_PARENT, np.int64)
@@ -145,12 +159,16 @@ class Booster:
         exactly ``new_iterations`` more iterations (cyclic: the node boosts on top of it)."""
         expected = self.iterations + new_iterations
         if other.iterations != expected:
-            raise DecodeError(f"holds {other.iterations} iterations, expected {expected} (the "
-                              f"global booster's {self.iterations} and {new_iterations} new)")
+            raise DecodeError(
+                f"holds {other.iterations} iterations, expected {expected} (the "
+                f"global booster's {self.iterations} and {new_iterations} new)"
+            )
         for i, (held, sent) in enumerate(zip(self.trees, other.trees)):
             if not held.same_as(sent):
-                raise DecodeError(f"tree {i} differs from the global booster's tree {i} (a "
-                                  "reply may only add trees)")
+                raise DecodeError(
+                    f"tree {i} differs from the global booster's tree {i} (a "
+                    "reply may only add trees)"
+                )
 
 
 # -- encoding ---------------------------------------------------------------------------------
@@ -162,16 +180,27 @@ def _floats(array: np.ndarray) -> list[float]:
 def _tree_json(tree: Tree, index: int, num_feature: int) -> dict[str, Any]:
     n = tree.num_nodes
     return {
-        "base_weights": _floats(tree.base_weight), "categories": [], "categories_nodes": [],
-        "categories_segments": [], "categories_sizes": [],
-        "default_left": tree.default_left.tolist(), "id": index,
-        "left_children": tree.left.tolist(), "loss_changes": _floats(tree.loss_change),
-        "parents": tree.parents().tolist(), "right_children": tree.right.tolist(),
+        "base_weights": _floats(tree.base_weight),
+        "categories": [],
+        "categories_nodes": [],
+        "categories_segments": [],
+        "categories_sizes": [],
+        "default_left": tree.default_left.tolist(),
+        "id": index,
+        "left_children": tree.left.tolist(),
+        "loss_changes": _floats(tree.loss_change),
+        "parents": tree.parents().tolist(),
+        "right_children": tree.right.tolist(),
         "split_conditions": _floats(tree.split_condition),
-        "split_indices": tree.split_index.tolist(), "split_type": [0] * n,
+        "split_indices": tree.split_index.tolist(),
+        "split_type": [0] * n,
         "sum_hessian": _floats(tree.sum_hessian),
-        "tree_param": {"num_deleted": "0", "num_feature": str(num_feature),
-                       "num_nodes": str(n), "size_leaf_vector": "1"},
+        "tree_param": {
+            "num_deleted": "0",
+            "num_feature": str(num_feature),
+            "num_nodes": str(n),
+            "size_leaf_vector": "1",
+        },
     }
 
 
@@ -180,9 +209,11 @@ def encode_booster(booster: Booster) -> bytes:
     spec = booster.spec
     learner = spec.header(len(booster.trees))
     learner["gradient_booster"]["model"]["trees"] = [
-        _tree_json(tree, i, spec.num_feature) for i, tree in enumerate(booster.trees)]
-    return json.dumps({"learner": learner, "version": list(FORMAT_VERSION)},
-                      separators=(",", ":")).encode()
+        _tree_json(tree, i, spec.num_feature) for i, tree in enumerate(booster.trees)
+    ]
+    return json.dumps(
+        {"learner": learner, "version": list(FORMAT_VERSION)}, separators=(",", ":")
+    ).encode()
 
 
 def raw_record(raw: bytes) -> ArrayRecord:
@@ -203,12 +234,12 @@ def record_raw(record: object, max_bytes: int) -> bytes:
         raise DecodeError(f"expected an ArrayRecord of one array {KEY!r}, got {found}")
     size = npy_data_bytes(record[KEY], KEY)
     if size > max_bytes:
-        raise DecodeError(f"the booster takes {size} bytes, more than "
-                          f"fedxgb.max-booster-bytes={max_bytes}")
+        raise DecodeError(
+            f"the booster takes {size} bytes, more than fedxgb.max-booster-bytes={max_bytes}"
+        )
     array = array_to_numpy(record[KEY], KEY)
     if array.dtype != np.uint8 or array.ndim != 1:
-        raise DecodeError(f"the booster must be 1-D uint8 bytes, got {array.dtype} "
-                          f"{array.shape}")
+        raise DecodeError(f"the booster must be 1-D uint8 bytes, got {array.dtype} {array.shape}")
     return array.tobytes()
 
 
@@ -226,8 +257,10 @@ def decode_booster(raw: bytes, spec: BoosterSpec) -> Booster:
     """The booster in XGBoost JSON ``raw``, checked against ``spec``; ``DecodeError`` naming
     the first fault."""
     if len(raw) > spec.max_bytes:
-        raise DecodeError(f"the booster takes {len(raw)} bytes, more than "
-                          f"fedxgb.max-booster-bytes={spec.max_bytes}")
+        raise DecodeError(
+            f"the booster takes {len(raw)} bytes, more than "
+            f"fedxgb.max-booster-bytes={spec.max_bytes}"
+        )
     try:
         model = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
     except (UnicodeDecodeError, ValueError, RecursionError) as err:
@@ -236,12 +269,25 @@ def decode_booster(raw: bytes, spec: BoosterSpec) -> Booster:
         raise DecodeError(f"not XGBoost JSON ({type(err).__name__}: {str(err)[:80]})") from None
     _keys(model, {"learner", "version"}, "the model")
     version = model["version"]
-    if not (isinstance(version, list) and len(version) == 3
-            and all(type(v) is int and 0 <= v < 1000 for v in version)):
+    if not (
+        isinstance(version, list)
+        and len(version) == 3
+        and all(type(v) is int and 0 <= v < 1000 for v in version)
+    ):
         raise DecodeError(f"version: expected three small integers, got {_shown(version)}")
     learner = model["learner"]
-    _keys(learner, {"attributes", "feature_names", "feature_types", "gradient_booster",
-                    "learner_model_param", "objective"}, "learner")
+    _keys(
+        learner,
+        {
+            "attributes",
+            "feature_names",
+            "feature_types",
+            "gradient_booster",
+            "learner_model_param",
+            "objective",
+        },
+        "learner",
+    )
     booster = _dict(learner["gradient_booster"], "gradient_booster")
     _keys(booster, {"model", "name"}, "gradient_booster")
     trees = _dict(booster["model"], "gradient_booster.model").get("trees")
@@ -253,7 +299,7 @@ def decode_booster(raw: bytes, spec: BoosterSpec) -> Booster:
 
 def _shown(value: object, limit: int = 100) -> str:
     text = repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _dict(value: object, where: str) -> dict:
@@ -265,8 +311,10 @@ def _dict(value: object, where: str) -> dict:
 def _keys(value: object, keys: set[str], where: str) -> None:
     found = set(_dict(value, where))
     if found != keys:
-        raise DecodeError(f"{where}: unexpected keys {sorted(found - keys)[:5]}, missing "
-                          f"{sorted(keys - found)[:5]}")
+        raise DecodeError(
+            f"{where}: unexpected keys {sorted(found - keys)[:5]}, missing "
+            f"{sorted(keys - found)[:5]}"
+        )
 
 
 def _check_header(learner: Mapping[str, Any], spec: BoosterSpec, num_trees: int) -> None:
@@ -275,25 +323,32 @@ def _check_header(learner: Mapping[str, Any], spec: BoosterSpec, num_trees: int)
     expected = spec.header(num_trees)
     for name in ("attributes", "feature_names", "feature_types", "objective"):
         if learner[name] != expected[name]:
-            raise DecodeError(f"{name}: expected {_shown(expected[name])}, got "
-                              f"{_shown(learner[name])}")
+            raise DecodeError(
+                f"{name}: expected {_shown(expected[name])}, got {_shown(learner[name])}"
+            )
     if num_trees % spec.outputs:
-        raise DecodeError(f"{num_trees} trees are not whole iterations of {spec.outputs} "
-                          f"(one tree per {'class' if spec.num_class else 'output'})")
+        raise DecodeError(
+            f"{num_trees} trees are not whole iterations of {spec.outputs} "
+            f"(one tree per {'class' if spec.num_class else 'output'})"
+        )
     params = dict(_dict(learner["learner_model_param"], "learner_model_param"))
     _base_score(params.pop("base_score", None), spec)
     wanted = dict(expected["learner_model_param"])
     del wanted["base_score"]
     if params != wanted:
-        raise DecodeError(f"learner_model_param: expected {_shown(wanted)}, got {_shown(params)} "
-                          f"(num_class {spec.num_class}, num_feature {spec.num_feature})")
+        raise DecodeError(
+            f"learner_model_param: expected {_shown(wanted)}, got {_shown(params)} "
+            f"(num_class {spec.num_class}, num_feature {spec.num_feature})"
+        )
     model = dict(learner["gradient_booster"]["model"])
     del model["trees"]
     want_model = {k: v for k, v in expected["gradient_booster"]["model"].items() if k != "trees"}
     for name, value in want_model.items():
         if model.get(name) != value:
-            raise DecodeError(f"gradient_booster.model.{name}: expected {_shown(value)}, got "
-                              f"{_shown(model.get(name))}")
+            raise DecodeError(
+                f"gradient_booster.model.{name}: expected {_shown(value)}, got "
+                f"{_shown(model.get(name))}"
+            )
     if set(model) != set(want_model) or learner["gradient_booster"]["name"] != "gbtree":
         raise DecodeError("gradient_booster: not a gbtree model of the expected fields")
 
@@ -305,30 +360,57 @@ def _base_score(text: object, spec: BoosterSpec) -> None:
             values = [float(v) for v in text[1:-1].split(",")]
         except ValueError:
             values = None
-    if values is None or len(values) != spec.outputs or any(
-            np.float32(v) != np.float32(spec.base_score) for v in values):
-        raise DecodeError(f"base_score: expected {spec.outputs} x {spec.base_score}, got "
-                          f"{_shown(text)}")
+    if (
+        values is None
+        or len(values) != spec.outputs
+        or any(np.float32(v) != np.float32(spec.base_score) for v in values)
+    ):
+        raise DecodeError(
+            f"base_score: expected {spec.outputs} x {spec.base_score}, got {_shown(text)}"
+        )
 
 
-_INTS = {"left_children": "left", "right_children": "right", "split_indices": "split_index",
-         "default_left": "default_left", "parents": ""}
-_FLOATS = {"split_conditions": "split_condition", "base_weights": "base_weight",
-           "loss_changes": "loss_change", "sum_hessian": "sum_hessian"}
-_TREE_KEYS = {*_INTS, *_FLOATS, "categories", "categories_nodes", "categories_segments",
-              "categories_sizes", "id", "split_type", "tree_param"}
+_INTS = {
+    "left_children": "left",
+    "right_children": "right",
+    "split_indices": "split_index",
+    "default_left": "default_left",
+    "parents": "",
+}
+_FLOATS = {
+    "split_conditions": "split_condition",
+    "base_weights": "base_weight",
+    "loss_changes": "loss_change",
+    "sum_hessian": "sum_hessian",
+}
+_TREE_KEYS = {
+    *_INTS,
+    *_FLOATS,
+    "categories",
+    "categories_nodes",
+    "categories_segments",
+    "categories_sizes",
+    "id",
+    "split_type",
+    "tree_param",
+}
 
 
 def _int_array(value: object, n: int, where: str) -> np.ndarray:
-    if not (isinstance(value, list) and len(value) == n and all(type(v) is int for v in value)
-            and all(-ROOT_PARENT <= v <= ROOT_PARENT for v in value)):
+    if not (
+        isinstance(value, list)
+        and len(value) == n
+        and all(type(v) is int for v in value)
+        and all(-ROOT_PARENT <= v <= ROOT_PARENT for v in value)
+    ):
         raise DecodeError(f"{where}: expected {n} integers")
     return np.array(value, dtype=np.int64)
 
 
 def _float_array(value: object, n: int, where: str) -> np.ndarray:
-    if not (isinstance(value, list) and len(value) == n
-            and all(type(v) in (int, float) for v in value)):
+    if not (
+        isinstance(value, list) and len(value) == n and all(type(v) in (int, float) for v in value)
+    ):
         raise DecodeError(f"{where}: expected {n} numbers")
     with np.errstate(over="ignore"):
         array = np.array(value, dtype=np.float64).astype(np.float32)
@@ -343,23 +425,34 @@ def _tree(value: object, index: int, spec: BoosterSpec) -> Tree:
     param = value["tree_param"]
     n = _dict(param, f"{where}.tree_param").get("num_nodes")
     if not (isinstance(n, str) and n.isdigit() and 1 <= int(n) <= spec.max_nodes):
-        raise DecodeError(f"{where}: {_shown(n)} nodes; a tree of depth <= "
-                          f"{spec.max_depth} has 1 to {spec.max_nodes}")
+        raise DecodeError(
+            f"{where}: {_shown(n)} nodes; a tree of depth <= "
+            f"{spec.max_depth} has 1 to {spec.max_nodes}"
+        )
     n = int(n)
-    expected_param = {"num_deleted": "0", "num_feature": str(spec.num_feature),
-                      "num_nodes": str(n), "size_leaf_vector": "1"}
+    expected_param = {
+        "num_deleted": "0",
+        "num_feature": str(spec.num_feature),
+        "num_nodes": str(n),
+        "size_leaf_vector": "1",
+    }
     if param != expected_param:
         raise DecodeError(f"{where}.tree_param: expected {expected_param}, got {_shown(param)}")
     if value["id"] != index or type(value["id"]) is not int:
         raise DecodeError(f"{where}: id {_shown(value['id'])}, expected {index}")
-    if any(value[k] != [] for k in ("categories", "categories_nodes", "categories_segments",
-                                    "categories_sizes")) or value["split_type"] != [0] * n:
+    if (
+        any(
+            value[k] != []
+            for k in ("categories", "categories_nodes", "categories_segments", "categories_sizes")
+        )
+        or value["split_type"] != [0] * n
+    ):
         raise DecodeError(f"{where}: categorical splits are not used")
     ints = {key: _int_array(value[key], n, f"{where}.{key}") for key in _INTS}
-    floats = {name: _float_array(value[key], n, f"{where}.{key}")
-              for key, name in _FLOATS.items()}
-    tree = Tree(**{name: ints[key].astype(np.int32) for key, name in _INTS.items() if name},
-                **floats)
+    floats = {name: _float_array(value[key], n, f"{where}.{key}") for key, name in _FLOATS.items()}
+    tree = Tree(
+        **{name: ints[key].astype(np.int32) for key, name in _INTS.items() if name}, **floats
+    )
     _check_structure(tree, ints["parents"], spec, where)
     return tree
 
@@ -371,8 +464,13 @@ def _check_structure(tree: Tree, parents: np.ndarray, spec: BoosterSpec, where: 
     n, left, right = tree.num_nodes, tree.left, tree.right
     leaf = left == -1
     inner = np.flatnonzero(~leaf)
-    if np.any((right == -1) != leaf) or np.any(left[inner] <= inner) or np.any(
-            right[inner] <= inner) or np.any(left[inner] >= n) or np.any(right[inner] >= n):
+    if (
+        np.any((right == -1) != leaf)
+        or np.any(left[inner] <= inner)
+        or np.any(right[inner] <= inner)
+        or np.any(left[inner] >= n)
+        or np.any(right[inner] >= n)
+    ):
         raise DecodeError(f"{where}: children are not two later nodes of the tree")
     children = np.sort(np.concatenate([left[inner], right[inner]]))
     if not np.array_equal(children, np.arange(1, n)):

@@ -29,7 +29,12 @@ from torch import nn
 
 from functions.errors import DecodeError
 from functions.networks import (
-    ACTIVATIONS, MAX_LAYERS, Config, Shapes, check_activation_and_bound, positive_ints,
+    ACTIVATIONS,
+    MAX_LAYERS,
+    Config,
+    Shapes,
+    check_activation_and_bound,
+    positive_ints,
 )
 
 PREDICT_ROWS = 4096  # inputs per forward pass in ``predict`` (bounds its memory)
@@ -61,9 +66,11 @@ class ConvNetSpec:
         if self.output_bound is not None:
             object.__setattr__(self, "output_bound", float(self.output_bound))
         if min(self._image_sizes()[-1]) < 1:
-            raise ValueError(f"a {shape[1]}x{shape[2]} image is too small for "
-                             f"{len(self.channels)} conv ({self.kernel}x{self.kernel}) and "
-                             f"2x2 pool stages")
+            raise ValueError(
+                f"a {shape[1]}x{shape[2]} image is too small for "
+                f"{len(self.channels)} conv ({self.kernel}x{self.kernel}) and "
+                f"2x2 pool stages"
+            )
 
     def _image_sizes(self) -> list[tuple[int, int]]:
         """(height, width) entering each conv stage, and after the last one."""
@@ -85,8 +92,10 @@ class ConvNetSpec:
     @property
     def activation_size(self) -> int:
         """Floats one input makes at the widest layer (bounds the memory of a batched pass)."""
-        convs = [c * (h - self.kernel + 1) * (w - self.kernel + 1)
-                 for c, (h, w) in zip(self.channels, self._image_sizes())]
+        convs = [
+            c * (h - self.kernel + 1) * (w - self.kernel + 1)
+            for c, (h, w) in zip(self.channels, self._image_sizes())
+        ]
         return max(*convs, *self.hidden, self.n_outputs)
 
     @property
@@ -115,8 +124,11 @@ class ConvNet(nn.Module):
         layers: list[nn.Module] = []
         previous = spec.input_shape[0]
         for channels in spec.channels:
-            layers += [nn.Conv2d(previous, channels, spec.kernel),
-                       ACTIVATIONS[spec.activation](), nn.MaxPool2d(2)]
+            layers += [
+                nn.Conv2d(previous, channels, spec.kernel),
+                ACTIVATIONS[spec.activation](),
+                nn.MaxPool2d(2),
+            ]
             previous = channels
         self.features = nn.Sequential(*layers)
         widths = (spec.flat_size, *spec.hidden, spec.n_outputs)
@@ -136,7 +148,7 @@ class ConvNet(nn.Module):
         """Outputs (n, n_outputs) as float64 of float32 forward passes, ``PREDICT_ROWS`` at a time."""
         x = torch.as_tensor(np.asarray(x, dtype=np.float32))
         with torch.no_grad():
-            parts = [self(x[i:i + PREDICT_ROWS]) for i in range(0, len(x), PREDICT_ROWS)]
+            parts = [self(x[i : i + PREDICT_ROWS]) for i in range(0, len(x), PREDICT_ROWS)]
         if not parts:
             return np.zeros((0, self.spec.n_outputs))
         return torch.cat(parts).numpy().astype(np.float64)
@@ -168,33 +180,46 @@ def spec_config(spec: ConvNetSpec, prefix: str = "") -> Config:
     return config
 
 
-def decode_spec(config: Mapping[str, object], prefix: str, n_outputs: int, max_params: int
-                ) -> ConvNetSpec:
+def decode_spec(
+    config: Mapping[str, object], prefix: str, n_outputs: int, max_params: int
+) -> ConvNetSpec:
     """Read and bound a CNN spec from config values (exactly its keys under ``prefix``).
 
     Checks the key set, list lengths (at most ``MAX_LAYERS``), sizes in [1, max_params], what
     ``ConvNetSpec`` checks and the parameter count; ``DecodeError`` on any fault.
     """
-    keys = {k[len(prefix):] for k in config if isinstance(k, str) and k.startswith(prefix)}
+    keys = {k[len(prefix) :] for k in config if isinstance(k, str) and k.startswith(prefix)}
     expected = set(SPEC_KEYS) | ({"output_bound"} & keys)
     if keys != expected:
-        raise DecodeError(f"{prefix}cnn: expected config keys {sorted(expected)}, got "
-                          f"{sorted(keys)}")
+        raise DecodeError(
+            f"{prefix}cnn: expected config keys {sorted(expected)}, got {sorted(keys)}"
+        )
     fields = {key: config[prefix + key] for key in keys}
     for key in ("input_shape", "channels", "hidden"):
         value = fields[key]
-        if not (isinstance(value, list) and len(value) <= MAX_LAYERS
-                and all(type(v) is int and 1 <= v <= max_params for v in value)):
-            raise DecodeError(f"{prefix}{key}: expected at most {MAX_LAYERS} ints in "
-                              f"[1, {max_params}], got {value!r}")
+        if not (
+            isinstance(value, list)
+            and len(value) <= MAX_LAYERS
+            and all(type(v) is int and 1 <= v <= max_params for v in value)
+        ):
+            raise DecodeError(
+                f"{prefix}{key}: expected at most {MAX_LAYERS} ints in "
+                f"[1, {max_params}], got {value!r}"
+            )
     if fields["kind"] != ConvNetSpec.kind:
         raise DecodeError(f"{prefix}kind: expected 'cnn', got {fields['kind']!r}")
     if type(fields["kernel"]) is not int or not 1 <= fields["kernel"] <= max_params:
         raise DecodeError(f"{prefix}kernel: expected an int in [1, {max_params}]")
     try:
-        spec = ConvNetSpec(tuple(fields["input_shape"]), n_outputs, tuple(fields["channels"]),
-                           fields["kernel"], tuple(fields["hidden"]), fields["activation"],
-                           fields.get("output_bound"))
+        spec = ConvNetSpec(
+            tuple(fields["input_shape"]),
+            n_outputs,
+            tuple(fields["channels"]),
+            fields["kernel"],
+            tuple(fields["hidden"]),
+            fields["activation"],
+            fields.get("output_bound"),
+        )
     except ValueError as err:
         raise DecodeError(f"{prefix}cnn: {err}") from None
     if spec.n_params > max_params:
@@ -202,8 +227,9 @@ def decode_spec(config: Mapping[str, object], prefix: str, n_outputs: int, max_p
     return spec
 
 
-def stacked_forward(spec: ConvNetSpec, params: Sequence[torch.Tensor], x: torch.Tensor
-                    ) -> torch.Tensor:
+def stacked_forward(
+    spec: ConvNetSpec, params: Sequence[torch.Tensor], x: torch.Tensor
+) -> torch.Tensor:
     """Outputs (L, n, n_outputs) of L networks of ``spec`` on the same flat inputs ``x``, float32.
 
     ``params`` are the spec's arrays in ``array_shapes`` order, each stacked over the L networks.
@@ -215,14 +241,19 @@ def stacked_forward(spec: ConvNetSpec, params: Sequence[torch.Tensor], x: torch.
     h = x.reshape(len(x), *spec.input_shape)
     for i in range(n_convs):
         weight, bias = params[2 * i], params[2 * i + 1]
-        h = nn.functional.conv2d(h, weight.reshape(-1, *weight.shape[2:]), bias.reshape(-1),
-                                 groups=1 if i == 0 else count)
+        h = nn.functional.conv2d(
+            h,
+            weight.reshape(-1, *weight.shape[2:]),
+            bias.reshape(-1),
+            groups=1 if i == 0 else count,
+        )
         h = nn.functional.max_pool2d(activation(h), 2)
     h = h.reshape(len(x), count, -1).transpose(0, 1)  # (L, n, flat), per network's flatten order
-    dense = params[2 * n_convs:]
+    dense = params[2 * n_convs :]
     for i in range(len(dense) // 2):
-        h = torch.baddbmm(dense[2 * i + 1].unsqueeze(1), activation(h) if i else h,
-                          dense[2 * i].transpose(1, 2))
+        h = torch.baddbmm(
+            dense[2 * i + 1].unsqueeze(1), activation(h) if i else h, dense[2 * i].transpose(1, 2)
+        )
     if spec.output_bound is not None:
         h = nn.functional.hardtanh(h, -spec.output_bound, spec.output_bound)
     return h

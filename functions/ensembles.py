@@ -46,8 +46,18 @@ from functions.records import payload_bytes
 from functions.trees import TreeSpec
 
 FORMAT = 2
-HEADER = ("format", "full", "since", "count", "own_count", "own_factor", "scale", "n_features",
-          "n_outputs", "groups")
+HEADER = (
+    "format",
+    "full",
+    "since",
+    "count",
+    "own_count",
+    "own_factor",
+    "scale",
+    "n_features",
+    "n_outputs",
+    "groups",
+)
 _GROUP_KEY = re.compile(r"g(0|[1-9][0-9]*)\.(.+)")
 
 Config = dict[str, int | float | str | bool | list[int]]
@@ -144,8 +154,9 @@ class Ensemble:
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """f(x) as float64 (n, n_outputs), summed in learner order."""
-        return weighted_sum(self.learners, self.weights, x, self.n_outputs,
-                            np.tile(self.base, (len(x), 1)))
+        return weighted_sum(
+            self.learners, self.weights, x, self.n_outputs, np.tile(self.base, (len(x), 1))
+        )
 
     def extend(
         self, learners: Sequence[Learner], weights: Sequence[float], scale: float = 1.0
@@ -165,8 +176,14 @@ class Ensemble:
         update = ((self.version, float(scale)),)
         new_weights = tuple(float(w) for w in weights)
         if scale == 0.0:
-            return Ensemble(np.zeros_like(self.base), self.n_features, tuple(learners),
-                            new_weights, update, self.version)
+            return Ensemble(
+                np.zeros_like(self.base),
+                self.n_features,
+                tuple(learners),
+                new_weights,
+                update,
+                self.version,
+            )
         return replace(
             self,
             base=self.base * scale,
@@ -181,11 +198,19 @@ class Ensemble:
 
     def snapshot(self) -> Delta:
         """The whole function as a full delta."""
-        return Delta(self.offset, 1.0, self.learners, self.weights, self.n_features,
-                     self.n_outputs, self.base)
+        return Delta(
+            self.offset,
+            1.0,
+            self.learners,
+            self.weights,
+            self.n_features,
+            self.n_outputs,
+            self.base,
+        )
 
-    def delta(self, since: int, omit: tuple[int, int] | None = None,
-              own_factor: float = 0.0) -> Delta:
+    def delta(
+        self, since: int, omit: tuple[int, int] | None = None, own_factor: float = 0.0
+    ) -> Delta:
         """What a node at version ``since`` lacks (a node that holds nothing needs ``snapshot``).
 
         ``omit`` = (first, count): leave out learners first .. first+count-1, which the node holds
@@ -194,26 +219,41 @@ class Ensemble:
         """
         if since != self.version and (since < self.offset or since not in self._starts):
             raise ValueError(f"version {since} is not an update boundary of this ensemble")
-        learners, weights = self.learners[since - self.offset:], self.weights[since - self.offset:]
+        learners, weights = (
+            self.learners[since - self.offset :],
+            self.weights[since - self.offset :],
+        )
         count = 0
         if omit is not None:
             first, count = omit
             if not (since < first and first + count - 1 <= self.version and count >= 1):
                 raise ValueError(f"learners {first}..{first + count - 1} are not after {since}")
             cut = slice(first - 1 - since, first - 1 - since + count)
-            learners = learners[:cut.start] + learners[cut.stop:]
-            weights = weights[:cut.start] + weights[cut.stop:]
-        return Delta(since, self.scales_after(since - 1), learners, weights, self.n_features,
-                     self.n_outputs, None, count, float(own_factor) if count else 0.0)
+            learners = learners[: cut.start] + learners[cut.stop :]
+            weights = weights[: cut.start] + weights[cut.stop :]
+        return Delta(
+            since,
+            self.scales_after(since - 1),
+            learners,
+            weights,
+            self.n_features,
+            self.n_outputs,
+            None,
+            count,
+            float(own_factor) if count else 0.0,
+        )
 
     def apply(self, delta: Delta) -> Ensemble:
         """The ensemble after ``delta``; ``DecodeError`` if it does not continue this one."""
         if (delta.n_features, delta.n_outputs) != (self.n_features, self.n_outputs):
-            raise DecodeError(f"delta maps {delta.n_features} -> {delta.n_outputs}, ensemble "
-                              f"{self.n_features} -> {self.n_outputs}")
+            raise DecodeError(
+                f"delta maps {delta.n_features} -> {delta.n_outputs}, ensemble "
+                f"{self.n_features} -> {self.n_outputs}"
+            )
         if delta.full:
-            return Ensemble(delta.base, delta.n_features, delta.learners, delta.weights,
-                            offset=delta.since)
+            return Ensemble(
+                delta.base, delta.n_features, delta.learners, delta.weights, offset=delta.since
+            )
         if delta.own_count:
             raise DecodeError("a delta without the node's own learners needs their values")
         if delta.since != self.version:
@@ -245,8 +285,7 @@ class PredictionCache:
     learners are evaluated once on ``x`` and can then be dropped.
     """
 
-    def __init__(self, x: np.ndarray, version: int = 0, values: np.ndarray | None = None
-                 ) -> None:
+    def __init__(self, x: np.ndarray, version: int = 0, values: np.ndarray | None = None) -> None:
         self.x = np.asarray(x)
         self.version = version
         self.values = values
@@ -266,8 +305,10 @@ class PredictionCache:
             values = self.values * delta.scale
             if delta.own_count:
                 if own_values is None or own_values.shape != values.shape:
-                    raise DecodeError("the delta leaves out this node's own learners, whose "
-                                      "values it does not hold")
+                    raise DecodeError(
+                        "the delta leaves out this node's own learners, whose "
+                        "values it does not hold"
+                    )
                 values = values + delta.own_factor * own_values
         self.values = weighted_sum(delta.learners, delta.weights, self.x, delta.n_outputs, values)
         self.version = delta.version
@@ -281,8 +322,13 @@ def lone_learner(learner: Learner, n_features: int, n_outputs: int) -> Delta:
 
 def read_lone_learner(delta: Delta) -> Learner:
     """The learner of a ``lone_learner`` delta; ``DecodeError`` for anything else."""
-    if (not delta.full or delta.since != 0 or len(delta.learners) != 1
-            or delta.weights != (1.0,) or np.any(delta.base != 0)):
+    if (
+        not delta.full
+        or delta.since != 0
+        or len(delta.learners) != 1
+        or delta.weights != (1.0,)
+        or np.any(delta.base != 0)
+    ):
         raise DecodeError("expected one learner alone, with weight 1 and base 0")
     return delta.learners[0]
 
@@ -316,16 +362,23 @@ class PackCache:
         self._packs = {k: v for k, v in self._packs.items() if k in kept}
 
 
-def pack_delta(delta: Delta, cache: PackCache | None = None
-               ) -> tuple[Config, dict[str, np.ndarray]]:
+def pack_delta(
+    delta: Delta, cache: PackCache | None = None
+) -> tuple[Config, dict[str, np.ndarray]]:
     """Config values and arrays of a delta (see the module docstring); with a ``cache``, each
     learner is packed at most once over all the deltas that carry it."""
     runs = same_spec_runs(delta.learners)
     config: Config = {
-        "format": FORMAT, "full": delta.full, "since": delta.since, "count": len(delta.learners),
-        "own_count": delta.own_count, "own_factor": float(delta.own_factor),
-        "scale": float(delta.scale), "n_features": delta.n_features,
-        "n_outputs": delta.n_outputs, "groups": len(runs),
+        "format": FORMAT,
+        "full": delta.full,
+        "since": delta.since,
+        "count": len(delta.learners),
+        "own_count": delta.own_count,
+        "own_factor": float(delta.own_factor),
+        "scale": float(delta.scale),
+        "n_features": delta.n_features,
+        "n_outputs": delta.n_outputs,
+        "groups": len(runs),
     }
     arrays = {"weights": np.array(delta.weights, dtype=np.float64)}
     if delta.full:
@@ -354,8 +407,9 @@ def _pack_group(group: Sequence[Learner], prefix: str) -> dict[str, np.ndarray]:
     return pack_modules(group, spec.array_shapes(), prefix)
 
 
-def _join_packs(spec: object, packs: Sequence[Mapping[str, np.ndarray]], prefix: str
-                ) -> dict[str, np.ndarray]:
+def _join_packs(
+    spec: object, packs: Sequence[Mapping[str, np.ndarray]], prefix: str
+) -> dict[str, np.ndarray]:
     """``_pack_group`` of a run of learners, from each learner's own pack."""
     if isinstance(spec, TreeSpec):
         return join_packed_trees(packs, prefix)
@@ -390,8 +444,9 @@ def read_header(config: Mapping[str, object], limits: Limits = Limits()) -> Delt
     if type(full) is not bool:
         raise DecodeError(f"full: expected a bool, got {full!r}")
     top = limits.max_learners
-    since, count, own_count, groups = (_header_int(config, key, 0, top)
-                                       for key in ("since", "count", "own_count", "groups"))
+    since, count, own_count, groups = (
+        _header_int(config, key, 0, top) for key in ("since", "count", "own_count", "groups")
+    )
     n_features = _header_int(config, "n_features", 1, limits.max_features)
     n_outputs = _header_int(config, "n_outputs", 1, limits.max_outputs)
     if since + own_count + count > top:
@@ -404,8 +459,9 @@ def read_header(config: Mapping[str, object], limits: Limits = Limits()) -> Delt
         raise DecodeError("a full delta has scale 1.0 and own_count 0")
     if own_count == 0 and own_factor != 0.0:
         raise DecodeError("own_factor without own learners")
-    return DeltaHeader(full, since, count, own_count, groups, n_features, n_outputs, scale,
-                       own_factor)
+    return DeltaHeader(
+        full, since, count, own_count, groups, n_features, n_outputs, scale, own_factor
+    )
 
 
 def unpack_delta(
@@ -422,8 +478,9 @@ def unpack_delta(
     h = read_header(config, limits)
     full, count, groups, n_outputs = h.full, h.count, h.groups, h.n_outputs
     group_config = _split_groups(config, set(HEADER), groups, "config")
-    group_arrays = _split_groups(arrays, {"weights"} | ({"base"} if full else set()), groups,
-                                 "array")
+    group_arrays = _split_groups(
+        arrays, {"weights"} | ({"base"} if full else set()), groups, "array"
+    )
     weights = _finite_float64(arrays.get("weights"), "weights", (count,))
     base = _finite_float64(arrays.get("base"), "base", (n_outputs,)) if full else None
     learners: list[Learner] = []
@@ -431,14 +488,25 @@ def unpack_delta(
         fields = group_config.get(i, {})
         size = fields.pop("count", None)
         if type(size) is not int or not 1 <= size <= count - len(learners):
-            raise DecodeError(f"g{i}.count: expected an int in [1, {count - len(learners)}], "
-                              f"got {size!r}")
-        learners += _decode_group(fields, group_arrays.get(i, {}), f"g{i}.", size, h.n_features,
-                                  n_outputs, limits)
+            raise DecodeError(
+                f"g{i}.count: expected an int in [1, {count - len(learners)}], got {size!r}"
+            )
+        learners += _decode_group(
+            fields, group_arrays.get(i, {}), f"g{i}.", size, h.n_features, n_outputs, limits
+        )
     if len(learners) != count:
         raise DecodeError(f"the groups hold {len(learners)} learners, count says {count}")
-    return Delta(h.since, h.scale, tuple(learners), tuple(float(w) for w in weights),
-                 h.n_features, n_outputs, base, h.own_count, h.own_factor)
+    return Delta(
+        h.since,
+        h.scale,
+        tuple(learners),
+        tuple(float(w) for w in weights),
+        h.n_features,
+        n_outputs,
+        base,
+        h.own_count,
+        h.own_factor,
+    )
 
 
 def apply_delta(
@@ -463,16 +531,25 @@ def payload_nbytes(config: Mapping[str, object], arrays: Mapping[str, np.ndarray
     return payload_bytes(content)
 
 
-def _decode_group(fields: dict[str, object], arrays: dict[str, object], prefix: str, count: int,
-                  n_features: int, n_outputs: int, limits: Limits) -> list[Learner]:
+def _decode_group(
+    fields: dict[str, object],
+    arrays: dict[str, object],
+    prefix: str,
+    count: int,
+    n_features: int,
+    n_outputs: int,
+    limits: Limits,
+) -> list[Learner]:
     """``count`` learners of one group from its config fields and arrays (prefix stripped)."""
     kind = fields.get("kind")
     try:
         if kind == TreeSpec.kind:
             if set(fields) != {"kind"} or set(arrays) != set(TREE_FIELDS):
-                raise DecodeError(f"tree: expected config keys ['kind'] and arrays "
-                                  f"{list(TREE_FIELDS)}, got {sorted(fields)} and "
-                                  f"{sorted(arrays)}")
+                raise DecodeError(
+                    f"tree: expected config keys ['kind'] and arrays "
+                    f"{list(TREE_FIELDS)}, got {sorted(fields)} and "
+                    f"{sorted(arrays)}"
+                )
             return unpack_trees(arrays, "", count, n_features, n_outputs, limits.max_nodes)
         if kind == NetworkSpec.kind:
             spec = networks.decode_spec(fields, "", limits.max_params)
@@ -483,8 +560,10 @@ def _decode_group(fields: dict[str, object], arrays: dict[str, object], prefix: 
         else:
             raise DecodeError(f"kind: unknown or missing learner kind {kind!r}")
         if (spec.n_features, spec.n_outputs) != (n_features, n_outputs):
-            raise DecodeError(f"network maps {spec.n_features} -> {spec.n_outputs}, expected "
-                              f"{n_features} -> {n_outputs}")
+            raise DecodeError(
+                f"network maps {spec.n_features} -> {spec.n_outputs}, expected "
+                f"{n_features} -> {n_outputs}"
+            )
         shapes = spec.array_shapes()
         if set(arrays) != set(shapes):
             raise DecodeError(f"expected arrays {sorted(shapes)}, got {sorted(arrays)}")
@@ -509,16 +588,23 @@ def _number(value: object, name: str) -> float:
 
 
 def _finite_float64(array: object, name: str, shape: tuple[int, ...]) -> np.ndarray:
-    if not (isinstance(array, np.ndarray) and array.dtype == np.float64 and array.shape == shape
-            and np.all(np.isfinite(array))):
-        raise DecodeError(f"{name}: expected finite float64 of shape {shape}, got "
-                          f"{getattr(array, 'dtype', type(array).__name__)} "
-                          f"{getattr(array, 'shape', '')}")
+    if not (
+        isinstance(array, np.ndarray)
+        and array.dtype == np.float64
+        and array.shape == shape
+        and np.all(np.isfinite(array))
+    ):
+        raise DecodeError(
+            f"{name}: expected finite float64 of shape {shape}, got "
+            f"{getattr(array, 'dtype', type(array).__name__)} "
+            f"{getattr(array, 'shape', '')}"
+        )
     return array
 
 
-def _split_groups(mapping: Mapping[str, object], header: set[str], groups: int, what: str
-                  ) -> dict[int, dict[str, object]]:
+def _split_groups(
+    mapping: Mapping[str, object], header: set[str], groups: int, what: str
+) -> dict[int, dict[str, object]]:
     """Split ``g{i}.field`` keys by i, refusing keys outside the header and groups 0..groups-1."""
     split: dict[int, dict[str, object]] = {}
     for key, value in mapping.items():

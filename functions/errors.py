@@ -18,8 +18,9 @@ class NonFiniteError(DecodeError):
 def check_float32(array: object, name: str, shape: tuple[int, ...]) -> np.ndarray:
     """``array`` if it is a finite float32 array of ``shape``; ``DecodeError`` otherwise."""
     if not isinstance(array, np.ndarray) or array.dtype != np.float32:
-        raise DecodeError(f"{name}: expected float32, got "
-                          f"{getattr(array, 'dtype', type(array).__name__)}")
+        raise DecodeError(
+            f"{name}: expected float32, got {getattr(array, 'dtype', type(array).__name__)}"
+        )
     if array.shape != shape:
         raise DecodeError(f"{name}: expected shape {shape}, got {array.shape}")
     if not np.all(np.isfinite(array)):
@@ -46,8 +47,8 @@ def one_sentence(text: object, limit: int = MAX_REASON) -> str:
     if wrapped:
         body = wrapped.group(1)
     lines = [line.strip() for line in body.splitlines() if line.strip()]
-    if any(line.startswith(("Traceback (most recent call last)", "File \"")) for line in lines):
+    if any(line.startswith(("Traceback (most recent call last)", 'File "')) for line in lines):
         lines = lines[-1:]
     line = _RAISED.sub("", " ".join(lines))
     line = _CONTROL.sub(" ", line).strip() or "no reason given"
-    return line if len(line) <= limit else line[:limit - 3] + "..."
+    return line if len(line) <= limit else line[: limit - 3] + "..."

@@ -126,9 +126,7 @@ def decode_extreme_point(
     return s.reshape(shape)
 
 
-def encode_point_list(
-    constraint: Ball, points: Sequence[np.ndarray]
-) -> dict[str, np.ndarray]:
+def encode_point_list(constraint: Ball, points: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
     """Encode one extreme point per model tensor, each field packed across tensors.
 
     ``vertex`` / ``index`` hold one entry per tensor (in the dtype of the largest tensor), ``bits``, ``u``,
@@ -140,8 +138,12 @@ def encode_point_list(
         raise ValueError("cannot encode an empty list of points")
     per_tensor = [encode_extreme_point(constraint, point) for point in points]
     return {
-        key: np.concatenate([fields[key].astype(np.result_type(*(f[key] for f in per_tensor)))
-                             for fields in per_tensor])
+        key: np.concatenate(
+            [
+                fields[key].astype(np.result_type(*(f[key] for f in per_tensor)))
+                for fields in per_tensor
+            ]
+        )
         for key in per_tensor[0]
     }
 
@@ -166,8 +168,10 @@ def decode_point_list(
         if not 1 <= n <= max_elements:
             raise DecodeError(f"t{k}: {n} elements is outside [1, {max_elements}]")
     lengths = [_field_lengths(constraint.kind, shape, n) for shape, n in zip(shapes, sizes)]
-    spec = {key: (_packed_dtype(key, max(sizes)), sum(length[key] for length in lengths))
-            for key in lengths[0]}
+    spec = {
+        key: (_packed_dtype(key, max(sizes)), sum(length[key] for length in lengths))
+        for key in lengths[0]
+    }
     packed = _fields(arrays, spec, "point")
     pieces: list[dict[str, np.ndarray]] = [{} for _ in shapes]
     for key, arr in packed.items():
@@ -176,8 +180,9 @@ def decode_point_list(
             piece = arr[bounds[k] : bounds[k + 1]]
             if key in _CODES:
                 if int(piece[0]) >= _CODES[key] * n:
-                    raise DecodeError(f"t{k}: {key} {int(piece[0])} out of range for {n} "
-                                      "coordinates")
+                    raise DecodeError(
+                        f"t{k}: {key} {int(piece[0])} out of range for {n} coordinates"
+                    )
                 piece = piece.astype(_index_dtype(_CODES[key] * n))
             pieces[k][key] = piece
     return [
@@ -227,8 +232,10 @@ def _encode_rank_one(s: np.ndarray, r: float) -> dict[str, np.ndarray]:
     j = int(np.argmax(np.linalg.norm(s, axis=0)))
     u = s[:, j] / np.linalg.norm(s[:, j])
     v = s.T @ u / r
-    if not (np.isclose(np.linalg.norm(v), 1.0, rtol=0, atol=_ENCODE_RTOL)
-            and np.linalg.norm(s - r * np.outer(u, v)) <= _ENCODE_RTOL * r):
+    if not (
+        np.isclose(np.linalg.norm(v), 1.0, rtol=0, atol=_ENCODE_RTOL)
+        and np.linalg.norm(s - r * np.outer(u, v)) <= _ENCODE_RTOL * r
+    ):
         raise ValueError("not a nuclear-ball extreme point: expected rank one with nuclear norm r")
     return {"u": u.astype(np.float32), "v": (v / np.linalg.norm(v)).astype(np.float32)}
 
@@ -286,7 +293,9 @@ def decode_model_point(
 def join_points(encoded: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
     """Several encoded model points in one mapping, ``{k}.{field}`` for point k (FedFW's local
     pass: one extreme point per local step, in step order)."""
-    return {f"{k}.{name}": value for k, point in enumerate(encoded) for name, value in point.items()}
+    return {
+        f"{k}.{name}": value for k, point in enumerate(encoded) for name, value in point.items()
+    }
 
 
 def decode_model_points(
@@ -308,8 +317,10 @@ def decode_model_points(
         grouped.setdefault(int(step), {})[name] = value
     count = len(grouped)
     if not 1 <= count <= max_points or sorted(grouped) != list(range(count)):
-        raise DecodeError(f"a local pass's points must be numbered 0..K-1 with 1 <= K <= "
-                          f"{max_points}; got {sorted(grouped)[:10]}")
+        raise DecodeError(
+            f"a local pass's points must be numbered 0..K-1 with 1 <= K <= "
+            f"{max_points}; got {sorted(grouped)[:10]}"
+        )
     return [decode_model_point(constraint, grouped[k], shapes, scope) for k in range(count)]
 
 
@@ -346,9 +357,11 @@ def sum_index_points(
     balls = [sum(sizes)] if scope == "global" else sizes
     key = INDEX_FIELDS[kind]
     if codes.dtype != _packed_dtype(key, max(balls)) or codes.shape != (len(radii), len(balls)):
-        raise DecodeError(f"{kind} codes of dtype {codes.dtype} and shape {codes.shape}; "
-                          f"expected {_packed_dtype(key, max(balls))}, "
-                          f"({len(radii)}, {len(balls)})")
+        raise DecodeError(
+            f"{kind} codes of dtype {codes.dtype} and shape {codes.shape}; "
+            f"expected {_packed_dtype(key, max(balls))}, "
+            f"({len(radii)}, {len(balls)})"
+        )
     codes = codes.astype(np.int64)
     if codes.size == 0 or np.any(codes >= _CODES[key] * np.array(balls)):
         raise DecodeError(f"no points, or a {key} out of range for its tensor's coordinates")

@@ -46,8 +46,7 @@ class RoundPoints:
     points: tuple[tuple[int, Arrays], ...]
 
 
-def pack_updates(since: int, updates: Sequence[RoundPoints], num_nodes: int
-                 ) -> tuple[dict, Arrays]:
+def pack_updates(since: int, updates: Sequence[RoundPoints], num_nodes: int) -> tuple[dict, Arrays]:
     """The header and arrays of ``updates``; ``ValueError`` unless each round's points are in
     increasing roster order (the order the server applies them)."""
     masks = []
@@ -99,12 +98,13 @@ class PackedRound:
             ends = np.cumsum(lengths)
             for j, (end, length) in enumerate(zip(ends.tolist(), lengths.tolist())):
                 if length:
-                    points[j][name] = values[end - length:end]
+                    points[j][name] = values[end - length : end]
         return tuple((int(node), point) for node, point in zip(self.nodes, points))
 
 
-def _checked_fields(u: int, count: int, fields: Mapping[str, dict[str, np.ndarray]]
-                    ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def _checked_fields(
+    u: int, count: int, fields: Mapping[str, dict[str, np.ndarray]]
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Round ``u``'s packed fields (name -> values, one length a point); ``DecodeError`` unless
     the lengths cover the values and every one of the ``count`` points has a field."""
     checked, covered = {}, np.zeros(count, dtype=bool)
@@ -112,14 +112,21 @@ def _checked_fields(u: int, count: int, fields: Mapping[str, dict[str, np.ndarra
         values, lengths = packed.get("values"), packed.get("len")
         if values is None or lengths is None:
             raise DecodeError(f"update {u}: field {name!r} needs its values and lengths")
-        if (lengths.dtype.kind != "u" or lengths.itemsize > 4
-                or lengths.shape not in ((1,), (count,))):
-            raise DecodeError(f"update {u}: the lengths of field {name!r} must be one or "
-                              f"{count} unsigned ints of at most 32 bits")
+        if (
+            lengths.dtype.kind != "u"
+            or lengths.itemsize > 4
+            or lengths.shape not in ((1,), (count,))
+        ):
+            raise DecodeError(
+                f"update {u}: the lengths of field {name!r} must be one or "
+                f"{count} unsigned ints of at most 32 bits"
+            )
         lengths = np.broadcast_to(lengths.astype(np.int64), (count,))
         if values.ndim != 1 or int(lengths.sum()) != len(values):
-            raise DecodeError(f"update {u}: the lengths of field {name!r} do not cover its "
-                              f"{len(values)} values for {count} points")
+            raise DecodeError(
+                f"update {u}: the lengths of field {name!r} do not cover its "
+                f"{len(values)} values for {count} points"
+            )
         checked[name] = (values, lengths)
         covered |= lengths > 0
     if not covered.all():
@@ -127,8 +134,12 @@ def _checked_fields(u: int, count: int, fields: Mapping[str, dict[str, np.ndarra
     return checked
 
 
-def unpack_rounds(config: Mapping[str, object], arrays: Mapping[str, np.ndarray],
-                  num_nodes: int, eta: Callable[[int], float]) -> tuple[int, list[PackedRound]]:
+def unpack_rounds(
+    config: Mapping[str, object],
+    arrays: Mapping[str, np.ndarray],
+    num_nodes: int,
+    eta: Callable[[int], float],
+) -> tuple[int, list[PackedRound]]:
     """(since, rounds) still packed, each round's step size ``eta(round)``; ``DecodeError``
     unless rounds increase after ``since``, the bitmaps cover the roster with zero padding and
     every accepted node's point has arrays."""
@@ -140,7 +151,7 @@ def unpack_rounds(config: Mapping[str, object], arrays: Mapping[str, np.ndarray]
     width = -(-num_nodes // 8)
     if len(rounds) > _MAX_UPDATES or num_nodes < 1:
         raise DecodeError("a FedFW update lists too many rounds, or the roster is empty")
-    if (bitmaps.dtype != np.uint8 or bitmaps.shape != (width * len(rounds),)):
+    if bitmaps.dtype != np.uint8 or bitmaps.shape != (width * len(rounds),):
         raise DecodeError(f"FedFW update bitmaps must be uint8 of shape ({width * len(rounds)},)")
     if any(b <= a for a, b in zip([since, *rounds], rounds)):
         raise DecodeError(f"FedFW update rounds {rounds} do not increase after {since}")
@@ -159,13 +170,20 @@ def unpack_rounds(config: Mapping[str, object], arrays: Mapping[str, np.ndarray]
     packed = []
     for u, round_ in enumerate(rounds):
         nodes = np.flatnonzero(masks[u])
-        packed.append(PackedRound(round_, eta(round_), nodes,
-                                  _checked_fields(u, len(nodes), grouped.get(u, {}))))
+        packed.append(
+            PackedRound(
+                round_, eta(round_), nodes, _checked_fields(u, len(nodes), grouped.get(u, {}))
+            )
+        )
     return since, packed
 
 
-def unpack_updates(config: Mapping[str, object], arrays: Mapping[str, np.ndarray],
-                   num_nodes: int, eta: Callable[[int], float]) -> tuple[int, list[RoundPoints]]:
+def unpack_updates(
+    config: Mapping[str, object],
+    arrays: Mapping[str, np.ndarray],
+    num_nodes: int,
+    eta: Callable[[int], float],
+) -> tuple[int, list[RoundPoints]]:
     """``unpack_rounds`` with each round's points split one by one."""
     since, rounds = unpack_rounds(config, arrays, num_nodes, eta)
     return since, [RoundPoints(r.round, r.eta, r.points()) for r in rounds]
@@ -193,8 +211,11 @@ class RosterSets:
             members.append(index[key])
         if not distinct:
             raise DecodeError("a roster needs at least one D_i")
-        return cls(tuple(distinct), np.array(members, np.int64) if len(distinct) > 1 else None,
-                   len(members))
+        return cls(
+            tuple(distinct),
+            np.array(members, np.int64) if len(distinct) > 1 else None,
+            len(members),
+        )
 
     def __getitem__(self, position: int) -> Ball:
         return self.distinct[0 if self.members is None else int(self.members[position])]
@@ -205,23 +226,27 @@ class RosterSets:
         return np.full(self.size, radii[0]) if self.members is None else radii[self.members]
 
 
-def sum_round(sets: RosterSets, update: PackedRound, shapes: Sequence[tuple[int, ...]],
-              scope: str) -> list[np.ndarray]:
+def sum_round(
+    sets: RosterSets, update: PackedRound, shapes: Sequence[tuple[int, ...]], scope: str
+) -> list[np.ndarray]:
     """sum_i s_i of a round in which every node of the roster sent its point, in roster order:
     the input of x-bar's full-participation recursion, taken by this one function on the server
     and on every node from the same packed arrays, so both hold the same bits. l1 (or simplex)
     points of one field width are decoded all at once; others one by one."""
     if len(update.nodes) != sets.size:
-        raise DecodeError(f"round {update.round} has {len(update.nodes)} of {sets.size} points; "
-                          "x-bar's recursion needs every node's")
+        raise DecodeError(
+            f"round {update.round} has {len(update.nodes)} of {sets.size} points; "
+            "x-bar's recursion needs every node's"
+        )
     kinds = {ball.kind for ball in sets.distinct}
     kind = next(iter(kinds))
     key = INDEX_FIELDS.get(kind) if len(kinds) == 1 else None
     if key is not None and set(update.fields) == {key}:
         values, lengths = update.fields[key]
         if (lengths == lengths[0]).all():
-            return sum_index_points(kind, sets.radii(), values.reshape(sets.size, -1), shapes,
-                                    scope)
+            return sum_index_points(
+                kind, sets.radii(), values.reshape(sets.size, -1), shapes, scope
+            )
     points = update.points()
     return sum_model_points([sets[i] for i, _ in points], [p for _, p in points], shapes, scope)
 
@@ -238,26 +263,35 @@ class Replica:
 
 
 def pack_replica(replica: Replica) -> tuple[dict, Arrays]:
-    config = {"version": replica.version, "kinds": list(replica.kinds),
-              "radii": [float(r) for r in replica.radii]}
-    arrays = {f"x.{i}.{k}": np.asarray(a, np.float64) for i, x in enumerate(replica.points)
-              for k, a in enumerate(x)}
+    config = {
+        "version": replica.version,
+        "kinds": list(replica.kinds),
+        "radii": [float(r) for r in replica.radii],
+    }
+    arrays = {
+        f"x.{i}.{k}": np.asarray(a, np.float64)
+        for i, x in enumerate(replica.points)
+        for k, a in enumerate(x)
+    }
     arrays |= {f"sum.{k}": np.asarray(a, np.float64) for k, a in enumerate(replica.total)}
     return config, arrays
 
 
-def pack_mean(version: int, kinds: Sequence[str], radii: Sequence[float],
-              xbar: Sequence[np.ndarray] | None) -> tuple[dict, Arrays]:
+def pack_mean(
+    version: int, kinds: Sequence[str], radii: Sequence[float], xbar: Sequence[np.ndarray] | None
+) -> tuple[dict, Arrays]:
     """The header (``MEAN`` set) and x-bar (float64; None at round 0) a node following x-bar's
     recursion starts from."""
     config, _ = pack_replica(Replica(version, tuple(kinds), tuple(radii), (), []))
-    arrays = {} if xbar is None else {f"xbar.{k}": np.asarray(a, np.float64)
-                                      for k, a in enumerate(xbar)}
+    arrays = (
+        {} if xbar is None else {f"xbar.{k}": np.asarray(a, np.float64) for k, a in enumerate(xbar)}
+    )
     return {**config, MEAN: True}, arrays
 
 
-def unpack_mean(arrays: Mapping[str, np.ndarray], shapes: Sequence[tuple[int, ...]]
-                ) -> list[np.ndarray]:
+def unpack_mean(
+    arrays: Mapping[str, np.ndarray], shapes: Sequence[tuple[int, ...]]
+) -> list[np.ndarray]:
     """x-bar from ``pack_mean``'s arrays; ``DecodeError`` unless one finite float64 array a
     tensor."""
     if set(arrays) != {f"xbar.{k}" for k in range(len(shapes))}:
@@ -286,8 +320,11 @@ def replica_header(config: Mapping[str, object]) -> tuple[int, tuple[str, ...], 
     return version, kinds, radii
 
 
-def unpack_replica(config: Mapping[str, object], arrays: Mapping[str, np.ndarray],
-                   shapes: Sequence[tuple[int, ...]]) -> Replica:
+def unpack_replica(
+    config: Mapping[str, object],
+    arrays: Mapping[str, np.ndarray],
+    shapes: Sequence[tuple[int, ...]],
+) -> Replica:
     """``DecodeError`` unless it holds one finite float64 point of ``shapes`` per node."""
     version, kinds, radii = replica_header(config)
     num_nodes = len(kinds)
@@ -295,7 +332,8 @@ def unpack_replica(config: Mapping[str, object], arrays: Mapping[str, np.ndarray
     expected |= {f"sum.{k}" for k in range(len(shapes))}
     if set(arrays) != expected:
         raise DecodeError("a FedFW replica's arrays are not one point per node and a sum")
-    points = tuple([_finite64(arrays, f"x.{i}.{k}", s) for k, s in enumerate(shapes)]
-                   for i in range(num_nodes))
+    points = tuple(
+        [_finite64(arrays, f"x.{i}.{k}", s) for k, s in enumerate(shapes)] for i in range(num_nodes)
+    )
     total = [_finite64(arrays, f"sum.{k}", s) for k, s in enumerate(shapes)]
     return Replica(version, kinds, radii, points, total)

@@ -57,14 +57,20 @@ class _Packed:
         sizes = np.array([tree.n_nodes for tree in trees], dtype=np.intp)
         starts = np.cumsum(sizes) - sizes
         offset = np.repeat(starts, sizes)
-        left, right = (np.concatenate([getattr(t, name) for t in trees]).astype(np.intp)
-                       for name in ("children_left", "children_right"))
+        left, right = (
+            np.concatenate([getattr(t, name) for t in trees]).astype(np.intp)
+            for name in ("children_left", "children_right")
+        )
         leaf = left == LEAF
-        return cls(starts, sizes, np.where(leaf, LEAF, left + offset),
-                   np.where(leaf, LEAF, right + offset),
-                   np.concatenate([t.feature for t in trees]).astype(np.intp),
-                   np.concatenate([t.threshold for t in trees]),
-                   np.concatenate([t.value for t in trees]))
+        return cls(
+            starts,
+            sizes,
+            np.where(leaf, LEAF, left + offset),
+            np.where(leaf, LEAF, right + offset),
+            np.concatenate([t.feature for t in trees]).astype(np.intp),
+            np.concatenate([t.threshold for t in trees]),
+            np.concatenate([t.value for t in trees]),
+        )
 
     def preorder(self) -> np.ndarray:
         """order[i] = the node at preorder position i (tree by tree), level by level."""
@@ -103,8 +109,10 @@ def pack_trees(trees: Sequence[TreeArrays], prefix: str = "") -> dict[str, np.nd
     value = packed.value[order][leaf]
     value32 = value.astype(np.float32)
     if not np.array_equal(value32, value):
-        raise ValueError("leaf values must be float32 numbers: send the float32-rounded tree "
-                         "(from_sklearn(..., value_dtype=np.float32))")
+        raise ValueError(
+            "leaf values must be float32 numbers: send the float32-rounded tree "
+            "(from_sklearn(..., value_dtype=np.float32))"
+        )
     return {
         prefix + "sizes": packed.sizes.astype(_smallest_unsigned(int(packed.sizes.max()))),
         prefix + "feature": feature.astype(feature_dtype),
@@ -113,8 +121,9 @@ def pack_trees(trees: Sequence[TreeArrays], prefix: str = "") -> dict[str, np.nd
     }
 
 
-def join_packed_trees(parts: Sequence[Mapping[str, np.ndarray]], prefix: str = ""
-                      ) -> dict[str, np.ndarray]:
+def join_packed_trees(
+    parts: Sequence[Mapping[str, np.ndarray]], prefix: str = ""
+) -> dict[str, np.ndarray]:
     """``pack_trees`` of the concatenated trees, from the packs of its parts (tree by tree the
     wire form is independent; only the ``sizes`` dtype depends on every tree)."""
     joined = {prefix + name: np.concatenate([part[name] for part in parts]) for name in FIELDS}
@@ -151,10 +160,12 @@ def unpack_trees(
     ends = np.cumsum(sizes)
     counter = _tree_counter(leaf, sizes, ends, prefix)
     inner = ~leaf
-    threshold = check_float32(arrays[prefix + "threshold"], prefix + "threshold",
-                                (int(inner.sum()),))
-    value = check_float32(arrays[prefix + "value"], prefix + "value",
-                            (total - len(threshold), n_outputs))
+    threshold = check_float32(
+        arrays[prefix + "threshold"], prefix + "threshold", (int(inner.sum()),)
+    )
+    value = check_float32(
+        arrays[prefix + "value"], prefix + "value", (total - len(threshold), n_outputs)
+    )
     offset = np.repeat(ends - sizes, sizes)
     index = np.arange(total)
     left = np.where(inner, index + 1 - offset, LEAF).astype(np.int32)
@@ -167,13 +178,23 @@ def unpack_trees(
     node_value = np.zeros((total, n_outputs), dtype=np.float32)
     node_value[leaf] = value
     depths = _depths(inner, right_global, ends - sizes).tolist()
-    return [TreeArrays.prechecked(left[a:b], right[a:b], node_feature[a:b], node_threshold[a:b],
-                                  node_value[a:b], n_features, depth)
-            for a, b, depth in zip((ends - sizes).tolist(), ends.tolist(), depths)]
+    return [
+        TreeArrays.prechecked(
+            left[a:b],
+            right[a:b],
+            node_feature[a:b],
+            node_threshold[a:b],
+            node_value[a:b],
+            n_features,
+            depth,
+        )
+        for a, b, depth in zip((ends - sizes).tolist(), ends.tolist(), depths)
+    ]
 
 
-def add_weighted(out: np.ndarray, trees: Sequence[TreeArrays], weights: Sequence[float],
-                 x: np.ndarray) -> None:
+def add_weighted(
+    out: np.ndarray, trees: Sequence[TreeArrays], weights: Sequence[float], x: np.ndarray
+) -> None:
     """``out += sum_k weights[k] * trees[k].predict(x)``, tree by tree in order (bit-identical).
 
     All trees must share one spec; ``x`` is (n, n_features) without NaN (``ValueError``).
@@ -187,8 +208,9 @@ def add_weighted(out: np.ndarray, trees: Sequence[TreeArrays], weights: Sequence
     n = len(x)
     leaf = packed.left == LEAF
     index = np.arange(len(leaf))
-    child = np.stack([np.where(leaf, index, packed.left), np.where(leaf, index, packed.right)],
-                     axis=1).ravel()  # child[2 * node + goes_right]; leaves point at themselves
+    child = np.stack(
+        [np.where(leaf, index, packed.left), np.where(leaf, index, packed.right)], axis=1
+    ).ravel()  # child[2 * node + goes_right]; leaves point at themselves
     column = np.where(leaf, 0, packed.feature) * n  # offset of the feature's column in x.T
     inputs = np.ascontiguousarray(x.T).ravel()
     weighted = packed.value.astype(np.float64) * np.repeat(weights, packed.sizes)[:, np.newaxis]
@@ -196,8 +218,8 @@ def add_weighted(out: np.ndarray, trees: Sequence[TreeArrays], weights: Sequence
     samples = np.arange(n)
     step = max(1, CHUNK_ENTRIES // max(n, 1))
     for first in range(0, len(trees), step):
-        node = np.repeat(packed.starts[first:first + step, np.newaxis], n, axis=1)
-        for _ in range(depths[first:first + step].max()):
+        node = np.repeat(packed.starts[first : first + step, np.newaxis], n, axis=1)
+        for _ in range(depths[first : first + step].max()):
             goes_right = inputs[column[node] + samples] > packed.threshold[node]
             node = child[2 * node + goes_right]
         for leaves in node:
@@ -210,15 +232,16 @@ def _smallest_unsigned(largest: int) -> type:
 
 def _integers(array: object, name: str, shape: tuple[int, ...]) -> np.ndarray:
     if not isinstance(array, np.ndarray) or array.dtype.kind not in "iu":
-        raise DecodeError(f"{name}: expected an integer array, got "
-                          f"{getattr(array, 'dtype', type(array).__name__)}")
+        raise DecodeError(
+            f"{name}: expected an integer array, got "
+            f"{getattr(array, 'dtype', type(array).__name__)}"
+        )
     if array.shape != shape:
         raise DecodeError(f"{name}: expected shape {shape}, got {array.shape}")
     return array
 
 
-def _tree_counter(leaf: np.ndarray, sizes: np.ndarray, ends: np.ndarray, prefix: str
-                  ) -> np.ndarray:
+def _tree_counter(leaf: np.ndarray, sizes: np.ndarray, ends: np.ndarray, prefix: str) -> np.ndarray:
     """Running count over all nodes of (internal: +1, leaf: -1), after checking the trees.
 
     Within one tree, open slots = 1 + the count since the tree's start: a preorder sequence is
@@ -232,8 +255,10 @@ def _tree_counter(leaf: np.ndarray, sizes: np.ndarray, ends: np.ndarray, prefix:
     bad = np.flatnonzero(((local < 0) & ~last) | (last & (local != -1)))
     if bad.size:
         tree = int(np.searchsorted(ends, bad[0], side="right"))
-        raise DecodeError(f"{prefix}feature: the leaf marks of tree {tree} do not form one full "
-                          f"binary tree of {sizes[tree]} nodes in preorder")
+        raise DecodeError(
+            f"{prefix}feature: the leaf marks of tree {tree} do not form one full "
+            f"binary tree of {sizes[tree]} nodes in preorder"
+        )
     return counter
 
 

@@ -53,8 +53,10 @@ class KDDT:
         for name in BOX_FIELDS:
             array = getattr(self, name)
             if not isinstance(array, np.ndarray) or array.dtype != np.float64:
-                raise ValueError(f"{name}: expected a float64 array, got "
-                                 f"{getattr(array, 'dtype', type(array).__name__)}")
+                raise ValueError(
+                    f"{name}: expected a float64 array, got "
+                    f"{getattr(array, 'dtype', type(array).__name__)}"
+                )
             if array.shape != shape:
                 raise ValueError(f"{name}: expected shape {shape}, got {array.shape}")
             if not np.all(np.isfinite(array)):
@@ -140,14 +142,14 @@ def tree_from_constant(lower: np.ndarray, upper: np.ndarray, value: np.ndarray) 
     return KDDT(tree, lower, np.asarray(upper, dtype=np.float64))
 
 
-def overlap_measure(lower_a: np.ndarray, upper_a: np.ndarray, lower_b: np.ndarray,
-                    upper_b: np.ndarray) -> np.ndarray:
+def overlap_measure(
+    lower_a: np.ndarray, upper_a: np.ndarray, lower_b: np.ndarray, upper_b: np.ndarray
+) -> np.ndarray:
     """m(A_k ∩ B_k) for row-aligned boxes (n, p) (0 where they do not overlap), in blocks."""
     out = np.empty(len(lower_a))
     for start in range(0, len(out), _CHUNK):
         rows = slice(start, start + _CHUNK)
-        width = (np.minimum(upper_a[rows], upper_b[rows])
-                 - np.maximum(lower_a[rows], lower_b[rows]))
+        width = np.minimum(upper_a[rows], upper_b[rows]) - np.maximum(lower_a[rows], lower_b[rows])
         out[rows] = np.prod(np.maximum(width, 0.0), axis=1)
     return out
 
@@ -180,16 +182,18 @@ def leaf_pairs(a: KDDT, b: KDDT) -> tuple[np.ndarray, np.ndarray]:
             for side_b, keep_b in zip(sides_b, (True, split_b)):
                 keep = keep_a & keep_b  # a leaf has one "child": itself
                 for dim in (dim_a, dim_b):
-                    keep &= (np.maximum(lower_a[side_a, dim], lower_b[side_b, dim])
-                             < np.minimum(upper_a[side_a, dim], upper_b[side_b, dim]))
+                    keep &= np.maximum(lower_a[side_a, dim], lower_b[side_b, dim]) < np.minimum(
+                        upper_a[side_a, dim], upper_b[side_b, dim]
+                    )
                 next_i.append(side_a[keep])
                 next_j.append(side_b[keep])
         i, j = np.concatenate(next_i), np.concatenate(next_j)
     return np.concatenate(found_i), np.concatenate(found_j)
 
 
-def overlapping_leaves(tree: KDDT, lower: np.ndarray, upper: np.ndarray
-                       ) -> tuple[np.ndarray, np.ndarray]:
+def overlapping_leaves(
+    tree: KDDT, lower: np.ndarray, upper: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """(leaf node index, box index) of every leaf and box [lower_k, upper_k] (rows of (m, p)
     arrays, boxes may reach outside the domain) that overlap with positive measure."""
     node_lower, node_upper = tree.node_boxes
@@ -207,8 +211,9 @@ def overlapping_leaves(tree: KDDT, lower: np.ndarray, upper: np.ndarray
         dim = np.tile(tree.tree.feature[node], 2)
         node = np.concatenate([tree.tree.children_left[node], tree.tree.children_right[node]])
         box = np.tile(box, 2)
-        keep = (np.maximum(node_lower[node, dim], lower[box, dim])
-                < np.minimum(node_upper[node, dim], upper[box, dim]))
+        keep = np.maximum(node_lower[node, dim], lower[box, dim]) < np.minimum(
+            node_upper[node, dim], upper[box, dim]
+        )
         node, box = node[keep], box[keep]
     return np.concatenate(found_node), np.concatenate(found_box)
 
@@ -250,8 +255,11 @@ def _check_same_domain(a: KDDT, b: KDDT) -> None:
 
 def encode_kddt(tree: KDDT, prefix: str = "") -> dict[str, np.ndarray]:
     """The tree's five arrays and its domain box under ``prefix + name``."""
-    return {**encode_tree(tree.tree, prefix), prefix + "lower": tree.lower,
-            prefix + "upper": tree.upper}
+    return {
+        **encode_tree(tree.tree, prefix),
+        prefix + "lower": tree.lower,
+        prefix + "upper": tree.upper,
+    }
 
 
 def decode_kddt(
@@ -271,10 +279,17 @@ def decode_kddt(
     keys = {k for k in arrays if isinstance(k, str) and k.startswith(prefix)}
     expected = FIELDS + BOX_FIELDS
     if keys != {prefix + name for name in expected}:
-        raise DecodeError(f"{prefix}kddt: expected keys {list(expected)}, got "
-                          f"{sorted(k[len(prefix):] for k in keys)}")
-    tree = decode_tree({prefix + name: arrays[prefix + name] for name in FIELDS}, prefix,
-                       n_features, n_outputs, max_nodes)
+        raise DecodeError(
+            f"{prefix}kddt: expected keys {list(expected)}, got "
+            f"{sorted(k[len(prefix) :] for k in keys)}"
+        )
+    tree = decode_tree(
+        {prefix + name: arrays[prefix + name] for name in FIELDS},
+        prefix,
+        n_features,
+        n_outputs,
+        max_nodes,
+    )
     try:
         return KDDT(tree, arrays[prefix + "lower"], arrays[prefix + "upper"])
     except ValueError as err:

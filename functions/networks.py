@@ -45,8 +45,11 @@ def check_activation_and_bound(activation: object, output_bound: object) -> None
 
 def positive_ints(values: object, name: str, least: int) -> tuple[int, ...]:
     """``values`` as a tuple of positive ints (at least ``least`` of them); ``ValueError`` if not."""
-    if not (isinstance(values, (tuple, list)) and len(values) >= least
-            and all(type(v) is int and v >= 1 for v in values)):
+    if not (
+        isinstance(values, (tuple, list))
+        and len(values) >= least
+        and all(type(v) is int and v >= 1 for v in values)
+    ):
         raise ValueError(f"{name}: expected at least {least} positive ints, got {values!r}")
     return tuple(values)
 
@@ -142,8 +145,10 @@ def module_arrays(module: nn.Module, shapes: Shapes) -> list[np.ndarray]:
     if len(tensors) != len(shapes) or any(
         tuple(t.shape) != shape for t, shape in zip(tensors, shapes.values())
     ):
-        raise ValueError(f"module parameters {[tuple(t.shape) for t in tensors]} do not match "
-                         f"the spec's {list(shapes.values())}")
+        raise ValueError(
+            f"module parameters {[tuple(t.shape) for t in tensors]} do not match "
+            f"the spec's {list(shapes.values())}"
+        )
     return [t.detach().cpu().numpy().astype(np.float32) for t in tensors]
 
 
@@ -165,18 +170,26 @@ def decode_spec(config: Mapping[str, object], prefix: str, max_params: int) -> N
     """Read and bound a network's spec from config values; ``DecodeError`` on any fault."""
     if not isinstance(config, Mapping):
         raise DecodeError(f"{prefix}network: expected a mapping, got {type(config).__name__}")
-    keys = {k[len(prefix):] for k in config if isinstance(k, str) and k.startswith(prefix)}
+    keys = {k[len(prefix) :] for k in config if isinstance(k, str) and k.startswith(prefix)}
     expected = {"kind", "sizes", "activation"} | ({"output_bound"} & keys)
     if keys != expected:
-        raise DecodeError(f"{prefix}network: expected config keys {sorted(expected)}, got "
-                          f"{sorted(keys)}")
+        raise DecodeError(
+            f"{prefix}network: expected config keys {sorted(expected)}, got {sorted(keys)}"
+        )
     sizes = config[prefix + "sizes"]
-    if not (isinstance(sizes, list) and 2 <= len(sizes) <= MAX_LAYERS
-            and all(type(s) is int and 1 <= s <= max_params for s in sizes)):
+    if not (
+        isinstance(sizes, list)
+        and 2 <= len(sizes) <= MAX_LAYERS
+        and all(type(s) is int and 1 <= s <= max_params for s in sizes)
+    ):
         raise DecodeError(f"{prefix}sizes: expected 2 to {MAX_LAYERS} ints in [1, {max_params}]")
     try:
-        spec = NetworkSpec(tuple(sizes), config[prefix + "activation"],
-                           config.get(prefix + "output_bound"), config[prefix + "kind"])
+        spec = NetworkSpec(
+            tuple(sizes),
+            config[prefix + "activation"],
+            config.get(prefix + "output_bound"),
+            config[prefix + "kind"],
+        )
     except ValueError as err:
         raise DecodeError(f"{prefix}{err}") from None
     if spec.n_params > max_params:
@@ -199,20 +212,24 @@ def decode_network(
     if not isinstance(arrays, Mapping):
         raise DecodeError(f"{prefix}network: expected a mapping of arrays")
     shapes = spec.array_shapes()
-    keys = {k[len(prefix):] for k in arrays if isinstance(k, str) and k.startswith(prefix)}
+    keys = {k[len(prefix) :] for k in arrays if isinstance(k, str) and k.startswith(prefix)}
     if keys != set(shapes):
         raise DecodeError(f"{prefix}network: expected arrays {sorted(shapes)}, got {sorted(keys)}")
-    checked = [check_float32(arrays[prefix + name], prefix + name, shape)
-               for name, shape in shapes.items()]
+    checked = [
+        check_float32(arrays[prefix + name], prefix + name, shape) for name, shape in shapes.items()
+    ]
     return _loaded(skeleton(spec), checked)
 
 
-def pack_modules(modules: Sequence[nn.Module], shapes: Shapes, prefix: str = ""
-                 ) -> dict[str, np.ndarray]:
+def pack_modules(
+    modules: Sequence[nn.Module], shapes: Shapes, prefix: str = ""
+) -> dict[str, np.ndarray]:
     """Each parameter of ``modules`` (all of layout ``shapes``) stacked over the modules."""
     per_module = [module_arrays(module, shapes) for module in modules]
-    return {prefix + name: np.stack([arrays[i] for arrays in per_module])
-            for i, name in enumerate(shapes)}
+    return {
+        prefix + name: np.stack([arrays[i] for arrays in per_module])
+        for i, name in enumerate(shapes)
+    }
 
 
 def unpack_modules(
@@ -227,13 +244,16 @@ def unpack_modules(
     Checks that each ``prefix + name`` is finite float32 of shape (count, *shapes[name]); the
     caller checks the key set. ``skeleton`` makes an unallocated module (no random draws).
     """
-    stacked = [check_float32(arrays[prefix + name], prefix + name, (count, *shape))
-               for name, shape in shapes.items()]
+    stacked = [
+        check_float32(arrays[prefix + name], prefix + name, (count, *shape))
+        for name, shape in shapes.items()
+    ]
     return [_loaded(skeleton(), [array[k] for array in stacked]) for k in range(count)]
 
 
-def stacked_forward(spec: NetworkSpec, params: Sequence[torch.Tensor], x: torch.Tensor
-                    ) -> torch.Tensor:
+def stacked_forward(
+    spec: NetworkSpec, params: Sequence[torch.Tensor], x: torch.Tensor
+) -> torch.Tensor:
     """Outputs (L, n, out) of L networks of ``spec`` on the same inputs ``x`` (n, in), float32.
 
     ``params`` are the spec's arrays in ``array_shapes`` order, each stacked over the L networks.
@@ -245,8 +265,9 @@ def stacked_forward(spec: NetworkSpec, params: Sequence[torch.Tensor], x: torch.
     h = nn.functional.linear(x, params[0].reshape(count * width, -1), params[1].reshape(-1))
     h = h.reshape(len(x), count, width).transpose(0, 1)
     for i in range(1, n_layers):
-        h = torch.baddbmm(params[2 * i + 1].unsqueeze(1), activation(h),
-                          params[2 * i].transpose(1, 2))
+        h = torch.baddbmm(
+            params[2 * i + 1].unsqueeze(1), activation(h), params[2 * i].transpose(1, 2)
+        )
     if spec.output_bound is not None:
         h = nn.functional.hardtanh(h, -spec.output_bound, spec.output_bound)
     return h

@@ -72,17 +72,25 @@ def encode_node_model(model: NodeModel, prefix: str) -> tuple[Config, dict[str, 
     config, arrays = encode_network(model.function.spec, model.function, prefix)
     if model.fisher is not None:
         names = list(model.function.spec.array_shapes())
-        arrays.update({f"{prefix}{FISHER}{name}": np.asarray(f, np.float32)
-                       for name, f in zip(names, model.fisher)})
+        arrays.update(
+            {
+                f"{prefix}{FISHER}{name}": np.asarray(f, np.float32)
+                for name, f in zip(names, model.fisher)
+            }
+        )
     return config, arrays
 
 
-def decode_node_model(config: Mapping[str, object], arrays: Mapping[str, np.ndarray],
-                      prefix: str, limits: ModelLimits) -> NodeModel:
+def decode_node_model(
+    config: Mapping[str, object], arrays: Mapping[str, np.ndarray], prefix: str, limits: ModelLimits
+) -> NodeModel:
     """The model under ``prefix``; ``DecodeError`` on anything malformed or out of bounds."""
     kind = config.get(prefix + "kind")
-    model_arrays = {k: v for k, v in arrays.items()
-                    if k.startswith(prefix) and not k.startswith(prefix + FISHER)}
+    model_arrays = {
+        k: v
+        for k, v in arrays.items()
+        if k.startswith(prefix) and not k.startswith(prefix + FISHER)
+    }
     if kind == TREE:
         if set(k for k in config if k.startswith(prefix)) != {prefix + "kind"}:
             raise DecodeError(f"{prefix}kddt: unexpected config keys")
@@ -90,15 +98,18 @@ def decode_node_model(config: Mapping[str, object], arrays: Mapping[str, np.ndar
             raise DecodeError(f"{prefix}kddt: a tree carries no Fisher arrays")
         if limits.spec is not None:
             raise DecodeError(f"{prefix}: expected the run's network {limits.spec}, got a tree")
-        return NodeModel(decode_kddt(model_arrays, prefix, limits.n_features, limits.n_outputs,
-                                     limits.max_nodes))
+        return NodeModel(
+            decode_kddt(model_arrays, prefix, limits.n_features, limits.n_outputs, limits.max_nodes)
+        )
     if kind != MLP:
         raise DecodeError(f"{prefix}kind: expected {MLP!r} or {TREE!r}, got {kind!r}")
     network = decode_network(config, model_arrays, prefix, limits.max_params)
     spec = network.spec
     if spec.n_features != limits.n_features or spec.n_outputs != limits.n_outputs:
-        raise DecodeError(f"{prefix}network maps {spec.n_features} -> {spec.n_outputs}, expected "
-                          f"{limits.n_features} -> {limits.n_outputs}")
+        raise DecodeError(
+            f"{prefix}network maps {spec.n_features} -> {spec.n_outputs}, expected "
+            f"{limits.n_features} -> {limits.n_outputs}"
+        )
     if spec.output_bound is not None:
         raise DecodeError(f"{prefix}network: FedFun networks have no output bound")
     if limits.spec is not None and spec != limits.spec:
@@ -106,8 +117,9 @@ def decode_node_model(config: Mapping[str, object], arrays: Mapping[str, np.ndar
     return NodeModel(network, _fisher(arrays, prefix, spec, limits.fisher))
 
 
-def _fisher(arrays: Mapping[str, np.ndarray], prefix: str, spec: NetworkSpec, expected: bool
-            ) -> tuple[np.ndarray, ...] | None:
+def _fisher(
+    arrays: Mapping[str, np.ndarray], prefix: str, spec: NetworkSpec, expected: bool
+) -> tuple[np.ndarray, ...] | None:
     """The Fisher diagonal under ``prefix + FISHER``: exactly the spec's arrays, finite, >= 0."""
     keys = {k for k in arrays if k.startswith(prefix + FISHER)}
     shapes = spec.array_shapes()
@@ -117,21 +129,28 @@ def _fisher(arrays: Mapping[str, np.ndarray], prefix: str, spec: NetworkSpec, ex
         return None
     if keys != {f"{prefix}{FISHER}{name}" for name in shapes}:
         raise DecodeError(f"{prefix}: expected a Fisher array per weight array")
-    fisher = tuple(check_float32(arrays[f"{prefix}{FISHER}{name}"], f"{prefix}{FISHER}{name}",
-                                 shape) for name, shape in shapes.items())
+    fisher = tuple(
+        check_float32(arrays[f"{prefix}{FISHER}{name}"], f"{prefix}{FISHER}{name}", shape)
+        for name, shape in shapes.items()
+    )
     if any((f < 0).any() for f in fisher):
         raise DecodeError(f"{prefix}: a Fisher entry is negative")
     return fisher
 
 
-def reprefixed(config: Mapping[str, object], arrays: Mapping[str, np.ndarray], old: str,
-               new: str) -> tuple[Config, dict[str, np.ndarray]]:
+def reprefixed(
+    config: Mapping[str, object], arrays: Mapping[str, np.ndarray], old: str, new: str
+) -> tuple[Config, dict[str, np.ndarray]]:
     """The keys under ``old`` moved under ``new`` (the relay renames a reply for its neighbours)."""
-    return ({new + k[len(old):]: v for k, v in config.items() if k.startswith(old)},
-            {new + k[len(old):]: v for k, v in arrays.items() if k.startswith(old)})
+    return (
+        {new + k[len(old) :]: v for k, v in config.items() if k.startswith(old)},
+        {new + k[len(old) :]: v for k, v in arrays.items() if k.startswith(old)},
+    )
 
 
-def torch_function(model: NodeModel, device: torch.device) -> Callable[[torch.Tensor], torch.Tensor]:
+def torch_function(
+    model: NodeModel, device: torch.device
+) -> Callable[[torch.Tensor], torch.Tensor]:
     """``model`` as a function of float32 tensors without gradients (an FSR anchor, a teacher)."""
     if model.kind == MLP:
         network = model.function.to(device).eval()
@@ -139,9 +158,11 @@ def torch_function(model: NodeModel, device: torch.device) -> Callable[[torch.Te
         def forward(z: torch.Tensor) -> torch.Tensor:
             with torch.no_grad():
                 return network(z)
+
         return forward
 
     def tree(z: torch.Tensor) -> torch.Tensor:
         values = model.function.predict(z.detach().cpu().numpy().astype(np.float64))
         return torch.as_tensor(values, dtype=torch.float32, device=z.device)
+
     return tree

@@ -33,8 +33,9 @@ class ParamLayout:
         return int(sum(np.prod(s, dtype=np.int64) for s in self.shapes))
 
 
-def params_to_record(layout: ParamLayout, params: Sequence[np.ndarray],
-                     dtype: type = np.float32) -> ArrayRecord:
+def params_to_record(
+    layout: ParamLayout, params: Sequence[np.ndarray], dtype: type = np.float32
+) -> ArrayRecord:
     """An ArrayRecord holding ``params`` under the layout's names (float32 on the wire)."""
     if len(params) != len(layout.names):
         raise ValueError(f"expected {len(layout.names)} tensors, got {len(params)}")
@@ -81,20 +82,26 @@ def npy_data_bytes(array: object, name: str) -> int:
     stream = io.BytesIO(array.data)
     try:
         version = npy_format.read_magic(stream)
-        read_header = (npy_format.read_array_header_1_0 if version == (1, 0)
-                       else npy_format.read_array_header_2_0)
+        read_header = (
+            npy_format.read_array_header_1_0
+            if version == (1, 0)
+            else npy_format.read_array_header_2_0
+        )
         shape, _, dtype = read_header(stream)
     except Exception as err:  # noqa: BLE001 - any fault of the received header
         raise DecodeError(f"{name}: unreadable array ({type(err).__name__}: {err})") from None
     if dtype.hasobject:
         raise DecodeError(f"{name}: not a plain numpy array (dtype {dtype})")
     if not _declares(array, dtype, shape):
-        raise DecodeError(f"{name}: declared as {str(array.dtype)[:20]!r} "
-                          f"{str(array.shape)[:40]}, but its bytes hold {dtype} {shape}")
+        raise DecodeError(
+            f"{name}: declared as {str(array.dtype)[:20]!r} "
+            f"{str(array.shape)[:40]}, but its bytes hold {dtype} {shape}"
+        )
     declared, carried = math.prod(shape) * dtype.itemsize, len(array.data) - stream.tell()
     if declared != carried:
-        raise DecodeError(f"{name}: unreadable array (its header declares {declared} bytes, "
-                          f"{carried} follow)")
+        raise DecodeError(
+            f"{name}: unreadable array (its header declares {declared} bytes, {carried} follow)"
+        )
     return declared
 
 
@@ -116,8 +123,9 @@ def record_to_arrays(record: object, max_bytes: int | None = None) -> dict[str, 
         raise DecodeError(f"expected an ArrayRecord, got {type(record).__name__}")
     sizes = {k: npy_data_bytes(v, k) for k, v in record.items()}
     if max_bytes is not None and sum(sizes.values()) > max_bytes:
-        raise DecodeError(f"its arrays hold {sum(sizes.values())} bytes, more than the "
-                          f"{max_bytes} the run allows")
+        raise DecodeError(
+            f"its arrays hold {sum(sizes.values())} bytes, more than the {max_bytes} the run allows"
+        )
     return {k: _load(v, k) for k, v in record.items()}
 
 

@@ -94,4 +94,6 @@ LOSS = "loss"  # train reply: the local objective at the end of the round
 def neighbour_prefix(partition_id: int) -> str:
     """Where neighbour ``partition_id``'s model travels in MODELS / MODEL_ARRAYS."""
     return f"p{partition_id}/"
+
+
 REPLY_PREFIX = "self/"  # where a node puts its new model in a train reply

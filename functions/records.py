@@ -77,8 +77,9 @@ def wire_bytes(content: RecordDict) -> int:
     total = 0
     for key, record in content.items():
         if isinstance(record, ArrayRecord):
-            body = sum(_field(_text(name) + _field(_array_size(array)))
-                       for name, array in record.items())
+            body = sum(
+                _field(_text(name) + _field(_array_size(array))) for name, array in record.items()
+            )
         elif isinstance(record, ConfigRecord):
             body = sum(_config_item_size(name, value) for name, value in record.items())
         else:  # a MetricRecord: numbers only

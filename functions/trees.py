@@ -60,16 +60,29 @@ class TreeArrays:
         object.__setattr__(self, "_depth", check_tree(self))
 
     @classmethod
-    def prechecked(cls, children_left: np.ndarray, children_right: np.ndarray,
-                   feature: np.ndarray, threshold: np.ndarray, value: np.ndarray,
-                   n_features: int, depth: int) -> TreeArrays:
+    def prechecked(
+        cls,
+        children_left: np.ndarray,
+        children_right: np.ndarray,
+        feature: np.ndarray,
+        threshold: np.ndarray,
+        value: np.ndarray,
+        n_features: int,
+        depth: int,
+    ) -> TreeArrays:
         """A tree whose arrays a vectorised decoder has already checked as ``check_tree`` does
         (``functions.forest.unpack_trees``), with the depth it computed. Built without the
         per-tree check, whose fixed cost (about 0.1 ms) dominated decoding thousands of trees."""
         tree = object.__new__(cls)
-        for name, array in (("children_left", children_left), ("children_right", children_right),
-                            ("feature", feature), ("threshold", threshold), ("value", value),
-                            ("n_features", n_features), ("_depth", depth)):
+        for name, array in (
+            ("children_left", children_left),
+            ("children_right", children_right),
+            ("feature", feature),
+            ("threshold", threshold),
+            ("value", value),
+            ("n_features", n_features),
+            ("_depth", depth),
+        ):
             object.__setattr__(tree, name, array)
         return tree
 
@@ -130,15 +143,19 @@ def check_tree(tree: TreeArrays) -> int:
     for name, ndim in (("threshold", 1), ("value", 2)):
         array = getattr(tree, name)
         if not isinstance(array, np.ndarray) or array.dtype not in _FLOATS or array.ndim != ndim:
-            raise ValueError(f"{name}: expected a {ndim}-D float32/64 array, got "
-                             f"{_describe(array)}")
+            raise ValueError(
+                f"{name}: expected a {ndim}-D float32/64 array, got {_describe(array)}"
+            )
     n = len(feature)
     if n == 0 or not len(left) == len(right) == len(threshold) == len(value) == n:
-        raise ValueError(f"expected n >= 1 nodes in every array, got lengths "
-                         f"{[len(a) for a in (left, right, feature, threshold, value)]}")
+        raise ValueError(
+            f"expected n >= 1 nodes in every array, got lengths "
+            f"{[len(a) for a in (left, right, feature, threshold, value)]}"
+        )
     if not (isinstance(tree.n_features, int) and tree.n_features >= 1 and value.shape[1] >= 1):
-        raise ValueError(f"need n_features >= 1 and n_outputs >= 1, got {tree.n_features}, "
-                         f"{value.shape[1]}")
+        raise ValueError(
+            f"need n_features >= 1 and n_outputs >= 1, got {tree.n_features}, {value.shape[1]}"
+        )
     leaf = left == LEAF
     if np.any(right[leaf] != LEAF) or np.any(feature[leaf] != LEAF_FEATURE):
         raise ValueError("a leaf (left child -1) has a right child or a split feature")
@@ -222,8 +239,10 @@ def decode_tree(
         raise DecodeError(f"{prefix}tree: expected a mapping, got {type(arrays).__name__}")
     keys = {k for k in arrays if isinstance(k, str) and k.startswith(prefix)}
     if keys != {prefix + name for name in FIELDS}:
-        raise DecodeError(f"{prefix}tree: expected keys {list(FIELDS)}, got "
-                          f"{sorted(k[len(prefix):] for k in keys)}")
+        raise DecodeError(
+            f"{prefix}tree: expected keys {list(FIELDS)}, got "
+            f"{sorted(k[len(prefix) :] for k in keys)}"
+        )
     fields = {name: arrays[prefix + name] for name in FIELDS}
     feature = fields["feature"]
     if isinstance(feature, np.ndarray) and feature.ndim == 1 and len(feature) > max_nodes:

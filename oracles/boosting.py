@@ -165,12 +165,18 @@ def ffgb_increment(
             learner, step = stepped.learner, stepped.values
         else:
             bound = clipping.learner_bound
-            learner, step = clip_learner(stepped.learner, bound), np.clip(stepped.values, -bound, bound)
+            learner, step = (
+                clip_learner(stepped.learner, bound),
+                np.clip(stepped.values, -bound, bound),
+            )
         g = (1.0 - eta * mu) * g - eta * step
         error = target - fitted.values
         if residual:
-            delta = error if clipping is None else np.clip(error, -clipping.residual_bound,
-                                                           clipping.residual_bound)
+            delta = (
+                error
+                if clipping is None
+                else np.clip(error, -clipping.residual_bound, clipping.residual_bound)
+            )
         learners.append(learner)
         steps.append(step)
     scale, weights = round_coefficients(etas, mu, DESCENT)

@@ -28,8 +28,9 @@ Params = list[np.ndarray]
 Predict = Callable[[torch.Tensor], torch.Tensor]
 
 
-def optimise(optimizer: torch.optim.Optimizer, steps: int,
-             batch_loss: Callable[[], torch.Tensor]) -> float:
+def optimise(
+    optimizer: torch.optim.Optimizer, steps: int, batch_loss: Callable[[], torch.Tensor]
+) -> float:
     """``steps`` optimiser steps on ``batch_loss()`` (a fresh minibatch each call); returns the
     mean loss over the last tenth of the steps (a less noisy value than the last batch's)."""
     if type(steps) is not int or steps < 1:
@@ -45,16 +46,18 @@ def optimise(optimizer: torch.optim.Optimizer, steps: int,
     return sum(tail) / len(tail)
 
 
-def sample_rows(n: int, size: int, generator: torch.Generator | None,
-                device: torch.device) -> torch.Tensor:
+def sample_rows(
+    n: int, size: int, generator: torch.Generator | None, device: torch.device
+) -> torch.Tensor:
     """``min(size, n)`` distinct row indices in [0, n), drawn with ``generator``."""
     if type(size) is not int or size < 1:
         raise ValueError(f"batch size must be a positive int, got {size!r}")
     return torch.randperm(n, generator=generator, device=_device(generator))[:size].to(device)
 
 
-def uniform(shape: tuple[int, ...], generator: torch.Generator | None,
-            device: torch.device) -> torch.Tensor:
+def uniform(
+    shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device
+) -> torch.Tensor:
     """Uniform [0, 1) draws of ``shape`` made with ``generator``, moved to ``device``."""
     return torch.rand(shape, generator=generator, device=_device(generator)).to(device)
 
@@ -63,22 +66,29 @@ def _device(generator: torch.Generator | None) -> torch.device | None:
     return generator.device if generator is not None else None
 
 
-def prepare_data(model: nn.Module, x: torch.Tensor, y: torch.Tensor, target_dims: int
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
+def prepare_data(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, target_dims: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """x and y on the model's device, x (and float targets) in its dtype, integer labels as
     int64; ``ValueError`` unless x is (N, p), N >= 1, and y has N rows and ``target_dims`` dims."""
     if x.dim() != 2 or len(x) == 0:
         raise ValueError(f"x must be a non-empty (N, p) tensor, got shape {tuple(x.shape)}")
     if y.dim() != target_dims or len(y) != len(x):
-        raise ValueError(f"y must have {len(x)} rows and {target_dims} dims, got shape "
-                         f"{tuple(y.shape)}")
+        raise ValueError(
+            f"y must have {len(x)} rows and {target_dims} dims, got shape {tuple(y.shape)}"
+        )
     param = next(model.parameters())
     target_dtype = param.dtype if y.is_floating_point() else torch.int64
     return x.to(param.device, param.dtype), y.to(param.device, target_dtype)
 
 
-def _cross_entropy_batches(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int,
-                           generator: torch.Generator | None) -> Callable[[], torch.Tensor]:
+def _cross_entropy_batches(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    batch_size: int,
+    generator: torch.Generator | None,
+) -> Callable[[], torch.Tensor]:
     """A callable giving the cross-entropy of the model on a fresh minibatch."""
     x, y = prepare_data(model, x, y, 1)
 
@@ -89,9 +99,15 @@ def _cross_entropy_batches(model: nn.Module, x: torch.Tensor, y: torch.Tensor, b
     return loss
 
 
-def adam_train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int,
-               batch_size: int = 200, lr: float = 1e-3,
-               generator: torch.Generator | None = None) -> float:
+def adam_train(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    steps: int,
+    batch_size: int = 200,
+    lr: float = 1e-3,
+    generator: torch.Generator | None = None,
+) -> float:
     """Adam on the cross-entropy of (x, y) in place: DFedFish's and DFedDF's local pass.
 
     FedFish (Dhawan et al., 2024) and FedDF (Lin et al., 2020) both start a round with plain
@@ -103,9 +119,16 @@ def adam_train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int,
     return optimise(torch.optim.Adam(model.parameters(), lr=lr), steps, batch_loss)
 
 
-def momentum_sgd_train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int,
-                       batch_size: int = 200, lr: float = 0.01, momentum: float = 0.9,
-                       generator: torch.Generator | None = None) -> float:
+def momentum_sgd_train(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    steps: int,
+    batch_size: int = 200,
+    lr: float = 0.01,
+    momentum: float = 0.9,
+    generator: torch.Generator | None = None,
+) -> float:
     """Heavy-ball SGD on the cross-entropy of (x, y) in place: DFedAvgM's local pass.
 
     DFedAvgM (Sun et al., 2022) runs local momentum SGD (a fresh momentum buffer each round)
@@ -118,9 +141,17 @@ def momentum_sgd_train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, steps
     return optimise(optimizer, steps, batch_loss)
 
 
-def psr_train(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
-              neighbours: Sequence[Params], lam: float, steps: int, batch_size: int = 200,
-              lr: float = 1e-3, generator: torch.Generator | None = None) -> float:
+def psr_train(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    neighbours: Sequence[Params],
+    lam: float,
+    steps: int,
+    batch_size: int = 200,
+    lr: float = 1e-3,
+    generator: torch.Generator | None = None,
+) -> float:
     """Adam in place on CE + lam * sum_j ||theta - theta_j||^2 over the neighbours' parameters.
 
     Parameter space regularisation (PSR): a synchronous DJAM (Almeida & Xavier, 2018), close to
@@ -150,14 +181,18 @@ def _as_tensors(arrays: Params, params: Sequence[torch.Tensor]) -> list[torch.Te
     """Received arrays as tensors like the model's parameters; ``ValueError`` on a mismatch."""
     shapes = [tuple(p.shape) for p in params]
     if [tuple(np.shape(a)) for a in arrays] != shapes:
-        raise ValueError(f"parameter shapes {[np.shape(a) for a in arrays]} do not match the "
-                         f"model's {shapes}")
-    return [torch.as_tensor(np.asarray(a), dtype=p.dtype, device=p.device)
-            for a, p in zip(arrays, params)]
+        raise ValueError(
+            f"parameter shapes {[np.shape(a) for a in arrays]} do not match the model's {shapes}"
+        )
+    return [
+        torch.as_tensor(np.asarray(a), dtype=p.dtype, device=p.device)
+        for a, p in zip(arrays, params)
+    ]
 
 
-def average_parameters(params: Sequence[Params],
-                       weights: Sequence[Params | float] | None = None) -> Params:
+def average_parameters(
+    params: Sequence[Params], weights: Sequence[Params | float] | None = None
+) -> Params:
     """The (weighted) average of models' parameters, float64.
 
     Uniform: DFedAvgM's mixing of a node's model with its neighbours' (Sun et al., 2022).
@@ -171,16 +206,19 @@ def average_parameters(params: Sequence[Params],
     shapes = [np.shape(a) for a in params[0]]
     if any([np.shape(a) for a in p] != shapes for p in params):
         raise ValueError("the models' parameter shapes differ")
-    uniform_mean = [np.mean([np.asarray(p[k], dtype=np.float64) for p in params], axis=0)
-                    for k in range(len(shapes))]
+    uniform_mean = [
+        np.mean([np.asarray(p[k], dtype=np.float64) for p in params], axis=0)
+        for k in range(len(shapes))
+    ]
     if weights is None:
         return uniform_mean
     if len(weights) != len(params):
         raise ValueError(f"{len(weights)} weights for {len(params)} models")
     averaged = []
     for k, shape in enumerate(shapes):
-        w = np.stack([np.broadcast_to(np.asarray(_layer(wj, k), dtype=np.float64), shape)
-                      for wj in weights])
+        w = np.stack(
+            [np.broadcast_to(np.asarray(_layer(wj, k), dtype=np.float64), shape) for wj in weights]
+        )
         if not np.all(w >= 0):
             raise ValueError("weights must be non-negative (and not NaN)")
         theta = np.stack([np.asarray(p[k], dtype=np.float64) for p in params])
@@ -195,8 +233,13 @@ def _layer(weight: Params | float, k: int) -> np.ndarray | float:
     return weight if np.isscalar(weight) else weight[k]
 
 
-def diagonal_fisher(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 200,
-                    max_samples: int = 1000) -> Params:
+def diagonal_fisher(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    batch_size: int = 200,
+    max_samples: int = 1000,
+) -> Params:
     """The empirical Fisher diagonal: mean over examples of the squared per-example gradients
     of the cross-entropy at the true labels, on the first ``max_samples`` rows (float64, in
     parameter order). DFedFish's aggregation weights (FedFish, Dhawan et al., 2024)."""
@@ -204,8 +247,9 @@ def diagonal_fisher(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_si
     names = [name for name, _ in model.named_parameters()]
     values = {name: p.detach() for name, p in model.named_parameters()}
 
-    def example_loss(theta: dict[str, torch.Tensor], xi: torch.Tensor, yi: torch.Tensor
-                     ) -> torch.Tensor:
+    def example_loss(
+        theta: dict[str, torch.Tensor], xi: torch.Tensor, yi: torch.Tensor
+    ) -> torch.Tensor:
         logits = torch.func.functional_call(model, theta, (xi.unsqueeze(0),))
         return functional.cross_entropy(logits, yi.unsqueeze(0))
 
@@ -213,15 +257,21 @@ def diagonal_fisher(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_si
     x, y = x[:max_samples], y[:max_samples]
     totals = {name: torch.zeros_like(v) for name, v in values.items()}
     for start in range(0, len(x), batch_size):
-        grads = per_example(values, x[start:start + batch_size], y[start:start + batch_size])
+        grads = per_example(values, x[start : start + batch_size], y[start : start + batch_size])
         for name in names:
             totals[name] += (grads[name] ** 2).sum(0)
     return [(totals[name] / len(x)).cpu().numpy().astype(np.float64) for name in names]
 
 
-def distill(model: nn.Module, teachers: Sequence[Predict], n_features: int, steps: int,
-            samples: int = 1000, lr: float = 1e-3,
-            generator: torch.Generator | None = None) -> float:
+def distill(
+    model: nn.Module,
+    teachers: Sequence[Predict],
+    n_features: int,
+    steps: int,
+    samples: int = 1000,
+    lr: float = 1e-3,
+    generator: torch.Generator | None = None,
+) -> float:
     """Adam in place on KL(teacher || student) on ``samples`` fresh uniform points of [0, 1]^p
     per step, the teacher distribution being the softmax of the teachers' mean logits.
 

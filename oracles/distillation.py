@@ -34,8 +34,9 @@ NONE, INCREMENT, FUNCTION = "none", "increment", "function"
 MODES = (NONE, INCREMENT, FUNCTION)
 
 
-def distilled_coefficients(mode: str, scale: float, weights: Sequence[float]
-                           ) -> tuple[float, list[float]]:
+def distilled_coefficients(
+    mode: str, scale: float, weights: Sequence[float]
+) -> tuple[float, list[float]]:
     """(scale, [weight]) of the one learner a node sends in ``mode`` (client and server compute
     them with this code, so the server checks a reply exactly)."""
     if mode == INCREMENT:
@@ -45,8 +46,9 @@ def distilled_coefficients(mode: str, scale: float, weights: Sequence[float]
     raise ValueError(f"no distilled coefficients for mode {mode!r}")
 
 
-def distill_increment(increment: Increment, f: np.ndarray, mode: str,
-                      fit: Callable[[np.ndarray], Fitted]) -> tuple[Increment, float]:
+def distill_increment(
+    increment: Increment, f: np.ndarray, mode: str, fit: Callable[[np.ndarray], Fitted]
+) -> tuple[Increment, float]:
     """The node's increment with its learners distilled into one (``mode`` as above), and the
     RMS distillation error on its points. ``f`` = f^t's values on the points, ``fit`` the
     oracle (target values (n, c) -> learner and its values)."""
@@ -57,13 +59,19 @@ def distill_increment(increment: Increment, f: np.ndarray, mode: str,
         target = increment.scale * np.asarray(f, dtype=np.float64) + increment.own_values
     fitted = fit(target)
     error = float(np.sqrt(np.mean((target - fitted.values) ** 2))) if target.size else 0.0
-    distilled = replace(increment, learners=[fitted.learner], weights=weights, scale=scale,
-                        own_values=weights[0] * fitted.values)
+    distilled = replace(
+        increment,
+        learners=[fitted.learner],
+        weights=weights,
+        scale=scale,
+        own_values=weights[0] * fitted.values,
+    )
     return distilled, error
 
 
-def average_networks(networks: Sequence[nn.Module], fractions: Sequence[float],
-                     into: nn.Module) -> nn.Module:
+def average_networks(
+    networks: Sequence[nn.Module], fractions: Sequence[float], into: nn.Module
+) -> nn.Module:
     """FedAvg of same-architecture networks: ``into`` gets sum_i fractions[i] * parameters_i
     (summed in float64, stored in ``into``'s dtype), as a distillation round's server step."""
     states = [network.state_dict() for network in networks]

@@ -91,7 +91,9 @@ def project_params(constraint: Constraint, params: Params, scope: str = "per-ten
     if scope == "per-tensor":
         return [constraint.project(a) for a in arrays]
     if constraint.kind == "nuclear":
-        raise ConfigError("fedfw.constraint=nuclear needs fedfw.scope=per-tensor (it acts on matrices)")
+        raise ConfigError(
+            "fedfw.constraint=nuclear needs fedfw.scope=per-tensor (it acts on matrices)"
+        )
     flat = constraint.project(np.concatenate([a.ravel() for a in arrays]))
     parts = np.split(flat, np.cumsum([a.size for a in arrays])[:-1])
     return [p.reshape(a.shape) for p, a in zip(parts, arrays)]

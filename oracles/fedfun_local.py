@@ -73,8 +73,9 @@ class StepSettings:
     distill_samples: int = 1000
 
 
-def initial_model(learner: str, spec: NetworkSpec, problem: LocalProblem, s: StepSettings
-                  ) -> NodeModel:
+def initial_model(
+    learner: str, spec: NetworkSpec, problem: LocalProblem, s: StepSettings
+) -> NodeModel:
     """Round 0: h_i^0 = argmin R_i, local data only (smoothed squared error for FSR, the
     baselines' own local pass otherwise)."""
     if learner == TREE_LEARNER:
@@ -85,15 +86,21 @@ def initial_model(learner: str, spec: NetworkSpec, problem: LocalProblem, s: Ste
         return fsr_network_step(NodeModel(network), [], problem, s, anchor_own=False)
     x, y = _tensors(problem)
     if s.algorithm == DFEDAVGM:
-        momentum_sgd_train(network, x, y, s.steps, s.batch_size, s.momentum_lr, s.momentum,
-                           _generator(s))
+        momentum_sgd_train(
+            network, x, y, s.steps, s.batch_size, s.momentum_lr, s.momentum, _generator(s)
+        )
     else:
         adam_train(network, x, y, s.steps, s.batch_size, s.lr, _generator(s))
     return _with_fisher(network, problem, s)
 
 
-def fsr_network_step(own: NodeModel, neighbours: Sequence[NodeModel], problem: LocalProblem,
-                     s: StepSettings, anchor_own: bool = True) -> NodeModel:
+def fsr_network_step(
+    own: NodeModel,
+    neighbours: Sequence[NodeModel],
+    problem: LocalProblem,
+    s: StepSettings,
+    anchor_own: bool = True,
+) -> NodeModel:
     """Eq. 14 from the node's own network (trained in place on a copy)."""
     network = _copy(own.function, problem.device)
     anchors = [Anchor(s.w_nbr, torch_function(m, problem.device)) for m in neighbours]
@@ -101,17 +108,31 @@ def fsr_network_step(own: NodeModel, neighbours: Sequence[NodeModel], problem: L
         anchors.insert(0, Anchor(s.w_own, torch_function(own, problem.device)))
     x = torch.as_tensor(problem.x, device=problem.device)
     y = torch.as_tensor(problem.one_hot(), device=problem.device)
-    fsr_train(network, x, y, anchors, s.steps, problem.radius, s.batch_size, s.penalty_samples,
-              s.lr, _generator(s))
+    fsr_train(
+        network,
+        x,
+        y,
+        anchors,
+        s.steps,
+        problem.radius,
+        s.batch_size,
+        s.penalty_samples,
+        s.lr,
+        _generator(s),
+    )
     return NodeModel(network.cpu())
 
 
-def fsr_tree_step(own: NodeModel | None, neighbours: Sequence[NodeModel],
-                  problem: LocalProblem, s: StepSettings) -> NodeModel:
+def fsr_tree_step(
+    own: NodeModel | None, neighbours: Sequence[NodeModel], problem: LocalProblem, s: StepSettings
+) -> NodeModel:
     """A KDDT fitted to the smoothed data and the anchors' boxes (section 5.4)."""
     p = problem.x.shape[1]
-    items = [data_boxes(problem.x.astype(np.float64), problem.one_hot().astype(np.float64),
-                        problem.radius)]
+    items = [
+        data_boxes(
+            problem.x.astype(np.float64), problem.one_hot().astype(np.float64), problem.radius
+        )
+    ]
     anchors = ([] if own is None else [(own, s.w_own)]) + [(m, s.w_nbr) for m in neighbours]
     rng = np.random.default_rng(s.seed)
     for model, weight in anchors:
@@ -123,17 +144,23 @@ def fsr_tree_step(own: NodeModel | None, neighbours: Sequence[NodeModel],
     return NodeModel(fit_kddt(Boxes.concat(*items), lower, upper, s.max_leaves))
 
 
-def _sampled_boxes(model: NodeModel, weight: float, p: int, samples: int,
-                   rng: np.random.Generator) -> Boxes:
+def _sampled_boxes(
+    model: NodeModel, weight: float, p: int, samples: int, rng: np.random.Generator
+) -> Boxes:
     """weight * ||h - g||^2 for a network g, estimated at ``samples`` uniform points (eq. 12):
     each point a box of half-width POINT_BOX holding weight / samples of mass."""
     z = rng.uniform(0.0, 1.0, size=(samples, p))
-    return Boxes(lower=z - POINT_BOX, upper=z + POINT_BOX, mass=np.full(samples, weight / samples),
-                 label=model.predict(z))
+    return Boxes(
+        lower=z - POINT_BOX,
+        upper=z + POINT_BOX,
+        mass=np.full(samples, weight / samples),
+        label=model.predict(z),
+    )
 
 
-def baseline_step(own: NodeModel, neighbours: Sequence[NodeModel], problem: LocalProblem,
-                  s: StepSettings) -> NodeModel:
+def baseline_step(
+    own: NodeModel, neighbours: Sequence[NodeModel], problem: LocalProblem, s: StepSettings
+) -> NodeModel:
     """One round of PSR (from the node's own network) or of DFedAvgM, DFedFish, DFedDF (from
     the mix of its neighbourhood's)."""
     x, y = _tensors(problem)
@@ -146,13 +173,21 @@ def baseline_step(own: NodeModel, neighbours: Sequence[NodeModel], problem: Loca
     everyone = [own, *neighbours]
     network = mixed_model(s.algorithm, own, neighbours).function.to(problem.device)
     if s.algorithm == DFEDAVGM:
-        momentum_sgd_train(network, x, y, s.steps, s.batch_size, s.momentum_lr, s.momentum,
-                           generator)
+        momentum_sgd_train(
+            network, x, y, s.steps, s.batch_size, s.momentum_lr, s.momentum, generator
+        )
     else:
         if s.algorithm == DFEDDF and s.distill_steps:
             teachers = [torch_function(m, problem.device) for m in everyone]
-            distill(network, teachers, problem.x.shape[1], s.distill_steps, s.distill_samples,
-                    s.lr, generator)
+            distill(
+                network,
+                teachers,
+                problem.x.shape[1],
+                s.distill_steps,
+                s.distill_samples,
+                s.lr,
+                generator,
+            )
         adam_train(network, x, y, s.steps, s.batch_size, s.lr, generator)
     return _with_fisher(network, problem, s)
 
@@ -182,8 +217,10 @@ def _with_fisher(network: torch.nn.Module, problem: LocalProblem, s: StepSetting
 
 
 def _tensors(problem: LocalProblem) -> tuple[torch.Tensor, torch.Tensor]:
-    return (torch.as_tensor(problem.x, device=problem.device),
-            torch.as_tensor(problem.labels, dtype=torch.long, device=problem.device))
+    return (
+        torch.as_tensor(problem.x, device=problem.device),
+        torch.as_tensor(problem.labels, dtype=torch.long, device=problem.device),
+    )
 
 
 def _generator(s: StepSettings) -> torch.Generator:

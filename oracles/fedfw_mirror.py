@@ -40,15 +40,17 @@ class ConsensusMirror:
     def restore(cls, points: Mapping[int, Params], total: Params) -> ConsensusMirror:
         """The mirror whose ``state()`` was ``(points, total)``, bit for bit."""
         mirror = cls(next(iter(points.values())), list(points))
-        mirror._points = {cid: [np.array(a, dtype=np.float64) for a in x]
-                          for cid, x in points.items()}
+        mirror._points = {
+            cid: [np.array(a, dtype=np.float64) for a in x] for cid, x in points.items()
+        }
         mirror._sum = [np.array(a, dtype=np.float64) for a in total]
         return mirror
 
     def state(self) -> tuple[dict[int, Params], Params]:
         """Every x_i and the running sum (kept, not recomputed: its rounding is part of x-bar)."""
         return {cid: [a.copy() for a in x] for cid, x in self._points.items()}, [
-            a.copy() for a in self._sum]
+            a.copy() for a in self._sum
+        ]
 
     @property
     def client_ids(self) -> list[int]:

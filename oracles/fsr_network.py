@@ -64,15 +64,26 @@ def penalty_weights(step: str, gamma: float, lam: float, degree: int) -> tuple[f
         return 1.0 / (2.0 * gamma), float(lam)
     if step == PROX_GRAD:
         if gamma * lam * degree >= 1:
-            raise ValueError(f"prox-grad needs gamma * lam * degree < 1, got {gamma} * {lam} * "
-                             f"{degree} = {gamma * lam * degree:.4g}")
+            raise ValueError(
+                f"prox-grad needs gamma * lam * degree < 1, got {gamma} * {lam} * "
+                f"{degree} = {gamma * lam * degree:.4g}"
+            )
         return (1.0 - gamma * lam * degree) / (2.0 * gamma), lam / 2.0
     raise ValueError(f"unknown step {step!r}; known: {STEP_FORMS}")
 
 
-def fsr_train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, anchors: Sequence[Anchor],
-              steps: int, radius: float, batch_size: int = 200, penalty_samples: int = 1000,
-              lr: float = 1e-3, generator: torch.Generator | None = None) -> float:
+def fsr_train(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    anchors: Sequence[Anchor],
+    steps: int,
+    radius: float,
+    batch_size: int = 200,
+    penalty_samples: int = 1000,
+    lr: float = 1e-3,
+    generator: torch.Generator | None = None,
+) -> float:
     """``steps`` Adam steps in place on eq. 14's loss, summed over the anchors a:
 
         (1/(b q)) sum_i ||h(x_i + eps_i) - y_i||^2
@@ -107,8 +118,9 @@ def fsr_train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, anchors: Seque
             with torch.no_grad():
                 target = anchor.predict(z)
             if target.shape != out.shape:
-                raise ValueError(f"an anchor returned shape {tuple(target.shape)}, expected "
-                                 f"{tuple(out.shape)}")
+                raise ValueError(
+                    f"an anchor returned shape {tuple(target.shape)}, expected {tuple(out.shape)}"
+                )
             value = value + penalty_scale * anchor.weight * ((out - target) ** 2).sum()
         return value
 
@@ -116,14 +128,21 @@ def fsr_train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, anchors: Seque
     return optimise(torch.optim.Adam(model.parameters(), lr=lr), steps, loss)
 
 
-def monte_carlo_distance(f: Callable[[torch.Tensor], torch.Tensor],
-                         g: Callable[[torch.Tensor], torch.Tensor], n_features: int,
-                         samples: int, generator: torch.Generator | None = None) -> float:
+def monte_carlo_distance(
+    f: Callable[[torch.Tensor], torch.Tensor],
+    g: Callable[[torch.Tensor], torch.Tensor],
+    n_features: int,
+    samples: int,
+    generator: torch.Generator | None = None,
+) -> float:
     """The squared L2([0,1]^p) distance ||f - g||^2 = m(X) E_z ||f(z) - g(z)||^2 (eq. 12),
     estimated on ``samples`` uniform points z (drawn on the generator's device)."""
     if type(samples) is not int or samples < 1:
         raise ValueError(f"samples must be a positive int, got {samples!r}")
-    z = torch.rand((samples, n_features), generator=generator,
-                   device=generator.device if generator is not None else None)
+    z = torch.rand(
+        (samples, n_features),
+        generator=generator,
+        device=generator.device if generator is not None else None,
+    )
     with torch.no_grad():
         return DOMAIN_MEASURE * float(((f(z) - g(z)) ** 2).sum(1).mean())

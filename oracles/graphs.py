@@ -35,8 +35,10 @@ class Graph:
             raise ValueError(f"a graph needs at least 2 vertices, got n={self.n!r}")
         edges = tuple((int(i), int(j)) for i, j in self.edges)
         if any(not 0 <= i < j < self.n for i, j in edges):
-            raise ValueError(f"edges must be pairs i < j of vertices in [0, {self.n}), got "
-                             f"{[e for e in edges if not 0 <= e[0] < e[1] < self.n]}")
+            raise ValueError(
+                f"edges must be pairs i < j of vertices in [0, {self.n}), got "
+                f"{[e for e in edges if not 0 <= e[0] < e[1] < self.n]}"
+            )
         if list(edges) != sorted(set(edges)):
             raise ValueError("edges must be sorted and without duplicates")
         object.__setattr__(self, "edges", edges)
@@ -102,9 +104,11 @@ class Graph:
     def describe(self) -> str:
         """One line for logs; the edge list is ``parse_edges`` syntax, so it reproduces the graph."""
         degrees = [self.degree(i) for i in range(self.n)]
-        return (f"n={self.n}, {len(self.edges)} edges, degree {min(degrees)}..{max(degrees)}, "
-                f"nu={self.algebraic_connectivity():.4g}, ||L||={self.spectral_norm():.4g}, "
-                f"edges {format_edges(self.edges)}")
+        return (
+            f"n={self.n}, {len(self.edges)} edges, degree {min(degrees)}..{max(degrees)}, "
+            f"nu={self.algebraic_connectivity():.4g}, ||L||={self.spectral_norm():.4g}, "
+            f"edges {format_edges(self.edges)}"
+        )
 
 
 def format_edges(edges: tuple[Edge, ...]) -> str:
@@ -135,8 +139,9 @@ def parse_edges(text: str, n: int) -> tuple[Edge, ...]:
     return tuple(sorted(edges))
 
 
-def make_graph(topology: str, n: int, seed: int, degree: int = 3, probability: float = 0.5,
-               edges: str = "") -> Graph:
+def make_graph(
+    topology: str, n: int, seed: int, degree: int = 3, probability: float = 0.5, edges: str = ""
+) -> Graph:
     """The connected graph of ``topology`` on n vertices, the same for the same seed.
 
     ring: a random cycle (a seeded permutation joined end to end; n = 2 gives one edge);
@@ -162,8 +167,10 @@ def make_graph(topology: str, n: int, seed: int, degree: int = 3, probability: f
         graph = Graph(n, parse_edges(edges, n))
     components = graph.components()
     if len(components) > 1:
-        raise ValueError(f"the {topology} graph is disconnected; components: "
-                         + "; ".join(str(c) for c in components))
+        raise ValueError(
+            f"the {topology} graph is disconnected; components: "
+            + "; ".join(str(c) for c in components)
+        )
     return graph
 
 
@@ -182,8 +189,9 @@ def _erdos_renyi(n: int, probability: float, rng: np.random.Generator) -> Graph:
         graph = _graph(n, zip(upper[0][keep].tolist(), upper[1][keep].tolist()))
         if graph.is_connected():
             return graph
-    raise ValueError(f"no connected G({n}, {probability}) graph in {MAX_TRIES} draws; "
-                     "raise the probability")
+    raise ValueError(
+        f"no connected G({n}, {probability}) graph in {MAX_TRIES} draws; raise the probability"
+    )
 
 
 def _random_regular(n: int, degree: int, rng: np.random.Generator) -> Graph:
@@ -191,8 +199,9 @@ def _random_regular(n: int, degree: int, rng: np.random.Generator) -> Graph:
     connected). Above degree (n-1)/2 it is the complement of a random (n-1-degree)-regular
     graph, which is simpler to pair; such a dense regular graph is always connected."""
     if type(degree) is not int or not 1 <= degree < n:
-        raise ValueError(f"a regular graph on {n} vertices needs degree in [1, {n - 1}], "
-                         f"got {degree!r}")
+        raise ValueError(
+            f"a regular graph on {n} vertices needs degree in [1, {n - 1}], got {degree!r}"
+        )
     if n * degree % 2:
         raise ValueError(f"no {degree}-regular graph on {n} vertices: n * degree is odd")
     if degree == 1 and n > 2:

@@ -47,11 +47,19 @@ class HistTreeFitter:
         self.x = np.asarray(x, dtype=np.float32).reshape(len(x), -1)
         self.matrix = xgboost_module().QuantileDMatrix(self.x, max_bin=MAX_BIN, nthread=THREADS)
         self.params = {
-            "tree_method": "hist", "multi_strategy": "multi_output_tree",
-            "objective": "reg:squarederror", "max_depth": depth, "max_bin": MAX_BIN,
-            "eta": 1.0, "lambda": 0.0, "alpha": 0.0, "gamma": 0.0,
+            "tree_method": "hist",
+            "multi_strategy": "multi_output_tree",
+            "objective": "reg:squarederror",
+            "max_depth": depth,
+            "max_bin": MAX_BIN,
+            "eta": 1.0,
+            "lambda": 0.0,
+            "alpha": 0.0,
+            "gamma": 0.0,
             "min_child_weight": 1.0,  # at least one row a leaf, as CART's min_samples_leaf=1
-            "base_score": 0.0, "nthread": THREADS, "verbosity": 0,
+            "base_score": 0.0,
+            "nthread": THREADS,
+            "verbosity": 0,
         }
 
     def fit(self, target: np.ndarray) -> Fitted:
@@ -68,7 +76,8 @@ def tree_shape(booster: xgb.Booster, n_features: int) -> TreeArrays:
     """The first tree of ``booster`` as ``TreeArrays`` with zero values, its nodes renumbered in
     preorder from the root (so nodes XGBoost pruned but kept in its arrays are dropped)."""
     tree = json.loads(bytes(booster.save_raw("json")))["learner"]["gradient_booster"]["model"][
-        "trees"][0]
+        "trees"
+    ][0]
     left, right = tree["left_children"], tree["right_children"]
     feature, condition = tree["split_indices"], tree["split_conditions"]
     order, stack = [], [0]
@@ -87,5 +96,11 @@ def tree_shape(booster: xgb.Booster, n_features: int) -> TreeArrays:
             out_left[i], out_right[i] = index[left[node]], index[right[node]]
             out_feature[i] = feature[node]
             out_threshold[i] = np.nextafter(np.float32(condition[node]), np.float32(-np.inf))
-    return TreeArrays(out_left, out_right, out_feature, out_threshold,
-                      np.zeros((len(order), 1), dtype=np.float32), n_features)
+    return TreeArrays(
+        out_left,
+        out_right,
+        out_feature,
+        out_threshold,
+        np.zeros((len(order), 1), dtype=np.float32),
+        n_features,
+    )

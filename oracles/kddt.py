@@ -43,14 +43,17 @@ class Boxes:
         for name, ndim in (("lower", 2), ("upper", 2), ("mass", 1), ("label", 2)):
             array = np.asarray(getattr(self, name), dtype=np.float64)
             if array.ndim != ndim or not np.all(np.isfinite(array)):
-                raise ValueError(f"{name}: expected a finite {ndim}-D array, got shape "
-                                 f"{array.shape}")
+                raise ValueError(
+                    f"{name}: expected a finite {ndim}-D array, got shape {array.shape}"
+                )
             object.__setattr__(self, name, array)
         m = len(self.mass)
         if not (self.lower.shape == self.upper.shape and len(self.lower) == len(self.label) == m):
-            raise ValueError(f"inconsistent shapes: lower {self.lower.shape}, upper "
-                             f"{self.upper.shape}, mass {self.mass.shape}, label "
-                             f"{self.label.shape}")
+            raise ValueError(
+                f"inconsistent shapes: lower {self.lower.shape}, upper "
+                f"{self.upper.shape}, mass {self.mass.shape}, label "
+                f"{self.label.shape}"
+            )
         if not np.all(self.lower < self.upper):
             raise ValueError("every box needs lower < upper")
         if np.any(self.mass < 0):
@@ -65,12 +68,17 @@ class Boxes:
         """All items of ``parts`` (same p and q) in one set."""
         if not parts:
             raise ValueError("need at least one Boxes")
-        return Boxes(*(np.concatenate([getattr(b, name) for b in parts])
-                       for name in ("lower", "upper", "mass", "label")))
+        return Boxes(
+            *(
+                np.concatenate([getattr(b, name) for b in parts])
+                for name in ("lower", "upper", "mass", "label")
+            )
+        )
 
 
-def data_boxes(x: np.ndarray, y: np.ndarray, radius: float,
-               weight: float | np.ndarray = 1.0) -> Boxes:
+def data_boxes(
+    x: np.ndarray, y: np.ndarray, radius: float, weight: float | np.ndarray = 1.0
+) -> Boxes:
     """Points ``x`` (n, p) with labels ``y`` (n, q) smoothed by a box kernel of ``radius`` > 0:
     boxes [x - r, x + r] of mass ``weight`` (a scalar or per point)."""
     if not (np.isfinite(radius) and radius > 0):
@@ -91,8 +99,9 @@ def tree_boxes(tree: KDDT, weight: float) -> Boxes:
     return Boxes(lower[keep], upper[keep], weight * volume, value[keep])
 
 
-def _masses(items: Boxes, index: np.ndarray, lower: np.ndarray, upper: np.ndarray
-            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _masses(
+    items: Boxes, index: np.ndarray, lower: np.ndarray, upper: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(start, end, mass) of items ``index`` clipped to the box [lower, upper] ((p,), or one
     row per item)."""
     start = np.maximum(items.lower[index], lower)
@@ -101,8 +110,14 @@ def _masses(items: Boxes, index: np.ndarray, lower: np.ndarray, upper: np.ndarra
     return start, end, items.mass[index] * np.prod(fraction, axis=1)
 
 
-def _best_split(start: np.ndarray, end: np.ndarray, mass: np.ndarray, label: np.ndarray,
-                lower: np.ndarray, upper: np.ndarray) -> tuple[float, int, float]:
+def _best_split(
+    start: np.ndarray,
+    end: np.ndarray,
+    mass: np.ndarray,
+    label: np.ndarray,
+    lower: np.ndarray,
+    upper: np.ndarray,
+) -> tuple[float, int, float]:
     """(gain, feature, threshold) of the best split of a node with box [lower, upper] holding
     items clipped to [start, end] (m, p) with ``mass`` (m,); gain 0 if none helps.
 
@@ -114,15 +129,22 @@ def _best_split(start: np.ndarray, end: np.ndarray, mass: np.ndarray, label: np.
     best = (0.0, -1, 0.0)
     for first in range(0, p, block):
         f = slice(first, first + block)
-        gain, feature, threshold = _best_split_block(start[:, f], end[:, f], mass, label,
-                                                     lower[f], upper[f])
+        gain, feature, threshold = _best_split_block(
+            start[:, f], end[:, f], mass, label, lower[f], upper[f]
+        )
         if gain > best[0]:
             best = (gain, first + feature, threshold)
     return best
 
 
-def _best_split_block(start: np.ndarray, end: np.ndarray, mass: np.ndarray, label: np.ndarray,
-                      lower: np.ndarray, upper: np.ndarray) -> tuple[float, int, float]:
+def _best_split_block(
+    start: np.ndarray,
+    end: np.ndarray,
+    mass: np.ndarray,
+    label: np.ndarray,
+    lower: np.ndarray,
+    upper: np.ndarray,
+) -> tuple[float, int, float]:
     """``_best_split`` over all features of the arrays given, vectorised across them.
 
     Along feature f, the mass of item b left of t is mass_b * clip((t - start_b) / (end_b -
@@ -149,11 +171,17 @@ def _best_split_block(start: np.ndarray, end: np.ndarray, mass: np.ndarray, labe
     np.cumsum(slope_y[:-1] * step[:, :, np.newaxis], axis=0, out=s_left[1:])
     w_total, s_total = w_left[-1], s_left[-1]
     w_right, s_right = w_total - w_left, s_total - s_left
-    valid = ((position > lower) & (position < upper)
-             & (w_left > SIDE_TOL * w_total) & (w_right > SIDE_TOL * w_total))
+    valid = (
+        (position > lower)
+        & (position < upper)
+        & (w_left > SIDE_TOL * w_total)
+        & (w_right > SIDE_TOL * w_total)
+    )
     with np.errstate(divide="ignore", invalid="ignore"):
-        score = (np.einsum("kpq,kpq->kp", s_left, s_left) / w_left
-                 + np.einsum("kpq,kpq->kp", s_right, s_right) / w_right)
+        score = (
+            np.einsum("kpq,kpq->kp", s_left, s_left) / w_left
+            + np.einsum("kpq,kpq->kp", s_right, s_right) / w_right
+        )
     score = np.where(valid, score, -np.inf)
     f, k = np.unravel_index(np.argmax(score.T), score.T.shape)  # ties: lowest feature first
     if valid[k, f]:
@@ -177,8 +205,14 @@ class _Node:
     threshold: float = 0.0
 
 
-def _make_node(items: Boxes, index: np.ndarray, lower: np.ndarray, upper: np.ndarray,
-               fallback: np.ndarray, search: bool) -> _Node:
+def _make_node(
+    items: Boxes,
+    index: np.ndarray,
+    lower: np.ndarray,
+    upper: np.ndarray,
+    fallback: np.ndarray,
+    search: bool,
+) -> _Node:
     """The node of box [lower, upper] over the items ``index`` that may overlap it; its value is
     the mean label of their mass (``fallback`` if it has none); ``search``: find its best split."""
     start, end, mass = _masses(items, index, lower, upper)
@@ -189,7 +223,8 @@ def _make_node(items: Boxes, index: np.ndarray, lower: np.ndarray, upper: np.nda
     node = _Node(lower, upper, index, value)
     if search and len(index) > 1:
         node.gain, node.feature, node.threshold = _best_split(
-            start, end, mass, items.label[index], lower, upper)
+            start, end, mass, items.label[index], lower, upper
+        )
     return node
 
 
@@ -205,13 +240,15 @@ def fit_kddt(items: Boxes, lower: np.ndarray, upper: np.ndarray, max_leaves: int
     if not (isinstance(max_leaves, (int, np.integer)) and max_leaves >= 1):
         raise ValueError(f"max_leaves must be an int >= 1, got {max_leaves}")
     if lower.shape != (items.n_features,) or upper.shape != lower.shape:
-        raise ValueError(f"domain box: expected shape ({items.n_features},), got {lower.shape}, "
-                         f"{upper.shape}")
+        raise ValueError(
+            f"domain box: expected shape ({items.n_features},), got {lower.shape}, {upper.shape}"
+        )
     if not (np.all(np.isfinite(lower)) and np.all(np.isfinite(upper)) and np.all(lower < upper)):
         raise ValueError("the domain box needs finite lower < upper in every feature")
     q = items.label.shape[1]
-    nodes = [_make_node(items, np.arange(len(items.mass)), lower, upper, np.zeros(q),
-                        max_leaves > 1)]
+    nodes = [
+        _make_node(items, np.arange(len(items.mass)), lower, upper, np.zeros(q), max_leaves > 1)
+    ]
     children: dict[int, tuple[int, int]] = {}
     heap = [(-nodes[0].gain, 0)]
     n_leaves = 1
@@ -227,10 +264,13 @@ def fit_kddt(items: Boxes, lower: np.ndarray, upper: np.ndarray, max_leaves: int
         start = np.maximum(items.lower[node.items, f], node.lower[f])
         end = np.minimum(items.upper[node.items, f], node.upper[f])
         search = n_leaves < max_leaves
-        for box_lower, box_upper, side in ((node.lower, left_upper, start < t),
-                                           (right_lower, node.upper, end > t)):
-            nodes.append(_make_node(items, node.items[side], box_lower, box_upper, node.value,
-                                    search))
+        for box_lower, box_upper, side in (
+            (node.lower, left_upper, start < t),
+            (right_lower, node.upper, end > t),
+        ):
+            nodes.append(
+                _make_node(items, node.items[side], box_lower, box_upper, node.value, search)
+            )
             heapq.heappush(heap, (-nodes[-1].gain, len(nodes) - 1))
         children[at] = (len(nodes) - 2, len(nodes) - 1)
     return KDDT(_tree_arrays(nodes, children), lower, upper)
@@ -255,7 +295,7 @@ def smoothed_error(tree: KDDT, items: Boxes) -> float:
     node_lower, node_upper = tree.node_boxes
     total = 0.0
     for begin in range(0, len(leaf), _CHUNK):
-        at, index = leaf[begin:begin + _CHUNK], item[begin:begin + _CHUNK]
+        at, index = leaf[begin : begin + _CHUNK], item[begin : begin + _CHUNK]
         mass = _masses(items, index, node_lower[at], node_upper[at])[2]
         diff = tree.tree.value[at] - items.label[index]
         total += float(mass @ np.einsum("kq,kq->k", diff, diff))

@@ -59,8 +59,9 @@ class LipschitzExtension:
     kind: str = UPPER
 
     @classmethod
-    def of(cls, x: np.ndarray, y: np.ndarray, lipschitz: float, kind: str = UPPER
-           ) -> LipschitzExtension:
+    def of(
+        cls, x: np.ndarray, y: np.ndarray, lipschitz: float, kind: str = UPPER
+    ) -> LipschitzExtension:
         x = np.asarray(x, dtype=np.float64).reshape(len(x), -1)
         y = np.asarray(y, dtype=np.float64).reshape(len(y), -1)
         if not (np.isfinite(lipschitz) and lipschitz >= 0):
@@ -95,7 +96,9 @@ class LipschitzExtension:
             _, best = self._extreme(z, sign)
             offset = z[:, None, :] - self.x[best]  # (m, c, d)
             norm = np.linalg.norm(offset, axis=2, keepdims=True)
-            sides.append(sign * self.lipschitz * np.divide(offset, norm,
-                                                           out=np.zeros_like(offset),
-                                                           where=norm > 0))
+            sides.append(
+                sign
+                * self.lipschitz
+                * np.divide(offset, norm, out=np.zeros_like(offset), where=norm > 0)
+            )
         return sum(sides) / len(sides)

@@ -164,8 +164,9 @@ def lmo_per_tensor(
     return [p.reshape(a.shape).astype(_float_dtype(a)) for p, a in zip(parts, arrays)]
 
 
-def smallest_set(sets: list[Constraint], shapes: list[tuple[int, ...]], scope: str
-                 ) -> Constraint | None:
+def smallest_set(
+    sets: list[Constraint], shapes: list[tuple[int, ...]], scope: str
+) -> Constraint | None:
     """The one of ``sets`` contained in all the others, i.e. their intersection, or None.
 
     FedFW with client sets D_i (section 4.3) solves over D = intersection of the D_i; an LMO over
@@ -193,11 +194,20 @@ def _contains(outer: Constraint, inner: Constraint, shape: tuple[int, ...]) -> b
     m, k = (1, n) if len(shape) < 2 else shape[:2]
     # max of the outer gauge over the inner ball of radius 1 (attained at an extreme point)
     sup = {
-        ("l1", "l1"): 1.0, ("l1", "l2"): 1.0, ("l1", "box"): 1.0, ("l1", "nuclear"): 1.0,
-        ("l2", "l1"): np.sqrt(n), ("l2", "l2"): 1.0, ("l2", "box"): 1.0,
+        ("l1", "l1"): 1.0,
+        ("l1", "l2"): 1.0,
+        ("l1", "box"): 1.0,
+        ("l1", "nuclear"): 1.0,
+        ("l2", "l1"): np.sqrt(n),
+        ("l2", "l2"): 1.0,
+        ("l2", "box"): 1.0,
         ("l2", "nuclear"): np.sqrt(min(m, k)),
-        ("box", "l1"): float(n), ("box", "l2"): np.sqrt(n), ("box", "box"): 1.0,
-        ("nuclear", "l1"): np.sqrt(m * k), ("nuclear", "l2"): 1.0, ("nuclear", "box"): 1.0,
+        ("box", "l1"): float(n),
+        ("box", "l2"): np.sqrt(n),
+        ("box", "box"): 1.0,
+        ("nuclear", "l1"): np.sqrt(m * k),
+        ("nuclear", "l2"): 1.0,
+        ("nuclear", "box"): 1.0,
         ("nuclear", "nuclear"): 1.0,
     }.get((inner.kind, outer.kind))
     return sup is not None and sup * inner.radius <= outer.radius * (1 + 1e-12)

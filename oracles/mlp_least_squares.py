@@ -31,8 +31,9 @@ def _activate(z: torch.Tensor, kind: str) -> torch.Tensor:
     return torch.tanh(z)
 
 
-def _backward_through(grad: torch.Tensor, z: torch.Tensor, a: torch.Tensor, kind: str
-                      ) -> torch.Tensor:
+def _backward_through(
+    grad: torch.Tensor, z: torch.Tensor, a: torch.Tensor, kind: str
+) -> torch.Tensor:
     """d loss / d z from d loss / d a, where a = activation(z)."""
     if kind == "relu":
         return grad * (z > 0)
@@ -70,9 +71,15 @@ def linear_layers(network: nn.Module) -> list[nn.Linear]:
     return [m for m in network.modules() if isinstance(m, nn.Linear)]
 
 
-def fit_mlp_least_squares(network: nn.Module, activation: str, x: torch.Tensor,
-                          target: torch.Tensor, batches: Iterable[np.ndarray], lr: float,
-                          output_gradient: OutputGradient = mean_squares_gradient) -> None:
+def fit_mlp_least_squares(
+    network: nn.Module,
+    activation: str,
+    x: torch.Tensor,
+    target: torch.Tensor,
+    batches: Iterable[np.ndarray],
+    lr: float,
+    output_gradient: OutputGradient = mean_squares_gradient,
+) -> None:
     """Train ``network`` in place on mean((network(x) - target)^2) (or the loss whose output
     gradient ``output_gradient`` gives), one Adam step per batch.
 
@@ -92,8 +99,8 @@ def fit_mlp_least_squares(network: nn.Module, activation: str, x: torch.Tensor,
     grad = torch.zeros_like(flat)
     params, grads, offset = [], [], 0
     for shape, size in zip(shapes, sizes):
-        params.append(flat[offset:offset + size].view(shape))
-        grads.append(grad[offset:offset + size].view(shape))
+        params.append(flat[offset : offset + size].view(shape))
+        grads.append(grad[offset : offset + size].view(shape))
         offset += size
     weights, biases = params[0::2], params[1::2]
     weight_grads, bias_grads = grads[0::2], grads[1::2]
@@ -115,8 +122,7 @@ def fit_mlp_least_squares(network: nn.Module, activation: str, x: torch.Tensor,
             torch.mm(upstream.t(), outs[i], out=weight_grads[i])
             torch.sum(upstream, 0, out=bias_grads[i])
             if i:
-                upstream = _backward_through(upstream @ weights[i], zs[i - 1], outs[i],
-                                             activation)
+                upstream = _backward_through(upstream @ weights[i], zs[i - 1], outs[i], activation)
         m.mul_(beta1).add_(grad, alpha=1.0 - beta1)
         v.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
         denominator = (v.sqrt() / (1.0 - beta2**step) ** 0.5).add_(EPS)

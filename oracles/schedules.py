@@ -49,7 +49,9 @@ class FWSchedule:
         if not (0 < self.eta_constant <= 1):
             raise ConfigError.bound("fedfw.eta-constant", self.eta_constant, "in (0, 1]")
         if not (math.isfinite(self.lambda_constant) and self.lambda_constant >= 0):
-            raise ConfigError.bound("fedfw.lambda-constant", self.lambda_constant, "finite and >= 0")
+            raise ConfigError.bound(
+                "fedfw.lambda-constant", self.lambda_constant, "finite and >= 0"
+            )
 
     def eta(self, t: int) -> float:
         """FW step size eta_t in (0, 1] for round t >= 1."""

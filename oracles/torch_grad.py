@@ -19,12 +19,19 @@ def load_params(model: nn.Module, params: Params) -> None:
         raise ValueError(f"model has {len(named)} parameter tensors, got {len(params)}")
     with torch.no_grad():
         for (_, p), value in zip(named, params):
-            p.copy_(torch.as_tensor(np.asarray(value), dtype=p.dtype, device=p.device
-                                    ).reshape(p.shape))
+            p.copy_(
+                torch.as_tensor(np.asarray(value), dtype=p.dtype, device=p.device).reshape(p.shape)
+            )
 
 
-def loss_and_grad(model: nn.Module, params: Params, x: np.ndarray, y: np.ndarray,
-                  kind: str, index: np.ndarray | None = None) -> tuple[float, Params]:
+def loss_and_grad(
+    model: nn.Module,
+    params: Params,
+    x: np.ndarray,
+    y: np.ndarray,
+    kind: str,
+    index: np.ndarray | None = None,
+) -> tuple[float, Params]:
     """Mean loss over (x, y) (or the rows in ``index``) and its gradient, in float64, on the
     model's device (the data go there once, ``tasks.devices.on_device``)."""
     load_params(model, params)
@@ -37,6 +44,5 @@ def loss_and_grad(model: nn.Module, params: Params, x: np.ndarray, y: np.ndarray
         inputs, targets = inputs[rows], targets[rows]
     loss = loss_function(kind)(model(inputs), targets)
     loss.backward()
-    grads = [p.grad.detach().cpu().numpy().astype(np.float64)
-             for _, p in model.named_parameters()]
+    grads = [p.grad.detach().cpu().numpy().astype(np.float64) for _, p in model.named_parameters()]
     return float(loss.detach()), grads

@@ -35,8 +35,14 @@ def node_sums(tree: TreeArrays, x: np.ndarray, weights: np.ndarray) -> np.ndarra
 
 def with_values(tree: TreeArrays, value: np.ndarray) -> TreeArrays:
     """``tree`` with node values ``value`` (n_nodes, c), rounded to float32 (as they travel)."""
-    return TreeArrays(tree.children_left, tree.children_right, tree.feature, tree.threshold,
-                      np.asarray(value, dtype=np.float32), tree.n_features)
+    return TreeArrays(
+        tree.children_left,
+        tree.children_right,
+        tree.feature,
+        tree.threshold,
+        np.asarray(value, dtype=np.float32),
+        tree.n_features,
+    )
 
 
 def mean_values(tree: TreeArrays, x: np.ndarray, target: np.ndarray) -> TreeArrays:
@@ -45,7 +51,8 @@ def mean_values(tree: TreeArrays, x: np.ndarray, target: np.ndarray) -> TreeArra
     return with_values(tree, node_sums(tree, x, target) / np.maximum(counts, 1.0))
 
 
-def newton_values(tree: TreeArrays, x: np.ndarray, target: np.ndarray, hessian: np.ndarray,
-                  l2: float = NEWTON_L2) -> TreeArrays:
+def newton_values(
+    tree: TreeArrays, x: np.ndarray, target: np.ndarray, hessian: np.ndarray, l2: float = NEWTON_L2
+) -> TreeArrays:
     """Every node's value sum(target) / (sum(hessian) + l2) over its rows, per output."""
     return with_values(tree, node_sums(tree, x, target) / (node_sums(tree, x, hessian) + l2))

@@ -63,15 +63,16 @@ class OracleSettings:
     sobolev_samples: int = 256  # Monte-Carlo points of WO-lip's integral, drawn once per fit
 
 
-def minibatches(n: int, batch_size: int, steps: int, rng: np.random.Generator
-                ) -> Iterator[np.ndarray]:
+def minibatches(
+    n: int, batch_size: int, steps: int, rng: np.random.Generator
+) -> Iterator[np.ndarray]:
     """``steps`` index batches from shuffled passes over n points (all n if batch_size is 0)."""
     size = n if batch_size <= 0 else min(batch_size, n)
     order, at = rng.permutation(n), 0
     for _ in range(steps):
         if at + size > n:
             order, at = rng.permutation(n), 0
-        yield order[at:at + size]
+        yield order[at : at + size]
         at += size
 
 
@@ -88,8 +89,12 @@ def _fitted(network: nn.Module, x: np.ndarray) -> Fitted:
     return Fitted(network, network.predict(x))
 
 
-def _adam(network: nn.Module, loss_of: Callable[[np.ndarray], torch.Tensor],
-          batches: Iterator[np.ndarray], lr: float) -> None:
+def _adam(
+    network: nn.Module,
+    loss_of: Callable[[np.ndarray], torch.Tensor],
+    batches: Iterator[np.ndarray],
+    lr: float,
+) -> None:
     optimiser = torch.optim.Adam(network.parameters(), lr=lr)
     network.train()
     for index in batches:
@@ -102,22 +107,40 @@ def _flat32(x: np.ndarray) -> torch.Tensor:
     return torch.as_tensor(np.asarray(x, dtype=np.float32).reshape(len(x), -1))
 
 
-def _tensors(x: np.ndarray, target: np.ndarray, device: torch.device
-             ) -> tuple[torch.Tensor, torch.Tensor]:
-    return (on_device(x, device, _flat32),
-            torch.as_tensor(np.asarray(target, dtype=np.float32), device=device))
+def _tensors(
+    x: np.ndarray, target: np.ndarray, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return (
+        on_device(x, device, _flat32),
+        torch.as_tensor(np.asarray(target, dtype=np.float32), device=device),
+    )
 
 
-def fit_least_squares(spec: object, x: np.ndarray, target: np.ndarray, settings: OracleSettings,
-                      seed: int, fast: bool = True, device: torch.device = CPU) -> Fitted:
+def fit_least_squares(
+    spec: object,
+    x: np.ndarray,
+    target: np.ndarray,
+    settings: OracleSettings,
+    seed: int,
+    fast: bool = True,
+    device: torch.device = CPU,
+) -> Fitted:
     """WO2: a network of ``spec`` fitted to ``target`` (n, c) on the points ``x``."""
-    return train_least_squares(new_network(spec, seed), spec, x, target, settings, seed, fast,
-                               device)
+    return train_least_squares(
+        new_network(spec, seed), spec, x, target, settings, seed, fast, device
+    )
 
 
-def train_least_squares(network: nn.Module, spec: object, x: np.ndarray, target: np.ndarray,
-                        settings: OracleSettings, seed: int, fast: bool = True,
-                        device: torch.device = CPU) -> Fitted:
+def train_least_squares(
+    network: nn.Module,
+    spec: object,
+    x: np.ndarray,
+    target: np.ndarray,
+    settings: OracleSettings,
+    seed: int,
+    fast: bool = True,
+    device: torch.device = CPU,
+) -> Fitted:
     """``settings.steps`` Adam steps of mean((network(x) - target)^2) from the network's current
     weights (a fresh network: WO2; a shared student: a FedAvg distillation round)."""
     network.to(device)
@@ -133,8 +156,11 @@ def train_least_squares(network: nn.Module, spec: object, x: np.ndarray, target:
 
 def _has_fast_path(spec: object) -> bool:
     """An unclipped MLP with an activation ``oracles.mlp_least_squares`` writes out."""
-    return (isinstance(spec, NetworkSpec) and spec.output_bound is None
-            and spec.activation in ACTIVATIONS)
+    return (
+        isinstance(spec, NetworkSpec)
+        and spec.output_bound is None
+        and spec.activation in ACTIVATIONS
+    )
 
 
 def smooth_max(errors: torch.Tensor, p: float) -> torch.Tensor:
@@ -143,37 +169,63 @@ def smooth_max(errors: torch.Tensor, p: float) -> torch.Tensor:
     return top * ((errors / top) ** p).mean() ** (1.0 / p)
 
 
-def fit_sup_norm(spec: object, x: np.ndarray, target: np.ndarray, settings: OracleSettings,
-                 seed: int, device: torch.device = CPU, fast: bool = True) -> Fitted:
+def fit_sup_norm(
+    spec: object,
+    x: np.ndarray,
+    target: np.ndarray,
+    settings: OracleSettings,
+    seed: int,
+    device: torch.device = CPU,
+    fast: bool = True,
+) -> Fitted:
     """WO-infinity: minimise the smooth sup over the points of ||h(x) - target||^2."""
     network = new_network(spec, seed).to(device)
     xt, tt = _tensors(x, target, device)
-    batches = minibatches(len(xt), settings.batch_size, settings.steps,
-                          np.random.default_rng(seed))
+    batches = minibatches(len(xt), settings.batch_size, settings.steps, np.random.default_rng(seed))
     if fast and _has_fast_path(spec):
-        fit_mlp_least_squares(network, spec.activation, xt, tt, batches, settings.lr,
-                              smooth_max_gradient(settings.sup_p))
+        fit_mlp_least_squares(
+            network,
+            spec.activation,
+            xt,
+            tt,
+            batches,
+            settings.lr,
+            smooth_max_gradient(settings.sup_p),
+        )
     else:
-        _adam(network,
-              lambda i: smooth_max(((network(xt[i]) - tt[i]) ** 2).sum(1), settings.sup_p),
-              batches, settings.lr)
+        _adam(
+            network,
+            lambda i: smooth_max(((network(xt[i]) - tt[i]) ** 2).sum(1), settings.sup_p),
+            batches,
+            settings.lr,
+        )
     return _fitted(network, x)
 
 
-def input_jacobian(network: nn.Module, z: np.ndarray | torch.Tensor, create_graph: bool = False
-                   ) -> torch.Tensor:
+def input_jacobian(
+    network: nn.Module, z: np.ndarray | torch.Tensor, create_graph: bool = False
+) -> torch.Tensor:
     """d network(z) / d z at every point: (m, c, d), one backward pass per output."""
     device = next(network.parameters()).device
     zt = torch.as_tensor(z, dtype=torch.float32, device=device).detach().requires_grad_(True)
     out = network(zt)
-    rows = [torch.autograd.grad(out[:, o].sum(), zt, create_graph=create_graph,
-                                retain_graph=True)[0] for o in range(out.shape[1])]
+    rows = [
+        torch.autograd.grad(out[:, o].sum(), zt, create_graph=create_graph, retain_graph=True)[0]
+        for o in range(out.shape[1])
+    ]
     return torch.stack(rows, dim=1)
 
 
-def fit_sobolev(spec: object, x: np.ndarray, target: np.ndarray, points: np.ndarray,
-                target_jacobian: np.ndarray, settings: OracleSettings, seed: int,
-                device: torch.device = CPU) -> Fitted:
+def fit_sobolev(
+    spec: object,
+    x: np.ndarray,
+    target: np.ndarray,
+    points: np.ndarray,
+    target_jacobian: np.ndarray,
+    settings: OracleSettings,
+    seed: int,
+    device: torch.device = CPU,
+) -> Fitted:
     """WO-lip: the smooth sup of the value error on the node's points plus ``sobolev_weight``
     times the mean squared Frobenius error of the input Jacobian at ``points`` (m, d), where
     the target's Jacobian is ``target_jacobian`` (m, c, d)."""
@@ -190,8 +242,12 @@ def fit_sobolev(spec: object, x: np.ndarray, target: np.ndarray, points: np.ndar
         jacobian = input_jacobian(network, zt[z_index], create_graph=True)
         return values + settings.sobolev_weight * ((jacobian - jt[z_index]) ** 2).sum((1, 2)).mean()
 
-    _adam(network, loss_of, minibatches(len(xt), settings.batch_size, settings.steps, rng),
-          settings.lr)
+    _adam(
+        network,
+        loss_of,
+        minibatches(len(xt), settings.batch_size, settings.steps, rng),
+        settings.lr,
+    )
     return _fitted(network, x)
 
 
@@ -238,10 +294,16 @@ def clip_learner(learner: object, bound: float) -> object:
 SeedOf = Callable[[int], int]  # local step k -> the seed of its fit
 
 
-def boosting_oracle(spec: object | None, x: np.ndarray, settings: OracleSettings,
-                    sup_norm: bool, tree_depth: int, seed_of: SeedOf,
-                    device: torch.device = CPU, tree_fitter: str = CART
-                    ) -> Callable[..., Fitted]:
+def boosting_oracle(
+    spec: object | None,
+    x: np.ndarray,
+    settings: OracleSettings,
+    sup_norm: bool,
+    tree_depth: int,
+    seed_of: SeedOf,
+    device: torch.device = CPU,
+    tree_fitter: str = CART,
+) -> Callable[..., Fitted]:
     """FFGB's and FFGB.C's oracle on the points ``x``: a tree when ``spec`` is None (fitted by
     ``tree_fitter_for(tree_fitter, len(x))``; the histogram fitter bins ``x`` once, here), else
     WO2 (FFGB) or WO-infinity (``sup_norm``: FFGB.C) with networks of ``spec``."""
@@ -260,9 +322,14 @@ def boosting_oracle(spec: object | None, x: np.ndarray, settings: OracleSettings
     return fit
 
 
-def lipschitz_oracle(spec: object, x: np.ndarray, extension: LipschitzExtension,
-                     settings: OracleSettings, seed_of: SeedOf,
-                     device: torch.device = CPU) -> Callable[..., Fitted]:
+def lipschitz_oracle(
+    spec: object,
+    x: np.ndarray,
+    extension: LipschitzExtension,
+    settings: OracleSettings,
+    seed_of: SeedOf,
+    device: torch.device = CPU,
+) -> Callable[..., Fitted]:
     """FFGB.L's WO-lip on the points ``x``: fits a * u - sum(previous) in values and in input
     Jacobian, the Jacobian matched at ``sobolev_samples`` points drawn uniformly in the bounding
     box of ``x`` (the node's part of X), the same points for every local step."""
@@ -277,8 +344,9 @@ def lipschitz_oracle(spec: object, x: np.ndarray, extension: LipschitzExtension,
         jacobian = multiple * u_jacobian
         for learner in previous:
             jacobian = jacobian - input_jacobian(learner, points).cpu().numpy()
-        return fit_sobolev(spec, flat, target, points, jacobian, settings, seed_of(calls[0]),
-                           device)
+        return fit_sobolev(
+            spec, flat, target, points, jacobian, settings, seed_of(calls[0]), device
+        )
 
     return fit
 

@@ -42,8 +42,9 @@ def _loaded(raw: bytes) -> xgb.Booster:
     return booster
 
 
-def boost(raw: bytes, model: Mapping[str, Any], x: np.ndarray, y: np.ndarray, rounds: int,
-          eta: float) -> xgb.Booster:
+def boost(
+    raw: bytes, model: Mapping[str, Any], x: np.ndarray, y: np.ndarray, rounds: int, eta: float
+) -> xgb.Booster:
     """The booster ``raw`` with ``rounds`` more iterations fitted to (x, y), one tree per output
     each, shrunk by ``eta``; ``model``: the parameters that define the model (objective, classes,
     base score, depth: ``functions.boosters.BoosterSpec.params``)."""
@@ -56,7 +57,7 @@ def boost(raw: bytes, model: Mapping[str, Any], x: np.ndarray, y: np.ndarray, ro
 def last_iterations(booster: xgb.Booster, rounds: int) -> bytes:
     """The JSON of only the last ``rounds`` iterations of ``booster`` (what bagging sends)."""
     end = booster.num_boosted_rounds()
-    return bytes(booster[end - rounds:end].save_raw("json"))
+    return bytes(booster[end - rounds : end].save_raw("json"))
 
 
 def whole(booster: xgb.Booster) -> bytes:

@@ -34,15 +34,24 @@ from tasks.site_schema import CLASSIFICATION, KINDS, REGRESSION, SCALE_FACTOR, S
 
 __all__ = ["COMMON_KEYS", "RunSettings", "Scalar", "parse_node_partitions", "read_key", "require"]
 
+
 def parse_node_partitions(text: str, key: str = "node-partitions") -> dict[int, int]:
     """``"NODE_ID:PARTITION,..."`` as {node id: partition id} (empty: any node may claim any)."""
     pinned = {}
     for pair in filter(None, (p.strip() for p in text.split(","))):
         node, sep, partition = pair.partition(":")
-        require(sep == ":" and node.strip().isdigit() and partition.strip().isdigit(),
-                key, text, "comma-separated NODE_ID:PARTITION_ID pairs of non-negative integers")
-        require(int(node) not in pinned, key, text,
-                f"one partition per node id (node {int(node)} is listed twice)")
+        require(
+            sep == ":" and node.strip().isdigit() and partition.strip().isdigit(),
+            key,
+            text,
+            "comma-separated NODE_ID:PARTITION_ID pairs of non-negative integers",
+        )
+        require(
+            int(node) not in pinned,
+            key,
+            text,
+            f"one partition per node id (node {int(node)} is listed twice)",
+        )
         pinned[int(node)] = int(partition)
     return pinned
 
@@ -51,137 +60,369 @@ SITES = When("task", (SITE_TASK,))  # the keys of a site's own files
 BUNDLED = When("task", (SITE_TASK,), unless=True)  # the keys of the bundled tasks' split
 
 COMMON_KEYS = (
-    Key("algorithm", str, "ffgb", "which algorithm runs: see the algorithms table of "
+    Key(
+        "algorithm",
+        str,
+        "ffgb",
+        "which algorithm runs: see the algorithms table of "
         "docs/algorithms.md (the registry in `strategies/registry.py` checks the name)",
-        field="algorithm"),
-    Key("task", str, "digits", "`digits`, `iris`, `wine`, `breast-cancer`, `diabetes` "
+        field="algorithm",
+    ),
+    Key(
+        "task",
+        str,
+        "digits",
+        "`digits`, `iris`, `wine`, `breast-cancer`, `diabetes` "
         "(regression), `mnist-5k`, `synthetic`, `lipschitz` (regression); online: `mnist`, "
         "`cifar10` (need a network; torchvision is not used); `site`: every node's own file "
         "(node config `dataset-path`, or the `dataset-path` template below) under the schema "
-        "of the `data.*` keys (see docs/data.md)", field="task"),
-    Key("data.kind", str, CLASSIFICATION, "`task='site'`: `classification` or `regression`",
-        OneOf(KINDS), field="data_kind", when=SITES),
-    Key("data.label", str, "", "`task='site'`: the label column (required)", field="data_label",
-        when=SITES),
-    Key("data.features", str, "", "`task='site'`: comma-separated feature columns, in this "
+        "of the `data.*` keys (see docs/data.md)",
+        field="task",
+    ),
+    Key(
+        "data.kind",
+        str,
+        CLASSIFICATION,
+        "`task='site'`: `classification` or `regression`",
+        OneOf(KINDS),
+        field="data_kind",
+        when=SITES,
+    ),
+    Key(
+        "data.label",
+        str,
+        "",
+        "`task='site'`: the label column (required)",
+        field="data_label",
+        when=SITES,
+    ),
+    Key(
+        "data.features",
+        str,
+        "",
+        "`task='site'`: comma-separated feature columns, in this "
         "order; empty = every other column that more than half the sites report (by name)",
-        field="data_features", when=SITES),
-    Key("data.categorical", str, "", "`task='site'`: comma-separated categorical columns "
+        field="data_features",
+        when=SITES,
+    ),
+    Key(
+        "data.categorical",
+        str,
+        "",
+        "`task='site'`: comma-separated categorical columns "
         "(one-hot over the union of the sites' values); a text column not named here is "
-        "categorical too", field="data_categorical", when=SITES),
-    Key("data.label-counts", bool, False, "`task='site'`: nodes also disclose how often each "
-        "label occurs (off: only which labels occur)", field="data_label_counts", when=SITES),
-    Key("data.strict", bool, False, "`task='site'`: refuse a site that looks mistaken (a "
+        "categorical too",
+        field="data_categorical",
+        when=SITES,
+    ),
+    Key(
+        "data.label-counts",
+        bool,
+        False,
+        "`task='site'`: nodes also disclose how often each "
+        "label occurs (off: only which labels occur)",
+        field="data_label_counts",
+        when=SITES,
+    ),
+    Key(
+        "data.strict",
+        bool,
+        False,
+        "`task='site'`: refuse a site that looks mistaken (a "
         "numeric column more than `data.scale-factor` times the other sites' magnitude, a "
-        "label no other site holds) instead of warning of it", field="data_strict",
-        when=SITES),
-    Key("data.scale-factor", float, SCALE_FACTOR, "`task='site'`: how many times a site's "
+        "label no other site holds) instead of warning of it",
+        field="data_strict",
+        when=SITES,
+    ),
+    Key(
+        "data.scale-factor",
+        float,
+        SCALE_FACTOR,
+        "`task='site'`: how many times a site's "
         "median absolute value of a numeric column may differ from the sites' median before "
-        "it is reported (another unit?)", above(1), field="data_scale_factor", when=SITES),
-    Key("dataset-path", str, "", "`task='site'`: the file every node reads when its node config "
+        "it is reported (another unit?)",
+        above(1),
+        field="data_scale_factor",
+        when=SITES,
+    ),
+    Key(
+        "dataset-path",
+        str,
+        "",
+        "`task='site'`: the file every node reads when its node config "
         "has no `dataset-path`, with `{partition-id}` replaced by the node's partition id "
         "(`'/data/sites/{partition-id}.csv'`: per-site files in simulation)",
-        Check("a path that holds no '{' other than '{partition-id}'",
-              lambda v: "{" not in v.replace(PARTITION_TEMPLATE, "")), field="dataset_path",
-        when=SITES),
-    Key("server-test-path", str, "", "`task='site'`: a file on the ServerApp's machine for "
+        Check(
+            "a path that holds no '{' other than '{partition-id}'",
+            lambda v: "{" not in v.replace(PARTITION_TEMPLATE, ""),
+        ),
+        field="dataset_path",
+        when=SITES,
+    ),
+    Key(
+        "server-test-path",
+        str,
+        "",
+        "`task='site'`: a file on the ServerApp's machine for "
         "central evaluation under the agreed schema; empty = no central evaluation (sites "
-        "evaluate on their own held-out rows)", field="server_test_path", when=SITES),
-    Key("model", str, "", "`mclr`, `mlp`, `mlp32` (the FFGB paper's 32-32 leaky-ReLU MLP, for "
+        "evaluate on their own held-out rows)",
+        field="server_test_path",
+        when=SITES,
+    ),
+    Key(
+        "model",
+        str,
+        "",
+        "`mclr`, `mlp`, `mlp32` (the FFGB paper's 32-32 leaky-ReLU MLP, for "
         "FedAvg at FFGB's architecture), `dnn`, `cnn`; empty = the task's default (`mlp`; `mclr` "
-        "for synthetic; `cnn` for cifar10)", field="model"),
-    Key("partitioning", str, "iid", "`iid`, `label-sort`, `labels-per-client`, "
+        "for synthetic; `cnn` for cifar10)",
+        field="model",
+    ),
+    Key(
+        "partitioning",
+        str,
+        "iid",
+        "`iid`, `label-sort`, `labels-per-client`, "
         "`shifted-labels`, `dirichlet`, `kmeans`, `by-class` (see docs/data.md)",
-        field="partitioning", when=BUNDLED),
-    Key("partitioning.s", float, 0.1, "label-sort: fraction spread iid, the rest sorted by "
-        "label (FFGB paper)", within(0, 1), field="partitioning_s",
-        when=When("partitioning", ("label-sort",))),
-    Key("partitioning.alpha", float, 0.5, "dirichlet concentration", above(0),
-        field="partitioning_alpha", when=When("partitioning", ("dirichlet",))),
-    Key("partitioning.labels-per-client", int, 3, "labels-per-client, shifted-labels: labels "
-        "per client (FedFW paper)", at_least(1), field="labels_per_client",
-        when=When("partitioning", ("labels-per-client", "shifted-labels"))),
-    Key("partitioning.local-test", float, 0.0, "> 0: every node holds out this share of its "
+        field="partitioning",
+        when=BUNDLED,
+    ),
+    Key(
+        "partitioning.s",
+        float,
+        0.1,
+        "label-sort: fraction spread iid, the rest sorted by label (FFGB paper)",
+        within(0, 1),
+        field="partitioning_s",
+        when=When("partitioning", ("label-sort",)),
+    ),
+    Key(
+        "partitioning.alpha",
+        float,
+        0.5,
+        "dirichlet concentration",
+        above(0),
+        field="partitioning_alpha",
+        when=When("partitioning", ("dirichlet",)),
+    ),
+    Key(
+        "partitioning.labels-per-client",
+        int,
+        3,
+        "labels-per-client, shifted-labels: labels per client (FedFW paper)",
+        at_least(1),
+        field="labels_per_client",
+        when=When("partitioning", ("labels-per-client", "shifted-labels")),
+    ),
+    Key(
+        "partitioning.local-test",
+        float,
+        0.0,
+        "> 0: every node holds out this share of its "
         "own partition as its test shard (the FedFW authors' per-user 75/25 split: `0.25`), so "
         "federated evaluation (`federated_test_*`) scores each node on its own distribution; 0: "
         "nodes test on iid shards of the task's test set",
         within(0, 1, "[)", "(0: nodes test on shards of the task's test set)"),
-        field="local_test"),
-    Key("image-scaling", str, "unit", "image tasks (`mnist-5k`, `mnist`, `cifar10`): pixels in "
+        field="local_test",
+    ),
+    Key(
+        "image-scaling",
+        str,
+        "unit",
+        "image tasks (`mnist-5k`, `mnist`, `cifar10`): pixels in "
         "[0, 1] (`unit`) or [−1, 1] (`centred`, torchvision's `Normalize(0.5, 0.5)`, as the "
-        "FedFW authors' code)", Check(f"one of {IMAGE_SCALINGS}", lambda v: v in IMAGE_SCALINGS),
-        field="image_scaling", when=When("task", IMAGE_TASKS)),
+        "FedFW authors' code)",
+        Check(f"one of {IMAGE_SCALINGS}", lambda v: v in IMAGE_SCALINGS),
+        field="image_scaling",
+        when=When("task", IMAGE_TASKS),
+    ),
     Key("num-server-rounds", int, 20, "rounds, ≥ 1", at_least(1), field="num_rounds"),
-    Key("seed", int, 0, "seeds data split, partitions, model init, sampling and minibatches",
-        field="seed"),
-    Key("test-fraction", float, 0.2, "offline tasks: share held out for testing, stratified "
-        "(the FedFun paper: 0.5)", Check("strictly between 0 and 1", lambda v: 0.0 < v < 1.0),
-        field="test_fraction", when=When("task", ONLINE_TASKS, unless=True)),
-    Key("min-nodes", int, 2, "the server waits for this many connected nodes before starting",
-        at_least(1), field="min_nodes"),
-    Key("min-replies", int, 0, "quorum: if fewer nodes answer a round's training (without an "
+    Key(
+        "seed",
+        int,
+        0,
+        "seeds data split, partitions, model init, sampling and minibatches",
+        field="seed",
+    ),
+    Key(
+        "test-fraction",
+        float,
+        0.2,
+        "offline tasks: share held out for testing, stratified (the FedFun paper: 0.5)",
+        Check("strictly between 0 and 1", lambda v: 0.0 < v < 1.0),
+        field="test_fraction",
+        when=When("task", ONLINE_TASKS, unless=True),
+    ),
+    Key(
+        "min-nodes",
+        int,
+        2,
+        "the server waits for this many connected nodes before starting",
+        at_least(1),
+        field="min_nodes",
+    ),
+    Key(
+        "min-replies",
+        int,
+        0,
+        "quorum: if fewer nodes answer a round's training (without an "
         "error, within `reply-timeout`), the run stops cleanly after the last completed round "
         "(results and checkpoint kept; Flower marks the run failed with the reason) so it can "
         "continue with `resume-from`; 0 = no quorum, a round goes on with whoever answered",
-        at_least(0, "(0: no quorum)"), field="min_replies"),
-    Key("output-dir", str, "", "results base folder (absolute path recommended); empty = "
-        "`~/flower-results`", field="output_dir"),
-    Key("run-name", str, "", "results sub-folder; empty = `<algorithm>-<task>-<timestamp>`",
-        field="run_name"),
-    Key("resume-from", str, "", "a results folder: continue that run from its `checkpoint.pb` "
+        at_least(0, "(0: no quorum)"),
+        field="min_replies",
+    ),
+    Key(
+        "output-dir",
+        str,
+        "",
+        "results base folder (absolute path recommended); empty = `~/flower-results`",
+        field="output_dir",
+    ),
+    Key(
+        "run-name",
+        str,
+        "",
+        "results sub-folder; empty = `<algorithm>-<task>-<timestamp>`",
+        field="run_name",
+    ),
+    Key(
+        "resume-from",
+        str,
+        "",
+        "a results folder: continue that run from its `checkpoint.pb` "
         "after its last completed round; the run config must equal the checkpoint's but for "
         "`num-server-rounds`, `output-dir`, `run-name`, `git-commit`, `reply-timeout`, "
         "`reply-poll-interval`, "
         "`min-replies`, `min-nodes` and `central-device` (any other change is refused, naming "
         "the key); give the same `output-dir`/`run-name` to keep writing into it",
-        field="resume_from"),
-    Key("git-commit", str, "", "recorded in `config.json`; `make run` sets it to the "
+        field="resume_from",
+    ),
+    Key(
+        "git-commit",
+        str,
+        "",
+        "recorded in `config.json`; `make run` sets it to the "
         "checkout's commit (Flower's engines run an installed copy of the app, which has no "
         "`.git`); empty = asked from git when the app runs from a checkout (in-process tests, "
-        "benchmarks)", field="git_commit"),
-    Key("central-evaluation", bool, True, "evaluate on the task's test set at the server; "
+        "benchmarks)",
+        field="git_commit",
+    ),
+    Key(
+        "central-evaluation",
+        bool,
+        True,
+        "evaluate on the task's test set at the server; "
         "`false` = federated evaluation on the clients' test shards",
-        field="central_evaluation"),
-    Key("tensorboard", bool, True, "also write the rows as TensorBoard event files in "
+        field="central_evaluation",
+    ),
+    Key(
+        "tensorboard",
+        bool,
+        True,
+        "also write the rows as TensorBoard event files in "
         "`<results folder>/tensorboard/` (`tensorboard --logdir <output-dir>` shows every run)",
-        field="tensorboard"),
-    Key("central-device", str, "auto", "torch device of the ServerApp's central evaluation: "
+        field="tensorboard",
+    ),
+    Key(
+        "central-device",
+        str,
+        "auto",
+        "torch device of the ServerApp's central evaluation: "
         "`auto`, `cpu`, `cuda`, `cuda:N` (see docs/devices.md)",
-        lambda key, value: check_device_name(value, key), field="central_device"),
-    Key("reply-timeout", float, 600.0, "seconds each exchange of a round (train, evaluate, the "
+        lambda key, value: check_device_name(value, key),
+        field="central_device",
+    ),
+    Key(
+        "reply-timeout",
+        float,
+        600.0,
+        "seconds each exchange of a round (train, evaluate, the "
         "first `query.node`) waits for replies; a node that has not answered by then counts as "
         "a failure and the round goes on with the others (Flower's own default is an hour)",
-        finite_above(0, "seconds"), field="reply_timeout"),
-    Key("reply-poll-interval", float, 0.1, "deployment: seconds between the ServerApp's pulls "
+        finite_above(0, "seconds"),
+        field="reply_timeout",
+    ),
+    Key(
+        "reply-poll-interval",
+        float,
+        0.1,
+        "deployment: seconds between the ServerApp's pulls "
         "of the replies it still waits for (Flower's deployment grid waits a fixed 3 s; the "
         "simulation engine's grid pulls every 0.1 s)",
-        within(0.01, 10, "[]"), field="reply_poll_interval"),
-    Key("node-partitions", str, "", "`\"<node id>:<partition id>,...\"`: only these nodes may "
+        within(0.01, 10, "[]"),
+        field="reply_poll_interval",
+    ),
+    Key(
+        "node-partitions",
+        str,
+        "",
+        '`"<node id>:<partition id>,..."`: only these nodes may '
         "serve these partitions; any other claim in `query.node` is refused and counted as a "
         "failure (for SuperNodes with authentication, whose node ids `flwr supernode register` "
         "fixes); empty = any node may claim any partition (the first by node id wins a "
-        "contested one)", lambda key, value: parse_node_partitions(value, key),
-        field="node_partitions"),
-    Key("fraction-train", float, 1.0, "FedAvg, FedProx, projected FedAvg, FFGB family, "
+        "contested one)",
+        lambda key, value: parse_node_partitions(value, key),
+        field="node_partitions",
+    ),
+    Key(
+        "fraction-train",
+        float,
+        1.0,
+        "FedAvg, FedProx, projected FedAvg, FFGB family, "
         "fedxgb-bagging: fraction of nodes sampled per round (at least one), seeded, in "
         "partition order",
-        within(0, 1, "(]"), field="fraction_train"),
-    Key("local-epochs", int, 1, "FedAvg/FedProx local epochs", at_least(0),
-        field="local_epochs"),
-    Key("local-steps", int, 0, "if > 0, this many minibatch steps instead of epochs",
-        at_least(0), field="local_steps"),
+        within(0, 1, "(]"),
+        field="fraction_train",
+    ),
+    Key("local-epochs", int, 1, "FedAvg/FedProx local epochs", at_least(0), field="local_epochs"),
+    Key(
+        "local-steps",
+        int,
+        0,
+        "if > 0, this many minibatch steps instead of epochs",
+        at_least(0),
+        field="local_steps",
+    ),
     Key("batch-size", int, 16, "local minibatch size", at_least(1), field="batch_size"),
-    Key("learning-rate", float, 0.0, "local SGD step size; 0 = the task's: 0.3 for "
+    Key(
+        "learning-rate",
+        float,
+        0.0,
+        "local SGD step size; 0 = the task's: 0.3 for "
         "classification, 0.05 for regression (squared error's gradients grow with the "
-        "residual: 0.3 diverges on diabetes)", at_least(0, "(0: the task's)"),
-        field="learning_rate"),
+        "residual: 0.3 diverges on diabetes)",
+        at_least(0, "(0: the task's)"),
+        field="learning_rate",
+    ),
     Key("fedprox.mu", float, 0.01, "FedProx proximal weight", at_least(0), field="fedprox_mu"),
-    Key("synthetic.alpha", float, 1.0, "Synthetic(α, β) heterogeneity: α; 0, 0 = iid",
-        at_least(0), field="synthetic_alpha", when=When("task", ("synthetic",))),
-    Key("synthetic.beta", float, 1.0, "Synthetic(α, β) heterogeneity: β; 0, 0 = iid",
-        at_least(0), field="synthetic_beta", when=When("task", ("synthetic",))),
-    Key("synthetic.samples", int, 6000, "samples generated for `synthetic` (80 % train, 20 % "
-        "test)", at_least(10), field="synthetic_samples", when=When("task", ("synthetic",))),
+    Key(
+        "synthetic.alpha",
+        float,
+        1.0,
+        "Synthetic(α, β) heterogeneity: α; 0, 0 = iid",
+        at_least(0),
+        field="synthetic_alpha",
+        when=When("task", ("synthetic",)),
+    ),
+    Key(
+        "synthetic.beta",
+        float,
+        1.0,
+        "Synthetic(α, β) heterogeneity: β; 0, 0 = iid",
+        at_least(0),
+        field="synthetic_beta",
+        when=When("task", ("synthetic",)),
+    ),
+    Key(
+        "synthetic.samples",
+        int,
+        6000,
+        "samples generated for `synthetic` (80 % train, 20 % test)",
+        at_least(10),
+        field="synthetic_samples",
+        when=When("task", ("synthetic",)),
+    ),
 )
 _DEFAULT = {key.field: key.default for key in COMMON_KEYS}
 
@@ -247,12 +488,18 @@ class RunSettings:
     def data(self) -> DataSpec:
         """What ``tasks`` needs to load the task and partition it."""
         return DataSpec(
-            task=self.task, seed=self.seed, test_fraction=self.test_fraction,
+            task=self.task,
+            seed=self.seed,
+            test_fraction=self.test_fraction,
             synthetic_alpha=self.synthetic_alpha,
-            synthetic_beta=self.synthetic_beta, synthetic_samples=self.synthetic_samples,
-            partitioning=self.partitioning, partitioning_s=self.partitioning_s,
-            partitioning_alpha=self.partitioning_alpha, labels_per_client=self.labels_per_client,
-            local_test=self.local_test, image_scaling=self.image_scaling,
+            synthetic_beta=self.synthetic_beta,
+            synthetic_samples=self.synthetic_samples,
+            partitioning=self.partitioning,
+            partitioning_s=self.partitioning_s,
+            partitioning_alpha=self.partitioning_alpha,
+            labels_per_client=self.labels_per_client,
+            local_test=self.local_test,
+            image_scaling=self.image_scaling,
         )
 
     @property
@@ -269,12 +516,19 @@ class RunSettings:
     @property
     def site(self) -> SiteSpec:
         """What the ``data.*`` keys say about the sites' files."""
+
         def names(text: str) -> tuple[str, ...]:
             return tuple(n.strip() for n in text.split(",") if n.strip())
 
-        return SiteSpec(self.data_kind, self.data_label, names(self.data_features),
-                        names(self.data_categorical), self.data_label_counts, self.data_strict,
-                        self.data_scale_factor)
+        return SiteSpec(
+            self.data_kind,
+            self.data_label,
+            names(self.data_features),
+            names(self.data_categorical),
+            self.data_label_counts,
+            self.data_strict,
+            self.data_scale_factor,
+        )
 
     @property
     def pinned_partitions(self) -> dict[int, int]:
@@ -284,7 +538,15 @@ class RunSettings:
     def validate(self) -> None:
         """The checks across keys (each key's own check is its ``COMMON_KEYS`` entry)."""
         if self.sites:
-            require(bool(self.data_label.strip()), "data.label", self.data_label,
-                    "the label column's name (task='site')")
-        require(self.local_epochs > 0 or self.local_steps > 0, "local-epochs", self.local_epochs,
-                "> 0 when local-steps is 0")
+            require(
+                bool(self.data_label.strip()),
+                "data.label",
+                self.data_label,
+                "the label column's name (task='site')",
+            )
+        require(
+            self.local_epochs > 0 or self.local_steps > 0,
+            "local-epochs",
+            self.local_epochs,
+            "> 0 when local-steps is 0",
+        )

@@ -30,8 +30,11 @@ def declared_defaults(pyproject: Path = PYPROJECT) -> dict[str, Any]:
 def unknown_key(key: str, known: Mapping[str, Any]) -> ConfigError:
     """The error for an undeclared ``key``, naming the closest declared keys."""
     close = difflib.get_close_matches(key, list(known), n=3, cutoff=0.6)
-    hint = (f"did you mean {' or '.join(repr(k) for k in close)}?" if close
-            else "see the run-configuration reference in docs/configuration.md")
+    hint = (
+        f"did you mean {' or '.join(repr(k) for k in close)}?"
+        if close
+        else "see the run-configuration reference in docs/configuration.md"
+    )
     return ConfigError(f"{key!r} is not a run-config key; {hint}")
 
 
@@ -53,8 +56,19 @@ def parse_overrides(text: str) -> dict[str, Any]:
         return parse_config_args([text]) if text.strip() else {}
     except Exception as err:  # click's or tomli's parse errors, with their own message
         names = _NAME.findall(text)
-        clash = next((f"{parent}=... and {name}=..." for name in names for parent in names
-                      if name.startswith(f"{parent}.")), None)
-        hint = (f" (TOML reads {clash} as a value and a table of the same name: quote the "
-                'dotted key, e.g. "partitioning.alpha"=0.1)' if clash else "")
+        clash = next(
+            (
+                f"{parent}=... and {name}=..."
+                for name in names
+                for parent in names
+                if name.startswith(f"{parent}.")
+            ),
+            None,
+        )
+        hint = (
+            f" (TOML reads {clash} as a value and a table of the same name: quote the "
+            'dotted key, e.g. "partitioning.alpha"=0.1)'
+            if clash
+            else ""
+        )
         raise ConfigError(f"cannot parse the run config {text!r}: {err}{hint}") from None

@@ -15,17 +15,31 @@ from run_config.keys import Key, at_least, build, finite_above, read_keys, withi
 
 FEDDR_KEYS = (
     Key("feddr.alpha", float, 1.0, "FedDR relaxation α, in (0, 2)", within(0, 2, "()")),
-    Key("feddr.eta", float, 1.0, "FedDR proximal parameter η of prox_{η f_i}, > 0",
-        finite_above(0)),
-    Key("feddr.local-steps", int, 5, "gradient steps of the inexact prox per round",
-        at_least(1)),
+    Key(
+        "feddr.eta", float, 1.0, "FedDR proximal parameter η of prox_{η f_i}, > 0", finite_above(0)
+    ),
+    Key("feddr.local-steps", int, 5, "gradient steps of the inexact prox per round", at_least(1)),
     Key("feddr.lr", float, 0.1, "step size of those gradient steps", finite_above(0)),
-    Key("feddr.batch-size", int, 0, "minibatch of those steps; 0 = full local batch",
-        at_least(0, "(0 = full batch)")),
-    Key("feddr.participation", float, 1.0, "fraction of nodes sampled per round (at least "
-        "one), seeded, in partition order", within(0, 1, "(]")),
-    Key("feddr.federated-eval", bool, True, "evaluate F(x̄) on all clients' training data each "
-        "round (`train_loss`)"),
+    Key(
+        "feddr.batch-size",
+        int,
+        0,
+        "minibatch of those steps; 0 = full local batch",
+        at_least(0, "(0 = full batch)"),
+    ),
+    Key(
+        "feddr.participation",
+        float,
+        1.0,
+        "fraction of nodes sampled per round (at least one), seeded, in partition order",
+        within(0, 1, "(]"),
+    ),
+    Key(
+        "feddr.federated-eval",
+        bool,
+        True,
+        "evaluate F(x̄) on all clients' training data each round (`train_loss`)",
+    ),
 )
 
 

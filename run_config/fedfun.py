@@ -48,55 +48,139 @@ def parse_hidden(text: str, key: str) -> tuple[int, ...]:
     except ValueError:
         widths = ()
     if not widths or any(w < 1 or w > 100_000 for w in widths):
-        raise ConfigError.bound(key, text, "a comma-separated list of widths in [1, 100000], "
-                                "e.g. '50,50'")
+        raise ConfigError.bound(
+            key, text, "a comma-separated list of widths in [1, 100000], e.g. '50,50'"
+        )
     return widths
 
 
 FEDFUN_KEYS = (
-    Key("fedfun.learner", str, "mlp", "FSR's model: `mlp` or `tree` (KDDT); a node may "
-        "override it (node config `fedfun-learner`)", OneOf(LEARNERS)),
-    Key("fedfun.hidden", str, "50,50", "hidden widths of every FedFun-family MLP (appendix B: "
+    Key(
+        "fedfun.learner",
+        str,
+        "mlp",
+        "FSR's model: `mlp` or `tree` (KDDT); a node may "
+        "override it (node config `fedfun-learner`)",
+        OneOf(LEARNERS),
+    ),
+    Key(
+        "fedfun.hidden",
+        str,
+        "50,50",
+        "hidden widths of every FedFun-family MLP (appendix B: "
         "two layers of 50); node config `fedfun-hidden` overrides it for one FSR node",
-        lambda key, value: parse_hidden(value, key)),
-    Key("fedfun.topology", str, "ring", "`ring` (random ring, as the paper), `regular` (random "
+        lambda key, value: parse_hidden(value, key),
+    ),
+    Key(
+        "fedfun.topology",
+        str,
+        "ring",
+        "`ring` (random ring, as the paper), `regular` (random "
         "`fedfun.degree`-regular), `complete`, `erdos-renyi` (G(n, `fedfun.probability`), "
-        "redrawn until connected), `edges` (`fedfun.edges`)", OneOf(TOPOLOGIES)),
+        "redrawn until connected), `edges` (`fedfun.edges`)",
+        OneOf(TOPOLOGIES),
+    ),
     Key("fedfun.degree", int, 3, "`regular` only", at_least(1)),
     Key("fedfun.probability", float, 0.5, "`erdos-renyi` only", within(0, 1, "(]")),
-    Key("fedfun.edges", str, "", "`edges` only: partition-id pairs, `\"0-1,1-2,2-0\"`"),
-    Key("fedfun.lambda", float, 100.0, "FSR's disagreement weight λ", finite_at_least(0),
-        field="lam"),
-    Key("fedfun.gamma", float, 0.0, "FSR's proximal parameter γ; 0 = 1/(2λ‖L‖), half of "
-        "Assumption 3's bound", finite_at_least(0)),
-    Key("fedfun.delta", float, 0.05, "box-kernel radius δ, as a fraction of the data box per "
-        "side (`oracles/domain.py`); > 0 for trees", within(0, 1)),
-    Key("fedfun.penalty-samples", int, 1000, "b': uniform points of the disagreement penalty "
-        "per batch (networks), or standing for a network neighbour of a tree", at_least(1)),
-    Key("fedfun.step", str, JACOBI, "`jacobi` (eq. 14) or `prox-grad` (eq. 5), see FedFun in "
-        "docs/algorithms.md", OneOf(STEP_FORMS)),
-    Key("fedfun.initial-steps", int, 2000, "round 0's local steps for `fedfun` and `psr` "
-        "(appendix B: 10,000); the other baselines train `fedfun.local-steps`", at_least(1)),
-    Key("fedfun.local-steps", int, 200, "local steps per round (appendix B: 1,000 for FSR)",
-        at_least(1)),
+    Key("fedfun.edges", str, "", '`edges` only: partition-id pairs, `"0-1,1-2,2-0"`'),
+    Key(
+        "fedfun.lambda",
+        float,
+        100.0,
+        "FSR's disagreement weight λ",
+        finite_at_least(0),
+        field="lam",
+    ),
+    Key(
+        "fedfun.gamma",
+        float,
+        0.0,
+        "FSR's proximal parameter γ; 0 = 1/(2λ‖L‖), half of Assumption 3's bound",
+        finite_at_least(0),
+    ),
+    Key(
+        "fedfun.delta",
+        float,
+        0.05,
+        "box-kernel radius δ, as a fraction of the data box per "
+        "side (`oracles/domain.py`); > 0 for trees",
+        within(0, 1),
+    ),
+    Key(
+        "fedfun.penalty-samples",
+        int,
+        1000,
+        "b': uniform points of the disagreement penalty "
+        "per batch (networks), or standing for a network neighbour of a tree",
+        at_least(1),
+    ),
+    Key(
+        "fedfun.step",
+        str,
+        JACOBI,
+        "`jacobi` (eq. 14) or `prox-grad` (eq. 5), see FedFun in docs/algorithms.md",
+        OneOf(STEP_FORMS),
+    ),
+    Key(
+        "fedfun.initial-steps",
+        int,
+        2000,
+        "round 0's local steps for `fedfun` and `psr` "
+        "(appendix B: 10,000); the other baselines train `fedfun.local-steps`",
+        at_least(1),
+    ),
+    Key(
+        "fedfun.local-steps",
+        int,
+        200,
+        "local steps per round (appendix B: 1,000 for FSR)",
+        at_least(1),
+    ),
     Key("fedfun.batch-size", int, 200, "minibatch of every FedFun-family step", at_least(1)),
-    Key("fedfun.lr", float, 0.001, "Adam's learning rate (FSR, PSR, DFedFish, DFedDF)",
-        finite_above(0)),
-    Key("fedfun.max-leaves", int, 0, "KDDT leaf budget; 0 = min(training samples of all "
-        "nodes, 1000)", at_least(0, "(0: auto)")),
+    Key(
+        "fedfun.lr",
+        float,
+        0.001,
+        "Adam's learning rate (FSR, PSR, DFedFish, DFedDF)",
+        finite_above(0),
+    ),
+    Key(
+        "fedfun.max-leaves",
+        int,
+        0,
+        "KDDT leaf budget; 0 = min(training samples of all nodes, 1000)",
+        at_least(0, "(0: auto)"),
+    ),
     Key("fedfun.psr-lambda", float, 1.0, "PSR's weight of Σ_j ‖θ − θ_j‖²", at_least(0)),
-    Key("fedfun.momentum-lr", float, 0.01, "DFedAvgM's SGD learning rate",
-        Check("> 0", lambda v: 0.0 < v < float("inf"))),
+    Key(
+        "fedfun.momentum-lr",
+        float,
+        0.01,
+        "DFedAvgM's SGD learning rate",
+        Check("> 0", lambda v: 0.0 < v < float("inf")),
+    ),
     Key("fedfun.momentum", float, 0.9, "DFedAvgM's SGD momentum", within(0, 1, "[)")),
-    Key("fedfun.distill-steps", int, 100, "DFedDF: Adam steps of distillation per round",
-        at_least(0)),
-    Key("fedfun.distill-samples", int, 1000, "DFedDF: uniform inputs per distillation step",
-        at_least(1)),
-    Key("fedfun.federated-eval", bool, True, "evaluate every node model each round (and relay "
-        "the new models with it)"),
+    Key(
+        "fedfun.distill-steps",
+        int,
+        100,
+        "DFedDF: Adam steps of distillation per round",
+        at_least(0),
+    ),
+    Key(
+        "fedfun.distill-samples",
+        int,
+        1000,
+        "DFedDF: uniform inputs per distillation step",
+        at_least(1),
+    ),
+    Key(
+        "fedfun.federated-eval",
+        bool,
+        True,
+        "evaluate every node model each round (and relay the new models with it)",
+    ),
 )
-
-
 
 
 @dataclass(frozen=True)
@@ -143,13 +227,25 @@ class FedFunSettings:
 def fedfun_settings(settings: RunSettings) -> FedFunSettings:
     """Parse ``FEDFUN_KEYS``, then the checks across keys; ConfigError names the key."""
     v = read_keys(settings.raw, FEDFUN_KEYS)
-    out = build(FedFunSettings, v, FEDFUN_KEYS,
-                algorithm=settings.algorithm if settings.algorithm in ALGORITHMS else FSR,
-                hidden=parse_hidden(v["fedfun.hidden"], "fedfun.hidden"))
-    require(out.topology != "edges" or out.edges.strip() != "", "fedfun.edges", out.edges,
-            "a list like '0-1,1-2' when fedfun.topology='edges'")
-    require(out.lam > 0.0 or out.gamma > 0.0, "fedfun.gamma", out.gamma,
-            "> 0 when fedfun.lambda is 0 (the default gamma is 1 / (2 lambda ||L||))")
+    out = build(
+        FedFunSettings,
+        v,
+        FEDFUN_KEYS,
+        algorithm=settings.algorithm if settings.algorithm in ALGORITHMS else FSR,
+        hidden=parse_hidden(v["fedfun.hidden"], "fedfun.hidden"),
+    )
+    require(
+        out.topology != "edges" or out.edges.strip() != "",
+        "fedfun.edges",
+        out.edges,
+        "a list like '0-1,1-2' when fedfun.topology='edges'",
+    )
+    require(
+        out.lam > 0.0 or out.gamma > 0.0,
+        "fedfun.gamma",
+        out.gamma,
+        "> 0 when fedfun.lambda is 0 (the default gamma is 1 / (2 lambda ||L||))",
+    )
     return out
 
 
@@ -163,9 +259,11 @@ def node_learner(settings: FedFunSettings, node_config: dict) -> tuple[str, tupl
     if learner not in LEARNERS:
         raise ConfigError.choice(f"node config {NODE_LEARNER}", learner, LEARNERS)
     if settings.parametric() and (learner, hidden) != ("mlp", settings.hidden):
-        raise ConfigError(f"{settings.algorithm} averages parameters: every node needs the run's "
-                          f"mlp {settings.hidden}; drop {NODE_LEARNER}/{NODE_HIDDEN} from the node "
-                          "config")
+        raise ConfigError(
+            f"{settings.algorithm} averages parameters: every node needs the run's "
+            f"mlp {settings.hidden}; drop {NODE_LEARNER}/{NODE_HIDDEN} from the node "
+            "config"
+        )
     return learner, hidden
 
 
@@ -183,5 +281,10 @@ def model_limits(fedfun: FedFunSettings, task: TaskData) -> ModelLimits:
     if fedfun.parametric():
         spec = NetworkSpec((n_features, *fedfun.hidden, task.num_outputs))
     leaves = max(fedfun.max_leaves, MAX_LEAVES)
-    return ModelLimits(n_features, task.num_outputs, max_nodes=2 * leaves - 1, spec=spec,
-                       fisher=fedfun.algorithm == DFEDFISH)
+    return ModelLimits(
+        n_features,
+        task.num_outputs,
+        max_nodes=2 * leaves - 1,
+        spec=spec,
+        fisher=fedfun.algorithm == DFEDFISH,
+    )

@@ -33,41 +33,88 @@ DOWNLINKS = ("auto", "compact", "dense")
 # synthetic).
 DEFAULT_RADII = {"box": 0.1, "l1": 10.0, "l2": 10.0, "nuclear": 10.0, "simplex": 10.0}
 DOMAIN_KEYS = (
-    Key("fedfw.constraint", str, "box", "D: `l1`, `l2`, `box`, `nuclear`, `simplex` (also D for "
+    Key(
+        "fedfw.constraint",
+        str,
+        "box",
+        "D: `l1`, `l2`, `box`, `nuclear`, `simplex` (also D for "
         "`feddr`, `fedavg-proj`); `box` bounds every weight by the radius",
-        OneOf(CONSTRAINT_NAMES)),
-    Key("fedfw.radius", float, 0.0, "radius of D; 0 = the set's own: 0.1 for `box` (each "
+        OneOf(CONSTRAINT_NAMES),
+    ),
+    Key(
+        "fedfw.radius",
+        float,
+        0.0,
+        "radius of D; 0 = the set's own: 0.1 for `box` (each "
         "weight's bound, the scale of a network's initial weights), 10 for the others (the "
-        "paper's section 5)", finite_at_least(0, "(0: the set's own)")),
-    Key("fedfw.scope", str, "per-tensor", "one ball per parameter tensor (as in the paper's "
-        "experiments) or `global` (`box` is the same either way)", OneOf(SCOPES)),
+        "paper's section 5)",
+        finite_at_least(0, "(0: the set's own)"),
+    ),
+    Key(
+        "fedfw.scope",
+        str,
+        "per-tensor",
+        "one ball per parameter tensor (as in the paper's "
+        "experiments) or `global` (`box` is the same either way)",
+        OneOf(SCOPES),
+    ),
 )
 FEDFW_KEYS = (
-    Key("fedfw.schedule", str, AUTO_SCHEDULE, "`convex` (Thm 1: η=2/(t+1), λ=λ0√(t+1)), "
+    Key(
+        "fedfw.schedule",
+        str,
+        AUTO_SCHEDULE,
+        "`convex` (Thm 1: η=2/(t+1), λ=λ0√(t+1)), "
         "`nonconvex` (Thm 2: η=T^-2/3, λ=λ0T^1/3), `stochastic` (Thm 3: η=9/(t+8), λ=λ0√(t+8), "
         "ρ=4/(t+7)^2/3), `constant`; `auto` = the theorem that covers the model: nonconvex for a "
         "network (every model but `mclr`; fedfw-sto then takes ρ=1), convex for `mclr` "
         "(stochastic for fedfw-sto). With participation p < 1 the section 4.2 forms are used",
-        OneOf((AUTO_SCHEDULE, *SCHEDULE_NAMES))),
+        OneOf((AUTO_SCHEDULE, *SCHEDULE_NAMES)),
+    ),
     Key("fedfw.lambda0", float, 0.01, "λ0", finite_at_least(0)),
-    Key("fedfw.participation", float, 1.0, "p: each node takes part in a round with "
-        "probability p", within(0, 1, "(]")),
+    Key(
+        "fedfw.participation",
+        float,
+        1.0,
+        "p: each node takes part in a round with probability p",
+        within(0, 1, "(]"),
+    ),
     Key("fedfw.eta-constant", float, 0.1, "η of the `constant` schedule", within(0, 1, "(]")),
-    Key("fedfw.lambda-constant", float, 0.001, "λ of the `constant` schedule",
-        finite_at_least(0)),
+    Key("fedfw.lambda-constant", float, 0.001, "λ of the `constant` schedule", finite_at_least(0)),
     Key("fedfw.batch-size", int, 64, "FedFW-sto minibatch, and the local pass's", at_least(1)),
-    Key("fedfw.local-pass", bool, False, "one FW step per minibatch over the node's data each "
+    Key(
+        "fedfw.local-pass",
+        bool,
+        False,
+        "one FW step per minibatch over the node's data each "
         "round, every step's point sent (the authors' code); see FedFW on the wire in "
-        "docs/algorithms.md"),
-    Key("fedfw.gap", bool, False, "compute `fw_gap` each round; `true` makes every node send "
+        "docs/algorithms.md",
+    ),
+    Key(
+        "fedfw.gap",
+        bool,
+        False,
+        "compute `fw_gap` each round; `true` makes every node send "
         "its dense gradient at x̄ in the evaluation step (it reveals gradients; see FedFW on the "
-        "wire in docs/algorithms.md)"),
-    Key("fedfw.federated-eval", bool, True, "evaluate F(x̄) on all clients' training data each "
-        "round (`train_loss`)"),
-    Key("fedfw.downlink", str, "auto", "`dense` (x̄ in every message), `compact` (the rounds' "
+        "wire in docs/algorithms.md)",
+    ),
+    Key(
+        "fedfw.federated-eval",
+        bool,
+        True,
+        "evaluate F(x̄) on all clients' training data each round (`train_loss`)",
+    ),
+    Key(
+        "fedfw.downlink",
+        str,
+        "auto",
+        "`dense` (x̄ in every message), `compact` (the rounds' "
         "points; nodes rebuild x̄ bit for bit) or `auto` (compact where it is smaller); see "
-        "FedFW on the wire in docs/algorithms.md", OneOf(DOWNLINKS)),
+        "FedFW on the wire in docs/algorithms.md",
+        OneOf(DOWNLINKS),
+    ),
 )
+
 
 @dataclass(frozen=True)
 class ConstraintSet:
@@ -96,8 +143,9 @@ def domain_constraint(kind: str, radius: object) -> Constraint:
 def constraint_set(settings: RunSettings) -> ConstraintSet:
     """D from ``DOMAIN_KEYS``; ConfigError names the key."""
     v = read_keys(settings.raw, DOMAIN_KEYS)
-    return ConstraintSet(domain_constraint(v["fedfw.constraint"], v["fedfw.radius"]),
-                         v["fedfw.scope"])
+    return ConstraintSet(
+        domain_constraint(v["fedfw.constraint"], v["fedfw.radius"]), v["fedfw.scope"]
+    )
 
 
 @dataclass(frozen=True)
@@ -159,21 +207,35 @@ def fedfw_settings(settings: RunSettings) -> FedFWSettings:
     schedule = make_schedule(
         default_schedule(variant, run_model(settings)) if kind == AUTO_SCHEDULE else kind,
         v["fedfw.lambda0"],
-        settings.num_rounds, participation=v["fedfw.participation"],
-        eta_constant=v["fedfw.eta-constant"], lambda_constant=v["fedfw.lambda-constant"],
+        settings.num_rounds,
+        participation=v["fedfw.participation"],
+        eta_constant=v["fedfw.eta-constant"],
+        lambda_constant=v["fedfw.lambda-constant"],
     )
     local_pass, downlink = v["fedfw.local-pass"], v["fedfw.downlink"]
     # the compact downlink relays one point per node and round, with the round's eta_t
-    require(not (local_pass and downlink == "compact"), "fedfw.downlink", downlink,
-            "'dense' or 'auto' with fedfw.local-pass=true (several points per node and round)")
-    return build(FedFWSettings, v, FEDFW_KEYS, variant=variant, constraint=domain.constraint,
-                 scope=domain.scope, schedule=schedule,
-                 downlink="dense" if local_pass else downlink,
-                 radius=read_keys(settings.raw, DOMAIN_KEYS)["fedfw.radius"])
+    require(
+        not (local_pass and downlink == "compact"),
+        "fedfw.downlink",
+        downlink,
+        "'dense' or 'auto' with fedfw.local-pass=true (several points per node and round)",
+    )
+    return build(
+        FedFWSettings,
+        v,
+        FEDFW_KEYS,
+        variant=variant,
+        constraint=domain.constraint,
+        scope=domain.scope,
+        schedule=schedule,
+        downlink="dense" if local_pass else downlink,
+        radius=read_keys(settings.raw, DOMAIN_KEYS)["fedfw.radius"],
+    )
 
 
-def node_constraint(node_config: dict, default: Constraint,
-                    run_radius: float | None = None) -> Constraint:
+def node_constraint(
+    node_config: dict, default: Constraint, run_radius: float | None = None
+) -> Constraint:
     """A node's own set D_i (section 4.3) from its node config, else the run's D.
 
     A node that names its set but no radius takes the run's ``fedfw.radius`` (``run_radius``;

@@ -18,21 +18,52 @@ BAGGING, CYCLIC = "fedxgb-bagging", "fedxgb-cyclic"
 ALGORITHMS = (BAGGING, CYCLIC)
 
 FEDXGB_KEYS = (
-    Key("fedxgb.local-rounds", int, 1, "boosting iterations a node adds per round on top of the "
-        "global booster (one tree per class each)", within(1, 1000)),
-    Key("fedxgb.max-depth", int, 6, "maximum depth of every tree (XGBoost's `max_depth`; the "
-        "server refuses deeper trees)", within(1, 16)),
-    Key("fedxgb.eta", float, 0.3, "XGBoost's learning rate η: each new tree's shrinkage",
-        within(0, 1, "(]")),
-    Key("fedxgb.scaled-eta", bool, True, "`fedxgb-bagging`: each node boosts with η / "
+    Key(
+        "fedxgb.local-rounds",
+        int,
+        1,
+        "boosting iterations a node adds per round on top of the "
+        "global booster (one tree per class each)",
+        within(1, 1000),
+    ),
+    Key(
+        "fedxgb.max-depth",
+        int,
+        6,
+        "maximum depth of every tree (XGBoost's `max_depth`; the server refuses deeper trees)",
+        within(1, 16),
+    ),
+    Key(
+        "fedxgb.eta",
+        float,
+        0.3,
+        "XGBoost's learning rate η: each new tree's shrinkage",
+        within(0, 1, "(]"),
+    ),
+    Key(
+        "fedxgb.scaled-eta",
+        bool,
+        True,
+        "`fedxgb-bagging`: each node boosts with η / "
         "num-partitions, so a round's N sets of trees add up to one step of η (Flower's example's "
-        "`scaled-lr`; `false`, its default, diverged on `synthetic` with 10 nodes)"),
-    Key("fedxgb.max-booster-bytes", int, 64 * 2**20, "largest booster (XGBoost JSON bytes) a "
+        "`scaled-lr`; `false`, its default, diverged on `synthetic` with 10 nodes)",
+    ),
+    Key(
+        "fedxgb.max-booster-bytes",
+        int,
+        64 * 2**20,
+        "largest booster (XGBoost JSON bytes) a "
         "reply, the global booster or a train message may hold, checked before parsing",
-        within(1024, 2**31 - 1)),
-    Key("fedxgb.federated-eval", bool, True, "evaluate the global booster on every node after "
+        within(1024, 2**31 - 1),
+    ),
+    Key(
+        "fedxgb.federated-eval",
+        bool,
+        True,
+        "evaluate the global booster on every node after "
         "each round (`train_loss`; the test metrics with sites' own data): the whole booster "
-        "goes down once more"),
+        "goes down once more",
+    ),
 )
 
 
@@ -55,8 +86,9 @@ class FedXgbSettings:
     def spec(self, task: TaskData) -> BoosterSpec:
         """The run's booster: softmax over the task's classes, or squared error."""
         num_class = task.num_classes if task.kind == "classification" else 0
-        return BoosterSpec(num_class, int(np.prod(task.input_shape)), self.max_depth,
-                           self.max_booster_bytes)
+        return BoosterSpec(
+            num_class, int(np.prod(task.input_shape)), self.max_depth, self.max_booster_bytes
+        )
 
     def loss(self, task: TaskData) -> PointwiseLoss:
         """What the boosters minimise, on their margins: cross-entropy, or the squared error."""
@@ -71,13 +103,19 @@ class FedXgbSettings:
 
 def fedxgb_settings(settings: RunSettings) -> FedXgbSettings:
     """Parse ``FEDXGB_KEYS``; ConfigError names the key."""
-    return build(FedXgbSettings, read_keys(settings.raw, FEDXGB_KEYS), FEDXGB_KEYS,
-                 algorithm=settings.algorithm)
+    return build(
+        FedXgbSettings,
+        read_keys(settings.raw, FEDXGB_KEYS),
+        FEDXGB_KEYS,
+        algorithm=settings.algorithm,
+    )
 
 
 def check_task(task: TaskData) -> None:
     """Softmax needs two classes; ConfigError otherwise."""
     if task.kind == "classification" and task.num_classes < 2:
-        raise ConfigError(f"the XGBoost baselines need at least 2 classes; the task has "
-                          f"{task.num_classes} (with task='site': every site holds the same "
-                          "single label)")
+        raise ConfigError(
+            f"the XGBoost baselines need at least 2 classes; the task has "
+            f"{task.num_classes} (with task='site': every site holds the same "
+            "single label)"
+        )

@@ -60,91 +60,222 @@ SHARED_FROM = 100  # recipients from which `auto` shares one downlink (1 % more 
 MAX_ENSEMBLE = 10_000_000  # learners in an ensemble a decoder accepts (its version)
 
 FFGB_KEYS = (
-    Key("ffgb.local-steps", int, 3, "K, boosting steps (weak learners) per node and round",
-        at_least(1)),
-    Key("ffgb.eta0", float, 0.0, "η0 of the `experiment` schedule η_{k,t} = η0/(K t + k + 1) "
+    Key(
+        "ffgb.local-steps",
+        int,
+        3,
+        "K, boosting steps (weak learners) per node and round",
+        at_least(1),
+    ),
+    Key(
+        "ffgb.eta0",
+        float,
+        0.0,
+        "η0 of the `experiment` schedule η_{k,t} = η0/(K t + k + 1) "
         "and the step of the `constant` one; "
         f"0 = {NEWTON_ETA0} with the `constant` schedule, else 10 for `ffgb` and `ffgb-c` (the "
         "authors' MNIST value) on classification, 0.5 on regression (the square loss) and 1 "
         "for `ffgb-l`, whose step g ← (1 − η) g + η h extrapolates when η > 1",
-        finite_at_least(0, "(0 = auto)")),
-    Key("ffgb.schedule", str, AUTO, "`experiment` (section 4), `theorem`: c/(μ(Kt+k+1)) "
+        finite_at_least(0, "(0 = auto)"),
+    ),
+    Key(
+        "ffgb.schedule",
+        str,
+        AUTO,
+        "`experiment` (section 4), `theorem`: c/(μ(Kt+k+1)) "
         "with c = 2 (FFGB, Theorem 3.1) or 4 (FFGB.C, FFGB.L, Theorems 3.2-3.3), μ = `ffgb.mu` "
         "(must be > 0; FFGB.L uses 1, the square loss's modulus), or `constant`: η0 at every "
         "step (ours, XGBoost's shrinkage; not covered by the paper's theorems); `auto`: "
-        "`constant` with Newton leaves, else `experiment`", OneOf((AUTO, *SCHEDULES))),
-    Key("ffgb.mu", float, 0.0, "μ of the regulariser (μ/2)‖g‖²: each step first scales g by "
-        "(1 − η μ)", finite_at_least(0)),
-    Key("ffgb.residual", bool, True, "keep the residual Δ (Algorithm 2); `false` = the "
-        "no-residual ablation"),
-    Key("ffgb.learner", str, "mlp", "`mlp` (two hidden layers of `ffgb.hidden`, leaky ReLU "
+        "`constant` with Newton leaves, else `experiment`",
+        OneOf((AUTO, *SCHEDULES)),
+    ),
+    Key(
+        "ffgb.mu",
+        float,
+        0.0,
+        "μ of the regulariser (μ/2)‖g‖²: each step first scales g by (1 − η μ)",
+        finite_at_least(0),
+    ),
+    Key(
+        "ffgb.residual",
+        bool,
+        True,
+        "keep the residual Δ (Algorithm 2); `false` = the no-residual ablation",
+    ),
+    Key(
+        "ffgb.learner",
+        str,
+        "mlp",
+        "`mlp` (two hidden layers of `ffgb.hidden`, leaky ReLU "
         "0.01: the paper's MNIST learner), `cnn` (the PyTorch-tutorial LeNet with `ffgb.hidden` "
         "dense layers: the paper's CIFAR learner; image tasks), `tree` (least-squares regression "
         "tree, fitted as `ffgb.tree-fitter` says; not with `ffgb-l`, which needs input "
-        "gradients)", OneOf(LEARNERS)),
-    Key("ffgb.hidden", int, 32, "width of the learners' dense hidden layers",
-        within(1, 4096)),
-    Key("ffgb.tree-depth", int, 3, "maximum depth of tree learners (the server refuses deeper "
-        "trees)", within(1, 20)),
-    Key("ffgb.tree-fitter", str, AUTO, "how a node fits tree learners: `cart` (scikit-learn's "
+        "gradients)",
+        OneOf(LEARNERS),
+    ),
+    Key("ffgb.hidden", int, 32, "width of the learners' dense hidden layers", within(1, 4096)),
+    Key(
+        "ffgb.tree-depth",
+        int,
+        3,
+        "maximum depth of tree learners (the server refuses deeper trees)",
+        within(1, 20),
+    ),
+    Key(
+        "ffgb.tree-fitter",
+        str,
+        AUTO,
+        "how a node fits tree learners: `cart` (scikit-learn's "
         "exact CART), `hist` (XGBoost's histogram method: the node's points binned once a "
         "round into at most 256 quantile bins per feature, leaf values the exact means; needs "
         f"the `xgboost` extra), `auto` (`hist` on nodes with at least {HIST_FROM_ROWS:,} points "
         "when xgboost is installed, else `cart`); see benchmarks/README.md, tree fit",
-        OneOf(TREE_FITTERS)),
-    Key("ffgb.tree-leaves", str, AUTO, "leaf values of tree learners: `mean` (the least-squares "
+        OneOf(TREE_FITTERS),
+    ),
+    Key(
+        "ffgb.tree-leaves",
+        str,
+        AUTO,
+        "leaf values of tree learners: `mean` (the least-squares "
         "fit, the paper's oracle), `newton` (ours: the least-squares tree's shape with "
         "XGBoost's second-order leaf values sum(target) / (sum(hessian) + 1); the residual stays "
         "the least-squares error) or `auto`: `newton` with tree learners and algorithm `ffgb`, "
         "else `mean` (FFGB.C keeps the paper's oracle, whose outputs its bounds assume); see "
-        "benchmarks/README.md, FFGB ablations", OneOf((AUTO, *TREE_LEAVES))),
-    Key("ffgb.oracle-steps", int, 500, "Adam steps per network fit (the paper: 1,000 for "
-        "MNIST; the authors' code 500-2,000)", at_least(1)),
+        "benchmarks/README.md, FFGB ablations",
+        OneOf((AUTO, *TREE_LEAVES)),
+    ),
+    Key(
+        "ffgb.oracle-steps",
+        int,
+        500,
+        "Adam steps per network fit (the paper: 1,000 for MNIST; the authors' code 500-2,000)",
+        at_least(1),
+    ),
     Key("ffgb.oracle-lr", float, 0.005, "Adam step size of the fits", finite_above(0)),
-    Key("ffgb.oracle-batch-size", int, 128, "minibatch of the fits (shuffled passes); 0 = all "
-        "local points", at_least(0, "(0 = all points)")),
-    Key("ffgb.sup-p", float, 8.0, "FFGB.C's sup-norm oracle WO∞ (eq. 24): the smooth "
-        "surrogate's exponent", within(1, 64)),
-    Key("ffgb.gamma", float, 0.5, "γ of the weak-learning assumption: sets FFGB.C's clipping "
-        "bounds G1, G2", within(0, 1, "(]")),
-    Key("ffgb.grad-bound", float, 0.0, "G, the bound on the loss gradient; 0 = 1 "
+    Key(
+        "ffgb.oracle-batch-size",
+        int,
+        128,
+        "minibatch of the fits (shuffled passes); 0 = all local points",
+        at_least(0, "(0 = all points)"),
+    ),
+    Key(
+        "ffgb.sup-p",
+        float,
+        8.0,
+        "FFGB.C's sup-norm oracle WO∞ (eq. 24): the smooth surrogate's exponent",
+        within(1, 64),
+    ),
+    Key(
+        "ffgb.gamma",
+        float,
+        0.5,
+        "γ of the weak-learning assumption: sets FFGB.C's clipping bounds G1, G2",
+        within(0, 1, "(]"),
+    ),
+    Key(
+        "ffgb.grad-bound",
+        float,
+        0.0,
+        "G, the bound on the loss gradient; 0 = 1 "
         "(cross-entropy); required > 0 for FFGB.C on regression",
-        finite_at_least(0, "(0 = auto)")),
-    Key("ffgb.lipschitz", float, 0.0, "FFGB.L's Lipschitz constant of u_i; 0 = the largest "
-        "label slope on the node's data", finite_at_least(0, "(0 = from the node's data)")),
-    Key("ffgb.output-bound", float, 0.0, "B of FFGB.C's final clip Π_B(f); 0 = 2G/(μγ) when "
-        "μ > 0, else no final clip", finite_at_least(0, "(0 = auto)")),
-    Key("ffgb.sobolev-weight", float, 1.0, "FFGB.L's WO-lip (eq. 25): weight of the "
-        "input-gradient term", at_least(0)),
-    Key("ffgb.sobolev-samples", int, 256, "FFGB.L: points drawn in the node's bounding box for "
-        "the gradient term", at_least(1)),
-    Key("ffgb.federated-eval", bool, True, "evaluate f on every node after each round "
-        "(`train_loss`, `federated_test_*`; also keeps nodes in sync)"),
-    Key("ffgb.downlink", str, AUTO, "what a round's recipients get: `per-node` = each node "
+        finite_at_least(0, "(0 = auto)"),
+    ),
+    Key(
+        "ffgb.lipschitz",
+        float,
+        0.0,
+        "FFGB.L's Lipschitz constant of u_i; 0 = the largest label slope on the node's data",
+        finite_at_least(0, "(0 = from the node's data)"),
+    ),
+    Key(
+        "ffgb.output-bound",
+        float,
+        0.0,
+        "B of FFGB.C's final clip Π_B(f); 0 = 2G/(μγ) when μ > 0, else no final clip",
+        finite_at_least(0, "(0 = auto)"),
+    ),
+    Key(
+        "ffgb.sobolev-weight",
+        float,
+        1.0,
+        "FFGB.L's WO-lip (eq. 25): weight of the input-gradient term",
+        at_least(0),
+    ),
+    Key(
+        "ffgb.sobolev-samples",
+        int,
+        256,
+        "FFGB.L: points drawn in the node's bounding box for the gradient term",
+        at_least(1),
+    ),
+    Key(
+        "ffgb.federated-eval",
+        bool,
+        True,
+        "evaluate f on every node after each round "
+        "(`train_loss`, `federated_test_*`; also keeps nodes in sync)",
+    ),
+    Key(
+        "ffgb.downlink",
+        str,
+        AUTO,
+        "what a round's recipients get: `per-node` = each node "
         "the learners it lacks, without its own of the last round (the paper's (N − 1) K), "
         "packed per node; `shared` = one delta for all nodes at the same version, own learners "
         "included (N K: 1/N more bytes), built once and sent as the same records (Flower's "
         "content-addressed objects upload it once); `auto`: `shared` from "
         f"{SHARED_FROM} recipients in a round, else `per-node`; see benchmarks/README.md, scale",
-        OneOf(DOWNLINKS)),
-    Key("ffgb.distill", str, NONE, "`increment`: each node distils its K new learners into one "
-        "before upload; `function`: its whole g^{K+1} into one (scale 0); see \"Bounding the "
-        "ensemble\" in docs/algorithms.md", OneOf(MODES)),
-    Key("ffgb.distill-every", int, 0, "after every D boosting rounds, a global distillation by "
+        OneOf(DOWNLINKS),
+    ),
+    Key(
+        "ffgb.distill",
+        str,
+        NONE,
+        "`increment`: each node distils its K new learners into one "
+        'before upload; `function`: its whole g^{K+1} into one (scale 0); see "Bounding the '
+        'ensemble" in docs/algorithms.md',
+        OneOf(MODES),
+    ),
+    Key(
+        "ffgb.distill-every",
+        int,
+        0,
+        "after every D boosting rounds, a global distillation by "
         "FedAvg replaces the ensemble by one network (0 = never; not with trees)",
-        at_least(0, "(0 = never)")),
-    Key("ffgb.distill-rounds", int, 1, "FedAvg rounds (server rounds) of each global "
-        "distillation", at_least(1)),
-    Key("ffgb.distill-steps", int, 0, "Adam steps of the student per node and FedAvg round; "
-        "0 = `ffgb.oracle-steps`", at_least(0, "(0 = ffgb.oracle-steps)")),
-    Key("ffgb.one-shot", bool, False, "`ffgb-l` only: one upload per node, the server replays "
-        "the rounds (Remark 3.1)"),
-    Key("ffgb.extension", str, AUTO, "FFGB.L's u_i: `upper` = eq. 17, min_j (y_j + L‖x − "
+        at_least(0, "(0 = never)"),
+    ),
+    Key(
+        "ffgb.distill-rounds",
+        int,
+        1,
+        "FedAvg rounds (server rounds) of each global distillation",
+        at_least(1),
+    ),
+    Key(
+        "ffgb.distill-steps",
+        int,
+        0,
+        "Adam steps of the student per node and FedAvg round; 0 = `ffgb.oracle-steps`",
+        at_least(0, "(0 = ffgb.oracle-steps)"),
+    ),
+    Key(
+        "ffgb.one-shot",
+        bool,
+        False,
+        "`ffgb-l` only: one upload per node, the server replays the rounds (Remark 3.1)",
+    ),
+    Key(
+        "ffgb.extension",
+        str,
+        AUTO,
+        "FFGB.L's u_i: `upper` = eq. 17, min_j (y_j + L‖x − "
         "x_j‖); `midpoint` = its mean with max_j (y_j − L‖x − x_j‖), also L-Lipschitz and "
         "interpolating but not biased upwards away from the node's data (not the paper's; see "
         "`oracles/lipschitz.py`); `auto` = `upper` when `ffgb.lipschitz` gives L (the paper's "
         "assumption: a known constant), `midpoint` when L comes from the data",
-        OneOf((AUTO, *KINDS))),
+        OneOf((AUTO, *KINDS)),
+    ),
 )
 
 
@@ -178,8 +309,7 @@ class FFGBSettings:
 
     def shares_downlink(self, recipients: int) -> bool:
         """Whether a round with ``recipients`` nodes sends one shared delta (``ffgb.downlink``)."""
-        return self.downlink == SHARED or (self.downlink == AUTO
-                                           and recipients >= SHARED_FROM)
+        return self.downlink == SHARED or (self.downlink == AUTO and recipients >= SHARED_FROM)
 
     def student_training(self) -> OracleSettings:
         """How a node trains the distillation student in one FedAvg round."""
@@ -231,17 +361,33 @@ def ffgb_settings(settings: RunSettings) -> FFGBSettings:
     if kind == AUTO:
         kind = CONSTANT if leaves == NEWTON else EXPERIMENT
     local_steps, mu = v["ffgb.local-steps"], v["ffgb.mu"]
-    eta0 = v["ffgb.eta0"] or (NEWTON_ETA0 if kind == CONSTANT else SQUARE_LOSS_ETA0
-                              if settings.regression and variant != "ffgb-l"
-                              else DEFAULT_ETA0[variant])
+    eta0 = v["ffgb.eta0"] or (
+        NEWTON_ETA0
+        if kind == CONSTANT
+        else SQUARE_LOSS_ETA0
+        if settings.regression and variant != "ffgb-l"
+        else DEFAULT_ETA0[variant]
+    )
     modulus = 1.0 if variant == "ffgb-l" else mu  # the square loss is 1-strongly convex
-    require(kind != THEOREM or modulus > 0, "ffgb.mu", mu,
-            "> 0 with ffgb.schedule='theorem' (eta = c / (mu (K t + k + 1)))")
+    require(
+        kind != THEOREM or modulus > 0,
+        "ffgb.mu",
+        mu,
+        "> 0 with ffgb.schedule='theorem' (eta = c / (mu (K t + k + 1)))",
+    )
     steps = StepSizes(kind, local_steps, eta0, modulus, THEOREM_CONSTANT[variant])
-    require(not (variant == "ffgb-l" and learner == "tree"), "ffgb.learner", learner,
-            "a network with ffgb-l (its oracle fits input gradients, which a tree has not)")
-    require(leaves != NEWTON or learner == "tree", "ffgb.tree-leaves", leaves,
-            "'mean' or 'auto' unless ffgb.learner='tree'")
+    require(
+        not (variant == "ffgb-l" and learner == "tree"),
+        "ffgb.learner",
+        learner,
+        "a network with ffgb-l (its oracle fits input gradients, which a tree has not)",
+    )
+    require(
+        leaves != NEWTON or learner == "tree",
+        "ffgb.tree-leaves",
+        leaves,
+        "'mean' or 'auto' unless ffgb.learner='tree'",
+    )
     oracle = OracleSettings(
         steps=v["ffgb.oracle-steps"],
         lr=v["ffgb.oracle-lr"],
@@ -250,18 +396,36 @@ def ffgb_settings(settings: RunSettings) -> FFGBSettings:
         sobolev_weight=v["ffgb.sobolev-weight"],
         sobolev_samples=v["ffgb.sobolev-samples"],
     )
-    require(not (distill == FUNCTION and variant == "ffgb-c"), "ffgb.distill", distill,
-            "'none' or 'increment' with ffgb-c (a distilled g^(K+1) has no bound G2)")
-    out = build(FFGBSettings, v, FFGB_KEYS, variant=variant, steps=steps, oracle=oracle,
-                tree_leaves=leaves, extension=auto_extension(v["ffgb.extension"],
-                                                             v["ffgb.lipschitz"]),
-                mu=0.0 if variant == "ffgb-l" else mu,
-                distill_steps=v["ffgb.distill-steps"] or oracle.steps)
-    require(not (out.one_shot and (variant != "ffgb-l" or out.distill != NONE
-                                   or out.distill_every)), "ffgb.one-shot", out.one_shot,
-            "false unless algorithm='ffgb-l' without distillation (Remark 3.1 is FFGB.L's)")
-    require(not (out.distill_every and learner == "tree"), "ffgb.distill-every",
-            out.distill_every, "0 with tree learners (FedAvg distils into a network)")
+    require(
+        not (distill == FUNCTION and variant == "ffgb-c"),
+        "ffgb.distill",
+        distill,
+        "'none' or 'increment' with ffgb-c (a distilled g^(K+1) has no bound G2)",
+    )
+    out = build(
+        FFGBSettings,
+        v,
+        FFGB_KEYS,
+        variant=variant,
+        steps=steps,
+        oracle=oracle,
+        tree_leaves=leaves,
+        extension=auto_extension(v["ffgb.extension"], v["ffgb.lipschitz"]),
+        mu=0.0 if variant == "ffgb-l" else mu,
+        distill_steps=v["ffgb.distill-steps"] or oracle.steps,
+    )
+    require(
+        not (out.one_shot and (variant != "ffgb-l" or out.distill != NONE or out.distill_every)),
+        "ffgb.one-shot",
+        out.one_shot,
+        "false unless algorithm='ffgb-l' without distillation (Remark 3.1 is FFGB.L's)",
+    )
+    require(
+        not (out.distill_every and learner == "tree"),
+        "ffgb.distill-every",
+        out.distill_every,
+        "0 with tree learners (FedAvg distils into a network)",
+    )
     return out
 
 
@@ -289,12 +453,17 @@ def check_task(ffgb: FFGBSettings, task: TaskData) -> None:
     """What needs the task: FFGB.C on regression needs an explicit gradient bound; a CNN needs
     images; cross-entropy needs two classes. ConfigError names the key."""
     if ffgb.variant == "ffgb-c" and task.kind != "classification" and ffgb.grad_bound == 0:
-        raise ConfigError.bound("ffgb.grad-bound", 0.0, "> 0 with ffgb-c on a regression task "
-                                "(the square loss has no a-priori gradient bound)")
+        raise ConfigError.bound(
+            "ffgb.grad-bound",
+            0.0,
+            "> 0 with ffgb-c on a regression task (the square loss has no a-priori gradient bound)",
+        )
     if task.kind == "classification" and ffgb.variant != "ffgb-l" and task.num_classes < 2:
-        raise ConfigError(f"{ffgb.variant} needs at least 2 classes; the task has "
-                          f"{task.num_classes} (with task='site': every site holds the same "
-                          "single label)")
+        raise ConfigError(
+            f"{ffgb.variant} needs at least 2 classes; the task has "
+            f"{task.num_classes} (with task='site': every site holds the same "
+            "single label)"
+        )
     learner_spec(ffgb, task)
 
 
@@ -308,11 +477,15 @@ def learner_spec(ffgb: FFGBSettings, task: TaskData) -> object | None:
     if ffgb.learner == "mlp":
         return NetworkSpec((n_features, ffgb.hidden, ffgb.hidden, task.num_outputs), "leaky_relu")
     if len(task.input_shape) != 3:
-        raise ConfigError.bound("ffgb.learner", "cnn", f"used with images (channels, height, "
-                                f"width), not inputs of shape {task.input_shape}")
+        raise ConfigError.bound(
+            "ffgb.learner",
+            "cnn",
+            f"used with images (channels, height, width), not inputs of shape {task.input_shape}",
+        )
     try:
-        return ConvNetSpec(tuple(task.input_shape), hidden=(ffgb.hidden, ffgb.hidden),
-                           n_outputs=task.num_outputs)
+        return ConvNetSpec(
+            tuple(task.input_shape), hidden=(ffgb.hidden, ffgb.hidden), n_outputs=task.num_outputs
+        )
     except ValueError as err:
         raise ConfigError.bound("ffgb.learner", "cnn", str(err)) from None
 
@@ -321,6 +494,10 @@ def delta_limits(ffgb: FFGBSettings, task: TaskData) -> Limits:
     """What a decoder accepts in this run: learners no larger than the run's architecture."""
     spec = learner_spec(ffgb, task)
     n_features = int(np.prod(task.input_shape))
-    return Limits(max_learners=MAX_ENSEMBLE, max_nodes=2 ** (ffgb.tree_depth + 1) - 1,
-                  max_params=spec.n_params if spec is not None else 1,
-                  max_features=n_features, max_outputs=task.num_outputs)
+    return Limits(
+        max_learners=MAX_ENSEMBLE,
+        max_nodes=2 ** (ffgb.tree_depth + 1) - 1,
+        max_params=spec.n_params if spec is not None else 1,
+        max_features=n_features,
+        max_outputs=task.num_outputs,
+    )

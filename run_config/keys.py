@@ -90,8 +90,7 @@ def within(low: float, high: float, ends: str = "[]", note: str = "") -> Check:
     """value in the interval written ``ends``: ``[]``, ``(]``, ``[)`` or ``()``."""
     left = (lambda v: low <= v) if ends[0] == "[" else (lambda v: low < v)
     right = (lambda v: v <= high) if ends[1] == "]" else (lambda v: v < high)
-    return Check(_with(f"in {ends[0]}{low}, {high}{ends[1]}", note),
-                 lambda v: left(v) and right(v))
+    return Check(_with(f"in {ends[0]}{low}, {high}{ends[1]}", note), lambda v: left(v) and right(v))
 
 
 @dataclass(frozen=True)
@@ -112,8 +111,11 @@ class When:
     def text(self) -> str:
         """``task='site'``, ``task other than 'site'``."""
         values = " or ".join(repr(v) for v in self.values)
-        return f"{self.on} other than {values}" if self.unless else \
-            " or ".join(f"{self.on}={v!r}" for v in self.values)
+        return (
+            f"{self.on} other than {values}"
+            if self.unless
+            else " or ".join(f"{self.on}={v!r}" for v in self.values)
+        )
 
 
 @dataclass(frozen=True)
@@ -137,8 +139,9 @@ class Key:
         if self.kind not in KINDS:
             raise TypeError(f"{self.name}: a run-config key is one of {KINDS}, not {self.kind}")
         if type(self.default) is not self.kind:
-            raise TypeError(f"{self.name}: the default {self.default!r} is not a "
-                            f"{self.kind.__name__}")
+            raise TypeError(
+                f"{self.name}: the default {self.default!r} is not a {self.kind.__name__}"
+            )
         if self.check is not None:
             self.check(self.name, self.default)  # a default must pass its own check
 

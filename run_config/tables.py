@@ -39,15 +39,18 @@ class Table:
 
 
 COMMON = Table("Common keys", "every algorithm", COMMON_KEYS)
-DOMAIN = Table("`fedfw.*`: the constraint set D",
-               "FedFW and the baselines that solve the same constrained problem",
-               DOMAIN_KEYS)
+DOMAIN = Table(
+    "`fedfw.*`: the constraint set D",
+    "FedFW and the baselines that solve the same constrained problem",
+    DOMAIN_KEYS,
+)
 FEDFW = Table("`fedfw.*`: Frank-Wolfe", "FedFW's variants", FEDFW_KEYS)
 FEDDR = Table("`feddr.*`", "FedDR", FEDDR_KEYS)
 FFGB = Table("`ffgb.*`", "the FFGB family", FFGB_KEYS)
 FEDFUN = Table("`fedfun.*`", "FedFun (FSR) and its four decentralised baselines", FEDFUN_KEYS)
-FEDXGB = Table("`fedxgb.*`", "the XGBoost baselines on Flower's FedXgbBagging and FedXgbCyclic",
-               FEDXGB_KEYS)
+FEDXGB = Table(
+    "`fedxgb.*`", "the XGBoost baselines on Flower's FedXgbBagging and FedXgbCyclic", FEDXGB_KEYS
+)
 TABLES = (COMMON, DOMAIN, FEDFW, FEDDR, FFGB, FEDFUN, FEDXGB)
 
 
@@ -76,15 +79,27 @@ FAMILIES: dict[str, Family] = {
     "fedavg": Family(reads=FEDAVG_READS, steps=SGD_STEP),
     "fedprox": Family(reads=(*FEDAVG_READS, "fedprox.mu"), steps=SGD_STEP),
     "fedavg-proj": Family((DOMAIN,), constraint_set, FEDAVG_READS, SGD_STEP),
-    **{name: Family((DOMAIN, FEDFW), fedfw_settings, MODEL,
-                    ("fedfw.schedule", "fedfw.lambda0")) for name in FEDFW_VARIANTS},
+    **{
+        name: Family((DOMAIN, FEDFW), fedfw_settings, MODEL, ("fedfw.schedule", "fedfw.lambda0"))
+        for name in FEDFW_VARIANTS
+    },
     "feddr": Family((DOMAIN, FEDDR), feddr_settings, MODEL, ("feddr.lr", "feddr.eta")),
-    **{name: Family((FFGB,), ffgb_settings, SAMPLED,
-                    ("ffgb.eta0", "ffgb.schedule", "ffgb.oracle-lr")) for name in FFGB_VARIANTS},
-    **{name: Family((FEDFUN,), fedfun_settings, (), ("fedfun.lr", "fedfun.step"))
-       for name in FEDFUN_ALGORITHMS},
-    **{name: Family((FEDXGB,), fedxgb_settings, SAMPLED if name == "fedxgb-bagging" else (),
-                    ("fedxgb.eta",)) for name in FEDXGB_ALGORITHMS},
+    **{
+        name: Family(
+            (FFGB,), ffgb_settings, SAMPLED, ("ffgb.eta0", "ffgb.schedule", "ffgb.oracle-lr")
+        )
+        for name in FFGB_VARIANTS
+    },
+    **{
+        name: Family((FEDFUN,), fedfun_settings, (), ("fedfun.lr", "fedfun.step"))
+        for name in FEDFUN_ALGORITHMS
+    },
+    **{
+        name: Family(
+            (FEDXGB,), fedxgb_settings, SAMPLED if name == "fedxgb-bagging" else (), ("fedxgb.eta",)
+        )
+        for name in FEDXGB_ALGORITHMS
+    },
 }
 SCOPED = ("fedprox.mu", *FEDAVG_READS)
 
@@ -113,8 +128,11 @@ def validate_tables(settings: RunSettings) -> None:
 
 def readers(table: Table | str) -> list[str]:
     """The algorithms that read a table, or a scoped common key."""
-    return [name for name, family in FAMILIES.items()
-            if (table in family.tables if isinstance(table, Table) else table in family.reads)]
+    return [
+        name
+        for name, family in FAMILIES.items()
+        if (table in family.tables if isinstance(table, Table) else table in family.reads)
+    ]
 
 
 def condition(key: Key) -> str:
@@ -136,19 +154,28 @@ def inert_keys(settings: RunSettings) -> dict[str, str]:
     found = {}
     for table in TABLES:
         if table is not COMMON and table not in family.tables:
-            found.update({key.name: f"{key.name}={raw[key.name]!r} has no effect with "
-                          f"{algorithm}: it is read only by {', '.join(readers(table))}"
-                          for key in table.keys if key.given(raw)})
+            found.update(
+                {
+                    key.name: f"{key.name}={raw[key.name]!r} has no effect with "
+                    f"{algorithm}: it is read only by {', '.join(readers(table))}"
+                    for key in table.keys
+                    if key.given(raw)
+                }
+            )
     for key in COMMON_KEYS:
         if not key.given(raw):
             continue
         if key.name in SCOPED and key.name not in family.reads:
-            found[key.name] = (f"{key.name}={raw[key.name]!r} has no effect with {algorithm}: "
-                               f"it is read only by {', '.join(readers(key.name))}")
+            found[key.name] = (
+                f"{key.name}={raw[key.name]!r} has no effect with {algorithm}: "
+                f"it is read only by {', '.join(readers(key.name))}"
+            )
         elif key.when is not None and not key.when.holds(common):
-            found[key.name] = (f"{key.name}={raw[key.name]!r} has no effect in this run: it is "
-                               f"read only with {key.when.text}, and the run has "
-                               f"{key.when.on}={common[key.when.on]!r}")
+            found[key.name] = (
+                f"{key.name}={raw[key.name]!r} has no effect in this run: it is "
+                f"read only with {key.when.text}, and the run has "
+                f"{key.when.on}={common[key.when.on]!r}"
+            )
     return found
 
 

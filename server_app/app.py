@@ -106,8 +106,9 @@ def wait_for_nodes(grid: Grid, minimum: int) -> int:
     return len(nodes)
 
 
-def prepare(settings: RunSettings, grid: Grid, checkpoint: Checkpoint | None = None
-            ) -> tuple[RunPlan, int]:
+def prepare(
+    settings: RunSettings, grid: Grid, checkpoint: Checkpoint | None = None
+) -> tuple[RunPlan, int]:
     """The validated plan and the number of nodes; ConfigError before the first message (with
     sites' own data, before the first message after the schema agreement, which a resumed run
     makes under its ``checkpoint``'s schema)."""
@@ -138,10 +139,14 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
             resume_from = Path(settings.resume_from)
         checkpoint = None
         if resume_from is not None:
-            checkpoint = checked_checkpoint(resume_from, get_algorithm(settings.algorithm).name,
-                                            context.run_config)
-        metered = MeteredGrid(grid, settings.reply_timeout,  # round 0 counts the agreement
-                              own_pull_interval(grid, settings.reply_poll_interval))
+            checkpoint = checked_checkpoint(
+                resume_from, get_algorithm(settings.algorithm).name, context.run_config
+            )
+        metered = MeteredGrid(
+            grid,
+            settings.reply_timeout,  # round 0 counts the agreement
+            own_pull_interval(grid, settings.reply_poll_interval),
+        )
         plan, num_nodes = prepare(settings, metered, checkpoint)
         if checkpoint is not None:
             restore(plan.strategy, checkpoint)
@@ -154,43 +159,81 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
     if checkpoint is not None:
         done, arrays, rows = checkpoint.server_round, checkpoint.arrays, checkpoint.rows
         log(INFO, "Resuming after round %d of %d", done, settings.num_rounds)
-    config = run_config_record(settings, num_nodes, strategy.description(),
-                               None if plan.sites is None else plan.sites.record(),
-                               context.run_id)
+    config = run_config_record(
+        settings,
+        num_nodes,
+        strategy.description(),
+        None if plan.sites is None else plan.sites.record(),
+        context.run_id,
+    )
     events = EventLog(out_dir, settings.raw, rows) if settings.tensorboard else None
     writer = ResultsWriter(out_dir, config, rows, plot_title(settings, num_nodes), events)
-    log(INFO, "Running %s (%s) on task %s with %d nodes; results -> %s",
-        plan.algorithm.name, plan.algorithm.summary, settings.task, num_nodes, out_dir)
+    log(
+        INFO,
+        "Running %s (%s) on task %s with %d nodes; results -> %s",
+        plan.algorithm.name,
+        plan.algorithm.summary,
+        settings.task,
+        num_nodes,
+        out_dir,
+    )
 
     recorded = RecordedStrategy(strategy, done, settings.min_replies)
-    recorder = RoundRecorder(recorded, metered, writer, settings.num_rounds, plan.algorithm.name,
-                             context.run_config,
-                             "" if plan.sites is None else plan.sites.schema.to_json(),
-                             plan.label_scale)
+    recorder = RoundRecorder(
+        recorded,
+        metered,
+        writer,
+        settings.num_rounds,
+        plan.algorithm.name,
+        context.run_config,
+        "" if plan.sites is None else plan.sites.schema.to_json(),
+        plan.label_scale,
+    )
     stopped: Exception | None = None
     cause = ""
     if settings.num_rounds > done:
         try:
-            recorded.start(grid=metered, initial_arrays=arrays,
-                           num_rounds=settings.num_rounds - done,
-                           timeout=settings.reply_timeout, evaluate_fn=recorder)
+            recorded.start(
+                grid=metered,
+                initial_arrays=arrays,
+                num_rounds=settings.num_rounds - done,
+                timeout=settings.reply_timeout,
+                evaluate_fn=recorder,
+            )
         except BelowQuorum as err:
             stopped, cause = err, f"quorum lost at {err}"
-            log(ERROR, "The run stops: %s. Completed rounds are saved; continue with "
-                "resume-from='%s' once enough nodes are back", err, out_dir)
+            log(
+                ERROR,
+                "The run stops: %s. Completed rounds are saved; continue with "
+                "resume-from='%s' once enough nodes are back",
+                err,
+                out_dir,
+            )
         except Diverged as err:  # said once, by the health line below
             stopped = RunDiverged(f"{err} ({tried(settings)})")
             cause = str(stopped)
 
     summary = summarise(writer.rounds)
-    ended = outcome(writer.rounds, settings.num_rounds, num_nodes, cause,
-                    isinstance(stopped, RunDiverged),
-                    None if plan.sites is None else config["sites"])
+    ended = outcome(
+        writer.rounds,
+        settings.num_rounds,
+        num_nodes,
+        cause,
+        isinstance(stopped, RunDiverged),
+        None if plan.sites is None else config["sites"],
+    )
     plots = writer.finish(summary, ended.record())
     log(INFO, "Final: %s", ", ".join(f"{k}={v}" for k, v in summary.items()))
-    log(INFO, "Results written to %s (%s)", out_dir,
-        ", ".join(["config.json", "metrics.json", "metrics.csv", "checkpoint.pb"]
-                  + [p.name for p in plots] + (["tensorboard/"] if events else [])))
+    log(
+        INFO,
+        "Results written to %s (%s)",
+        out_dir,
+        ", ".join(
+            ["config.json", "metrics.json", "metrics.csv", "checkpoint.pb"]
+            + [p.name for p in plots]
+            + (["tensorboard/"] if events else [])
+        ),
+    )
     log(ERROR if stopped else INFO, "%s", ended.line())
     if stopped is not None:
         raise stopped  # Flower records the run as failed, with the reason
@@ -203,15 +246,21 @@ class RunDiverged(RuntimeError):
 
 def tried(settings: RunSettings) -> str:
     """What a diverged run tried: the algorithm, the task and its family's step sizes."""
-    steps = ", ".join(f"{key}={settings.raw[key]!r}" for key in family_of(settings.algorithm).steps
-                      if key in settings.raw)
+    steps = ", ".join(
+        f"{key}={settings.raw[key]!r}"
+        for key in family_of(settings.algorithm).steps
+        if key in settings.raw
+    )
     return f"{settings.algorithm} on {settings.task}" + (
-        f"; step sizes {steps}: a smaller one may help" if steps else "")
+        f"; step sizes {steps}: a smaller one may help" if steps else ""
+    )
 
 
 def plot_title(settings: RunSettings, num_nodes: int) -> str:
     """Algorithm, task, partitioning and number of nodes, for the plots."""
     if settings.sites:
-        return f"{settings.algorithm} on the sites' own files ({settings.data_label}), " \
-               f"{num_nodes} nodes"
+        return (
+            f"{settings.algorithm} on the sites' own files ({settings.data_label}), "
+            f"{num_nodes} nodes"
+        )
     return f"{settings.algorithm} on {settings.task}, {settings.partitioning}, {num_nodes} nodes"

@@ -47,15 +47,23 @@ class Checkpoint:
 
     def to_bytes(self) -> bytes:
         segments = {name: entry.to_list() for name, entry in self.segments.items()}
-        content = RecordDict({
-            _META: ConfigRecord({"format": FORMAT, "algorithm": self.algorithm,
-                                 "round": self.server_round, "rows": json.dumps(self.rows),
-                                 "run-config": json.dumps(self.run_config, sort_keys=True),
-                                 "segments-file": self.segments_file,
-                                 "segments": json.dumps(segments),
-                                 "site-schema": self.site_schema}),
-            _ARRAYS: self.arrays,
-        })
+        content = RecordDict(
+            {
+                _META: ConfigRecord(
+                    {
+                        "format": FORMAT,
+                        "algorithm": self.algorithm,
+                        "round": self.server_round,
+                        "rows": json.dumps(self.rows),
+                        "run-config": json.dumps(self.run_config, sort_keys=True),
+                        "segments-file": self.segments_file,
+                        "segments": json.dumps(segments),
+                        "site-schema": self.site_schema,
+                    }
+                ),
+                _ARRAYS: self.arrays,
+            }
+        )
         for key, record in self.strategy.items():
             content[_STRATEGY + key] = record
         return recorddict_to_proto(content).SerializeToString()
@@ -76,20 +84,34 @@ class Checkpoint:
             listed = json.loads(str(meta["segments"]))
             if generation_of(segments_file) is None or not isinstance(listed, dict):
                 raise DecodeError(f"segments: {segments_file!r} is not a segments file name")
-            segments = {str(name): Entry.from_list(value, str(name))
-                        for name, value in listed.items()}
+            segments = {
+                str(name): Entry.from_list(value, str(name)) for name, value in listed.items()
+            }
             site_schema = str(meta["site-schema"])
         except DecodeError:
             raise
         except Exception as err:  # noqa: BLE001 - any fault in a file read back from disk
             raise DecodeError(f"not a checkpoint ({type(err).__name__}: {err})") from None
-        if (not isinstance(arrays, ArrayRecord) or not isinstance(rows, list)
-                or not isinstance(run_config, dict)):
+        if (
+            not isinstance(arrays, ArrayRecord)
+            or not isinstance(rows, list)
+            or not isinstance(run_config, dict)
+        ):
             raise DecodeError("checkpoint: arrays, rows or run config of the wrong kind")
-        strategy = RecordDict({k[len(_STRATEGY):]: v for k, v in content.items()
-                               if k.startswith(_STRATEGY)})
-        return cls(str(meta["algorithm"]), server_round, arrays, rows, strategy, run_config,
-                   segments_file, segments, site_schema=site_schema)
+        strategy = RecordDict(
+            {k[len(_STRATEGY) :]: v for k, v in content.items() if k.startswith(_STRATEGY)}
+        )
+        return cls(
+            str(meta["algorithm"]),
+            server_round,
+            arrays,
+            rows,
+            strategy,
+            run_config,
+            segments_file,
+            segments,
+            site_schema=site_schema,
+        )
 
 
 def write_checkpoint(directory: Path, checkpoint: Checkpoint) -> Path:
@@ -104,6 +126,7 @@ def read_checkpoint(path: Path) -> Checkpoint:
     path = Path(path)
     file = path / FILE_NAME if path.is_dir() else path
     checkpoint = Checkpoint.from_bytes(file.read_bytes())
-    checkpoint.segment_records = read_segments(file.parent / checkpoint.segments_file,
-                                               checkpoint.segments)
+    checkpoint.segment_records = read_segments(
+        file.parent / checkpoint.segments_file, checkpoint.segments
+    )
     return checkpoint

@@ -49,9 +49,11 @@ def read_run(folder: Path) -> FinishedRun:
     for row in rounds:
         for key, value in row.items():
             if not (isinstance(value, (int, float)) or value is None) or (
-                    isinstance(value, float) and math.isinf(value)):
-                raise RunFolderError(f"{folder / 'metrics.json'}: {key}={value!r} is not a "
-                                     "finite number")
+                isinstance(value, float) and math.isinf(value)
+            ):
+                raise RunFolderError(
+                    f"{folder / 'metrics.json'}: {key}={value!r} is not a finite number"
+                )
     run_config = config.get("run_config") if isinstance(config, dict) else None
     if not isinstance(run_config, dict):
         raise RunFolderError(f"{folder / 'config.json'}: expected a 'run_config' object")
@@ -69,21 +71,27 @@ def _json(path: Path) -> Any:
 
 def common_metric(runs: list[FinishedRun], wanted: str | None = None) -> str:
     """The metric every run reports (``wanted``, or the first of ``METRIC_KEYS``)."""
+
     def has(run: FinishedRun, key: str) -> bool:
         return any(r.get(key) is not None for r in run.rounds)
+
     candidates = [wanted] if wanted else list(METRIC_KEYS)
     for key in candidates:
         if all(has(run, key) for run in runs):
             return key
-    raise RunFolderError(f"no metric in common among {candidates} "
-                         f"({', '.join(run.name for run in runs)})")
+    raise RunFolderError(
+        f"no metric in common among {candidates} ({', '.join(run.name for run in runs)})"
+    )
 
 
 def config_differences(runs: list[FinishedRun]) -> dict[str, list[Any]]:
     """Each run-config key whose value differs between the runs: its value in each run."""
     keys = sorted({k for run in runs for k in run.run_config} - set(IGNORED))
-    return {key: [run.run_config.get(key) for run in runs] for key in keys
-            if len({json.dumps(run.run_config.get(key)) for run in runs}) > 1}
+    return {
+        key: [run.run_config.get(key) for run in runs]
+        for key in keys
+        if len({json.dumps(run.run_config.get(key)) for run in runs}) > 1
+    }
 
 
 def table(runs: list[FinishedRun], metric: str) -> str:
@@ -95,9 +103,14 @@ def table(runs: list[FinishedRun], metric: str) -> str:
     for i, run in enumerate(runs):
         summary = summarise(run.rounds)
         moved = (summary["bytes_up_total"] + summary["bytes_down_total"]) / 1e6
-        cells = [run.name, _figure(summary.get(f"final_{metric}")),
-                 _figure(summary.get(f"best_{metric}")), str(summary["rounds"]), f"{moved:.2f}",
-                 *(json.dumps(v[i]) for v in differences.values())]
+        cells = [
+            run.name,
+            _figure(summary.get(f"final_{metric}")),
+            _figure(summary.get(f"best_{metric}")),
+            str(summary["rounds"]),
+            f"{moved:.2f}",
+            *(json.dumps(v[i]) for v in differences.values()),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -21,8 +21,9 @@ FOLDER = "tensorboard"
 class EventLog:
     """The event writer of one results folder."""
 
-    def __init__(self, directory: Path, run_config: dict[str, Any],
-                 earlier: Sequence[dict[str, Any]] = ()) -> None:
+    def __init__(
+        self, directory: Path, run_config: dict[str, Any], earlier: Sequence[dict[str, Any]] = ()
+    ) -> None:
         """Events of the run in ``directory``; ``earlier`` rows (a resumed run's) are logged
         too when the folder holds no events yet (a resumed run writing to a new folder)."""
         from torch.utils.tensorboard import SummaryWriter  # imported only when events are on
@@ -40,8 +41,12 @@ class EventLog:
         """Every finite number of ``row`` as a scalar at step ``row['round']``, flushed."""
         step = int(row.get("round", 0))
         for key, value in row.items():
-            if (key != "round" and isinstance(value, (int, float)) and not isinstance(value, bool)
-                    and math.isfinite(value)):
+            if (
+                key != "round"
+                and isinstance(value, (int, float))
+                and not isinstance(value, bool)
+                and math.isfinite(value)
+            ):
                 self.writer.add_scalar(key, value, step)
         self.writer.flush()
 

@@ -49,8 +49,9 @@ class MeteredGrid(Grid):
     an error, or a message whose reply never came, counts as a failure.
     """
 
-    def __init__(self, inner: Grid, reply_timeout: float | None = None,
-                 poll_interval: float | None = None) -> None:
+    def __init__(
+        self, inner: Grid, reply_timeout: float | None = None, poll_interval: float | None = None
+    ) -> None:
         """``reply_timeout``: seconds to wait for replies when a caller gives none (the run's
         ``reply-timeout``; Flower's own default is an hour). ``poll_interval``: seconds between
         two pulls of the replies still missing (the run's ``reply-poll-interval``); None = the
@@ -94,7 +95,11 @@ class MeteredGrid(Grid):
         return self._inner.run
 
     def create_message(
-        self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str,
+        self,
+        content: RecordDict,
+        message_type: str,
+        dst_node_id: int,
+        group_id: str,
         ttl: float | None = None,
     ) -> Message:
         return Message(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
@@ -131,8 +136,9 @@ class MeteredGrid(Grid):
         self._counters.failures += max(0, len(messages) - len(replies))
         return replies
 
-    def _push_and_pull(self, messages: list[Message], timeout: float | None,
-                       poll_interval: float) -> list[Message]:
+    def _push_and_pull(
+        self, messages: list[Message], timeout: float | None, poll_interval: float
+    ) -> list[Message]:
         """Flower's ``Grid.send_and_receive`` with our pull interval: the deployment's grid
         (``flwr/superlink/grid/http_grid.py``, ``send_and_receive``) sleeps a fixed 3 s between
         pulls, up to 3 s of every exchange spent waiting for replies that have arrived."""

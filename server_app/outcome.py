@@ -25,9 +25,11 @@ def in_label_units(row: dict[str, Any], scale: float) -> dict[str, float]:
     when the label was not standardised (``scale`` 1)."""
     if scale == 1.0:
         return {}
-    return {key.replace("mse", LABEL_UNITS): math.sqrt(value) * scale if value >= 0 else value
-            for key, value in row.items()
-            if "mse" in key and isinstance(value, float) and not math.isnan(value)}
+    return {
+        key.replace("mse", LABEL_UNITS): math.sqrt(value) * scale if value >= 0 else value
+        for key, value in row.items()
+        if "mse" in key and isinstance(value, float) and not math.isnan(value)
+    }
 
 
 def nonfinite(row: dict[str, Any]) -> list[str]:
@@ -60,15 +62,25 @@ class Outcome:
         if self.sites is None:
             parts.append(f"{self.nodes} nodes")
         else:
-            parts.append(f"{len(self.sites)} sites took part (partitions "
-                         f"{', '.join(map(str, self.sites)) or 'none'})")
-        parts.append(f"{len(self.left_out)} left out" + (": " + "; ".join(
-            f"node {n}: {r}" for n, r in self.left_out.items()) if self.left_out else ""))
+            parts.append(
+                f"{len(self.sites)} sites took part (partitions "
+                f"{', '.join(map(str, self.sites)) or 'none'})"
+            )
+        parts.append(
+            f"{len(self.left_out)} left out"
+            + (
+                ": " + "; ".join(f"node {n}: {r}" for n, r in self.left_out.items())
+                if self.left_out
+                else ""
+            )
+        )
         parts.append(f"{len(self.warnings)} warning{'s' * (len(self.warnings) != 1)}")
         parts.append("diverged" if self.diverged else "not diverged")
         if self.metric:
-            parts.append(f"{self.metric} final {_figure(self.final)}, best "
-                         f"{_figure(self.best)} (round {self.best_round})")
+            parts.append(
+                f"{self.metric} final {_figure(self.final)}, best "
+                f"{_figure(self.best)} (round {self.best_round})"
+            )
         return f"{head}; " + ", ".join(parts)
 
     def record(self) -> dict[str, Any]:
@@ -83,26 +95,46 @@ def _figure(value: float | None) -> str:
 def headline(rows: list[dict[str, Any]]) -> tuple[str, float | None, float | None, int | None]:
     """The run's headline metric (in the label's units where it has them), its final value,
     and its best finite value with that value's round."""
-    metric = next((k for k in (*LABEL_KEYS, *METRIC_KEYS)
-                   if any(r.get(k) is not None for r in rows)), "")
+    metric = next(
+        (k for k in (*LABEL_KEYS, *METRIC_KEYS) if any(r.get(k) is not None for r in rows)), ""
+    )
     if not metric:
         return "", None, None, None
-    scored = [(r[metric], r["round"]) for r in rows
-              if isinstance(r.get(metric), (int, float)) and math.isfinite(r[metric])]
+    scored = [
+        (r[metric], r["round"])
+        for r in rows
+        if isinstance(r.get(metric), (int, float)) and math.isfinite(r[metric])
+    ]
     lowest = "mse" in metric
     best = (min if lowest else max)(scored, default=(None, None))
     return metric, rows[-1].get(metric), best[0], best[1]
 
 
-def outcome(rows: list[dict[str, Any]], planned: int, nodes: int, cause: str = "",
-            diverged: bool = False, sites: dict[str, Any] | None = None) -> Outcome:
+def outcome(
+    rows: list[dict[str, Any]],
+    planned: int,
+    nodes: int,
+    cause: str = "",
+    diverged: bool = False,
+    sites: dict[str, Any] | None = None,
+) -> Outcome:
     """The outcome of a run whose results are ``rows`` (round 0 first), ``cause`` the one
     sentence of a failure (empty: completed); ``sites``: config.json's record of the sites'
     agreement."""
     metric, final, best, best_round = headline(rows)
     completed = max((r["round"] for r in rows if not nonfinite(r)), default=0)
     return Outcome(
-        FAILED if cause else COMPLETED, cause, completed, planned, nodes, diverged,
+        FAILED if cause else COMPLETED,
+        cause,
+        completed,
+        planned,
+        nodes,
+        diverged,
         None if sites is None else list(sites["partitions"]),
-        dict(sites["left-out"]) if sites else {}, list(sites["warnings"]) if sites else [],
-        metric, final, best, best_round)
+        dict(sites["left-out"]) if sites else {},
+        list(sites["warnings"]) if sites else [],
+        metric,
+        final,
+        best,
+        best_round,
+    )

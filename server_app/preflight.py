@@ -26,14 +26,18 @@ def check(run_config_text: str, num_nodes: int) -> str:
     run_config = with_overrides(parse_overrides(run_config_text))
     s = check_settings(run_config)
     if s.sites:
-        return (f"run config OK: algorithm={s.algorithm} task=site label={s.data_label} "
-                f"rounds={s.num_rounds} nodes={num_nodes}; the schema and the model's widths "
-                "are agreed with the nodes when the run starts")
+        return (
+            f"run config OK: algorithm={s.algorithm} task=site label={s.data_label} "
+            f"rounds={s.num_rounds} nodes={num_nodes}; the schema and the model's widths "
+            "are agreed with the nodes when the run starts"
+        )
     plan = plan_run(s)
     check_partitioning(plan.settings.data, num_nodes)
     plan.strategy.check_federation(num_nodes)
-    return (f"run config OK: algorithm={s.algorithm} task={s.task} partitioning={s.partitioning} "
-            f"rounds={s.num_rounds} nodes={num_nodes}")
+    return (
+        f"run config OK: algorithm={s.algorithm} task={s.task} partitioning={s.partitioning} "
+        f"rounds={s.num_rounds} nodes={num_nodes}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -42,11 +42,11 @@ class RecordedStrategy(Strategy):
     def summary(self) -> None:
         self.inner.summary()
 
-    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                        grid: Grid) -> Iterable[Message]:
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
         self.round_metrics = {}
-        messages = list(self.inner.configure_train(server_round + self.done, arrays, config,
-                                                   grid))
+        messages = list(self.inner.configure_train(server_round + self.done, arrays, config, grid))
         self.asked = len(messages)
         return messages
 
@@ -57,18 +57,22 @@ class RecordedStrategy(Strategy):
         replies = list(replies)
         answered = sum(not r.has_error() for r in replies)
         if answered < min(self.min_replies, self.asked):
-            raise BelowQuorum(f"round {server_round + self.done}: {answered} of {self.asked} "
-                              f"nodes asked answered, min-replies={self.min_replies}")
+            raise BelowQuorum(
+                f"round {server_round + self.done}: {answered} of {self.asked} "
+                f"nodes asked answered, min-replies={self.min_replies}"
+            )
         arrays, metrics = self.inner.aggregate_train(server_round + self.done, replies)
         self._keep(metrics)
         return arrays, metrics
 
-    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                           grid: Grid) -> Iterable[Message]:
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
         return self.inner.configure_evaluate(server_round + self.done, arrays, config, grid)
 
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
-                           ) -> MetricRecord | None:
+    def aggregate_evaluate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> MetricRecord | None:
         metrics = self.inner.aggregate_evaluate(server_round + self.done, replies)
         self._keep(metrics)
         return metrics
@@ -79,16 +83,25 @@ class RecordedStrategy(Strategy):
             return
         failures = self.round_metrics.get("failures", 0) + metrics.get("failures", 0)
         self.round_metrics.update(
-            {k: v for k, v in metrics.items() if k not in _CLIENT_BOOKKEEPING})
+            {k: v for k, v in metrics.items() if k not in _CLIENT_BOOKKEEPING}
+        )
         self.round_metrics["failures"] = failures
 
 
 class RoundRecorder:
     """Flower's ``evaluate_fn``: central evaluation, then the round's row, log line and checkpoint."""
 
-    def __init__(self, strategy: RecordedStrategy, grid: MeteredGrid, writer: ResultsWriter,
-                 num_rounds: int, algorithm: str, run_config: Mapping[str, Any],
-                 site_schema: str = "", label_scale: float = 1.0) -> None:
+    def __init__(
+        self,
+        strategy: RecordedStrategy,
+        grid: MeteredGrid,
+        writer: ResultsWriter,
+        num_rounds: int,
+        algorithm: str,
+        run_config: Mapping[str, Any],
+        site_schema: str = "",
+        label_scale: float = 1.0,
+    ) -> None:
         """``label_scale``: a standardised regression label's standard deviation in its own
         units (its MSE columns are also written as RMSE in those units; 1: not standardised)."""
         self.strategy, self.grid, self.writer = strategy, grid, writer
@@ -107,8 +120,12 @@ class RoundRecorder:
         row: dict[str, Any] = {"round": server_round}
         central = self.strategy.inner.evaluate_global(server_round, arrays)
         if server_round > 0:  # the nodes' evaluation keeps its figures beside the central ones
-            row.update({f"federated_{k}" if k in central else k: v
-                        for k, v in self.strategy.round_metrics.items()})
+            row.update(
+                {
+                    f"federated_{k}" if k in central else k: v
+                    for k, v in self.strategy.round_metrics.items()
+                }
+            )
         row.update(central)
         row.update(
             bytes_up=traffic.bytes_up,
@@ -128,9 +145,20 @@ class RoundRecorder:
             raise Diverged(server_round, ", ".join(f"{k}={row[k]}" for k in bad))
         inner = self.strategy.inner
         segments = self.segments.store(inner.segment_names(), inner.segment_record)
-        write_checkpoint(self.writer.directory, Checkpoint(
-            self.algorithm, server_round, arrays, self.writer.rounds, inner.state_record(),
-            self.run_config, self.segments.path.name, segments, site_schema=self.site_schema))
+        write_checkpoint(
+            self.writer.directory,
+            Checkpoint(
+                self.algorithm,
+                server_round,
+                arrays,
+                self.writer.rounds,
+                inner.state_record(),
+                self.run_config,
+                self.segments.path.name,
+                segments,
+                site_schema=self.site_schema,
+            ),
+        )
         self.segments.retire()
         return MetricRecord({k: v for k, v in row.items() if isinstance(v, (int, float))})
 
@@ -138,8 +166,14 @@ class RoundRecorder:
 def format_row(row: dict[str, Any], num_rounds: int) -> str:
     """One line per round: accuracy or MSE, losses, bytes, time."""
     parts = [f"round {row['round']}/{num_rounds}"]
-    for key in ("test_accuracy", "test_mse", "test_rmse_label", "test_accuracy_mean",
-                "test_loss", "train_loss"):
+    for key in (
+        "test_accuracy",
+        "test_mse",
+        "test_rmse_label",
+        "test_accuracy_mean",
+        "test_loss",
+        "train_loss",
+    ):
         if row.get(key) is not None:
             parts.append(f"{key}={row[key]:.4f}")
     parts.append(f"up={row['bytes_up'] / 1e3:.1f}kB down={row['bytes_down'] / 1e3:.1f}kB")

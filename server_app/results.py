@@ -86,9 +86,14 @@ class ResultsWriter:
     """Writes every round as it arrives, so a crashed run still leaves its rounds on disk.
     Non-finite numbers are written as null (JSON) or an empty cell (CSV)."""
 
-    def __init__(self, directory: Path, config: dict[str, Any],
-                 rounds: Sequence[dict[str, Any]] = (), title: str = "",
-                 events: EventLog | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        config: dict[str, Any],
+        rounds: Sequence[dict[str, Any]] = (),
+        title: str = "",
+        events: EventLog | None = None,
+    ) -> None:
         """``events``: TensorBoard's copy of every row (``server_app.event_log``), or none."""
         self.directory, self.title, self.events = directory, title, events
         self.config = config
@@ -97,9 +102,10 @@ class ResultsWriter:
         self._write_json("config.json", config)
 
     def _write_json(self, name: str, payload: Any) -> None:
-        write_atomic(self.directory / name, json.dumps(finite(payload), indent=2,
-                                                       sort_keys=False, default=str,
-                                                       allow_nan=False))
+        write_atomic(
+            self.directory / name,
+            json.dumps(finite(payload), indent=2, sort_keys=False, default=str, allow_nan=False),
+        )
 
     def add_round(self, row: dict[str, Any]) -> None:
         """Append one round row and rewrite metrics.json and metrics.csv."""
@@ -119,8 +125,7 @@ class ResultsWriter:
         writer.writerows(finite(self.rounds))
         write_atomic(self.directory / "metrics.csv", text.getvalue())
 
-    def finish(self, summary: dict[str, Any], outcome: dict[str, Any] | None = None
-               ) -> list[Path]:
+    def finish(self, summary: dict[str, Any], outcome: dict[str, Any] | None = None) -> list[Path]:
         """Write the summary, the run's ``outcome`` (config.json keeps it whole, the summary
         its status and cause) and the plots (and close the event files); return the plot
         paths."""
@@ -220,7 +225,8 @@ def write_plots(directory: Path, rounds: list[dict[str, Any]], title: str = "") 
         fig, ax = plt.subplots(figsize=(5, 3.8))
         x = [r["round"] for r in trained]
         for key, label, style in (
-            ("bytes_up_train", "train, up", "-o"), ("bytes_down_train", "train, down", "-s"),
+            ("bytes_up_train", "train, up", "-o"),
+            ("bytes_down_train", "train, down", "-s"),
             ("bytes_up", "evaluation & queries, up", "--o"),
             ("bytes_down", "evaluation & queries, down", "--s"),
         ):
@@ -246,15 +252,26 @@ def _per_site_figure(rounds: list[dict[str, Any]], plt, locator):  # noqa: ANN00
     """Each site's own test metric per round (columns ``site<partition>_<metric>``, sites' own
     data), accuracy where there is one, else MSE, else loss; None without such columns."""
     found = {m.groups() for r in rounds for k in r if (m := SITE_COLUMN.match(k))}
-    metric = next((m for m in ("test_accuracy", "test_mse", "test_loss")
-                   if any(name == m for _, name in found)), None)
+    metric = next(
+        (
+            m
+            for m in ("test_accuracy", "test_mse", "test_loss")
+            if any(name == m for _, name in found)
+        ),
+        None,
+    )
     if metric is None:
         return None
     fig, ax = plt.subplots(figsize=(5, 3.8))
     for site in sorted({int(p) for p, name in found if name == metric}):
         rows = [r for r in rounds if r.get(f"site{site}_{metric}") is not None]
-        ax.plot([r["round"] for r in rows], [r[f"site{site}_{metric}"] for r in rows],
-                marker="o", markersize=3, label=f"site {site}")
+        ax.plot(
+            [r["round"] for r in rows],
+            [r[f"site{site}_{metric}"] for r in rows],
+            marker="o",
+            markersize=3,
+            label=f"site {site}",
+        )
     ax.set_xlabel("round")
     ax.set_ylabel(f"{metric.replace('_', ' ')}, each site's own test rows")
     ax.xaxis.set_major_locator(locator(integer=True))

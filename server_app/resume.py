@@ -20,9 +20,18 @@ from server_app.checkpoint import Checkpoint, read_checkpoint
 from strategies.base import FederatedStrategy
 from tasks.errors import ConfigError
 
-MAY_CHANGE = ("num-server-rounds", "output-dir", "run-name", "resume-from", "git-commit",
-              "reply-timeout", "reply-poll-interval", "min-replies", "min-nodes",
-              "central-device")
+MAY_CHANGE = (
+    "num-server-rounds",
+    "output-dir",
+    "run-name",
+    "resume-from",
+    "git-commit",
+    "reply-timeout",
+    "reply-poll-interval",
+    "min-replies",
+    "min-nodes",
+    "central-device",
+)
 
 
 def config_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
@@ -44,14 +53,14 @@ def checked_checkpoint(path: Path, algorithm: str, run_config: Mapping[str, Any]
     config but for ``MAY_CHANGE``; ConfigError naming the first key that differs."""
     checkpoint = read_checkpoint(path)
     if checkpoint.algorithm != algorithm:
-        raise ConfigError(f"the checkpoint is of a {checkpoint.algorithm!r} run, not "
-                          f"{algorithm!r}")
+        raise ConfigError(f"the checkpoint is of a {checkpoint.algorithm!r} run, not {algorithm!r}")
     changes = config_changes(checkpoint.run_config, run_config)
     if changes:
         raise ConfigError(
             f"resume-from: the run config differs from the checkpoint's in {changes[0]}"
             + (f" (and {len(changes) - 1} more key(s))" if len(changes) > 1 else "")
-            + f"; a resumed run may change only {', '.join(MAY_CHANGE)}")
+            + f"; a resumed run may change only {', '.join(MAY_CHANGE)}"
+        )
     return checkpoint
 
 
@@ -64,6 +73,7 @@ def restore(strategy: FederatedStrategy, checkpoint: Checkpoint) -> None:
     except DecodeError:
         raise
     except Exception as err:  # noqa: BLE001 - any fault of a state read back from disk
-        raise DecodeError(f"the checkpoint's strategy state does not load "
-                          f"({type(err).__name__}: {err})") from None
+        raise DecodeError(
+            f"the checkpoint's strategy state does not load ({type(err).__name__}: {err})"
+        ) from None
     strategy.forget_node_states()

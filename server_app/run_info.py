@@ -34,17 +34,25 @@ def _git_commit() -> str | None:
     engines run an installed copy, so ``make run`` passes the commit as ``git-commit``)."""
     try:
         out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
-            text=True, timeout=5, check=False,
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
         )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() or None
 
 
-def run_config_record(settings: RunSettings, num_nodes: int, global_function: dict[str, Any],
-                      sites: dict[str, Any] | None = None, run_id: int | None = None
-                      ) -> dict[str, Any]:
+def run_config_record(
+    settings: RunSettings,
+    num_nodes: int,
+    global_function: dict[str, Any],
+    sites: dict[str, Any] | None = None,
+    run_id: int | None = None,
+) -> dict[str, Any]:
     """The contents of config.json (``sites``: with sites' own data, the agreed schema, the
     partitions that took part and every node left out with the reason; ``run_id``: Flower's,
     by which ``server_app.run_status`` finds the folder of a run)."""

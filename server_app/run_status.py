@@ -38,8 +38,11 @@ def results_of(run_id: str, output_dir: Path) -> tuple[Path, dict[str, Any]] | N
     """The results folder under ``output_dir`` whose config.json names Flower run ``run_id``,
     and that config.json, newest folder first; None when there is none."""
     try:
-        folders = sorted((p for p in output_dir.iterdir() if p.is_dir()),
-                         key=lambda p: p.stat().st_mtime, reverse=True)
+        folders = sorted(
+            (p for p in output_dir.iterdir() if p.is_dir()),
+            key=lambda p: p.stat().st_mtime,
+            reverse=True,
+        )
     except OSError:
         return None
     for folder in folders:
@@ -64,18 +67,28 @@ def report(folder: Path | None, config: dict[str, Any] | None) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--output-dir", type=Path, default=DEFAULT_OUTPUT_DIR,
-                        help="where the run writes its results folder (default: %(default)s)")
+    parser.add_argument(
+        "--output-dir",
+        type=Path,
+        default=DEFAULT_OUTPUT_DIR,
+        help="where the run writes its results folder (default: %(default)s)",
+    )
     parser.add_argument("connection", nargs="*", help="Flower connection name, as for flwr list")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     flwr = Path(sys.executable).with_name("flwr")
-    done = subprocess.run([str(flwr), "list", *args.connection, "--format", "json"],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [str(flwr), "list", *args.connection, "--format", "json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     try:
         run = newest_run(done.stdout)
     except (ValueError, json.JSONDecodeError, AttributeError) as err:
-        print(f"run_status: cannot read Flower's run list ({err}): {done.stderr.strip()[-300:]}",
-              file=sys.stderr)
+        print(
+            f"run_status: cannot read Flower's run list ({err}): {done.stderr.strip()[-300:]}",
+            file=sys.stderr,
+        )
         return 2
     status = run.get("status")
     print(f"run {run.get('run-id')}: {status}")
@@ -83,8 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     for line in report(*(found or (None, None))):
         print(line)
     if status != COMPLETED:
-        print(f"run {run.get('run-id')} did not complete: {run.get('status-details') or status}",
-              file=sys.stderr)
+        print(
+            f"run {run.get('run-id')} did not complete: {run.get('status-details') or status}",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

@@ -45,9 +45,13 @@ class Entry:
 
     @classmethod
     def from_list(cls, value: object, name: str) -> Entry:
-        if not (isinstance(value, list) and len(value) == 3
-                and all(type(v) is int and v >= 0 for v in value[:2])
-                and isinstance(value[2], str) and len(value[2]) == 64):
+        if not (
+            isinstance(value, list)
+            and len(value) == 3
+            and all(type(v) is int and v >= 0 for v in value[:2])
+            and isinstance(value[2], str)
+            and len(value[2]) == 64
+        ):
             raise DecodeError(f"segment {name!r}: expected [offset, length, sha256]")
         return cls(*value)
 
@@ -85,8 +89,9 @@ class SegmentLog:
                 for name in missing:
                     data = segment_bytes(make(name))
                     handle.write(data)
-                    self.entries[name] = Entry(self.size, len(data),
-                                               hashlib.sha256(data).hexdigest())
+                    self.entries[name] = Entry(
+                        self.size, len(data), hashlib.sha256(data).hexdigest()
+                    )
                     self.size += len(data)
                 handle.flush()
                 os.fsync(handle.fileno())
@@ -100,7 +105,7 @@ class SegmentLog:
         for name in names:
             if name in self.entries:
                 e = self.entries[name]
-                chunks.append(data[e.offset:e.offset + e.length])
+                chunks.append(data[e.offset : e.offset + e.length])
                 kept[name] = Entry(size, e.length, e.sha256)
                 size += e.length
         self.generation += 1
@@ -118,7 +123,7 @@ class SegmentLog:
 def generation_of(name: str) -> int | None:
     """The generation of a segments file name (None: not one), so a name read from a
     checkpoint can only ever point at a segments file in the checkpoint's own folder."""
-    rest = name[len(PREFIX):] if name.startswith(PREFIX) else ""
+    rest = name[len(PREFIX) :] if name.startswith(PREFIX) else ""
     return int(rest) if rest.isdigit() and len(rest) < 10 else None
 
 
@@ -133,7 +138,7 @@ def read_segments(path: Path, entries: Mapping[str, Entry]) -> dict[str, RecordD
         raise DecodeError(f"segments file {path.name}: {err.strerror or err}") from None
     out = {}
     for name, e in entries.items():
-        chunk = data[e.offset:e.offset + e.length]
+        chunk = data[e.offset : e.offset + e.length]
         if len(chunk) != e.length or hashlib.sha256(chunk).hexdigest() != e.sha256:
             raise DecodeError(f"segment {name!r} of {path.name}: missing or changed bytes")
         try:

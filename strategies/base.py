@@ -88,16 +88,16 @@ class FederatedStrategy(Strategy):
         authentication, whose node ids are fixed at registration)."""
         self.admission = replace(self.admission, pinned=dict(pinned))
 
-    def admit_sites(self, question: Callable[[], RecordDict], left_out: Mapping[int, str]
-                    ) -> None:
+    def admit_sites(self, question: Callable[[], RecordDict], left_out: Mapping[int, str]) -> None:
         """Sites' own data: every ``query.node`` carries ``question`` (the agreed schema), and
         the nodes of ``left_out`` (refused by the agreement) never enter the roster."""
         self.admission = replace(self.admission, question=question, left_out=dict(left_out))
         self.per_site = True
 
     # -- the round lifecycle ----------------------------------------------------------------------
-    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                        grid: Grid) -> Iterable[Message]:
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
         """Admit, sample, then the family's messages (see the module docstring)."""
         self.admit(grid, server_round)
         nodes = self.book.node_ids
@@ -122,37 +122,49 @@ class FederatedStrategy(Strategy):
         """The family's set-up once the roster is known (round 1, before its messages)."""
 
     @abstractmethod
-    def train_messages(self, server_round: int, nodes: list[int], arrays: ArrayRecord,
-                       config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+    def train_messages(
+        self,
+        server_round: int,
+        nodes: list[int],
+        arrays: ArrayRecord,
+        config: ConfigRecord,
+        grid: Grid,
+    ) -> Iterable[Message]:
         """The round's train messages to the sampled ``nodes``."""
 
     def count_failures(self, count: int) -> None:
         """Add ``count`` failures to the round's (reported with its training metrics)."""
         self._failures += count
 
-    def screen(self, server_round: int, replies: Iterable[Message],
-               decode: Callable[[Message], T]) -> dict[int, T]:
+    def screen(
+        self, server_round: int, replies: Iterable[Message], decode: Callable[[Message], T]
+    ) -> dict[int, T]:
         """The book's screening (``NodeBook.screen``), its dropped replies counted;
         ``Diverged`` when no reply passed and every dropped one carried NaN or inf."""
         good, screened = self.book.screen(server_round, replies, decode)
         self._failures += screened.rejected
         if not good and screened.nonfinite and screened.nonfinite == screened.dropped:
             first = screened.nonfinite[0]
-            raise Diverged(server_round, f"every reply ({len(screened.nonfinite)}) carried NaN "
-                           f"or inf values, for example node {first}'s: "
-                           f"{screened.reasons[first]}")
+            raise Diverged(
+                server_round,
+                f"every reply ({len(screened.nonfinite)}) carried NaN "
+                f"or inf values, for example node {first}'s: "
+                f"{screened.reasons[first]}",
+            )
         return good
 
-    def aggregate_train(self, server_round: int, replies: Iterable[Message]
-                        ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """The family's ``aggregate``, with the round's failures counted so far."""
         arrays, metrics = self.aggregate(server_round, replies)
         failures, self._failures = self._failures, 0
         return arrays, MetricRecord({"failures": failures, **metrics})
 
     @abstractmethod
-    def aggregate(self, server_round: int, replies: Iterable[Message]
-                  ) -> tuple[ArrayRecord | None, dict[str, Any]]:
+    def aggregate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, dict[str, Any]]:
         """The new global arrays (None: unchanged or none) and the round's training metrics."""
 
     def rebind(self, old: int, new: int) -> None:
@@ -173,22 +185,28 @@ class FederatedStrategy(Strategy):
             self.rebind(node, node)
 
     # -- evaluation -----------------------------------------------------------------------------
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]
-                           ) -> MetricRecord | None:
+    def aggregate_evaluate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> MetricRecord | None:
         """Every evaluate reply screened by the family's ``check_evaluation`` (a reply that
         fails it counts as a failure, like an error reply), the family told which nodes failed
         (``on_evaluation_screened``), then its ``evaluation_metrics`` of the accepted replies in
         roster order, with the round's evaluation failures."""
-        screened = screen_replies(self.label, server_round, replies, self.check_evaluation,
-                                  self.book.node_ids)
+        screened = screen_replies(
+            self.label, server_round, replies, self.check_evaluation, self.book.node_ids
+        )
         self.on_evaluation_screened(screened)
         accepted = screened.in_order(self.book.node_ids)
         metrics = self.evaluation_metrics(accepted)
         if self.per_site:
             for node, value in accepted.items():
                 partition = self.roster.facts[node][PARTITION_ID]
-                metrics.update({f"site{partition}_{name}": figure
-                                for name, figure in self.site_metrics(value).items()})
+                metrics.update(
+                    {
+                        f"site{partition}_{name}": figure
+                        for name, figure in self.site_metrics(value).items()
+                    }
+                )
         return MetricRecord({**metrics, "failures": screened.rejected})
 
     def check_evaluation(self, reply: Message) -> Any:
@@ -246,8 +264,9 @@ class FederatedStrategy(Strategy):
                     state[key] = record
         return state
 
-    def load_state_record(self, state: RecordDict,
-                          segments: Mapping[str, RecordDict] | None = None) -> None:
+    def load_state_record(
+        self, state: RecordDict, segments: Mapping[str, RecordDict] | None = None
+    ) -> None:
         """Restore what ``state_record`` wrote, with the segments the checkpoint kept beside it
         (``DecodeError`` if anything does not fit)."""
         if self.sampler is not None:

@@ -53,23 +53,38 @@ def decode_bounds(reply: Message, n_features: int, max_examples: int) -> NodeBou
             raise DecodeError(f"bounds {name}: NaN or inf")
     if np.any(lower > upper):
         raise DecodeError("bounds: lower > upper")
-    samples = checked_count(checked_metrics(records[METRICS], [TRAIN_EXAMPLES]), TRAIN_EXAMPLES,
-                            max_examples, 1)
+    samples = checked_count(
+        checked_metrics(records[METRICS], [TRAIN_EXAMPLES]), TRAIN_EXAMPLES, max_examples, 1
+    )
     return NodeBounds(lower, upper, samples)
 
 
-def query_bounds(grid: Grid, label: str, server_round: int, node_ids: list[int],
-                 n_features: int, max_examples: int) -> tuple[AgreedBounds, int]:
+def query_bounds(
+    grid: Grid,
+    label: str,
+    server_round: int,
+    node_ids: list[int],
+    n_features: int,
+    max_examples: int,
+) -> tuple[AgreedBounds, int]:
     """Ask ``node_ids`` for their bounds; the union box and how many answers were unusable.
     ``RuntimeError`` when no node answered usably (there is no domain to train on)."""
-    questions = [Message(RecordDict(), node, QUERY_BOUNDS, group_id=str(server_round))
-                 for node in node_ids]
-    screened = screen_replies(label, server_round, grid.send_and_receive(questions),
-                              lambda r: decode_bounds(r, n_features, max_examples), node_ids)
+    questions = [
+        Message(RecordDict(), node, QUERY_BOUNDS, group_id=str(server_round)) for node in node_ids
+    ]
+    screened = screen_replies(
+        label,
+        server_round,
+        grid.send_and_receive(questions),
+        lambda r: decode_bounds(r, n_features, max_examples),
+        node_ids,
+    )
     answers = list(screened.in_order(node_ids).values())
     if not answers:
         raise RuntimeError(f"{label}: no node reported its data bounds; cannot fix the domain")
-    agreed = AgreedBounds(np.min([a.lower for a in answers], axis=0),
-                          np.max([a.upper for a in answers], axis=0),
-                          sum(a.samples for a in answers))
+    agreed = AgreedBounds(
+        np.min([a.lower for a in answers], axis=0),
+        np.max([a.upper for a in answers], axis=0),
+        sum(a.samples for a in answers),
+    )
     return agreed, screened.rejected

@@ -159,8 +159,13 @@ class EnsembleSync:
         """The function becomes base + sum_k weights[k] learners[k], a new version with no
         history (a node at any earlier version gets it whole); learners keep their packs."""
         old = self.ensemble
-        self.ensemble = Ensemble(old.base, old.n_features, tuple(learners),
-                                 tuple(float(w) for w in weights), offset=old.version)
+        self.ensemble = Ensemble(
+            old.base,
+            old.n_features,
+            tuple(learners),
+            tuple(float(w) for w in weights),
+            offset=old.version,
+        )
         self.packs.keep(self.ensemble.learners)
 
     def restore(self, ensemble: Ensemble) -> None:
@@ -175,11 +180,14 @@ class EnsembleSync:
         """Segment ``name``'s learners as records (packed from the cache)."""
         first, last = segment_range(name)
         e = self.ensemble
-        learners = e.learners[first - 1 - e.offset:last - e.offset]
-        config, arrays = pack_delta(Delta(first - 1, 1.0, learners, (1.0,) * len(learners),
-                                          e.n_features, e.n_outputs), self.packs)
-        return RecordDict({_LEARNERS: ConfigRecord(config),
-                           _LEARNER_ARRAYS: arrays_to_record(arrays)})
+        learners = e.learners[first - 1 - e.offset : last - e.offset]
+        config, arrays = pack_delta(
+            Delta(first - 1, 1.0, learners, (1.0,) * len(learners), e.n_features, e.n_outputs),
+            self.packs,
+        )
+        return RecordDict(
+            {_LEARNERS: ConfigRecord(config), _LEARNER_ARRAYS: arrays_to_record(arrays)}
+        )
 
 
 def segment_names(ensemble: Ensemble) -> list[str]:
@@ -211,36 +219,56 @@ class StoredEnsemble:
         e = self.ensemble
         versions, scales = zip(*e.updates) if e.updates else ((), ())
         return {
-            "": ConfigRecord({"offset": e.offset, "n-features": e.n_features,
-                              "n-outputs": e.n_outputs, "versions": list(versions),
-                              "scales": [float(x) for x in scales],
-                              "segments": segment_names(e)}),
-            "arrays": arrays_to_record({"base": e.base,
-                                        "weights": np.array(e.weights, dtype=np.float64)}),
+            "": ConfigRecord(
+                {
+                    "offset": e.offset,
+                    "n-features": e.n_features,
+                    "n-outputs": e.n_outputs,
+                    "versions": list(versions),
+                    "scales": [float(x) for x in scales],
+                    "segments": segment_names(e),
+                }
+            ),
+            "arrays": arrays_to_record(
+                {"base": e.base, "weights": np.array(e.weights, dtype=np.float64)}
+            ),
         }
 
     @classmethod
-    def from_records(cls, records: Mapping[str, Any], context: Mapping[str, Any]
-                     ) -> StoredEnsemble:
+    def from_records(cls, records: Mapping[str, Any], context: Mapping[str, Any]) -> StoredEnsemble:
         config, limits = records[""], context.get(LIMITS, Limits())
-        offset, n_features, n_outputs = (_int(config, key, 0, top) for key, top in (
-            ("offset", limits.max_learners), ("n-features", limits.max_features),
-            ("n-outputs", limits.max_outputs)))
+        offset, n_features, n_outputs = (
+            _int(config, key, 0, top)
+            for key, top in (
+                ("offset", limits.max_learners),
+                ("n-features", limits.max_features),
+                ("n-outputs", limits.max_outputs),
+            )
+        )
         arrays = record_to_arrays(records["arrays"])
         if set(arrays) != {"base", "weights"}:
             raise DecodeError(f"expected arrays base and weights, got {sorted(arrays)}")
         base, weights = arrays["base"], arrays["weights"]
-        for name, array, shape in (("base", base, (n_outputs,)),
-                                   ("weights", weights, (len(weights),))):
-            if (array.dtype != np.float64 or array.shape != shape
-                    or not np.all(np.isfinite(array))):
+        for name, array, shape in (
+            ("base", base, (n_outputs,)),
+            ("weights", weights, (len(weights),)),
+        ):
+            if array.dtype != np.float64 or array.shape != shape or not np.all(np.isfinite(array)):
                 raise DecodeError(f"{name}: expected finite float64 of shape {shape}")
         version = offset + len(weights)
-        learners = _segments_learners(config.get("segments"), context.get(SEGMENTS, {}),
-                                      (offset, version), (n_features, n_outputs), limits)
+        learners = _segments_learners(
+            config.get("segments"),
+            context.get(SEGMENTS, {}),
+            (offset, version),
+            (n_features, n_outputs),
+            limits,
+        )
         updates = _history(config.get("versions"), config.get("scales"), offset, version)
-        return cls(Ensemble(base, n_features, tuple(learners), tuple(float(w) for w in weights),
-                            updates, offset))
+        return cls(
+            Ensemble(
+                base, n_features, tuple(learners), tuple(float(w) for w in weights), updates, offset
+            )
+        )
 
 
 def _int(config: Mapping[str, object], key: str, low: int, high: int) -> int:
@@ -250,9 +278,13 @@ def _int(config: Mapping[str, object], key: str, low: int, high: int) -> int:
     return value
 
 
-def _segments_learners(names: object, segments: Mapping[str, RecordDict],
-                       span: tuple[int, int], sizes: tuple[int, int], limits: Limits
-                       ) -> list[Learner]:
+def _segments_learners(
+    names: object,
+    segments: Mapping[str, RecordDict],
+    span: tuple[int, int],
+    sizes: tuple[int, int],
+    limits: Limits,
+) -> list[Learner]:
     """The learners offset+1 .. version (``span``) of (inputs, outputs) ``sizes``, from
     consecutive segments."""
     offset, version = span
@@ -262,36 +294,48 @@ def _segments_learners(names: object, segments: Mapping[str, RecordDict],
     for name in names:
         first, last = segment_range(name)
         if first != offset + len(learners) + 1 or last > version:
-            raise DecodeError(f"segment {name!r} does not continue learner "
-                              f"{offset + len(learners)}")
+            raise DecodeError(
+                f"segment {name!r} does not continue learner {offset + len(learners)}"
+            )
         if name not in segments:
             raise DecodeError(f"segment {name!r} is not in the checkpoint's segments file")
         record = segments[name]
         if not isinstance(record, RecordDict) or set(record) != {_LEARNERS, _LEARNER_ARRAYS}:
-            raise DecodeError(f"segment {name!r}: expected records {_LEARNERS}, "
-                              f"{_LEARNER_ARRAYS}")
-        delta = unpack_delta(dict(record[_LEARNERS]), record_to_arrays(record[_LEARNER_ARRAYS]),
-                             limits)
-        if (delta.full or delta.since != first - 1 or len(delta.learners) != last - first + 1
-                or (delta.n_features, delta.n_outputs) != sizes):
+            raise DecodeError(f"segment {name!r}: expected records {_LEARNERS}, {_LEARNER_ARRAYS}")
+        delta = unpack_delta(
+            dict(record[_LEARNERS]), record_to_arrays(record[_LEARNER_ARRAYS]), limits
+        )
+        if (
+            delta.full
+            or delta.since != first - 1
+            or len(delta.learners) != last - first + 1
+            or (delta.n_features, delta.n_outputs) != sizes
+        ):
             raise DecodeError(f"segment {name!r} holds other learners")
         learners += delta.learners
     if offset + len(learners) != version:
-        raise DecodeError(f"the segments hold {len(learners)} learners, the weights "
-                          f"{version - offset}")
+        raise DecodeError(
+            f"the segments hold {len(learners)} learners, the weights {version - offset}"
+        )
     return learners
 
 
-def _history(versions: object, scales: object, offset: int, version: int
-             ) -> tuple[tuple[int, float], ...]:
+def _history(
+    versions: object, scales: object, offset: int, version: int
+) -> tuple[tuple[int, float], ...]:
     """The (version before, scale) of each update, increasing within [offset, version)."""
-    if not (isinstance(versions, list) and isinstance(scales, list)
-            and len(versions) == len(scales)
-            and all(type(v) is int for v in versions)
-            and all(type(x) in (int, float) and math.isfinite(x) for x in scales)):
-        raise DecodeError("versions and scales: expected lists of ints and finite numbers of "
-                          "one length")
+    if not (
+        isinstance(versions, list)
+        and isinstance(scales, list)
+        and len(versions) == len(scales)
+        and all(type(v) is int for v in versions)
+        and all(type(x) in (int, float) and math.isfinite(x) for x in scales)
+    ):
+        raise DecodeError(
+            "versions and scales: expected lists of ints and finite numbers of one length"
+        )
     if any(not b < a for a, b in zip(versions[1:], versions)) or any(
-            not offset <= v < version for v in versions):
+        not offset <= v < version for v in versions
+    ):
         raise DecodeError(f"versions: expected increasing versions in [{offset}, {version})")
     return tuple((int(v), float(x)) for v, x in zip(versions, scales))

@@ -93,8 +93,9 @@ def decode_evaluation_sums(record: object, task: TaskData) -> EvaluationSums:
 
 def evaluation_sums_of(reply: Message, task: TaskData) -> EvaluationSums:
     """The checked sums of an evaluate reply that holds exactly its ``metrics`` record."""
-    return decode_evaluation_sums(exact_records(reply.content, {METRICS: MetricRecord})[METRICS],
-                                  task)
+    return decode_evaluation_sums(
+        exact_records(reply.content, {METRICS: MetricRecord})[METRICS], task
+    )
 
 
 def combine_evaluation_sums(sums: Iterable[EvaluationSums], kind: str) -> dict[str, float]:
@@ -114,8 +115,7 @@ def combine_evaluation_sums(sums: Iterable[EvaluationSums], kind: str) -> dict[s
     return out
 
 
-def federated_figures(sums: Iterable[EvaluationSums], kind: str,
-                      central: bool) -> dict[str, float]:
+def federated_figures(sums: Iterable[EvaluationSums], kind: str, central: bool) -> dict[str, float]:
     """``combine_evaluation_sums``, the test figures named ``federated_*`` when the server also
     evaluates centrally (the central figures take the plain names)."""
     combined = combine_evaluation_sums(sums, kind)
@@ -131,8 +131,13 @@ def spread_over_nodes(per_node: Mapping[int, Mapping[str, float]]) -> dict[str, 
     names = sorted({k for metrics in per_node.values() for k in metrics})
     for name in names:
         values = [m[name] for m in per_node.values() if name in m]
-        out.update({f"{name}_mean": float(np.mean(values)), f"{name}_min": float(min(values)),
-                    f"{name}_max": float(max(values))})
+        out.update(
+            {
+                f"{name}_mean": float(np.mean(values)),
+                f"{name}_min": float(min(values)),
+                f"{name}_max": float(max(values)),
+            }
+        )
     return out
 
 

@@ -60,12 +60,20 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
 
     label = "FedAvg"
 
-    def __init__(self, model: TorchGlobal, start: ArrayRecord, seed: int,
-                 fraction_train: float) -> None:
-        FedAvg.__init__(self, fraction_train=fraction_train, fraction_evaluate=1.0,
-                        min_train_nodes=1, min_evaluate_nodes=1, min_available_nodes=1,
-                        weighted_by_key=NUM_EXAMPLES, arrayrecord_key=ARRAYS,
-                        configrecord_key=CONFIG)
+    def __init__(
+        self, model: TorchGlobal, start: ArrayRecord, seed: int, fraction_train: float
+    ) -> None:
+        FedAvg.__init__(
+            self,
+            fraction_train=fraction_train,
+            fraction_evaluate=1.0,
+            min_train_nodes=1,
+            min_evaluate_nodes=1,
+            min_available_nodes=1,
+            weighted_by_key=NUM_EXAMPLES,
+            arrayrecord_key=ARRAYS,
+            configrecord_key=CONFIG,
+        )
         self.model, self.start = model, start
         self.sampler = Sampler(fraction_train, seed)
 
@@ -79,11 +87,23 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
         record every round, and a sent message must keep its round)."""
         return ConfigRecord({**config, SERVER_ROUND: server_round})
 
-    def train_messages(self, server_round: int, nodes: list[int], arrays: ArrayRecord,
-                       config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+    def train_messages(
+        self,
+        server_round: int,
+        nodes: list[int],
+        arrays: ArrayRecord,
+        config: ConfigRecord,
+        grid: Grid,
+    ) -> Iterable[Message]:
         """The global model to the sampled nodes (nodes keep no state: no sync)."""
-        log(INFO, "%s round %d: %d of %d nodes train", self.label, server_round, len(nodes),
-            len(self.book.node_ids))
+        log(
+            INFO,
+            "%s round %d: %d of %d nodes train",
+            self.label,
+            server_round,
+            len(nodes),
+            len(self.book.node_ids),
+        )
         record = RecordDict({ARRAYS: arrays, CONFIG: self._train_config(config, server_round)})
         return self._construct_messages(record, nodes, MessageType.TRAIN)
 
@@ -92,11 +112,15 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
         records = exact_records(reply.content, {ARRAYS: ArrayRecord, METRICS: MetricRecord})
         model = record_to_params(records[ARRAYS], self.layout, dtype=np.float32)
         metrics = checked_metrics(records[METRICS], (LOCAL_TRAIN_LOSS, NUM_EXAMPLES))
-        return CheckedModel(reply, model, float(checked_count(
-            metrics, NUM_EXAMPLES, example_limit(self.model.task), minimum=1)))
+        return CheckedModel(
+            reply,
+            model,
+            float(checked_count(metrics, NUM_EXAMPLES, example_limit(self.model.task), minimum=1)),
+        )
 
-    def aggregate(self, server_round: int, replies: Iterable[Message]
-                  ) -> tuple[ArrayRecord | None, dict[str, float]]:
+    def aggregate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, dict[str, float]]:
         """The average of the replies that pass the checks; bad ones are dropped and counted."""
         good = list(self.screen(server_round, replies, self._checked_model).values())
         metrics = {"participants": len(good)}
@@ -105,14 +129,16 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
         arrays, train_metrics = self._average(good, server_round)
         return arrays, {**metrics, **train_metrics}
 
-    def _average(self, good: list[CheckedModel], server_round: int
-                 ) -> tuple[ArrayRecord, MetricRecord]:
+    def _average(
+        self, good: list[CheckedModel], server_round: int
+    ) -> tuple[ArrayRecord, MetricRecord]:
         """Flower's FedAvg aggregation over the checked replies, in node order."""
         return FedAvg.aggregate_train(self, server_round, [c.reply for c in good])
 
     # -- evaluation -------------------------------------------------------------------------
-    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                           grid: Grid) -> Iterable[Message]:
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
         """The global model to every node: F(x) on the training data, metrics on the test shards."""
         config = ConfigRecord({**config, SERVER_ROUND: server_round})
         record = RecordDict({ARRAYS: arrays, CONFIG: config})
@@ -148,23 +174,36 @@ class ProjectedFedAvg(CheckedFedAvg):
         self.domain = domain
 
     def summary(self) -> None:
-        log(INFO, "\tprojected FedAvg: D = %s ball of radius %s (%s)",
-            self.domain.constraint.kind, self.domain.constraint.radius, self.domain.scope)
+        log(
+            INFO,
+            "\tprojected FedAvg: D = %s ball of radius %s (%s)",
+            self.domain.constraint.kind,
+            self.domain.constraint.radius,
+            self.domain.scope,
+        )
         super().summary()
 
-    def _average(self, good: list[CheckedModel], server_round: int
-                 ) -> tuple[ArrayRecord, MetricRecord]:
+    def _average(
+        self, good: list[CheckedModel], server_round: int
+    ) -> tuple[ArrayRecord, MetricRecord]:
         """proj_D(sum_i n_i x_i / sum_i n_i) in float64."""
-        average = projected_average([c.model for c in good], [c.weight for c in good],
-                                    self.domain.constraint, self.domain.scope)
-        metrics = self.train_metrics_aggr_fn([c.reply.content for c in good],
-                                             self.weighted_by_key)
+        average = projected_average(
+            [c.model for c in good],
+            [c.weight for c in good],
+            self.domain.constraint,
+            self.domain.scope,
+        )
+        metrics = self.train_metrics_aggr_fn([c.reply.content for c in good], self.weighted_by_key)
         return params_to_record(self.layout, average), metrics
 
 
 def _fedavg_options(settings: RunSettings, model: TorchGlobal, start: ArrayRecord) -> dict:
-    return {"model": model, "start": start, "seed": settings.seed,
-            "fraction_train": settings.fraction_train}
+    return {
+        "model": model,
+        "start": start,
+        "seed": settings.seed,
+        "fraction_train": settings.fraction_train,
+    }
 
 
 def build_fedavg(settings: RunSettings, task: TaskData) -> CheckedFedAvg:
@@ -174,8 +213,10 @@ def build_fedavg(settings: RunSettings, task: TaskData) -> CheckedFedAvg:
 
 def build_fedprox(settings: RunSettings, task: TaskData) -> CheckedFedProx:
     model = TorchGlobal(settings, task)
-    return CheckedFedProx(settings.fedprox_mu,
-                          **_fedavg_options(settings, model, ArrayRecord(model.model.state_dict())))
+    return CheckedFedProx(
+        settings.fedprox_mu,
+        **_fedavg_options(settings, model, ArrayRecord(model.model.state_dict())),
+    )
 
 
 def build_projected_fedavg(settings: RunSettings, task: TaskData) -> ProjectedFedAvg:

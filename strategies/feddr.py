@@ -62,17 +62,34 @@ class FedDRStrategy(TorchModelStrategy):
 
     def summary(self) -> None:
         dr, d = self.dr, self.dr.domain
-        log(INFO, "\tFedDR: D = %s ball of radius %s (%s), alpha=%s, eta=%s, %d local steps "
-            "(lr=%s, batch %s), p=%s", d.constraint.kind, d.constraint.radius, d.scope, dr.alpha,
-            dr.eta, dr.local_steps, dr.lr, dr.batch_size or "full", dr.participation)
+        log(
+            INFO,
+            "\tFedDR: D = %s ball of radius %s (%s), alpha=%s, eta=%s, %d local steps "
+            "(lr=%s, batch %s), p=%s",
+            d.constraint.kind,
+            d.constraint.radius,
+            d.scope,
+            dr.alpha,
+            dr.eta,
+            dr.local_steps,
+            dr.lr,
+            dr.batch_size or "full",
+            dr.participation,
+        )
 
     def on_roster(self, grid: Grid, server_round: int) -> None:
         """Every x_hat_i starts at x^0 (``feddr_client_init``)."""
         self.server = FedDRServer(self.x0, range(len(self.book.node_ids)))
 
     # -- training ----------------------------------------------------------------
-    def train_messages(self, server_round: int, nodes: list[int], arrays: ArrayRecord,
-                       config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+    def train_messages(
+        self,
+        server_round: int,
+        nodes: list[int],
+        arrays: ArrayRecord,
+        config: ConfigRecord,
+        grid: Grid,
+    ) -> Iterable[Message]:
         """x-bar to the sampled nodes; a node that may hold nothing restarts from its x_hat_i."""
         content = {XBAR: params_to_record(self.layout, self.xbar)}
 
@@ -80,19 +97,25 @@ class FedDRStrategy(TorchModelStrategy):
             x_hat = self.server.x_hat_of(self.book.position(node))
             return dense_restart(self.layout, self.xbar, x_hat, DR_XHAT)
 
-        messages = [self.book.train_message(node, server_round, content, restart)
-                    for node in nodes]
-        log(INFO, "FedDR round %d: %d of %d nodes participate", server_round, len(nodes),
-            len(self.book.node_ids))
+        messages = [self.book.train_message(node, server_round, content, restart) for node in nodes]
+        log(
+            INFO,
+            "FedDR round %d: %d of %d nodes participate",
+            server_round,
+            len(nodes),
+            len(self.book.node_ids),
+        )
         return messages
 
-    def aggregate(self, server_round: int, replies: Iterable[Message]
-                  ) -> tuple[ArrayRecord | None, dict[str, float]]:
+    def aggregate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, dict[str, float]]:
         """Keep the valid x_hat_i, then x-bar = proj_D(mean of every node's last x_hat_i)."""
         received = self.screen(server_round, replies, self._checked_x_hat)
         domain = self.dr.domain
-        self.xbar = self.server.aggregate({self.book.position(n): x for n, x in received.items()},
-                                          domain.constraint, domain.scope)
+        self.xbar = self.server.aggregate(
+            {self.book.position(n): x for n, x in received.items()}, domain.constraint, domain.scope
+        )
         self.book.accept(server_round, received)
         return params_to_record(self.layout, self.xbar), {"participants": len(received)}
 
@@ -102,13 +125,15 @@ class FedDRStrategy(TorchModelStrategy):
         return record_to_params(record, self.layout, np.float32)
 
     # -- evaluation ----------------------------------------------------------------
-    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                           grid: Grid) -> Iterable[Message]:
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
         """F(x-bar) on every node's data (gives ``train_loss``), unless switched off."""
         if not self.dr.federated_eval:
             return []
-        return self.book.evaluate_messages(server_round,
-                                           {XBAR: params_to_record(self.layout, self.xbar)})
+        return self.book.evaluate_messages(
+            server_round, {XBAR: params_to_record(self.layout, self.xbar)}
+        )
 
     # -- state -----------------------------------------------------------------------
     def state_context(self) -> dict[str, Any]:

@@ -94,8 +94,9 @@ class FedFunStrategy(FederatedStrategy):
     def graph_for(self, n: int) -> Graph:
         f = self.fedfun
         try:
-            return make_graph(f.topology, n, self.seed, degree=f.degree,
-                              probability=f.probability, edges=f.edges)
+            return make_graph(
+                f.topology, n, self.seed, degree=f.degree, probability=f.probability, edges=f.edges
+            )
         except ValueError as err:
             raise ConfigError(f"fedfun.topology={f.topology!r} on {n} nodes: {err}") from None
 
@@ -104,14 +105,28 @@ class FedFunStrategy(FederatedStrategy):
 
     def summary(self) -> None:
         f = self.fedfun
-        model = (f"{f.learner} {f.hidden}" if f.learner == "mlp" else "KDDT")
-        log(INFO, "\t%s: %s, lambda=%s, gamma=%s, delta=%s, b'=%d, %s step, %d initial and %d "
-            "local steps", f.algorithm, model, f.lam, f.gamma or "auto", f.delta,
-            f.penalty_samples, f.step, f.round_zero_steps(), f.local_steps)
+        model = f"{f.learner} {f.hidden}" if f.learner == "mlp" else "KDDT"
+        log(
+            INFO,
+            "\t%s: %s, lambda=%s, gamma=%s, delta=%s, b'=%d, %s step, %d initial and %d "
+            "local steps",
+            f.algorithm,
+            model,
+            f.lam,
+            f.gamma or "auto",
+            f.delta,
+            f.penalty_samples,
+            f.step,
+            f.round_zero_steps(),
+            f.local_steps,
+        )
 
     def description(self) -> dict[str, Any]:
-        return {"kind": "node models", "learner": self.fedfun.learner,
-                "topology": self.fedfun.topology}
+        return {
+            "kind": "node models",
+            "learner": self.fedfun.learner,
+            "topology": self.fedfun.topology,
+        }
 
     def vertex(self, node: int) -> int:
         """The node's graph vertex: its partition id."""
@@ -124,18 +139,39 @@ class FedFunStrategy(FederatedStrategy):
             raise RuntimeError(f"{self.label}: nodes disagree on num-partitions: {sorted(totals)}")
         graph = self.graph_for(totals.pop())
         self.relay = RelayBook(graph)
-        log(INFO, "%s: graph %s; gamma=%.4g", self.label, graph.describe(),
-            self.fedfun.gamma_for(graph.spectral_norm()))
-        self.bounds, rejected = query_bounds(grid, self.label, server_round, self.book.node_ids,
-                                             self.limits.n_features, example_limit(self.task))
-        log(INFO, "%s: domain agreed from the nodes' bounds (%d training samples in all)",
-            self.label, self.bounds.samples)
-        replies = grid.send_and_receive([self._message(node, 0, TRAIN, initial=True)
-                                         for node in self.book.node_ids])
+        log(
+            INFO,
+            "%s: graph %s; gamma=%.4g",
+            self.label,
+            graph.describe(),
+            self.fedfun.gamma_for(graph.spectral_norm()),
+        )
+        self.bounds, rejected = query_bounds(
+            grid,
+            self.label,
+            server_round,
+            self.book.node_ids,
+            self.limits.n_features,
+            example_limit(self.task),
+        )
+        log(
+            INFO,
+            "%s: domain agreed from the nodes' bounds (%d training samples in all)",
+            self.label,
+            self.bounds.samples,
+        )
+        replies = grid.send_and_receive(
+            [self._message(node, 0, TRAIN, initial=True) for node in self.book.node_ids]
+        )
         self.count_failures(rejected)
         good = self._store_replies(0, replies)
-        log(INFO, "%s round 0: %d of %d nodes fitted h^0 (local training only)", self.label,
-            len(good), len(self.book.node_ids))
+        log(
+            INFO,
+            "%s round 0: %d of %d nodes fitted h^0 (local training only)",
+            self.label,
+            len(good),
+            len(self.book.node_ids),
+        )
 
     def on_rebind(self, old: int, new: int) -> None:
         """The returning node serves the same vertex and holds nothing: its next message
@@ -150,14 +186,19 @@ class FedFunStrategy(FederatedStrategy):
         everything = self.book[node].needs_sync
         listing, send = relay.outgoing(vertex, everything)
         models = relay.neighbour_models(send)
-        config = {SERVER_ROUND: server_round, "own-version": relay.own_version(vertex),
-                  "gamma": self.fedfun.gamma_for(relay.graph.spectral_norm()),
-                  "degree": relay.graph.degree(vertex), INITIAL: initial}
+        config = {
+            SERVER_ROUND: server_round,
+            "own-version": relay.own_version(vertex),
+            "gamma": self.fedfun.gamma_for(relay.graph.spectral_norm()),
+            "degree": relay.graph.degree(vertex),
+            INITIAL: initial,
+        }
         content = RecordDict({CONFIG: ConfigRecord(config), NEIGHBOURS: ConfigRecord(listing)})
         if everything:
             content[SETUP] = ConfigRecord({TRAIN_EXAMPLES: self.bounds.samples})
-            content[BOUNDS] = arrays_to_record({"lower": self.bounds.lower,
-                                                "upper": self.bounds.upper})
+            content[BOUNDS] = arrays_to_record(
+                {"lower": self.bounds.lower, "upper": self.bounds.upper}
+            )
             if vertex in relay.latest:
                 models[OWN_PREFIX] = relay.latest[vertex]
         content[MODELS], content[MODEL_ARRAYS] = model_records(models)
@@ -165,33 +206,49 @@ class FedFunStrategy(FederatedStrategy):
         self.book[node].needs_sync = False
         return Message(content, node, kind, group_id=str(server_round))
 
-    def train_messages(self, server_round: int, nodes: list[int], arrays: ArrayRecord,
-                       config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+    def train_messages(
+        self,
+        server_round: int,
+        nodes: list[int],
+        arrays: ArrayRecord,
+        config: ConfigRecord,
+        grid: Grid,
+    ) -> Iterable[Message]:
         """Every node (no sampling): the neighbours' models it lacks."""
-        log(INFO, "%s round %d: relaying neighbour models to %d nodes", self.label, server_round,
-            len(nodes))
+        log(
+            INFO,
+            "%s round %d: relaying neighbour models to %d nodes",
+            self.label,
+            server_round,
+            len(nodes),
+        )
         return [self._message(node, server_round, TRAIN) for node in nodes]
 
     # -- replies --------------------------------------------------------------------------------
     def _checked_model(self, reply: Message) -> tuple[dict, dict, dict[str, float]]:
-        records = exact_records(reply.content, {MODELS: ConfigRecord, MODEL_ARRAYS: ArrayRecord,
-                                                METRICS: MetricRecord})
+        records = exact_records(
+            reply.content, {MODELS: ConfigRecord, MODEL_ARRAYS: ArrayRecord, METRICS: MetricRecord}
+        )
         config = dict(records[MODELS])
         arrays = record_to_arrays(records[MODEL_ARRAYS], self.limits.max_bytes)
         if any(not k.startswith(REPLY_PREFIX) for k in [*config, *arrays]):
             raise DecodeError(f"a model key is not under {REPLY_PREFIX!r}")
         model = decode_node_model(config, arrays, REPLY_PREFIX, self.limits)
-        if model.kind == TREE and not (np.all(model.function.lower == 0)
-                                       and np.all(model.function.upper == 1)):
+        if model.kind == TREE and not (
+            np.all(model.function.lower == 0) and np.all(model.function.upper == 1)
+        ):
             # every node maps the agreed box to the unit cube and fits its KDDT there
-            raise DecodeError("a KDDT on another domain than the agreed one, the unit cube of "
-                              "the agreed box (its neighbours could not evaluate it)")
+            raise DecodeError(
+                "a KDDT on another domain than the agreed one, the unit cube of "
+                "the agreed box (its neighbours could not evaluate it)"
+            )
         metrics = checked_metrics(records[METRICS], [LOSS, TRAIN_EXAMPLES])
         checked_count(metrics, TRAIN_EXAMPLES, example_limit(self.task), 1)
         return config, arrays, metrics
 
-    def _store_replies(self, server_round: int, replies: Iterable[Message]
-                       ) -> dict[int, dict[str, float]]:
+    def _store_replies(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> dict[int, dict[str, float]]:
         """Keep every good reply's model as its vertex's latest; nodes that did not answer
         usably may hold nothing we sent, so they get everything next time."""
         good = self.screen(server_round, replies, self._checked_model)
@@ -207,8 +264,9 @@ class FedFunStrategy(FederatedStrategy):
         for node in nodes:
             self.relay.forget_deliveries(self.vertex(node))
 
-    def aggregate(self, server_round: int, replies: Iterable[Message]
-                  ) -> tuple[ArrayRecord | None, dict[str, float]]:
+    def aggregate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, dict[str, float]]:
         good = self._store_replies(server_round, replies)
         metrics = {"participants": len(good), "models_held": len(self.relay.latest)}
         if good:
@@ -216,19 +274,26 @@ class FedFunStrategy(FederatedStrategy):
         return None, metrics
 
     # -- evaluation -----------------------------------------------------------------------------
-    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                           grid: Grid) -> Iterable[Message]:
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
         if not self.fedfun.federated_eval:
             return []
-        return [self._message(node, server_round, EVALUATE) for node in self.book.node_ids
-                if self.vertex(node) in self.relay.latest]
+        return [
+            self._message(node, server_round, EVALUATE)
+            for node in self.book.node_ids
+            if self.vertex(node) in self.relay.latest
+        ]
 
     def on_evaluation_screened(self, screened: Screened) -> None:
         self._lost([node for node in self.book.node_ids if node not in screened.accepted])
 
     def evaluation_metrics(self, accepted: dict[int, dict[str, float]]) -> dict[str, float]:
-        names = {TEST_ACCURACY: "test_accuracy", TRAIN_ACCURACY: "train_accuracy",
-                 LOCAL_ACCURACY: "local_accuracy"}
+        names = {
+            TEST_ACCURACY: "test_accuracy",
+            TRAIN_ACCURACY: "train_accuracy",
+            LOCAL_ACCURACY: "local_accuracy",
+        }
         out = spread_over_nodes({n: {names[k]: m[k] for k in names} for n, m in accepted.items()})
         pairs = sum(m[NEIGHBOUR_COUNT] for m in accepted.values())
         if pairs:
@@ -241,15 +306,18 @@ class FedFunStrategy(FederatedStrategy):
 
     def check_evaluation(self, reply: Message) -> dict[str, float]:
         """A node's figures: accuracies in [0, 1], at most its degree of neighbours compared."""
-        metrics = checked_metrics(exact_records(reply.content, {METRICS: MetricRecord})[METRICS],
-                                  EVALUATION_KEYS)
+        metrics = checked_metrics(
+            exact_records(reply.content, {METRICS: MetricRecord})[METRICS], EVALUATION_KEYS
+        )
         degree = self.relay.graph.degree(self.vertex(reply.metadata.src_node_id))
         for key in (TEST_ACCURACY, TRAIN_ACCURACY, LOCAL_ACCURACY):
             if metrics[key] > 1:
                 raise DecodeError(f"{key}={metrics[key]} is above 1")
         if not metrics[NEIGHBOUR_COUNT].is_integer() or metrics[NEIGHBOUR_COUNT] > degree:
-            raise DecodeError(f"{NEIGHBOUR_COUNT}={metrics[NEIGHBOUR_COUNT]} is not an integer "
-                              f"of at most the node's degree {degree}")
+            raise DecodeError(
+                f"{NEIGHBOUR_COUNT}={metrics[NEIGHBOUR_COUNT]} is not an integer "
+                f"of at most the node's degree {degree}"
+            )
         return metrics
 
     # -- state ----------------------------------------------------------------------------------
@@ -259,8 +327,13 @@ class FedFunStrategy(FederatedStrategy):
     def family_state(self) -> FedFunState | None:
         if self.relay is None:
             return None
-        return FedFunState(self.relay.graph.n, self.bounds.samples, self.bounds.lower,
-                           self.bounds.upper, self.relay.state())
+        return FedFunState(
+            self.relay.graph.n,
+            self.bounds.samples,
+            self.bounds.lower,
+            self.bounds.upper,
+            self.relay.state(),
+        )
 
     def load_family_state(self, state: FedFunState) -> None:
         if np.any(state.lower > state.upper):
@@ -273,12 +346,17 @@ def build_fedfun(settings: RunSettings, task: TaskData) -> FedFunStrategy:
     """The relay for ``algorithm`` in fedfun, psr, dfedavgm, dfedfish, dfeddf."""
     fedfun = fedfun_settings(settings)
     if task.kind != "classification":
-        raise ConfigError(f"{settings.algorithm} supports classification tasks; {settings.task!r} "
-                          "is a regression task")
+        raise ConfigError(
+            f"{settings.algorithm} supports classification tasks; {settings.task!r} "
+            "is a regression task"
+        )
     if fedfun.parametric() and fedfun.learner != "mlp":
-        raise ConfigError(f"fedfun.learner={fedfun.learner!r}: {settings.algorithm} averages "
-                          "parameters and needs 'mlp' (trees need algorithm='fedfun')")
+        raise ConfigError(
+            f"fedfun.learner={fedfun.learner!r}: {settings.algorithm} averages "
+            "parameters and needs 'mlp' (trees need algorithm='fedfun')"
+        )
     if fedfun.algorithm == FSR and fedfun.learner == "tree" and fedfun.delta <= 0:
-        raise ConfigError("fedfun.delta must be > 0 with fedfun.learner='tree' (the KDDT's "
-                          "kernel needs a radius)")
+        raise ConfigError(
+            "fedfun.delta must be > 0 with fedfun.learner='tree' (the KDDT's kernel needs a radius)"
+        )
     return FedFunStrategy(fedfun, task, settings.seed)

@@ -111,11 +111,13 @@ class UpdateHistory:
         return {"": ConfigRecord(config), "arrays": arrays_to_record(arrays)}
 
     @classmethod
-    def from_records(cls, records: Mapping[str, ConfigRecord | ArrayRecord],
-                     context: Mapping[str, Any]) -> UpdateHistory:
+    def from_records(
+        cls, records: Mapping[str, ConfigRecord | ArrayRecord], context: Mapping[str, Any]
+    ) -> UpdateHistory:
         positions = context[POSITIONS]
-        since, rounds = unpack_updates(dict(records[""]), record_to_arrays(records["arrays"]),
-                                       positions, context[ETA])
+        since, rounds = unpack_updates(
+            dict(records[""]), record_to_arrays(records["arrays"]), positions, context[ETA]
+        )
         if since != 0:
             raise DecodeError(f"the history starts after round {since}, not 0")
         return cls(positions, tuple(rounds))
@@ -179,9 +181,17 @@ class FedFWStrategy(TorchModelStrategy):
     # -- set-up --------------------------------------------------------------------
     def summary(self) -> None:
         fw = self.fw
-        log(INFO, "\t%s: D = %s ball of radius %s (%s), schedule %s (lambda0=%s), p=%s",
-            fw.variant, fw.constraint.kind, fw.constraint.radius, fw.scope, fw.schedule.kind,
-            fw.schedule.lambda0, fw.participation)
+        log(
+            INFO,
+            "\t%s: D = %s ball of radius %s (%s), schedule %s (lambda0=%s), p=%s",
+            fw.variant,
+            fw.constraint.kind,
+            fw.constraint.radius,
+            fw.scope,
+            fw.schedule.kind,
+            fw.schedule.lambda0,
+            fw.participation,
+        )
 
     def on_roster(self, grid: Grid, server_round: int) -> None:
         """Each node's D_i from its query.node answer; every x_i starts at x^1."""
@@ -194,33 +204,50 @@ class FedFWStrategy(TorchModelStrategy):
             dense = 4 * self.layout.size * (p + (1 if self.fw.federated_eval else 0))
             points = max(1.0, p * len(self.roster.node_ids)) * self._point_bytes()
             self.compact = points < dense
-            log(INFO, "FedFW downlink: %s (a node's round: about %.0f B of points vs %.0f B "
-                "of x-bar)", "compact" if self.compact else "dense", points, dense)
+            log(
+                INFO,
+                "FedFW downlink: %s (a node's round: about %.0f B of points vs %.0f B of x-bar)",
+                "compact" if self.compact else "dense",
+                points,
+                dense,
+            )
 
     def _point_bytes(self) -> int:
         """The payload of one extreme point of the run's D (a random direction's LMO)."""
         rng = np.random.default_rng(0)
         grad = [rng.normal(size=shape) for shape in self.layout.shapes]
         point = lmo_per_tensor(self.fw.constraint, grad, self.fw.scope)
-        return sum(a.nbytes for a in encode_model_point(self.fw.constraint, point,
-                                                        self.fw.scope).values())
+        return sum(
+            a.nbytes for a in encode_model_point(self.fw.constraint, point, self.fw.scope).values()
+        )
 
     def _fix_node_sets(self) -> None:
         """Each node's D_i from the roster, and D = their intersection when it is one of them
         (section 4.3; ``fw_gap`` is taken over it, and left out when there is none)."""
         self.node_sets = [self._declared_set(n) for n in self.roster.node_ids]
         self.roster_sets = RosterSets.of(self.node_sets)
-        self.replica_sets = (tuple(c.kind for c in self.node_sets),
-                             tuple(float(c.radius) for c in self.node_sets))
+        self.replica_sets = (
+            tuple(c.kind for c in self.node_sets),
+            tuple(float(c.radius) for c in self.node_sets),
+        )
         self.local_steps = [self._declared_steps(n) for n in self.roster.node_ids]
         self.gap_domain = smallest_set(self.node_sets, list(self.layout.shapes), self.fw.scope)
         sets = sorted({f"{c.kind}({c.radius:g})" for c in self.node_sets})
         if self.gap_domain is None:
-            log(WARNING, "FedFW: node sets %s; no D_i lies inside all others, so their "
-                "intersection has no closed-form LMO and fw_gap is not reported", sets)
+            log(
+                WARNING,
+                "FedFW: node sets %s; no D_i lies inside all others, so their "
+                "intersection has no closed-form LMO and fw_gap is not reported",
+                sets,
+            )
         else:
-            log(INFO, "FedFW: node sets %s; fw_gap over %s(%g)", sets, self.gap_domain.kind,
-                self.gap_domain.radius)
+            log(
+                INFO,
+                "FedFW: node sets %s; fw_gap over %s(%g)",
+                sets,
+                self.gap_domain.kind,
+                self.gap_domain.radius,
+            )
 
     def _declared_steps(self, node: int) -> int:
         """The local pass's K a node declared (0, so its points are refused, when unusable)."""
@@ -228,8 +255,13 @@ class FedFWStrategy(TorchModelStrategy):
         if not self.fw.local_pass:
             return 1
         if type(steps) is not int or not 1 <= steps <= MAX_LOCAL_STEPS:
-            log(WARNING, "node %s: local pass of %r steps is not in [1, %d]; its points are "
-                "refused", node, steps, MAX_LOCAL_STEPS)
+            log(
+                WARNING,
+                "node %s: local pass of %r steps is not in [1, %d]; its points are refused",
+                node,
+                steps,
+                MAX_LOCAL_STEPS,
+            )
             return 0
         return steps
 
@@ -243,8 +275,14 @@ class FedFWStrategy(TorchModelStrategy):
             return self.fw.constraint
 
     # -- training ----------------------------------------------------------------
-    def train_messages(self, server_round: int, nodes: list[int], arrays: ArrayRecord,
-                       config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+    def train_messages(
+        self,
+        server_round: int,
+        nodes: list[int],
+        arrays: ArrayRecord,
+        config: ConfigRecord,
+        grid: Grid,
+    ) -> Iterable[Message]:
         """x-bar (dense or compact) to the sampled nodes; a node that may hold nothing gets
         its x_i (``sync``) and, under the compact downlink, the whole mirror (x-bar alone with
         full participation)."""
@@ -256,11 +294,23 @@ class FedFWStrategy(TorchModelStrategy):
             x_i = self.mirror.x_of(self.book.position(node))
             return dense_restart(self.layout, xbar, x_i, FW_RESTART)
 
-        messages = [self.book.train_message(node, server_round, self._downlink(node, dense),
-                                            restart, **{NUM_CLIENTS: len(self.book.node_ids)})
-                    for node in nodes]
-        log(INFO, "FedFW round %d: %d of %d nodes participate", server_round, len(nodes),
-            len(self.book.node_ids))
+        messages = [
+            self.book.train_message(
+                node,
+                server_round,
+                self._downlink(node, dense),
+                restart,
+                **{NUM_CLIENTS: len(self.book.node_ids)},
+            )
+            for node in nodes
+        ]
+        log(
+            INFO,
+            "FedFW round %d: %d of %d nodes participate",
+            server_round,
+            len(nodes),
+            len(self.book.node_ids),
+        )
         return messages
 
     def _downlink(self, node: int, dense: ArrayRecord) -> dict:
@@ -280,16 +330,17 @@ class FedFWStrategy(TorchModelStrategy):
         if slot.fresh:  # x-bar^1 (float32-exact) and every round since
             slot.fresh = False
             config, _ = pack_replica(Replica(0, kinds, radii, (), []))
-            content = {XBAR: params_to_record(self.layout, self.x0),
-                       REPLICA: ConfigRecord(config)}
+            content = {XBAR: params_to_record(self.layout, self.x0), REPLICA: ConfigRecord(config)}
             if self.version > 0:
                 content |= self._updates_since(0)
             return content
         if since is None:
             points, total = self.mirror.state()
-            config, arrays = pack_replica(Replica(self.version, kinds, radii,
-                                                  tuple(points[i] for i in range(len(kinds))),
-                                                  total))
+            config, arrays = pack_replica(
+                Replica(
+                    self.version, kinds, radii, tuple(points[i] for i in range(len(kinds))), total
+                )
+            )
             return {REPLICA: ConfigRecord(config), REPLICA_ARRAYS: arrays_to_record(arrays)}
         return self._updates_since(since)
 
@@ -298,21 +349,27 @@ class FedFWStrategy(TorchModelStrategy):
         in float32), x-bar in float64 after; built once a round and shared."""
         if self._mean_resync is None:
             kinds, radii = self.replica_sets
-            config, arrays = pack_mean(self.version, kinds, radii,
-                                       self.xbar if self.version else None)
+            config, arrays = pack_mean(
+                self.version, kinds, radii, self.xbar if self.version else None
+            )
             self._mean_resync = {REPLICA: ConfigRecord(config)} | (
-                {REPLICA_ARRAYS: arrays_to_record(arrays)} if self.version
-                else {XBAR: params_to_record(self.layout, self.x0)})
+                {REPLICA_ARRAYS: arrays_to_record(arrays)}
+                if self.version
+                else {XBAR: params_to_record(self.layout, self.x0)}
+            )
         return self._mean_resync
 
     def _updates_since(self, since: int) -> dict:
         """The rounds after ``since``, packed once a round for each ``since`` and shared by every
         message that needs them (the records are only read when a message is sent)."""
         if since not in self._round_updates:
-            config, arrays = pack_updates(since, [u for u in self.history if u.round > since],
-                                          len(self.book.node_ids))
-            self._round_updates[since] = {UPDATES: ConfigRecord(config),
-                                          UPDATE_ARRAYS: arrays_to_record(arrays)}
+            config, arrays = pack_updates(
+                since, [u for u in self.history if u.round > since], len(self.book.node_ids)
+            )
+            self._round_updates[since] = {
+                UPDATES: ConfigRecord(config),
+                UPDATE_ARRAYS: arrays_to_record(arrays),
+            }
         return self._round_updates[since]
 
     def _forget_replicas(self, nodes: Iterable[int]) -> None:
@@ -328,19 +385,25 @@ class FedFWStrategy(TorchModelStrategy):
         oldest = min(held) if held else self.version
         self.history = [u for u in self.history if u.round > oldest]
 
-    def aggregate(self, server_round: int, replies: Iterable[Message]
-                  ) -> tuple[ArrayRecord | None, dict[str, float]]:
+    def aggregate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, dict[str, float]]:
         checked = self.screen(server_round, replies, self._checked_point)
-        self._forget_replicas([n for n in self._asked
-                               if n not in checked and self.book[n].needs_sync])
+        self._forget_replicas(
+            [n for n in self._asked if n not in checked and self.book[n].needs_sync]
+        )
         points = {node: steps for node, (_, steps) in checked.items()}
         eta = self.fw.schedule.eta(server_round)
         position = self.book.position
-        self.mirror.apply_steps({position(node): self._with_etas(server_round, steps)
-                                 for node, steps in points.items()})
+        self.mirror.apply_steps(
+            {position(node): self._with_etas(server_round, steps) for node, steps in points.items()}
+        )
         full = self.recursive and len(points) == len(self.book.node_ids)
-        sent = RoundPoints(server_round, eta, tuple(
-            (position(node), arrays) for node, (arrays, _) in checked.items()))
+        sent = RoundPoints(
+            server_round,
+            eta,
+            tuple((position(node), arrays) for node, (arrays, _) in checked.items()),
+        )
         if points:
             self.xbar = self._next_xbar(sent) if full else self.mirror.x_bar
             if self.recursive and not full:  # nodes cannot follow: re-sync them all
@@ -391,14 +454,18 @@ class FedFWStrategy(TorchModelStrategy):
         return arrays, points
 
     # -- evaluation ----------------------------------------------------------------
-    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                           grid: Grid) -> Iterable[Message]:
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
         if not self.fw.federated_eval:
             return []
         dense = params_to_record(self.layout, self.xbar)
-        return [self.book.evaluate_message(node, server_round, self._downlink(node, dense),
-                                           **{FW_GAP: self.fw.gap})
-                for node in self.book.node_ids]
+        return [
+            self.book.evaluate_message(
+                node, server_round, self._downlink(node, dense), **{FW_GAP: self.fw.gap}
+            )
+            for node in self.book.node_ids
+        ]
 
     def check_evaluation(self, reply: Message) -> tuple[EvaluationSums, Params | None]:
         """Evaluation sums, and grad f_i(x-bar) when the gap is on."""
@@ -414,13 +481,18 @@ class FedFWStrategy(TorchModelStrategy):
     def site_metrics(self, value: tuple[EvaluationSums, Params | None]) -> dict[str, float]:
         return super().site_metrics(value[0])
 
-    def evaluation_metrics(self, accepted: dict[int, tuple[EvaluationSums, Params | None]]
-                           ) -> dict[str, float]:
+    def evaluation_metrics(
+        self, accepted: dict[int, tuple[EvaluationSums, Params | None]]
+    ) -> dict[str, float]:
         metrics = combine_evaluation_sums([s for s, _ in accepted.values()], self.kind)
-        if (self.fw.gap and self.gap_domain is not None
-                and len(accepted) == len(self.book.node_ids)):
-            metrics["fw_gap"] = fw_gap([g for _, g in accepted.values()], self.xbar,
-                                       self.gap_domain, self.fw.scope, len(accepted))
+        if self.fw.gap and self.gap_domain is not None and len(accepted) == len(self.book.node_ids):
+            metrics["fw_gap"] = fw_gap(
+                [g for _, g in accepted.values()],
+                self.xbar,
+                self.gap_domain,
+                self.fw.scope,
+                len(accepted),
+            )
         return metrics
 
     # -- state -----------------------------------------------------------------------
@@ -431,8 +503,13 @@ class FedFWStrategy(TorchModelStrategy):
         if self.mirror is None:
             return None
         points, total = self.mirror.state()
-        return FedFWState(points, total, self.xbar, Downlink(self.compact, self.version),
-                          UpdateHistory(len(self.book.node_ids), tuple(self.history)))
+        return FedFWState(
+            points,
+            total,
+            self.xbar,
+            Downlink(self.compact, self.version),
+            UpdateHistory(len(self.book.node_ids), tuple(self.history)),
+        )
 
     def load_family_state(self, state: FedFWState) -> None:
         self.mirror = ConsensusMirror.restore(state.mirror, state.mirror_sum)

@@ -57,8 +57,7 @@ class StoredBooster:
         return {"": booster_record(self.booster)}
 
     @classmethod
-    def from_records(cls, records: Mapping[str, Any], context: Mapping[str, Any]
-                     ) -> StoredBooster:
+    def from_records(cls, records: Mapping[str, Any], context: Mapping[str, Any]) -> StoredBooster:
         return cls(read_booster(records[""], context[SPEC])[0])
 
 
@@ -78,8 +77,7 @@ class XgbStrategy(FederatedStrategy):
     def __init__(self, fedxgb: FedXgbSettings, task: TaskData, central_evaluation: bool) -> None:
         self.fedxgb, self.task = fedxgb, task
         self.spec, self.loss = fedxgb.spec(task), fedxgb.loss(task)
-        self.x_test = (task.x_test.reshape(len(task.x_test), -1) if central_evaluation
-                       else None)
+        self.x_test = task.x_test.reshape(len(task.x_test), -1) if central_evaluation else None
         self._hold(Booster(self.spec))
 
     def _hold(self, booster: Booster, raw: bytes | None = None) -> None:
@@ -91,18 +89,29 @@ class XgbStrategy(FederatedStrategy):
 
     def summary(self) -> None:
         f = self.fedxgb
-        log(INFO, "\t%s: %d local iterations a round, depth <= %d, eta %s%s, boosters <= %d "
-            "bytes", f.algorithm, f.local_rounds, f.max_depth, f.eta,
-            " / num-partitions" if f.scaled_eta and f.bagging else "", f.max_booster_bytes)
+        log(
+            INFO,
+            "\t%s: %d local iterations a round, depth <= %d, eta %s%s, boosters <= %d bytes",
+            f.algorithm,
+            f.local_rounds,
+            f.max_depth,
+            f.eta,
+            " / num-partitions" if f.scaled_eta and f.bagging else "",
+            f.max_booster_bytes,
+        )
         super().summary()  # Flower's
 
     def description(self) -> dict[str, Any]:
-        return {"kind": "xgboost booster", "objective": self.spec.objective,
-                "trees": len(self.booster.trees)}
+        return {
+            "kind": "xgboost booster",
+            "objective": self.spec.objective,
+            "trees": len(self.booster.trees),
+        }
 
     def _messages(self, server_round: int, nodes: list[int], kind: str) -> Iterable[Message]:
-        content = RecordDict({ARRAYS: self.record,
-                              CONFIG: ConfigRecord({SERVER_ROUND: server_round})})
+        content = RecordDict(
+            {ARRAYS: self.record, CONFIG: ConfigRecord({SERVER_ROUND: server_round})}
+        )
         return self._construct_messages(content, nodes, kind)
 
     def _reply_booster(self, reply: Message) -> Booster:
@@ -114,8 +123,9 @@ class XgbStrategy(FederatedStrategy):
         return {"ensemble_size": len(self.booster.trees), "booster_bytes": len(self.raw)}
 
     # -- evaluation -----------------------------------------------------------------------------
-    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                           grid: Grid) -> Iterable[Message]:
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
         """The global booster to every node (all of them for cyclic too: ``train_loss`` is F
         over every node)."""
         if not self.fedxgb.federated_eval:
@@ -126,8 +136,9 @@ class XgbStrategy(FederatedStrategy):
         return evaluation_sums_of(reply, self.task)
 
     def evaluation_metrics(self, accepted: dict[int, EvaluationSums]) -> dict[str, float]:
-        combined = federated_figures(accepted.values(), self.task.kind,
-                                     central=self.x_test is not None)
+        combined = federated_figures(
+            accepted.values(), self.task.kind, central=self.x_test is not None
+        )
         return {**combined, **self._metrics()}
 
     def evaluate_global(self, server_round: int, arrays: ArrayRecord) -> dict[str, float]:
@@ -155,30 +166,59 @@ class CheckedFedXgbBagging(XgbStrategy, FedXgbBagging):
 
     label = "FedXgbBagging"
 
-    def __init__(self, fedxgb: FedXgbSettings, task: TaskData, central_evaluation: bool,
-                 fraction_train: float, seed: int) -> None:
+    def __init__(
+        self,
+        fedxgb: FedXgbSettings,
+        task: TaskData,
+        central_evaluation: bool,
+        fraction_train: float,
+        seed: int,
+    ) -> None:
         XgbStrategy.__init__(self, fedxgb, task, central_evaluation)
-        FedXgbBagging.__init__(self, fraction_train=fraction_train, fraction_evaluate=1.0,
-                               min_train_nodes=1, min_evaluate_nodes=1, min_available_nodes=1,
-                               weighted_by_key=NUM_EXAMPLES, arrayrecord_key=ARRAYS,
-                               configrecord_key=CONFIG)
+        FedXgbBagging.__init__(
+            self,
+            fraction_train=fraction_train,
+            fraction_evaluate=1.0,
+            min_train_nodes=1,
+            min_evaluate_nodes=1,
+            min_available_nodes=1,
+            weighted_by_key=NUM_EXAMPLES,
+            arrayrecord_key=ARRAYS,
+            configrecord_key=CONFIG,
+        )
         self.sampler = Sampler(fraction_train, seed)
 
-    def train_messages(self, server_round: int, nodes: list[int], arrays: ArrayRecord,
-                       config: ConfigRecord, grid: Grid) -> Iterable[Message]:
-        log(INFO, "%s round %d: %d of %d nodes boost a booster of %d trees", self.label,
-            server_round, len(nodes), len(self.book.node_ids), len(self.booster.trees))
+    def train_messages(
+        self,
+        server_round: int,
+        nodes: list[int],
+        arrays: ArrayRecord,
+        config: ConfigRecord,
+        grid: Grid,
+    ) -> Iterable[Message]:
+        log(
+            INFO,
+            "%s round %d: %d of %d nodes boost a booster of %d trees",
+            self.label,
+            server_round,
+            len(nodes),
+            len(self.book.node_ids),
+            len(self.booster.trees),
+        )
         return self._messages(server_round, nodes, TRAIN)
 
     def _new_trees(self, reply: Message) -> Booster:
         booster = self._reply_booster(reply)
         if booster.iterations != self.fedxgb.local_rounds:
-            raise DecodeError(f"holds {booster.iterations} iterations, expected the "
-                              f"fedxgb.local-rounds={self.fedxgb.local_rounds} new ones only")
+            raise DecodeError(
+                f"holds {booster.iterations} iterations, expected the "
+                f"fedxgb.local-rounds={self.fedxgb.local_rounds} new ones only"
+            )
         return booster
 
-    def aggregate(self, server_round: int, replies: Iterable[Message]
-                  ) -> tuple[ArrayRecord | None, dict[str, float]]:
+    def aggregate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, dict[str, float]]:
         """Every checked reply's trees appended, in partition order; a booster that would
         outgrow ``max-booster-bytes`` is not taken (the round keeps the booster it had)."""
         good = self.screen(server_round, replies, self._new_trees)
@@ -186,8 +226,14 @@ class CheckedFedXgbBagging(XgbStrategy, FedXgbBagging):
             merged = self.booster.plus(good.values())
             raw = encode_booster(merged)
             if len(raw) > self.spec.max_bytes:
-                log(WARNING, "%s round %d: the booster would outgrow fedxgb.max-booster-bytes="
-                    "%d; it stays as it was", self.label, server_round, self.spec.max_bytes)
+                log(
+                    WARNING,
+                    "%s round %d: the booster would outgrow fedxgb.max-booster-bytes="
+                    "%d; it stays as it was",
+                    self.label,
+                    server_round,
+                    self.spec.max_bytes,
+                )
             else:
                 self._hold(merged, raw)
         return None, {"participants": len(good), **self._metrics()}
@@ -199,18 +245,36 @@ class CheckedFedXgbCyclic(XgbStrategy, FedXgbCyclic):
 
     label = "FedXgbCyclic"
 
-    def __init__(self, fedxgb: FedXgbSettings, task: TaskData, central_evaluation: bool
-                 ) -> None:
+    def __init__(self, fedxgb: FedXgbSettings, task: TaskData, central_evaluation: bool) -> None:
         XgbStrategy.__init__(self, fedxgb, task, central_evaluation)
-        FedXgbCyclic.__init__(self, fraction_train=1.0, fraction_evaluate=1.0,
-                              min_available_nodes=1, weighted_by_key=NUM_EXAMPLES,
-                              arrayrecord_key=ARRAYS, configrecord_key=CONFIG)
+        FedXgbCyclic.__init__(
+            self,
+            fraction_train=1.0,
+            fraction_evaluate=1.0,
+            min_available_nodes=1,
+            weighted_by_key=NUM_EXAMPLES,
+            arrayrecord_key=ARRAYS,
+            configrecord_key=CONFIG,
+        )
 
-    def train_messages(self, server_round: int, nodes: list[int], arrays: ArrayRecord,
-                       config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+    def train_messages(
+        self,
+        server_round: int,
+        nodes: list[int],
+        arrays: ArrayRecord,
+        config: ConfigRecord,
+        grid: Grid,
+    ) -> Iterable[Message]:
         node = nodes[(server_round - 1) % len(nodes)]
-        log(INFO, "%s round %d: node %d of %d boosts a booster of %d trees", self.label,
-            server_round, nodes.index(node) + 1, len(nodes), len(self.booster.trees))
+        log(
+            INFO,
+            "%s round %d: node %d of %d boosts a booster of %d trees",
+            self.label,
+            server_round,
+            nodes.index(node) + 1,
+            len(nodes),
+            len(self.booster.trees),
+        )
         return self._messages(server_round, [node], TRAIN)
 
     def _successor(self, reply: Message) -> Booster:
@@ -218,8 +282,9 @@ class CheckedFedXgbCyclic(XgbStrategy, FedXgbCyclic):
         self.booster.check_prefix_of(booster, self.fedxgb.local_rounds)
         return booster
 
-    def aggregate(self, server_round: int, replies: Iterable[Message]
-                  ) -> tuple[ArrayRecord | None, dict[str, float]]:
+    def aggregate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, dict[str, float]]:
         """The node's checked booster replaces the global one (a failed round keeps it)."""
         good = self.screen(server_round, replies, self._successor)
         for booster in good.values():
@@ -235,6 +300,7 @@ def build_fedxgb(settings: RunSettings, task: TaskData) -> XgbStrategy:
     fedxgb = fedxgb_settings(settings)
     check_task(task)
     if fedxgb.bagging:
-        return CheckedFedXgbBagging(fedxgb, task, settings.central_evaluation,
-                                    settings.fraction_train, settings.seed)
+        return CheckedFedXgbBagging(
+            fedxgb, task, settings.central_evaluation, settings.fraction_train, settings.seed
+        )
     return CheckedFedXgbCyclic(fedxgb, task, settings.central_evaluation)

@@ -75,8 +75,14 @@ class RoundBoosting:
     def recipients(self, server_round: int, nodes: list[int], book: NodeBook) -> list[int]:
         return nodes
 
-    def combine(self, server_round: int, good: dict[int, CheckedIncrement], book: NodeBook,
-                sync: EnsembleSync, test_cache: PredictionCache | None) -> tuple[int, int]:
+    def combine(
+        self,
+        server_round: int,
+        good: dict[int, CheckedIncrement],
+        book: NodeBook,
+        sync: EnsembleSync,
+        test_cache: PredictionCache | None,
+    ) -> tuple[int, int]:
         """The plain average of the replies; returns (participants, learners received)."""
         if good:
             before = sync.average([(book[node], c.delta) for node, c in good.items()])
@@ -90,8 +96,7 @@ class RoundBoosting:
     def state(self) -> None:
         """Nothing besides the ensemble."""
 
-    def load_state(self, pool: tuple[int, ...] | None, sync: EnsembleSync, positions: int
-                   ) -> None:
+    def load_state(self, pool: tuple[int, ...] | None, sync: EnsembleSync, positions: int) -> None:
         if pool is not None:
             raise DecodeError("pool: a one-shot state, loaded by a multi-round run")
 
@@ -103,8 +108,15 @@ class FFGBStrategy(FederatedStrategy):
     State = FFGBState
     slot = SyncSlot
 
-    def __init__(self, ffgb: FFGBSettings, task: TaskData, central_evaluation: bool,
-                 fraction: float, seed: int, num_rounds: int) -> None:
+    def __init__(
+        self,
+        ffgb: FFGBSettings,
+        task: TaskData,
+        central_evaluation: bool,
+        fraction: float,
+        seed: int,
+        num_rounds: int,
+    ) -> None:
         self.ffgb, self.task = ffgb, task
         self.replies = FFGBReplies(ffgb, task)
         self.loss, self.bound = ffgb.loss(task), ffgb.final_bound(task)
@@ -116,12 +128,16 @@ class FFGBStrategy(FederatedStrategy):
             self.test_cache = PredictionCache(self.x_test)
             self.test_cache.update(self.sync.ensemble.snapshot())
         self.sampler = Sampler(fraction, seed)  # its generator also seeds the student
-        self.boosting = (OneShotBoosting(ffgb, self.x_test, task.num_outputs, num_rounds)
-                         if ffgb.one_shot else RoundBoosting())
+        self.boosting = (
+            OneShotBoosting(ffgb, self.x_test, task.num_outputs, num_rounds)
+            if ffgb.one_shot
+            else RoundBoosting()
+        )
         if ffgb.one_shot:
             self.label = OneShotBoosting.label
-        self.distillation = GlobalDistillation(self.replies.spec, n_features, task.num_outputs,
-                                               ffgb.distill_rounds)
+        self.distillation = GlobalDistillation(
+            self.replies.spec, n_features, task.num_outputs, ffgb.distill_rounds
+        )
         self.learners_up = self.learners_down = 0
 
     @property
@@ -133,31 +149,54 @@ class FFGBStrategy(FederatedStrategy):
         f = self.ffgb
         spec = self.replies.spec
         learner = f"tree of depth {f.tree_depth}" if spec is None else str(spec)
-        log(INFO, "\t%s: K=%d, %s steps (eta0=%s, mu=%s), residual=%s, learner %s, oracle %s",
-            f.variant, f.local_steps, f.steps.kind, f.steps.eta0, f.mu, f.residual, learner,
-            f.oracle)
+        log(
+            INFO,
+            "\t%s: K=%d, %s steps (eta0=%s, mu=%s), residual=%s, learner %s, oracle %s",
+            f.variant,
+            f.local_steps,
+            f.steps.kind,
+            f.steps.eta0,
+            f.mu,
+            f.residual,
+            learner,
+            f.oracle,
+        )
         if f.distill != NONE or f.distill_every:
-            log(INFO, "\tdistillation: client side %s; global every %d boosting rounds "
-                "(%d FedAvg rounds of %d steps)", f.distill, f.distill_every, f.distill_rounds,
-                f.distill_steps)
+            log(
+                INFO,
+                "\tdistillation: client side %s; global every %d boosting rounds "
+                "(%d FedAvg rounds of %d steps)",
+                f.distill,
+                f.distill_every,
+                f.distill_rounds,
+                f.distill_steps,
+            )
 
     def description(self) -> dict[str, Any]:
-        described = {"kind": "ensemble", "learner": self.ffgb.learner,
-                     "learners": len(self.ensemble.learners)}
+        described = {
+            "kind": "ensemble",
+            "learner": self.ffgb.learner,
+            "learners": len(self.ensemble.learners),
+        }
         return {**described, "one_shot": True} if self.ffgb.one_shot else described
 
     # -- messages -------------------------------------------------------------------------------
-    def _message(self, node: int, server_round: int, kind: str, share: bool,
-                 student: bool = False) -> Message:
+    def _message(
+        self, node: int, server_round: int, kind: str, share: bool, student: bool = False
+    ) -> Message:
         """The node's delta (``EnsembleSync``; with ``share`` the one of every node at its
         version), its acceptance state, and in a distillation round the student."""
         slot = self.book[node]
         config, arrays, learners = self.sync.records_for(slot, share)
-        content = RecordDict({
-            DELTA: config, DELTA_ARRAYS: arrays,
-            CONFIG: ConfigRecord({SERVER_ROUND: server_round,
-                                  LAST_ACCEPTED: slot.last_accepted}),
-        })
+        content = RecordDict(
+            {
+                DELTA: config,
+                DELTA_ARRAYS: arrays,
+                CONFIG: ConfigRecord(
+                    {SERVER_ROUND: server_round, LAST_ACCEPTED: slot.last_accepted}
+                ),
+            }
+        )
         if student:
             content[STUDENT], content[STUDENT_ARRAYS] = self.distillation.records()
             self.learners_down += 1
@@ -165,8 +204,14 @@ class FFGBStrategy(FederatedStrategy):
         return Message(content, node, kind, group_id=str(server_round))
 
     # -- training -------------------------------------------------------------------------------
-    def train_messages(self, server_round: int, nodes: list[int], arrays: ArrayRecord,
-                       config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+    def train_messages(
+        self,
+        server_round: int,
+        nodes: list[int],
+        arrays: ArrayRecord,
+        config: ConfigRecord,
+        grid: Grid,
+    ) -> Iterable[Message]:
         """The boosting part's recipients get their deltas; in a distillation round every
         sampled node also gets the student."""
         phase, index = self.ffgb.phase(server_round)
@@ -175,36 +220,49 @@ class FFGBStrategy(FederatedStrategy):
             self.distillation.begin(index, self.sampler.rng)
         else:
             nodes = self.boosting.recipients(server_round, nodes, self.book)
-        log(INFO, "%s round %d: %d of %d nodes %s; ensemble of %d learners", self.label,
-            server_round, len(nodes), len(self.book.node_ids),
+        log(
+            INFO,
+            "%s round %d: %d of %d nodes %s; ensemble of %d learners",
+            self.label,
+            server_round,
+            len(nodes),
+            len(self.book.node_ids),
             f"distil it ({index}/{self.ffgb.distill_rounds})" if distilling else "train",
-            len(self.ensemble.learners))
+            len(self.ensemble.learners),
+        )
         share = self.ffgb.shares_downlink(len(nodes))
         return [self._message(node, server_round, TRAIN, share, distilling) for node in nodes]
 
-    def aggregate(self, server_round: int, replies: Iterable[Message]
-                  ) -> tuple[ArrayRecord | None, dict[str, float]]:
+    def aggregate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, dict[str, float]]:
         phase, index = self.ffgb.phase(server_round)
         if phase == DISTILL:
             metrics = self._distill(server_round, index, replies)
         else:
-            good = self.screen(server_round, replies, lambda r: self.replies.increment(
-                r, self.ensemble.version, index))
+            good = self.screen(
+                server_round,
+                replies,
+                lambda r: self.replies.increment(r, self.ensemble.version, index),
+            )
             self.book.accept(server_round, good)
-            participants, received = self.boosting.combine(server_round, good, self.book,
-                                                           self.sync, self.test_cache)
+            participants, received = self.boosting.combine(
+                server_round, good, self.book, self.sync, self.test_cache
+            )
             self.learners_up += received
             metrics = {"participants": participants}
             if good and not self.ffgb.one_shot:
                 metrics["oracle_error"] = float(np.mean([c.oracle_error for c in good.values()]))
                 if self.ffgb.distill != NONE:
-                    metrics["distill_error"] = float(np.mean([c.distill_error
-                                                              for c in good.values()]))
+                    metrics["distill_error"] = float(
+                        np.mean([c.distill_error for c in good.values()])
+                    )
         metrics.update(self._size_metrics())
         return None, metrics
 
-    def _distill(self, server_round: int, index: int, replies: Iterable[Message]
-                 ) -> dict[str, float]:
+    def _distill(
+        self, server_round: int, index: int, replies: Iterable[Message]
+    ) -> dict[str, float]:
         """A FedAvg round of the student; after the last one the student replaces f."""
         good = self.screen(server_round, replies, self.replies.student)
         self.book.accept(server_round, good)
@@ -212,8 +270,11 @@ class FFGBStrategy(FederatedStrategy):
         metrics, student = self.distillation.combine(index, good)
         if index >= self.ffgb.distill_rounds:
             if student is None:
-                log(WARNING, "%s: no node trained the student; the ensemble stays as it is",
-                    self.label)
+                log(
+                    WARNING,
+                    "%s: no node trained the student; the ensemble stays as it is",
+                    self.label,
+                )
             else:
                 before = self.sync.replace(student, list(self.book.slots.values()))
                 if self.test_cache is not None:
@@ -224,13 +285,15 @@ class FFGBStrategy(FederatedStrategy):
     def _size_metrics(self) -> dict[str, float]:
         """``ensemble_size`` and ``models_exchanged``: learners up and down so far, per node
         (the paper's count, section 4.1: N K per round with full participation)."""
-        return {"ensemble_size": len(self.ensemble.learners),
-                "models_exchanged": (self.learners_up + self.learners_down)
-                / len(self.book.node_ids)}
+        return {
+            "ensemble_size": len(self.ensemble.learners),
+            "models_exchanged": (self.learners_up + self.learners_down) / len(self.book.node_ids),
+        }
 
     # -- evaluation -----------------------------------------------------------------------------
-    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                           grid: Grid) -> Iterable[Message]:
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
         if not self.ffgb.federated_eval:
             return []
         nodes = self.boosting.evaluation_nodes(server_round, self.book)
@@ -244,8 +307,9 @@ class FFGBStrategy(FederatedStrategy):
         self.book.lost(screened.errors)  # they may not hold what we sent
 
     def evaluation_metrics(self, accepted: dict[int, EvaluationSums]) -> dict[str, float]:
-        combined = federated_figures(accepted.values(), self.task.kind,
-                                     central=self.test_cache is not None)
+        combined = federated_figures(
+            accepted.values(), self.task.kind, central=self.test_cache is not None
+        )
         return {**combined, **self._size_metrics()}
 
     def evaluate_global(self, server_round: int, arrays: ArrayRecord) -> dict[str, float]:
@@ -262,30 +326,40 @@ class FFGBStrategy(FederatedStrategy):
 
     # -- state ----------------------------------------------------------------------------------
     def state_context(self) -> dict[str, Any]:
-        return {**super().state_context(), LIMITS: self.replies.limits, SPEC: self.replies.spec,
-                TEST_POINTS: len(self.x_test), OUTPUTS: self.task.num_outputs}
+        return {
+            **super().state_context(),
+            LIMITS: self.replies.limits,
+            SPEC: self.replies.spec,
+            TEST_POINTS: len(self.x_test),
+            OUTPUTS: self.task.num_outputs,
+        }
 
     def family_state(self) -> FFGBState:
         student = self.distillation.student
         return FFGBState(
-            StoredEnsemble(self.ensemble), self.learners_up, self.learners_down,
+            StoredEnsemble(self.ensemble),
+            self.learners_up,
+            self.learners_down,
             self.distillation.student_rounds,
-            None if student is None else StoredStudent(student, self.x_test.shape[1],
-                                                       self.task.num_outputs),
+            None
+            if student is None
+            else StoredStudent(student, self.x_test.shape[1], self.task.num_outputs),
             None if self.test_cache is None else self.test_cache.values,
-            self.boosting.state())
+            self.boosting.state(),
+        )
 
     def load_family_state(self, state: FFGBState) -> None:
         if (state.test_values is None) != (self.test_cache is None):
-            raise DecodeError("test-values: saved with central evaluation, loaded without (or "
-                              "the other way round)")
+            raise DecodeError(
+                "test-values: saved with central evaluation, loaded without (or "
+                "the other way round)"
+            )
         self.sync.restore(state.ensemble.ensemble)
         self.learners_up, self.learners_down = state.learners_up, state.learners_down
         self.distillation.student_rounds = state.student_rounds
         self.distillation.student = None if state.student is None else state.student.network
         if self.test_cache is not None:
-            self.test_cache = PredictionCache(self.x_test, self.ensemble.version,
-                                              state.test_values)
+            self.test_cache = PredictionCache(self.x_test, self.ensemble.version, state.test_values)
         self.boosting.load_state(state.pool, self.sync, len(self.book.node_ids))
 
     def segment_names(self) -> list[str]:
@@ -300,5 +374,11 @@ def build_ffgb(settings: RunSettings, task: TaskData) -> FFGBStrategy:
     with ``ffgb.one-shot``."""
     ffgb = ffgb_settings(settings)
     check_task(ffgb, task)
-    return FFGBStrategy(ffgb, task, settings.central_evaluation, settings.fraction_train,
-                        settings.seed, settings.num_rounds)
+    return FFGBStrategy(
+        ffgb,
+        task,
+        settings.central_evaluation,
+        settings.fraction_train,
+        settings.seed,
+        settings.num_rounds,
+    )

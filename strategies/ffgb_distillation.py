@@ -52,25 +52,28 @@ class GlobalDistillation:
     def records(self) -> tuple[ConfigRecord, ArrayRecord]:
         """The student as records, packed once per round."""
         if self._records is None:
-            config, arrays = pack_delta(lone_learner(self.student, self.n_features,
-                                                     self.n_outputs))
+            config, arrays = pack_delta(lone_learner(self.student, self.n_features, self.n_outputs))
             self._records = ConfigRecord(config), arrays_to_record(arrays)
         return self._records
 
-    def combine(self, index: int, good: dict[int, CheckedStudent]) -> tuple[dict[str, float],
-                                                                          object | None]:
+    def combine(
+        self, index: int, good: dict[int, CheckedStudent]
+    ) -> tuple[dict[str, float], object | None]:
         """FedAvg of the students (weighted by points); the round's metrics, and the student
         when this round ends a distillation that had replies (it then replaces f)."""
         metrics: dict[str, float] = {}
         if good:
             total = sum(c.examples for c in good.values())
-            self.student = average_networks([c.network for c in good.values()],
-                                            [c.examples / total for c in good.values()],
-                                            new_network(self.spec, 0))
+            self.student = average_networks(
+                [c.network for c in good.values()],
+                [c.examples / total for c in good.values()],
+                new_network(self.spec, 0),
+            )
             self.student_rounds += 1
             errors = [c.distill_error for c in good.values()]
-            metrics["distill_error"] = float(np.average(
-                errors, weights=[c.examples for c in good.values()]))
+            metrics["distill_error"] = float(
+                np.average(errors, weights=[c.examples for c in good.values()])
+            )
         self._records = None
         finished = index >= self.rounds and self.student_rounds > 0
         return metrics, self.student if finished else None
@@ -91,10 +94,10 @@ class StoredStudent:
         return {"": ConfigRecord(config), "arrays": arrays_to_record(arrays)}
 
     @classmethod
-    def from_records(cls, records: Mapping[str, Any], context: Mapping[str, Any]
-                     ) -> StoredStudent:
-        delta = unpack_delta(dict(records[""]), record_to_arrays(records["arrays"]),
-                             context[LIMITS])
+    def from_records(cls, records: Mapping[str, Any], context: Mapping[str, Any]) -> StoredStudent:
+        delta = unpack_delta(
+            dict(records[""]), record_to_arrays(records["arrays"]), context[LIMITS]
+        )
         network = read_lone_learner(delta)
         if learner_spec(network) != context[SPEC]:
             raise DecodeError(f"the student is not the run's {context[SPEC]}")

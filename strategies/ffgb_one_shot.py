@@ -38,8 +38,9 @@ class OneShotBoosting:
 
     label = "FFGB.L one-shot"
 
-    def __init__(self, ffgb: FFGBSettings, x_test: np.ndarray, n_outputs: int, num_rounds: int
-                 ) -> None:
+    def __init__(
+        self, ffgb: FFGBSettings, x_test: np.ndarray, n_outputs: int, num_rounds: int
+    ) -> None:
         self.ffgb, self.x_test, self.n_outputs = ffgb, x_test, n_outputs
         self.num_rounds = num_rounds
         self.pool: dict[int, tuple] = {}  # roster position -> its K learners, in that order
@@ -55,14 +56,21 @@ class OneShotBoosting:
         log(INFO, "%s: every node fits its %d learners once", self.label, self.ffgb.local_steps)
         return list(book.node_ids)
 
-    def combine(self, server_round: int, good: dict[int, CheckedIncrement], book: NodeBook,
-                sync: EnsembleSync, test_cache: PredictionCache | None) -> tuple[int, int]:
+    def combine(
+        self,
+        server_round: int,
+        good: dict[int, CheckedIncrement],
+        book: NodeBook,
+        sync: EnsembleSync,
+        test_cache: PredictionCache | None,
+    ) -> tuple[int, int]:
         """Round 1 fills the pool; every round then takes one step on its weights. Returns
         (participants, learners received)."""
         received = 0
         if server_round == 1:
-            self.pool = {book.position(node): checked.delta.learners
-                         for node, checked in good.items()}
+            self.pool = {
+                book.position(node): checked.delta.learners for node, checked in good.items()
+            }
             received = sum(len(learners) for learners in self.pool.values())
             self._cache_pool_predictions(len(book.node_ids))
         members = [position for position in self.sampled if position in self.pool]
@@ -78,19 +86,33 @@ class OneShotBoosting:
 
     def _cache_pool_predictions(self, positions: int) -> None:
         learners = [h for position in range(positions) for h in self.pool.get(position, ())]
-        self.pool_test = np.stack([weighted_sum([h], [1.0], self.x_test, self.n_outputs)
-                                   for h in learners]) if learners else None
+        self.pool_test = (
+            np.stack([weighted_sum([h], [1.0], self.x_test, self.n_outputs) for h in learners])
+            if learners
+            else None
+        )
 
-    def _step(self, t: int, members: list[int], positions: int, sync: EnsembleSync,
-              test_cache: PredictionCache | None) -> None:
+    def _step(
+        self,
+        t: int,
+        members: list[int],
+        positions: int,
+        sync: EnsembleSync,
+        test_cache: PredictionCache | None,
+    ) -> None:
         """f^{t+1} = s_t f^t + the members' learners with weights w_{k,t} / |members|."""
         scale, weights = round_coefficients(self.ffgb.steps.etas(t), 0.0, AVERAGE)
-        order = [(position, k) for position in range(positions)
-                 for k in range(len(self.pool.get(position, ())))]
+        order = [
+            (position, k)
+            for position in range(positions)
+            for k in range(len(self.pool.get(position, ())))
+        ]
         old = dict(zip(order, sync.ensemble.weights))
-        coefficients = [scale * old.get((position, k), 0.0)
-                        + (weights[k] / len(members) if position in members else 0.0)
-                        for position, k in order]
+        coefficients = [
+            scale * old.get((position, k), 0.0)
+            + (weights[k] / len(members) if position in members else 0.0)
+            for position, k in order
+        ]
         learners = tuple(self.pool[position][k] for position, k in order)
         sync.rebuild(learners, coefficients)
         if test_cache is not None and self.pool_test is not None:
@@ -101,15 +123,18 @@ class OneShotBoosting:
         """The roster positions whose learners form the pool, in order."""
         return tuple(self.pool)
 
-    def load_state(self, pool: tuple[int, ...] | None, sync: EnsembleSync, positions: int
-                   ) -> None:
+    def load_state(self, pool: tuple[int, ...] | None, sync: EnsembleSync, positions: int) -> None:
         """The pool back from the checkpoint's ensemble (K learners per position, in order)."""
         k = self.ffgb.local_steps
-        if (pool is None or len(set(pool)) != len(pool)
-                or any(not 0 <= p < positions for p in pool)
-                or len(sync.ensemble.learners) != len(pool) * k):
-            raise DecodeError(f"pool: expected distinct roster positions below {positions}, "
-                              f"{k} learners each")
+        if (
+            pool is None
+            or len(set(pool)) != len(pool)
+            or any(not 0 <= p < positions for p in pool)
+            or len(sync.ensemble.learners) != len(pool) * k
+        ):
+            raise DecodeError(
+                f"pool: expected distinct roster positions below {positions}, {k} learners each"
+            )
         learners = iter(sync.ensemble.learners)
         self.pool = {position: tuple(next(learners) for _ in range(k)) for position in pool}
         if self.pool:

@@ -88,8 +88,9 @@ class FFGBReplies:
 
     def increment(self, reply: Message, version: int, t: int) -> CheckedIncrement:
         """A boosting reply of round t (0-based) on the server's ``version``."""
-        records = exact_records(reply.content, {DELTA: ConfigRecord, DELTA_ARRAYS: ArrayRecord,
-                                                METRICS: MetricRecord})
+        records = exact_records(
+            reply.content, {DELTA: ConfigRecord, DELTA_ARRAYS: ArrayRecord, METRICS: MetricRecord}
+        )
         config = dict(records[DELTA])
         header = read_header(config, self.limits)  # bounded before any array is decoded
         if header.full or header.own_count or header.since != version:
@@ -104,15 +105,17 @@ class FFGBReplies:
         for learner in delta.learners:
             self.check_learner(learner)
         distilled = self.ffgb.distill != NONE
-        errors = checked_metrics(records[METRICS],
-                                 [ORACLE_ERROR, DISTILL_ERROR] if distilled else [ORACLE_ERROR])
+        errors = checked_metrics(
+            records[METRICS], [ORACLE_ERROR, DISTILL_ERROR] if distilled else [ORACLE_ERROR]
+        )
         return CheckedIncrement(delta, errors[ORACLE_ERROR], errors.get(DISTILL_ERROR))
 
     def student(self, reply: Message) -> CheckedStudent:
         """A distillation reply: the student trained on the node's points."""
-        records = exact_records(reply.content, {STUDENT: ConfigRecord,
-                                                STUDENT_ARRAYS: ArrayRecord,
-                                                METRICS: MetricRecord})
+        records = exact_records(
+            reply.content,
+            {STUDENT: ConfigRecord, STUDENT_ARRAYS: ArrayRecord, METRICS: MetricRecord},
+        )
         config = dict(records[STUDENT])
         if read_header(config, self.limits).count != 1:  # bounded before any array is decoded
             raise DecodeError("expected one student network")

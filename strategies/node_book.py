@@ -62,8 +62,9 @@ S = TypeVar("S", bound=NodeSlot)
 class NodeBook(Generic[S]):
     """The roster's nodes in their fixed order, each with its slot."""
 
-    def __init__(self, node_ids: Iterable[int], label: str,
-                 slot: Callable[[], S] = NodeSlot) -> None:  # type: ignore[assignment]
+    def __init__(
+        self, node_ids: Iterable[int], label: str, slot: Callable[[], S] = NodeSlot
+    ) -> None:  # type: ignore[assignment]
         """``node_ids`` in a fixed order: sampling and aggregation follow it."""
         self.label, self.new_slot = label, slot
         self.slots: dict[int, S] = {n: slot() for n in node_ids}
@@ -98,8 +99,14 @@ class NodeBook(Generic[S]):
             if node in self.slots:
                 self.slots[node].needs_sync = True
 
-    def train_message(self, node: int, server_round: int, content: Mapping[str, object],
-                      restart: Restart, **config: float | str | bool) -> Message:
+    def train_message(
+        self,
+        node: int,
+        server_round: int,
+        content: Mapping[str, object],
+        restart: Restart,
+        **config: float | str | bool,
+    ) -> Message:
         """A train message with ``content`` (this node's own), its acceptance state and, when the
         node may have no state, the restart records ``restart(node)`` gives with their sync value."""
         records = RecordDict(dict(content))
@@ -108,13 +115,19 @@ class NodeBook(Generic[S]):
             sync, extra = restart(node)
             for key, record in extra.items():
                 records[key] = record
-        records[CONFIG] = ConfigRecord({SERVER_ROUND: server_round,
-                                        LAST_ACCEPTED: self.slots[node].last_accepted,
-                                        SYNC: sync, **config})
+        records[CONFIG] = ConfigRecord(
+            {
+                SERVER_ROUND: server_round,
+                LAST_ACCEPTED: self.slots[node].last_accepted,
+                SYNC: sync,
+                **config,
+            }
+        )
         return Message(records, node, TRAIN, group_id=str(server_round))
 
-    def screen(self, server_round: int, replies: Iterable[Message],
-               decode: Callable[[Message], T]) -> tuple[dict[int, T], Screened[T]]:
+    def screen(
+        self, server_round: int, replies: Iterable[Message], decode: Callable[[Message], T]
+    ) -> tuple[dict[int, T], Screened[T]]:
         """Decoded good replies in node order, and what the screen found (the replies that
         failed decoding, those that carried NaN or inf, the errors).
 
@@ -142,18 +155,20 @@ class NodeBook(Generic[S]):
         self._position = {n: i for i, n in enumerate(self.slots)}
         self.slots[new].lose()
 
-    def evaluate_messages(self, server_round: int, content: Mapping[str, object],
-                          **config: float | str | bool) -> list[Message]:
+    def evaluate_messages(
+        self, server_round: int, content: Mapping[str, object], **config: float | str | bool
+    ) -> list[Message]:
         """The same ``content`` to every node for federated evaluation."""
-        return [self.evaluate_message(node, server_round, content, **config)
-                for node in self.slots]
+        return [self.evaluate_message(node, server_round, content, **config) for node in self.slots]
 
     @staticmethod
-    def evaluate_message(node: int, server_round: int, content: Mapping[str, object],
-                         **config: float | str | bool) -> Message:
+    def evaluate_message(
+        node: int, server_round: int, content: Mapping[str, object], **config: float | str | bool
+    ) -> Message:
         """An evaluation message with ``content`` for one node."""
-        records = RecordDict({**content,
-                              CONFIG: ConfigRecord({SERVER_ROUND: server_round, **config})})
+        records = RecordDict(
+            {**content, CONFIG: ConfigRecord({SERVER_ROUND: server_round, **config})}
+        )
         return Message(records, node, EVALUATE, group_id=str(server_round))
 
     # -- checkpoint -----------------------------------------------------------------------------
@@ -162,12 +177,14 @@ class NodeBook(Generic[S]):
         per field (``state_codec.encode_rows``: ``needs_sync`` under ``needs-sync``, an optional
         field's None marked in ``<key>:none``)."""
         slots = list(self.slots.values())
-        return ConfigRecord({"node-ids": [str(n) for n in self.slots],
-                             **encode_rows(type(self.new_slot()), slots)})
+        return ConfigRecord(
+            {"node-ids": [str(n) for n in self.slots], **encode_rows(type(self.new_slot()), slots)}
+        )
 
     @classmethod
-    def from_record(cls, record: ConfigRecord, label: str,
-                    slot: Callable[[], S] = NodeSlot) -> NodeBook[S]:  # type: ignore[assignment]
+    def from_record(
+        cls, record: ConfigRecord, label: str, slot: Callable[[], S] = NodeSlot
+    ) -> NodeBook[S]:  # type: ignore[assignment]
         """Inverse of ``to_record``; DecodeError when a field is missing, unknown, of another
         length or of another type than the slot declares."""
         try:
@@ -183,8 +200,9 @@ class NodeBook(Generic[S]):
         return book
 
 
-def dense_restart(layout: ParamLayout, xbar: Params, point: Params, key: str
-                  ) -> tuple[str, dict[str, ArrayRecord]]:
+def dense_restart(
+    layout: ParamLayout, xbar: Params, point: Params, key: str
+) -> tuple[str, dict[str, ArrayRecord]]:
     """Sync a node to ``point``: by reference when it equals x-bar as sent (float32), else sent
     under ``key`` in float64 (FedFW's x_i, FedDR's x_hat_i)."""
     sent = [np.asarray(p, np.float32).astype(np.float64) for p in xbar]

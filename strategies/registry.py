@@ -54,29 +54,57 @@ ALGORITHMS: dict[str, ServerAlgorithm] = {
         ServerAlgorithm("fedfw", "Federated Frank-Wolfe, quadratic penalty", build_fedfw),
         ServerAlgorithm("fedfw-plus", "FedFW+, augmented Lagrangian", build_fedfw),
         ServerAlgorithm("fedfw-sto", "FedFW-sto, averaged minibatch gradients", build_fedfw),
-        ServerAlgorithm("feddr", "FedDR, Douglas-Rachford splitting, x-bar projected onto D",
-                        build_feddr),
-        ServerAlgorithm("fedavg-proj", "FedAvg whose average is projected onto D",
-                        build_projected_fedavg),
-        ServerAlgorithm("ffgb", "Federated functional gradient boosting with residuals",
-                        build_ffgb),
+        ServerAlgorithm(
+            "feddr", "FedDR, Douglas-Rachford splitting, x-bar projected onto D", build_feddr
+        ),
+        ServerAlgorithm(
+            "fedavg-proj", "FedAvg whose average is projected onto D", build_projected_fedavg
+        ),
+        ServerAlgorithm(
+            "ffgb", "Federated functional gradient boosting with residuals", build_ffgb
+        ),
         ServerAlgorithm("ffgb-c", "FFGB.C, clipped learners and residuals", build_ffgb),
-        ServerAlgorithm("ffgb-l", "FFGB.L, square loss, Lipschitz extension, Sobolev oracle",
-                        build_ffgb),
-        ServerAlgorithm("fedfun", "FedFun: function-space regularisation on a graph (FSR)",
-                        build_fedfun, RELAY_MESSAGES),
-        ServerAlgorithm("psr", "PSR: parameter-space regularisation (synchronous DJAM)",
-                        build_fedfun, RELAY_MESSAGES),
-        ServerAlgorithm("dfedavgm", "DFedAvgM: neighbour averaging, local momentum SGD",
-                        build_fedfun, RELAY_MESSAGES),
-        ServerAlgorithm("dfedfish", "DFedFish: Fisher-weighted neighbour averaging",
-                        build_fedfun, RELAY_MESSAGES),
-        ServerAlgorithm("dfeddf", "DFedDF: neighbours' ensemble distilled on sampled inputs",
-                        build_fedfun, RELAY_MESSAGES),
-        ServerAlgorithm("fedxgb-bagging", "XGBoost, Flower's FedXgbBagging: nodes' new trees "
-                        "appended", build_fedxgb),
-        ServerAlgorithm("fedxgb-cyclic", "XGBoost, Flower's FedXgbCyclic: nodes boost in turn",
-                        build_fedxgb),
+        ServerAlgorithm(
+            "ffgb-l", "FFGB.L, square loss, Lipschitz extension, Sobolev oracle", build_ffgb
+        ),
+        ServerAlgorithm(
+            "fedfun",
+            "FedFun: function-space regularisation on a graph (FSR)",
+            build_fedfun,
+            RELAY_MESSAGES,
+        ),
+        ServerAlgorithm(
+            "psr",
+            "PSR: parameter-space regularisation (synchronous DJAM)",
+            build_fedfun,
+            RELAY_MESSAGES,
+        ),
+        ServerAlgorithm(
+            "dfedavgm",
+            "DFedAvgM: neighbour averaging, local momentum SGD",
+            build_fedfun,
+            RELAY_MESSAGES,
+        ),
+        ServerAlgorithm(
+            "dfedfish",
+            "DFedFish: Fisher-weighted neighbour averaging",
+            build_fedfun,
+            RELAY_MESSAGES,
+        ),
+        ServerAlgorithm(
+            "dfeddf",
+            "DFedDF: neighbours' ensemble distilled on sampled inputs",
+            build_fedfun,
+            RELAY_MESSAGES,
+        ),
+        ServerAlgorithm(
+            "fedxgb-bagging",
+            "XGBoost, Flower's FedXgbBagging: nodes' new trees appended",
+            build_fedxgb,
+        ),
+        ServerAlgorithm(
+            "fedxgb-cyclic", "XGBoost, Flower's FedXgbCyclic: nodes boost in turn", build_fedxgb
+        ),
     )
 }
 

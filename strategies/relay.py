@@ -52,15 +52,22 @@ class RelayModels:
         return {"": config, "arrays": arrays}
 
     @classmethod
-    def from_records(cls, records: Mapping[str, ConfigRecord | ArrayRecord],
-                     context: Mapping[str, Any]) -> RelayModels:
+    def from_records(
+        cls, records: Mapping[str, ConfigRecord | ArrayRecord], context: Mapping[str, Any]
+    ) -> RelayModels:
         config, arrays = dict(records[""]), record_to_arrays(records["arrays"])
         vertices, versions = config.pop("vertices", None), config.pop("versions", None)
-        if (not isinstance(vertices, list) or not isinstance(versions, list)
-                or len(vertices) != len(versions) or len(set(vertices)) != len(vertices)
-                or any(type(x) is not int or x < 0 for x in [*vertices, *versions])):
-            raise DecodeError("relay models: vertices and versions must be lists of as many "
-                              "non-negative ints, the vertices distinct")
+        if (
+            not isinstance(vertices, list)
+            or not isinstance(versions, list)
+            or len(vertices) != len(versions)
+            or len(set(vertices)) != len(vertices)
+            or any(type(x) is not int or x < 0 for x in [*vertices, *versions])
+        ):
+            raise DecodeError(
+                "relay models: vertices and versions must be lists of as many "
+                "non-negative ints, the vertices distinct"
+            )
         prefixes = [_prefix(v) for v in vertices]
         stray = [k for k in [*config, *arrays] if not k.startswith(tuple(prefixes))]
         if stray:
@@ -104,8 +111,9 @@ class RelayBook:
         self.latest: dict[int, StoredModel] = {}
         self.delivered: dict[int, dict[int, int]] = {v: {} for v in range(graph.n)}
 
-    def store(self, vertex: int, config: Config, arrays: dict[str, np.ndarray], prefix: str,
-              version: int) -> None:
+    def store(
+        self, vertex: int, config: Config, arrays: dict[str, np.ndarray], prefix: str, version: int
+    ) -> None:
         """Keep ``vertex``'s new model (its keys under ``prefix`` in the reply)."""
         config, arrays = reprefixed(config, arrays, prefix, "")
         self.latest[vertex] = StoredModel(config, arrays, version)
@@ -143,10 +151,12 @@ class RelayBook:
     # -- checkpoint -----------------------------------------------------------------------------
     def state(self) -> RelayState:
         """The book as its checkpoint holds it (the graph is the run's: not saved)."""
-        held = [(v, j, version) for v, models in self.delivered.items()
-                for j, version in models.items()]
-        return RelayState(RelayModels(dict(self.latest)),
-                          np.array(held, dtype=np.int64).reshape(len(held), 3))
+        held = [
+            (v, j, version) for v, models in self.delivered.items() for j, version in models.items()
+        ]
+        return RelayState(
+            RelayModels(dict(self.latest)), np.array(held, dtype=np.int64).reshape(len(held), 3)
+        )
 
     @classmethod
     def restore(cls, graph: Graph, state: RelayState) -> RelayBook:
@@ -155,8 +165,7 @@ class RelayBook:
         book = cls(graph)
         outside = [v for v in state.models.latest if not 0 <= v < graph.n]
         if outside:
-            raise DecodeError(f"relay: models of vertices {outside} outside the graph of "
-                              f"{graph.n}")
+            raise DecodeError(f"relay: models of vertices {outside} outside the graph of {graph.n}")
         book.latest = dict(state.models.latest)
         for v, j, version in state.delivered.tolist():
             if v not in book.delivered or j not in book.latest:

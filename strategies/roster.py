@@ -47,6 +47,7 @@ class Admission:
     left_out: Mapping[int, str] = field(default_factory=dict)
     question: Callable[[], RecordDict] = RecordDict
 
+
 CLAIMANTS = "claimants"  # checkpoint keys: the claimants' ids, and their facts under claimant/
 CLAIMANT_PREFIX = "claimant/"
 
@@ -56,36 +57,56 @@ def _facts(reply: Message) -> Facts:
     facts = dict(exact_records(reply.content, {NODE: ConfigRecord})[NODE])
     pid, total = facts.get(PARTITION_ID), facts.get(NUM_PARTITIONS)
     if type(pid) is not int or type(total) is not int or not 0 <= pid < total:
-        raise DecodeError(f"{PARTITION_ID}={pid!r} is not an int in [0, {NUM_PARTITIONS}={total!r})")
+        raise DecodeError(
+            f"{PARTITION_ID}={pid!r} is not an int in [0, {NUM_PARTITIONS}={total!r})"
+        )
     return facts
 
 
-def _ask(grid: Grid, label: str, server_round: int, node_ids: list[int],
-         admission: Admission) -> tuple[dict[int, Facts], int]:
+def _ask(
+    grid: Grid, label: str, server_round: int, node_ids: list[int], admission: Admission
+) -> tuple[dict[int, Facts], int]:
     """``query.node`` to ``node_ids`` (but those ``admission`` leaves out): the usable answers,
     and how many replies were dropped (error replies are counted by the metered grid)."""
     for node in node_ids:
         if node in admission.left_out:
-            log(WARNING, "%s round %d: node %s is left out: %s", label, server_round, node,
-                admission.left_out[node])
-    questions = [Message(admission.question(), node, QUERY_NODE, group_id=str(server_round))
-                 for node in node_ids if node not in admission.left_out]
-    screened = screen_replies(label, server_round, grid.send_and_receive(questions), _facts,
-                              node_ids)
+            log(
+                WARNING,
+                "%s round %d: node %s is left out: %s",
+                label,
+                server_round,
+                node,
+                admission.left_out[node],
+            )
+    questions = [
+        Message(admission.question(), node, QUERY_NODE, group_id=str(server_round))
+        for node in node_ids
+        if node not in admission.left_out
+    ]
+    screened = screen_replies(
+        label, server_round, grid.send_and_receive(questions), _facts, node_ids
+    )
     return screened.accepted, screened.rejected
 
 
-def refuse_unpinned(label: str, server_round: int, answers: dict[int, Facts],
-                     pinned: Mapping[int, int]) -> list[int]:
+def refuse_unpinned(
+    label: str, server_round: int, answers: dict[int, Facts], pinned: Mapping[int, int]
+) -> list[int]:
     """The nodes whose claim contradicts ``node-partitions`` (``pinned``: node id -> partition),
     logged; none when nothing is pinned."""
     if not pinned:
         return []
     refused = [n for n, f in answers.items() if pinned.get(n) != f[PARTITION_ID]]
     for node in refused:
-        log(WARNING, "%s round %d: node %s claims partition %d, but node-partitions %s; it is "
-            "refused", label, server_round, node, answers[node][PARTITION_ID],
-            f"gives it partition {pinned[node]}" if node in pinned else "does not list it")
+        log(
+            WARNING,
+            "%s round %d: node %s claims partition %d, but node-partitions %s; it is refused",
+            label,
+            server_round,
+            node,
+            answers[node][PARTITION_ID],
+            f"gives it partition {pinned[node]}" if node in pinned else "does not list it",
+        )
     return refused
 
 
@@ -105,8 +126,9 @@ class Roster:
     claimants: dict[int, Facts | None] = field(default_factory=dict)
 
     @classmethod
-    def query(cls, grid: Grid, label: str, server_round: int,
-              admission: Admission = Admission()) -> tuple[Roster, int]:
+    def query(
+        cls, grid: Grid, label: str, server_round: int, admission: Admission = Admission()
+    ) -> tuple[Roster, int]:
         """Ask every connected node; return the roster and how many answers were unusable or
         refused (a claim against ``admission.pinned``)."""
         node_ids = sorted(grid.get_node_ids())
@@ -117,31 +139,53 @@ class Roster:
         for node in claimants:
             if node in admission.left_out:
                 continue
-            log(WARNING, "%s round %d: node %s gave no usable answer to %s; it is left out",
-                label, server_round, node, QUERY_NODE)
+            log(
+                WARNING,
+                "%s round %d: node %s gave no usable answer to %s; it is left out",
+                label,
+                server_round,
+                node,
+                QUERY_NODE,
+            )
         for node in refuse_unpinned(label, server_round, answers, pinned):
             del answers[node]
             claimants[node] = None
             rejected += 1
         if not answers:
-            raise RuntimeError(f"{label}: no node gave a usable answer to {QUERY_NODE}; "
-                               "nothing to train with")
+            raise RuntimeError(
+                f"{label}: no node gave a usable answer to {QUERY_NODE}; nothing to train with"
+            )
         owner: dict[int, int] = {}
         for node in sorted(answers):
             pid = answers[node][PARTITION_ID]
             if pid in owner:
-                log(WARNING, "%s: nodes %s and %s both claim partition %d; %s is left out while "
-                    "%s is connected", label, owner[pid], node, pid, node, owner[pid])
+                log(
+                    WARNING,
+                    "%s: nodes %s and %s both claim partition %d; %s is left out while "
+                    "%s is connected",
+                    label,
+                    owner[pid],
+                    node,
+                    pid,
+                    node,
+                    owner[pid],
+                )
                 claimants[node] = answers[node]
             else:
                 owner[pid], facts[node] = node, answers[node]
         order = sorted(facts, key=lambda n: facts[n][PARTITION_ID])
-        log(INFO, "%s: %d nodes; partitions in order: %s", label, len(order),
-            [facts[n][PARTITION_ID] for n in order])
+        log(
+            INFO,
+            "%s: %d nodes; partitions in order: %s",
+            label,
+            len(order),
+            [facts[n][PARTITION_ID] for n in order],
+        )
         return cls(order, {n: facts[n] for n in order}, claimants), rejected
 
-    def refresh(self, grid: Grid, label: str, server_round: int,
-                admission: Admission = Admission()) -> tuple[list[tuple[int, int]], int]:
+    def refresh(
+        self, grid: Grid, label: str, server_round: int, admission: Admission = Admission()
+    ) -> tuple[list[tuple[int, int]], int]:
         """Take returning SuperNodes in: the (old, new) node ids rebound, in roster order, and how
         many ``query.node`` answers were unusable or refused (``admission``, as in ``query``).
         Only node ids never seen before are asked."""
@@ -171,22 +215,45 @@ class Roster:
                 reason = f"its facts {claim} differ from those of partition {pid}'s node {old}"
             if reason is not None:
                 if node in new:
-                    log(WARNING, "%s round %d: node %s is left out: %s", label, server_round,
-                        node, reason)
+                    log(
+                        WARNING,
+                        "%s round %d: node %s is left out: %s",
+                        label,
+                        server_round,
+                        node,
+                        reason,
+                    )
                 continue
             del self.claimants[node]
             self.node_ids[self.node_ids.index(old)] = node
             self.facts = rekeyed(self.facts, old, node)
             owner[pid] = node
             rebinds.append((old, node))
-            log(INFO, "%s round %d: node %s takes the place of node %s (partition %d), which is "
-                "no longer connected; it is brought up to date", label, server_round, node, old,
-                pid)
+            log(
+                INFO,
+                "%s round %d: node %s takes the place of node %s (partition %d), which is "
+                "no longer connected; it is brought up to date",
+                label,
+                server_round,
+                node,
+                old,
+                pid,
+            )
         for node in new:
-            if (node in self.claimants and self.claimants[node] is None and node not in refused
-                    and node not in admission.left_out):
-                log(WARNING, "%s round %d: node %s gave no usable answer to %s; it is left out",
-                    label, server_round, node, QUERY_NODE)
+            if (
+                node in self.claimants
+                and self.claimants[node] is None
+                and node not in refused
+                and node not in admission.left_out
+            ):
+                log(
+                    WARNING,
+                    "%s round %d: node %s gave no usable answer to %s; it is left out",
+                    label,
+                    server_round,
+                    node,
+                    QUERY_NODE,
+                )
         position = {n: i for i, n in enumerate(self.node_ids)}
         return sorted(rebinds, key=lambda pair: position[pair[1]]), rejected
 
@@ -194,13 +261,18 @@ class Roster:
     def to_record(self) -> ConfigRecord:
         """The order, the facts and the claimants (node ids as text: they do not fit a signed
         int64)."""
-        record = ConfigRecord({"node-ids": [str(n) for n in self.node_ids],
-                               CLAIMANTS: [str(n) for n in self.claimants]})
+        record = ConfigRecord(
+            {
+                "node-ids": [str(n) for n in self.node_ids],
+                CLAIMANTS: [str(n) for n in self.claimants],
+            }
+        )
         for node, facts in self.facts.items():
             record.update({f"{node}/{key}": value for key, value in facts.items()})
         for node, facts in self.claimants.items():
-            record.update({f"{CLAIMANT_PREFIX}{node}/{key}": value
-                           for key, value in (facts or {}).items()})
+            record.update(
+                {f"{CLAIMANT_PREFIX}{node}/{key}": value for key, value in (facts or {}).items()}
+            )
         return record
 
     @classmethod
@@ -213,7 +285,7 @@ class Roster:
                 continue
             book = facts
             if key.startswith(CLAIMANT_PREFIX):
-                key, book = key[len(CLAIMANT_PREFIX):], claimants
+                key, book = key[len(CLAIMANT_PREFIX) :], claimants
             node, _, name = key.partition("/")
             if book.get(int(node)) is None:
                 book[int(node)] = {}

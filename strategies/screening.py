@@ -44,8 +44,13 @@ class Screened(Generic[T]):
         return {n: self.accepted[n] for n in node_ids if n in self.accepted}
 
 
-def screen_replies(label: str, server_round: int, replies: Iterable[Message],
-                   decode: Callable[[Message], T], members: Collection[int]) -> Screened[T]:
+def screen_replies(
+    label: str,
+    server_round: int,
+    replies: Iterable[Message],
+    decode: Callable[[Message], T],
+    members: Collection[int],
+) -> Screened[T]:
     """Decode every reply from ``members``; a reply that raises anything becomes a failure."""
     out: Screened[T] = Screened()
     for reply in replies:
@@ -53,8 +58,14 @@ def screen_replies(label: str, server_round: int, replies: Iterable[Message],
         if reply.has_error():
             out.errors.append(node)
             out.reasons[node] = one_sentence(reply.error.reason)
-            log(WARNING, "%s round %d: node %s failed: %s", label, server_round, node,
-                out.reasons[node])
+            log(
+                WARNING,
+                "%s round %d: node %s failed: %s",
+                label,
+                server_round,
+                node,
+                out.reasons[node],
+            )
             continue
         try:
             if node not in members:
@@ -66,11 +77,18 @@ def screen_replies(label: str, server_round: int, replies: Iterable[Message],
             out.dropped.append(node)
             if isinstance(err, NonFiniteError):
                 out.nonfinite.append(node)
-            reason = one_sentence(err if isinstance(err, DecodeError)
-                                  else f"{type(err).__name__}: {err}")
+            reason = one_sentence(
+                err if isinstance(err, DecodeError) else f"{type(err).__name__}: {err}"
+            )
             out.reasons.setdefault(node, reason)
-            log(WARNING, "%s round %d: dropped the reply of node %s: %s", label, server_round,
-                node, reason)
+            log(
+                WARNING,
+                "%s round %d: dropped the reply of node %s: %s",
+                label,
+                server_round,
+                node,
+                reason,
+            )
     return out
 
 
@@ -80,6 +98,7 @@ def exact_records(content: RecordDict, kinds: Mapping[str, type]) -> dict:
         raise DecodeError(f"expected records {sorted(kinds)}, got {sorted(content.keys())}")
     for name, kind in kinds.items():
         if not isinstance(content[name], kind):
-            raise DecodeError(f"record {name!r}: expected a {kind.__name__}, got "
-                              f"{type(content[name]).__name__}")
+            raise DecodeError(
+                f"record {name!r}: expected a {kind.__name__}, got {type(content[name]).__name__}"
+            )
     return {name: content[name] for name in kinds}

@@ -87,10 +87,12 @@ class SiteAgreement:
     def record(self) -> dict[str, Any]:
         """What config.json keeps: the schema, the partitions that took part, who was left out
         and why, and what looked implausible about the sites kept."""
-        return {"schema": json.loads(self.schema.to_json()),
-                "partitions": sorted(self.partitions.values()),
-                "left-out": {str(node): reason for node, reason in self.left_out.items()},
-                "warnings": list(self.warnings)}
+        return {
+            "schema": json.loads(self.schema.to_json()),
+            "partitions": sorted(self.partitions.values()),
+            "left-out": {str(node): reason for node, reason in self.left_out.items()},
+            "warnings": list(self.warnings),
+        }
 
 
 def _json_field(reply: Message, name: str) -> tuple[ConfigRecord, Any]:
@@ -104,20 +106,27 @@ def _json_field(reply: Message, name: str) -> tuple[ConfigRecord, Any]:
         raise DecodeError(f"{SITE}.{name} is not JSON: {err}") from None
 
 
-def _exchange(grid: Grid, settings: RunSettings, message_type: str,
-              contents: dict[int, RecordDict], decode: Callable[[Message], Any]
-              ) -> tuple[dict[int, Any], dict[int, str]]:
+def _exchange(
+    grid: Grid,
+    settings: RunSettings,
+    message_type: str,
+    contents: dict[int, RecordDict],
+    decode: Callable[[Message], Any],
+) -> tuple[dict[int, Any], dict[int, str]]:
     """Send each node its content; the decoded answers, and the reason of every node whose
     answer was an error, was unusable, or did not come."""
-    questions = [Message(content, node, message_type, group_id=str(ROUND))
-                 for node, content in contents.items()]
+    questions = [
+        Message(content, node, message_type, group_id=str(ROUND))
+        for node, content in contents.items()
+    ]
     replies = list(grid.send_and_receive(questions, timeout=settings.reply_timeout))
     screened = screen_replies(LABEL, ROUND, replies, decode, set(contents))
-    failed = {node: f"its {message_type} answer was an error: {screened.reasons[node]}"
-              for node in screened.errors}
+    failed = {
+        node: f"its {message_type} answer was an error: {screened.reasons[node]}"
+        for node in screened.errors
+    }
     for node in screened.dropped:
-        failed.setdefault(node, f"its {message_type} answer was refused: "
-                          f"{screened.reasons[node]}")
+        failed.setdefault(node, f"its {message_type} answer was refused: {screened.reasons[node]}")
     for node in contents:
         if node not in screened.accepted and node not in failed:
             failed[node] = f"no {message_type} answer within reply-timeout"
@@ -129,8 +138,10 @@ def _contested(answers: dict[int, tuple[int, dict]], pinned: dict[int, int]) -> 
     ``node-partitions`` is refused, and a partition is served by one node (the first by node
     id); the other claimants, with the reason."""
     claims = {n: {PARTITION_ID: answers[n][0]} for n in sorted(answers)}
-    refused = {n: f"its claim of partition {claims[n][PARTITION_ID]} contradicts node-partitions"
-               for n in refuse_unpinned(LABEL, ROUND, claims, pinned)}
+    refused = {
+        n: f"its claim of partition {claims[n][PARTITION_ID]} contradicts node-partitions"
+        for n in refuse_unpinned(LABEL, ROUND, claims, pinned)
+    }
     owner: dict[int, int] = {}
     for node, claim in claims.items():
         partition = claim[PARTITION_ID]
@@ -147,8 +158,9 @@ def _contested(answers: dict[int, tuple[int, dict]], pinned: dict[int, int]) -> 
 def _no_site(what: str, left_out: dict[int, str]) -> SiteDataError:
     """The run's end when no site is left: ``what`` happened, and every node's reason."""
     reasons = "; ".join(f"node {n}: {r}" for n, r in left_out.items())
-    return SiteDataError(f"{what}" + (f"; {reasons}" if reasons else "")
-                         + ("" if left_out else ": no node answered"))
+    return SiteDataError(
+        f"{what}" + (f"; {reasons}" if reasons else "") + ("" if left_out else ": no node answered")
+    )
 
 
 def agree_sites(grid: Grid, settings: RunSettings, kept: Schema | None = None) -> SiteAgreement:
@@ -167,8 +179,9 @@ def agree_sites(grid: Grid, settings: RunSettings, kept: Schema | None = None) -
         except SiteDataError as err:
             raise DecodeError(str(err)) from None
 
-    answers, left_out = _exchange(grid, settings, QUERY_FACTS,
-                                  {n: RecordDict() for n in nodes}, facts_of)
+    answers, left_out = _exchange(
+        grid, settings, QUERY_FACTS, {n: RecordDict() for n in nodes}, facts_of
+    )
     left_out.update(_contested(answers, settings.pinned_partitions))
     answers = {n: a for n, a in answers.items() if n not in left_out}
     order = sorted(answers, key=lambda n: (answers[n][0], n))
@@ -181,20 +194,38 @@ def agree_sites(grid: Grid, settings: RunSettings, kept: Schema | None = None) -
             raise _no_site(str(err), left_out) from None
     else:  # the kept schema, and what is implausible about the sites that fit it
         misfits = {n: reason for n in order if (reason := misfit(kept, answers[n][1]))}
-        strict, warnings = judged(spec, plausibility(
-            spec, {n: answers[n][1] for n in order if n not in misfits}))
+        strict, warnings = judged(
+            spec, plausibility(spec, {n: answers[n][1] for n in order if n not in misfits})
+        )
         agreement = Agreement(kept, {**misfits, **strict}, warnings)
     for node, reason in agreement.refused.items():
-        log(WARNING, "%s: node %s (partition %d) is refused: %s", LABEL, node, answers[node][0],
-            reason)
+        log(
+            WARNING,
+            "%s: node %s (partition %d) is refused: %s",
+            LABEL,
+            node,
+            answers[node][0],
+            reason,
+        )
     left_out.update(agreement.refused)
     schema = agreement.schema
-    contents = {n: RecordDict({SITE: ConfigRecord(
-        {SITE_REFUSED: agreement.refused[n]} if n in agreement.refused
-        else {SITE_SCHEMA: schema.to_json()})}) for n in order}
+    contents = {
+        n: RecordDict(
+            {
+                SITE: ConfigRecord(
+                    {SITE_REFUSED: agreement.refused[n]}
+                    if n in agreement.refused
+                    else {SITE_SCHEMA: schema.to_json()}
+                )
+            }
+        )
+        for n in order
+    }
     rows = {n: answers[n][1]["rows"] for n in order}
-    warnings = {n: [f"node {n} (partition {answers[n][0]}): {doubt}" for doubt in doubts]
-                for n, doubts in agreement.warnings.items()}
+    warnings = {
+        n: [f"node {n} (partition {answers[n][0]}): {doubt}" for doubt in doubts]
+        for n, doubts in agreement.warnings.items()
+    }
     for lines in warnings.values():
         for line in lines:
             log(WARNING, "%s: %s", LABEL, line)
@@ -216,9 +247,21 @@ def agree_sites(grid: Grid, settings: RunSettings, kept: Schema | None = None) -
     fitted = kept or with_moments(schema, {n: sums[n] for n in agreed})
     largest = max(rows[n] + answers[n][1].get("test-rows", 0) for n in agreed)
     task = server_task(fitted, largest, settings.server_test_path)
-    log(INFO, "%s: %d of %d nodes agree %s schema of %d feature columns (%d features after "
-        "one-hot), %s", LABEL, len(agreed), len(nodes),
-        "the resumed run's" if kept else "a", len(fitted.columns), fitted.width,
-        f"{fitted.num_classes} classes" if fitted.num_classes else "regression")
-    return SiteAgreement(fitted, task, {n: answers[n][0] for n in agreed}, left_out,
-                         [line for n in agreed for line in warnings.get(n, [])])
+    log(
+        INFO,
+        "%s: %d of %d nodes agree %s schema of %d feature columns (%d features after one-hot), %s",
+        LABEL,
+        len(agreed),
+        len(nodes),
+        "the resumed run's" if kept else "a",
+        len(fitted.columns),
+        fitted.width,
+        f"{fitted.num_classes} classes" if fitted.num_classes else "regression",
+    )
+    return SiteAgreement(
+        fitted,
+        task,
+        {n: answers[n][0] for n in agreed},
+        left_out,
+        [line for n in agreed for line in warnings.get(n, [])],
+    )

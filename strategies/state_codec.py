@@ -67,8 +67,9 @@ class FieldSpec:
     finite: bool = True
 
 
-def checks(dtype: str = "float64", shape: tuple[int | str | None, ...] | None = None,
-           finite: bool = True) -> dict[str, FieldSpec]:
+def checks(
+    dtype: str = "float64", shape: tuple[int | str | None, ...] | None = None, finite: bool = True
+) -> dict[str, FieldSpec]:
     """A field's metadata with the checks of ``FieldSpec``:
     ``x: np.ndarray = field(metadata=checks("int64", shape=(None, 3)))``."""
     if dtype not in _DTYPES:
@@ -90,7 +91,14 @@ class Wire(Protocol):
 
 # -- the plan of a dataclass: each field's kind -----------------------------------------------
 SCALAR, SEQUENCE, ARRAY, PARAMS, BY_POSITION, NESTED, WIRE = (
-    "scalar", "sequence", "array", "params", "params by position", "nested", "wire")
+    "scalar",
+    "sequence",
+    "array",
+    "params",
+    "params by position",
+    "nested",
+    "wire",
+)
 
 
 @dataclass(frozen=True)
@@ -108,8 +116,9 @@ class _Field:
 def _plan(cls: type) -> tuple[_Field, ...]:
     """The fields of dataclass ``cls``; TypeError for a type the codec does not know."""
     hints = get_type_hints(cls)
-    return tuple(_field(f.name, hints[f.name], f.metadata.get(_SPEC, FieldSpec()))
-                 for f in fields(cls))
+    return tuple(
+        _field(f.name, hints[f.name], f.metadata.get(_SPEC, FieldSpec())) for f in fields(cls)
+    )
 
 
 def _field(name: str, annotation: Any, spec: FieldSpec) -> _Field:
@@ -128,8 +137,12 @@ def _field(name: str, annotation: Any, spec: FieldSpec) -> _Field:
         return _Field(name, key, PARAMS, kind, optional, spec)
     if origin is dict and args == (int, Params):
         return _Field(name, key, BY_POSITION, kind, optional, spec)
-    if origin in (tuple, list) and args and args[0] in _SCALARS and (
-            origin is list or args[1:] == (Ellipsis,)):
+    if (
+        origin in (tuple, list)
+        and args
+        and args[0] in _SCALARS
+        and (origin is list or args[1:] == (Ellipsis,))
+    ):
         return _Field(name, key, SEQUENCE, args[0], optional, spec, as_tuple=origin is tuple)
     if all(hasattr(kind, a) for a in ("RECORDS", "to_records", "from_records")):
         return _Field(name, key, WIRE, kind, optional, spec)  # a dataclass too, maybe
@@ -173,15 +186,17 @@ def _encode(obj: Any, prefix: str, context: Mapping[str, Any], out: dict[str, Re
         elif f.kind == ARRAY:
             arrays[f.key] = np.asarray(value)
             if arrays[f.key].dtype != np.dtype(f.spec.dtype):
-                raise TypeError(f"state field {f.name}: dtype {arrays[f.key].dtype}, declared "
-                                f"{f.spec.dtype}")
+                raise TypeError(
+                    f"state field {f.name}: dtype {arrays[f.key].dtype}, declared {f.spec.dtype}"
+                )
         elif f.kind == PARAMS:
             _put(out, key, params_to_record(context[LAYOUT], value, dtype=np.float64))
         elif f.kind == BY_POSITION:
             record = ArrayRecord()
             for position, params in value.items():
-                for name, array in params_to_record(context[LAYOUT], params,
-                                                    dtype=np.float64).items():
+                for name, array in params_to_record(
+                    context[LAYOUT], params, dtype=np.float64
+                ).items():
                     record[f"{position}/{name}"] = array
             _put(out, key, record)
         elif f.kind == NESTED:
@@ -189,8 +204,10 @@ def _encode(obj: Any, prefix: str, context: Mapping[str, Any], out: dict[str, Re
         else:
             records = value.to_records()
             if set(records) != set(f.item.RECORDS):
-                raise TypeError(f"state field {f.name}: records {sorted(records)}, declared "
-                                f"{sorted(f.item.RECORDS)}")
+                raise TypeError(
+                    f"state field {f.name}: records {sorted(records)}, declared "
+                    f"{sorted(f.item.RECORDS)}"
+                )
             for suffix, record in records.items():
                 _put(out, _join(key, suffix), record)
     if _has_config(plan):
@@ -203,10 +220,15 @@ def _written(value: object, f: _Field) -> object:
     """A scalar as its field's Python type (numpy scalars converted), so that it reads back; a
     value of another kind (a bool for an int) is a TypeError when saving, not a refusal when
     resuming."""
-    kinds = {bool: (bool, np.bool_), int: (int, np.integer), str: (str,),
-             float: (float, int, np.floating, np.integer)}
-    if isinstance(value, kinds[f.item]) and (f.item is bool
-                                             or not isinstance(value, (bool, np.bool_))):
+    kinds = {
+        bool: (bool, np.bool_),
+        int: (int, np.integer),
+        str: (str,),
+        float: (float, int, np.floating, np.integer),
+    }
+    if isinstance(value, kinds[f.item]) and (
+        f.item is bool or not isinstance(value, (bool, np.bool_))
+    ):
         return f.item(value)
     raise TypeError(f"state field {f.name}: {value!r} is not a {f.item.__name__}")
 
@@ -218,8 +240,9 @@ def _put(out: dict[str, Record], key: str, record: Record) -> None:
 
 
 # -- decoding -----------------------------------------------------------------------------------
-def decode_state(cls: type[T], records: Mapping[str, object],
-                 context: Mapping[str, Any] | None = None) -> T:
+def decode_state(
+    cls: type[T], records: Mapping[str, object], context: Mapping[str, Any] | None = None
+) -> T:
     """The ``cls`` that ``encode_state`` wrote as ``records`` (all of them: another record is
     refused); ``DecodeError`` naming the field on anything malformed."""
     used: set[str] = set()
@@ -235,14 +258,20 @@ def _at(path: str) -> str:
     return f"state field {path}" if path else "state"
 
 
-def _decode(cls: type[T], prefix: str, records: Mapping[str, object],
-            context: Mapping[str, Any], used: set[str], path: str) -> T:
+def _decode(
+    cls: type[T],
+    prefix: str,
+    records: Mapping[str, object],
+    context: Mapping[str, Any],
+    used: set[str],
+    path: str,
+) -> T:
     plan = _plan(cls)
     has_arrays = any(f.kind == ARRAY for f in plan)
-    config = _take(records, _join(prefix, ""), ConfigRecord, used, path) if _has_config(plan) \
-        else {}
-    arrays = _take(records, _join(prefix, "arrays"), ArrayRecord, used, path) if has_arrays \
-        else {}
+    config = (
+        _take(records, _join(prefix, ""), ConfigRecord, used, path) if _has_config(plan) else {}
+    )
+    arrays = _take(records, _join(prefix, "arrays"), ArrayRecord, used, path) if has_arrays else {}
     wanted_config, wanted_arrays, values = set(), set(), {}
     for f in plan:
         where, key = f"{path}.{f.name}" if path else f.name, _join(prefix, f.key)
@@ -258,14 +287,15 @@ def _decode(cls: type[T], prefix: str, records: Mapping[str, object],
             wanted_arrays.add(f.key)
             if f.key not in arrays:
                 raise DecodeError(f"{_at(where)}: array {f.key!r} is missing")
-            values[f.name] = _array(array_to_numpy(arrays[f.key], _at(where)), f.spec,
-                                    context, where)
+            values[f.name] = _array(
+                array_to_numpy(arrays[f.key], _at(where)), f.spec, context, where
+            )
         elif f.kind == PARAMS:
-            values[f.name] = _params(_take(records, key, ArrayRecord, used, where), context,
-                                     where)
+            values[f.name] = _params(_take(records, key, ArrayRecord, used, where), context, where)
         elif f.kind == BY_POSITION:
-            values[f.name] = _by_position(_take(records, key, ArrayRecord, used, where),
-                                          context, where)
+            values[f.name] = _by_position(
+                _take(records, key, ArrayRecord, used, where), context, where
+            )
         elif f.kind == NESTED:
             values[f.name] = _decode(f.item, key, records, context, used, where)
         else:
@@ -277,15 +307,15 @@ def _decode(cls: type[T], prefix: str, records: Mapping[str, object],
     return cls(**values)
 
 
-def _take(records: Mapping[str, object], key: str, kind: type, used: set[str], where: str
-          ) -> Any:
+def _take(records: Mapping[str, object], key: str, kind: type, used: set[str], where: str) -> Any:
     """The record at ``key``, which must be a ``kind``."""
     if key not in records:
         raise DecodeError(f"{_at(where)}: record {key!r} is missing")
     record = records[key]
     if not isinstance(record, kind):
-        raise DecodeError(f"{_at(where)}: record {key!r} is a {type(record).__name__}, "
-                          f"expected a {kind.__name__}")
+        raise DecodeError(
+            f"{_at(where)}: record {key!r} is a {type(record).__name__}, expected a {kind.__name__}"
+        )
     used.add(key)
     return record
 
@@ -321,14 +351,16 @@ def _scalar(value: object, kind: type, finite: bool, named: str) -> object:
     return value
 
 
-def _array(value: np.ndarray, spec: FieldSpec, context: Mapping[str, Any], where: str
-           ) -> np.ndarray:
+def _array(
+    value: np.ndarray, spec: FieldSpec, context: Mapping[str, Any], where: str
+) -> np.ndarray:
     if value.dtype != np.dtype(spec.dtype):
         raise DecodeError(f"{_at(where)}: dtype {value.dtype}, expected {spec.dtype}")
     if spec.shape is not None:
         expected = [context[d] if isinstance(d, str) else d for d in spec.shape]
         if len(value.shape) != len(expected) or any(
-                e is not None and n != e for n, e in zip(value.shape, expected)):
+            e is not None and n != e for n, e in zip(value.shape, expected)
+        ):
             shown = ", ".join("any" if e is None else str(e) for e in expected)
             raise DecodeError(f"{_at(where)}: shape {value.shape}, expected ({shown})")
     if spec.finite and value.dtype.kind == "f" and not np.all(np.isfinite(value)):
@@ -343,24 +375,33 @@ def _params(record: ArrayRecord, context: Mapping[str, Any], where: str) -> Para
         raise DecodeError(f"{_at(where)}: {err}") from None
 
 
-def _by_position(record: ArrayRecord, context: Mapping[str, Any], where: str
-                 ) -> dict[int, Params]:
+def _by_position(record: ArrayRecord, context: Mapping[str, Any], where: str) -> dict[int, Params]:
     """One Params per roster position 0 .. ``POSITIONS`` - 1, keys ``<position>/<tensor>``."""
     positions = [str(p) for p in range(context[POSITIONS])]
     groups: dict[str, ArrayRecord] = {p: ArrayRecord() for p in positions}
     for key, array in record.items():
         position, _, name = key.partition("/")
         if position not in groups or not name:
-            raise DecodeError(f"{_at(where)}: key {key!r} is not <position>/<tensor> for one "
-                              f"of {len(positions)} positions")
+            raise DecodeError(
+                f"{_at(where)}: key {key!r} is not <position>/<tensor> for one "
+                f"of {len(positions)} positions"
+            )
         groups[position][name] = array
     return {int(p): _params(group, context, f"{where}[{p}]") for p, group in groups.items()}
 
 
-def _wire(cls: type[Wire], key: str, records: Mapping[str, object], context: Mapping[str, Any],
-          used: set[str], where: str) -> Wire:
-    parts = {suffix: _take(records, _join(key, suffix), kind, used, where)
-             for suffix, kind in cls.RECORDS.items()}
+def _wire(
+    cls: type[Wire],
+    key: str,
+    records: Mapping[str, object],
+    context: Mapping[str, Any],
+    used: set[str],
+    where: str,
+) -> Wire:
+    parts = {
+        suffix: _take(records, _join(key, suffix), kind, used, where)
+        for suffix, kind in cls.RECORDS.items()
+    }
     try:
         return cls.from_records(parts, context)
     except DecodeError as err:
@@ -381,8 +422,9 @@ def encode_rows(cls: type, rows: Sequence[Any]) -> dict[str, list]:
     return out
 
 
-def decode_rows(cls: type, record: Mapping[str, object], count: int, where: str
-                ) -> list[dict[str, object]]:
+def decode_rows(
+    cls: type, record: Mapping[str, object], count: int, where: str
+) -> list[dict[str, object]]:
     """The field values of ``count`` rows that ``encode_rows`` wrote; ``DecodeError`` naming the
     key on a missing, short, mistyped or unknown list."""
     plan = _row_plan(cls)
@@ -400,8 +442,11 @@ def decode_rows(cls: type, record: Mapping[str, object], count: int, where: str
         for i, (value, missing) in enumerate(zip(values, none)):
             if type(missing) is not bool:
                 raise DecodeError(f"{where}: {f.key}:none={missing!r} (row {i}) is not a bool")
-            rows[i][f.name] = None if missing else _scalar(
-                value, f.item, f.spec.finite, f"{where}: {f.key}={value!r} (row {i})")
+            rows[i][f.name] = (
+                None
+                if missing
+                else _scalar(value, f.item, f.spec.finite, f"{where}: {f.key}={value!r} (row {i})")
+            )
     return rows
 
 

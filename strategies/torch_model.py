@@ -37,7 +37,8 @@ class TorchGlobal:
         if settings.central_evaluation:
             device = resolve_device(settings.central_device, "central-device")
             self.evaluator = CentralEvaluator(
-                model_for(self.name, self.task, settings.seed).to(device), self.task)
+                model_for(self.name, self.task, settings.seed).to(device), self.task
+            )
 
     def initial_params(self) -> Params:
         """The model's initial weights as numpy arrays (float32 values)."""
@@ -76,5 +77,8 @@ class TorchModelStrategy(FederatedStrategy):
         return combine_evaluation_sums(accepted.values(), self.kind)
 
     def description(self) -> dict[str, Any]:
-        return {"kind": "torch model", "model": self.model.name,
-                "parameters": self.model.layout.size}
+        return {
+            "kind": "torch model",
+            "model": self.model.name,
+            "parameters": self.model.layout.size,
+        }

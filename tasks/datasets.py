@@ -36,8 +36,16 @@ from tasks.errors import ConfigError
 from tasks.synthetic import NUM_CLASSES, NUM_GROUPS, NUM_SAMPLES, generate_synthetic
 
 TASK_NAMES: tuple[str, ...] = (
-    "digits", "iris", "wine", "breast-cancer", "diabetes", "mnist-5k", "synthetic",
-    "lipschitz", "mnist", "cifar10",
+    "digits",
+    "iris",
+    "wine",
+    "breast-cancer",
+    "diabetes",
+    "mnist-5k",
+    "synthetic",
+    "lipschitz",
+    "mnist",
+    "cifar10",
 )
 SITE_TASK = "site"  # every node's own file (tasks.site_data); no bundled data
 REGRESSION_TASKS = ("diabetes", "lipschitz")
@@ -113,7 +121,11 @@ def load_task(
     if image_scaling not in IMAGE_SCALINGS:
         raise ConfigError.choice("image-scaling", image_scaling, IMAGE_SCALINGS)
     task = _load_cached(
-        name, int(seed), float(test_fraction), float(synthetic_alpha), float(synthetic_beta),
+        name,
+        int(seed),
+        float(test_fraction),
+        float(synthetic_alpha),
+        float(synthetic_beta),
         int(synthetic_samples),
     )
     if image_scaling == "centred" and name in IMAGE_TASKS:
@@ -127,8 +139,16 @@ def _centred(task: TaskData) -> TaskData:
     x_train, x_test = ((x - np.float32(0.5)) / np.float32(0.5) for x in (task.x_train, task.x_test))
     for array in (x_train, x_test):
         array.setflags(write=False)
-    return TaskData(task.name, task.kind, x_train, task.y_train, x_test, task.y_test,
-                    task.num_classes, task.default_model)
+    return TaskData(
+        task.name,
+        task.kind,
+        x_train,
+        task.y_train,
+        x_test,
+        task.y_test,
+        task.num_classes,
+        task.default_model,
+    )
 
 
 @functools.lru_cache(maxsize=16)
@@ -159,8 +179,9 @@ def _load_cached(
     ]
     for array in arrays:
         array.setflags(write=False)
-    return TaskData(name, kind, *arrays, num_classes, DEFAULT_MODELS.get(name, "mlp"),
-                    target_scale=scale)
+    return TaskData(
+        name, kind, *arrays, num_classes, DEFAULT_MODELS.get(name, "mlp"), target_scale=scale
+    )
 
 
 def _load_offline(

@@ -43,13 +43,18 @@ def resolve_device(value: object, key: str = NODE_KEY) -> torch.device:
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         index = device.index or 0
         if index >= count:
-            raise ConfigError(f"{key}={value!r}: this machine has {count} CUDA device(s) "
-                              "visible to torch (use 'auto' or 'cpu')")
+            raise ConfigError(
+                f"{key}={value!r}: this machine has {count} CUDA device(s) "
+                "visible to torch (use 'auto' or 'cpu')"
+            )
     return device
 
 
-def on_device(array: np.ndarray, device: torch.device,
-              make: Callable[[np.ndarray], torch.Tensor] = torch.as_tensor) -> torch.Tensor:
+def on_device(
+    array: np.ndarray,
+    device: torch.device,
+    make: Callable[[np.ndarray], torch.Tensor] = torch.as_tensor,
+) -> torch.Tensor:
     """``make(array)`` (a CPU tensor; default: sharing the array's memory) on ``device``. On an
     accelerator the copy is made once per array, device and ``make`` and cached while the array
     lives; on the CPU nothing is cached (``make`` is as cheap as it was before devices)."""

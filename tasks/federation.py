@@ -46,8 +46,10 @@ class LocalData:
 def task_for(spec: DataSpec) -> TaskData:
     """The run's bundled task, loaded (and cached) once per process."""
     if spec.task == SITE_TASK:
-        raise ConfigError("task='site' has no bundled data: its schema is agreed with the nodes "
-                          "when the run starts (tasks.site_schema)")
+        raise ConfigError(
+            "task='site' has no bundled data: its schema is agreed with the nodes "
+            "when the run starts (tasks.site_schema)"
+        )
     return load_task(
         spec.task,
         seed=spec.seed,
@@ -87,8 +89,9 @@ def check_partitioning(spec: DataSpec, num_partitions: int) -> None:
     _train_partitions(spec, num_partitions)
 
 
-def local_split(part: np.ndarray, fraction: float, partition_id: int, seed: int
-                 ) -> tuple[np.ndarray, np.ndarray]:
+def local_split(
+    part: np.ndarray, fraction: float, partition_id: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
     """(train, test) indices of a partition with ``fraction`` of it held out for testing (the
     FedFW authors' per-user split: a shuffled 75/25 split of each user's data)."""
     order = np.random.default_rng([seed, 104729, partition_id]).permutation(part)

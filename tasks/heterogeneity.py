@@ -91,8 +91,13 @@ def heterogeneity_report(
     """
     data = load_task(task, seed=seed)
     parts = partition(
-        partitioning, num_partitions, data.y_train, data.x_train, seed,
-        num_classes=data.num_classes or None, **params,
+        partitioning,
+        num_partitions,
+        data.y_train,
+        data.x_train,
+        seed,
+        num_classes=data.num_classes or None,
+        **params,
     )
     pooled = data.x_train
     labels = as_class_labels(data.y_train)
@@ -145,8 +150,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-points", type=int, default=MAX_POINTS)
     args = parser.parse_args(argv)
     report = heterogeneity_report(
-        args.task, args.partitioning, args.num_partitions, args.seed, args.max_points,
-        s=args.s, alpha=args.alpha, labels_per_client=args.labels_per_client,
+        args.task,
+        args.partitioning,
+        args.num_partitions,
+        args.seed,
+        args.max_points,
+        s=args.s,
+        alpha=args.alpha,
+        labels_per_client=args.labels_per_client,
     )
     print(_format(report))
 

@@ -64,8 +64,9 @@ def _numel(shape: tuple[int, ...]) -> int:
     return size
 
 
-def _fully_connected(inputs: int, widths: tuple[int, ...], outputs: int,
-                     activation: nn.Module) -> nn.Sequential:
+def _fully_connected(
+    inputs: int, widths: tuple[int, ...], outputs: int, activation: nn.Module
+) -> nn.Sequential:
     """Flatten, then Linear layers of the given hidden widths with ``activation`` in between."""
     layers: list[tuple[str, nn.Module]] = [("flatten", nn.Flatten())]
     for i, width in enumerate(widths, start=1):
@@ -84,19 +85,25 @@ def _cnn(input_shape: tuple[int, ...], outputs: int) -> nn.Sequential:
             height, width = (height - CNN_KERNEL + 1) // 2, (width - CNN_KERNEL + 1) // 2
     if min(height, width) < 1:
         raise ConfigError.bound(
-            "model", "cnn", f"used with images (channels, height, width) of at least 16x16, "
+            "model",
+            "cnn",
+            f"used with images (channels, height, width) of at least 16x16, "
             f"not inputs of shape {input_shape}",
         )
     first, second = CNN_CHANNELS
-    return nn.Sequential(OrderedDict([
-        ("conv1", nn.Conv2d(channels, first, CNN_KERNEL)),
-        ("pool1", nn.MaxPool2d(2)),
-        ("relu1", nn.ReLU()),
-        ("conv2", nn.Conv2d(first, second, CNN_KERNEL)),
-        ("pool2", nn.MaxPool2d(2)),
-        ("relu2", nn.ReLU()),
-        ("flatten", nn.Flatten()),
-        ("fc1", nn.Linear(second * height * width, CNN_HIDDEN)),
-        ("relu3", nn.ReLU()),
-        ("fc2", nn.Linear(CNN_HIDDEN, outputs)),
-    ]))
+    return nn.Sequential(
+        OrderedDict(
+            [
+                ("conv1", nn.Conv2d(channels, first, CNN_KERNEL)),
+                ("pool1", nn.MaxPool2d(2)),
+                ("relu1", nn.ReLU()),
+                ("conv2", nn.Conv2d(first, second, CNN_KERNEL)),
+                ("pool2", nn.MaxPool2d(2)),
+                ("relu2", nn.ReLU()),
+                ("flatten", nn.Flatten()),
+                ("fc1", nn.Linear(second * height * width, CNN_HIDDEN)),
+                ("relu3", nn.ReLU()),
+                ("fc2", nn.Linear(CNN_HIDDEN, outputs)),
+            ]
+        )
+    )

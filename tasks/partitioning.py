@@ -25,8 +25,15 @@ from sklearn.cluster import KMeans
 from tasks.datasets import as_class_labels
 from tasks.errors import ConfigError
 
-PARTITIONING_NAMES = ("iid", "label-sort", "labels-per-client", "shifted-labels", "dirichlet",
-                      "kmeans", "by-class")
+PARTITIONING_NAMES = (
+    "iid",
+    "label-sort",
+    "labels-per-client",
+    "shifted-labels",
+    "dirichlet",
+    "kmeans",
+    "by-class",
+)
 SHIFTED_LABELS_SIGMA = 1.0  # log-normal spread of the shares of a class among its holders
 
 
@@ -118,9 +125,13 @@ def _labels_per_client(
     evenly among the clients holding it; classes no client holds are left out.
     """
     return _deal_classes(
-        labels, num_partitions, per_client, rng,
+        labels,
+        num_partitions,
+        per_client,
+        rng,
         holds=lambda p, k, n: any((p * per_client + i) % n == k for i in range(per_client)),
-        shares=lambda members, holders, _: np.array_split(members, holders))
+        shares=lambda members, holders, _: np.array_split(members, holders),
+    )
 
 
 def _shifted_labels(
@@ -135,17 +146,23 @@ def _shifted_labels(
     every sample of a held class is used, so the split fits a small dataset such as mnist-5k.
     """
     return _deal_classes(
-        labels, num_partitions, per_client, rng,
+        labels,
+        num_partitions,
+        per_client,
+        rng,
         holds=lambda u, k, n: any((u + j) % n == k for j in range(per_client)),
-        shares=_log_normal_shares)
+        shares=_log_normal_shares,
+    )
 
 
-def _log_normal_shares(members: np.ndarray, holders: int, rng: np.random.Generator
-                       ) -> list[np.ndarray]:
+def _log_normal_shares(
+    members: np.ndarray, holders: int, rng: np.random.Generator
+) -> list[np.ndarray]:
     """``members`` in ``holders`` chunks of log-normal relative sizes, each at least one."""
     if len(members) < holders:
-        raise ConfigError.bound("num-partitions", holders,
-                                "small enough that each holder of a class gets a sample")
+        raise ConfigError.bound(
+            "num-partitions", holders, "small enough that each holder of a class gets a sample"
+        )
     weights = rng.lognormal(0.0, SHIFTED_LABELS_SIGMA, size=holders)
     extra = np.floor(weights / weights.sum() * (len(members) - holders)).astype(int)
     extra[: len(members) - holders - extra.sum()] += 1  # the rounding remainder
@@ -153,7 +170,10 @@ def _log_normal_shares(members: np.ndarray, holders: int, rng: np.random.Generat
 
 
 def _deal_classes(
-    labels: np.ndarray, num_partitions: int, per_client: int, rng: np.random.Generator,
+    labels: np.ndarray,
+    num_partitions: int,
+    per_client: int,
+    rng: np.random.Generator,
     holds: Callable[[int, int, int], bool],
     shares: Callable[[np.ndarray, int, np.random.Generator], list[np.ndarray]],
 ) -> list[np.ndarray]:
@@ -225,9 +245,7 @@ def _kmeans(
     return [np.flatnonzero(assignment == p) for p in range(num_partitions)]
 
 
-def _by_class(
-    labels: np.ndarray, num_partitions: int, num_classes: int | None
-) -> list[np.ndarray]:
+def _by_class(labels: np.ndarray, num_partitions: int, num_classes: int | None) -> list[np.ndarray]:
     """FedFun paper: one client per class (client p holds class p of the sorted classes)."""
     classes = np.unique(labels) if num_classes is None else np.arange(num_classes)
     if num_partitions != len(classes):

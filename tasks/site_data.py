@@ -37,11 +37,14 @@ def local_path(text: str) -> Path:
 
 def site_file(node_config: Mapping[str, Any], template: str, partition_id: int) -> Path:
     """The node's ``dataset-path``, or the run config's template for its partition."""
-    path = str(node_config.get(PATH_KEY, "") or template.replace(PARTITION_TEMPLATE,
-                                                                   str(partition_id)))
+    path = str(
+        node_config.get(PATH_KEY, "") or template.replace(PARTITION_TEMPLATE, str(partition_id))
+    )
     if not path:
-        raise SiteDataError("this node has no data file: give the SuperNode --node-config "
-                            "\"dataset-path='<file>'\" or the run config a dataset-path template")
+        raise SiteDataError(
+            "this node has no data file: give the SuperNode --node-config "
+            "\"dataset-path='<file>'\" or the run config a dataset-path template"
+        )
     return local_path(path)
 
 
@@ -64,28 +67,54 @@ def read_test(node_config: Mapping[str, Any]) -> SiteTable | None:
     return read_site_file(local_path(str(path)), max_bytes(node_config)) if path else None
 
 
-def training_rows(table: SiteTable, node_config: Mapping[str, Any], share: float,
-                  partition_id: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def training_rows(
+    table: SiteTable, node_config: Mapping[str, Any], share: float, partition_id: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
     """(train, test) row indices of the node's file: all rows and none when the node has a test
     file, else a seeded hold-out of ``share`` of them (the ``partitioning.local-test`` rule)."""
     rows = np.arange(table.rows)
     if node_config.get(TEST_PATH_KEY):
         return rows, rows[:0]
     if table.rows < 2:
-        raise SiteDataError(f"{table.path}: {table.rows} row; a site needs at least 2 (one to "
-                            f"train on, one to test) unless its node config has {TEST_PATH_KEY}")
+        raise SiteDataError(
+            f"{table.path}: {table.rows} row; a site needs at least 2 (one to "
+            f"train on, one to test) unless its node config has {TEST_PATH_KEY}"
+        )
     return local_split(rows, share, partition_id, seed)
 
 
-def site_task(schema: Schema, x_train: np.ndarray, y_train: np.ndarray, x_test: np.ndarray,
-              y_test: np.ndarray, max_examples: int = 0) -> TaskData:
+def site_task(
+    schema: Schema,
+    x_train: np.ndarray,
+    y_train: np.ndarray,
+    x_test: np.ndarray,
+    y_test: np.ndarray,
+    max_examples: int = 0,
+) -> TaskData:
     """A task over the agreed feature space."""
-    return TaskData("site", schema.kind, x_train, y_train, x_test, y_test, schema.num_classes,
-                    SITE_MODEL, max_examples, schema.target[1])
+    return TaskData(
+        "site",
+        schema.kind,
+        x_train,
+        y_train,
+        x_test,
+        y_test,
+        schema.num_classes,
+        SITE_MODEL,
+        max_examples,
+        schema.target[1],
+    )
 
 
-def node_data(schema: Schema, node_config: Mapping[str, Any], template: str, share: float,
-              partition_id: int, num_partitions: int, seed: int) -> LocalData:
+def node_data(
+    schema: Schema,
+    node_config: Mapping[str, Any],
+    template: str,
+    share: float,
+    partition_id: int,
+    num_partitions: int,
+    seed: int,
+) -> LocalData:
     """The node's training rows and test rows under ``schema`` (fitted); ``SiteDataError``
     names the file and the problem (a missing column, a label or category outside the agreed
     sets, text in a numeric column)."""
@@ -98,8 +127,7 @@ def node_data(schema: Schema, node_config: Mapping[str, Any], template: str, sha
     else:
         x_test, y_test = x[test], y[test]
     task = site_task(schema, x[train], y[train], x_test, y_test)
-    return LocalData(task, partition_id, num_partitions, task.x_train, task.y_train, x_test,
-                     y_test)
+    return LocalData(task, partition_id, num_partitions, task.x_train, task.y_train, x_test, y_test)
 
 
 def server_task(schema: Schema, total_rows: int, test_path: str) -> TaskData:
@@ -111,5 +139,11 @@ def server_task(schema: Schema, total_rows: int, test_path: str) -> TaskData:
     y_test = np.zeros(0, np.int64 if schema.num_classes else np.float32)
     if test_path:
         x_test, y_test = transform(read_site_file(local_path(test_path)), schema)
-    return site_task(schema, np.zeros((0, width), np.float32), y_test[:0], x_test, y_test,
-                     max_examples=total_rows)
+    return site_task(
+        schema,
+        np.zeros((0, width), np.float32),
+        y_test[:0],
+        x_test,
+        y_test,
+        max_examples=total_rows,
+    )

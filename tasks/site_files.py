@@ -89,11 +89,15 @@ def _read(file: Path, size: int, max_bytes: int, images: list[ImageFile]) -> Sit
     """The table of ``file``, or of the image folder whose ``images`` these are."""
     suffix = file.suffix.lower()
     if not images and suffix not in SUFFIXES:
-        raise SiteDataError(f"{file}: unknown format {suffix or '(no suffix)'!r}; expected "
-                            f"{', '.join(SUFFIXES)} or an image folder")
+        raise SiteDataError(
+            f"{file}: unknown format {suffix or '(no suffix)'!r}; expected "
+            f"{', '.join(SUFFIXES)} or an image folder"
+        )
     if size > max_bytes:
-        raise SiteDataError(f"{file}: {size} bytes, more than the limit of {max_bytes} (node "
-                            "config dataset-max-bytes)")
+        raise SiteDataError(
+            f"{file}: {size} bytes, more than the limit of {max_bytes} (node "
+            "config dataset-max-bytes)"
+        )
     if size == 0:
         raise SiteDataError(f"{file}: empty file")
     if images:
@@ -103,8 +107,9 @@ def _read(file: Path, size: int, max_bytes: int, images: list[ImageFile]) -> Sit
     except SiteDataError:
         raise
     except Exception as err:  # noqa: BLE001 - any fault of a file from a site's disk
-        raise SiteDataError(f"{file}: unreadable {suffix[1:].upper()} "
-                            f"({type(err).__name__}: {_first_line(err)})") from None
+        raise SiteDataError(
+            f"{file}: unreadable {suffix[1:].upper()} ({type(err).__name__}: {_first_line(err)})"
+        ) from None
     return SiteTable(file, _checked(frame, file))
 
 
@@ -114,8 +119,10 @@ def _read_npz(file: Path) -> pd.DataFrame:
             raise SiteDataError(f"{file}: expected arrays x and y, found {sorted(arrays.files)}")
         x, y = arrays["x"], arrays["y"]
     if x.ndim < 2 or y.ndim != 1 or len(x) != len(y):
-        raise SiteDataError(f"{file}: expected x of shape (rows, features...) and y of shape "
-                            f"(rows,), got {x.shape} and {y.shape}")
+        raise SiteDataError(
+            f"{file}: expected x of shape (rows, features...) and y of shape "
+            f"(rows,), got {x.shape} and {y.shape}"
+        )
     if x.dtype.kind not in "biuf":
         raise SiteDataError(f"{file}: x must be numeric, got {x.dtype}")
     flat = x.reshape(len(x), -1).astype(np.float64)
@@ -177,8 +184,9 @@ def numeric_column(table: SiteTable, name: str) -> np.ndarray:
     bad = np.isnan(values) & column.notna().to_numpy()
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
-        raise SiteDataError(f"{table.path}: column {name!r} must be numeric; row {row} holds "
-                            f"{column.iloc[row]!r}")
+        raise SiteDataError(
+            f"{table.path}: column {name!r} must be numeric; row {row} holds {column.iloc[row]!r}"
+        )
     if np.isinf(values).any():
         raise SiteDataError(f"{table.path}: column {name!r} holds an infinite value")
     return values

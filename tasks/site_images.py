@@ -57,20 +57,26 @@ def image_files(folder: Path) -> list[ImageFile]:
     order; ``SiteDataError`` for anything else in it or a folder without images."""
     classes = _visible(folder)
     if not any(entry.is_dir() for entry in classes):
-        raise SiteDataError(f"{folder}: a folder with no class sub-folders; expected an image "
-                            "folder (one sub-folder per class) or a data file")
+        raise SiteDataError(
+            f"{folder}: a folder with no class sub-folders; expected an image "
+            "folder (one sub-folder per class) or a data file"
+        )
     images = []
     for entry in classes:
         if not entry.is_dir():
-            raise SiteDataError(f"{entry.path}: not a class folder; an image folder holds only "
-                                "one sub-folder per class")
+            raise SiteDataError(
+                f"{entry.path}: not a class folder; an image folder holds only "
+                "one sub-folder per class"
+            )
         for item in _visible(Path(entry.path)):
             if not item.is_file() or Path(item.name).suffix.lower() not in IMAGE_SUFFIXES:
-                raise SiteDataError(f"{item.path}: not an image file (expected "
-                                    f"{', '.join(IMAGE_SUFFIXES)})")
+                raise SiteDataError(
+                    f"{item.path}: not an image file (expected {', '.join(IMAGE_SUFFIXES)})"
+                )
             status = item.stat()
-            images.append(ImageFile(entry.name, Path(item.path), status.st_size,
-                                    status.st_mtime_ns))
+            images.append(
+                ImageFile(entry.name, Path(item.path), status.st_size, status.st_mtime_ns)
+            )
     if not images:
         raise SiteDataError(f"{folder}: no images in its class folders")
     return images
@@ -80,8 +86,7 @@ def folder_version(folder: Path, images: list[ImageFile]) -> tuple[int, int, int
     """What changes when the folder's content does: bytes, images and the latest modification
     time of an image or a class folder (a rename or removal changes its folder's)."""
     folders = {image.path.parent for image in images} | {folder}
-    latest = max([image.mtime_ns for image in images]
-                 + [f.stat().st_mtime_ns for f in folders])
+    latest = max([image.mtime_ns for image in images] + [f.stat().st_mtime_ns for f in folders])
     return sum(image.size for image in images), len(images), latest
 
 
@@ -95,20 +100,24 @@ def read_image_folder(images: list[ImageFile]) -> pd.DataFrame:
                 mode = first[1] if first else ("L" if picture.mode in GREY_MODES else "RGB")
                 values = picture.width * picture.height * (1 if mode == "L" else 3)
                 if values > MAX_VALUES:
-                    raise SiteDataError(f"{image.path}: {picture.width}x{picture.height} "
-                                        f"{mode}, more than {MAX_VALUES} values an image")
+                    raise SiteDataError(
+                        f"{image.path}: {picture.width}x{picture.height} "
+                        f"{mode}, more than {MAX_VALUES} values an image"
+                    )
                 if first is None:
                     first = (picture.size, mode, image.path)
                 elif picture.size != first[0]:
                     raise SiteDataError(
                         f"{image.path}: {picture.width}x{picture.height}, but {first[2]} is "
-                        f"{first[0][0]}x{first[0][1]}; a site's images must share one size")
+                        f"{first[0][0]}x{first[0][1]}; a site's images must share one size"
+                    )
                 pixels.append(np.asarray(picture.convert(mode), dtype=np.float64).ravel())
         except SiteDataError:
             raise
         except (UnidentifiedImageError, Image.DecompressionBombError, OSError, ValueError) as err:
-            raise SiteDataError(f"{image.path}: unreadable image ({type(err).__name__}: "
-                                f"{str(err).strip()[:200]})") from None
+            raise SiteDataError(
+                f"{image.path}: unreadable image ({type(err).__name__}: {str(err).strip()[:200]})"
+            ) from None
     x = np.stack(pixels)
     frame = pd.DataFrame(x, columns=[f"x{i}" for i in range(x.shape[1])])
     frame["y"] = [image.label for image in images]

@@ -91,29 +91,41 @@ def site_facts(table: SiteTable, spec: SiteSpec) -> dict[str, Any]:
     wanted = [spec.label, *spec.features] if spec.features else list(frame.columns)
     for name in [spec.label, *spec.features, *spec.categorical]:
         if name not in frame.columns:
-            raise SiteDataError(f"{table.path}: no column {name!r}; columns are "
-                                f"{list(frame.columns)}")
-    facts: dict[str, Any] = {"rows": table.rows, "columns": {}, "ranges": {}, "scales": {},
-                             "missing": {}, "categories": {}}
+            raise SiteDataError(
+                f"{table.path}: no column {name!r}; columns are {list(frame.columns)}"
+            )
+    facts: dict[str, Any] = {
+        "rows": table.rows,
+        "columns": {},
+        "ranges": {},
+        "scales": {},
+        "missing": {},
+        "categories": {},
+    }
     for name in wanted:
         column = frame[name]
         facts["missing"][name] = int(column.isna().sum())
         if spec.kind_of(name, column) == CATEGORICAL:
             values = sorted({text(v) for v in column.dropna()})
             if len(values) > MAX_FACT_CATEGORIES:
-                raise SiteDataError(f"{table.path}: column {name!r} has {len(values)} distinct "
-                                    f"values, more than {MAX_FACT_CATEGORIES}")
+                raise SiteDataError(
+                    f"{table.path}: column {name!r} has {len(values)} distinct "
+                    f"values, more than {MAX_FACT_CATEGORIES}"
+                )
             facts["columns"][name], facts["categories"][name] = CATEGORICAL, values
             continue
         values = numeric_column(table, name)
         present = values[~np.isnan(values)]
         facts["columns"][name] = NUMERIC
-        facts["ranges"][name] = [float(present.min()), float(present.max())] if present.size \
-            else None
+        facts["ranges"][name] = (
+            [float(present.min()), float(present.max())] if present.size else None
+        )
         facts["scales"][name] = float(np.median(np.abs(present))) if present.size else None
     if facts["missing"][spec.label]:
-        raise SiteDataError(f"{table.path}: the label column {spec.label!r} is missing in "
-                            f"{facts['missing'][spec.label]} row(s)")
+        raise SiteDataError(
+            f"{table.path}: the label column {spec.label!r} is missing in "
+            f"{facts['missing'][spec.label]} row(s)"
+        )
     if spec.kind == CLASSIFICATION and spec.label_counts:
         counts = frame[spec.label].map(text).value_counts()
         facts["label-counts"] = {str(k): int(v) for k, v in sorted(counts.items())}
@@ -158,11 +170,23 @@ class Schema:
         return len(self.classes) if self.kind == CLASSIFICATION else 0
 
     def to_json(self) -> str:
-        body = {"kind": self.kind, "label": self.label, "classes": list(self.classes),
-                "target": list(self.target), "fitted": self.fitted,
-                "columns": [{"name": c.name, "categories": None if c.categories is None
-                             else list(c.categories), "mean": c.mean, "std": c.std,
-                             "mode": c.mode} for c in self.columns]}
+        body = {
+            "kind": self.kind,
+            "label": self.label,
+            "classes": list(self.classes),
+            "target": list(self.target),
+            "fitted": self.fitted,
+            "columns": [
+                {
+                    "name": c.name,
+                    "categories": None if c.categories is None else list(c.categories),
+                    "mean": c.mean,
+                    "std": c.std,
+                    "mode": c.mode,
+                }
+                for c in self.columns
+            ],
+        }
         return json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
     @classmethod
@@ -182,32 +206,69 @@ def _schema_of(body: Any) -> Schema:
         if not ok:
             raise SiteDataError(f"the agreed schema is malformed: {what}")
 
-    need(isinstance(body, dict) and set(body) == {"kind", "label", "classes", "target",
-                                                   "fitted", "columns"}, "its keys")
+    need(
+        isinstance(body, dict)
+        and set(body) == {"kind", "label", "classes", "target", "fitted", "columns"},
+        "its keys",
+    )
     need(body["kind"] in KINDS and isinstance(body["label"], str), "kind or label")
     need(isinstance(body["fitted"], bool), "fitted")
     classes, target, columns = body["classes"], body["target"], body["columns"]
-    need(isinstance(classes, list) and all(isinstance(c, str) for c in classes)
-         and len(set(classes)) == len(classes) and len(classes) <= MAX_FACT_CATEGORIES, "classes")
-    need(isinstance(target, list) and len(target) == 2 and _finite(target)
-         and target[1] > 0, "target")
+    need(
+        isinstance(classes, list)
+        and all(isinstance(c, str) for c in classes)
+        and len(set(classes)) == len(classes)
+        and len(classes) <= MAX_FACT_CATEGORIES,
+        "classes",
+    )
+    need(
+        isinstance(target, list) and len(target) == 2 and _finite(target) and target[1] > 0,
+        "target",
+    )
     need(isinstance(columns, list) and 0 < len(columns) <= MAX_COLUMNS, "columns")
     parsed = []
     for item in columns:
-        need(isinstance(item, dict) and set(item) == {"name", "categories", "mean", "std",
-                                                      "mode"}, "a column's keys")
+        need(
+            isinstance(item, dict) and set(item) == {"name", "categories", "mean", "std", "mode"},
+            "a column's keys",
+        )
         cats = item["categories"]
-        need(cats is None or (isinstance(cats, list) and all(isinstance(c, str) for c in cats)
-                              and len(set(cats)) == len(cats)
-                              and len(cats) <= MAX_FACT_CATEGORIES), "a column's categories")
-        need(isinstance(item["name"], str) and isinstance(item["mode"], str)
-             and _finite([item["mean"], item["std"]]) and item["std"] > 0, "a column's fields")
-        parsed.append(Column(item["name"], None if cats is None else tuple(cats),
-                             float(item["mean"]), float(item["std"]), item["mode"]))
+        need(
+            cats is None
+            or (
+                isinstance(cats, list)
+                and all(isinstance(c, str) for c in cats)
+                and len(set(cats)) == len(cats)
+                and len(cats) <= MAX_FACT_CATEGORIES
+            ),
+            "a column's categories",
+        )
+        need(
+            isinstance(item["name"], str)
+            and isinstance(item["mode"], str)
+            and _finite([item["mean"], item["std"]])
+            and item["std"] > 0,
+            "a column's fields",
+        )
+        parsed.append(
+            Column(
+                item["name"],
+                None if cats is None else tuple(cats),
+                float(item["mean"]),
+                float(item["std"]),
+                item["mode"],
+            )
+        )
     names = [c.name for c in parsed]
     need(len(set(names)) == len(names) and body["label"] not in names, "column names")
-    return Schema(body["kind"], body["label"], tuple(parsed), tuple(classes),
-                  (float(target[0]), float(target[1])), body["fitted"])
+    return Schema(
+        body["kind"],
+        body["label"],
+        tuple(parsed),
+        tuple(classes),
+        (float(target[0]), float(target[1])),
+        body["fitted"],
+    )
 
 
 def _scale_fits(scale: Any, bounds: list | None) -> bool:
@@ -220,8 +281,9 @@ def _scale_fits(scale: Any, bounds: list | None) -> bool:
 
 
 def _finite(values: list) -> bool:
-    return all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-               for v in values)
+    return all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values
+    )
 
 
 def check_facts(payload: Any, spec: SiteSpec) -> dict[str, Any]:
@@ -230,41 +292,81 @@ def check_facts(payload: Any, spec: SiteSpec) -> dict[str, Any]:
     row count (at most ``MAX_ROWS``), ranges finite, at most ``MAX_COLUMNS`` columns and
     ``MAX_FACT_CATEGORIES``
     values a column; ``SiteDataError`` names the fault."""
+
     def need(ok: bool, what: str) -> None:
         if not ok:
             raise SiteDataError(f"facts: {what}")
 
     keys = {"rows", "columns", "ranges", "scales", "missing", "categories"}
-    need(isinstance(payload, dict) and set(payload) - {"label-counts", "test-rows"} == keys,
-         "unexpected keys")
+    need(
+        isinstance(payload, dict) and set(payload) - {"label-counts", "test-rows"} == keys,
+        "unexpected keys",
+    )
     rows, columns = payload["rows"], payload["columns"]
     need(type(rows) is int and 0 < rows <= MAX_ROWS, f"rows={rows!r} not in [1, {MAX_ROWS}]")
-    need(isinstance(columns, dict) and 0 < len(columns) <= MAX_COLUMNS
-         and all(isinstance(n, str) and k in (NUMERIC, CATEGORICAL) for n, k in columns.items()),
-         "columns must map names to 'numeric' or 'categorical'")
+    need(
+        isinstance(columns, dict)
+        and 0 < len(columns) <= MAX_COLUMNS
+        and all(isinstance(n, str) and k in (NUMERIC, CATEGORICAL) for n, k in columns.items()),
+        "columns must map names to 'numeric' or 'categorical'",
+    )
     need(spec.label in columns, f"no label column {spec.label!r}")
     numeric = {n for n, k in columns.items() if k == NUMERIC}
     missing, ranges, categories = payload["missing"], payload["ranges"], payload["categories"]
-    need(isinstance(missing, dict) and set(missing) == set(columns)
-         and all(type(v) is int and 0 <= v <= rows for v in missing.values()), "missing counts")
-    need(isinstance(ranges, dict) and set(ranges) == numeric
-         and all(r is None or (isinstance(r, list) and len(r) == 2 and _finite(r)
-                               and -MAX_VALUE <= r[0] <= r[1] <= MAX_VALUE)
-                 for r in ranges.values()), f"ranges (finite, low <= high, within ±{MAX_VALUE:g})")
+    need(
+        isinstance(missing, dict)
+        and set(missing) == set(columns)
+        and all(type(v) is int and 0 <= v <= rows for v in missing.values()),
+        "missing counts",
+    )
+    need(
+        isinstance(ranges, dict)
+        and set(ranges) == numeric
+        and all(
+            r is None
+            or (
+                isinstance(r, list)
+                and len(r) == 2
+                and _finite(r)
+                and -MAX_VALUE <= r[0] <= r[1] <= MAX_VALUE
+            )
+            for r in ranges.values()
+        ),
+        f"ranges (finite, low <= high, within ±{MAX_VALUE:g})",
+    )
     scales = payload["scales"]
-    need(isinstance(scales, dict) and set(scales) == numeric
-         and all(_scale_fits(scales[n], ranges[n]) for n in numeric),
-         "scales (each column's median |value|, inside its range's magnitudes)")
-    need(isinstance(categories, dict) and set(categories) == set(columns) - numeric
-         and all(isinstance(v, list) and len(v) <= MAX_FACT_CATEGORIES
-                 and all(isinstance(c, str) for c in v) and len(set(v)) == len(v)
-                 for v in categories.values()), "categories")
+    need(
+        isinstance(scales, dict)
+        and set(scales) == numeric
+        and all(_scale_fits(scales[n], ranges[n]) for n in numeric),
+        "scales (each column's median |value|, inside its range's magnitudes)",
+    )
+    need(
+        isinstance(categories, dict)
+        and set(categories) == set(columns) - numeric
+        and all(
+            isinstance(v, list)
+            and len(v) <= MAX_FACT_CATEGORIES
+            and all(isinstance(c, str) for c in v)
+            and len(set(v)) == len(v)
+            for v in categories.values()
+        ),
+        "categories",
+    )
     test_rows = payload.get("test-rows", 1)
     need(type(test_rows) is int and 0 < test_rows <= MAX_ROWS, "test-rows")
     counts = payload.get("label-counts")
-    need(counts is None or (isinstance(counts, dict) and len(counts) <= MAX_FACT_CATEGORIES
-                            and all(isinstance(k, str) and type(v) is int and 0 < v <= rows
-                                    for k, v in counts.items())), "label counts")
+    need(
+        counts is None
+        or (
+            isinstance(counts, dict)
+            and len(counts) <= MAX_FACT_CATEGORIES
+            and all(
+                isinstance(k, str) and type(v) is int and 0 < v <= rows for k, v in counts.items()
+            )
+        ),
+        "label counts",
+    )
     return payload
 
 
@@ -290,8 +392,10 @@ def _class_order(values: set[str]) -> tuple[str, ...]:
 
 def _natural(name: str) -> list[str | int]:
     """Names in natural order: ``x2`` before ``x10`` (an image's pixels stay in order)."""
-    return [int(part) if odd else part
-            for odd, part in ((i % 2, p) for i, p in enumerate(re.split(r"(\d+)", name)))]
+    return [
+        int(part) if odd else part
+        for odd, part in ((i % 2, p) for i, p in enumerate(re.split(r"(\d+)", name)))
+    ]
 
 
 def agree(spec: SiteSpec, facts: Mapping[int, Mapping[str, Any]]) -> Agreement:
@@ -308,8 +412,10 @@ def agree(spec: SiteSpec, facts: Mapping[int, Mapping[str, Any]]) -> Agreement:
     while True:
         kept = {n: f for n, f in facts.items() if n not in refused}
         if not kept:
-            raise SiteDataError("no site's data fits a common schema: "
-                                + "; ".join(f"node {n}: {r}" for n, r in refused.items()))
+            raise SiteDataError(
+                "no site's data fits a common schema: "
+                + "; ".join(f"node {n}: {r}" for n, r in refused.items())
+            )
         schema, conflicts = _agree_once(spec, kept)
         strict, warnings = judged(spec, {} if conflicts else plausibility(spec, kept))
         conflicts.update(strict)
@@ -318,8 +424,9 @@ def agree(spec: SiteSpec, facts: Mapping[int, Mapping[str, Any]]) -> Agreement:
         refused.update(conflicts)
 
 
-def judged(spec: SiteSpec, doubts: dict[int, list[str]]
-           ) -> tuple[dict[int, str], dict[int, list[str]]]:
+def judged(
+    spec: SiteSpec, doubts: dict[int, list[str]]
+) -> tuple[dict[int, str], dict[int, list[str]]]:
     """``plausibility``'s doubts as refusals (``data.strict``) or as warnings: (refused node ->
     reason, warned node -> warnings)."""
     if spec.strict:
@@ -327,23 +434,30 @@ def judged(spec: SiteSpec, doubts: dict[int, list[str]]
     return {}, doubts
 
 
-def plausibility(spec: SiteSpec, facts: Mapping[int, Mapping[str, Any]]
-                 ) -> dict[int, list[str]]:
+def plausibility(spec: SiteSpec, facts: Mapping[int, Mapping[str, Any]]) -> dict[int, list[str]]:
     """What is plausible but probably a mistake, by node: a numeric column (a regression label
     too) whose median absolute value is more than ``spec.scale_factor`` times the sites'
     median (another unit: grams against milligrams), and a label only one site holds (a class
     for every site). With two sites, a column that far apart is said of both."""
     doubts: dict[int, list[str]] = {}
-    names = {name for f in facts.values() for name, kind in f["columns"].items()
-             if kind == NUMERIC and (name != spec.label or spec.kind == REGRESSION)}
+    names = {
+        name
+        for f in facts.values()
+        for name, kind in f["columns"].items()
+        if kind == NUMERIC and (name != spec.label or spec.kind == REGRESSION)
+    }
     for name in sorted(names, key=_natural):
-        scales = {n: f["scales"][name] for n, f in facts.items()
-                  if f["scales"].get(name) and f["columns"].get(name) == NUMERIC}
+        scales = {
+            n: f["scales"][name]
+            for n, f in facts.items()
+            if f["scales"].get(name) and f["columns"].get(name) == NUMERIC
+        }
         for node, other in _far_apart(scales, spec.scale_factor).items():
             doubts.setdefault(node, []).append(
                 f"column {name!r} has median |value| {scales[node]:.4g} here against "
                 f"{other:.4g} at the other sites (their median), more than "
-                f"data.scale-factor={spec.scale_factor:g} times apart: another unit?")
+                f"data.scale-factor={spec.scale_factor:g} times apart: another unit?"
+            )
     if spec.kind == CLASSIFICATION and len(facts) > 1:
         holders: dict[str, list[int]] = {}
         for node, f in facts.items():
@@ -353,7 +467,8 @@ def plausibility(spec: SiteSpec, facts: Mapping[int, Mapping[str, Any]]
             if len(nodes) == 1:
                 doubts.setdefault(nodes[0], []).append(
                     f"the label {label!r} is held by no other site (it becomes a class for "
-                    "every site)")
+                    "every site)"
+                )
     return doubts
 
 
@@ -372,24 +487,28 @@ def _far_apart(scales: Mapping[int, float], factor: float) -> dict[int, float]:
     return {n: 10**centre for n, v in logs.items() if abs(v - centre) > limit}
 
 
-def _agree_once(spec: SiteSpec, facts: Mapping[int, Mapping[str, Any]]
-                ) -> tuple[Schema, dict[int, str]]:
+def _agree_once(
+    spec: SiteSpec, facts: Mapping[int, Mapping[str, Any]]
+) -> tuple[Schema, dict[int, str]]:
     names = list(spec.features)
     if not names:
         seen: dict[str, int] = {}
         for f in facts.values():
             for name in f["columns"]:
                 seen[name] = seen.get(name, 0) + 1
-        names = sorted((n for n, count in seen.items()
-                        if n != spec.label and 2 * count > len(facts)), key=_natural)
+        names = sorted(
+            (n for n, count in seen.items() if n != spec.label and 2 * count > len(facts)),
+            key=_natural,
+        )
     kinds = {}
     for name in names:
         reported = [f["columns"][name] for f in facts.values() if name in f["columns"]]
         if name in spec.categorical:
             kinds[name] = CATEGORICAL
         else:
-            kinds[name] = (CATEGORICAL if 2 * reported.count(CATEGORICAL) > len(reported)
-                           else NUMERIC)
+            kinds[name] = (
+                CATEGORICAL if 2 * reported.count(CATEGORICAL) > len(reported) else NUMERIC
+            )
     conflicts: dict[int, str] = {}
     for node, f in facts.items():
         columns = f["columns"]
@@ -398,8 +517,10 @@ def _agree_once(spec: SiteSpec, facts: Mapping[int, Mapping[str, Any]]
         if missing:
             conflicts[node] = f"no column {missing[0]!r} (the other sites have it)"
         elif clash:
-            conflicts[node] = (f"column {clash[0]!r} is {columns[clash[0]]} here but "
-                               f"{kinds[clash[0]]} at the other sites")
+            conflicts[node] = (
+                f"column {clash[0]!r} is {columns[clash[0]]} here but "
+                f"{kinds[clash[0]]} at the other sites"
+            )
         elif spec.kind == REGRESSION and columns[spec.label] != NUMERIC:
             conflicts[node] = f"the label {spec.label!r} is not numeric (data.kind=regression)"
     if conflicts:
@@ -413,8 +534,7 @@ def _agree_once(spec: SiteSpec, facts: Mapping[int, Mapping[str, Any]]
         columns.append(Column(name, tuple(sorted(values))))
     classes: tuple[str, ...] = ()
     if spec.kind == CLASSIFICATION:
-        classes = _class_order(set().union(*(f["categories"][spec.label]
-                                             for f in facts.values())))
+        classes = _class_order(set().union(*(f["categories"][spec.label] for f in facts.values())))
     if not columns:
         raise SiteDataError(f"no feature column besides the label {spec.label!r}")
     return Schema(spec.kind, spec.label, tuple(columns), classes), {}
@@ -430,17 +550,25 @@ def misfit(schema: Schema, facts: Mapping[str, Any]) -> str | None:
         if column.name not in columns:
             return f"no column {column.name!r} (the run's schema has it)"
         if columns[column.name] != kind:
-            return (f"column {column.name!r} is {columns[column.name]} here but {kind} in the "
-                    "run's schema")
+            return (
+                f"column {column.name!r} is {columns[column.name]} here but {kind} in the "
+                "run's schema"
+            )
         extra = sorted(set(categories.get(column.name, [])) - set(column.categories or ()))
         if extra:
             return f"column {column.name!r} holds {extra[0]!r}, not one of the run's categories"
     if schema.kind == REGRESSION:
-        return None if columns.get(schema.label) == NUMERIC else \
-            f"the label {schema.label!r} is not numeric (data.kind=regression)"
+        return (
+            None
+            if columns.get(schema.label) == NUMERIC
+            else f"the label {schema.label!r} is not numeric (data.kind=regression)"
+        )
     extra = sorted(set(categories.get(schema.label, [])) - set(schema.classes))
-    return f"the label {schema.label!r} holds {extra[0]!r}, not one of the run's classes" \
-        if extra else None
+    return (
+        f"the label {schema.label!r} holds {extra[0]!r}, not one of the run's classes"
+        if extra
+        else None
+    )
 
 
 # -- moments and the fitted transform ----------------------------------------------------------
@@ -455,13 +583,15 @@ def site_moments(table: SiteTable, schema: Schema, rows: np.ndarray) -> dict[str
         if column.categories is None:
             values = numeric_column(table, column.name)[rows]
             present = values[~np.isnan(values)]
-            numeric[column.name] = [float(present.size), float(present.sum()),
-                                    float(np.square(present).sum())]
+            numeric[column.name] = [
+                float(present.size),
+                float(present.sum()),
+                float(np.square(present).sum()),
+            ]
         else:
             counts = frame[column.name].dropna().map(text).value_counts()
             categories[column.name] = [int(counts.get(c, 0)) for c in column.categories]
-    moments: dict[str, Any] = {"rows": len(rows), "numeric": numeric,
-                               "categories": categories}
+    moments: dict[str, Any] = {"rows": len(rows), "numeric": numeric, "categories": categories}
     if schema.kind == REGRESSION:
         y = numeric_column(table, schema.label)[rows]
         moments["target"] = [float(y.size), float(y.sum()), float(np.square(y).sum())]
@@ -473,8 +603,10 @@ def with_moments(schema: Schema, moments: Mapping[int, Mapping[str, Any]]) -> Sc
     ``check_moments``)."""
     columns = []
     for column in schema.columns:
-        parts = [m["numeric" if column.categories is None else "categories"][column.name]
-                 for m in moments.values()]
+        parts = [
+            m["numeric" if column.categories is None else "categories"][column.name]
+            for m in moments.values()
+        ]
         total = np.sum(np.asarray(parts, dtype=np.float64), axis=0)
         if column.categories is None:
             mean, std = _mean_std(total)
@@ -505,22 +637,30 @@ def check_moments(payload: Any, schema: Schema, facts: Mapping[str, Any]) -> dic
     else can come from values in that range; with the range's bound on magnitudes, no sum
     overflows), no sums without values; categorical counts within the column's present values,
     none of a category it did not report. ``SiteDataError`` names the column and the fault."""
+
     def need(ok: bool, what: str) -> None:
         if not ok:
             raise SiteDataError(f"moments: {what}")
 
-    expected = {"rows", "numeric", "categories"} | ({"target"} if schema.kind == REGRESSION
-                                                     else set())
+    expected = {"rows", "numeric", "categories"} | (
+        {"target"} if schema.kind == REGRESSION else set()
+    )
     need(isinstance(payload, dict) and set(payload) == expected, "unexpected keys")
     rows = payload["rows"]
-    need(type(rows) is int and 0 < rows <= facts["rows"],
-         f"rows={rows!r} not in [1, {facts['rows']}] (the rows it reported)")
+    need(
+        type(rows) is int and 0 < rows <= facts["rows"],
+        f"rows={rows!r} not in [1, {facts['rows']}] (the rows it reported)",
+    )
     numeric = {c.name for c in schema.columns if c.categories is None}
-    need(isinstance(payload["numeric"], dict) and set(payload["numeric"]) == numeric,
-         "numeric columns differ from the schema's")
-    need(isinstance(payload["categories"], dict)
-         and set(payload["categories"]) == {c.name for c in schema.columns} - numeric,
-         "categorical columns differ from the schema's")
+    need(
+        isinstance(payload["numeric"], dict) and set(payload["numeric"]) == numeric,
+        "numeric columns differ from the schema's",
+    )
+    need(
+        isinstance(payload["categories"], dict)
+        and set(payload["categories"]) == {c.name for c in schema.columns} - numeric,
+        "categorical columns differ from the schema's",
+    )
     sums = dict(payload["numeric"])
     if schema.kind == REGRESSION:
         sums[schema.label] = payload["target"]
@@ -528,19 +668,27 @@ def check_moments(payload: Any, schema: Schema, facts: Mapping[str, Any]) -> dic
         present = facts["rows"] - facts["missing"][name]
         _check_sums(name, triple, facts["ranges"][name], present)
     if schema.kind == REGRESSION:
-        need(sums[schema.label][0] == rows, f"of the label {schema.label!r}: a count other than "
-             f"its rows ({rows})")
+        need(
+            sums[schema.label][0] == rows,
+            f"of the label {schema.label!r}: a count other than its rows ({rows})",
+        )
     for column in schema.columns:
         if column.categories is not None:
             counts = payload["categories"][column.name]
             present = facts["rows"] - facts["missing"][column.name]
-            need(isinstance(counts, list) and len(counts) == len(column.categories)
-                 and all(type(c) is int and c >= 0 for c in counts) and sum(counts) <= present,
-                 f"category counts of {column.name!r} (at most its {present} present values)")
+            need(
+                isinstance(counts, list)
+                and len(counts) == len(column.categories)
+                and all(type(c) is int and c >= 0 for c in counts)
+                and sum(counts) <= present,
+                f"category counts of {column.name!r} (at most its {present} present values)",
+            )
             reported = set(facts["categories"][column.name])
             unseen = [c for c, k in zip(column.categories, counts) if k and c not in reported]
-            need(not unseen, f"of {column.name!r}: rows of {unseen[:1]}, a category it did "
-                 "not report")
+            need(
+                not unseen,
+                f"of {column.name!r}: rows of {unseen[:1]}, a category it did not report",
+            )
     return payload
 
 
@@ -552,24 +700,28 @@ def _check_sums(name: str, triple: Any, bounds: list | None, present: int) -> No
         raise SiteDataError(f"{where}: not three finite numbers [count, sum, sum of squares]")
     count, first, second = (float(v) for v in triple)
     if not (count.is_integer() and 0 <= count <= present):
-        raise SiteDataError(f"{where}: a count of {count:.6g}, not a whole number in [0, "
-                            f"{present}] (its present values)")
+        raise SiteDataError(
+            f"{where}: a count of {count:.6g}, not a whole number in [0, "
+            f"{present}] (its present values)"
+        )
     if count == 0 or bounds is None:
         if count or first or second:
-            raise SiteDataError(f"{where}: sums {first:.6g} and {second:.6g} over {count:g} "
-                                "values")
+            raise SiteDataError(f"{where}: sums {first:.6g} and {second:.6g} over {count:g} values")
         return
     low, high = bounds
     mean = first / count
     slack = 1e-9 * max(abs(low), abs(high)) + 1e-300
     if not low - slack <= mean <= high + slack:
-        raise SiteDataError(f"{where}: mean {mean:.4g} outside the range [{low:.6g}, "
-                            f"{high:.6g}] it reported")
+        raise SiteDataError(
+            f"{where}: mean {mean:.4g} outside the range [{low:.6g}, {high:.6g}] it reported"
+        )
     variance = second / count - mean * mean  # mean within the range: no overflow
     top, slack2 = (high - low) ** 2 / 4, 1e-9 * max(low * low, high * high) + 1e-300
     if not -slack2 <= variance <= top + slack2:
-        raise SiteDataError(f"{where}: variance {variance:.4g} outside [0, {top:.4g}], what "
-                            f"values in the range [{low:.6g}, {high:.6g}] it reported can have")
+        raise SiteDataError(
+            f"{where}: variance {variance:.4g} outside [0, {top:.4g}], what "
+            f"values in the range [{low:.6g}, {high:.6g}] it reported can have"
+        )
 
 
 def check_columns(table: SiteTable, schema: Schema) -> None:
@@ -582,8 +734,10 @@ def check_columns(table: SiteTable, schema: Schema) -> None:
 def _unknown(table: SiteTable, name: str, values: Any, allowed: tuple[str, ...]) -> None:
     extra = sorted(set(values) - set(allowed))
     if extra:
-        raise SiteDataError(f"{table.path}: column {name!r} holds {extra[0]!r}, which is not one "
-                            f"of the agreed values {list(allowed)}")
+        raise SiteDataError(
+            f"{table.path}: column {name!r} holds {extra[0]!r}, which is not one "
+            f"of the agreed values {list(allowed)}"
+        )
 
 
 def check_table(table: SiteTable, schema: Schema) -> None:
@@ -597,8 +751,7 @@ def check_table(table: SiteTable, schema: Schema) -> None:
             present = table.frame[column.name].dropna().map(text).unique()
             _unknown(table, column.name, present, column.categories)
     if schema.kind == CLASSIFICATION:
-        _unknown(table, schema.label, table.frame[schema.label].map(text).unique(),
-                 schema.classes)
+        _unknown(table, schema.label, table.frame[schema.label].map(text).unique(), schema.classes)
     elif np.isnan(numeric_column(table, schema.label)).any():
         raise SiteDataError(f"{table.path}: the label column {schema.label!r} has missing values")
 

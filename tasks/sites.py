@@ -55,8 +55,10 @@ class Table:
     def load(self, name: str) -> pd.DataFrame:
         if name == "penguins":
             from palmerpenguins import load_penguins
+
             return load_penguins()
         from vega_datasets import data
+
         cars = data.cars().drop(columns=["Name"]).dropna(subset=[self.label])
         return cars.assign(Year=pd.to_datetime(cars["Year"]).dt.year)
 
@@ -84,10 +86,15 @@ def write_sites(name: str, out: Path) -> dict[str, int]:
     for partition_id, site in enumerate(sorted(parts)):
         parts[site].to_csv(out / f"{partition_id}.csv", index=False)
         rows[site] = len(parts[site])
-    manifest = {"table": name, "label": table.label, "kind": table.kind,
-                "categorical": list(table.categorical),
-                "sites": {site: {"partition-id": i, "rows": count}
-                          for i, (site, count) in enumerate(rows.items())}}
+    manifest = {
+        "table": name,
+        "label": table.label,
+        "kind": table.kind,
+        "categorical": list(table.categorical),
+        "sites": {
+            site: {"partition-id": i, "rows": count} for i, (site, count) in enumerate(rows.items())
+        },
+    }
     (out / "sites.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return rows
 
@@ -111,9 +118,13 @@ def write_image_sites(out: Path) -> dict[str, int]:
             file.parent.mkdir(parents=True, exist_ok=True)
             Image.fromarray(pixels[row]).save(file)
         rows[str(pid)] = len(part)
-    manifest = {"table": "digits", "label": "y", "kind": "classification", "categorical": [],
-                "sites": {site: {"partition-id": int(site), "rows": count}
-                          for site, count in rows.items()}}
+    manifest = {
+        "table": "digits",
+        "label": "y",
+        "kind": "classification",
+        "categorical": [],
+        "sites": {site: {"partition-id": int(site), "rows": count} for site, count in rows.items()},
+    }
     (out / "sites.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return rows
 

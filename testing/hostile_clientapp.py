@@ -51,8 +51,12 @@ def plan_of(context: Context) -> list[str]:
 
 
 def _arrays(reply: Message) -> list[tuple[ArrayRecord, str]]:
-    return [(record, key) for record in reply.content.values() if isinstance(record, ArrayRecord)
-            for key in record]
+    return [
+        (record, key)
+        for record in reply.content.values()
+        if isinstance(record, ArrayRecord)
+        for key in record
+    ]
 
 
 def corrupt(reply: Message, how: str) -> None:
@@ -90,8 +94,16 @@ def hostile_handle(message: Message, context: Context) -> Message:
         if claims:
             reply.content[NODE][PARTITION_ID] = claims[0]
         if UNUSABLE in plan:
-            reply.content[NODE] = ArrayRecord({"x": Array(
-                dtype="bogus", shape=(2**31 - 1,) * 3, stype="numpy.ndarray", data=b"\x00" * 8)})
+            reply.content[NODE] = ArrayRecord(
+                {
+                    "x": Array(
+                        dtype="bogus",
+                        shape=(2**31 - 1,) * 3,
+                        stype="numpy.ndarray",
+                        data=b"\x00" * 8,
+                    )
+                }
+            )
         return reply
     config = message.content.config_records.get(CONFIG)
     rounds = [item for item in plan if item in CORRUPTIONS]

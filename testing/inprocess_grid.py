@@ -107,9 +107,14 @@ def round_of(message: Message) -> int | None:
 class LocalGrid(Grid):
     """Runs ``client_app`` synchronously for ``num_nodes`` nodes with their own node config."""
 
-    def __init__(self, client_app: ClientApp, config: dict[str, Any], num_nodes: int,
-                 node_configs: list[dict[str, Any]] | None = None,
-                 keep_messages: bool = True) -> None:
+    def __init__(
+        self,
+        client_app: ClientApp,
+        config: dict[str, Any],
+        num_nodes: int,
+        node_configs: list[dict[str, Any]] | None = None,
+        keep_messages: bool = True,
+    ) -> None:
         """``keep_messages``: record every message sent in ``down`` (tests inspect them; long
         benchmark runs turn it off, or the traffic stays in memory)."""
         enter_run()
@@ -120,10 +125,15 @@ class LocalGrid(Grid):
         self.node_ids = [(1 << 63) + 977 * (i - num_nodes // 2) for i in range(num_nodes)]
         self.contexts = {
             node_id: Context(
-                run_id=RUN_ID, node_id=node_id,
-                node_config={"partition-id": i, "num-partitions": num_nodes,
-                             **((node_configs or [{}] * num_nodes)[i])},
-                state=RecordDict(), run_config=dict(config),
+                run_id=RUN_ID,
+                node_id=node_id,
+                node_config={
+                    "partition-id": i,
+                    "num-partitions": num_nodes,
+                    **((node_configs or [{}] * num_nodes)[i]),
+                },
+                state=RecordDict(),
+                run_config=dict(config),
             )
             for i, node_id in enumerate(self.node_ids)
         }
@@ -137,8 +147,9 @@ class LocalGrid(Grid):
     # -- nodes that come and go ----------------------------------------------------------------
     def partition_node(self, partition_id: int) -> int:
         """The first node that served ``partition_id``."""
-        return next(n for n, c in self.contexts.items()
-                    if c.node_config["partition-id"] == partition_id)
+        return next(
+            n for n, c in self.contexts.items() if c.node_config["partition-id"] == partition_id
+        )
 
     def leave(self, node_id: int, from_round: int) -> None:
         """Node ``node_id`` is gone from round ``from_round`` on."""
@@ -150,9 +161,13 @@ class LocalGrid(Grid):
         on; returns its node id."""
         node_id = min(self.contexts) - 977
         first = self.contexts[self.partition_node(partition_id)]
-        self.contexts[node_id] = Context(run_id=RUN_ID, node_id=node_id,
-                                         node_config=dict(first.node_config), state=RecordDict(),
-                                         run_config=dict(self.config))
+        self.contexts[node_id] = Context(
+            run_id=RUN_ID,
+            node_id=node_id,
+            node_config=dict(first.node_config),
+            state=RecordDict(),
+            run_config=dict(self.config),
+        )
         self._changes.append((from_round, "join", node_id))
         return node_id
 
@@ -174,8 +189,14 @@ class LocalGrid(Grid):
     def run(self):  # noqa: ANN201
         raise NotImplementedError("LocalGrid has a fixed run")
 
-    def create_message(self, content: RecordDict, message_type: str, dst_node_id: int,
-                       group_id: str, ttl: float | None = None) -> Message:
+    def create_message(
+        self,
+        content: RecordDict,
+        message_type: str,
+        dst_node_id: int,
+        group_id: str,
+        ttl: float | None = None,
+    ) -> Message:
         return Message(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
 
     def get_node_ids(self) -> Iterable[int]:
@@ -187,14 +208,16 @@ class LocalGrid(Grid):
         reply (or the SuperLink's "node unavailable" reply for a node that left)."""
         received = inflate(wire)
         if received.metadata.dst_node_id in self.gone:  # the SuperLink answers (from node 1)
-            return deflate_push([create_message_error_unavailable_res_message(
-                received.metadata, "node_unavail")])[0]
+            return deflate_push(
+                [create_message_error_unavailable_res_message(received.metadata, "node_unavail")]
+            )[0]
         context = self.contexts[received.metadata.dst_node_id]
         try:
             reply = self.client_app(received, context)
         except Exception as err:  # noqa: BLE001 - mirrors Flower's runtime behaviour
-            reply = Message(Error(CLIENT_EXCEPTION_CODE, f"{type(err).__name__}: {err}"),
-                            reply_to=received)
+            reply = Message(
+                Error(CLIENT_EXCEPTION_CODE, f"{type(err).__name__}: {err}"), reply_to=received
+            )
         return deflate_push([reply])[0]
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
@@ -214,12 +237,18 @@ class LocalGrid(Grid):
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
         return [self.replies.pop(i) for i in message_ids if i in self.replies]
 
-    def send_and_receive(self, messages: Iterable[Message], *,
-                         timeout: float | None = None) -> Iterable[Message]:
+    def send_and_receive(
+        self, messages: Iterable[Message], *, timeout: float | None = None
+    ) -> Iterable[Message]:
         return list(self.pull_messages(list(self.push_messages(messages))))
 
 
 def server_context(config: dict[str, Any]) -> Context:
     """The ServerApp's Context for a run with ``config``."""
-    return Context(run_id=RUN_ID, node_id=SERVER_NODE_ID, node_config={}, state=RecordDict(),
-                   run_config=dict(config))
+    return Context(
+        run_id=RUN_ID,
+        node_id=SERVER_NODE_ID,
+        node_config={},
+        state=RecordDict(),
+        run_config=dict(config),
+    )

@@ -86,8 +86,9 @@ def _stop_stragglers(marker: str) -> None:
 
 
 @contextmanager
-def simulation_superlink(home: Path, log_path: Path | None = None
-                         ) -> Iterator[tuple[dict[str, str], str]]:
+def simulation_superlink(
+    home: Path, log_path: Path | None = None
+) -> Iterator[tuple[dict[str, str], str]]:
     """A simulation SuperLink with FLWR_HOME ``home`` (created, removed afterwards); yields the
     environment for ``flwr`` commands and the connection name. Its output goes to ``log_path``
     (default: ``home``/superlink.log, removed with it)."""
@@ -99,18 +100,41 @@ def simulation_superlink(home: Path, log_path: Path | None = None
         f'[superlink]\ndefault = "{CONNECTION}"\n\n'
         f'[superlink.{CONNECTION}]\naddress = "127.0.0.1:{http}"\ninsecure = true\n'
     )
-    env = {**os.environ, "FLWR_HOME": str(home), "FLWR_DISABLE_UPDATE_CHECK": "1",
-           "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "RAY_TMPDIR": ray_tmp,
-           "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = {
+        **os.environ,
+        "FLWR_HOME": str(home),
+        "FLWR_DISABLE_UPDATE_CHECK": "1",
+        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+        "RAY_TMPDIR": ray_tmp,
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
     log = open(log_path or home / "superlink.log", "w")  # noqa: SIM115 - closed below
     try:
         process = subprocess.Popen(
-            [str(BIN / "flower-superlink"), "--insecure", "--simulation", "--isolation",
-             "subprocess", "--disable-runtime-dependency-installation", "--host", "127.0.0.1",
-             "--port", str(http), "--fleet-api-address", f"127.0.0.1:{fleet}",
-             "--control-api-address", f"127.0.0.1:{control}", "--health-server-address",
-             f"127.0.0.1:{health}", "--database", str(home / "state.db")],
-            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                str(BIN / "flower-superlink"),
+                "--insecure",
+                "--simulation",
+                "--isolation",
+                "subprocess",
+                "--disable-runtime-dependency-installation",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(http),
+                "--fleet-api-address",
+                f"127.0.0.1:{fleet}",
+                "--control-api-address",
+                f"127.0.0.1:{control}",
+                "--health-server-address",
+                f"127.0.0.1:{health}",
+                "--database",
+                str(home / "state.db"),
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         try:
             wait_for_port(http, 60)

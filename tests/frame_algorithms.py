@@ -44,8 +44,7 @@ from tasks.datasets import TaskData
 DELTA, DELTA_ARRAYS = "delta", "delta-arrays"
 
 TREES_KEYS = (
-    Key("test-trees.step", float, 0.5, "Weight of each round's averaged tree",
-        within(0, 1, "(]")),
+    Key("test-trees.step", float, 0.5, "Weight of each round's averaged tree", within(0, 1, "(]")),
     Key("test-trees.depth", int, 3, "Depth of each node's regression tree", within(1, 8)),
 )
 
@@ -108,35 +107,54 @@ class BoostedTreesStrategy(FederatedStrategy):
         scores = self.sync.ensemble.predict(x)
         return {"test_accuracy": float(np.mean(scores.argmax(axis=1) == self.task.y_test))}
 
-    def train_messages(self, server_round: int, nodes: list[int], arrays: ArrayRecord,
-                       config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+    def train_messages(
+        self,
+        server_round: int,
+        nodes: list[int],
+        arrays: ArrayRecord,
+        config: ConfigRecord,
+        grid: Grid,
+    ) -> Iterable[Message]:
         messages = []
         for node in nodes:  # each node gets what it lacks, and only that
             delta, delta_arrays, _ = self.sync.records_for(self.book[node])
-            content = RecordDict({DELTA: delta, DELTA_ARRAYS: delta_arrays,
-                                  CONFIG: ConfigRecord({SERVER_ROUND: server_round})})
+            content = RecordDict(
+                {
+                    DELTA: delta,
+                    DELTA_ARRAYS: delta_arrays,
+                    CONFIG: ConfigRecord({SERVER_ROUND: server_round}),
+                }
+            )
             messages.append(Message(content, node, TRAIN, group_id=str(server_round)))
         return messages
 
     def _checked(self, reply: Message) -> Delta:
         delta = _read_delta(reply.content)
         version = self.sync.ensemble.version
-        if (delta.full or delta.since != version or len(delta.learners) != 1
-                or delta.weights != (self.trees.step,)):
-            raise ValueError(f"expected one learner of weight {self.trees.step} after version "
-                             f"{version}")
+        if (
+            delta.full
+            or delta.since != version
+            or len(delta.learners) != 1
+            or delta.weights != (self.trees.step,)
+        ):
+            raise ValueError(
+                f"expected one learner of weight {self.trees.step} after version {version}"
+            )
         return delta
 
-    def aggregate(self, server_round: int, replies: Iterable[Message]
-                  ) -> tuple[ArrayRecord | None, dict[str, float]]:
+    def aggregate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, dict[str, float]]:
         good = self.screen(server_round, replies, self._checked)
         if good:
-            self.sync.average([(self.book[node], delta) for node, delta in good.items()],
-                              keep_own=False)
+            self.sync.average(
+                [(self.book[node], delta) for node, delta in good.items()], keep_own=False
+            )
         return None, {"participants": len(good), "ensemble_size": self.sync.ensemble.version}
 
-    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                           grid: Grid) -> Iterable[Message]:
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
         return []
 
     def family_state(self) -> TreesState:
@@ -189,21 +207,30 @@ class LocalModelsStrategy(FederatedStrategy):
         content = RecordDict({CONFIG: ConfigRecord({SERVER_ROUND: server_round})})
         return [Message(content, n, kind, group_id=str(server_round)) for n in nodes]
 
-    def train_messages(self, server_round: int, nodes: list[int], arrays: ArrayRecord,
-                       config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+    def train_messages(
+        self,
+        server_round: int,
+        nodes: list[int],
+        arrays: ArrayRecord,
+        config: ConfigRecord,
+        grid: Grid,
+    ) -> Iterable[Message]:
         return self._messages(server_round, TRAIN, nodes)
 
-    def aggregate(self, server_round: int, replies: Iterable[Message]
-                  ) -> tuple[ArrayRecord | None, dict[str, float]]:
+    def aggregate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, dict[str, float]]:
         return None, {"participants": sum(not r.has_error() for r in replies)}
 
-    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                           grid: Grid) -> Iterable[Message]:
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
         return self._messages(server_round, EVALUATE, self.book.node_ids)
 
     def check_evaluation(self, reply: Message) -> dict[str, float]:
-        return checked_metrics(exact_records(reply.content, {METRICS: MetricRecord})[METRICS],
-                               ["test_accuracy"])
+        return checked_metrics(
+            exact_records(reply.content, {METRICS: MetricRecord})[METRICS], ["test_accuracy"]
+        )
 
     def evaluation_metrics(self, accepted: dict[int, dict[str, float]]) -> dict[str, float]:
         return spread_over_nodes(accepted)
@@ -214,7 +241,8 @@ def local_train(job: ClientJob) -> RecordDict:
     data = job.data
     depth = int(job.content[CONFIG][SERVER_ROUND])
     fitted = DecisionTreeClassifier(max_depth=depth, random_state=0).fit(
-        data.x_train.reshape(len(data.x_train), -1), data.y_train)
+        data.x_train.reshape(len(data.x_train), -1), data.y_train
+    )
     job.state["local.tree"] = arrays_to_record(encode_tree(from_sklearn(fitted)))
     job.state["local.classes"] = arrays_to_record({"classes": fitted.classes_})
     return RecordDict()
@@ -225,17 +253,20 @@ def local_evaluate(job: ClientJob) -> RecordDict:
     data = job.data
     x = data.x_test.reshape(len(data.x_test), -1)
     classes = job.state["local.classes"]["classes"].numpy()
-    tree = decode_tree(record_to_arrays(job.state["local.tree"]), "", x.shape[1], len(classes),
-                       max_nodes=100_000)
+    tree = decode_tree(
+        record_to_arrays(job.state["local.tree"]), "", x.shape[1], len(classes), max_nodes=100_000
+    )
     accuracy = float(np.mean(classes[tree.predict(x).argmax(axis=1)] == data.y_test))
     return RecordDict({METRICS: MetricRecord({"test_accuracy": accuracy})})
 
 
 SERVER_HALVES = {
-    "test-trees": ServerAlgorithm("test-trees", "boosted trees (test only)", BoostedTreesStrategy,
-                                  (TRAIN, QUERY_NODE)),
-    "test-local": ServerAlgorithm("test-local", "one tree per node (test only)",
-                                  LocalModelsStrategy),
+    "test-trees": ServerAlgorithm(
+        "test-trees", "boosted trees (test only)", BoostedTreesStrategy, (TRAIN, QUERY_NODE)
+    ),
+    "test-local": ServerAlgorithm(
+        "test-local", "one tree per node (test only)", LocalModelsStrategy
+    ),
 }
 CLIENT_HALVES = {
     "test-trees": {TRAIN: boosted_trees_train, QUERY_NODE: describe_node},

@@ -32,8 +32,9 @@ class AppRun:
         return json.loads((self.out_dir / "metrics.json").read_text())["rounds"]
 
 
-def run_app(tmp_path: Path, num_nodes: int = 4, node_configs=None, client=client_app,
-            **overrides) -> AppRun:
+def run_app(
+    tmp_path: Path, num_nodes: int = 4, node_configs=None, client=client_app, **overrides
+) -> AppRun:
     """Run the real ServerApp against ``num_nodes`` in-process clients."""
     config = run_config(**{"output-dir": str(tmp_path), "run-name": RUN_NAME, **overrides})
     grid = LocalGrid(client, config, num_nodes, node_configs)
@@ -49,8 +50,11 @@ def last_xbar(grid: LocalGrid) -> list[np.ndarray]:
 
 def train_messages(grid: LocalGrid, node: int) -> list:
     """The train messages sent to ``node``, in order."""
-    return [m for m in grid.down
-            if m.metadata.message_type == "train" and m.metadata.dst_node_id == node]
+    return [
+        m
+        for m in grid.down
+        if m.metadata.message_type == "train" and m.metadata.dst_node_id == node
+    ]
 
 
 def state_params(grid: LocalGrid, node: int, key: str) -> list[np.ndarray]:
@@ -63,9 +67,11 @@ def forgetting(client, partition_id: int, server_round: int):  # noqa: ANN001, A
     ``server_round`` to the node of ``partition_id`` (a restarted node that lost its state)."""
 
     def app(message, context):  # noqa: ANN001, ANN202
-        if (context.node_config["partition-id"] == partition_id
-                and message.metadata.message_type == "train"
-                and message.content["config"]["server-round"] == server_round):
+        if (
+            context.node_config["partition-id"] == partition_id
+            and message.metadata.message_type == "train"
+            and message.content["config"]["server-round"] == server_round
+        ):
             for key in list(context.state.keys()):
                 del context.state[key]
         return client(message, context)
@@ -91,7 +97,7 @@ def restore_saved(strategy, state: RecordDict) -> None:  # noqa: ANN001
     plain, segments = RecordDict(), {}
     for key, record in state.items():
         if key.startswith(SEGMENT):
-            name, _, inner = key[len(SEGMENT):].partition(":")
+            name, _, inner = key[len(SEGMENT) :].partition(":")
             segments.setdefault(name, RecordDict())[inner] = record
         else:
             plain[key] = record

@@ -16,8 +16,9 @@ def _files(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*.csv"))}
 
 
-@pytest.mark.parametrize("name", ["breast-cancer-label-20", "breast-cancer-dirichlet-20",
-                                  "diabetes-dirichlet-5"])
+@pytest.mark.parametrize(
+    "name", ["breast-cancer-label-20", "breast-cancer-dirichlet-20", "diabetes-dirichlet-5"]
+)
 def test_sites_are_deterministic_non_empty_and_test_all_is_the_union(name, tmp_path):
     first = split_for(name, tmp_path / "a", seed=1)
     again = split_for(name, tmp_path / "b", seed=1)
@@ -35,8 +36,9 @@ def test_sites_are_deterministic_non_empty_and_test_all_is_the_union(name, tmp_p
     every = pd.read_csv(first.folder / "test" / "all.csv")
     key = list(every.columns)
     assert len(every) == first.test_rows["all"] == sum(len(s) for s in shares)
-    pd.testing.assert_frame_equal(union.sort_values(key, ignore_index=True),
-                                  every.sort_values(key, ignore_index=True))
+    pd.testing.assert_frame_equal(
+        union.sort_values(key, ignore_index=True), every.sort_values(key, ignore_index=True)
+    )
 
 
 def test_the_large_table_has_50000_rows_over_10_non_empty_sites(tmp_path):
@@ -52,12 +54,32 @@ def test_an_ablation_variant_changes_only_its_settings_and_runs(tmp_path):
     from benchmarks.boosting_ablation import BASE, PAPER, VARIANTS, main, variant
 
     newton = variant("newton leaves", "cars")
-    assert newton.overrides == {**BASE.overrides, **PAPER, "ffgb.eta0": 1.0,
-                                "ffgb.tree-leaves": "newton"}
+    assert newton.overrides == {
+        **BASE.overrides,
+        **PAPER,
+        "ffgb.eta0": 1.0,
+        "ffgb.tree-leaves": "newton",
+    }
     default = next(iter(VARIANTS))
     out = tmp_path / "ablation.json"
-    assert main(["--datasets", "penguins", "--seeds", "0", "--rounds", "2", "--variants",
-                 default, "newton leaves", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "--datasets",
+                "penguins",
+                "--seeds",
+                "0",
+                "--rounds",
+                "2",
+                "--variants",
+                default,
+                "newton leaves",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     table = out.with_suffix(".md").read_text()
     assert "| newton leaves |" in table and f"| {default} |" in table
     assert "n/a" not in table
@@ -65,17 +87,31 @@ def test_an_ablation_variant_changes_only_its_settings_and_runs(tmp_path):
 
 def _run(method: str, seed: int, curve: list[list[float]]) -> dict:
     """A federated record as benchmarks.boosting keeps it, with made-up numbers."""
-    return {"dataset": "penguins", "method": method, "kind": "federated", "seed": seed,
-            "rounds": int(curve[-1][0]), "all": curve[-1][2], "own": {"0": 0.5, "1": math.nan},
-            "worst_own": 0.5, "at_budget": math.nan, "rounds_in_budget": 0,
-            "bytes_up_per_round": 10.0, "bytes_down_per_round": 20.0, "s_per_round": 0.1,
-            "budget_mb": 1.0, "curve": curve}
+    return {
+        "dataset": "penguins",
+        "method": method,
+        "kind": "federated",
+        "seed": seed,
+        "rounds": int(curve[-1][0]),
+        "all": curve[-1][2],
+        "own": {"0": 0.5, "1": math.nan},
+        "worst_own": 0.5,
+        "at_budget": math.nan,
+        "rounds_in_budget": 0,
+        "bytes_up_per_round": 10.0,
+        "bytes_down_per_round": 20.0,
+        "s_per_round": 0.1,
+        "budget_mb": 1.0,
+        "curve": curve,
+    }
 
 
 def test_the_per_round_table_averages_each_round_over_seeds_and_marks_missing_rounds():
-    runs = [_run("ffgb-trees", 0, [[0, 0.0, 0.3], [1, 0.1, 0.6], [2, 0.2, 0.8]]),
-            _run("ffgb-trees", 1, [[0, 0.0, 0.3], [1, 0.1, 0.8], [2, 0.4, 0.9]]),
-            _run("fedavg", 0, [[0, 0.0, 0.3], [1, 0.5, 0.7]])]
+    runs = [
+        _run("ffgb-trees", 0, [[0, 0.0, 0.3], [1, 0.1, 0.6], [2, 0.2, 0.8]]),
+        _run("ffgb-trees", 1, [[0, 0.0, 0.3], [1, 0.1, 0.8], [2, 0.4, 0.9]]),
+        _run("fedavg", 0, [[0, 0.0, 0.3], [1, 0.5, 0.7]]),
+    ]
     table = curve_table(runs, "classification", expected=2)
     rows = {line.split(" | ")[0].lstrip("| "): line for line in table.splitlines()}
     assert "round 1 | round 2 |" in table and "round 5" not in table
@@ -87,10 +123,20 @@ def test_render_rewrites_the_markdown_from_the_json_alone(tmp_path):
     """A report read back (NaN stored as null) renders the same tables the run wrote."""
     runs = [_run("ffgb-trees", 0, [[0, 0.0, 0.3], [1, 0.1, 0.6]])]
     out = tmp_path / "b.json"
-    out.write_text(json.dumps(plain({
-        "command": "python -m benchmarks.boosting --datasets penguins", "wall_s": 60.0,
-        "machine": {"commit": "abc1234"}, "seeds": {"penguins": [0]},
-        "summary": {"penguins": {}}, "runs": runs})))
+    out.write_text(
+        json.dumps(
+            plain(
+                {
+                    "command": "python -m benchmarks.boosting --datasets penguins",
+                    "wall_s": 60.0,
+                    "machine": {"commit": "abc1234"},
+                    "seeds": {"penguins": [0]},
+                    "summary": {"penguins": {}},
+                    "runs": runs,
+                }
+            )
+        )
+    )
     render(out)
     text = out.with_suffix(".md").read_text()
     assert "- command: `python -m benchmarks.boosting --datasets penguins`" in text

@@ -9,11 +9,11 @@ from benchmarks.scale_engines import compare_rows, round_seconds, run_config_arg
 
 
 def _rows(changes=None):
-    rows = [{"round": 0, "test_accuracy": 0.5, "bytes_up": 0, "wall_time_s": 1.0},
-            {"round": 1, "test_accuracy": 0.7, "train_loss": 0.9, "bytes_up": 10,
-             "wall_time_s": 3.0},
-            {"round": 2, "test_accuracy": 0.8, "train_loss": 0.6, "bytes_up": 10,
-             "wall_time_s": 3.5}]
+    rows = [
+        {"round": 0, "test_accuracy": 0.5, "bytes_up": 0, "wall_time_s": 1.0},
+        {"round": 1, "test_accuracy": 0.7, "train_loss": 0.9, "bytes_up": 10, "wall_time_s": 3.0},
+        {"round": 2, "test_accuracy": 0.8, "train_loss": 0.6, "bytes_up": 10, "wall_time_s": 3.5},
+    ]
     for (t, key), value in (changes or {}).items():
         rows[t][key] = value
     return rows
@@ -41,8 +41,9 @@ def test_a_difference_beyond_the_tolerance_is_reported_per_metric():
 
 
 def test_nan_agrees_only_with_nan_and_unshared_keys_or_rounds_break_agreement():
-    assert compare_rows(_rows({(1, "train_loss"): math.nan}),
-                        _rows({(1, "train_loss"): math.nan}))["agree"]
+    assert compare_rows(_rows({(1, "train_loss"): math.nan}), _rows({(1, "train_loss"): math.nan}))[
+        "agree"
+    ]
     assert not compare_rows(_rows({(1, "train_loss"): math.nan}), _rows())["agree"]
     extra = compare_rows(_rows({(2, "fw_gap"): 0.1}), _rows())
     assert extra["only_first"] == ["fw_gap"] and not extra["agree"]
@@ -57,8 +58,16 @@ def test_round_seconds_are_the_clock_steps_of_training_rounds():
 
 
 def test_run_config_arg_writes_toml_values():
-    assert (run_config_arg({"task": "synthetic", "synthetic.samples": 60000,
-                            "fraction-train": 1.0, "tensorboard": False})
-            == "task='synthetic' synthetic.samples=60000 fraction-train=1.0 tensorboard=false")
+    assert (
+        run_config_arg(
+            {
+                "task": "synthetic",
+                "synthetic.samples": 60000,
+                "fraction-train": 1.0,
+                "tensorboard": False,
+            }
+        )
+        == "task='synthetic' synthetic.samples=60000 fraction-train=1.0 tensorboard=false"
+    )
     with pytest.raises(ValueError):
         run_config_arg({"run-name": "it's"})

@@ -21,11 +21,24 @@ from testing.inprocess_grid import LocalGrid, counting, run_config, server_conte
 from tests.helpers import RUN_NAME
 
 # partial participation everywhere, so the restored RNG state matters
-SMALL = {"task": "synthetic", "num-server-rounds": 4, "fraction-train": 0.5,
-         "fedfw.participation": 0.5, "feddr.participation": 0.5, "local-epochs": 0,
-         "local-steps": 3, "learning-rate": 0.05, "ffgb.local-steps": 2, "ffgb.oracle-steps": 10,
-         "fedfun.initial-steps": 5, "fedfun.local-steps": 3, "fedfun.penalty-samples": 20,
-         "fedfun.distill-steps": 2, "fedfun.distill-samples": 20, "fedfun.hidden": "8"}
+SMALL = {
+    "task": "synthetic",
+    "num-server-rounds": 4,
+    "fraction-train": 0.5,
+    "fedfw.participation": 0.5,
+    "feddr.participation": 0.5,
+    "local-epochs": 0,
+    "local-steps": 3,
+    "learning-rate": 0.05,
+    "ffgb.local-steps": 2,
+    "ffgb.oracle-steps": 10,
+    "fedfun.initial-steps": 5,
+    "fedfun.local-steps": 3,
+    "fedfun.penalty-samples": 20,
+    "fedfun.distill-steps": 2,
+    "fedfun.distill-samples": 20,
+    "fedfun.hidden": "8",
+}
 
 
 class ServerCrash(Exception):
@@ -40,8 +53,10 @@ class CrashingGrid(LocalGrid):
     def push_messages(self, messages):  # noqa: ANN001, ANN201
         messages = list(messages)
         for message in messages:
-            if (message.metadata.message_type == "train"
-                    and message.content["config"]["server-round"] == self.crash_at):
+            if (
+                message.metadata.message_type == "train"
+                and message.content["config"]["server-round"] == self.crash_at
+            ):
                 raise ServerCrash(f"before round {self.crash_at}")
         return super().push_messages(messages)
 
@@ -76,14 +91,20 @@ def assert_resumed_equals(resumed: list[dict], uninterrupted: list[dict], after:
     assert [r["round"] for r in resumed] == [r["round"] for r in uninterrupted]
     for got, want in zip(resumed, uninterrupted):
         late = got["round"] > after
-        assert ({k: v for k, v in got.items() if not (late and is_traffic(k))}
-                == {k: v for k, v in want.items() if not (late and is_traffic(k))}), got["round"]
+        assert {k: v for k, v in got.items() if not (late and is_traffic(k))} == {
+            k: v for k, v in want.items() if not (late and is_traffic(k))
+        }, got["round"]
         assert all(got[k] >= want[k] for k in got if is_traffic(k)), got["round"]
 
 
 def config_for(tmp_path, algorithm: str) -> dict:
-    return run_config(**{"output-dir": str(tmp_path), "run-name": RUN_NAME,
-                         **counting({"algorithm": algorithm, **SMALL})})
+    return run_config(
+        **{
+            "output-dir": str(tmp_path),
+            "run-name": RUN_NAME,
+            **counting({"algorithm": algorithm, **SMALL}),
+        }
+    )
 
 
 NODE_HELD = ("feddr", "fedfw-plus", "fedfw-sto")  # node state the server cannot send back
@@ -112,8 +133,9 @@ def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path, algorithm):
     # and no round is lost.
     assert resumed[:3] == uninterrupted[:3]
     assert [r["failures"] for r in resumed[3:]] == [0, 0]
-    assert ([r["participants"] for r in resumed[3:]]
-            == [r["participants"] for r in uninterrupted[3:]])
+    assert [r["participants"] for r in resumed[3:]] == [
+        r["participants"] for r in uninterrupted[3:]
+    ]
 
 
 def test_a_checkpoint_survives_its_bytes_and_refuses_garbage(tmp_path):
@@ -123,8 +145,17 @@ def test_a_checkpoint_survives_its_bytes_and_refuses_garbage(tmp_path):
     checkpoint = read_checkpoint(path)
     again = Checkpoint.from_bytes(checkpoint.to_bytes())
     assert (again.server_round, again.rows, again.algorithm) == (4, checkpoint.rows, "fedfw")
-    assert set(again.strategy.keys()) == {"rng", "roster", "book", "mirror", "mirror-sum",
-                                          "xbar", "downlink", "history", "history-arrays"}
+    assert set(again.strategy.keys()) == {
+        "rng",
+        "roster",
+        "book",
+        "mirror",
+        "mirror-sum",
+        "xbar",
+        "downlink",
+        "history",
+        "history-arrays",
+    }
     for garbage in (b"", b"\x00not a checkpoint", path.read_bytes()[:50]):
         with pytest.raises(DecodeError):
             Checkpoint.from_bytes(garbage)
@@ -135,8 +166,7 @@ def test_resuming_with_another_algorithm_stops_before_training(tmp_path):
     run(LocalGrid(client_app, config, 3), server_context(config))
     other = config_for(tmp_path / "other", "fedfw")
     with pytest.raises(InvalidRunConfig, match="checkpoint is of a 'feddr' run"):
-        run(LocalGrid(client_app, other, 3), server_context(other),
-            resume_from=tmp_path / RUN_NAME)
+        run(LocalGrid(client_app, other, 3), server_context(other), resume_from=tmp_path / RUN_NAME)
 
 
 @pytest.mark.parametrize("algorithm", ["fedfun", "ffgb"])
@@ -158,13 +188,19 @@ def test_a_round_below_quorum_stops_the_run_which_resumes_later(tmp_path):
     run(LocalGrid(client_app, whole, 4), server_context(whole))
 
     def failing(message, context):  # noqa: ANN001, ANN202
-        if (context.node_config["partition-id"] < 2 and message.metadata.message_type == "train"
-                and message.content["config"]["server-round"] == 3):
+        if (
+            context.node_config["partition-id"] < 2
+            and message.metadata.message_type == "train"
+            and message.content["config"]["server-round"] == 3
+        ):
             raise RuntimeError("node down")
         return client_app(message, context)
 
-    config = {**config_for(tmp_path / "resumed", "fedfw"), "min-replies": 3,
-              "fedfw.participation": 1.0}
+    config = {
+        **config_for(tmp_path / "resumed", "fedfw"),
+        "min-replies": 3,
+        "fedfw.participation": 1.0,
+    }
     grid = LocalGrid(failing, config, 4)
     with pytest.raises(BelowQuorum, match="round 3: 2 of 4 nodes asked answered"):
         run(grid, server_context(config))
@@ -179,6 +215,7 @@ def test_a_round_below_quorum_stops_the_run_which_resumes_later(tmp_path):
 
 # --- a checkpoint continues only the run config it was written under (issue 20 item 2) ---------
 
+
 def _stopped_after_two_rounds(tmp_path, **overrides) -> dict:
     """A run of ``overrides`` whose ServerApp died before round 3; its config."""
     config = {**config_for(tmp_path, "ffgb"), "num-server-rounds": 3, **overrides}
@@ -186,13 +223,14 @@ def _stopped_after_two_rounds(tmp_path, **overrides) -> dict:
     return config
 
 
-@pytest.mark.parametrize("change", [{"ffgb.one-shot": True}, {"ffgb.hidden": 16},
-                                    {"ffgb.local-steps": 3}, {"seed": 1}])
+@pytest.mark.parametrize(
+    "change", [{"ffgb.one-shot": True}, {"ffgb.hidden": 16}, {"ffgb.local-steps": 3}, {"seed": 1}]
+)
 def test_resuming_under_another_config_is_refused_naming_the_key(tmp_path, change):
     """ffgb-l resumed as one-shot died with a raw KeyError: 'pool'; a changed width or K was
     accepted and mixed two models in one ensemble. Both are now refused before any message."""
     config = _stopped_after_two_rounds(tmp_path, algorithm="ffgb-l")
-    (key, value), = change.items()
+    ((key, value),) = change.items()
     changed = {**config, key: value, "resume-from": str(tmp_path / RUN_NAME)}
     grid = LocalGrid(client_app, changed, 3)
     with pytest.raises(InvalidRunConfig, match=f"differs from the checkpoint's in {key}: "):
@@ -202,8 +240,13 @@ def test_resuming_under_another_config_is_refused_naming_the_key(tmp_path, chang
 
 def test_resuming_may_change_the_rounds_and_the_quorum(tmp_path):
     config = _stopped_after_two_rounds(tmp_path)
-    longer = {**config, "num-server-rounds": 4, "min-replies": 1, "reply-timeout": 30.0,
-              "resume-from": str(tmp_path / RUN_NAME)}
+    longer = {
+        **config,
+        "num-server-rounds": 4,
+        "min-replies": 1,
+        "reply-timeout": 30.0,
+        "resume-from": str(tmp_path / RUN_NAME),
+    }
     run(LocalGrid(client_app, longer, 3), server_context(longer))
     assert [r["round"] for r in rows_of(tmp_path)] == [0, 1, 2, 3, 4]
 

@@ -50,13 +50,20 @@ def test_the_metric_is_one_every_run_reports(two_runs):
         compare.common_metric(runs, "test_mse")
 
 
-@pytest.mark.parametrize("damage, message", [
-    (lambda run: (run / "metrics.json").unlink(), "metrics.json: no such file"),
-    (lambda run: (run / "config.json").write_text("{"), "config.json: unreadable"),
-    (lambda run: (run / "metrics.json").write_text('{"rounds": 3}'), "expected {'rounds'"),
-    (lambda run: (run / "metrics.json").write_text('{"rounds": [{"test_accuracy": "high"}]}'),
-     "test_accuracy='high' is not a finite number"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda run: (run / "metrics.json").unlink(), "metrics.json: no such file"),
+        (lambda run: (run / "config.json").write_text("{"), "config.json: unreadable"),
+        (lambda run: (run / "metrics.json").write_text('{"rounds": 3}'), "expected {'rounds'"),
+        (
+            lambda run: (run / "metrics.json").write_text(
+                '{"rounds": [{"test_accuracy": "high"}]}'
+            ),
+            "test_accuracy='high' is not a finite number",
+        ),
+    ],
+)
 def test_a_folder_that_is_not_a_runs_is_named(two_runs, tmp_path, capsys, damage, message):
     broken = tmp_path / "broken"
     shutil.copytree(two_runs[0], broken)

@@ -43,19 +43,38 @@ GPU = "compose.gpu.yml"
 PERIMETER = "compose.perimeter.yml"
 SITES = "compose.sites.yml"
 WARM = "compose.warm.yml"
-COMBINATIONS = [(BASE,), (BASE, TLS), (BASE, GPU), (BASE, TLS, GPU), (BASE, TLS, PERIMETER),
-                (BASE, TLS, PERIMETER, GPU), (BASE, SITES), (BASE, TLS, PERIMETER, SITES),
-                (BASE, WARM), (BASE, TLS, WARM), (BASE, TLS, PERIMETER, SITES, WARM)]
+COMBINATIONS = [
+    (BASE,),
+    (BASE, TLS),
+    (BASE, GPU),
+    (BASE, TLS, GPU),
+    (BASE, TLS, PERIMETER),
+    (BASE, TLS, PERIMETER, GPU),
+    (BASE, SITES),
+    (BASE, TLS, PERIMETER, SITES),
+    (BASE, WARM),
+    (BASE, TLS, WARM),
+    (BASE, TLS, PERIMETER, SITES, WARM),
+]
 IMAGE_EXTRAS = ("xgboost",)  # pyproject's extras the SuperExec image carries (requirements.txt)
 WARM_SCRIPT = "/opt/fl/deploy/warm_superexec.py"  # where the warm overlay mounts it
-SITE_ENV = {"FL_SITE_0": "/data/site-zero.csv", "FL_SITE_1": "/data/site-one.csv",
-            "FL_NODE_CONFIG": "dataset-path='/app/site/data.csv'"}  # what a sites run exports
+SITE_ENV = {
+    "FL_SITE_0": "/data/site-zero.csv",
+    "FL_SITE_1": "/data/site-one.csv",
+    "FL_NODE_CONFIG": "dataset-path='/app/site/data.csv'",
+}  # what a sites run exports
 PERIMETER_PORT = 39405
 N_NODES = 2
 DEPRECATED_FLAGS = {
-    "--fleet-api-address", "--fleet-api-type", "--control-api-address",
-    "--serverappio-api-address", "--clientappio-api-address", "--appio-api-address",
-    "--plugin-type", "--auth-supernode-public-key", "--auth-list-public-keys",
+    "--fleet-api-address",
+    "--fleet-api-type",
+    "--control-api-address",
+    "--serverappio-api-address",
+    "--clientappio-api-address",
+    "--appio-api-address",
+    "--plugin-type",
+    "--auth-supernode-public-key",
+    "--auth-list-public-keys",
     "--executor-type",
 }
 
@@ -66,8 +85,13 @@ def _substitute(value, env: dict | None = None):
     """Resolve ${VAR:-default} and ${VAR:?error} as compose does in the environment ``env``."""
     env = env or {}
     if isinstance(value, str):
-        return _VAR.sub(lambda m: env.get(m.group(1)) or (m.group(3) if m.group(2) == "-"
-                                                          else f"<{m.group(1)} unset>"), value)
+        return _VAR.sub(
+            lambda m: (
+                env.get(m.group(1))
+                or (m.group(3) if m.group(2) == "-" else f"<{m.group(1)} unset>")
+            ),
+            value,
+        )
     if isinstance(value, list):
         return [_substitute(v, env) for v in value]
     if isinstance(value, dict):
@@ -81,8 +105,13 @@ def _load(name: str, env: dict | None = None) -> dict:
 
 def _compose_cmd() -> list[str] | None:
     docker = shutil.which("docker")
-    if docker and subprocess.run([docker, "compose", "version"], check=False,
-                                 capture_output=True, timeout=30).returncode == 0:
+    if (
+        docker
+        and subprocess.run(
+            [docker, "compose", "version"], check=False, capture_output=True, timeout=30
+        ).returncode
+        == 0
+    ):
         return [docker, "compose"]
     legacy = shutil.which("docker-compose")
     return [legacy] if legacy else None
@@ -111,8 +140,9 @@ def _mounts(service: dict) -> list[tuple[str, str, str]]:
     out = []
     for vol in service.get("volumes", []):
         if isinstance(vol, dict):
-            out.append((str(vol.get("source", "")), vol["target"],
-                        "ro" if vol.get("read_only") else "rw"))
+            out.append(
+                (str(vol.get("source", "")), vol["target"], "ro" if vol.get("read_only") else "rw")
+            )
         else:
             parts = vol.split(":")
             out.append((parts[0], parts[1], parts[2] if len(parts) > 2 else "rw"))
@@ -120,6 +150,7 @@ def _mounts(service: dict) -> list[tuple[str, str, str]]:
 
 
 # --- checks shared by the raw files and the merged configurations ------------------------------
+
 
 def _flower(services: dict) -> dict:
     """The Flower services (all but the perimeter's nginx)."""
@@ -132,15 +163,21 @@ def check_topology(services: dict) -> None:
     services = _flower(services)
     nodes = _supernodes(services)
     assert len(nodes) == N_NODES
-    assert set(services) == {"superlink", "serverapp-superexec", *nodes,
-                             *(f"clientapp-superexec-{n.split('-')[1]}" for n in nodes)}
+    assert set(services) == {
+        "superlink",
+        "serverapp-superexec",
+        *nodes,
+        *(f"clientapp-superexec-{n.split('-')[1]}" for n in nodes),
+    }
     link = services["superlink"]["command"]
     assert _opt(link, "--isolation") == "process"
     assert "--disable-runtime-dependency-installation" in link
     link_port = int(_opt(link, "--port"))
     assert _opt(link, "--host") == "127.0.0.1"
-    assert _port(_opt(services["serverapp-superexec"]["command"], "--runtime-api-address")) \
+    assert (
+        _port(_opt(services["serverapp-superexec"]["command"], "--runtime-api-address"))
         == link_port
+    )
 
     partitions, listen = [], [link_port]
     for node in nodes:
@@ -217,8 +254,13 @@ def test_sites_overlay(parsers):
     base, sites = _load(BASE, SITE_ENV)["services"], _load(SITES, SITE_ENV)["services"]
     assert set(sites) == {f"clientapp-superexec-{i}" for i in range(N_NODES)}
     assert all(set(service) == {"volumes"} for service in sites.values())
-    merged = {name: {**base[name], "volumes": base[name].get("volumes", [])
-                     + sites.get(name, {}).get("volumes", [])} for name in base}
+    merged = {
+        name: {
+            **base[name],
+            "volumes": base[name].get("volumes", []) + sites.get(name, {}).get("volumes", []),
+        }
+        for name in base
+    }
     check_topology(merged)
     check_sites(merged)
     check_flags(merged, parsers)
@@ -269,8 +311,9 @@ def check_perimeter(services: dict) -> None:
     assert perimeter["entrypoint"] == ["nginx"] and _opt(cmd, "-g") == "daemon off;"
     conf_path = _opt(cmd, "-c")
     mounts = {target: (source, mode) for source, target, mode in _mounts(perimeter)}
-    assert mounts[conf_path] == ("./nginx/perimeter.conf", "ro") or \
-        mounts[conf_path][0].endswith("/nginx/perimeter.conf")
+    assert mounts[conf_path] == ("./nginx/perimeter.conf", "ro") or mounts[conf_path][0].endswith(
+        "/nginx/perimeter.conf"
+    )
     conf = (DOCKER / "nginx" / "perimeter.conf").read_text()
     assert conf == docker_config()
     assert f"listen {PERIMETER_PORT} ssl;" in conf
@@ -279,11 +322,20 @@ def check_perimeter(services: dict) -> None:
     for directive in ("ssl_certificate", "ssl_certificate_key", "proxy_ssl_trusted_certificate"):
         path = re.search(rf"^\s*{directive} (\S+);", conf, re.MULTILINE).group(1)
         assert mounts[path][1] == "ro", path
-        assert _opt(link, {"ssl_certificate": "--ssl-certfile",
-                           "ssl_certificate_key": "--ssl-keyfile",
-                           "proxy_ssl_trusted_certificate": "--ssl-ca-certfile"}[directive]) == path
-    assert sorted(mounts) == sorted([conf_path, "/app/certs/ca.crt", "/app/certs/server.pem",
-                                     "/app/certs/server.key"])
+        assert (
+            _opt(
+                link,
+                {
+                    "ssl_certificate": "--ssl-certfile",
+                    "ssl_certificate_key": "--ssl-keyfile",
+                    "proxy_ssl_trusted_certificate": "--ssl-ca-certfile",
+                }[directive],
+            )
+            == path
+        )
+    assert sorted(mounts) == sorted(
+        [conf_path, "/app/certs/ca.crt", "/app/certs/server.pem", "/app/certs/server.key"]
+    )
 
 
 def _app_packages() -> list[str]:
@@ -299,8 +351,10 @@ def check_warm(services: dict) -> None:
     from deploy.warm_superexec import parse_args
 
     superexecs = {name: s for name, s in services.items() if "superexec" in name}
-    assert set(superexecs) == {"serverapp-superexec",
-                               *(f"clientapp-superexec-{i}" for i in range(N_NODES))}
+    assert set(superexecs) == {
+        "serverapp-superexec",
+        *(f"clientapp-superexec-{i}" for i in range(N_NODES)),
+    }
     packages = _app_packages()
     for name, service in superexecs.items():
         entry = [str(a) for a in service["entrypoint"]]
@@ -311,8 +365,10 @@ def check_warm(services: dict) -> None:
         assert args.preload[0] == app and app.split(".")[0] in packages, name
         assert service["environment"]["FLWR_SUPEREXEC_TASK_POLL_INTERVAL"] == "0.1", name
         mounts = {target: (source, mode) for source, target, mode in _mounts(service)}
-        expected = {WARM_SCRIPT: ROOT / "deploy" / "warm_superexec.py",
-                    **{f"/opt/fl/{p}": ROOT / p for p in packages}}
+        expected = {
+            WARM_SCRIPT: ROOT / "deploy" / "warm_superexec.py",
+            **{f"/opt/fl/{p}": ROOT / p for p in packages},
+        }
         for target, host in expected.items():
             source, mode = mounts[target]
             assert mode == "ro" and (DOCKER / source).resolve() == host.resolve(), (name, target)
@@ -323,8 +379,9 @@ def check_gpu(services: dict) -> None:
     """GPUs only on the SuperNode side: the ClientApp SuperExecs, where the ClientApps train."""
     reserved = set()
     for name, service in services.items():
-        devices = (service.get("deploy", {}).get("resources", {})
-                   .get("reservations", {}).get("devices"))
+        devices = (
+            service.get("deploy", {}).get("resources", {}).get("reservations", {}).get("devices")
+        )
         if devices:
             reserved.add(name)
             for dev in devices:
@@ -334,6 +391,7 @@ def check_gpu(services: dict) -> None:
 
 
 # --- tests on the files themselves -------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def parsers():
@@ -388,8 +446,9 @@ def test_perimeter_overlay(parsers):
     for node in _supernodes(base):  # the same command but for --superlink
         restated, before = perimeter[node]["command"], tls[node]["command"]
         assert _opt(restated, "--superlink") == f"127.0.0.1:{PERIMETER_PORT}"
-        assert [a for a in restated if a != f"127.0.0.1:{PERIMETER_PORT}"] == \
-            [a for a in before if a != _opt(before, "--superlink")]
+        assert [a for a in restated if a != f"127.0.0.1:{PERIMETER_PORT}"] == [
+            a for a in before if a != _opt(before, "--superlink")
+        ]
     check_topology(merged)
     check_tls(merged)
     check_flags(merged, parsers)
@@ -415,9 +474,12 @@ def test_perimeter_config_passes_nginx_t(tmp_path):
     conf = conf.replace("/dev/stdout", f"{tmp_path}/access.log")
     conf = re.sub(r"listen \d+ ssl;", "listen 127.0.0.1:1 ssl;", conf)  # -t does not bind
     (tmp_path / "nginx.conf").write_text(conf)
-    done = subprocess.run([nginx, "-t", "-p", f"{tmp_path}/", "-e", "stderr",
-                           "-c", str(tmp_path / "nginx.conf")], check=False,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [nginx, "-t", "-p", f"{tmp_path}/", "-e", "stderr", "-c", str(tmp_path / "nginx.conf")],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -435,10 +497,15 @@ def test_warm_overlay(parsers):
         for name, service in base.items():
             over = {**under.get(name, {}), **warm.get(name, {})}
             merged[name] = {
-                **service, **over,
+                **service,
+                **over,
                 "environment": {**service["environment"], **over.get("environment", {})},
-                "volumes": [*service.get("volumes", []), *under.get(name, {}).get("volumes", []),
-                            *warm.get(name, {}).get("volumes", [])]}
+                "volumes": [
+                    *service.get("volumes", []),
+                    *under.get(name, {}).get("volumes", []),
+                    *warm.get(name, {}).get("volumes", []),
+                ],
+            }
         for name in warm:
             before = under.get(name, base[name])["command"]
             assert merged[name]["command"] == before, name
@@ -469,13 +536,20 @@ def test_requirements_follow_pyproject():
 
 def test_run_script_is_opt_in():
     env = {k: v for k, v in os.environ.items() if k != "FL_DOCKER"}
-    proc = subprocess.run(["bash", str(DOCKER / "run-compose.sh")], check=False, env=env,
-                          capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        ["bash", str(DOCKER / "run-compose.sh")],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert proc.returncode == 0
     assert "FL_DOCKER=1" in proc.stdout
 
 
 # --- every combination through the compose tool -------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def compose_configs() -> dict[tuple[str, ...], subprocess.CompletedProcess]:
@@ -483,15 +557,23 @@ def compose_configs() -> dict[tuple[str, ...], subprocess.CompletedProcess]:
     cmd = _compose_cmd()
     if cmd is None:
         pytest.skip("no compose tool installed (docker compose plugin or docker-compose)")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SUPER", "TORCH", "FL_", "COMPOSE_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SUPER", "TORCH", "FL_", "COMPOSE_"))
+    }
     procs = {}
     for files in [*COMBINATIONS, ("unset", BASE, SITES)]:
         args = [a for f in files if f != "unset" for a in ("-f", str(DOCKER / f))]
         extra = SITE_ENV if SITES in files and "unset" not in files else {}
-        procs[files] = subprocess.Popen([*cmd, "-p", "fl-test", *args, "config"], cwd=DOCKER,
-                                        env={**env, **extra}, stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True)
+        procs[files] = subprocess.Popen(
+            [*cmd, "-p", "fl-test", *args, "config"],
+            cwd=DOCKER,
+            env={**env, **extra},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     out = {}
     for files, proc in procs.items():
         stdout, stderr = proc.communicate(timeout=60)

@@ -15,10 +15,26 @@ from testing.inprocess_grid import PROJECT_ROOT
 
 def deploy(tmp_path, run_config: str, timeout: float = 900) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "deploy.local", "--nodes", "2", "--tls", "--auth",
-         "--port", str(free_port_block(low=30000, high=32000)), "--workdir",
-         str(tmp_path / "work"), run_config],
-        cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=timeout, check=False)
+        [
+            sys.executable,
+            "-m",
+            "deploy.local",
+            "--nodes",
+            "2",
+            "--tls",
+            "--auth",
+            "--port",
+            str(free_port_block(low=30000, high=32000)),
+            "--workdir",
+            str(tmp_path / "work"),
+            run_config,
+        ],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def test_a_refused_config_exits_2_before_anything_starts(tmp_path):
@@ -30,8 +46,10 @@ def test_a_refused_config_exits_2_before_anything_starts(tmp_path):
 
 @pytest.mark.e2e
 def test_a_diverging_job_exits_1_with_its_health_line(tmp_path):
-    done = deploy(tmp_path, "algorithm='fedavg' task='diabetes' learning-rate=5.0 "
-                            "num-server-rounds=3 min-nodes=2")
+    done = deploy(
+        tmp_path,
+        "algorithm='fedavg' task='diabetes' learning-rate=5.0 num-server-rounds=3 min-nodes=2",
+    )
     out = done.stdout
     assert done.returncode == 1, out + done.stderr
     lines = out.splitlines()
@@ -45,10 +63,14 @@ def test_a_diverging_job_exits_1_with_its_health_line(tmp_path):
 
 @pytest.mark.e2e
 def test_a_completed_job_exits_0_with_a_line_a_round(tmp_path):
-    done = deploy(tmp_path, "algorithm='fedfw' task='synthetic' num-server-rounds=2 min-nodes=2 "
-                            "fedfw.federated-eval=false")
+    done = deploy(
+        tmp_path,
+        "algorithm='fedfw' task='synthetic' num-server-rounds=2 min-nodes=2 "
+        "fedfw.federated-eval=false",
+    )
     lines = done.stdout.splitlines()
     assert done.returncode == 0, done.stdout + done.stderr
     assert [line for line in lines if "[results] round" in line][-1].startswith(
-        "[results] round 2/2")
+        "[results] round 2/2"
+    )
     assert any(line.startswith("Run completed; 2/2 rounds, 2 nodes") for line in lines)

@@ -42,22 +42,24 @@ FAMILIES = {
     "fedfw": "algorithm='fedfw' task='synthetic' fedfw.federated-eval=false",
     "feddr": "algorithm='feddr' task='synthetic' feddr.federated-eval=false",
     "ffgb": "algorithm='ffgb' task='digits' ffgb.local-steps=1 ffgb.oracle-steps=20 "
-            "ffgb.hidden=8 ffgb.federated-eval=false",
+    "ffgb.hidden=8 ffgb.federated-eval=false",
     # one delta a round in the same records for every node, uploaded once by Flower's grid
     "ffgb-shared": "algorithm='ffgb' task='digits' ffgb.learner='tree' ffgb.local-steps=2 "
-                   "ffgb.downlink='shared' ffgb.federated-eval=false",
+    "ffgb.downlink='shared' ffgb.federated-eval=false",
     "fedfun": "algorithm='fedfun' task='wine' fedfun.initial-steps=50 fedfun.local-steps=20 "
-              "fedfun.hidden='8' fedfun.penalty-samples=50 fedfun.federated-eval=false",
+    "fedfun.hidden='8' fedfun.penalty-samples=50 fedfun.federated-eval=false",
     "fedxgb-bagging": "algorithm='fedxgb-bagging' task='wine' fedxgb.max-depth=3 "
-                      "fedxgb.federated-eval=false",
+    "fedxgb.federated-eval=false",
     "fedxgb-cyclic": "algorithm='fedxgb-cyclic' task='wine' fedxgb.max-depth=3 "
-                     "fedxgb.federated-eval=false",
+    "fedxgb.federated-eval=false",
 }
 # Rounds enough for the returning SuperNode to start and be activated before the last ones (it
 # took 12 s on a busy machine, two FedFW rounds of 5.5 s each)
 KILLED_ROUNDS = 12
-KILLED = (f"algorithm='fedfw' task='synthetic' num-server-rounds={KILLED_ROUNDS} min-nodes=3 "
-          "fedfw.federated-eval=false reply-timeout=30")
+KILLED = (
+    f"algorithm='fedfw' task='synthetic' num-server-rounds={KILLED_ROUNDS} min-nodes=3 "
+    "fedfw.federated-eval=false reply-timeout=30"
+)
 KILLED_NODE = 2  # Flower's default isolation; the other two are warm
 BACK_AFTER = 3  # the killed node's partition comes back (a new SuperNode, key and node id)
 
@@ -89,12 +91,14 @@ class KilledRun:
     def _drive(self) -> None:
         try:
             self.run_id = self.deployment.submit(
-                f"{KILLED} output-dir='{self.results}' run-name='killed'", self.app)
+                f"{KILLED} output-dir='{self.results}' run-name='killed'", self.app
+            )
             self._wait_for_round(1)
             self.deployment.kill(f"supernode-{KILLED_NODE}")
             self._wait_for_round(BACK_AFTER)
-            self.deployment.start_supernode(KILLED_NODE, NODES, name="supernode-back",
-                                            slot=NODES + 1, warm=True)
+            self.deployment.start_supernode(
+                KILLED_NODE, NODES, name="supernode-back", slot=NODES + 1, warm=True
+            )
             self.status = self.deployment.wait_for_runs([self.run_id], timeout=600)[self.run_id]
         except BaseException as err:  # noqa: BLE001 - reported by the test
             self.error = err
@@ -116,8 +120,12 @@ class KilledRun:
 
 @pytest.fixture(scope="module")
 def killed(tmp_path_factory, app):
-    d = Deployment(tmp_path_factory.mktemp("killed"), tls=True, auth=True,
-                   base_port=free_port_block(low=25000, high=30000))
+    d = Deployment(
+        tmp_path_factory.mktemp("killed"),
+        tls=True,
+        auth=True,
+        base_port=free_port_block(low=25000, high=30000),
+    )
     run = KilledRun(d, app)
     try:
         d.start_superlink()
@@ -133,14 +141,20 @@ def killed(tmp_path_factory, app):
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory, killed):  # killed: started first, so the runs overlap
-    d = Deployment(tmp_path_factory.mktemp("deploy"), tls=True, auth=True,
-                   base_port=free_port_block(low=20000, high=25000), warm=True)
+    d = Deployment(
+        tmp_path_factory.mktemp("deploy"),
+        tls=True,
+        auth=True,
+        base_port=free_port_block(low=20000, high=25000),
+        warm=True,
+    )
     try:
         d.start_superlink()
         for i in range(NODES):
             d.start_supernode(i, NODES)
-        intruder = d.start_supernode(0, NODES, registered=False, name="intruder", slot=NODES,
-                                     warm=False)
+        intruder = d.start_supernode(
+            0, NODES, registered=False, name="intruder", slot=NODES, warm=False
+        )
         intruder.wait(120)
         yield d
     finally:
@@ -159,7 +173,8 @@ def test_every_family_runs_two_rounds_over_tls(deployment, app):
     names = list(FAMILIES)
     run_ids = deployment.submit_all(
         [f"{FAMILIES[name]} {COMMON} output-dir='{results}' run-name='{name}'" for name in names],
-        app)
+        app,
+    )
     statuses = deployment.wait_for_runs(run_ids, timeout=900)
     assert set(statuses.values()) == {"finished:completed"}, statuses
     for name in FAMILIES:
@@ -183,7 +198,8 @@ def test_the_deployment_gives_the_in_process_engine_s_numbers(deployment, tmp_pa
         for a, b in zip(deployed, local):
             assert [k for k in keys if k in a] == [k for k in keys if k in b], name
             assert {k: a[k] for k in keys if k in a} == pytest.approx(
-                {k: b[k] for k in keys if k in b}, rel=1e-12, abs=0.0), name
+                {k: b[k] for k in keys if k in b}, rel=1e-12, abs=0.0
+            ), name
 
 
 def test_a_run_that_loses_a_supernode_completes_counts_it_and_takes_it_back(killed):
@@ -194,8 +210,8 @@ def test_a_run_that_loses_a_supernode_completes_counts_it_and_takes_it_back(kill
     done = rows(killed.results, "killed")
     assert status == "finished:completed"
     assert [r["round"] for r in done] == list(range(KILLED_ROUNDS + 1))
-    assert sum(r["failures"] for r in done[2:BACK_AFTER + 1]) >= 1
-    assert [r["participants"] for r in done[2:BACK_AFTER + 1]] == [2] * (BACK_AFTER - 1)
+    assert sum(r["failures"] for r in done[2 : BACK_AFTER + 1]) >= 1
+    assert [r["participants"] for r in done[2 : BACK_AFTER + 1]] == [2] * (BACK_AFTER - 1)
     assert done[-1]["participants"] == 3 and done[-1]["failures"] == 0
     assert all(r["participants"] <= 3 for r in done[1:])
     log = (killed.deployment.workdir / "logs" / f"{killed.run_id}.log").read_text()

@@ -51,8 +51,10 @@ pytestmark = pytest.mark.e2e  # stage 2: `make test-e2e`
 HONEST = 3
 PARTITIONS = 5
 PAYLOADS = "nan,outside,garbage,huge"
-CONFIG = ("algorithm='fedfw' task='synthetic' fedfw.constraint='l2' num-server-rounds=4 "
-          "fedfw.federated-eval=false")
+CONFIG = (
+    "algorithm='fedfw' task='synthetic' fedfw.constraint='l2' num-server-rounds=4 "
+    "fedfw.federated-eval=false"
+)
 REASONS = {1: "NaN", 2: "outside D", 3: "dtype", 4: "expected records"}  # of the dropped replies
 DIFFERENT_BY_DESIGN = ("failures", "bytes", "wire_bytes", "wall_time_s")  # key prefixes
 
@@ -82,9 +84,13 @@ def failing_after_admission(message, context):  # noqa: ANN001, ANN201
 
 def with_a_failing_node(tmp_path: Path) -> list[dict]:
     """The reference: the honest nodes and one admitted node whose every reply is an error."""
-    return run_app(tmp_path, HONEST + 1,
-                   [*honest_configs(PARTITIONS), {"num-partitions": PARTITIONS, "failing": 1}],
-                   client=failing_after_admission, **parse_overrides(CONFIG)).rows
+    return run_app(
+        tmp_path,
+        HONEST + 1,
+        [*honest_configs(PARTITIONS), {"num-partitions": PARTITIONS, "failing": 1}],
+        client=failing_after_admission,
+        **parse_overrides(CONFIG),
+    ).rows
 
 
 def local_ids(num_nodes: int) -> list[int]:
@@ -100,12 +106,20 @@ def pins(ids: dict[int, int]) -> str:
 def with_hostile_nodes(tmp_path: Path, claimed: int = 0) -> list[dict]:
     """The deployment's job on the in-process engine: the honest nodes and the payload attacker
     pinned to their partitions (``node-partitions``), the claimant not."""
-    configs = [*honest_configs(PARTITIONS),
-               {"num-partitions": PARTITIONS, "hostile": PAYLOADS},
-               {"num-partitions": PARTITIONS, "hostile": f"claim:{claimed}"}]
-    pinned = pins({node: p for p, node in enumerate(local_ids(HONEST + 2)[:HONEST + 1])})
-    return run_app(tmp_path, HONEST + 2, configs, client=hostile_app,
-                   **parse_overrides(CONFIG), **{"node-partitions": pinned}).rows
+    configs = [
+        *honest_configs(PARTITIONS),
+        {"num-partitions": PARTITIONS, "hostile": PAYLOADS},
+        {"num-partitions": PARTITIONS, "hostile": f"claim:{claimed}"},
+    ]
+    pinned = pins({node: p for p, node in enumerate(local_ids(HONEST + 2)[: HONEST + 1])})
+    return run_app(
+        tmp_path,
+        HONEST + 2,
+        configs,
+        client=hostile_app,
+        **parse_overrides(CONFIG),
+        **{"node-partitions": pinned},
+    ).rows
 
 
 def test_hostile_peers_cost_only_their_own_replies_in_process(tmp_path, caplog):
@@ -129,8 +143,14 @@ def _claimant_first(tmp_path: Path, pinned: bool) -> tuple[list[dict], list[dict
     claimant = {"partition-id": HONEST, "num-partitions": HONEST + 1, "hostile": "claim:0"}
     honest = [{"partition-id": i, "num-partitions": HONEST + 1} for i in range(HONEST)]
     extra = {"node-partitions": pins({n: i for i, n in enumerate(local_ids(HONEST + 1)[1:])})}
-    hostile = run_app(tmp_path / "hostile", HONEST + 1, [claimant, *honest], client=hostile_app,
-                      **parse_overrides(CONFIG), **(extra if pinned else {})).rows
+    hostile = run_app(
+        tmp_path / "hostile",
+        HONEST + 1,
+        [claimant, *honest],
+        client=hostile_app,
+        **parse_overrides(CONFIG),
+        **(extra if pinned else {}),
+    ).rows
     alone = run_app(tmp_path / "alone", HONEST, honest, **parse_overrides(CONFIG)).rows
     return hostile, alone
 
@@ -148,20 +168,30 @@ def test_an_unpinned_node_with_an_unusable_answer_never_takes_part(tmp_path):
     honest = [{"partition-id": i, "num-partitions": HONEST} for i in range(HONEST)]
     intruder = {"partition-id": 0, "num-partitions": HONEST, "hostile": "unusable"}
     extra = {"node-partitions": pins({n: i for i, n in enumerate(local_ids(HONEST + 1)[:HONEST])})}
-    run = run_app(tmp_path / "hostile", HONEST + 1, [*honest, intruder], client=hostile_app,
-                  **parse_overrides(CONFIG), **extra)
+    run = run_app(
+        tmp_path / "hostile",
+        HONEST + 1,
+        [*honest, intruder],
+        client=hostile_app,
+        **parse_overrides(CONFIG),
+        **extra,
+    )
     alone = run_app(tmp_path / "alone", HONEST, honest, **parse_overrides(CONFIG)).rows
     intruder_id = local_ids(HONEST + 1)[HONEST]
-    assert [m.metadata.message_type for m in run.grid.down
-            if m.metadata.dst_node_id == intruder_id] == ["query.node"]
+    assert [
+        m.metadata.message_type for m in run.grid.down if m.metadata.dst_node_id == intruder_id
+    ] == ["query.node"]
     assert run.rows[1]["failures"] == 1 and all(r["failures"] == 0 for r in run.rows[2:])
     assert all(r["participants"] == HONEST for r in run.rows[1:])
     assert_same(comparable(run.rows), comparable(alone))
 
 
-@pytest.mark.xfail(strict=True, reason="known, without node-partitions: the roster keeps the "
-                   "first claim of a partition by node id, so a claimant with a smaller (random) "
-                   "node id than the honest owner takes its place and the owner is left out")
+@pytest.mark.xfail(
+    strict=True,
+    reason="known, without node-partitions: the roster keeps the "
+    "first claim of a partition by node id, so a claimant with a smaller (random) "
+    "node id than the honest owner takes its place and the owner is left out",
+)
 def test_without_pins_a_claimant_with_a_smaller_node_id_changes_nothing(tmp_path):
     hostile, alone = _claimant_first(tmp_path, pinned=False)
     assert_same(comparable(hostile), comparable(alone))
@@ -173,8 +203,13 @@ def hostile_run(tmp_path_factory):
     """Five warm SuperNodes (two hostile) behind a TLS SuperLink with SuperNode authentication,
     one job; its metrics rows, the ServerApp's log and the node ids."""
     app = app_copy(tmp_path_factory.mktemp("app") / "app", "testing.hostile_clientapp:app")
-    d = Deployment(tmp_path_factory.mktemp("hostile"), tls=True, auth=True,
-                   base_port=free_port_block(), warm=True)
+    d = Deployment(
+        tmp_path_factory.mktemp("hostile"),
+        tls=True,
+        auth=True,
+        base_port=free_port_block(),
+        warm=True,
+    )
     try:
         d.start_superlink()
         for i in range(HONEST):
@@ -184,14 +219,21 @@ def hostile_run(tmp_path_factory):
         # with a registered key) to their partitions; the claimant's node id, smaller or larger
         # than its victim's, does not matter
         owner = 0
-        d.start_supernode(HONEST + 1, PARTITIONS, name="claimant",
-                          node_config=f"hostile='claim:{owner}'")
-        pinned = pins({**{d.node_ids[f"supernode-{i}"]: i for i in range(HONEST)},
-                       d.node_ids["payloads"]: HONEST})
+        d.start_supernode(
+            HONEST + 1, PARTITIONS, name="claimant", node_config=f"hostile='claim:{owner}'"
+        )
+        pinned = pins(
+            {
+                **{d.node_ids[f"supernode-{i}"]: i for i in range(HONEST)},
+                d.node_ids["payloads"]: HONEST,
+            }
+        )
         results = d.workdir / "results"
-        run_id = d.submit(f"{CONFIG} min-nodes={HONEST + 2} reply-timeout=300 "
-                          f"node-partitions='{pinned}' output-dir='{results}' run-name='hostile'",
-                          app)
+        run_id = d.submit(
+            f"{CONFIG} min-nodes={HONEST + 2} reply-timeout=300 "
+            f"node-partitions='{pinned}' output-dir='{results}' run-name='hostile'",
+            app,
+        )
         status = d.wait_for_runs([run_id], timeout=600)[run_id]
         rows = json.loads((results / "hostile" / "metrics.json").read_text())["rounds"]
         log = (d.workdir / "logs" / f"{run_id}.log").read_text()
@@ -207,11 +249,17 @@ def test_a_deployment_with_hostile_peers_completes_and_counts_every_bad_reply(ho
     assert [r["failures"] for r in rows] == [0, 2, 1, 1, 1]  # round 1: + the refused claim
     assert all(r["participants"] == HONEST for r in rows[1:])
     for server_round, reason in REASONS.items():
-        line = next(line for line in log.splitlines() if f"round {server_round}: dropped the "
-                    f"reply of node {ids['payloads']}" in line)
+        line = next(
+            line
+            for line in log.splitlines()
+            if f"round {server_round}: dropped the reply of node {ids['payloads']}" in line
+        )
         assert reason in line, line
-    assert any(f"node {ids['claimant']} claims partition {hostile_run['owner']}, but "
-               "node-partitions does not list it" in line for line in log.splitlines()), log[-3000:]
+    assert any(
+        f"node {ids['claimant']} claims partition {hostile_run['owner']}, but "
+        "node-partitions does not list it" in line
+        for line in log.splitlines()
+    ), log[-3000:]
     assert rows[4]["bytes_up"] > HUGE_ARRAY_BYTES + HUGE_CONFIG_BYTES  # the huge reply arrived
 
 
@@ -221,5 +269,7 @@ def test_the_honest_nodes_results_are_those_without_the_hostile_peers(hostile_ru
     # and the in-process engine runs the same attack to the same numbers, failures included
     mirrored = with_hostile_nodes(tmp_path / "hostile", claimed=hostile_run["owner"])
     keep = ("failures",)
-    assert_same([{**a, **{k: r[k] for k in keep}} for a, r in zip(comparable(deployed), deployed)],
-                [{**a, **{k: r[k] for k in keep}} for a, r in zip(comparable(mirrored), mirrored)])
+    assert_same(
+        [{**a, **{k: r[k] for k in keep}} for a, r in zip(comparable(deployed), deployed)],
+        [{**a, **{k: r[k] for k in keep}} for a, r in zip(comparable(mirrored), mirrored)],
+    )

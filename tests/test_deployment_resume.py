@@ -44,7 +44,7 @@ COMMON = f"num-server-rounds={ROUNDS} min-nodes={NODES} reply-timeout=300"
 JOBS = {
     "fedfw": "algorithm='fedfw' task='synthetic' fedfw.federated-eval=false",
     "ffgb": "algorithm='ffgb' task='digits' ffgb.local-steps=1 ffgb.oracle-steps=20 "
-            "ffgb.hidden=8 ffgb.federated-eval=false",
+    "ffgb.hidden=8 ffgb.federated-eval=false",
 }
 KILL_AFTER = 2  # the checkpoint round after which a ServerApp dies
 FFGB_REL = 1e-6  # FFGB after the checkpoint: the ensemble summed in another order (see above)
@@ -115,8 +115,9 @@ def rows_equal(got: list[dict], want: list[dict], after: int, late_rel: float = 
         exact = [k for k in keep if not isinstance(a[k], float)]
         assert {k: a[k] for k in exact} == {k: b[k] for k in exact}, a["round"]
         rel = late_rel if late else 1e-12
-        assert {k: a[k] for k in keep} == pytest.approx({k: b[k] for k in keep},
-                                                        rel=rel, abs=0.0), a["round"]
+        assert {k: a[k] for k in keep} == pytest.approx(
+            {k: b[k] for k in keep}, rel=rel, abs=0.0
+        ), a["round"]
         assert all(a[k] >= b[k] for k in a if is_traffic(k)), a["round"]
         if late:  # no round lost: both nodes, brought up to date, took part
             assert (a["failures"], a["participants"]) == (0, NODES), a
@@ -150,21 +151,28 @@ def resumed(tmp_path_factory):
             assert time.monotonic() < deadline, f"checkpoints after {after} only"
             time.sleep(0.1)
         assert all(r < ROUNDS for r in after.values()), f"a run finished before the kill: {after}"
-        again = dict(zip(JOBS, d.submit_all(
-            [f"{job[n]} resume-from='{results / n}'" for n in JOBS], app)))
+        again = dict(
+            zip(JOBS, d.submit_all([f"{job[n]} resume-from='{results / n}'" for n in JOBS], app))
+        )
         statuses = d.wait_for_runs([*killed.values(), *again.values()], timeout=600)
     finally:
         d.stop()
-    return {name: {"killed": statuses[killed[name]], "resumed": statuses[again[name]],
-                   "after": after[name],
-                   "log": (d.workdir / "logs" / f"{again[name]}.log").read_text(),
-                   "rows": json.loads((results / name / "metrics.json").read_text())["rounds"]}
-            for name in JOBS}
+    return {
+        name: {
+            "killed": statuses[killed[name]],
+            "resumed": statuses[again[name]],
+            "after": after[name],
+            "log": (d.workdir / "logs" / f"{again[name]}.log").read_text(),
+            "rows": json.loads((results / name / "metrics.json").read_text())["rounds"],
+        }
+        for name in JOBS
+    }
 
 
 @pytest.mark.parametrize("name", sorted(JOBS))
 def test_a_killed_server_app_resumed_in_a_deployment_equals_an_uninterrupted_run(
-        resumed, tmp_path, name):
+    resumed, tmp_path, name
+):
     run = resumed[name]
     assert (run["killed"], run["resumed"]) == ("finished:failed", "finished:completed"), run
     assert f"Resuming after round {run['after']} of {ROUNDS}" in run["log"], run["log"][-3000:]
@@ -172,8 +180,11 @@ def test_a_killed_server_app_resumed_in_a_deployment_equals_an_uninterrupted_run
     rows_equal(run["rows"], whole, run["after"], FFGB_REL if name == "ffgb" else 1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason="known: a node brought up to date sums FFGB's ensemble "
-                   "in another order than one that kept its state (about 1e-9 relative)")
+@pytest.mark.xfail(
+    strict=True,
+    reason="known: a node brought up to date sums FFGB's ensemble "
+    "in another order than one that kept its state (about 1e-9 relative)",
+)
 def test_ffgb_resumed_in_a_deployment_is_exact(resumed, tmp_path):
     whole = run_app(tmp_path, NODES, **parse_overrides(config("ffgb"))).rows
     rows_equal(resumed["ffgb"]["rows"], whole, resumed["ffgb"]["after"])

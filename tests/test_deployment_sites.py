@@ -24,8 +24,10 @@ from tests.helpers import run_app
 pytestmark = pytest.mark.e2e  # stage 2: `make test-e2e`
 
 NODES = 3
-SITE = ("task='site' data.label='species' data.categorical='sex' num-server-rounds=2 "
-        "min-nodes=3 reply-timeout=300")
+SITE = (
+    "task='site' data.label='species' data.categorical='sex' num-server-rounds=2 "
+    "min-nodes=3 reply-timeout=300"
+)
 JOBS = {
     "ffgb-trees": "algorithm='ffgb' ffgb.learner='tree'",
     "fedfw": "algorithm='fedfw'",
@@ -50,15 +52,21 @@ def sites(tmp_path_factory):
 @pytest.fixture(scope="module")
 def deployed(tmp_path_factory, sites):
     app = app_copy(tmp_path_factory.mktemp("app") / "app")
-    d = Deployment(tmp_path_factory.mktemp("deploy"), tls=True, auth=True,
-                   base_port=free_port_block(low=30000, high=35000), warm=True)
+    d = Deployment(
+        tmp_path_factory.mktemp("deploy"),
+        tls=True,
+        auth=True,
+        base_port=free_port_block(low=30000, high=35000),
+        warm=True,
+    )
     try:
         d.start_superlink()
         for i in range(NODES):
             d.start_supernode(i, NODES, node_config=f"dataset-path='{sites / f'{i}.csv'}'")
         results = d.workdir / "results"
-        run_ids = d.submit_all([f"{JOBS[name]} {SITE} output-dir='{results}' run-name='{name}'"
-                                for name in JOBS], app)
+        run_ids = d.submit_all(
+            [f"{JOBS[name]} {SITE} output-dir='{results}' run-name='{name}'" for name in JOBS], app
+        )
         yield d.wait_for_runs(run_ids, timeout=900), results
     finally:
         d.stop()
@@ -73,9 +81,13 @@ def test_each_site_trains_on_its_own_file_as_the_simulation_does(deployed, sites
         rows = json.loads((results / name / "metrics.json").read_text())["rounds"]
         assert [r["round"] for r in rows] == [0, 1, 2]
         assert all(0 <= rows[-1][f"site{p}_test_accuracy"] <= 1 for p in range(NODES))
-        local = run_app(tmp_path / name, NODES,
-                        [{"dataset-path": str(sites / f"{i}.csv")} for i in range(NODES)],
-                        **parse_overrides(f"{job} {SITE}")).rows
+        local = run_app(
+            tmp_path / name,
+            NODES,
+            [{"dataset-path": str(sites / f"{i}.csv")} for i in range(NODES)],
+            **parse_overrides(f"{job} {SITE}"),
+        ).rows
         keys = sorted(k for k in rows[-1] if "accuracy" in k or "loss" in k)
-        assert [{k: r.get(k) for k in keys} for r in rows] == \
-            [{k: r.get(k) for k in keys} for r in local], name
+        assert [{k: r.get(k) for k in keys} for r in rows] == [
+            {k: r.get(k) for k in keys} for r in local
+        ], name

@@ -69,16 +69,40 @@ CASES = {
     "fedavg": {"algorithm": "fedavg"},
     "fedfw": {"algorithm": "fedfw", "task": "synthetic"},
     "feddr": {"algorithm": "feddr", "task": "synthetic"},
-    "ffgb": {"algorithm": "ffgb", "ffgb.local-steps": 2, "ffgb.oracle-steps": 40,
-             "ffgb.hidden": 16},
-    "ffgb-c": {"algorithm": "ffgb-c", "ffgb.local-steps": 1, "ffgb.oracle-steps": 20,
-               "ffgb.hidden": 16},
-    "ffgb-l": {"algorithm": "ffgb-l", "task": "diabetes", "ffgb.local-steps": 1,
-               "ffgb.oracle-steps": 20, "ffgb.hidden": 8},
-    "fedfun": {"algorithm": "fedfun", "task": "wine", "fedfun.initial-steps": 40,
-               "fedfun.local-steps": 10, "fedfun.penalty-samples": 50, "fedfun.hidden": "8"},
-    "dfedfish": {"algorithm": "dfedfish", "task": "wine", "fedfun.initial-steps": 40,
-                 "fedfun.local-steps": 10, "fedfun.hidden": "8"},
+    "ffgb": {
+        "algorithm": "ffgb",
+        "ffgb.local-steps": 2,
+        "ffgb.oracle-steps": 40,
+        "ffgb.hidden": 16,
+    },
+    "ffgb-c": {
+        "algorithm": "ffgb-c",
+        "ffgb.local-steps": 1,
+        "ffgb.oracle-steps": 20,
+        "ffgb.hidden": 16,
+    },
+    "ffgb-l": {
+        "algorithm": "ffgb-l",
+        "task": "diabetes",
+        "ffgb.local-steps": 1,
+        "ffgb.oracle-steps": 20,
+        "ffgb.hidden": 8,
+    },
+    "fedfun": {
+        "algorithm": "fedfun",
+        "task": "wine",
+        "fedfun.initial-steps": 40,
+        "fedfun.local-steps": 10,
+        "fedfun.penalty-samples": 50,
+        "fedfun.hidden": "8",
+    },
+    "dfedfish": {
+        "algorithm": "dfedfish",
+        "task": "wine",
+        "fedfun.initial-steps": 40,
+        "fedfun.local-steps": 10,
+        "fedfun.hidden": "8",
+    },
 }
 # the loss each family reports: the server's central test loss, or FedFun's mean local loss
 LOSS = {"fedfun": "local_loss", "dfedfish": "local_loss"}
@@ -93,14 +117,16 @@ def _rows(run) -> list[dict]:
 def test_every_client_half_on_an_explicit_cpu_equals_the_default(tmp_path, algorithm):
     overrides = {**CASES[algorithm], "num-server-rounds": 2}
     default = run_app(tmp_path / "default", 3, **overrides)
-    explicit = run_app(tmp_path / "cpu", 3, [{"device": "cpu"}] * 3,
-                       **overrides, **{"central-device": "cpu"})
+    explicit = run_app(
+        tmp_path / "cpu", 3, [{"device": "cpu"}] * 3, **overrides, **{"central-device": "cpu"}
+    )
     assert _rows(explicit) == _rows(default)
 
 
 def test_a_node_with_a_device_it_lacks_fails_and_the_run_goes_on(tmp_path, no_cuda):
-    run = run_app(tmp_path, 3, [{}, {"device": "cuda"}, {}],
-                  **{**CASES["fedavg"], "num-server-rounds": 2})
+    run = run_app(
+        tmp_path, 3, [{}, {"device": "cuda"}, {}], **{**CASES["fedavg"], "num-server-rounds": 2}
+    )
     # its query.node answer is already an error: it is left out of the roster, sent nothing more
     assert [r["failures"] for r in run.rows[1:]] == [1, 0]
     assert run.rows[-1]["test_accuracy"] > 0.8

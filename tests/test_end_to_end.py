@@ -14,8 +14,16 @@ from server_app.app import InvalidRunConfig, run
 from testing.inprocess_grid import LocalGrid, run_config, server_context
 from tests.helpers import RUN_NAME, run_app
 
-REQUIRED_ROW_KEYS = {"round", "test_accuracy", "test_loss", "train_loss", "bytes_up",
-                     "bytes_down", "wall_time_s", "failures"}
+REQUIRED_ROW_KEYS = {
+    "round",
+    "test_accuracy",
+    "test_loss",
+    "train_loss",
+    "bytes_up",
+    "bytes_down",
+    "wall_time_s",
+    "failures",
+}
 
 
 def run_job(tmp_path, num_nodes=4, node_configs=None, **overrides):
@@ -88,8 +96,15 @@ def test_same_seed_gives_same_numbers(tmp_path):
 
 
 def test_fedprox_sends_mu_and_trains(tmp_path):
-    grid, out = run_job(tmp_path, **{"algorithm": "fedprox", "fedprox.mu": 0.5,
-                                     "num-server-rounds": 2, "partitioning": "label-sort"})
+    grid, out = run_job(
+        tmp_path,
+        **{
+            "algorithm": "fedprox",
+            "fedprox.mu": 0.5,
+            "num-server-rounds": 2,
+            "partitioning": "label-sort",
+        },
+    )
     trains = [m for m in grid.down if m.metadata.message_type == "train"]
     assert trains and all(m.content["config"]["proximal-mu"] == 0.5 for m in trains)
     assert read_metrics(out)["rounds"][-1]["test_accuracy"] > 0.5
@@ -104,8 +119,9 @@ def test_federated_evaluation_when_server_has_no_test_set(tmp_path):
 
 
 def test_regression_task_reports_mse(tmp_path):
-    _, out = run_job(tmp_path, **{"task": "diabetes", "num-server-rounds": 2,
-                                  "learning-rate": 0.05})
+    _, out = run_job(
+        tmp_path, **{"task": "diabetes", "num-server-rounds": 2, "learning-rate": 0.05}
+    )
     rows = read_metrics(out)["rounds"]
     assert "test_mse" in rows[-1] and rows[-1]["test_mse"] < rows[0]["test_mse"]
 
@@ -157,8 +173,15 @@ class SilentNodeGrid(LocalGrid):
 
 
 def test_every_exchange_waits_reply_timeout_and_a_silent_node_is_a_failure(tmp_path):
-    config = run_config(**{"output-dir": str(tmp_path), "run-name": RUN_NAME,
-                           "algorithm": "fedavg", "num-server-rounds": 2, "reply-timeout": 7.5})
+    config = run_config(
+        **{
+            "output-dir": str(tmp_path),
+            "run-name": RUN_NAME,
+            "algorithm": "fedavg",
+            "num-server-rounds": 2,
+            "reply-timeout": 7.5,
+        }
+    )
     grid = SilentNodeGrid(client_app, config, 4)
     run(grid, server_context(config))
     assert grid.timeouts and set(grid.timeouts) == {7.5}

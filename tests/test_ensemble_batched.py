@@ -24,8 +24,9 @@ MLP = NetworkSpec((200, 9, 7, N_OUT), "leaky_relu")
 BOUNDED = NetworkSpec((200, 5, N_OUT), "tanh", output_bound=0.3)
 LINEAR = NetworkSpec((200, N_OUT))  # no hidden layer
 CNN = ConvNetSpec((2, 10, 10), N_OUT, channels=(4, 3), kernel=3, hidden=(6,))
-CNN_BOUNDED = ConvNetSpec((2, 10, 10), N_OUT, channels=(5,), kernel=5, hidden=(),
-                          activation="relu", output_bound=0.2)  # one conv, no hidden layer
+CNN_BOUNDED = ConvNetSpec(
+    (2, 10, 10), N_OUT, channels=(5,), kernel=5, hidden=(), activation="relu", output_bound=0.2
+)  # one conv, no hidden layer
 
 
 def tree(depth: int | None, seed: int):
@@ -48,9 +49,19 @@ def nets(spec, count: int, seed: int) -> list:
 
 def mixed_learners() -> list:
     """Runs of every kind, of several lengths, with bounded outputs, a spec recurring later."""
-    return [tree(3, 0), tree(5, 1), tree(1, 2), *nets(MLP, 4, 0), *nets(BOUNDED, 1, 1),
-            tree(2, 3), *nets(CNN, 3, 2), *nets(MLP, 1, 3), *nets(LINEAR, 2, 4),
-            *nets(CNN_BOUNDED, 2, 5), tree(None, 4)]
+    return [
+        tree(3, 0),
+        tree(5, 1),
+        tree(1, 2),
+        *nets(MLP, 4, 0),
+        *nets(BOUNDED, 1, 1),
+        tree(2, 3),
+        *nets(CNN, 3, 2),
+        *nets(MLP, 1, 3),
+        *nets(LINEAR, 2, 4),
+        *nets(CNN_BOUNDED, 2, 5),
+        tree(None, 4),
+    ]
 
 
 def loop(learners, weights, x, initial=None):
@@ -95,8 +106,7 @@ def test_output_bound_is_applied_in_the_batched_pass():
             np.testing.assert_allclose(single, values[k], rtol=1e-5, atol=1e-5)
             assert np.abs(single).max() <= bound + 1e-7
         got = weighted_sum(learners, [0.5, -1.0, 2.0], X, N_OUT)
-        np.testing.assert_allclose(got, loop(learners, [0.5, -1.0, 2.0], X), rtol=1e-5,
-                                   atol=1e-5)
+        np.testing.assert_allclose(got, loop(learners, [0.5, -1.0, 2.0], X), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("chunk_entries", [1 << 20, 70, 150])  # all trees; 1 tree; 2 trees a chunk
@@ -107,8 +117,9 @@ def test_trees_are_bit_identical_to_the_loop(monkeypatch, chunk_entries):
     weights = [0.5, -1.25, 2.0, 0.1, -0.3, 1e-3, 7.0]
     initial = RNG.normal(size=(len(X), N_OUT))
     assert np.array_equal(weighted_sum(trees, weights, X, N_OUT), loop(trees, weights, X))
-    assert np.array_equal(weighted_sum(trees, weights, X, N_OUT, initial),
-                          loop(trees, weights, X, initial))
+    assert np.array_equal(
+        weighted_sum(trees, weights, X, N_OUT, initial), loop(trees, weights, X, initial)
+    )
     x64 = RNG.normal(size=(33, X.shape[1]))  # float64 inputs: trees cast them to float32
     assert np.array_equal(weighted_sum(trees, weights, x64, N_OUT), loop(trees, weights, x64))
 
@@ -136,8 +147,14 @@ def test_empty_ensembles_and_inputs():
 
 def test_stacked_forwards_equal_each_network():
     x = torch.from_numpy(X)
-    for spec, seed in ((MLP, 0), (BOUNDED, 1), (LINEAR, 2), (CNN, 3), (CNN_BOUNDED, 4),
-                       (NetworkSpec((200, 4, 4, 4, N_OUT), "tanh"), 5)):
+    for spec, seed in (
+        (MLP, 0),
+        (BOUNDED, 1),
+        (LINEAR, 2),
+        (CNN, 3),
+        (CNN_BOUNDED, 4),
+        (NetworkSpec((200, 4, 4, 4, N_OUT), "tanh"), 5),
+    ):
         learners = nets(spec, 4, seed)
         params = [torch.stack(t) for t in zip(*(m.state_dict().values() for m in learners))]
         module = networks if isinstance(spec, NetworkSpec) else convnets
@@ -145,12 +162,10 @@ def test_stacked_forwards_equal_each_network():
             stacked = module.stacked_forward(spec, params, x)
         assert stacked.shape == (4, len(X), N_OUT) and stacked.dtype == torch.float32
         for k, learner in enumerate(learners):
-            np.testing.assert_allclose(stacked[k].numpy(), learner.predict(X), rtol=1e-5,
-                                       atol=1e-6)
+            np.testing.assert_allclose(stacked[k].numpy(), learner.predict(X), rtol=1e-5, atol=1e-6)
             with torch.no_grad():  # one network alone is the same as its module
-                alone = module.stacked_forward(spec, [p[k:k + 1] for p in params], x)
-            np.testing.assert_allclose(alone[0].numpy(), learner.predict(X), rtol=1e-5,
-                                       atol=1e-6)
+                alone = module.stacked_forward(spec, [p[k : k + 1] for p in params], x)
+            np.testing.assert_allclose(alone[0].numpy(), learner.predict(X), rtol=1e-5, atol=1e-6)
 
 
 def test_shape_errors_are_value_errors():

@@ -34,15 +34,19 @@ def tree(leaves: int, seed: int):
 
 
 def increment(version: int, learners: list) -> Delta:
-    return Delta(version, 1.0, tuple(learners), tuple(0.5 for _ in learners), X.shape[1],
-                 OUTPUTS)
+    return Delta(version, 1.0, tuple(learners), tuple(0.5 for _ in learners), X.shape[1], OUTPUTS)
 
 
 def same_packing(a: tuple, b: tuple) -> bool:
     (config_a, arrays_a), (config_b, arrays_b) = a, b
-    return config_a == config_b and arrays_a.keys() == arrays_b.keys() and all(
-        arrays_a[k].dtype == arrays_b[k].dtype and np.array_equal(arrays_a[k], arrays_b[k])
-        for k in arrays_a)
+    return (
+        config_a == config_b
+        and arrays_a.keys() == arrays_b.keys()
+        and all(
+            arrays_a[k].dtype == arrays_b[k].dtype and np.array_equal(arrays_a[k], arrays_b[k])
+            for k in arrays_a
+        )
+    )
 
 
 @pytest.mark.parametrize("kind", ["trees", "networks"])
@@ -60,15 +64,20 @@ def test_a_delta_packed_from_the_cache_is_the_delta_packed_whole(kind):
     decoded = unpack_delta(config, arrays)
     assert np.array_equal(
         ensembles.weighted_sum(decoded.learners, decoded.weights, X, OUTPUTS),
-        ensembles.weighted_sum(learners, [0.5] * 4, X, OUTPUTS))
+        ensembles.weighted_sum(learners, [0.5] * 4, X, OUTPUTS),
+    )
 
 
 def four_nodes_one_round(sync: EnsembleSync) -> list[SyncSlot]:
     slots = [SyncSlot() for _ in range(4)]
     for slot in slots:
         sync.records_for(slot)
-    sync.average([(slot, increment(0, [tree(4, 10 * i), tree(3, 10 * i + 1)]))
-                  for i, slot in enumerate(slots)])
+    sync.average(
+        [
+            (slot, increment(0, [tree(4, 10 * i), tree(3, 10 * i + 1)]))
+            for i, slot in enumerate(slots)
+        ]
+    )
     return slots
 
 
@@ -106,8 +115,11 @@ def test_a_distilled_student_replaces_the_ensemble_and_every_node_forgets_its_ow
 def test_a_rounds_learners_are_packed_once_for_all_recipients(monkeypatch):
     packed = []
     original = ensembles._pack_group
-    monkeypatch.setattr(ensembles, "_pack_group",
-                        lambda group, prefix: packed.append(len(group)) or original(group, prefix))
+    monkeypatch.setattr(
+        ensembles,
+        "_pack_group",
+        lambda group, prefix: packed.append(len(group)) or original(group, prefix),
+    )
     sync = EnsembleSync(Ensemble.constant(np.zeros(OUTPUTS), X.shape[1]))
     slots = four_nodes_one_round(sync)
     packed.clear()
@@ -133,11 +145,13 @@ def test_a_shared_downlink_is_one_set_of_records_that_moves_every_node_to_the_sa
     for node, slot in enumerate(slots_a):
         config, arrays, count = per_node.records_for(slot)
         mine = unpack_delta(dict(config), record_to_arrays(arrays))
-        own = ensembles.weighted_sum([tree(4, 10 * node), tree(3, 10 * node + 1)], [0.5, 0.5],
-                                     X, OUTPUTS)
+        own = ensembles.weighted_sum(
+            [tree(4, 10 * node), tree(3, 10 * node + 1)], [0.5, 0.5], X, OUTPUTS
+        )
         expected = PredictionCache(X, 0, start.copy()).update(mine, own)
-        assert count == 6 and np.allclose(PredictionCache(X, 0, start.copy()).update(whole),
-                                          expected, rtol=0, atol=1e-12)
+        assert count == 6 and np.allclose(
+            PredictionCache(X, 0, start.copy()).update(whole), expected, rtol=0, atol=1e-12
+        )
 
 
 def test_a_shared_downlink_is_packed_once_per_version_and_rebuilt_for_a_new_ensemble():

@@ -55,12 +55,19 @@ def test_zero_gradient_points_round_trip(kind):
 def test_mclr_encoded_sizes():
     dense = dense_nbytes(MCLR)
     assert dense == 4 * (600 + 10) == 2440
-    sizes = {kind: encoded_nbytes(encode_point_list(Constraint(kind, R), mclr_points(kind)))
-             for kind in CONSTRAINT_NAMES}
+    sizes = {
+        kind: encoded_nbytes(encode_point_list(Constraint(kind, R), mclr_points(kind)))
+        for kind in CONSTRAINT_NAMES
+    }
     # packed across tensors: indices in the largest tensor's dtype (uint16 for 600 entries; an
     # l1 vertex code 2 j + sign bit < 1200 too)
-    assert sizes == {"l1": 2 * 2, "simplex": 2 * 2, "box": 75 + 2,
-                     "nuclear": 4 * (10 + 60) + 4 * (1 + 10), "l2": dense}
+    assert sizes == {
+        "l1": 2 * 2,
+        "simplex": 2 * 2,
+        "box": 75 + 2,
+        "nuclear": 4 * (10 + 60) + 4 * (1 + 10),
+        "l2": dense,
+    }
     assert sizes["l1"] <= 2 * (4 + 1)
     weight_only = {
         kind: encoded_nbytes(encode_extreme_point(Constraint(kind, R), mclr_points(kind)[0]))
@@ -72,8 +79,10 @@ def test_mclr_encoded_sizes():
     assert weight_only["nuclear"] < 0.12
 
 
-@pytest.mark.parametrize(("n", "dtype"), [(1, np.uint8), (128, np.uint8), (129, np.uint16),
-                                          (32_768, np.uint16), (32_769, np.uint32)])
+@pytest.mark.parametrize(
+    ("n", "dtype"),
+    [(1, np.uint8), (128, np.uint8), (129, np.uint16), (32_768, np.uint16), (32_769, np.uint32)],
+)
 @pytest.mark.parametrize("sign", [1, -1])
 def test_vertex_dtype_is_the_smallest_that_fits(n, dtype, sign):
     c = Constraint("l1", R)
@@ -114,10 +123,15 @@ def test_global_scope_point_encodes_as_one_flat_tensor():
 
 @pytest.mark.parametrize(
     ("kind", "point"),
-    [("l1", np.array([R, R, 0.0])), ("l1", np.array([5.0, 0.0])), ("simplex", np.array([-R, 0.0])),
-     ("box", np.array([R, 0.5])), ("nuclear", R / 2 * np.eye(2)),
-     ("nuclear", R / 4 * np.ones((2, 2))),
-     ("l2", np.array([np.nan, 1.0]))],
+    [
+        ("l1", np.array([R, R, 0.0])),
+        ("l1", np.array([5.0, 0.0])),
+        ("simplex", np.array([-R, 0.0])),
+        ("box", np.array([R, 0.5])),
+        ("nuclear", R / 2 * np.eye(2)),
+        ("nuclear", R / 4 * np.ones((2, 2))),
+        ("l2", np.array([np.nan, 1.0])),
+    ],
 )
 def test_encoder_refuses_non_extreme_points(kind, point):
     with pytest.raises(ValueError):
@@ -143,8 +157,10 @@ def _with(kind: str, **changes) -> dict[str, np.ndarray]:
 BAD = {
     "missing key": ("l1", _with("l1", vertex=None)),
     "extra key": ("simplex", _with("simplex", sign=np.array([1], dtype=np.int8))),
-    "old index-and-sign form": ("l1", _with("l1", vertex=None, index=np.array([3], np.uint8),
-                                            sign=np.array([1], np.int8))),
+    "old index-and-sign form": (
+        "l1",
+        _with("l1", vertex=None, index=np.array([3], np.uint8), sign=np.array([1], np.int8)),
+    ),
     "wrong index dtype": ("l1", _with("l1", vertex=np.array([3], dtype=np.int64))),
     "wrong float dtype": ("nuclear", _with("nuclear", u=good("nuclear")["u"].astype(np.float64))),
     "index out of range": ("simplex", _with("simplex", index=np.array([20], dtype=np.uint8))),
@@ -156,7 +172,8 @@ BAD = {
     "wrong u length": ("nuclear", _with("nuclear", u=np.array([1, 0, 0], dtype=np.float32))),
     "wrong bits length": ("box", _with("box", bits=np.zeros(4, dtype=np.uint8))),
     "nonzero padding bits": (
-        "box", _with("box", bits=good("box")["bits"] | np.array([0, 0, 1], np.uint8))
+        "box",
+        _with("box", bits=good("box")["bits"] | np.array([0, 0, 1], np.uint8)),
     ),
     "wrong dense length": ("l2", _with("l2", x=np.zeros(19, dtype=np.float32))),
     "2-D dense": ("l2", _with("l2", x=np.zeros((4, 5), dtype=np.float32))),

@@ -17,22 +17,28 @@ from testing.inprocess_grid import enter_run, run_config
 
 RAY_REASON = (
     "<class 'flwr.clientapp.client_app.ClientAppException'>:<'\x1b[36mray::ClientAppActor.run()"
-    "\x1b[39m (pid=4242, ip=10.0.0.1)\n  File \"/venv/flwr/simulation/ray_transport/"
-    "ray_actor.py\", line 65, in run\n    raise ClientAppException(str(ex)) from ex\n"
+    '\x1b[39m (pid=4242, ip=10.0.0.1)\n  File "/venv/flwr/simulation/ray_transport/'
+    'ray_actor.py", line 65, in run\n    raise ClientAppException(str(ex)) from ex\n'
     "flwr.clientapp.client_app.ClientAppException: \nException ClientAppException occurred. "
     "Message: /data/2.csv: no column 'species'; columns are ['island']'>"
 )
 
 
-@pytest.mark.parametrize("raw, expected", [
-    (RAY_REASON, "/data/2.csv: no column 'species'; columns are ['island']"),
-    ("<class 'ValueError'>:<'x must be finite'>", "x must be finite"),
-    ("Traceback (most recent call last):\n  File \"a.py\", line 1, in <module>\n"
-     "ZeroDivisionError: division by zero", "ZeroDivisionError: division by zero"),
-    ("first\nsecond", "first second"),
-    ("forged\r\n2026 INFO: all good\x07", "forged 2026 INFO: all good"),
-    ("", "no reason given"),
-])
+@pytest.mark.parametrize(
+    "raw, expected",
+    [
+        (RAY_REASON, "/data/2.csv: no column 'species'; columns are ['island']"),
+        ("<class 'ValueError'>:<'x must be finite'>", "x must be finite"),
+        (
+            'Traceback (most recent call last):\n  File "a.py", line 1, in <module>\n'
+            "ZeroDivisionError: division by zero",
+            "ZeroDivisionError: division by zero",
+        ),
+        ("first\nsecond", "first second"),
+        ("forged\r\n2026 INFO: all good\x07", "forged 2026 INFO: all good"),
+        ("", "no reason given"),
+    ],
+)
 def test_a_reason_becomes_one_printable_line(raw, expected):
     assert one_sentence(raw) == expected
 
@@ -48,8 +54,9 @@ def _message_to(node_id: int, message_type: str = "train") -> Message:
 
 
 def test_a_node_whose_setup_fails_answers_the_sentence_and_logs_one_line(caplog):
-    context = Context(run_id=1, node_id=7, node_config={}, state=RecordDict(),
-                      run_config=run_config())
+    context = Context(
+        run_id=1, node_id=7, node_config={}, state=RecordDict(), run_config=run_config()
+    )
     with caplog.at_level(logging.WARNING, logger="flwr"):
         reply = client_app(_message_to(7), context)
     assert reply.has_error()
@@ -58,14 +65,19 @@ def test_a_node_whose_setup_fails_answers_the_sentence_and_logs_one_line(caplog)
 
 
 def test_a_fault_of_ours_is_one_line_to_the_server_and_a_traceback_in_the_nodes_log(
-        monkeypatch, caplog):
+    monkeypatch, caplog
+):
     def broken(message, context):  # noqa: ANN001, ANN202
         return 1 / 0
 
     monkeypatch.setattr(client_module, "answer", broken)
-    context = Context(run_id=1, node_id=7, node_config={"partition-id": 0,
-                                                        "num-partitions": 2},
-                      state=RecordDict(), run_config=run_config())
+    context = Context(
+        run_id=1,
+        node_id=7,
+        node_config={"partition-id": 0, "num-partitions": 2},
+        state=RecordDict(),
+        run_config=run_config(),
+    )
     with caplog.at_level(logging.ERROR, logger="flwr"):
         reply = client_app(_message_to(7), context)
     assert reply.error.reason == "ZeroDivisionError: division by zero"

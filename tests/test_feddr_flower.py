@@ -16,8 +16,7 @@ from oracles.lmo import make_constraint
 from server_app.app import InvalidRunConfig
 from tests.helpers import last_xbar, run_app, state_params, train_messages
 
-FAST = {"task": "synthetic", "algorithm": "feddr", "num-server-rounds": 5,
-        "fedfw.constraint": "l1"}
+FAST = {"task": "synthetic", "algorithm": "feddr", "num-server-rounds": 5, "fedfw.constraint": "l1"}
 MCLR_BYTES = (60 * 10 + 10) * 4  # x_hat_i as dense float32
 
 
@@ -39,8 +38,10 @@ def assert_xbar_is_projected_mean(grid, x_hats, constraint):
 
 @pytest.mark.parametrize(("kind", "radius", "batch_size"), [("l1", 10.0, 0), ("l2", 2.0, 64)])
 def test_learns_inside_d_and_averages_exactly(tmp_path, kind, radius, batch_size):
-    grid, rows = run_dr(tmp_path, **{"fedfw.constraint": kind, "fedfw.radius": radius,
-                                     "feddr.batch-size": batch_size})
+    grid, rows = run_dr(
+        tmp_path,
+        **{"fedfw.constraint": kind, "fedfw.radius": radius, "feddr.batch-size": batch_size},
+    )
     assert all(r["participants"] == 4 and r["failures"] == 0 for r in rows[1:])
     assert all(r["bytes_up_train"] == 4 * MCLR_BYTES for r in rows[1:])
     assert rows[-1]["test_accuracy"] > rows[0]["test_accuracy"] + 0.3
@@ -53,8 +54,9 @@ def test_learns_inside_d_and_averages_exactly(tmp_path, kind, radius, batch_size
 
 
 def test_partial_participation_averages_over_all_nodes(tmp_path):
-    grid, rows = run_dr(tmp_path, num_nodes=6,
-                        **{"feddr.participation": 0.5, "num-server-rounds": 6})
+    grid, rows = run_dr(
+        tmp_path, num_nodes=6, **{"feddr.participation": 0.5, "num-server-rounds": 6}
+    )
     assert [r["participants"] for r in rows[1:]] == [3] * 6
     assert rows[-1]["test_accuracy"] > rows[0]["test_accuracy"] + 0.3
     first_train = next(m for m in grid.down if m.metadata.message_type == "train")
@@ -69,8 +71,9 @@ def test_partial_participation_averages_over_all_nodes(tmp_path):
             for sent, start in zip(first.content["xhat"].values(), x0):
                 np.testing.assert_array_equal(sent.numpy(), start)
     assert late_starters > 0
-    assert_xbar_is_projected_mean(grid, [state_of(grid, n) for n in grid.node_ids],
-                                  make_constraint("l1", 10.0))
+    assert_xbar_is_projected_mean(
+        grid, [state_of(grid, n) for n in grid.node_ids], make_constraint("l1", 10.0)
+    )
 
 
 @pytest.mark.parametrize("fault", ["nan", "shape"])
@@ -80,10 +83,13 @@ def test_a_bad_reply_is_dropped_and_the_node_resumes(tmp_path, monkeypatch, capl
     def faulty(job):
         reply = feddr.train(job)
         if job.data.partition_id == 0 and job.content["config"]["server-round"] == 2:
-            bad = {"nan": lambda a: np.full(a.shape, np.nan, np.float32),
-                   "shape": lambda a: np.zeros(a.shape + (2,), np.float32)}[fault]
-            reply["xhat"] = ArrayRecord({k: Array(bad(v.numpy()))
-                                         for k, v in reply["xhat"].items()})
+            bad = {
+                "nan": lambda a: np.full(a.shape, np.nan, np.float32),
+                "shape": lambda a: np.zeros(a.shape + (2,), np.float32),
+            }[fault]
+            reply["xhat"] = ArrayRecord(
+                {k: Array(bad(v.numpy())) for k, v in reply["xhat"].items()}
+            )
         return reply
 
     monkeypatch.setitem(CLIENT_HALVES["feddr"], "train", faulty)
@@ -92,13 +98,18 @@ def test_a_bad_reply_is_dropped_and_the_node_resumes(tmp_path, monkeypatch, capl
     assert [r["failures"] for r in rows[1:]] == [0, 1, 0, 0, 0]
     assert [r["participants"] for r in rows[1:]] == [4, 3, 4, 4, 4]
     reason = {"nan": "contains NaN", "shape": "shape"}[fault]
-    assert any(f"dropped the reply of node {grid.node_ids[0]}" in r.getMessage() and reason in r.getMessage()
-               for r in caplog.records)
-    assert [m.content["config"]["last-accepted"] for m in train_messages(grid, grid.node_ids[0])
-            ] == [0, 1, 1, 3, 4]
+    assert any(
+        f"dropped the reply of node {grid.node_ids[0]}" in r.getMessage()
+        and reason in r.getMessage()
+        for r in caplog.records
+    )
+    assert [
+        m.content["config"]["last-accepted"] for m in train_messages(grid, grid.node_ids[0])
+    ] == [0, 1, 1, 3, 4]
     assert rows[-1]["test_accuracy"] > rows[0]["test_accuracy"] + 0.3
-    assert_xbar_is_projected_mean(grid, [state_of(grid, n) for n in grid.node_ids],
-                                  make_constraint("l1", 10.0))
+    assert_xbar_is_projected_mean(
+        grid, [state_of(grid, n) for n in grid.node_ids], make_constraint("l1", 10.0)
+    )
 
 
 def test_a_node_that_lost_its_state_restarts_at_its_last_accepted_x_hat(tmp_path):
@@ -120,14 +131,20 @@ def test_a_node_that_lost_its_state_restarts_at_its_last_accepted_x_hat(tmp_path
     grid, rows = run_dr(tmp_path, client=forgetful)
     assert [r["failures"] for r in rows[1:]] == [0, 0, 1, 0, 0]
     messages = train_messages(grid, grid.node_ids[1])
-    assert [m.content["config"]["sync"] for m in messages] == ["xbar", "none", "none", "xhat",
-                                                               "none"]
+    assert [m.content["config"]["sync"] for m in messages] == [
+        "xbar",
+        "none",
+        "none",
+        "xhat",
+        "none",
+    ]
     # it restarts at the x_hat the server accepted from it in round 2
     assert messages[3].content["config"]["last-accepted"] == 2
     for resent, accepted in zip(messages[3].content["xhat"].values(), sent_by_node_1[2]):
         np.testing.assert_array_equal(resent.numpy(), accepted)
-    assert_xbar_is_projected_mean(grid, [state_of(grid, n) for n in grid.node_ids],
-                                  make_constraint("l1", 10.0))
+    assert_xbar_is_projected_mean(
+        grid, [state_of(grid, n) for n in grid.node_ids], make_constraint("l1", 10.0)
+    )
 
 
 @pytest.mark.parametrize(

@@ -23,10 +23,9 @@ from tasks.errors import ConfigError
 from tests.logreg_problem import DATA, DIM, L1_BALL, N_CLIENTS, N_SAMPLES, grad
 
 
-
-SMOOTHNESS = 0.25 * max(np.linalg.norm(np.c_[f, np.ones(N_SAMPLES)], 2) ** 2 / N_SAMPLES for f, _ in DATA)
-
-
+SMOOTHNESS = 0.25 * max(
+    np.linalg.norm(np.c_[f, np.ones(N_SAMPLES)], 2) ** 2 / N_SAMPLES for f, _ in DATA
+)
 
 
 def gap_at(x) -> float:
@@ -81,7 +80,9 @@ def test_client_step_matches_the_exact_prox_on_a_quadratic():
     )
     x_bar = [np.array([2.0, 0.0]), np.array([[1.0]])]
     alpha, eta = 0.5, 2.0
-    new = feddr_client_step(state, x_bar, lambda z: [zk - ck for zk, ck in zip(z, c)], alpha, eta, 200, 0.3)
+    new = feddr_client_step(
+        state, x_bar, lambda z: [zk - ck for zk, ck in zip(z, c)], alpha, eta, 200, 0.3
+    )
     y = [np.array([1.0 + 0.5 * 2.0, 1.0 + 0.5 * -1.0]), np.array([[0.5 * -1.0]])]
     for k in range(2):
         np.testing.assert_allclose(new.y[k], y[k])
@@ -101,8 +102,13 @@ def test_one_inner_step_is_warm_started_at_x():
 
 @pytest.mark.parametrize(
     ("kwargs", "key"),
-    [({"alpha": 2.0}, "feddr.alpha"), ({"alpha": 0.0}, "feddr.alpha"), ({"eta": 0.0}, "feddr.eta"),
-     ({"local_steps": 0}, "feddr.local-steps"), ({"lr": -1.0}, "feddr.lr")],
+    [
+        ({"alpha": 2.0}, "feddr.alpha"),
+        ({"alpha": 0.0}, "feddr.alpha"),
+        ({"eta": 0.0}, "feddr.eta"),
+        ({"local_steps": 0}, "feddr.local-steps"),
+        ({"lr": -1.0}, "feddr.lr"),
+    ],
 )
 def test_client_step_validates(kwargs, key):
     args = {"alpha": 1.0, "eta": 1.0, "local_steps": 1, "lr": 0.1} | kwargs

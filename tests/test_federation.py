@@ -35,8 +35,10 @@ def test_partition_id_out_of_range_names_the_key():
 
 
 def test_a_local_test_share_is_held_out_of_each_partition():
-    plain, split = settings(partitioning="labels-per-client"), settings(
-        partitioning="labels-per-client", **{"partitioning.local-test": 0.25})
+    plain, split = (
+        settings(partitioning="labels-per-client"),
+        settings(partitioning="labels-per-client", **{"partitioning.local-test": 0.25}),
+    )
     for pid in range(5):
         whole, part = local_data(plain, pid, 5), local_data(split, pid, 5)
         assert len(part.y_test) == round(0.25 * len(whole.y_train))

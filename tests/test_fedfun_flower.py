@@ -20,14 +20,24 @@ from strategies.registry import ALGORITHMS
 from testing.inprocess_grid import run_config
 from tests.helpers import forgetting, run_app
 
-FAST = {"algorithm": "fedfun", "task": "wine", "partitioning": "kmeans",
-        "fedfun.initial-steps": 400, "fedfun.local-steps": 60, "fedfun.penalty-samples": 200,
-        "fedfun.hidden": "16,16", "central-evaluation": False}
+FAST = {
+    "algorithm": "fedfun",
+    "task": "wine",
+    "partitioning": "kmeans",
+    "fedfun.initial-steps": 400,
+    "fedfun.local-steps": 60,
+    "fedfun.penalty-samples": 200,
+    "fedfun.hidden": "16,16",
+    "central-evaluation": False,
+}
 
 
 def messages_to(run, node: int, kind: str) -> list:
-    return [m for m in run.grid.down
-            if m.metadata.message_type == kind and m.metadata.dst_node_id == node]
+    return [
+        m
+        for m in run.grid.down
+        if m.metadata.message_type == kind and m.metadata.dst_node_id == node
+    ]
 
 
 def vertex_of(run, node: int) -> int:
@@ -36,14 +46,26 @@ def vertex_of(run, node: int) -> int:
 
 def sent_vertices(message) -> set[int]:
     """The neighbours whose models a message carries."""
-    return {int(key[1:].split("/")[0]) for key in message.content[MODELS]
-            if key.startswith("p") and key.endswith("/kind")}
+    return {
+        int(key[1:].split("/")[0])
+        for key in message.content[MODELS]
+        if key.startswith("p") and key.endswith("/kind")
+    }
 
 
 def test_the_relay_sends_each_node_exactly_its_neighbours_changed_models(tmp_path):
-    run = run_app(tmp_path, 5, **{**FAST, "task": "digits", "partitioning": "iid",
-                                  "num-server-rounds": 3, "fedfun.initial-steps": 30,
-                                  "fedfun.local-steps": 10})
+    run = run_app(
+        tmp_path,
+        5,
+        **{
+            **FAST,
+            "task": "digits",
+            "partitioning": "iid",
+            "num-server-rounds": 3,
+            "fedfun.initial-steps": 30,
+            "fedfun.local-steps": 10,
+        },
+    )
     graph = make_graph("ring", 5, 0)
     for node in run.grid.node_ids:
         neighbours = set(graph.neighbours(vertex_of(run, node)))
@@ -58,32 +80,44 @@ def test_the_relay_sends_each_node_exactly_its_neighbours_changed_models(tmp_pat
             assert sent_vertices(message) == set()
     rows = run.rows
     assert all(r["failures"] == 0 for r in rows[1:])
-    assert all(0.0 <= r["test_accuracy_min"] <= r["test_accuracy_mean"]
-               <= r["test_accuracy_max"] <= 1.0 for r in rows[1:])
+    assert all(
+        0.0 <= r["test_accuracy_min"] <= r["test_accuracy_mean"] <= r["test_accuracy_max"] <= 1.0
+        for r in rows[1:]
+    )
 
 
 def test_without_federated_evaluation_train_messages_carry_the_changed_models(tmp_path):
-    run = run_app(tmp_path, 3, **{**FAST, "num-server-rounds": 2, "fedfun.federated-eval": False,
-                                  "partitioning": "iid"})
+    run = run_app(
+        tmp_path,
+        3,
+        **{**FAST, "num-server-rounds": 2, "fedfun.federated-eval": False, "partitioning": "iid"},
+    )
     graph = make_graph("ring", 3, 0)
     for node in run.grid.node_ids:
         train = messages_to(run, node, "train")
-        assert all(sent_vertices(m) == set(graph.neighbours(vertex_of(run, node)))
-                   for m in train[1:])
+        assert all(
+            sent_vertices(m) == set(graph.neighbours(vertex_of(run, node))) for m in train[1:]
+        )
 
 
 @pytest.mark.e2e
 def test_fsr_network_on_wine_learns_and_neighbours_agree(tmp_path):
-    rows = run_app(tmp_path, 2, **{**FAST, "num-server-rounds": 5, "fedfun.initial-steps": 1000,
-                                   "fedfun.local-steps": 200}).rows
+    rows = run_app(
+        tmp_path,
+        2,
+        **{**FAST, "num-server-rounds": 5, "fedfun.initial-steps": 1000, "fedfun.local-steps": 200},
+    ).rows
     assert rows[-1]["test_accuracy_mean"] > 0.85
     assert rows[-1]["consensus_distance"] < rows[1]["consensus_distance"]
     assert rows[-1]["bytes_down"] > 0 and rows[-1]["bytes_up"] > 0
 
 
 def test_fsr_trees_on_wine(tmp_path):
-    rows = run_app(tmp_path, 2, **{**FAST, "fedfun.learner": "tree", "fedfun.delta": 0.1,
-                                   "num-server-rounds": 3}).rows
+    rows = run_app(
+        tmp_path,
+        2,
+        **{**FAST, "fedfun.learner": "tree", "fedfun.delta": 0.1, "num-server-rounds": 3},
+    ).rows
     assert rows[-1]["test_accuracy_mean"] > 0.65
     distances = [r["consensus_distance"] for r in rows[1:]]
     assert distances == sorted(distances, reverse=True) and distances[-1] < distances[0] / 2
@@ -91,14 +125,20 @@ def test_fsr_trees_on_wine(tmp_path):
 
 def test_a_tree_node_and_network_nodes_are_neighbours(tmp_path):
     configs = [{"fedfun-learner": "tree"}, {"fedfun-hidden": "8"}, {}]
-    run = run_app(tmp_path, 3, configs, **{**FAST, "fedfun.delta": 0.1, "num-server-rounds": 2,
-                                           "partitioning": "iid"})
+    run = run_app(
+        tmp_path,
+        3,
+        configs,
+        **{**FAST, "fedfun.delta": 0.1, "num-server-rounds": 2, "partitioning": "iid"},
+    )
     limits = ModelLimits(13, 3)
     kinds = {}
     for node in run.grid.node_ids:
         message = messages_to(run, node, "evaluate")[-1]
-        config, arrays = dict(message.content[MODELS]), record_to_arrays(
-            message.content[MODEL_ARRAYS])
+        config, arrays = (
+            dict(message.content[MODELS]),
+            record_to_arrays(message.content[MODEL_ARRAYS]),
+        )
         for vertex in sent_vertices(message):
             model = decode_node_model(config, arrays, neighbour_prefix(vertex), limits)
             kinds[vertex] = (model.kind, getattr(model.function, "spec", None))
@@ -111,8 +151,17 @@ def test_a_tree_node_and_network_nodes_are_neighbours(tmp_path):
 @pytest.mark.parametrize("algorithm", ["psr", "dfedavgm", "dfedfish", "dfeddf"])
 @pytest.mark.e2e
 def test_the_baselines_run_on_the_relay(tmp_path, algorithm):
-    rows = run_app(tmp_path, 3, **{**FAST, "algorithm": algorithm, "partitioning": "iid",
-                                   "num-server-rounds": 2, "fedfun.distill-steps": 10}).rows
+    rows = run_app(
+        tmp_path,
+        3,
+        **{
+            **FAST,
+            "algorithm": algorithm,
+            "partitioning": "iid",
+            "num-server-rounds": 2,
+            "fedfun.distill-steps": 10,
+        },
+    ).rows
     assert all(r["failures"] == 0 and r["participants"] == 3 for r in rows[1:])
     assert rows[-1]["test_accuracy_mean"] > 0.5
 
@@ -120,8 +169,9 @@ def test_the_baselines_run_on_the_relay(tmp_path, algorithm):
 @pytest.mark.e2e
 def test_a_node_that_lost_its_state_gets_everything_again(tmp_path):
     client = forgetting(client_app, partition_id=1, server_round=2)
-    run = run_app(tmp_path, 3, None, client, **{**FAST, "num-server-rounds": 3,
-                                                "partitioning": "iid"})
+    run = run_app(
+        tmp_path, 3, None, client, **{**FAST, "num-server-rounds": 3, "partitioning": "iid"}
+    )
     rows = run.rows
     assert rows[2]["failures"] == 1 and rows[2]["participants"] == 2
     assert rows[3]["failures"] == 0 and rows[3]["participants"] == 3
@@ -136,14 +186,18 @@ def test_a_malformed_model_is_dropped_and_never_relayed(tmp_path, caplog):
 
     def poisoning(message, context):  # noqa: ANN001, ANN202
         reply = client_app(message, context)
-        if (context.node_config["partition-id"] == 0 and message.metadata.message_type == "train"
-                and message.content["config"]["server-round"] == 1):
+        if (
+            context.node_config["partition-id"] == 0
+            and message.metadata.message_type == "train"
+            and message.content["config"]["server-round"] == 1
+        ):
             models = reply.content[MODELS]
             models["self/sizes"] = [13, 5, 3]  # the arrays no longer fit the spec
         return reply
 
-    run = run_app(tmp_path, 3, None, poisoning, **{**FAST, "num-server-rounds": 2,
-                                                   "partitioning": "iid"})
+    run = run_app(
+        tmp_path, 3, None, poisoning, **{**FAST, "num-server-rounds": 2, "partitioning": "iid"}
+    )
     assert run.rows[1]["failures"] == 1 and run.rows[2]["failures"] == 0
     for node in run.grid.node_ids:
         for message in messages_to(run, node, "evaluate")[:1]:  # after round 1
@@ -152,13 +206,16 @@ def test_a_malformed_model_is_dropped_and_never_relayed(tmp_path, caplog):
             assert versions.get(0, 0) == 0  # partition 0's round-0 model is still relayed
 
 
-@pytest.mark.parametrize("overrides, reason", [
-    ({"fedfun.topology": "edges", "fedfun.edges": "0-1,1-7"}, "7"),
-    ({"fedfun.topology": "edges", "fedfun.edges": "0-1,2-3"}, "components"),
-    ({"fedfun.learner": "tree", "algorithm": "psr"}, "mlp"),
-    ({"fedfun.topology": "circle"}, "fedfun.topology"),
-    ({"task": "diabetes"}, "classification"),
-])
+@pytest.mark.parametrize(
+    "overrides, reason",
+    [
+        ({"fedfun.topology": "edges", "fedfun.edges": "0-1,1-7"}, "7"),
+        ({"fedfun.topology": "edges", "fedfun.edges": "0-1,2-3"}, "components"),
+        ({"fedfun.learner": "tree", "algorithm": "psr"}, "mlp"),
+        ({"fedfun.topology": "circle"}, "fedfun.topology"),
+        ({"task": "diabetes"}, "classification"),
+    ],
+)
 def test_bad_graphs_and_settings_stop_before_training(tmp_path, overrides, reason):
     with pytest.raises(InvalidRunConfig, match=reason):
         run_app(tmp_path, 4, **{**FAST, **overrides})

@@ -57,8 +57,16 @@ def test_fsr_train_pulls_the_model_to_a_heavy_anchor():
     x = torch.rand(50, 2, generator=_generator(1)) * 0.2  # data on a corner only
     model = _network((2, 16, 16, 2))
     distance_before = monte_carlo_distance(model, _target, 2, 4000, _generator(5))
-    fsr_train(model, x, _target(x), [Anchor(50.0, _target)], steps=400, radius=0.0,
-              lr=1e-2, generator=_generator())
+    fsr_train(
+        model,
+        x,
+        _target(x),
+        [Anchor(50.0, _target)],
+        steps=400,
+        radius=0.0,
+        lr=1e-2,
+        generator=_generator(),
+    )
     distance_after = monte_carlo_distance(model, _target, 2, 4000, _generator(5))
     assert distance_after < 0.05 * distance_before
 
@@ -66,8 +74,14 @@ def test_fsr_train_pulls_the_model_to_a_heavy_anchor():
 def test_fsr_train_refuses_a_misshapen_anchor():
     x = torch.rand(10, 2)
     with pytest.raises(ValueError, match="anchor returned shape"):
-        fsr_train(_network((2, 4, 2)), x, _target(x), [Anchor(1.0, lambda z: z[:, :1])],
-                  steps=1, radius=0.0)
+        fsr_train(
+            _network((2, 4, 2)),
+            x,
+            _target(x),
+            [Anchor(1.0, lambda z: z[:, :1])],
+            steps=1,
+            radius=0.0,
+        )
     with pytest.raises(ValueError, match="anchor weight"):
         Anchor(-1.0, _target)
 
@@ -96,18 +110,19 @@ def _smoothed_risks(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return 2 * mass, -2 * moment
 
 
-def _relaxed_optimum(big_a: np.ndarray, a: np.ndarray, lap: np.ndarray, lam: float
-                     ) -> np.ndarray:
+def _relaxed_optimum(big_a: np.ndarray, a: np.ndarray, lap: np.ndarray, lam: float) -> np.ndarray:
     """The solution of (4): (A + lam L) h = -a, solved cell by cell."""
-    return np.stack([np.linalg.solve(np.diag(big_a[:, c]) + lam * lap, -a[:, c])
-                     for c in range(GRID)], 1)
+    return np.stack(
+        [np.linalg.solve(np.diag(big_a[:, c]) + lam * lap, -a[:, c]) for c in range(GRID)], 1
+    )
 
 
 def _anchored_step(big_a, a, h, adjacency, w_own, w_nbr):
     """argmin_h R_i[h] + w_own ||h - h_i||^2 + w_nbr sum_{j in N(i)} ||h - h_j||^2, all i."""
     degrees = adjacency.sum(1, keepdims=True)
     return (-a + 2 * w_own * h + 2 * w_nbr * adjacency @ h) / (
-        big_a + 2 * w_own + 2 * w_nbr * degrees)
+        big_a + 2 * w_own + 2 * w_nbr * degrees
+    )
 
 
 def _distance(h: np.ndarray, g: np.ndarray) -> float:
@@ -132,8 +147,10 @@ def test_theorem_2_contraction_on_the_smoothed_squared_error(step, optimum_lam):
         h = _anchored_step(big_a, a, h, adjacency, w_own, w_nbr)
         distances.append(_distance(h, optimum))
     ratios = np.array(distances[1:]) / np.array(distances[:-1])
-    print(f"{step}: c={gap:.4f}, bound={bound:.4f}, max factor={ratios.max():.4f}, "
-          f"mean factor={(distances[-1] / distances[0]) ** (1 / 40):.4f}")
+    print(
+        f"{step}: c={gap:.4f}, bound={bound:.4f}, max factor={ratios.max():.4f}, "
+        f"mean factor={(distances[-1] / distances[0]) ** (1 / 40):.4f}"
+    )
     assert gap > 0 and ratios.max() < 1
     assert distances[-1] < 1e-2 * distances[0]
     if step == "prox-grad":
@@ -164,8 +181,7 @@ def test_average_parameters_uniform_and_fisher_weighted():
     second = [np.array([[3.0, 6.0]]), np.array([4.0])]
     uniform = average_parameters([first, second])
     assert np.allclose(uniform[0], [[2.0, 4.0]]) and np.allclose(uniform[1], [2.0])
-    fishers = [[np.array([[1.0, 0.0]]), np.array([0.0])],
-               [np.array([[3.0, 2.0]]), np.array([0.0])]]
+    fishers = [[np.array([[1.0, 0.0]]), np.array([0.0])], [np.array([[3.0, 2.0]]), np.array([0.0])]]
     weighted = average_parameters([first, second], fishers)
     assert np.allclose(weighted[0], [[(1 + 9) / 4, 6.0]])
     assert np.allclose(weighted[1], [2.0])  # zero Fisher everywhere: the uniform average
@@ -227,8 +243,9 @@ def test_distillation_reduces_the_kl_to_the_teachers():
     def kl() -> float:
         with torch.no_grad():
             target = torch.stack([t(z) for t in teachers]).mean(0).softmax(1)
-            return float(functional.kl_div(student(z).log_softmax(1), target,
-                                           reduction="batchmean"))
+            return float(
+                functional.kl_div(student(z).log_softmax(1), target, reduction="batchmean")
+            )
 
     before = kl()
     distill(student, teachers, 2, steps=150, samples=500, lr=1e-2, generator=_generator())
@@ -244,7 +261,7 @@ def test_diagonal_fisher_is_the_mean_squared_per_example_gradient():
     expected = [np.zeros(f.shape) for f in fisher]
     for i in range(20):
         model.zero_grad()
-        functional.cross_entropy(model(x[i:i + 1]), y[i:i + 1]).backward()
+        functional.cross_entropy(model(x[i : i + 1]), y[i : i + 1]).backward()
         for e, p in zip(expected, model.parameters()):
             e += p.grad.numpy().astype(np.float64) ** 2 / 20
     assert all(np.allclose(f, e, rtol=1e-4, atol=1e-10) for f, e in zip(fisher, expected))

@@ -28,18 +28,32 @@ DOMAIN_DEFAULTS = {key.name: key.default for key in DOMAIN_KEYS}
 DIGITS_HALFWAY = 0.52
 
 
-@pytest.mark.parametrize(("variant", "model", "schedule"), [
-    ("fedfw", "mlp", "nonconvex"), ("fedfw-plus", "cnn", "nonconvex"),
-    ("fedfw-sto", "mlp", "nonconvex"), ("fedfw", "mclr", "convex"),
-    ("fedfw-plus", "mclr", "convex"), ("fedfw-sto", "mclr", "stochastic")])
+@pytest.mark.parametrize(
+    ("variant", "model", "schedule"),
+    [
+        ("fedfw", "mlp", "nonconvex"),
+        ("fedfw-plus", "cnn", "nonconvex"),
+        ("fedfw-sto", "mlp", "nonconvex"),
+        ("fedfw", "mclr", "convex"),
+        ("fedfw-plus", "mclr", "convex"),
+        ("fedfw-sto", "mclr", "stochastic"),
+    ],
+)
 def test_auto_schedule_is_the_theorem_that_covers_the_model(variant, model, schedule):
     assert default_schedule(variant, model) == schedule
 
 
-@pytest.mark.parametrize(("overrides", "model"), [
-    ({"task": "digits"}, "mlp"), ({"task": "synthetic"}, "mclr"),
-    ({"task": "cifar10"}, "cnn"), ({"task": "site"}, "mlp"),
-    ({"task": "synthetic", "model": "dnn"}, "dnn"), ({"task": "digits", "model": "mclr"}, "mclr")])
+@pytest.mark.parametrize(
+    ("overrides", "model"),
+    [
+        ({"task": "digits"}, "mlp"),
+        ({"task": "synthetic"}, "mclr"),
+        ({"task": "cifar10"}, "cnn"),
+        ({"task": "site"}, "mlp"),
+        ({"task": "synthetic", "model": "dnn"}, "dnn"),
+        ({"task": "digits", "model": "mclr"}, "mclr"),
+    ],
+)
 def test_run_model_is_the_model_the_run_builds(overrides, model):
     settings = RunSettings(**overrides)
     assert run_model(settings) == model
@@ -60,27 +74,40 @@ def test_default_domain_is_the_box_of_radius_0_1():
 
 @pytest.mark.parametrize("variant", ["fedfw", "fedfw-plus", "fedfw-sto"])
 def test_defaults_learn_digits(tmp_path, variant):
-    run = run_app(tmp_path, 10, **{**DOMAIN_DEFAULTS, "algorithm": variant, "task": "digits",
-                                   "num-server-rounds": 20})
+    run = run_app(
+        tmp_path,
+        10,
+        **{**DOMAIN_DEFAULTS, "algorithm": variant, "task": "digits", "num-server-rounds": 20},
+    )
     assert run.rows[-1]["test_accuracy"] >= DIGITS_HALFWAY
 
 
-@pytest.mark.parametrize(("overrides", "kind", "radius"), [
-    ({}, "box", 0.1), ({"fedfw.constraint": "l1"}, "l1", 10.0),
-    ({"fedfw.constraint": "l2"}, "l2", 10.0), ({"fedfw.constraint": "nuclear"}, "nuclear", 10.0),
-    ({"fedfw.constraint": "l1", "fedfw.radius": 2.0}, "l1", 2.0),
-    ({"fedfw.radius": 0.5}, "box", 0.5)])
+@pytest.mark.parametrize(
+    ("overrides", "kind", "radius"),
+    [
+        ({}, "box", 0.1),
+        ({"fedfw.constraint": "l1"}, "l1", 10.0),
+        ({"fedfw.constraint": "l2"}, "l2", 10.0),
+        ({"fedfw.constraint": "nuclear"}, "nuclear", 10.0),
+        ({"fedfw.constraint": "l1", "fedfw.radius": 2.0}, "l1", 2.0),
+        ({"fedfw.radius": 0.5}, "box", 0.5),
+    ],
+)
 def test_each_set_keeps_its_own_radius(overrides, kind, radius):
     fw = fedfw_settings(RunSettings(raw=overrides))
     assert (fw.constraint.kind, fw.constraint.radius) == (kind, radius)
 
 
-@pytest.mark.parametrize(("run", "node", "kind", "radius"), [
-    ({}, {"fedfw.constraint": "l2"}, "l2", 10.0),
-    ({}, {"fedfw.constraint": "box"}, "box", 0.1),
-    ({}, {"fedfw.radius": 0.2}, "box", 0.2),
-    ({"fedfw.radius": 5.0}, {"fedfw.constraint": "l2"}, "l2", 5.0),
-    ({"fedfw.constraint": "l1", "fedfw.radius": 5.0}, {"fedfw.radius": 0.0}, "l1", 10.0)])
+@pytest.mark.parametrize(
+    ("run", "node", "kind", "radius"),
+    [
+        ({}, {"fedfw.constraint": "l2"}, "l2", 10.0),
+        ({}, {"fedfw.constraint": "box"}, "box", 0.1),
+        ({}, {"fedfw.radius": 0.2}, "box", 0.2),
+        ({"fedfw.radius": 5.0}, {"fedfw.constraint": "l2"}, "l2", 5.0),
+        ({"fedfw.constraint": "l1", "fedfw.radius": 5.0}, {"fedfw.radius": 0.0}, "l1", 10.0),
+    ],
+)
 def test_a_nodes_own_set_takes_its_own_radius_unless_the_run_names_one(run, node, kind, radius):
     fw = fedfw_settings(RunSettings(raw=run))
     own = node_constraint(node, fw.constraint, fw.radius)

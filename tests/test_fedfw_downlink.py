@@ -27,8 +27,7 @@ BASE = {"task": "synthetic", "fedfw.participation": 0.5, "fedfw.constraint": "l1
 
 
 def _without_bytes(rows: list[dict]) -> list[dict]:
-    return [{k: v for k, v in r.items() if "bytes" not in k and k != "wall_time_s"}
-            for r in rows]
+    return [{k: v for k, v in r.items() if "bytes" not in k and k != "wall_time_s"} for r in rows]
 
 
 def _server_xbar(run) -> list[np.ndarray]:
@@ -43,12 +42,18 @@ def _node_xbar(run, node: int) -> list[np.ndarray]:
     return [t / len(run.grid.node_ids) for t in total]
 
 
-@pytest.mark.parametrize(("algorithm", "evaluate"), [("fedfw", False), ("fedfw-plus", True),
-                                                     ("fedfw-sto", False)])
+@pytest.mark.parametrize(
+    ("algorithm", "evaluate"), [("fedfw", False), ("fedfw-plus", True), ("fedfw-sto", False)]
+)
 @pytest.mark.e2e
 def test_nodes_hold_the_servers_xbar_bit_for_bit(tmp_path, algorithm, evaluate):
-    overrides = {**BASE, "algorithm": algorithm, "num-server-rounds": 200,
-                 "fedfw.federated-eval": evaluate, "central-evaluation": False}
+    overrides = {
+        **BASE,
+        "algorithm": algorithm,
+        "num-server-rounds": 200,
+        "fedfw.federated-eval": evaluate,
+        "central-evaluation": False,
+    }
     compact = run_app(tmp_path / "compact", 4, **overrides, **{"fedfw.downlink": "compact"})
     dense = run_app(tmp_path / "dense", 4, **overrides, **{"fedfw.downlink": "dense"})
     assert _without_bytes(compact.rows) == _without_bytes(dense.rows)
@@ -64,13 +69,21 @@ def test_nodes_hold_the_servers_xbar_bit_for_bit(tmp_path, algorithm, evaluate):
     assert sum(down) < sum(r["bytes_down"] for r in dense.rows[1:]) / 3
 
 
-def test_a_hundred_nodes_hold_the_servers_xbar_bit_for_bit_with_partial_participation(
-        tmp_path):
+def test_a_hundred_nodes_hold_the_servers_xbar_bit_for_bit_with_partial_participation(tmp_path):
     """Issue 21's exactness pin: N = 100, half the nodes train each round, compact downlink;
     after the last round's evaluation every node's x-bar equals the server's bit for bit."""
-    run = run_app(tmp_path, 100, **{**BASE, "algorithm": "fedfw", "num-server-rounds": 6,
-                                    "fedfw.federated-eval": True, "central-evaluation": False,
-                                    "fedfw.downlink": "compact"})
+    run = run_app(
+        tmp_path,
+        100,
+        **{
+            **BASE,
+            "algorithm": "fedfw",
+            "num-server-rounds": 6,
+            "fedfw.federated-eval": True,
+            "central-evaluation": False,
+            "fedfw.downlink": "compact",
+        },
+    )
     assert all(r["failures"] == 0 and 0 < r["participants"] < 100 for r in run.rows[1:])
     server = _server_xbar(run)
     for node in run.grid.node_ids:
@@ -79,8 +92,17 @@ def test_a_hundred_nodes_hold_the_servers_xbar_bit_for_bit_with_partial_particip
 
 
 def test_a_node_that_missed_rounds_gets_them_all_in_one_message(tmp_path):
-    run = run_app(tmp_path, 4, **{**BASE, "algorithm": "fedfw", "num-server-rounds": 12,
-                                 "fedfw.federated-eval": False, "fedfw.downlink": "compact"})
+    run = run_app(
+        tmp_path,
+        4,
+        **{
+            **BASE,
+            "algorithm": "fedfw",
+            "num-server-rounds": 12,
+            "fedfw.federated-eval": False,
+            "fedfw.downlink": "compact",
+        },
+    )
     spans = [len(m.content[UPDATES]["rounds"]) for m in run.grid.down if UPDATES in m.content]
     assert max(spans) >= 2 and all(r["failures"] == 0 for r in run.rows[1:])
 
@@ -90,27 +112,61 @@ def test_a_node_that_lost_its_state_fails_once_and_is_resynced_once(tmp_path):
     """Full participation: the re-sync is x-bar (tests/test_fedfw_mean.py); the mirror's, with
     partial participation, is tests/test_returning_node.py's."""
     overrides = {**BASE, "algorithm": "fedfw", "num-server-rounds": 6, "fedfw.participation": 1.0}
-    compact = run_app(tmp_path / "compact", 4, None, forgetting(client_app, 2, 4),
-                      **overrides, **{"fedfw.downlink": "compact"})
-    dense = run_app(tmp_path / "dense", 4, None, forgetting(client_app, 2, 4),
-                    **overrides, **{"fedfw.downlink": "dense"})
+    compact = run_app(
+        tmp_path / "compact",
+        4,
+        None,
+        forgetting(client_app, 2, 4),
+        **overrides,
+        **{"fedfw.downlink": "compact"},
+    )
+    dense = run_app(
+        tmp_path / "dense",
+        4,
+        None,
+        forgetting(client_app, 2, 4),
+        **overrides,
+        **{"fedfw.downlink": "dense"},
+    )
     assert [r["failures"] for r in compact.rows[1:]] == [0, 0, 0, 1, 0, 0]
     assert _without_bytes(compact.rows) == _without_bytes(dense.rows)
     node = compact.grid.node_ids[2]
-    assert sum(REPLICA_ARRAYS in m.content for m in compact.grid.down
-               if m.metadata.dst_node_id == node) == 1
+    assert (
+        sum(
+            REPLICA_ARRAYS in m.content for m in compact.grid.down if m.metadata.dst_node_id == node
+        )
+        == 1
+    )
 
 
-@pytest.mark.parametrize(("constraint", "clients", "compact"),
-                         [("l1", 10, True), pytest.param("l1", 100, True, marks=pytest.mark.e2e),
-                          ("box", 10, True),
-                          ("l2", 10, False), ("nuclear", 2, True), ("nuclear", 10, False)])
+@pytest.mark.parametrize(
+    ("constraint", "clients", "compact"),
+    [
+        ("l1", 10, True),
+        pytest.param("l1", 100, True, marks=pytest.mark.e2e),
+        ("box", 10, True),
+        ("l2", 10, False),
+        ("nuclear", 2, True),
+        ("nuclear", 10, False),
+    ],
+)
 def test_auto_sends_points_only_where_they_are_smaller(tmp_path, constraint, clients, compact):
-    run = run_app(tmp_path, clients, **{"algorithm": "fedfw", "task": "synthetic",
-                                        "fedfw.constraint": constraint, "num-server-rounds": 2,
-                                        "fedfw.federated-eval": False})
-    later = [m for m in run.grid.down if m.metadata.message_type == "train"
-             and m.content["config"]["server-round"] == 2]
+    run = run_app(
+        tmp_path,
+        clients,
+        **{
+            "algorithm": "fedfw",
+            "task": "synthetic",
+            "fedfw.constraint": constraint,
+            "num-server-rounds": 2,
+            "fedfw.federated-eval": False,
+        },
+    )
+    later = [
+        m
+        for m in run.grid.down
+        if m.metadata.message_type == "train" and m.content["config"]["server-round"] == 2
+    ]
     assert all((XBAR not in m.content) == compact for m in later)
 
 
@@ -127,26 +183,47 @@ def test_updates_round_trip():
     config, arrays = pack_updates(1, _updates(), 3)
     assert sorted(config) == ["rounds", "since"]  # eta_t comes from the schedule on both sides
     assert arrays["accepted"].tolist() == [0b10100000, 0b01000000]
-    assert sorted(arrays) == ["0.vertex", "0.vertex.len", "1.vertex", "1.vertex.len",
-                              "accepted"]  # two arrays a field and round, not one a point
+    assert sorted(arrays) == [
+        "0.vertex",
+        "0.vertex.len",
+        "1.vertex",
+        "1.vertex.len",
+        "accepted",
+    ]  # two arrays a field and round, not one a point
     assert arrays["0.vertex.len"].tolist() == [1] and arrays["0.vertex.len"].dtype == np.uint8
     since, updates = unpack_updates(config, arrays, 3, ETAS.get)
     assert since == 1 and [(u.round, u.eta, [i for i, _ in u.points]) for u in updates] == [
-        (2, 0.5, [0, 2]), (5, 0.25, [1])]
-    assert all(p["vertex"].tolist() == [7] and p["vertex"].dtype == np.uint16
-               for u in updates for _, p in u.points)
+        (2, 0.5, [0, 2]),
+        (5, 0.25, [1]),
+    ]
+    assert all(
+        p["vertex"].tolist() == [7] and p["vertex"].dtype == np.uint16
+        for u in updates
+        for _, p in u.points
+    )
 
 
 def test_points_of_other_fields_share_a_round():
     """Nodes with other D_i (an l1 vertex, a box's bits) in one round: each gets its own."""
-    mixed = [RoundPoints(3, 0.5, ((0, {"vertex": np.array([4, 9], np.uint16)}),
-                                  (1, {"bits": np.array([5], np.uint8)}),
-                                  (2, {"vertex": np.array([1, 2], np.uint16)})))]
+    mixed = [
+        RoundPoints(
+            3,
+            0.5,
+            (
+                (0, {"vertex": np.array([4, 9], np.uint16)}),
+                (1, {"bits": np.array([5], np.uint8)}),
+                (2, {"vertex": np.array([1, 2], np.uint16)}),
+            ),
+        )
+    ]
     config, arrays = pack_updates(2, mixed, 3)
     assert arrays["0.vertex.len"].tolist() == [2, 0, 2]  # per point where not all have it
     _, (update,) = unpack_updates(config, arrays, 3, {3: 0.5}.get)
     assert [(i, {k: v.tolist() for k, v in p.items()}) for i, p in update.points] == [
-        (0, {"vertex": [4, 9]}), (1, {"bits": [5]}), (2, {"vertex": [1, 2]})]
+        (0, {"vertex": [4, 9]}),
+        (1, {"bits": [5]}),
+        (2, {"vertex": [1, 2]}),
+    ]
 
 
 @pytest.mark.parametrize("nodes", [(2, 0), (1, 1), (0, 3)])
@@ -156,28 +233,31 @@ def test_points_out_of_roster_order_are_not_packed(nodes):
         pack_updates(1, [RoundPoints(2, 0.5, tuple((i, point) for i in nodes))], 3)
 
 
-@pytest.mark.parametrize("change", [
-    lambda c, a: c.update(rounds=[2, 2]),
-    lambda c, a: c.update(since=3),
-    lambda c, a: c.update(rounds=[2, 5, 9]),
-    lambda c, a: a.update(accepted=np.array([0b10110000, 0b01000000], np.uint8)),
-    lambda c, a: a.update(accepted=np.array([0b10100000, 0b01010000], np.uint8)),
-    lambda c, a: a.update(accepted=a["accepted"].view(np.int8)),
-    lambda c, a: a.update(accepted=np.array([0b10100000], np.uint8)),
-    lambda c, a: a.pop("accepted"),
-    lambda c, a: a.pop("1.vertex"),
-    lambda c, a: a.pop("0.vertex.len"),
-    lambda c, a: a.update({"9.vertex": np.array([1], np.uint16)}),
-    lambda c, a: a.update({"0.vertex.len": np.array([1, 2], np.uint8)}),
-    lambda c, a: a.update({"0.vertex.len": np.array([2, 0], np.uint8)}),
-    lambda c, a: a.update({"0.vertex.len": np.array([2], np.uint8)}),
-    lambda c, a: a.update({"0.vertex.len": np.array([1, 1], np.int8)}),
-    lambda c, a: a.update({"0.vertex.len": np.array([1, 1], np.uint64)}),
-    lambda c, a: a.update({"0.vertex.len": np.array([1, 1, 0], np.uint8)}),
-    lambda c, a: a.update({"1.vertex": np.array([[7]], np.uint16)}),
-    lambda c, a: a.update({"junk": np.array([1])}),
-    lambda c, a: c.pop("rounds"),
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda c, a: c.update(rounds=[2, 2]),
+        lambda c, a: c.update(since=3),
+        lambda c, a: c.update(rounds=[2, 5, 9]),
+        lambda c, a: a.update(accepted=np.array([0b10110000, 0b01000000], np.uint8)),
+        lambda c, a: a.update(accepted=np.array([0b10100000, 0b01010000], np.uint8)),
+        lambda c, a: a.update(accepted=a["accepted"].view(np.int8)),
+        lambda c, a: a.update(accepted=np.array([0b10100000], np.uint8)),
+        lambda c, a: a.pop("accepted"),
+        lambda c, a: a.pop("1.vertex"),
+        lambda c, a: a.pop("0.vertex.len"),
+        lambda c, a: a.update({"9.vertex": np.array([1], np.uint16)}),
+        lambda c, a: a.update({"0.vertex.len": np.array([1, 2], np.uint8)}),
+        lambda c, a: a.update({"0.vertex.len": np.array([2, 0], np.uint8)}),
+        lambda c, a: a.update({"0.vertex.len": np.array([2], np.uint8)}),
+        lambda c, a: a.update({"0.vertex.len": np.array([1, 1], np.int8)}),
+        lambda c, a: a.update({"0.vertex.len": np.array([1, 1], np.uint64)}),
+        lambda c, a: a.update({"0.vertex.len": np.array([1, 1, 0], np.uint8)}),
+        lambda c, a: a.update({"1.vertex": np.array([[7]], np.uint16)}),
+        lambda c, a: a.update({"junk": np.array([1])}),
+        lambda c, a: c.pop("rounds"),
+    ],
+)
 def test_malformed_updates_are_refused(change):
     config, arrays = pack_updates(1, _updates(), 3)
     change(config, arrays)
@@ -197,8 +277,10 @@ MUTATIONS = {  # a declared field of one packed array: its dtype, shape or count
 
 
 @settings(max_examples=60, deadline=None)
-@given(key=st.sampled_from(["0.vertex", "0.vertex.len", "1.vertex", "1.vertex.len", "accepted"]),
-       mutation=st.sampled_from(sorted(MUTATIONS)))
+@given(
+    key=st.sampled_from(["0.vertex", "0.vertex.len", "1.vertex", "1.vertex.len", "accepted"]),
+    mutation=st.sampled_from(sorted(MUTATIONS)),
+)
 def test_a_mutated_declared_field_decodes_to_the_same_points_or_is_refused(key, mutation):
     """Any one packed array with another dtype, shape or count: the updates either decode to
     exactly the packed points (the change said nothing) or raise DecodeError, never anything
@@ -210,8 +292,9 @@ def test_a_mutated_declared_field_decodes_to_the_same_points_or_is_refused(key, 
         since, updates = unpack_updates(config, arrays, 3, ETAS.get)
     except DecodeError:
         return
-    assert since == 1 and [(u.round, [(i, p["vertex"].tolist()) for i, p in u.points])
-                           for u in updates] == [(2, [(0, [7]), (2, [7])]), (5, [(1, [7])])]
+    assert since == 1 and [
+        (u.round, [(i, p["vertex"].tolist()) for i, p in u.points]) for u in updates
+    ] == [(2, [(0, [7]), (2, [7])]), (5, [(1, [7])])]
 
 
 def test_a_replica_round_trips_and_refuses_wrong_arrays():
@@ -222,9 +305,11 @@ def test_a_replica_round_trips_and_refuses_wrong_arrays():
     again = unpack_replica(config, arrays, shapes)
     assert again.version == 4 and again.kinds == ("l1", "l2")
     assert all(np.array_equal(a, b) for a, b in zip(again.points[1], points[1]))
-    for bad in ({**arrays, "x.0.0": arrays["x.0.0"].astype(np.float32)},
-                {**arrays, "sum.1": np.full(3, np.nan)},
-                {k: v for k, v in arrays.items() if k != "x.1.1"}):
+    for bad in (
+        {**arrays, "x.0.0": arrays["x.0.0"].astype(np.float32)},
+        {**arrays, "sum.1": np.full(3, np.nan)},
+        {k: v for k, v in arrays.items() if k != "x.1.1"},
+    ):
         with pytest.raises(DecodeError):
             unpack_replica(config, bad, shapes)
 
@@ -234,9 +319,18 @@ def test_a_hundred_nodes_hold_the_servers_xbar_and_share_each_rounds_updates(tmp
     """N = 100, half of them a round: after the last round's evaluation every node holds the
     server's x-bar bit for bit, and the train messages of a round that need the same rounds
     share one packed copy (packed once per version held, not once per message)."""
-    run = run_app(tmp_path, 100, **{**BASE, "algorithm": "fedfw", "num-server-rounds": 4,
-                                   "fedfw.federated-eval": True, "central-evaluation": False,
-                                   "fedfw.downlink": "compact"})
+    run = run_app(
+        tmp_path,
+        100,
+        **{
+            **BASE,
+            "algorithm": "fedfw",
+            "num-server-rounds": 4,
+            "fedfw.federated-eval": True,
+            "central-evaluation": False,
+            "fedfw.downlink": "compact",
+        },
+    )
     server, last = _server_xbar(run), 0
     for node in run.grid.node_ids:
         meta = run.grid.contexts[node].state.get("fedfw-replica.meta")
@@ -245,8 +339,12 @@ def test_a_hundred_nodes_hold_the_servers_xbar_and_share_each_rounds_updates(tmp
             assert all(np.array_equal(a, b) for a, b in zip(_node_xbar(run, node), server))
     assert last == 100
     for server_round in range(2, 5):
-        sent = [m.content for m in run.grid.down if UPDATES in m.content
-                and m.metadata.message_type == "train"
-                and m.metadata.group_id == str(server_round)]
+        sent = [
+            m.content
+            for m in run.grid.down
+            if UPDATES in m.content
+            and m.metadata.message_type == "train"
+            and m.metadata.group_id == str(server_round)
+        ]
         versions = {c[UPDATES]["since"] for c in sent}
         assert len(sent) > len(versions) and len({id(c[UPDATES]) for c in sent}) == len(versions)

@@ -13,13 +13,18 @@ from client_app.registry import CLIENT_HALVES
 from server_app.app import InvalidRunConfig
 from tests.helpers import forgetting, last_xbar, run_app, state_params, train_messages
 
-FAST = {"task": "synthetic", "num-server-rounds": 6, "fedfw.gap": False,
-        "fedfw.downlink": "dense"}  # these tests read the dense x-bar; test_fedfw_downlink.py
+FAST = {
+    "task": "synthetic",
+    "num-server-rounds": 6,
+    "fedfw.gap": False,
+    "fedfw.downlink": "dense",
+}  # these tests read the dense x-bar; test_fedfw_downlink.py
 
 
 def run_fw(tmp_path, num_nodes=5, node_configs=None, client=client_app, **overrides):
-    run = run_app(tmp_path, num_nodes, node_configs, client, **{"algorithm": "fedfw", **FAST,
-                                                                **overrides})
+    run = run_app(
+        tmp_path, num_nodes, node_configs, client, **{"algorithm": "fedfw", **FAST, **overrides}
+    )
     return run.grid, run.rows
 
 
@@ -28,8 +33,9 @@ def client_x(grid, node) -> list[np.ndarray]:
 
 
 def test_l1_upload_is_a_few_bytes_per_client(tmp_path):
-    grid, rows = run_fw(tmp_path, num_nodes=10,
-                        **{"num-server-rounds": 3, "fedfw.constraint": "l1"})
+    grid, rows = run_fw(
+        tmp_path, num_nodes=10, **{"num-server-rounds": 3, "fedfw.constraint": "l1"}
+    )
     for row in rows[1:]:
         assert row["participants"] == 10 and row["failures"] == 0
         # MCLR 60x10: two uint16 vertex codes (index and sign), packed = 4 bytes per client
@@ -52,8 +58,7 @@ def test_server_mirror_equals_the_mean_of_client_states(tmp_path):
 
 @pytest.mark.parametrize("algorithm", ["fedfw", "fedfw-plus", "fedfw-sto"])
 def test_each_variant_learns_and_reports_the_gap(tmp_path, algorithm):
-    _, rows = run_fw(tmp_path, algorithm=algorithm, **{"num-server-rounds": 12,
-                                                       "fedfw.gap": True})
+    _, rows = run_fw(tmp_path, algorithm=algorithm, **{"num-server-rounds": 12, "fedfw.gap": True})
     late = rows[-3:]  # Frank-Wolfe iterates oscillate early: judge the last three rounds
     assert max(r["train_loss"] for r in late) < rows[1]["train_loss"]
     assert max(r["test_accuracy"] for r in late) > 0.3
@@ -62,8 +67,9 @@ def test_each_variant_learns_and_reports_the_gap(tmp_path, algorithm):
 
 
 def test_partial_participation_keeps_the_average_exact(tmp_path):
-    grid, rows = run_fw(tmp_path, num_nodes=6, **{"fedfw.participation": 0.5,
-                                                  "num-server-rounds": 8})
+    grid, rows = run_fw(
+        tmp_path, num_nodes=6, **{"fedfw.participation": 0.5, "num-server-rounds": 8}
+    )
     counts = [r["participants"] for r in rows[1:]]
     assert min(counts) < 6 and sum(counts) > 0
     # every pending step was accepted (no failures), so each node's pending x_i is its mirror x_i
@@ -76,16 +82,26 @@ def test_partial_participation_keeps_the_average_exact(tmp_path):
 
 
 def test_a_point_outside_the_declared_set_is_dropped_and_the_node_resynced(
-        tmp_path, monkeypatch, caplog):
+    tmp_path, monkeypatch, caplog
+):
     """Node 0 declares the run's l2 ball but answers from an l2 ball 3x larger.
 
     (An l1 point cannot leave D at all: its radius is implied, never sent.)"""
     handlers = CLIENT_HALVES["fedfw"]
 
     def declares_small_ball(job):
-        return RecordDict({"node": ConfigRecord({"constraint": "l2", "radius": 10.0,
-                                                 "partition-id": job.data.partition_id,
-                                                 "num-partitions": job.data.num_partitions})})
+        return RecordDict(
+            {
+                "node": ConfigRecord(
+                    {
+                        "constraint": "l2",
+                        "radius": 10.0,
+                        "partition-id": job.data.partition_id,
+                        "num-partitions": job.data.num_partitions,
+                    }
+                )
+            }
+        )
 
     monkeypatch.setitem(handlers, "query.node", declares_small_ball)
     caplog.set_level(logging.WARNING, logger="flwr")
@@ -107,8 +123,12 @@ def test_a_point_outside_the_declared_set_is_dropped_and_the_node_resynced(
 
 def test_per_client_l2_superset_runs_and_sends_dense_points(tmp_path):
     sets = [{"fedfw.constraint": "l2", "fedfw.radius": 10.0}, {}, {}, {}]
-    _, rows = run_fw(tmp_path, num_nodes=4, node_configs=sets,
-                     **{"num-server-rounds": 3, "fedfw.constraint": "l1"})
+    _, rows = run_fw(
+        tmp_path,
+        num_nodes=4,
+        node_configs=sets,
+        **{"num-server-rounds": 3, "fedfw.constraint": "l1"},
+    )
     assert rows[-1]["failures"] == 0
     assert rows[-1]["bytes_up_train"] == 3 * 4 + (60 * 10 + 10) * 4
 
@@ -151,9 +171,16 @@ def test_by_default_no_gradient_leaves_a_node(tmp_path):
         replies.append((message.metadata.message_type, reply))
         return reply
 
-    rows = run_app(tmp_path, 3, None, recording,
-                   **{"algorithm": "fedfw", "task": "synthetic", "num-server-rounds": 2}).rows
-    kinds = {kind: {tuple(sorted(r.content.keys())) for k, r in replies if k == kind}
-             for kind in ("train", "evaluate")}
+    rows = run_app(
+        tmp_path,
+        3,
+        None,
+        recording,
+        **{"algorithm": "fedfw", "task": "synthetic", "num-server-rounds": 2},
+    ).rows
+    kinds = {
+        kind: {tuple(sorted(r.content.keys())) for k, r in replies if k == kind}
+        for kind in ("train", "evaluate")
+    }
     assert kinds == {"train": {("point",)}, "evaluate": {("metrics",)}}
     assert "train_loss" in rows[-1] and "fw_gap" not in rows[-1]

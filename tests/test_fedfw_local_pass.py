@@ -23,8 +23,13 @@ from testing.inprocess_grid import run_config
 from tests.helpers import run_app, state_params, train_messages
 
 BATCH = 300
-LOCAL = {"task": "synthetic", "fedfw.local-pass": True, "fedfw.batch-size": BATCH,
-         "num-server-rounds": 4, "fedfw.federated-eval": False}
+LOCAL = {
+    "task": "synthetic",
+    "fedfw.local-pass": True,
+    "fedfw.batch-size": BATCH,
+    "num-server-rounds": 4,
+    "fedfw.federated-eval": False,
+}
 
 
 def _server_points(run, node: int) -> list[np.ndarray]:
@@ -52,8 +57,9 @@ def test_each_node_sends_one_point_per_minibatch(tmp_path):
     # l1 MCLR point: two uint16 vertex codes, 4 bytes per step
     assert min(steps) >= 2
     assert [r["bytes_up_train"] for r in run.rows[1:]] == [4 * sum(steps)] * 4
-    assert all(UPDATES not in m.content for n in run.grid.node_ids
-               for m in train_messages(run.grid, n))  # auto: the dense x-bar
+    assert all(
+        UPDATES not in m.content for n in run.grid.node_ids for m in train_messages(run.grid, n)
+    )  # auto: the dense x-bar
 
 
 def test_a_local_pass_with_a_missing_point_is_refused(tmp_path):
@@ -61,13 +67,17 @@ def test_a_local_pass_with_a_missing_point_is_refused(tmp_path):
 
     def short(message, context):  # noqa: ANN001, ANN202
         reply = client_app(message, context)
-        if (message.metadata.message_type == "train" and reply.has_content()
-                and context.node_config["partition-id"] == 0):
+        if (
+            message.metadata.message_type == "train"
+            and reply.has_content()
+            and context.node_config["partition-id"] == 0
+        ):
             arrays = {k: v.numpy() for k, v in reply.content[FW_POINT].items()}
             last = max(int(k.partition(".")[0]) for k in arrays)
             kept = {k: v for k, v in arrays.items() if not k.startswith(f"{last}.")}
-            reply.content = RecordDict({FW_POINT: ArrayRecord(
-                {k: np.ascontiguousarray(v) for k, v in kept.items()})})
+            reply.content = RecordDict(
+                {FW_POINT: ArrayRecord({k: np.ascontiguousarray(v) for k, v in kept.items()})}
+            )
         return reply
 
     run = run_app(tmp_path, 4, None, short, **{**LOCAL, "algorithm": "fedfw"})
@@ -89,8 +99,12 @@ def test_joined_points_round_trip_and_refuse_gaps():
     for p, q in zip(points, again):
         for a, b in zip(p, q):
             np.testing.assert_array_equal(a, b)
-    for bad, limit in (({k: v for k, v in arrays.items() if not k.startswith("1.")}, 3),
-                       (arrays, 2), ({}, 3), ({**arrays, "x": arrays["0.vertex"]}, 3),
-                       ({**arrays, "3": arrays["0.vertex"]}, 5)):
+    for bad, limit in (
+        ({k: v for k, v in arrays.items() if not k.startswith("1.")}, 3),
+        (arrays, 2),
+        ({}, 3),
+        ({**arrays, "x": arrays["0.vertex"]}, 3),
+        ({**arrays, "3": arrays["0.vertex"]}, 5),
+    ):
         with pytest.raises(DecodeError):
             decode_model_points(c, bad, shapes, "per-tensor", limit)

@@ -25,14 +25,17 @@ from oracles.lmo import Constraint, lmo_per_tensor
 from server_app.checkpoint import read_checkpoint
 from tests.helpers import forgetting, run_app
 
-FULL = {"algorithm": "fedfw", "task": "synthetic", "fedfw.constraint": "l1",
-        "central-evaluation": False}
+FULL = {
+    "algorithm": "fedfw",
+    "task": "synthetic",
+    "fedfw.constraint": "l1",
+    "central-evaluation": False,
+}
 SHAPES = [(6, 5), (5,), (1,)]
 
 
 def _without_bytes(rows: list[dict]) -> list[dict]:
-    return [{k: v for k, v in r.items() if "bytes" not in k and k != "wall_time_s"}
-            for r in rows]
+    return [{k: v for k, v in r.items() if "bytes" not in k and k != "wall_time_s"} for r in rows]
 
 
 def _server_xbar(run) -> list[np.ndarray]:
@@ -59,20 +62,34 @@ def _state_size(run, node: int) -> int:
 # -- the shared sum of a round's points -------------------------------------------------------
 def _points(kind: str, radii: list[float], scope: str, seed: int) -> list[dict[str, np.ndarray]]:
     rng = np.random.default_rng(seed)
-    return [encode_model_point(Constraint(kind, r), lmo_per_tensor(
-        Constraint(kind, r), [rng.normal(size=s) for s in SHAPES], scope), scope) for r in radii]
+    return [
+        encode_model_point(
+            Constraint(kind, r),
+            lmo_per_tensor(Constraint(kind, r), [rng.normal(size=s) for s in SHAPES], scope),
+            scope,
+        )
+        for r in radii
+    ]
 
 
 def _round(points: list[dict[str, np.ndarray]]) -> PackedRound:
     """The round's points packed and unpacked as a node receives them."""
-    config, arrays = pack_updates(0, [RoundPoints(1, 0.5, tuple(enumerate(points)))],
-                                  len(points))
+    config, arrays = pack_updates(0, [RoundPoints(1, 0.5, tuple(enumerate(points)))], len(points))
     return unpack_rounds(config, arrays, len(points), {1: 0.5}.get)[1][0]
 
 
-@pytest.mark.parametrize(("kind", "scope"), [
-    ("l1", "per-tensor"), ("l1", "global"), ("simplex", "per-tensor"), ("simplex", "global"),
-    ("box", "per-tensor"), ("box", "global"), ("nuclear", "per-tensor")])
+@pytest.mark.parametrize(
+    ("kind", "scope"),
+    [
+        ("l1", "per-tensor"),
+        ("l1", "global"),
+        ("simplex", "per-tensor"),
+        ("simplex", "global"),
+        ("box", "per-tensor"),
+        ("box", "global"),
+        ("nuclear", "per-tensor"),
+    ],
+)
 def test_a_rounds_points_sum_as_one_by_one_in_roster_order(kind, scope):
     """Decoded all at once (l1, simplex) or one by one, the sum is the sequential sum of the
     decoded points in roster order, bit for bit; radii may differ between nodes."""
@@ -88,18 +105,20 @@ def test_a_rounds_points_sum_as_one_by_one_in_roster_order(kind, scope):
     assert RosterSets.of(sets).members.tolist() == [0, 1, 1, 2, 3, 1] * 20
 
 
-@pytest.mark.parametrize("change", [
-    lambda p: p.update(vertex=p["vertex"].astype(np.uint32)),
-    lambda p: p.update(vertex=p["vertex"][:1]),
-    lambda p: p.update(vertex=np.array([60, 0, 0], np.uint8)),  # 2 * 30 codes in tensor 0
-    lambda p: p.update(index=p.pop("vertex")),
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda p: p.update(vertex=p["vertex"].astype(np.uint32)),
+        lambda p: p.update(vertex=p["vertex"][:1]),
+        lambda p: p.update(vertex=np.array([60, 0, 0], np.uint8)),  # 2 * 30 codes in tensor 0
+        lambda p: p.update(index=p.pop("vertex")),
+    ],
+)
 def test_a_bad_point_among_the_round_is_refused(change):
     points = _points("l1", [1.0] * 3, "per-tensor", seed=2)
     change(points[1])
     with pytest.raises(DecodeError):
-        sum_round(RosterSets.of([Constraint("l1", 1.0)] * 3), _round(points), SHAPES,
-                  "per-tensor")
+        sum_round(RosterSets.of([Constraint("l1", 1.0)] * 3), _round(points), SHAPES, "per-tensor")
 
 
 def test_a_round_without_every_nodes_point_is_refused():
@@ -121,12 +140,18 @@ def test_the_servers_xbar_is_the_recursion_from_each_rounds_mean_point(tmp_path)
         reply = client_app(message, context)
         if message.metadata.message_type == "train":
             sent.setdefault(int(message.metadata.group_id), {})[
-                context.node_config["partition-id"]] = {
-                k: v.numpy() for k, v in reply.content[FW_POINT].items()}
+                context.node_config["partition-id"]
+            ] = {k: v.numpy() for k, v in reply.content[FW_POINT].items()}
         return reply
 
-    run = run_app(tmp_path, 7, None, recording, **FULL, **{
-        "num-server-rounds": 4, "fedfw.downlink": "dense", "fedfw.federated-eval": False})
+    run = run_app(
+        tmp_path,
+        7,
+        None,
+        recording,
+        **FULL,
+        **{"num-server-rounds": 4, "fedfw.downlink": "dense", "fedfw.federated-eval": False},
+    )
     strategy = read_checkpoint(run.out_dir).strategy
     mirror = [a.numpy() / 7 for a in strategy["mirror-sum"].values()]
     first = next(m for m in run.grid.down if m.metadata.message_type == "train")
@@ -135,8 +160,9 @@ def test_the_servers_xbar_is_the_recursion_from_each_rounds_mean_point(tmp_path)
     for t, eta in zip(range(1, 5), [r["eta"] for r in run.rows[1:]]):
         total = [np.zeros(s) for s in shapes]
         for partition in range(7):  # the roster's order
-            for k, s in enumerate(decode_model_point(Constraint("l1", 10.0), sent[t][partition],
-                                                     shapes, "per-tensor")):
+            for k, s in enumerate(
+                decode_model_point(Constraint("l1", 10.0), sent[t][partition], shapes, "per-tensor")
+            ):
                 total[k] += s
         xbar = [(1.0 - eta) * x + eta * (s / 7) for x, s in zip(xbar, total)]
     assert all(np.array_equal(a, b) for a, b in zip(_server_xbar(run), xbar))
@@ -168,11 +194,17 @@ def test_a_nodes_state_does_not_grow_with_the_nodes(tmp_path, downlink):
     compact downlink): O(model), not the N-model replica."""
     sizes = set()
     for nodes in (10, 100):
-        run = run_app(tmp_path / str(nodes), nodes, **FULL, **{
-            "num-server-rounds": 2, "fedfw.federated-eval": False, "fedfw.downlink": downlink})
+        run = run_app(
+            tmp_path / str(nodes),
+            nodes,
+            **FULL,
+            **{"num-server-rounds": 2, "fedfw.federated-eval": False, "fedfw.downlink": downlink},
+        )
         sizes |= {_state_size(run, node) for node in run.grid.node_ids}
-        assert all((META in run.grid.contexts[n].state) == (downlink == "compact")
-                   for n in run.grid.node_ids)
+        assert all(
+            (META in run.grid.contexts[n].state) == (downlink == "compact")
+            for n in run.grid.node_ids
+        )
     model = 8 * (60 * 10 + 10)
     assert len(sizes) == 1 and sizes.pop() < 4 * model
 
@@ -182,10 +214,22 @@ def test_a_node_that_lost_its_xbar_fails_once_and_gets_xbar(tmp_path):
     x-bar is the mirror's mean and every node is re-synced with x-bar (one model in float64,
     never the mirror), then follows the recursion again; the rows equal the dense run's."""
     overrides = {**FULL, "num-server-rounds": 6, "fedfw.federated-eval": True}
-    compact = run_app(tmp_path / "compact", 4, None, forgetting(client_app, 2, 4),
-                      **overrides, **{"fedfw.downlink": "compact"})
-    dense = run_app(tmp_path / "dense", 4, None, forgetting(client_app, 2, 4),
-                    **overrides, **{"fedfw.downlink": "dense"})
+    compact = run_app(
+        tmp_path / "compact",
+        4,
+        None,
+        forgetting(client_app, 2, 4),
+        **overrides,
+        **{"fedfw.downlink": "compact"},
+    )
+    dense = run_app(
+        tmp_path / "dense",
+        4,
+        None,
+        forgetting(client_app, 2, 4),
+        **overrides,
+        **{"fedfw.downlink": "dense"},
+    )
     assert [r["failures"] for r in compact.rows[1:]] == [0, 0, 0, 1, 0, 0]
     assert _without_bytes(compact.rows) == _without_bytes(dense.rows)
     resyncs = [m for m in compact.grid.down if REPLICA_ARRAYS in m.content]
@@ -193,5 +237,8 @@ def test_a_node_that_lost_its_xbar_fails_once_and_gets_xbar(tmp_path):
     assert all(sorted(m.content[REPLICA_ARRAYS]) == ["xbar.0", "xbar.1"] for m in resyncs)
     assert all(UPDATES in m.content for m in compact.grid.down if m.metadata.group_id == "6")
     server = _server_xbar(compact)
-    assert all(np.array_equal(a, b) for node in compact.grid.node_ids
-               for a, b in zip(_node_xbar(compact, node), server))
+    assert all(
+        np.array_equal(a, b)
+        for node in compact.grid.node_ids
+        for a, b in zip(_node_xbar(compact, node), server)
+    )

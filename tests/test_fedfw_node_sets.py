@@ -16,8 +16,13 @@ from testing.inprocess_grid import run_config
 from tests.helpers import last_xbar, run_app
 
 NUM_NODES = 4
-RUN = {"algorithm": "fedfw", "task": "synthetic", "num-server-rounds": 4, "fedfw.gap": True,
-       "fedfw.downlink": "dense"}  # the gap is recomputed at the dense x-bar sent
+RUN = {
+    "algorithm": "fedfw",
+    "task": "synthetic",
+    "num-server-rounds": 4,
+    "fedfw.gap": True,
+    "fedfw.downlink": "dense",
+}  # the gap is recomputed at the dense x-bar sent
 
 
 def node_set(kind: str, radius: float) -> dict:
@@ -76,8 +81,7 @@ def test_gap_is_over_the_l1_ball_inside_the_l2_balls(tmp_path):
 
 def test_no_gap_when_no_node_set_lies_inside_the_others(tmp_path):
     """l1(10) and box(1) on the 60x10 MCLR weight: neither contains the other."""
-    sets = [node_set("l1", 10.0), node_set("box", 1.0), node_set("l1", 10.0),
-            node_set("box", 1.0)]
+    sets = [node_set("l1", 10.0), node_set("box", 1.0), node_set("l1", 10.0), node_set("box", 1.0)]
     run = run_with_sets(tmp_path, sets)
     rows = run.rows
     assert len(rows) == RUN["num-server-rounds"] + 1

@@ -86,20 +86,35 @@ def test_a_lone_learner_round_trips_and_nothing_else_passes():
     spec = NetworkSpec((4, 5, 2), "leaky_relu")
     delta = lone_learner(build(spec), 4, 2)
     assert read_lone_learner(delta) is delta.learners[0]
-    for bad in (delta.__class__(0, 1.0, delta.learners, (2.0,), 4, 2, np.zeros(2)),
-                delta.__class__(0, 1.0, delta.learners, (1.0,), 4, 2, np.ones(2)),
-                delta.__class__(0, 1.0, delta.learners, (1.0,), 4, 2)):
+    for bad in (
+        delta.__class__(0, 1.0, delta.learners, (2.0,), 4, 2, np.zeros(2)),
+        delta.__class__(0, 1.0, delta.learners, (1.0,), 4, 2, np.ones(2)),
+        delta.__class__(0, 1.0, delta.learners, (1.0,), 4, 2),
+    ):
         with pytest.raises(DecodeError):
             read_lone_learner(bad)
 
 
 def test_rounds_alternate_boosting_and_distillation():
-    settings = ffgb_settings(RunSettings.from_run_config(run_config(
-        **{**FAST, "ffgb.distill-every": 2, "ffgb.distill-rounds": 3})))
+    settings = ffgb_settings(
+        RunSettings.from_run_config(
+            run_config(**{**FAST, "ffgb.distill-every": 2, "ffgb.distill-rounds": 3})
+        )
+    )
     phases = [settings.phase(r) for r in range(1, 12)]
-    assert phases == [(BOOST, 0), (BOOST, 1), (DISTILL, 1), (DISTILL, 2), (DISTILL, 3),
-                      (BOOST, 2), (BOOST, 3), (DISTILL, 1), (DISTILL, 2), (DISTILL, 3),
-                      (BOOST, 4)]
+    assert phases == [
+        (BOOST, 0),
+        (BOOST, 1),
+        (DISTILL, 1),
+        (DISTILL, 2),
+        (DISTILL, 3),
+        (BOOST, 2),
+        (BOOST, 3),
+        (DISTILL, 1),
+        (DISTILL, 2),
+        (DISTILL, 3),
+        (BOOST, 4),
+    ]
 
 
 # -- end to end ---------------------------------------------------------------------------------
@@ -132,8 +147,15 @@ def test_distilling_the_whole_function_keeps_n_learners(tmp_path):
 
 
 def test_fedavg_distillation_rounds_replace_the_ensemble_by_one_network(tmp_path):
-    run = run_ffgb(tmp_path, **{"num-server-rounds": 5, "ffgb.distill-every": 2,
-                                "ffgb.distill-rounds": 2, "ffgb.distill-steps": 100})
+    run = run_ffgb(
+        tmp_path,
+        **{
+            "num-server-rounds": 5,
+            "ffgb.distill-every": 2,
+            "ffgb.distill-rounds": 2,
+            "ffgb.distill-steps": 100,
+        },
+    )
     sizes = [r["ensemble_size"] for r in run.rows[1:]]
     assert sizes == [8, 16, 16, 1, 9]  # N K, 2 N K; distilled after its 2nd FedAvg round
     assert all(r["failures"] == 0 and r["participants"] == 4 for r in run.rows[1:])
@@ -150,12 +172,20 @@ def test_fedavg_distillation_rounds_replace_the_ensemble_by_one_network(tmp_path
 
 @pytest.mark.e2e
 def test_a_run_resumed_during_a_distillation_equals_an_uninterrupted_one(tmp_path):
-    settings = {**FAST, "algorithm": "ffgb", "num-server-rounds": 5, "fraction-train": 0.5,
-                "ffgb.distill-every": 2, "ffgb.distill-rounds": 2, "ffgb.distill-steps": 30}
+    settings = {
+        **FAST,
+        "algorithm": "ffgb",
+        "num-server-rounds": 5,
+        "fraction-train": 0.5,
+        "ffgb.distill-every": 2,
+        "ffgb.distill-rounds": 2,
+        "ffgb.distill-steps": 30,
+    }
 
     def config(folder: str) -> dict:
-        return run_config(**{"output-dir": str(tmp_path / folder), "run-name": RUN_NAME,
-                             **settings})
+        return run_config(
+            **{"output-dir": str(tmp_path / folder), "run-name": RUN_NAME, **settings}
+        )
 
     whole = config("whole")
     run(LocalGrid(client_app, whole, 4), server_context(whole))
@@ -185,7 +215,10 @@ def test_a_student_of_another_architecture_is_a_counted_failure():
     bad = _copy(replies[0])
     other = build(NetworkSpec((64, 8, 8, 10), "leaky_relu"))
     config, arrays = pack_delta(lone_learner(other, 64, 10))
-    bad.content[STUDENT], bad.content[STUDENT_ARRAYS] = ConfigRecord(config), arrays_to_record(arrays)
+    bad.content[STUDENT], bad.content[STUDENT_ARRAYS] = (
+        ConfigRecord(config),
+        arrays_to_record(arrays),
+    )
     _, metrics = strategy.aggregate_train(2, [bad, *(_copy(r) for r in replies[1:])])
     assert metrics["failures"] == 1 and metrics["participants"] == 2
     assert metrics["ensemble_size"] == 1  # replaced by the average of the two good students

@@ -24,8 +24,13 @@ from tasks.federation import local_data
 from testing.inprocess_grid import LocalGrid, run_config
 from tests.helpers import checkpoint_ensemble, forgetting, run_app, train_messages
 
-FAST = {"algorithm": "ffgb", "task": "digits", "ffgb.local-steps": 2, "ffgb.oracle-steps": 60,
-        "ffgb.hidden": 16}
+FAST = {
+    "algorithm": "ffgb",
+    "task": "digits",
+    "ffgb.local-steps": 2,
+    "ffgb.oracle-steps": 60,
+    "ffgb.hidden": 16,
+}
 
 
 def run_ffgb(tmp_path, num_nodes=4, client=client_app, **overrides):
@@ -44,8 +49,9 @@ def node_values(run, node: int) -> tuple[int, np.ndarray]:
 def node_inputs(run, node: int) -> np.ndarray:
     context = run.grid.contexts[node]
     settings = RunSettings.from_run_config(context.run_config)
-    data = local_data(settings.data, context.node_config["partition-id"],
-                      context.node_config["num-partitions"])
+    data = local_data(
+        settings.data, context.node_config["partition-id"], context.node_config["num-partitions"]
+    )
     return data.x_train.reshape(len(data.x_train), -1)
 
 
@@ -63,14 +69,19 @@ def test_learns_digits_and_counts_models_as_the_paper(tmp_path):
 
 def test_delta_sync_equals_the_server_function_for_nodes_that_missed_rounds(tmp_path):
     """Half the nodes train each round and nothing else is sent: nodes skip versions."""
-    run = run_ffgb(tmp_path, **{"num-server-rounds": 6, "fraction-train": 0.5,
-                                "ffgb.federated-eval": False})
+    run = run_ffgb(
+        tmp_path, **{"num-server-rounds": 6, "fraction-train": 0.5, "ffgb.federated-eval": False}
+    )
     ensemble = final_ensemble(run)  # mu = 0: every update has scale 1, so prefixes are exact
     sinces = set()
     for node in run.grid.node_ids:
         version, values = node_values(run, node)
-        prefix = Ensemble(ensemble.base, ensemble.n_features, ensemble.learners[:version],
-                          ensemble.weights[:version])
+        prefix = Ensemble(
+            ensemble.base,
+            ensemble.n_features,
+            ensemble.learners[:version],
+            ensemble.weights[:version],
+        )
         np.testing.assert_allclose(values, prefix.predict(node_inputs(run, node)), atol=1e-5)
         sinces |= {m.content[DELTA]["since"] for m in train_messages(run.grid, node)[1:]}
     assert len(sinces) >= 3
@@ -78,8 +89,10 @@ def test_delta_sync_equals_the_server_function_for_nodes_that_missed_rounds(tmp_
 
 
 def test_own_learners_are_not_sent_back_and_mu_rescales_exactly(tmp_path):
-    run = run_ffgb(tmp_path, **{"num-server-rounds": 3, "fraction-train": 0.5, "ffgb.mu": 0.05,
-                                "ffgb.eta0": 2.0})
+    run = run_ffgb(
+        tmp_path,
+        **{"num-server-rounds": 3, "fraction-train": 0.5, "ffgb.mu": 0.05, "ffgb.eta0": 2.0},
+    )
     for row in run.rows[1:]:  # every node's federated evaluation uses its delta-synced values
         assert row["federated_test_accuracy"] == pytest.approx(row["test_accuracy"], abs=1e-9)
         assert row["federated_test_loss"] == pytest.approx(row["test_loss"], rel=1e-6)
@@ -93,12 +106,17 @@ def test_own_learners_are_not_sent_back_and_mu_rescales_exactly(tmp_path):
 
 
 def test_a_shared_downlink_learns_the_same_function_sending_each_node_its_own_learners_too(
-        tmp_path):
+    tmp_path,
+):
     """``ffgb.downlink='shared'``: one delta per round and version, the same records in every
     message, own learners included; the function learnt equals the per-node downlink's to
     rounding, and every node holds the server's f."""
-    common = {"num-server-rounds": 3, "fraction-train": 0.5, "ffgb.learner": "tree",
-              "ffgb.local-steps": 2}
+    common = {
+        "num-server-rounds": 3,
+        "fraction-train": 0.5,
+        "ffgb.learner": "tree",
+        "ffgb.local-steps": 2,
+    }
     per_node = run_ffgb(tmp_path / "a", **common, **{"ffgb.downlink": "per-node"})
     shared = run_ffgb(tmp_path / "b", **common, **{"ffgb.downlink": "shared"})
     for a, b in zip(per_node.rows[1:], shared.rows[1:], strict=True):
@@ -116,16 +134,18 @@ def test_a_shared_downlink_learns_the_same_function_sending_each_node_its_own_le
     for node in shared.grid.node_ids:
         version, values = node_values(shared, node)
         assert version == ensemble.version
-        np.testing.assert_allclose(values, ensemble.predict(node_inputs(shared, node)),
-                                   atol=1e-5)
+        np.testing.assert_allclose(values, ensemble.predict(node_inputs(shared, node)), atol=1e-5)
 
 
 def test_a_node_that_lost_its_state_fails_once_and_gets_everything(tmp_path):
     run = run_ffgb(tmp_path, client=forgetting(client_app, 1, 3), **{"num-server-rounds": 4})
     assert [r["failures"] for r in run.rows[1:]] == [0, 0, 1, 0]
     node = run.grid.node_ids[1]
-    full = [m.content[DELTA]["full"] for m in run.grid.down if m.metadata.dst_node_id == node
-            and m.metadata.message_type in ("train", "evaluate")]
+    full = [
+        m.content[DELTA]["full"]
+        for m in run.grid.down
+        if m.metadata.dst_node_id == node and m.metadata.message_type in ("train", "evaluate")
+    ]
     assert full == [True, False, False, False, False, True, False, False]  # train, evaluate
     assert run.rows[-1]["federated_test_accuracy"] == pytest.approx(run.rows[-1]["test_accuracy"])
 
@@ -135,19 +155,35 @@ def test_a_node_that_lost_its_state_fails_once_and_gets_everything(tmp_path):
     [
         ("ffgb-c", "digits", {}),
         ("ffgb", "digits", {"ffgb.learner": "tree", "ffgb.local-steps": 3}),
-        ("ffgb", "digits", {"ffgb.learner": "tree", "ffgb.local-steps": 3,
-                            "ffgb.tree-fitter": "hist"}),
-        ("ffgb", "digits", {"ffgb.learner": "tree", "ffgb.tree-leaves": "newton",
-                            "ffgb.schedule": "constant", "ffgb.eta0": 0.5}),
+        (
+            "ffgb",
+            "digits",
+            {"ffgb.learner": "tree", "ffgb.local-steps": 3, "ffgb.tree-fitter": "hist"},
+        ),
+        (
+            "ffgb",
+            "digits",
+            {
+                "ffgb.learner": "tree",
+                "ffgb.tree-leaves": "newton",
+                "ffgb.schedule": "constant",
+                "ffgb.eta0": 0.5,
+            },
+        ),
         ("ffgb", "digits", {"ffgb.residual": False}),
-        pytest.param("ffgb", "mnist-5k", {"ffgb.learner": "cnn", "ffgb.oracle-steps": 40},
-                     marks=pytest.mark.e2e),  # the LeNet
+        pytest.param(
+            "ffgb",
+            "mnist-5k",
+            {"ffgb.learner": "cnn", "ffgb.oracle-steps": 40},
+            marks=pytest.mark.e2e,
+        ),  # the LeNet
         ("ffgb-l", "diabetes", {"ffgb.eta0": 1.0}),
     ],
 )
 def test_each_variant_learns(tmp_path, algorithm, task, overrides):
-    rows = run_ffgb(tmp_path, **{"algorithm": algorithm, "task": task, "num-server-rounds": 3,
-                                 **overrides}).rows
+    rows = run_ffgb(
+        tmp_path, **{"algorithm": algorithm, "task": task, "num-server-rounds": 3, **overrides}
+    ).rows
     assert all(r["failures"] == 0 for r in rows[1:])
     if task == "diabetes":
         assert rows[-1]["test_mse"] < 0.7 * rows[0]["test_mse"]
@@ -184,16 +220,22 @@ def _other_mlp(delta: Delta) -> Delta:
 
 def _deep_tree(delta: Delta) -> Delta:
     rng = np.random.default_rng(0)
-    tree = from_sklearn(DecisionTreeRegressor(max_depth=6).fit(rng.normal(size=(200, 64)),
-                                                               rng.normal(size=(200, 10))),
-                        value_dtype=np.float32)
+    tree = from_sklearn(
+        DecisionTreeRegressor(max_depth=6).fit(
+            rng.normal(size=(200, 64)), rng.normal(size=(200, 10))
+        ),
+        value_dtype=np.float32,
+    )
     return replace(delta, learners=(tree, *delta.learners[1:]))
 
 
 BAD_REPLIES = {
     "doubled weights": ("ffgb", {}, lambda d: replace(d, weights=tuple(2 * w for w in d.weights))),
-    "a learner too many": ("ffgb", {}, lambda d: replace(d, learners=d.learners * 2,
-                                                         weights=d.weights * 2)),
+    "a learner too many": (
+        "ffgb",
+        {},
+        lambda d: replace(d, learners=d.learners * 2, weights=d.weights * 2),
+    ),
     "another architecture": ("ffgb", {}, _other_mlp),
     "another version": ("ffgb", {}, lambda d: replace(d, since=d.since + 1)),
     "a full function": ("ffgb", {}, lambda d: replace(d, base=np.zeros(10))),
@@ -210,9 +252,11 @@ def test_a_reply_off_the_schedule_or_architecture_is_a_counted_failure(case):
     bad = [_with_delta(replies[0], change), *(_copy(r) for r in replies[1:])]
     _, metrics = strategy.aggregate_train(1, bad)
     assert metrics["failures"] == 1 and metrics["participants"] == 2
-    assert metrics["ensemble_size"] == 2 * len(unpack_delta(
-        dict(replies[1].content[DELTA]), record_to_arrays(replies[1].content[DELTA_ARRAYS])
-    ).learners)
+    assert metrics["ensemble_size"] == 2 * len(
+        unpack_delta(
+            dict(replies[1].content[DELTA]), record_to_arrays(replies[1].content[DELTA_ARRAYS])
+        ).learners
+    )
 
 
 @pytest.mark.parametrize(

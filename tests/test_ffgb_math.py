@@ -183,8 +183,9 @@ def test_ffgb_c_clips_the_learners_and_the_residual():
     def clip(learner, bound):  # noqa: ANN001, ANN202
         return Lookup(np.clip(learner.values, -bound, bound))
 
-    out = ffgb_increment(np.zeros((N_POINTS, N_CLASSES)), y, CE, [0.5, 0.5, 0.5], 0.0,
-                         tracking, True, clipping, clip)
+    out = ffgb_increment(
+        np.zeros((N_POINTS, N_CLASSES)), y, CE, [0.5, 0.5, 0.5], 0.0, tracking, True, clipping, clip
+    )
     assert all(np.abs(h.values).max() <= clipping.learner_bound for h in out.learners)
     assert np.abs(out.learners[0].values).max() == pytest.approx(clipping.learner_bound)
     for target in seen[1:]:  # residual (clipped to G1) + gradient (bounded by 1)
@@ -227,6 +228,7 @@ def test_ffgb_l_residual_corrects_a_biased_oracle():
 
 
 # -- oracles -------------------------------------------------------------------------------------
+
 
 def _target() -> np.ndarray:
     w = RNG.normal(size=(N_FEATURES, N_CLASSES))
@@ -330,6 +332,7 @@ def test_the_lipschitz_oracle_targets_a_multiple_of_u_minus_the_previous_learner
 
 # -- Lipschitz extension ---------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_lipschitz_extension_interpolates_and_is_lipschitz(kind):
     x = RNG.normal(size=(50, 3))
@@ -350,8 +353,9 @@ def test_the_lipschitz_extension_jacobian_matches_finite_differences(kind):
     u = LipschitzExtension.of(x, y, 2.0, kind)
     z = RNG.normal(size=(20, 3)) * 1.5
     step = 1e-6
-    numeric = np.stack([(u.values(z + step * e) - u.values(z - step * e)) / (2 * step)
-                        for e in np.eye(3)], axis=2)
+    numeric = np.stack(
+        [(u.values(z + step * e) - u.values(z - step * e)) / (2 * step) for e in np.eye(3)], axis=2
+    )
     assert np.allclose(u.jacobian(z), numeric, atol=1e-4)
     norms = np.linalg.norm(u.jacobian(z), axis=2)
     assert np.allclose(norms, 2.0) if kind == UPPER else np.all(norms <= 2.0 + 1e-9)
@@ -374,7 +378,12 @@ def test_square_and_cross_entropy_gradients_are_the_pointwise_derivatives():
     y = RNG.integers(0, 4, 10)
     for loss in (PointwiseLoss(CROSS_ENTROPY, 4), PointwiseLoss(SQUARE, 4)):
         step = 1e-6
-        numeric = np.stack([(loss.values(f + step * e, y) - loss.values(f - step * e, y))
-                            / (2 * step) for e in np.eye(4)], axis=1)
+        numeric = np.stack(
+            [
+                (loss.values(f + step * e, y) - loss.values(f - step * e, y)) / (2 * step)
+                for e in np.eye(4)
+            ],
+            axis=1,
+        )
         scale = 2.0 if loss.kind == SQUARE else 1.0  # the square loss reports ||f - y||^2
         assert np.allclose(scale * loss.gradient(f, y), numeric, atol=1e-5)

@@ -40,9 +40,18 @@ def test_one_shot_equals_the_multi_round_run(tmp_path, fraction):
 @pytest.mark.e2e
 def test_a_resumed_one_shot_run_equals_an_uninterrupted_one(tmp_path, monkeypatch):
     def config(folder: str) -> dict:
-        return run_config(**{"output-dir": str(tmp_path / folder), "run-name": RUN_NAME,
-                             "ffgb.local-steps": 2, "ffgb.oracle-steps": 60, "ffgb.hidden": 16,
-                             **FFGB_L, "fraction-train": 0.5, "ffgb.one-shot": True})
+        return run_config(
+            **{
+                "output-dir": str(tmp_path / folder),
+                "run-name": RUN_NAME,
+                "ffgb.local-steps": 2,
+                "ffgb.oracle-steps": 60,
+                "ffgb.hidden": 16,
+                **FFGB_L,
+                "fraction-train": 0.5,
+                "ffgb.one-shot": True,
+            }
+        )
 
     whole = config("whole")
     run(LocalGrid(client_app, whole, 4), server_context(whole))
@@ -64,8 +73,7 @@ def test_a_resumed_one_shot_run_equals_an_uninterrupted_one(tmp_path, monkeypatc
     assert rows_of(tmp_path / "resumed") == rows_of(tmp_path / "whole")
 
 
-@pytest.mark.parametrize("overrides", [{"algorithm": "ffgb"},
-                                       {"ffgb.distill": "increment"}])
+@pytest.mark.parametrize("overrides", [{"algorithm": "ffgb"}, {"ffgb.distill": "increment"}])
 def test_one_shot_is_ffgb_l_only(tmp_path, overrides):
     with pytest.raises(InvalidRunConfig, match="ffgb.one-shot=True"):
         run_ffgb(tmp_path, **{**FFGB_L, "ffgb.one-shot": True, **overrides})

@@ -30,7 +30,7 @@ def test_algorithms(monkeypatch, tmp_path):
     text = reference.PYPROJECT.read_text()
     span = reference.config_span(text)
     pyproject = tmp_path / "pyproject.toml"
-    pyproject.write_text(text[:span.start] + reference.config_table(all_tables) + text[span.end:])
+    pyproject.write_text(text[: span.start] + reference.config_table(all_tables) + text[span.end :])
     original = declared.declared_defaults
     monkeypatch.setattr(declared, "declared_defaults", lambda path=None: original(pyproject))
     return all_tables
@@ -53,8 +53,11 @@ def test_an_ensemble_global_function_trains_and_is_evaluated_centrally(tmp_path,
 
 
 def test_nodes_with_their_own_models_report_mean_min_max(tmp_path, test_algorithms):
-    run = run_app(tmp_path, 5, **{"algorithm": "test-local", "num-server-rounds": 3,
-                                  "partitioning": "label-sort"})
+    run = run_app(
+        tmp_path,
+        5,
+        **{"algorithm": "test-local", "num-server-rounds": 3, "partitioning": "label-sort"},
+    )
     rows = run.rows
     assert "test_accuracy" not in rows[-1] and "test_accuracy_mean" in rows[-1]
     for row in rows[1:]:
@@ -67,10 +70,18 @@ def test_nodes_with_their_own_models_report_mean_min_max(tmp_path, test_algorith
 
 
 def test_a_new_algorithms_key_table_is_generated_parsed_and_checked(tmp_path, test_algorithms):
-    assert "\"test-trees.step\" = 0.5" in reference.config_table(test_algorithms)
+    assert '"test-trees.step" = 0.5' in reference.config_table(test_algorithms)
     assert "| `test-trees.depth` | int | `3` |" in reference.key_reference(test_algorithms)
-    run = run_app(tmp_path, 3, **{"algorithm": "test-trees", "num-server-rounds": 2,
-                                  "test-trees.step": 0.25, "test-trees.depth": 2})
+    run = run_app(
+        tmp_path,
+        3,
+        **{
+            "algorithm": "test-trees",
+            "num-server-rounds": 2,
+            "test-trees.step": 0.25,
+            "test-trees.depth": 2,
+        },
+    )
     trains = [m for m in run.grid.down if m.metadata.message_type == "train"]
     assert list(trains[-1].content["delta-arrays"]["weights"].numpy()) == [0.25 / 3] * 3
     assert all(r["failures"] == 0 for r in run.rows) and run.rows[-1]["participants"] == 3

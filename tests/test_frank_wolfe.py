@@ -18,13 +18,6 @@ from tasks.errors import ConfigError
 from tests.logreg_problem import DATA, DIM, L1_BALL, N_CLIENTS, N_SAMPLES, grad, loss
 
 
-
-
-
-
-
-
-
 def objective(x) -> float:
     return float(np.mean([loss(x, *d) for d in DATA]))
 
@@ -36,10 +29,13 @@ def zeros():
 @pytest.fixture(scope="module")
 def optimum():
     """x* and F* by FISTA on the product of l1 balls."""
+
     def full_grad(x):
         return [sum(parts) / N_CLIENTS for parts in zip(*(grad(x, *d) for d in DATA))]
 
-    smooth = 0.25 * max(np.linalg.norm(np.c_[f, np.ones(N_SAMPLES)], 2) ** 2 / N_SAMPLES for f, _ in DATA)
+    smooth = 0.25 * max(
+        np.linalg.norm(np.c_[f, np.ones(N_SAMPLES)], 2) ** 2 / N_SAMPLES for f, _ in DATA
+    )
     x, y, k = zeros(), zeros(), 1.0
     for _ in range(2000):
         x_next = project_params(L1_BALL, [a - g / smooth for a, g in zip(y, full_grad(y))])
@@ -52,7 +48,9 @@ def optimum():
     return x, objective(x)
 
 
-def run_fedfw(variant, schedule, rounds, *, batch=None, participation=1.0, constraints=None, seed=1):
+def run_fedfw(
+    variant, schedule, rounds, *, batch=None, participation=1.0, constraints=None, seed=1
+):
     """Algorithm 1 on DATA; returns the objective F(x_bar^t) after every round, the mirror and states."""
     rng = np.random.default_rng(seed)
     constraints = constraints or [L1_BALL] * N_CLIENTS
@@ -134,7 +132,9 @@ def test_fedfw_plus_converges(optimum):
     _, f_star = optimum
     values, _, states = run_fedfw("fedfw-plus", make_schedule("convex", 0.01, 500), 500)
     assert 0 <= values[-1] - f_star < 1e-3
-    assert np.abs(sum(s.y[0] for s in states)).max() < 1e-9  # the duals sum to 0: sum_i (x_i - x_bar) = 0
+    assert (
+        np.abs(sum(s.y[0] for s in states)).max() < 1e-9
+    )  # the duals sum to 0: sum_i (x_i - x_bar) = 0
 
 
 def test_fedfw_sto_minibatch_makes_progress(optimum):
@@ -164,7 +164,10 @@ def test_split_constraints_section_4_3(optimum):
     x_star, _ = optimum
     l2_ball = make_constraint("l2", 2.0)
     _, mirror, _ = run_fedfw(
-        "fedfw-plus", make_schedule("convex", 0.03, 1000), 1000, constraints=[L1_BALL, l2_ball, l2_ball]
+        "fedfw-plus",
+        make_schedule("convex", 0.03, 1000),
+        1000,
+        constraints=[L1_BALL, l2_ball, l2_ball],
     )
     x_bar = mirror.x_bar
     assert np.sqrt(sum(np.sum((a - b) ** 2) for a, b in zip(x_bar, x_star))) < 0.05
@@ -207,7 +210,9 @@ def test_fedfw_sto_estimator():
     np.testing.assert_allclose(state.d[0], [1.0, -2.0])  # rho_1 = 1: d^2 = grad / n
     rho = schedule.rho(2)
     assert 0 < rho < 1
-    g, state = fw_direction("fedfw-sto", state, X_BAR, [np.array([6.0, 0.0]), np.zeros(1)], 2, schedule, 3)
+    g, state = fw_direction(
+        "fedfw-sto", state, X_BAR, [np.array([6.0, 0.0]), np.zeros(1)], 2, schedule, 3
+    )
     np.testing.assert_allclose(state.d[0], [(1 - rho) * 1.0 + rho * 2.0, (1 - rho) * -2.0])
     np.testing.assert_allclose(g[0], state.d[0])  # lambda0 = 0
 
@@ -265,7 +270,9 @@ def test_fw_gap_matches_the_definition_on_the_box():
     x = [np.array([0.1, -0.4, 0.5])]
     grads = [[np.array([1.0, -2.0, 0.0])], [np.array([3.0, 0.0, -1.0])]]
     full = np.array([2.0, -1.0, -0.5])
-    assert fw_gap(grads, x, box, "per-tensor", 2) == pytest.approx(full @ x[0] + 0.5 * np.abs(full).sum())
+    assert fw_gap(grads, x, box, "per-tensor", 2) == pytest.approx(
+        full @ x[0] + 0.5 * np.abs(full).sum()
+    )
 
 
 # --- the server mirror --------------------------------------------------------------------------
@@ -303,7 +310,9 @@ def test_mirror_incremental_mean_after_many_partial_rounds():
     recomputed = [np.mean([shadow[cid][k] for cid in ids], axis=0) for k in range(2)]
     for a, b in zip(mirror.x_bar, recomputed):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-10)
-    distances = [np.sqrt(sum(np.sum((x - b) ** 2) for x, b in zip(shadow[cid], recomputed))) for cid in ids]
+    distances = [
+        np.sqrt(sum(np.sum((x - b) ** 2) for x, b in zip(shadow[cid], recomputed))) for cid in ids
+    ]
     assert mirror.consensus_distance() == pytest.approx(np.mean(distances), rel=1e-9)
 
 

@@ -49,6 +49,7 @@ def regression_targets(n_outputs):
 
 # --- trees -------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("depth", [1, 3, 8, None])
 @pytest.mark.parametrize("n_outputs", [1, 3])
 def test_regression_tree_predicts_exactly_like_sklearn(depth, n_outputs):
@@ -89,34 +90,42 @@ def encoded_tree():
 def set_item(key, index, value):
     def mutate(arrays):
         arrays[key][index] = value
+
     return mutate
 
 
 def cycle(arrays):
     """Nodes 0-2 form a tree; nodes 3 and 4 hang off node 3 itself (in-degree 1, unreachable)."""
     left, right = np.array([1, -1, -1, 4, -1], np.int32), np.array([2, -1, -1, 3, -1], np.int32)
-    arrays.update(children_left=left, children_right=right,
-                  feature=np.where(left == -1, -2, 0).astype(np.int32),
-                  threshold=np.zeros(5), value=np.zeros((5, 2)))
+    arrays.update(
+        children_left=left,
+        children_right=right,
+        feature=np.where(left == -1, -2, 0).astype(np.int32),
+        threshold=np.zeros(5),
+        value=np.zeros((5, 2)),
+    )
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda a: a.pop("value"), "expected keys"),
-    (lambda a: a.update(extra=np.zeros(1)), "expected keys"),
-    (lambda a: a.update(children_left=a["children_left"].astype(np.int64)), "int32"),
-    (lambda a: a.update(value=a["value"].astype(np.float16)), "float32/64"),
-    (lambda a: a.update(value=a["value"][:, :1]), "outputs"),
-    (lambda a: a.update(feature=a["feature"][:-1]), "lengths"),
-    (cycle, "reachable"),
-    (set_item("children_left", 0, 99), "outside"),
-    (set_item("children_left", 0, 0), "outside"),
-    (set_item("children_right", 0, 1), "parent"),
-    (set_item("feature", -1, 0), "leaf"),
-    (set_item("children_right", -1, 3), "leaf"),
-    (set_item("feature", 0, 6), "split feature"),
-    (set_item("threshold", 0, np.nan), "threshold"),
-    (set_item("value", (1, 0), np.inf), "value"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda a: a.pop("value"), "expected keys"),
+        (lambda a: a.update(extra=np.zeros(1)), "expected keys"),
+        (lambda a: a.update(children_left=a["children_left"].astype(np.int64)), "int32"),
+        (lambda a: a.update(value=a["value"].astype(np.float16)), "float32/64"),
+        (lambda a: a.update(value=a["value"][:, :1]), "outputs"),
+        (lambda a: a.update(feature=a["feature"][:-1]), "lengths"),
+        (cycle, "reachable"),
+        (set_item("children_left", 0, 99), "outside"),
+        (set_item("children_left", 0, 0), "outside"),
+        (set_item("children_right", 0, 1), "parent"),
+        (set_item("feature", -1, 0), "leaf"),
+        (set_item("children_right", -1, 3), "leaf"),
+        (set_item("feature", 0, 6), "split feature"),
+        (set_item("threshold", 0, np.nan), "threshold"),
+        (set_item("value", (1, 0), np.inf), "value"),
+    ],
+)
 def test_tree_decoder_rejects(mutate, message):
     arrays = encoded_tree()
     mutate(arrays)
@@ -131,11 +140,15 @@ def test_tree_decoder_rejects_too_many_nodes():
 
 # --- networks ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("spec", [
-    NetworkSpec((6, 64, 1)),
-    NetworkSpec((6, 16, 16, 3), "tanh"),
-    NetworkSpec((6, 32, 32, 2), "leaky_relu", output_bound=0.5),
-])
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        NetworkSpec((6, 64, 1)),
+        NetworkSpec((6, 16, 16, 3), "tanh"),
+        NetworkSpec((6, 32, 32, 2), "leaky_relu", output_bound=0.5),
+    ],
+)
 def test_network_round_trip_gives_identical_outputs(spec):
     torch.manual_seed(0)
     net = build(spec)
@@ -163,22 +176,25 @@ def encoded_network():
     return encode_network(spec, build(spec))
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda c, a: a.update(w0=a["w0"].T.copy()), "shape"),
-    (lambda c, a: a.update(w1=a["w1"][:, :-1].copy()), "shape"),
-    (lambda c, a: a.update(b0=a["b0"].astype(np.float64)), "float32"),
-    (lambda c, a: a.pop("b1"), "expected arrays"),
-    (lambda c, a: a.update(w2=np.zeros((1, 1), np.float32)), "expected arrays"),
-    (lambda c, a: a["w0"].__setitem__((0, 0), np.nan), "NaN"),
-    (lambda c, a: c.update(activation="gelu"), "unknown activation"),
-    (lambda c, a: c.update(kind="cnn"), "unknown network kind"),
-    (lambda c, a: c.update(sizes=[6, 0, 2]), "sizes"),
-    (lambda c, a: c.update(sizes=[6, True, 2]), "sizes"),
-    (lambda c, a: c.update(sizes=[6]), "sizes"),
-    (lambda c, a: c.update(sizes=[6, 100, 2]), "parameters"),
-    (lambda c, a: c.update(output_bound=math.inf), "output_bound"),
-    (lambda c, a: c.pop("activation"), "config keys"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda c, a: a.update(w0=a["w0"].T.copy()), "shape"),
+        (lambda c, a: a.update(w1=a["w1"][:, :-1].copy()), "shape"),
+        (lambda c, a: a.update(b0=a["b0"].astype(np.float64)), "float32"),
+        (lambda c, a: a.pop("b1"), "expected arrays"),
+        (lambda c, a: a.update(w2=np.zeros((1, 1), np.float32)), "expected arrays"),
+        (lambda c, a: a["w0"].__setitem__((0, 0), np.nan), "NaN"),
+        (lambda c, a: c.update(activation="gelu"), "unknown activation"),
+        (lambda c, a: c.update(kind="cnn"), "unknown network kind"),
+        (lambda c, a: c.update(sizes=[6, 0, 2]), "sizes"),
+        (lambda c, a: c.update(sizes=[6, True, 2]), "sizes"),
+        (lambda c, a: c.update(sizes=[6]), "sizes"),
+        (lambda c, a: c.update(sizes=[6, 100, 2]), "parameters"),
+        (lambda c, a: c.update(output_bound=math.inf), "output_bound"),
+        (lambda c, a: c.pop("activation"), "config keys"),
+    ],
+)
 def test_network_decoder_rejects(mutate, message):
     config, arrays = encoded_network()
     mutate(config, arrays)
@@ -235,7 +251,7 @@ def test_late_node_catches_up_and_collapsed_history_is_refused():
     np.testing.assert_allclose(node.predict(X_TEST), history[4].predict(X_TEST), rtol=1e-12)
     np.testing.assert_allclose(cache.values, history[4].predict(X_TEST), rtol=1e-6, atol=1e-6)
     assert node.version == cache.version == history[4].version == 8
-    assert math.isclose(history[4].delta(2).scale, 0.8 ** 3)
+    assert math.isclose(history[4].delta(2).scale, 0.8**3)
     with pytest.raises(ValueError, match="boundary"):
         node.delta(4)  # learners 3..8 arrived as one delta: the node cannot start inside them
     with pytest.raises(ValueError, match="boundary"):
@@ -246,17 +262,21 @@ def test_own_learners_left_out_give_the_same_values():
     """A node's own learners are not sent back; it adds own_factor times their values."""
     server = boost(Ensemble.constant(Y.mean(axis=0), 6), rounds=1, scale=1.0)[-1]
     rng = np.random.default_rng(1)
-    increments = [[float32_tree(X_TRAIN, rng.normal(size=Y.shape), seed=i) for _ in range(2)]
-                  for i in range(3)]
+    increments = [
+        [float32_tree(X_TRAIN, rng.normal(size=Y.shape), seed=i) for _ in range(2)]
+        for i in range(3)
+    ]
     weights = [-0.5, -0.25]
-    merged = server.extend([h for inc in increments for h in inc], [w / 3 for _ in increments
-                                                                    for w in weights], 0.9)
+    merged = server.extend(
+        [h for inc in increments for h in inc], [w / 3 for _ in increments for w in weights], 0.9
+    )
     later = merged.extend([float32_tree(X_TRAIN, Y)], [0.1], 0.5)
     # float32-valued trees predict float32: the node keeps its values in float64
     own = sum(w * h.predict(X_TEST).astype(np.float64) for w, h in zip(weights, increments[1]))
     first = server.version + 3  # node 1's learners: sequence numbers first, first + 1
-    delta = later.delta(server.version, omit=(first, 2), own_factor=later.scales_after(
-        server.version) / 3)
+    delta = later.delta(
+        server.version, omit=(first, 2), own_factor=later.scales_after(server.version) / 3
+    )
     assert delta.own_count == 2 and len(delta.learners) == 5 and delta.version == later.version
     config, arrays = through_flower(*pack_delta(delta))
     cache = PredictionCache(X_TEST, server.version, server.predict(X_TEST))
@@ -281,8 +301,9 @@ def test_scale_zero_replaces_the_function_and_behind_nodes_need_a_snapshot():
     history = boost(Ensemble.constant(Y.mean(axis=0), 6), rounds=2, scale=1.0)
     distilled = history[-1].extend([float32_tree(X_TRAIN, Y, depth=5)], [1.0], scale=0.0)
     assert distilled.offset == 4 and distilled.version == 5 and len(distilled.learners) == 1
-    np.testing.assert_allclose(distilled.predict(X_TEST),
-                               distilled.learners[0].predict(X_TEST), rtol=1e-12)
+    np.testing.assert_allclose(
+        distilled.predict(X_TEST), distilled.learners[0].predict(X_TEST), rtol=1e-12
+    )
     replacement = through_flower(*encode_delta(distilled, 4))
     assert replacement[0]["scale"] == 0.0 and not replacement[0]["full"]
     node = apply_delta(history[-1], *replacement)
@@ -322,10 +343,14 @@ def test_mixed_groups_round_trip():
     torch.manual_seed(0)
     x = RNG.normal(size=(40, 2 * 12 * 12))
     cnn_spec = ConvNetSpec((2, 12, 12), 3, channels=(4, 5), kernel=3, hidden=(7,))
-    learners = [float32_tree(x, RNG.normal(size=(40, 3))),
-                float32_tree(x, RNG.normal(size=(40, 3))),
-                build(NetworkSpec((288, 5, 3), "leaky_relu")), build_cnn(cnn_spec),
-                build_cnn(cnn_spec), float32_tree(x, RNG.normal(size=(40, 3)), depth=1)]
+    learners = [
+        float32_tree(x, RNG.normal(size=(40, 3))),
+        float32_tree(x, RNG.normal(size=(40, 3))),
+        build(NetworkSpec((288, 5, 3), "leaky_relu")),
+        build_cnn(cnn_spec),
+        build_cnn(cnn_spec),
+        float32_tree(x, RNG.normal(size=(40, 3)), depth=1),
+    ]
     ensemble = Ensemble.constant([0.0, 1.0, 2.0], 288).extend(learners, [1, -2, 3, -4, 5, -6])
     config, arrays = through_flower(*encode_delta(ensemble, None))
     assert config["groups"] == 4 and config["g2.kind"] == "cnn" and config["g2.count"] == 2
@@ -347,13 +372,22 @@ def test_packed_trees_round_trip_exactly_through_flower():
     rng = np.random.default_rng(5)
     target = rng.normal(size=(len(X_TRAIN), 3))
     trees = [float32_tree(X_TRAIN, target, depth=d, seed=d) for d in (1, 3, 8, None)]
-    trees.insert(1, from_sklearn(DecisionTreeRegressor().fit(X_TRAIN, np.ones((300, 3))),
-                                 value_dtype=np.float32))  # a single leaf
+    trees.insert(
+        1,
+        from_sklearn(
+            DecisionTreeRegressor().fit(X_TRAIN, np.ones((300, 3))), value_dtype=np.float32
+        ),
+    )  # a single leaf
     assert trees[1].n_nodes == 1
     ensemble = Ensemble.constant(np.zeros(3), 6).extend(trees, [1.0, -0.5, 0.25, 2.0, -1.0])
     config, arrays = through_flower(*encode_delta(ensemble, 0))
-    assert config["groups"] == 1 and set(arrays) == {"weights", "g0.sizes", "g0.feature",
-                                                     "g0.threshold", "g0.value"}
+    assert config["groups"] == 1 and set(arrays) == {
+        "weights",
+        "g0.sizes",
+        "g0.feature",
+        "g0.threshold",
+        "g0.value",
+    }
     back = unpack_delta(config, arrays)
     for sent, received in zip(trees, back.learners):
         assert received.n_nodes == sent.n_nodes and received.depth == sent.depth
@@ -379,8 +413,10 @@ def test_decoded_trees_pass_the_full_tree_check_with_the_depth_it_finds():
     agree with check_tree on every tree, chains and single leaves included."""
     rng = np.random.default_rng(11)
     trees = [chain_tree(d, 6, 3) for d in (0, 1, 2, 37)]
-    trees += [float32_tree(X_TRAIN, rng.normal(size=(len(X_TRAIN), 3)), depth=d, seed=d)
-              for d in (1, 2, 5, 9, None)]
+    trees += [
+        float32_tree(X_TRAIN, rng.normal(size=(len(X_TRAIN), 3)), depth=d, seed=d)
+        for d in (1, 2, 5, 9, None)
+    ]
     received = unpack_trees(pack_trees(trees), "", len(trees), 6, 3, 10_000)
     for sent, back in zip(trees, received):
         assert back.depth == check_tree(back) == sent.depth
@@ -392,8 +428,10 @@ def test_trees_must_be_float32_valued_to_be_packed():
     ensemble = Ensemble.constant(np.zeros(2), 6).extend([from_sklearn(sk)], [1.0])
     with pytest.raises(ValueError, match="float32"):
         encode_delta(ensemble, 0)
-    encode_delta(Ensemble.constant(np.zeros(2), 6).extend(
-        [from_sklearn(sk, value_dtype=np.float32)], [1.0]), 0)
+    encode_delta(
+        Ensemble.constant(np.zeros(2), 6).extend([from_sklearn(sk, value_dtype=np.float32)], [1.0]),
+        0,
+    )
 
 
 def test_payload_bytes_are_what_the_records_hold():
@@ -413,8 +451,14 @@ def test_payload_bytes_are_what_the_records_hold():
 
 def format1_layout(trees, weights):
     """The same trees as wire format 1 sent them: keys l{k}.*, five arrays per tree."""
-    config = {"format": 1, "since": 0, "count": len(trees), "scale": 1.0,
-              "n_features": trees[0].n_features, "n_outputs": trees[0].n_outputs}
+    config = {
+        "format": 1,
+        "since": 0,
+        "count": len(trees),
+        "scale": 1.0,
+        "n_features": trees[0].n_features,
+        "n_outputs": trees[0].n_outputs,
+    }
     arrays = {}
     for k, (tree, weight) in enumerate(zip(trees, weights), 1):
         config[f"l{k}.weight"], config[f"l{k}.kind"] = weight, "tree"
@@ -441,12 +485,18 @@ def test_fifty_trees_are_five_arrays_on_the_wire():
     # 8 numbers, a bool, groups, "tree" and g0.count
     expected = 50 + nodes + 4 * (nodes - leaves) + 4 * 10 * leaves + 8 * 50
     assert payload == expected + 8 * 8 + 1 + 8 + len("tree") + 8
-    old = RecordDict({"c": ConfigRecord(format1_layout(trees, weights)[0]),
-                      "a": arrays_to_record(format1_layout(trees, weights)[1])})
+    old = RecordDict(
+        {
+            "c": ConfigRecord(format1_layout(trees, weights)[0]),
+            "a": arrays_to_record(format1_layout(trees, weights)[1]),
+        }
+    )
     old_payload, old_wire = payload_bytes(old), wire_bytes(old)
-    print(f"\n50 depth-3 trees, 64 features, 10 outputs: format 2 payload {payload:,} B, wire "
-          f"{wire:,} B ({len(arrays)} arrays); format 1 layout of the same trees: payload "
-          f"{old_payload:,} B, wire {old_wire:,} B ({len(old['a'])} arrays)")
+    print(
+        f"\n50 depth-3 trees, 64 features, 10 outputs: format 2 payload {payload:,} B, wire "
+        f"{wire:,} B ({len(arrays)} arrays); format 1 layout of the same trees: payload "
+        f"{old_payload:,} B, wire {old_wire:,} B ({len(old['a'])} arrays)"
+    )
     assert wire <= 1.1 * payload
     assert payload < old_payload / 2 and wire < old_wire / 4
 
@@ -457,70 +507,90 @@ def delta_parts():
     return history[1], dict(config), dict(arrays)
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda c, a: c.update(format=1), "format"),
-    (lambda c, a: c.update(full=1), "full"),
-    (lambda c, a: c.update(since=3), "continues version 3"),
-    (lambda c, a: c.update({"g5.count": 1}), "unexpected config key 'g5.count'"),
-    (lambda c, a: c.update({"l3.weight": 1.0}), "unexpected config key"),
-    (lambda c, a: c.update(count=3), "weights: expected finite float64 of shape \\(3,\\)"),
-    (lambda c, a: c.update(groups=1), "unexpected config key 'g1"),
-    (lambda c, a: c.update({"g0.count": 2}), "g0.sizes: expected shape"),
-    (lambda c, a: c.pop("g1.count"), "g1.count"),
-    (lambda c, a: a.update(weights=np.array([0.5, np.nan])), "weights"),
-    (lambda c, a: a.update(weights=np.array([0.5, 0.1], np.float32)), "weights"),
-    (lambda c, a: c.update(scale=math.inf), "scale"),
-    (lambda c, a: c.update(own_factor=0.5), "own_factor without own learners"),
-    (lambda c, a: c.update({"g0.kind": "forest"}), "unknown or missing learner kind"),
-    (lambda c, a: c.update(n_outputs=3), "outputs|shape"),
-    (lambda c, a: c.update({"g1.sizes": [5, 8, 2]}), "g1.network maps 5 -> 2"),
-    (lambda c, a: a.update({"g1.w0": a["g1.w0"][:, :, :5].copy()}), "g1.w0: expected shape"),
-    (lambda c, a: a["g1.w0"].__setitem__((0, 0, 0), np.nan), "g1.w0: contains NaN"),
-    (lambda c, a: a.update(base=np.zeros(2)), "unexpected array key"),
-    (lambda c, a: a.pop("g0.value"), "g0.tree: expected"),
-    (lambda c, a: a["g0.threshold"].__setitem__(0, np.inf), "g0.threshold"),
-    (lambda c, a: a.update({"g0.feature": np.full_like(a["g0.feature"], 255)}),
-     "do not form one full binary tree"),
-    (lambda c, a: c.update(count=True), "count"),
-    (lambda c, a: c.update(format="2"), "format"),
-    (lambda c, a: c.pop("format"), "format"),
-    (lambda c, a: c.pop("scale"), "scale"),
-    (lambda c, a: (c.update(count=5), a.update(weights=np.ones(5))),
-     "the groups hold 2 learners, count says 5"),
-    (lambda c, a: (c.update({"count": 3, "g0.count": 2}), a.update(weights=np.ones(3))),
-     "g0.sizes: expected shape \\(2,\\)"),
-    (lambda c, a: c.update({"g0.count": 0}), "g0.count: expected an int"),
-    (lambda c, a: c.update({"g0.count": 4}), "g0.count: expected an int in \\[1, 2\\]"),
-    (lambda c, a: c.update({"g0.count": 1.0}), "g0.count: expected an int"),
-    (lambda c, a: (c.update(count=3, groups=3), a.update(weights=np.ones(3))), "g2.count"),
-    (lambda c, a: c.update(groups=5), "groups: 5 groups for 2 learners"),
-    (lambda c, a: c.update(groups=0), "groups"),
-    (lambda c, a: a.pop("weights"), "weights"),
-    (lambda c, a: a.update(weights=np.array([0.5, np.inf])), "weights"),
-    (lambda c, a: a.update(weights=np.ones(2, np.int64)), "weights"),
-    (lambda c, a: a.update({"g0.extra": np.zeros(1)}), "g0.tree: expected config keys"),
-    (lambda c, a: a.update({"g1.w9": np.zeros((2, 1), np.float32)}), "g1.expected arrays"),
-    (lambda c, a: a.update({"g9.w0": np.zeros(1)}), "unexpected array key 'g9.w0'"),
-    (lambda c, a: a.update(extra=np.zeros(1)), "unexpected array key 'extra'"),
-    (lambda c, a: c.update({"g0.depth": 3}), "g0.tree: expected config keys"),
-    (lambda c, a: c.pop("g1.activation"), "g1.network: expected config keys"),
-    (lambda c, a: c.update({"g1.sizes": [6, 8, 3]}), "g1.network maps 6 -> 3, expected 6 -> 2"),
-    (lambda c, a: c.update({"g1.kind": "cnn"}), "g1"),
-    (lambda c, a: a.update({"g1.b1": a["g1.b1"].astype(np.float64)}), "g1.b1: expected float32"),
-    (lambda c, a: a.update({"g1.b0": np.concatenate([a["g1.b0"]] * 2)}),
-     "g1.b0: expected shape \\(1, 8\\)"),
-    (lambda c, a: a["g1.b0"].__setitem__((0, 0), np.inf), "g1.b0: contains NaN or inf"),
-    (lambda c, a: a["g0.value"].__setitem__((0, 0), np.nan), "g0.value: contains NaN"),
-    (lambda c, a: a.update({"g0.value": a["g0.value"].astype(np.float64)}), "g0.value"),
-    (lambda c, a: a.update({"g0.feature": a["g0.feature"].astype(np.float32)}),
-     "g0.feature: expected an integer array"),
-    (lambda c, a: a["g0.feature"].__setitem__(0, 6), "g0.feature: a split feature is outside"),
-    (lambda c, a: a["g0.feature"].__setitem__(0, 255), "tree 0 do not form one full binary"),
-    (lambda c, a: a["g0.feature"].__setitem__(-1, 0), "do not form one full binary tree"),
-    (lambda c, a: a.update({"g0.sizes": a["g0.sizes"] - 1, "g0.feature": a["g0.feature"][:-1]}),
-     "do not form one full binary tree"),
-    (lambda c, a: a.update({"g0.sizes": np.zeros(1, np.uint8)}), "g0.sizes: a tree has fewer"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda c, a: c.update(format=1), "format"),
+        (lambda c, a: c.update(full=1), "full"),
+        (lambda c, a: c.update(since=3), "continues version 3"),
+        (lambda c, a: c.update({"g5.count": 1}), "unexpected config key 'g5.count'"),
+        (lambda c, a: c.update({"l3.weight": 1.0}), "unexpected config key"),
+        (lambda c, a: c.update(count=3), "weights: expected finite float64 of shape \\(3,\\)"),
+        (lambda c, a: c.update(groups=1), "unexpected config key 'g1"),
+        (lambda c, a: c.update({"g0.count": 2}), "g0.sizes: expected shape"),
+        (lambda c, a: c.pop("g1.count"), "g1.count"),
+        (lambda c, a: a.update(weights=np.array([0.5, np.nan])), "weights"),
+        (lambda c, a: a.update(weights=np.array([0.5, 0.1], np.float32)), "weights"),
+        (lambda c, a: c.update(scale=math.inf), "scale"),
+        (lambda c, a: c.update(own_factor=0.5), "own_factor without own learners"),
+        (lambda c, a: c.update({"g0.kind": "forest"}), "unknown or missing learner kind"),
+        (lambda c, a: c.update(n_outputs=3), "outputs|shape"),
+        (lambda c, a: c.update({"g1.sizes": [5, 8, 2]}), "g1.network maps 5 -> 2"),
+        (lambda c, a: a.update({"g1.w0": a["g1.w0"][:, :, :5].copy()}), "g1.w0: expected shape"),
+        (lambda c, a: a["g1.w0"].__setitem__((0, 0, 0), np.nan), "g1.w0: contains NaN"),
+        (lambda c, a: a.update(base=np.zeros(2)), "unexpected array key"),
+        (lambda c, a: a.pop("g0.value"), "g0.tree: expected"),
+        (lambda c, a: a["g0.threshold"].__setitem__(0, np.inf), "g0.threshold"),
+        (
+            lambda c, a: a.update({"g0.feature": np.full_like(a["g0.feature"], 255)}),
+            "do not form one full binary tree",
+        ),
+        (lambda c, a: c.update(count=True), "count"),
+        (lambda c, a: c.update(format="2"), "format"),
+        (lambda c, a: c.pop("format"), "format"),
+        (lambda c, a: c.pop("scale"), "scale"),
+        (
+            lambda c, a: (c.update(count=5), a.update(weights=np.ones(5))),
+            "the groups hold 2 learners, count says 5",
+        ),
+        (
+            lambda c, a: (c.update({"count": 3, "g0.count": 2}), a.update(weights=np.ones(3))),
+            "g0.sizes: expected shape \\(2,\\)",
+        ),
+        (lambda c, a: c.update({"g0.count": 0}), "g0.count: expected an int"),
+        (lambda c, a: c.update({"g0.count": 4}), "g0.count: expected an int in \\[1, 2\\]"),
+        (lambda c, a: c.update({"g0.count": 1.0}), "g0.count: expected an int"),
+        (lambda c, a: (c.update(count=3, groups=3), a.update(weights=np.ones(3))), "g2.count"),
+        (lambda c, a: c.update(groups=5), "groups: 5 groups for 2 learners"),
+        (lambda c, a: c.update(groups=0), "groups"),
+        (lambda c, a: a.pop("weights"), "weights"),
+        (lambda c, a: a.update(weights=np.array([0.5, np.inf])), "weights"),
+        (lambda c, a: a.update(weights=np.ones(2, np.int64)), "weights"),
+        (lambda c, a: a.update({"g0.extra": np.zeros(1)}), "g0.tree: expected config keys"),
+        (lambda c, a: a.update({"g1.w9": np.zeros((2, 1), np.float32)}), "g1.expected arrays"),
+        (lambda c, a: a.update({"g9.w0": np.zeros(1)}), "unexpected array key 'g9.w0'"),
+        (lambda c, a: a.update(extra=np.zeros(1)), "unexpected array key 'extra'"),
+        (lambda c, a: c.update({"g0.depth": 3}), "g0.tree: expected config keys"),
+        (lambda c, a: c.pop("g1.activation"), "g1.network: expected config keys"),
+        (lambda c, a: c.update({"g1.sizes": [6, 8, 3]}), "g1.network maps 6 -> 3, expected 6 -> 2"),
+        (lambda c, a: c.update({"g1.kind": "cnn"}), "g1"),
+        (
+            lambda c, a: a.update({"g1.b1": a["g1.b1"].astype(np.float64)}),
+            "g1.b1: expected float32",
+        ),
+        (
+            lambda c, a: a.update({"g1.b0": np.concatenate([a["g1.b0"]] * 2)}),
+            "g1.b0: expected shape \\(1, 8\\)",
+        ),
+        (lambda c, a: a["g1.b0"].__setitem__((0, 0), np.inf), "g1.b0: contains NaN or inf"),
+        (lambda c, a: a["g0.value"].__setitem__((0, 0), np.nan), "g0.value: contains NaN"),
+        (lambda c, a: a.update({"g0.value": a["g0.value"].astype(np.float64)}), "g0.value"),
+        (
+            lambda c, a: a.update({"g0.feature": a["g0.feature"].astype(np.float32)}),
+            "g0.feature: expected an integer array",
+        ),
+        (lambda c, a: a["g0.feature"].__setitem__(0, 6), "g0.feature: a split feature is outside"),
+        (lambda c, a: a["g0.feature"].__setitem__(0, 255), "tree 0 do not form one full binary"),
+        (lambda c, a: a["g0.feature"].__setitem__(-1, 0), "do not form one full binary tree"),
+        (
+            lambda c, a: a.update(
+                {"g0.sizes": a["g0.sizes"] - 1, "g0.feature": a["g0.feature"][:-1]}
+            ),
+            "do not form one full binary tree",
+        ),
+        (lambda c, a: a.update({"g0.sizes": np.zeros(1, np.uint8)}), "g0.sizes: a tree has fewer"),
+    ],
+)
 def test_delta_decoder_rejects(mutate, message):
     node, config, arrays = delta_parts()
     arrays = {k: v.copy() for k, v in arrays.items()}
@@ -539,8 +609,9 @@ def test_a_full_delta_with_scale_or_own_learners_is_refused():
 
 def test_a_cnn_spec_too_large_for_its_image_is_refused():
     spec = ConvNetSpec((1, 12, 12), 2, channels=(3,), kernel=3, hidden=(4,))
-    config, arrays = encode_delta(Ensemble.constant([0.0, 0.0], 144).extend(
-        [build_cnn(spec)], [1.0]), None)
+    config, arrays = encode_delta(
+        Ensemble.constant([0.0, 0.0], 144).extend([build_cnn(spec)], [1.0]), None
+    )
     unpack_delta(config, arrays)
     with pytest.raises(DecodeError, match="too small"):
         unpack_delta({**config, "g0.channels": [3, 3, 3]}, arrays)

@@ -73,11 +73,18 @@ def test_explicit_edges_round_trip():
     assert "nu=" in graph.describe() and "0-1,1-2,2-3" in graph.describe()
 
 
-@pytest.mark.parametrize("text,named", [
-    ("0-1,1-7", "vertex 7"), ("0-1,2-2", "self loop at vertex 2"), ("0-1,1:2", "'1:2'"),
-    ("0-1,1-", "'1-'"), ("0-1,1-0", "twice"), ("", "no edges"),
-    ("0-1,2-3", r"components: \[0, 1\]; \[2, 3\]"),
-])
+@pytest.mark.parametrize(
+    "text,named",
+    [
+        ("0-1,1-7", "vertex 7"),
+        ("0-1,2-2", "self loop at vertex 2"),
+        ("0-1,1:2", "'1:2'"),
+        ("0-1,1-", "'1-'"),
+        ("0-1,1-0", "twice"),
+        ("", "no edges"),
+        ("0-1,2-3", r"components: \[0, 1\]; \[2, 3\]"),
+    ],
+)
 def test_bad_edge_lists_are_refused_by_name(text, named):
     with pytest.raises(ValueError, match=named):
         make_graph("edges", 4, seed=0, edges=text)

@@ -46,8 +46,20 @@ def test_iid_is_less_heterogeneous_than_by_class_on_digits():
 
 
 def test_cli_prints_one_row_per_client_and_the_means(capsys):
-    main(["--task", "iris", "--partitioning", "label-sort", "--num-partitions", "3", "--s", "0.0",
-          "--max-points", "50"])
+    main(
+        [
+            "--task",
+            "iris",
+            "--partitioning",
+            "label-sort",
+            "--num-partitions",
+            "3",
+            "--s",
+            "0.0",
+            "--max-points",
+            "50",
+        ]
+    )
     lines = capsys.readouterr().out.strip().splitlines()
     assert "partitioning=label-sort" in lines[0] and "'s': 0.0" in lines[0]
     assert [line.split()[0] for line in lines[2:]] == ["0", "1", "2", "mean"]

@@ -33,19 +33,54 @@ from testing.inprocess_grid import counting, round_of
 from tests.helpers import run_app
 
 NODES, TARGET = 3, 1  # partition 1's replies are mutated
-FAST = {"task": "synthetic", "num-server-rounds": 2, "central-evaluation": False,
-        "fedfw.gap": True, "local-epochs": 0, "local-steps": 2, "ffgb.local-steps": 2,
-        "ffgb.oracle-steps": 5, "fedfun.initial-steps": 5, "fedfun.local-steps": 3,
-        "fedfun.penalty-samples": 20, "fedfun.distill-steps": 2, "fedfun.distill-samples": 20,
-        "fedfun.hidden": "8", "synthetic.samples": 600}
+FAST = {
+    "task": "synthetic",
+    "num-server-rounds": 2,
+    "central-evaluation": False,
+    "fedfw.gap": True,
+    "local-epochs": 0,
+    "local-steps": 2,
+    "ffgb.local-steps": 2,
+    "ffgb.oracle-steps": 5,
+    "fedfun.initial-steps": 5,
+    "fedfun.local-steps": 3,
+    "fedfun.penalty-samples": 20,
+    "fedfun.distill-steps": 2,
+    "fedfun.distill-samples": 20,
+    "fedfun.hidden": "8",
+    "synthetic.samples": 600,
+}
 RUNS = {  # every family, and FFGB's distillation and one-shot phases
-    **{name: {"algorithm": name} for name in
-       ("fedavg", "fedprox", "fedavg-proj", "feddr", "fedfw", "fedfw-plus", "fedfw-sto", "ffgb",
-        "ffgb-c", "ffgb-l", "fedfun", "psr", "dfedavgm", "dfedfish", "dfeddf",
-        "fedxgb-bagging", "fedxgb-cyclic")},
+    **{
+        name: {"algorithm": name}
+        for name in (
+            "fedavg",
+            "fedprox",
+            "fedavg-proj",
+            "feddr",
+            "fedfw",
+            "fedfw-plus",
+            "fedfw-sto",
+            "ffgb",
+            "ffgb-c",
+            "ffgb-l",
+            "fedfun",
+            "psr",
+            "dfedavgm",
+            "dfedfish",
+            "dfeddf",
+            "fedxgb-bagging",
+            "fedxgb-cyclic",
+        )
+    },
     "fedfun-trees": {"algorithm": "fedfun", "fedfun.learner": "tree"},
-    "ffgb-distill": {"algorithm": "ffgb", "ffgb.distill-every": 1, "ffgb.distill-rounds": 1,
-                     "ffgb.distill-steps": 2, "num-server-rounds": 3},
+    "ffgb-distill": {
+        "algorithm": "ffgb",
+        "ffgb.distill-every": 1,
+        "ffgb.distill-rounds": 1,
+        "ffgb.distill-steps": 2,
+        "num-server-rounds": 3,
+    },
     "ffgb-one-shot": {"algorithm": "ffgb-l", "ffgb.one-shot": True, "ffgb.eta0": 1.0},
 }
 
@@ -58,24 +93,32 @@ def _arrays(content):  # noqa: ANN001, ANN202
 def declared_dtype(content, draw):  # noqa: ANN001, ANN201
     record, key = draw(st.sampled_from(_arrays(content)))
     old = record[key]
-    dtype = draw(st.sampled_from(["bogus", "O", "<U7", "V0", "(3,)f8", "<i8" if old.dtype !=
-                                  "<i8" else "<f2"]))
+    dtype = draw(
+        st.sampled_from(
+            ["bogus", "O", "<U7", "V0", "(3,)f8", "<i8" if old.dtype != "<i8" else "<f2"]
+        )
+    )
     record[key] = Array(dtype=dtype, shape=old.shape, stype=old.stype, data=old.data)
 
 
 def declared_shape(content, draw):  # noqa: ANN001, ANN201
     record, key = draw(st.sampled_from(_arrays(content)))
     old = record[key]
-    shape = draw(st.sampled_from([(2**31 - 1,) * 3, (-5,), (), (0,), (*old.shape, 2),
-                                  (-(2**31),) * 2]))
+    shape = draw(
+        st.sampled_from([(2**31 - 1,) * 3, (-5,), (), (0,), (*old.shape, 2), (-(2**31),) * 2])
+    )
     record[key] = Array(dtype=old.dtype, shape=shape, stype=old.stype, data=old.data)
 
 
 def declared_stype(content, draw):  # noqa: ANN001, ANN201
     record, key = draw(st.sampled_from(_arrays(content)))
     old = record[key]
-    record[key] = Array(dtype=old.dtype, shape=old.shape, data=old.data,
-                        stype=draw(st.sampled_from(["torch", "", "numpy.ndarray "])))
+    record[key] = Array(
+        dtype=old.dtype,
+        shape=old.shape,
+        data=old.data,
+        stype=draw(st.sampled_from(["torch", "", "numpy.ndarray "])),
+    )
 
 
 def renamed_key(content, draw):  # noqa: ANN001, ANN201
@@ -85,8 +128,9 @@ def renamed_key(content, draw):  # noqa: ANN001, ANN201
 
 
 def nested_value(content, draw):  # noqa: ANN001, ANN201
-    records = sorted(k for k, r in content.items()
-                     if isinstance(r, ConfigRecord | MetricRecord) and len(r))
+    records = sorted(
+        k for k, r in content.items() if isinstance(r, ConfigRecord | MetricRecord) and len(r)
+    )
     record = content[draw(st.sampled_from(records))]
     key = draw(st.sampled_from(sorted(record.keys())))
     value = record[key]
@@ -97,19 +141,29 @@ def nested_value(content, draw):  # noqa: ANN001, ANN201
 
 
 def extra_array_record(content, draw):  # noqa: ANN001, ANN201
-    content[draw(st.sampled_from(["junk", "node-extra"]))] = ArrayRecord({"x": Array(
-        dtype=draw(st.sampled_from(["bogus", "<f8"])), shape=(2**31 - 1, 2**31 - 1),
-        stype="numpy.ndarray", data=b"\x93NUMPY not really")})
+    content[draw(st.sampled_from(["junk", "node-extra"]))] = ArrayRecord(
+        {
+            "x": Array(
+                dtype=draw(st.sampled_from(["bogus", "<f8"])),
+                shape=(2**31 - 1, 2**31 - 1),
+                stype="numpy.ndarray",
+                data=b"\x93NUMPY not really",
+            )
+        }
+    )
 
 
 def mutations_for(content) -> list:  # noqa: ANN001
     has_arrays = bool(_arrays(content))
-    has_values = any(isinstance(r, ConfigRecord | MetricRecord) and len(r)
-                     for r in content.values())
-    return ([extra_array_record]
-            + ([declared_dtype, declared_shape, declared_stype] if has_arrays else [])
-            + ([renamed_key] if any(len(r) for r in content.values()) else [])
-            + ([nested_value] if has_values else []))
+    has_values = any(
+        isinstance(r, ConfigRecord | MetricRecord) and len(r) for r in content.values()
+    )
+    return (
+        [extra_array_record]
+        + ([declared_dtype, declared_shape, declared_stype] if has_arrays else [])
+        + ([renamed_key] if any(len(r) for r in content.values()) else [])
+        + ([nested_value] if has_values else [])
+    )
 
 
 # -- the two runs --------------------------------------------------------------------------------
@@ -147,8 +201,14 @@ class Draw:
 
 
 def comparable(rows: list[dict]) -> list[dict]:
-    return [{k: v for k, v in r.items()
-             if not ("bytes" in k or k in ("models_exchanged", "wall_time_s"))} for r in rows]
+    return [
+        {
+            k: v
+            for k, v in r.items()
+            if not ("bytes" in k or k in ("models_exchanged", "wall_time_s"))
+        }
+        for r in rows
+    ]
 
 
 @pytest.fixture(autouse=True)
@@ -159,9 +219,12 @@ def quiet(caplog, monkeypatch):
 
 ANSWERS = {"query.node", "query.bounds"}
 SLOW = {"fedfun-trees"}  # about 30 s here: stage 2, `make test-e2e`
-CASES = ([pytest.param(name, "every reply after admission",
-                       marks=[pytest.mark.e2e] if name in SLOW else []) for name in sorted(RUNS)]
-         + [(name, "its query answers") for name in ("fedavg", "ffgb", "fedfun", "fedfw")])
+CASES = [
+    pytest.param(
+        name, "every reply after admission", marks=[pytest.mark.e2e] if name in SLOW else []
+    )
+    for name in sorted(RUNS)
+] + [(name, "its query answers") for name in ("fedavg", "ffgb", "fedfun", "fedfw")]
 
 
 @pytest.mark.parametrize(("run_name", "which"), CASES)
@@ -183,12 +246,22 @@ def test_the_meter_counts_the_bytes_carried_never_more():
     a 1e28-element shape counts the bytes the array carries; an honest array its data alone."""
     honest = Array(np.arange(12, dtype=np.float32))
     assert array_data_bytes(honest) == 48 < len(honest.data)
-    for dtype, shape in (("bogus", (3,)), ("<f8", (2**31 - 1,) * 3), ("<f8", (-5,)),
-                         ("(3,)f8", (40,)), ("<f8", (2, -2))):
+    for dtype, shape in (
+        ("bogus", (3,)),
+        ("<f8", (2**31 - 1,) * 3),
+        ("<f8", (-5,)),
+        ("(3,)f8", (40,)),
+        ("<f8", (2, -2)),
+    ):
         hostile = Array(dtype=dtype, shape=shape, stype="numpy.ndarray", data=honest.data)
         assert array_data_bytes(hostile) == len(honest.data)
     smaller = Array(dtype="(3,)f8", shape=(4,), stype="numpy.ndarray", data=honest.data)
     assert array_data_bytes(smaller) == 96  # a well-formed declaration within what it carries
-    content_bytes = payload_bytes({"a": ArrayRecord({"x": Array(
-        dtype="bogus", shape=(2**31 - 1,) * 3, stype="x", data=b"abc")})})
+    content_bytes = payload_bytes(
+        {
+            "a": ArrayRecord(
+                {"x": Array(dtype="bogus", shape=(2**31 - 1,) * 3, stype="x", data=b"abc")}
+            )
+        }
+    )
     assert content_bytes == 3

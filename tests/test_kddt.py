@@ -25,9 +25,14 @@ UNIT2 = (np.zeros(2), np.ones(2))
 def make_tree(nodes, lower, upper):
     """A KDDT from rows (left, right, feature, threshold, value) in node order."""
     left, right, feature, threshold, value = zip(*nodes)
-    tree = TreeArrays(np.array(left, np.int32), np.array(right, np.int32),
-                      np.array(feature, np.int32), np.array(threshold, np.float64),
-                      np.array(value, np.float64), n_features=len(lower))
+    tree = TreeArrays(
+        np.array(left, np.int32),
+        np.array(right, np.int32),
+        np.array(feature, np.int32),
+        np.array(threshold, np.float64),
+        np.array(value, np.float64),
+        n_features=len(lower),
+    )
     return KDDT(tree, np.array(lower, np.float64), np.array(upper, np.float64))
 
 
@@ -37,13 +42,24 @@ A1 = make_tree([(1, 2, 0, 0.3, [0.0]), (*LEAF, [1.0]), (*LEAF, [2.0])], [0.0], [
 B1 = make_tree([(1, 2, 0, 0.6, [0.0]), (*LEAF, [3.0]), (*LEAF, [-1.0])], [0.0], [1.0])
 # 2-D on [0, 2] x [0, 1]: a = (1, 0) for x0 <= 1, else (0, 1) for x1 <= .5, else (1, 1);
 # b = (2, 0) for x1 <= .25, else (0, 3).
-A2 = make_tree([(1, 2, 0, 1.0, [0, 0]), (*LEAF, [1, 0]), (3, 4, 1, 0.5, [0, 0]),
-                (*LEAF, [0, 1]), (*LEAF, [1, 1])], [0.0, 0.0], [2.0, 1.0])
-B2 = make_tree([(1, 2, 1, 0.25, [0, 0]), (*LEAF, [2, 0]), (*LEAF, [0, 3])],
-               [0.0, 0.0], [2.0, 1.0])
+A2 = make_tree(
+    [
+        (1, 2, 0, 1.0, [0, 0]),
+        (*LEAF, [1, 0]),
+        (3, 4, 1, 0.5, [0, 0]),
+        (*LEAF, [0, 1]),
+        (*LEAF, [1, 1]),
+    ],
+    [0.0, 0.0],
+    [2.0, 1.0],
+)
+B2 = make_tree([(1, 2, 1, 0.25, [0, 0]), (*LEAF, [2, 0]), (*LEAF, [0, 3])], [0.0, 0.0], [2.0, 1.0])
 # 1-D with a threshold outside its node's box: the leaf (0.5, 0.7] inside [0, 0.5] is empty.
-EMPTY_LEAF = make_tree([(1, 2, 0, 0.5, [0.0]), (3, 4, 0, 0.7, [0.0]), (*LEAF, [4.0]),
-                        (*LEAF, [1.0]), (*LEAF, [9.0])], [0.0], [1.0])
+EMPTY_LEAF = make_tree(
+    [(1, 2, 0, 0.5, [0.0]), (3, 4, 0, 0.7, [0.0]), (*LEAF, [4.0]), (*LEAF, [1.0]), (*LEAF, [9.0])],
+    [0.0],
+    [1.0],
+)
 
 
 def blobs(rng, n, p, q):
@@ -94,7 +110,8 @@ def test_inner_product_matches_monte_carlo(p):
         error = 5 * products.std() / np.sqrt(len(z))
         assert abs(inner_product(f, g) - products.mean()) < error
     assert squared_distance(a, b) == pytest.approx(
-        norm_squared(a) + norm_squared(b) - 2 * inner_product(a, b))
+        norm_squared(a) + norm_squared(b) - 2 * inner_product(a, b)
+    )
 
 
 def test_leaf_boxes_partition_the_domain():
@@ -142,8 +159,12 @@ def test_split_search_in_feature_blocks_gives_the_same_tree(monkeypatch):
 
 def test_single_leaf_value_is_mass_weighted_mean():
     # Two items, one half outside the domain: only its inside half (mass 0.5 * 2) counts.
-    items = Boxes(np.array([[0.2], [-0.5]]), np.array([[0.4], [0.5]]), np.array([1.0, 2.0]),
-                  np.array([[1.0, 0.0], [0.0, 1.0]]))
+    items = Boxes(
+        np.array([[0.2], [-0.5]]),
+        np.array([[0.4], [0.5]]),
+        np.array([1.0, 2.0]),
+        np.array([[1.0, 0.0], [0.0, 1.0]]),
+    )
     tree = fit_kddt(items, np.zeros(1), np.ones(1), 1)
     np.testing.assert_allclose(tree.tree.value[0], [0.5, 0.5])
     assert smoothed_error(tree, items) == pytest.approx(1 * 0.5 + 1 * 0.5)
@@ -151,8 +172,7 @@ def test_single_leaf_value_is_mass_weighted_mean():
 
 def test_fit_without_mass_is_zero():
     outside = data_boxes(np.full((3, 2), 5.0), np.ones((3, 2)), 0.5)  # all outside the domain
-    for items in (outside, Boxes(np.zeros((0, 2)), np.ones((0, 2)), np.zeros(0),
-                                 np.zeros((0, 2)))):
+    for items in (outside, Boxes(np.zeros((0, 2)), np.ones((0, 2)), np.zeros(0), np.zeros((0, 2)))):
         tree = fit_kddt(items, *UNIT2, 10)
         assert tree.n_leaves == 1
         np.testing.assert_array_equal(tree.tree.value, [[0.0, 0.0]])
@@ -163,8 +183,12 @@ def test_split_is_optimal_in_one_dimension():
     rng = np.random.default_rng(2)
     x = rng.uniform(0.1, 0.9, size=(40, 1))
     y = (x[:, :1] > 0.55) + 0.3 * rng.normal(size=(40, 1))
-    extra = Boxes(np.array([[0.0], [0.3]]), np.array([[0.5], [0.8]]), np.array([3.0, 2.0]),
-                  np.array([[1.0], [-0.5]]))
+    extra = Boxes(
+        np.array([[0.0], [0.3]]),
+        np.array([[0.5], [0.8]]),
+        np.array([3.0, 2.0]),
+        np.array([[1.0], [-0.5]]),
+    )
     items = Boxes.concat(data_boxes(x, y, 0.07), extra)
     tree = fit_kddt(items, np.zeros(1), np.ones(1), 2)
     assert tree.n_leaves == 2
@@ -175,8 +199,11 @@ def test_split_is_optimal_in_one_dimension():
         w_left = density * np.clip(np.minimum(hi, t) - lo, 0, None)
         w_right = density * (hi - lo) - w_left
         label = items.label[:, 0]
-        return (np.sum((w_left + w_right) * label**2)
-                - (w_left @ label) ** 2 / w_left.sum() - (w_right @ label) ** 2 / w_right.sum())
+        return (
+            np.sum((w_left + w_right) * label**2)
+            - (w_left @ label) ** 2 / w_left.sum()
+            - (w_right @ label) ** 2 / w_right.sum()
+        )
 
     chosen = smoothed_error(tree, items)
     assert chosen == pytest.approx(error(tree.tree.threshold[0]), rel=1e-12)
@@ -219,8 +246,18 @@ def test_codec_round_trip():
     x, y = blobs(rng, 100, 3, 4)
     tree = fit_kddt(data_boxes(x, y, 0.1), np.zeros(3), np.ones(3), 15)
     arrays = encode_kddt(tree, "t/")
-    assert set(arrays) == {"t/" + k for k in ("children_left", "children_right", "feature",
-                                              "threshold", "value", "lower", "upper")}
+    assert set(arrays) == {
+        "t/" + k
+        for k in (
+            "children_left",
+            "children_right",
+            "feature",
+            "threshold",
+            "value",
+            "lower",
+            "upper",
+        )
+    }
     back = decode_kddt(arrays, "t/", 3, 4, max_nodes=100)
     for name in ("children_left", "children_right", "feature", "threshold", "value"):
         np.testing.assert_array_equal(getattr(back.tree, name), getattr(tree.tree, name))
@@ -238,23 +275,26 @@ def _changed(key, value):
     return arrays
 
 
-@pytest.mark.parametrize("arrays, n_outputs, max_nodes", [
-    (_changed("lower", None), 2, 10),  # missing key
-    ({**encode_kddt(A2), "extra": np.zeros(1)}, 2, 10),  # unknown key
-    (_changed("lower", np.array([np.nan, 0.0])), 2, 10),
-    (_changed("upper", np.array([2.0, np.inf])), 2, 10),
-    (_changed("upper", np.array([2.0, 0.0])), 2, 10),  # lower >= upper
-    (_changed("lower", np.zeros(3)), 2, 10),  # wrong shape
-    (_changed("lower", np.zeros(2, np.float32)), 2, 10),  # wrong dtype
-    (_changed("threshold", A2.tree.threshold.astype(np.float32)), 2, 10),
-    (_changed("feature", A2.tree.feature.astype(np.int64)), 2, 10),
-    (_changed("value", np.full((5, 2), np.nan)), 2, 10),
-    (_changed("children_left", np.array([1, -1, 0, -1, -1], np.int32)), 2, 10),  # cycle
-    (_changed("children_right", np.array([7, -1, 4, -1, -1], np.int32)), 2, 10),  # bad child
-    (encode_kddt(A2), 2, 4),  # too many nodes
-    (encode_kddt(A2), 3, 10),  # wrong n_outputs
-    ([1, 2], 2, 10),  # not a mapping
-])
+@pytest.mark.parametrize(
+    "arrays, n_outputs, max_nodes",
+    [
+        (_changed("lower", None), 2, 10),  # missing key
+        ({**encode_kddt(A2), "extra": np.zeros(1)}, 2, 10),  # unknown key
+        (_changed("lower", np.array([np.nan, 0.0])), 2, 10),
+        (_changed("upper", np.array([2.0, np.inf])), 2, 10),
+        (_changed("upper", np.array([2.0, 0.0])), 2, 10),  # lower >= upper
+        (_changed("lower", np.zeros(3)), 2, 10),  # wrong shape
+        (_changed("lower", np.zeros(2, np.float32)), 2, 10),  # wrong dtype
+        (_changed("threshold", A2.tree.threshold.astype(np.float32)), 2, 10),
+        (_changed("feature", A2.tree.feature.astype(np.int64)), 2, 10),
+        (_changed("value", np.full((5, 2), np.nan)), 2, 10),
+        (_changed("children_left", np.array([1, -1, 0, -1, -1], np.int32)), 2, 10),  # cycle
+        (_changed("children_right", np.array([7, -1, 4, -1, -1], np.int32)), 2, 10),  # bad child
+        (encode_kddt(A2), 2, 4),  # too many nodes
+        (encode_kddt(A2), 3, 10),  # wrong n_outputs
+        ([1, 2], 2, 10),  # not a mapping
+    ],
+)
 def test_codec_rejects_malformed(arrays, n_outputs, max_nodes):
     with pytest.raises(DecodeError):
         decode_kddt(arrays, "", 2, n_outputs, max_nodes)

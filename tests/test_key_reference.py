@@ -25,7 +25,8 @@ ROOT = PYPROJECT.parent
 @pytest.mark.parametrize("target", targets(), ids=lambda t: t.path.name)
 def test_pyproject_and_the_configuration_page_are_in_step_with_the_key_tables(target):
     assert target.difference() is None, (
-        f"{target.difference()}; run `python -m run_config.reference`")
+        f"{target.difference()}; run `python -m run_config.reference`"
+    )
 
 
 def test_every_key_in_pyproject_is_declared_once_and_vice_versa():
@@ -84,8 +85,9 @@ def test_check_names_the_first_difference_and_a_rewrite_touches_only_the_table(t
     text = pyproject.read_text(encoding="utf-8")
     line = text.splitlines().index('"ffgb.hidden" = 32') + 1
     # another table's edits (a comment above the next header, a changed option) must survive
-    edited = (text.replace('"ffgb.hidden" = 32', '"ffgb.hidden" = 33')
-              .replace("[tool.pytest.ini_options]", "# pytest\n[tool.pytest.ini_options]"))
+    edited = text.replace('"ffgb.hidden" = 32', '"ffgb.hidden" = 33').replace(
+        "[tool.pytest.ini_options]", "# pytest\n[tool.pytest.ini_options]"
+    )
     pyproject.write_text(edited, encoding="utf-8")
     assert _check(pyproject, page) == 1
     err = capsys.readouterr().err
@@ -95,14 +97,17 @@ def test_check_names_the_first_difference_and_a_rewrite_touches_only_the_table(t
     assert main(["--pyproject", str(pyproject), "--reference", str(page)]) == 0
     assert _check(pyproject, page) == 0
     assert pyproject.read_text(encoding="utf-8") == text.replace(
-        "[tool.pytest.ini_options]", "# pytest\n[tool.pytest.ini_options]")
+        "[tool.pytest.ini_options]", "# pytest\n[tool.pytest.ini_options]"
+    )
 
 
 def test_check_finds_a_configuration_page_out_of_step(tmp_path, capsys):
     pyproject, page = _copies(tmp_path)
     text = page.read_text(encoding="utf-8")
-    page.write_text(text.replace("| `feddr.alpha` | float | `1.0` |",
-                                 "| `feddr.alpha` | float | `1.5` |"), encoding="utf-8")
+    page.write_text(
+        text.replace("| `feddr.alpha` | float | `1.0` |", "| `feddr.alpha` | float | `1.5` |"),
+        encoding="utf-8",
+    )
     assert _check(pyproject, page) == 1
     err = capsys.readouterr().err
     assert "configuration.md:" in err and "`feddr.alpha` | float | `1.0`" in err

@@ -69,10 +69,15 @@ def test_deterministic_and_seed_only_moves_the_split():
     assert not np.array_equal(other.y_test, first.y_test)
     # the same 2,000 points in both splits, only divided differently
     np.testing.assert_array_equal(
-        _sorted_rows(np.concatenate([first.x_train, first.x_test]),
-                     np.concatenate([first.y_train, first.y_test])),
-        _sorted_rows(np.concatenate([other.x_train, other.x_test]),
-                     np.concatenate([other.y_train, other.y_test])))
+        _sorted_rows(
+            np.concatenate([first.x_train, first.x_test]),
+            np.concatenate([first.y_train, first.y_test]),
+        ),
+        _sorted_rows(
+            np.concatenate([other.x_train, other.x_test]),
+            np.concatenate([other.y_train, other.y_test]),
+        ),
+    )
 
 
 def test_target_is_f_star_plus_small_gaussian_noise():
@@ -101,8 +106,13 @@ def test_f_star_is_one_lipschitz_and_the_constant_is_tight():
     b = rng.uniform(-1.0, 1.0, size=(200, LIPSCHITZ_FEATURES))
     b[:, 1] = 0.0
     b[:, 2:4] += 0.01 * (b[:, 2:4] == 0.5)  # stay off the kinks
-    grad = np.stack([(lipschitz_target(b + 1e-6 * e) - lipschitz_target(b - 1e-6 * e)) / 2e-6
-                     for e in np.eye(LIPSCHITZ_FEATURES)], axis=1)
+    grad = np.stack(
+        [
+            (lipschitz_target(b + 1e-6 * e) - lipschitz_target(b - 1e-6 * e)) / 2e-6
+            for e in np.eye(LIPSCHITZ_FEATURES)
+        ],
+        axis=1,
+    )
     assert np.linalg.norm(grad, axis=1).max() > 0.999
 
 
@@ -116,24 +126,44 @@ def test_kmeans_split_is_heterogeneous_in_features():
 
 @pytest.mark.e2e
 def test_ffgb_l_learns_it_in_process(tmp_path):
-    rows = run_app(tmp_path, 4, **{
-        "algorithm": "ffgb-l", "task": "lipschitz", "partitioning": "kmeans",
-        "num-server-rounds": 2, "ffgb.eta0": 1.0, "ffgb.lipschitz": 1.0,
-        "ffgb.local-steps": 2, "ffgb.oracle-steps": 60, "ffgb.hidden": 16}).rows
+    rows = run_app(
+        tmp_path,
+        4,
+        **{
+            "algorithm": "ffgb-l",
+            "task": "lipschitz",
+            "partitioning": "kmeans",
+            "num-server-rounds": 2,
+            "ffgb.eta0": 1.0,
+            "ffgb.lipschitz": 1.0,
+            "ffgb.local-steps": 2,
+            "ffgb.oracle-steps": 60,
+            "ffgb.hidden": 16,
+        },
+    ).rows
     assert all(r["failures"] == 0 and r["participants"] == 4 for r in rows[1:])
     assert rows[0]["test_mse"] == pytest.approx(
-        float(np.mean(load_task("lipschitz").y_test.astype(np.float64) ** 2)), rel=1e-5)  # f0 = 0
+        float(np.mean(load_task("lipschitz").y_test.astype(np.float64) ** 2)), rel=1e-5
+    )  # f0 = 0
     assert rows[-1]["test_mse"] < 0.3 * rows[0]["test_mse"]
     assert rows[-1]["models_exchanged"] == 2 * 4 * 2  # N K a round
 
 
-@pytest.mark.parametrize("overrides", [
-    {"algorithm": "fedavg", "learning-rate": 0.05},
-    {"algorithm": "ffgb-c", "ffgb.grad-bound": 2.0, "ffgb.eta0": 1.0, "ffgb.local-steps": 1,
-     "ffgb.oracle-steps": 30, "ffgb.hidden": 8},
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"algorithm": "fedavg", "learning-rate": 0.05},
+        {
+            "algorithm": "ffgb-c",
+            "ffgb.grad-bound": 2.0,
+            "ffgb.eta0": 1.0,
+            "ffgb.local-steps": 1,
+            "ffgb.oracle-steps": 30,
+            "ffgb.hidden": 8,
+        },
+    ],
+)
 def test_other_regression_algorithms_run_on_it(tmp_path, overrides):
-    rows = run_app(tmp_path, 3, **{"task": "lipschitz", "num-server-rounds": 2,
-                                   **overrides}).rows
+    rows = run_app(tmp_path, 3, **{"task": "lipschitz", "num-server-rounds": 2, **overrides}).rows
     assert all(r["failures"] == 0 for r in rows[1:])
     assert rows[-1]["test_mse"] < rows[0]["test_mse"]

@@ -109,8 +109,13 @@ def test_closed_forms_and_tie_breaking():
 
 @pytest.mark.parametrize(
     ("kind", "expected"),
-    [("l1", [[R, 0], [0, 0]]), ("l2", [[R, 0], [0, 0]]), ("box", [[R, R], [R, R]]),
-     ("simplex", [[R, 0], [0, 0]]), ("nuclear", [[R, 0], [0, 0]])],
+    [
+        ("l1", [[R, 0], [0, 0]]),
+        ("l2", [[R, 0], [0, 0]]),
+        ("box", [[R, R], [R, R]]),
+        ("simplex", [[R, 0], [0, 0]]),
+        ("nuclear", [[R, 0], [0, 0]]),
+    ],
 )
 def test_zero_gradient_gives_documented_point(kind, expected):
     s = Constraint(kind, R).lmo(np.zeros((2, 2), dtype=np.float32))
@@ -323,8 +328,9 @@ def test_l2_lmo_and_projection_keep_the_plain_formulas_bits(shape, seed):
 # -- smallest_set: the one node set inside all the others -----------------------------------
 
 
-def _ball_points(kind: str, radius: float, n: int, rng: np.random.Generator, count: int
-                 ) -> list[np.ndarray]:
+def _ball_points(
+    kind: str, radius: float, n: int, rng: np.random.Generator, count: int
+) -> list[np.ndarray]:
     """Extreme points and scaled random points of a ball of ``radius`` in R^n."""
     points = []
     for _ in range(count):
@@ -389,8 +395,12 @@ def test_smallest_set_box_inside_l2_needs_r_sqrt_n():
 
 def test_smallest_set_refuses_the_simplex_unless_identical():
     simplex = Constraint("simplex", 1.0)
-    for other in (Constraint("l2", 10.0), Constraint("l1", 1.0), Constraint("simplex", 2.0),
-                  Constraint("box", 1.0)):
+    for other in (
+        Constraint("l2", 10.0),
+        Constraint("l1", 1.0),
+        Constraint("simplex", 2.0),
+        Constraint("box", 1.0),
+    ):
         assert smallest_set([simplex, other], [(4,)], "per-tensor") is None
         assert smallest_set([other, simplex], [(4,)], "global") is None
     assert smallest_set([simplex, simplex], [(4,)], "per-tensor") == simplex

@@ -112,8 +112,13 @@ def test_the_work_folder_is_new_and_private_unless_one_is_given(tmp_path):
 
 # --- docker/ -------------------------------------------------------------------------------------
 
-CERTS_SH_KEYS = ["certs/ca.key", "certs/server.key", "certs/node.key", "keys/supernode-0",
-                 "keys/supernode-1"]
+CERTS_SH_KEYS = [
+    "certs/ca.key",
+    "certs/server.key",
+    "certs/node.key",
+    "keys/supernode-0",
+    "keys/supernode-1",
+]
 
 
 def _run_certs_sh(work: Path, as_user: tuple[int, int] | None, **env: str) -> None:
@@ -125,10 +130,19 @@ def _run_certs_sh(work: Path, as_user: tuple[int, int] | None, **env: str) -> No
         os.chown(work, uid, gid)
         os.chown(script, uid, gid)
         prefix = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups"]
-    environment = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(work),
-                   "RSA_BITS": "2048", **env}
-    done = subprocess.run([*prefix, "sh", "-c", f"umask 022 && exec bash {script}"],
-                          capture_output=True, text=True, env=environment, timeout=120)
+    environment = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(work),
+        "RSA_BITS": "2048",
+        **env,
+    }
+    done = subprocess.run(
+        [*prefix, "sh", "-c", f"umask 022 && exec bash {script}"],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -172,8 +186,11 @@ def test_certs_sh_as_root_gives_the_containers_keys_to_their_user_still_0600(cer
 def test_certs_sh_creates_keys_under_umask_077_and_never_widens_them():
     text = (DOCKER / "certs.sh").read_text()
     assert "umask 077" in text
-    assert not [line for line in text.splitlines()
-                if "chmod" in line and not line.lstrip().startswith("#") and ".pub" not in line]
+    assert not [
+        line
+        for line in text.splitlines()
+        if "chmod" in line and not line.lstrip().startswith("#") and ".pub" not in line
+    ]
 
 
 def test_no_world_writable_folder_and_no_fixed_temporary_paths():

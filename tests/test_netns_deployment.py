@@ -20,8 +20,10 @@ from deploy.netns import Star
 
 pytestmark = [
     pytest.mark.e2e,  # stage 2: `make test-e2e`
-    pytest.mark.skipif(os.environ.get("FL_NETNS") != "1" or os.geteuid() != 0,
-                       reason="opt-in: set FL_NETNS=1 and run as root (creates network namespaces)"),
+    pytest.mark.skipif(
+        os.environ.get("FL_NETNS") != "1" or os.geteuid() != 0,
+        reason="opt-in: set FL_NETNS=1 and run as root (creates network namespaces)",
+    ),
 ]
 
 NODES = 2
@@ -29,9 +31,13 @@ NODES = 2
 
 def reachable(star: Star, namespace: str, address: str) -> bool:
     host, port = address.split(":")
-    probe = [*star.exec_prefix(namespace), sys.executable, "-c",
-             f"import socket, sys; s = socket.socket(); s.settimeout(3); "
-             f"sys.exit(s.connect_ex(('{host}', {port})))"]
+    probe = [
+        *star.exec_prefix(namespace),
+        sys.executable,
+        "-c",
+        f"import socket, sys; s = socket.socket(); s.settimeout(3); "
+        f"sys.exit(s.connect_ex(('{host}', {port})))",
+    ]
     return subprocess.run(probe, capture_output=True).returncode == 0
 
 
@@ -50,7 +56,8 @@ def test_supernodes_in_their_own_namespaces_train_over_tls(tmp_path):
         done = deployment.flwr_run(
             "algorithm='fedfun' task='wine' partitioning='kmeans' num-server-rounds=2 "
             "fedfun.initial-steps=100 fedfun.local-steps=30 fedfun.hidden='8' "
-            f"min-nodes={NODES} output-dir='{results}' run-name='job'")
+            f"min-nodes={NODES} output-dir='{results}' run-name='job'"
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         rows = json.loads((results / "job" / "metrics.json").read_text())["rounds"]
         assert [r["round"] for r in rows] == [0, 1, 2]

@@ -10,15 +10,27 @@ from client_app.app import app as client_app
 from server_app.app import main as server_main
 from testing.inprocess_grid import LocalGrid, counting, run_config, server_context
 
-PARTIAL = {"task": "synthetic", "num-server-rounds": 4, "fedfw.gap": False,
-           "fedfw.participation": 0.5, "feddr.participation": 0.5, "fraction-train": 0.5,
-           "local-epochs": 0, "local-steps": 2}
+PARTIAL = {
+    "task": "synthetic",
+    "num-server-rounds": 4,
+    "fedfw.gap": False,
+    "fedfw.participation": 0.5,
+    "feddr.participation": 0.5,
+    "fraction-train": 0.5,
+    "local-epochs": 0,
+    "local-steps": 2,
+}
 
 
 def rows_with_ids(out, algorithm: str, reverse: bool) -> tuple[list[dict], list[int]]:
     """Rows of a run, and the partitions trained in each round's messages, in order."""
-    config = run_config(**{"output-dir": str(out), "run-name": "job",
-                           **counting({"algorithm": algorithm, **PARTIAL})})
+    config = run_config(
+        **{
+            "output-dir": str(out),
+            "run-name": "job",
+            **counting({"algorithm": algorithm, **PARTIAL}),
+        }
+    )
     grid = LocalGrid(client_app, config, 6)
     if reverse:  # partition 0 gets the largest id, and so on
         ids = list(reversed(grid.node_ids))
@@ -26,8 +38,11 @@ def rows_with_ids(out, algorithm: str, reverse: bool) -> tuple[list[dict], list[
         grid.node_ids = ids
     server_main(grid, server_context(config))
     rows = json.loads((out / "job" / "metrics.json").read_text())["rounds"]
-    trained = [grid.contexts[m.metadata.dst_node_id].node_config["partition-id"]
-               for m in grid.down if m.metadata.message_type == "train"]
+    trained = [
+        grid.contexts[m.metadata.dst_node_id].node_config["partition-id"]
+        for m in grid.down
+        if m.metadata.message_type == "train"
+    ]
     return [{k: v for k, v in r.items() if k != "wall_time_s"} for r in rows], trained
 
 

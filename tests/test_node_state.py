@@ -16,8 +16,10 @@ def test_pending_records_of_any_kind_commit_only_when_accepted():
     store, state = PendingStore("fam"), RecordDict()
     assert store.resolve(state, 0) is None  # a node without state
     committed = {"version": ConfigRecord({"v": 3})}
-    pending = {"version": ConfigRecord({"v": 5}),
-               "cache": ArrayRecord({"f": Array(np.arange(4.0))})}
+    pending = {
+        "version": ConfigRecord({"v": 5}),
+        "cache": ArrayRecord({"f": Array(np.arange(4.0))}),
+    }
     store.stage(state, committed, pending, server_round=7)
     assert store.resolve(state, last_accepted=6) == committed  # the server did not use round 7
     accepted = store.resolve(state, last_accepted=7)
@@ -33,8 +35,10 @@ def test_each_node_gets_its_own_content_and_restart_records():
     def restart(node):
         return "deltas", {"deltas": ConfigRecord({"since": 0})}
 
-    messages = [book.train_message(n, 2, {"delta": ConfigRecord({"for": n})}, restart, k=1)
-                for n in book.node_ids]
+    messages = [
+        book.train_message(n, 2, {"delta": ConfigRecord({"for": n})}, restart, k=1)
+        for n in book.node_ids
+    ]
     assert [m.content["delta"]["for"] for m in messages] == [11, 22, 33]
     assert [m.content["config"]["sync"] for m in messages] == ["deltas", "none", "deltas"]
     assert [m.content["config"]["last-accepted"] for m in messages] == [0, 1, 0]
@@ -55,12 +59,16 @@ def test_screening_updates_sync_flags_and_the_book_round_trips():
             raise ValueError("bad")
         return True
 
-    accepted, screened = book.screen(1, [reply(33, True), reply(11, False), reply(44, True)],
-                                     decode)
+    accepted, screened = book.screen(
+        1, [reply(33, True), reply(11, False), reply(44, True)], decode
+    )
     assert list(accepted) == [33] and screened.rejected == 2  # 44 is outside the federation
     assert screened.nonfinite == []
     assert book.needs_sync == {11: False, 22: True, 33: False}  # 11 answered: it holds state
     book.accept(1, accepted)
     again = NodeBook.from_record(book.to_record(), "test")
     assert (again.node_ids, again.last_accepted, again.needs_sync) == (
-        book.node_ids, book.last_accepted, book.needs_sync)
+        book.node_ids,
+        book.last_accepted,
+        book.needs_sync,
+    )

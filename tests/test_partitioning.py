@@ -100,7 +100,8 @@ def test_labels_per_client_with_few_clients_covers_as_many_labels_as_possible():
 def test_shifted_labels_gives_user_u_labels_u_to_u_plus_c_with_unequal_sizes():
     parts = _split("shifted-labels", num_partitions=10, labels_per_client=3)
     assert [sorted(set(LABELS[p].tolist())) for p in parts] == [
-        sorted({u % 10, (u + 1) % 10, (u + 2) % 10}) for u in range(10)]
+        sorted({u % 10, (u + 1) % 10, (u + 2) % 10}) for u in range(10)
+    ]
     assert sum(len(p) for p in parts) == len(LABELS)  # every sample of a held class is used
     sizes = [len(p) for p in parts]
     assert max(sizes) > 1.3 * min(sizes)  # log-normal shares, not an even split
@@ -144,10 +145,14 @@ def test_regression_targets_are_binned_for_label_schemes():
         ({"scheme": "label-sort", "s": 1.5}, r"partitioning\.s=1\.5"),
         ({"scheme": "label-sort", "s": -0.1}, r"partitioning\.s"),
         ({"scheme": "dirichlet", "alpha": 0.0}, r"partitioning\.alpha=0\.0"),
-        ({"scheme": "labels-per-client", "labels_per_client": 11},
-         r"partitioning\.labels-per-client=11"),
-        ({"scheme": "labels-per-client", "labels_per_client": 0},
-         r"partitioning\.labels-per-client=0"),
+        (
+            {"scheme": "labels-per-client", "labels_per_client": 11},
+            r"partitioning\.labels-per-client=11",
+        ),
+        (
+            {"scheme": "labels-per-client", "labels_per_client": 0},
+            r"partitioning\.labels-per-client=0",
+        ),
         ({"scheme": "iid", "num_partitions": 0}, r"num-partitions=0"),
         ({"scheme": "iid", "num_partitions": 2000}, r"num-partitions=2000.*1437"),
         ({"scheme": "by-class", "num_partitions": 5}, r"num-partitions=5.*\(10\)"),

@@ -25,13 +25,22 @@ from pathlib import Path
 
 import pytest
 
-from deploy.local import (BIN, PROJECT, Deployment, app_copy, free_port_block,
-                          make_certificates, make_node_key)
+from deploy.local import (
+    BIN,
+    PROJECT,
+    Deployment,
+    app_copy,
+    free_port_block,
+    make_certificates,
+    make_node_key,
+)
 from deploy.perimeter import FLEET_PATHS, MAX_MESSAGE_BYTES, Perimeter, nginx_binary, render
 
 NODES = 2
-JOB = (f"algorithm='fedavg' task='synthetic' num-server-rounds=2 min-nodes={NODES} "
-       "reply-timeout=300 local-steps=5")
+JOB = (
+    f"algorithm='fedavg' task='synthetic' num-server-rounds=2 min-nodes={NODES} "
+    "reply-timeout=300 local-steps=5"
+)
 OUTSIDER = "outside"  # the connection of a host that has ca.crt and its own key only
 
 
@@ -72,7 +81,8 @@ def _outsider_home(d: Deployment, root: Path) -> dict[str, str]:
     (root / "ca.crt").write_bytes((d.certs / "ca.crt").read_bytes())
     (home / "config.toml").write_text(
         f'[superlink]\ndefault = "{OUTSIDER}"\n\n[superlink.{OUTSIDER}]\n'
-        f'address = "127.0.0.1:{d.proxy_port}"\nroot-certificates = "{root / "ca.crt"}"\n')
+        f'address = "127.0.0.1:{d.proxy_port}"\nroot-certificates = "{root / "ca.crt"}"\n'
+    )
     return {**d.env, "FLWR_HOME": str(home)}
 
 
@@ -85,21 +95,29 @@ def _refused(done: subprocess.CompletedProcess) -> str:
 
 def _https(d: Deployment, method: str, path: str) -> int:
     context = ssl.create_default_context(cafile=str(d.certs / "ca.crt"))
-    connection = http.client.HTTPSConnection("127.0.0.1", d.proxy_port, context=context,
-                                             timeout=30)
+    connection = http.client.HTTPSConnection("127.0.0.1", d.proxy_port, context=context, timeout=30)
     try:
-        connection.request(method, path, body=b"" if method == "POST" else None,
-                           headers={"content-type": "application/protobuf"})
+        connection.request(
+            method,
+            path,
+            body=b"" if method == "POST" else None,
+            headers={"content-type": "application/protobuf"},
+        )
         return connection.getresponse().status
     finally:
         connection.close()
 
 
 @pytest.mark.e2e
-def test_supernodes_train_through_the_perimeter_which_refuses_everything_else(
-        nginx, tmp_path):
-    d = Deployment(tmp_path / "deploy", tls=True, auth=True, perimeter=True, warm=True,
-                   base_port=free_port_block(low=20000, high=30000))
+def test_supernodes_train_through_the_perimeter_which_refuses_everything_else(nginx, tmp_path):
+    d = Deployment(
+        tmp_path / "deploy",
+        tls=True,
+        auth=True,
+        perimeter=True,
+        warm=True,
+        base_port=free_port_block(low=20000, high=30000),
+    )
     app = app_copy(tmp_path / "app")
     results = tmp_path / "results"
     try:
@@ -120,17 +138,30 @@ def test_supernodes_train_through_the_perimeter_which_refuses_everything_else(
         env = _outsider_home(d, outside)
 
         def flwr(*args: str) -> subprocess.CompletedProcess:
-            return subprocess.run([str(BIN / "flwr"), *args], capture_output=True, text=True,
-                                  env=env, cwd=PROJECT, timeout=120)
+            return subprocess.run(
+                [str(BIN / "flwr"), *args],
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=PROJECT,
+                timeout=120,
+            )
 
         _refused(flwr("supernode", "register", f"{other}.pub", OUTSIDER))
         _refused(flwr("list", OUTSIDER))
         _refused(flwr("run", str(app), OUTSIDER, "--run-config", "num-server-rounds=1"))
-        for path in ("/v1/control/list-runs", "/v1/control/register-node",
-                     "/v1/control/start-run", "/v1/control/stream-logs",
-                     "/v1/runtime/get-nodes", "/v1/runtime/pull-messages",
-                     "/v1/fleet/register-node", "/health", "/docs",
-                     "/v1/fleet/pull-messages/../../control/list-runs"):
+        for path in (
+            "/v1/control/list-runs",
+            "/v1/control/register-node",
+            "/v1/control/start-run",
+            "/v1/control/stream-logs",
+            "/v1/runtime/get-nodes",
+            "/v1/runtime/pull-messages",
+            "/v1/fleet/register-node",
+            "/health",
+            "/docs",
+            "/v1/fleet/pull-messages/../../control/list-runs",
+        ):
             assert _https(d, "POST", path) == 403, path
         assert _https(d, "GET", "/v1/fleet/pull-messages") == 403
         assert _https(d, "GET", "/v1/control/list-runs") == 403
@@ -150,8 +181,15 @@ def test_supernodes_train_through_the_perimeter_which_refuses_everything_else(
     assert all(r["failures"] == 0 and r["participants"] == NODES for r in rows[1:])
     # the SuperNodes' Fleet calls went through the proxy, signed headers and all
     access = (d.workdir / "perimeter" / "access.log").read_text()
-    for path in ("activate-node", "pull-messages", "push-messages", "get-fab", "pull-object",
-                 "push-object", "send-node-heartbeat"):
+    for path in (
+        "activate-node",
+        "pull-messages",
+        "push-messages",
+        "get-fab",
+        "pull-object",
+        "push-object",
+        "send-node-heartbeat",
+    ):
         assert re.search(rf'"POST /v1/fleet/{path} HTTP/1.1" 200 ', access), path
     assert not re.search(r'"POST /v1/fleet/[a-z-]+ HTTP/1.1" 401 ', access)  # auth never failed
 
@@ -163,9 +201,14 @@ def test_perimeter_runs_nginx_as_its_own_process_and_stops_it_by_pid(nginx, tmp_
     port = free_port_block(size=2)
 
     def perimeter(name: str, listen_port: int, cert: Path = certs / "server.pem") -> Perimeter:
-        return Perimeter(listen=f"127.0.0.1:{listen_port}", upstream=f"127.0.0.1:{port + 1}",
-                         cert=cert, key=certs / "server.key", ca=certs / "ca.crt",
-                         workdir=tmp_path / name)
+        return Perimeter(
+            listen=f"127.0.0.1:{listen_port}",
+            upstream=f"127.0.0.1:{port + 1}",
+            cert=cert,
+            key=certs / "server.key",
+            ca=certs / "ca.crt",
+            workdir=tmp_path / name,
+        )
 
     good = perimeter("good", port)
     process = good.start()
@@ -201,8 +244,10 @@ def test_the_perimeter_needs_tls():
         Deployment(Path("/nonexistent-never-made"), perimeter=True)
 
 
-@pytest.mark.skipif(os.environ.get("FL_NETNS") != "1" or os.geteuid() != 0,
-                    reason="opt-in: set FL_NETNS=1 and run as root (creates network namespaces)")
+@pytest.mark.skipif(
+    os.environ.get("FL_NETNS") != "1" or os.geteuid() != 0,
+    reason="opt-in: set FL_NETNS=1 and run as root (creates network namespaces)",
+)
 @pytest.mark.e2e
 def test_supernodes_in_their_own_namespaces_reach_only_the_perimeter(nginx, tmp_path):
     """Separate hosts on one machine (deploy.netns): the SuperLink listens on its namespace's
@@ -211,17 +256,22 @@ def test_supernodes_in_their_own_namespaces_reach_only_the_perimeter(nginx, tmp_
     from deploy.netns import Star
 
     star = Star(f"flp{os.getpid() % 1000}", NODES)
-    d = Deployment(tmp_path, tls=True, auth=True, perimeter=True, star=star,
-                   base_port=free_port_block())
+    d = Deployment(
+        tmp_path, tls=True, auth=True, perimeter=True, star=star, base_port=free_port_block()
+    )
     results = tmp_path / "results"
     try:
         star.create()
         d.start_superlink()
         for i in range(NODES):
             for port, reachable in ((d.base_port, False), (d.proxy_port, True)):
-                probe = [*star.exec_prefix(star.node(i)), "python3", "-c",
-                         "import socket, sys; s = socket.socket(); s.settimeout(3); "
-                         f"sys.exit(s.connect_ex(('{star.link_address(i)}', {port})))"]
+                probe = [
+                    *star.exec_prefix(star.node(i)),
+                    "python3",
+                    "-c",
+                    "import socket, sys; s = socket.socket(); s.settimeout(3); "
+                    f"sys.exit(s.connect_ex(('{star.link_address(i)}', {port})))",
+                ]
                 assert (subprocess.run(probe, capture_output=True).returncode == 0) == reachable
             d.start_supernode(i, NODES)
         done = d.flwr_run(f"{JOB} output-dir='{results}' run-name='job'")

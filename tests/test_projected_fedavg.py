@@ -17,8 +17,15 @@ from server_app.app import InvalidRunConfig
 from tests.helpers import run_app
 
 # federated evaluation sends the final model, so it can be checked too
-FAST = {"task": "synthetic", "algorithm": "fedavg-proj", "num-server-rounds": 5,
-        "central-evaluation": False, "local-epochs": 0, "local-steps": 5, "learning-rate": 0.03}
+FAST = {
+    "task": "synthetic",
+    "algorithm": "fedavg-proj",
+    "num-server-rounds": 5,
+    "central-evaluation": False,
+    "local-epochs": 0,
+    "local-steps": 5,
+    "learning-rate": 0.03,
+}
 
 
 def run_pavg(tmp_path, num_nodes=4, **overrides):
@@ -31,7 +38,8 @@ def run_pavg(tmp_path, num_nodes=4, **overrides):
             arrays = [a.numpy() for a in reply.content["arrays"].values()]
             weight = reply.content["metrics"]["num-examples"]
             replies.setdefault(message.content["config"]["server-round"], []).append(
-                (arrays, weight))
+                (arrays, weight)
+            )
         return reply
 
     run = run_app(tmp_path, num_nodes, client=recording, **{**FAST, **overrides})
@@ -64,8 +72,10 @@ def test_every_global_model_is_the_projected_weighted_mean(tmp_path, kind, radiu
     assert all(constraint.contains(p) for model in models for p in model)
     for t, model in enumerate(models[1:], start=1):
         weights = np.array([w for _, w in replies[t]], dtype=np.float64)
-        mean = [sum(w * x[k] for (x, _), w in zip(replies[t], weights)) / weights.sum()
-                for k in range(len(model))]
+        mean = [
+            sum(w * x[k] for (x, _), w in zip(replies[t], weights)) / weights.sum()
+            for k in range(len(model))
+        ]
         for expected, got in zip(project_params(constraint, mean), model):
             np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
     assert any(constraint.norm(p) > 0.999 * radius for p in models[-1])  # the constraint is active
@@ -76,10 +86,13 @@ def test_a_bad_model_is_dropped_counted_and_the_run_goes_on(tmp_path, monkeypatc
     def faulty(job):
         reply = fedavg.train(job)
         if job.data.partition_id == 0:
-            bad = {"nan": lambda a: np.full(a.shape, np.nan, np.float32),
-                   "shape": lambda a: np.zeros(a.shape[::-1] + (1,), np.float32)}[fault]
-            reply["arrays"] = ArrayRecord({k: Array(bad(v.numpy()))
-                                           for k, v in reply["arrays"].items()})
+            bad = {
+                "nan": lambda a: np.full(a.shape, np.nan, np.float32),
+                "shape": lambda a: np.zeros(a.shape[::-1] + (1,), np.float32),
+            }[fault]
+            reply["arrays"] = ArrayRecord(
+                {k: Array(bad(v.numpy())) for k, v in reply["arrays"].items()}
+            )
         return reply
 
     monkeypatch.setitem(CLIENT_HALVES["fedavg-proj"], "train", faulty)
@@ -88,8 +101,11 @@ def test_a_bad_model_is_dropped_counted_and_the_run_goes_on(tmp_path, monkeypatc
     assert [r["failures"] for r in rows[1:]] == [1] * 5
     assert [r["participants"] for r in rows[1:]] == [3] * 5
     reason = {"nan": "contains NaN", "shape": "shape"}[fault]
-    assert any(f"dropped the reply of node {grid.node_ids[0]}" in r.getMessage() and reason in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        f"dropped the reply of node {grid.node_ids[0]}" in r.getMessage()
+        and reason in r.getMessage()
+        for r in caplog.records
+    )
     assert rows[-1]["test_accuracy"] > rows[1]["test_accuracy"] + 0.1
     assert all(make_constraint("l1", 10.0).contains(p) for p in global_models(grid)[-1])
 

@@ -49,14 +49,18 @@ def test_the_readme_marks_its_figures():
     assert len([q for q in quoted() if q[0] == "README.md"]) >= 10
 
 
-@pytest.mark.parametrize(("page", "text", "percent", "source", "path", "divisor"), quoted(),
-                         ids=[f"{q[0]}:{q[4]}" for q in quoted()])
+@pytest.mark.parametrize(
+    ("page", "text", "percent", "source", "path", "divisor"),
+    quoted(),
+    ids=[f"{q[0]}:{q[4]}" for q in quoted()],
+)
 def test_a_quoted_figure_equals_its_source(page, text, percent, source, path, divisor):
     value = value_at(source, path) / int(divisor or 1)
     assert written(value, text, percent) == text, (
         f"{page} quotes {text}{percent} for {source}.json {path}"
         f"{f' / {divisor}' if divisor else ''}, which now holds {value}: update the page from "
-        "the file")
+        "the file"
+    )
 
 
 @pytest.mark.parametrize("page", ["README.md", "docs/results.md"])

@@ -56,11 +56,15 @@ QUICK_COMMANDS = quick_commands()
 
 
 def test_commands_are_read_from_quick_blocks_only():
-    text = ("```bash\nmake run\n```\n"
-            "```bash quick\n# a comment\npython -m a.b --x 1 \\\n    \"k='v w'\"   # why\n\n"
-            ".venv/bin/python -m c\n```\n")
-    assert list(commands(text)) == [("python", "-m", "a.b", "--x", "1", "k='v w'"),
-                                    (".venv/bin/python", "-m", "c")]
+    text = (
+        "```bash\nmake run\n```\n"
+        "```bash quick\n# a comment\npython -m a.b --x 1 \\\n    \"k='v w'\"   # why\n\n"
+        ".venv/bin/python -m c\n```\n"
+    )
+    assert list(commands(text)) == [
+        ("python", "-m", "a.b", "--x", "1", "k='v w'"),
+        (".venv/bin/python", "-m", "c"),
+    ]
 
 
 def test_the_readme_and_the_docs_have_quick_commands():
@@ -72,21 +76,34 @@ def test_the_readme_and_the_docs_have_quick_commands():
 def test_a_quick_command_is_a_python_module_run(words):
     assert words[0] in PYTHONS and words[1] == "-m" and len(words) > 2, (
         f"{QUICK_COMMANDS[words]}: only `python -m <module> ...` may be marked quick: "
-        f"{shlex.join(words)}")
+        f"{shlex.join(words)}"
+    )
 
 
 @pytest.mark.parametrize("words", list(QUICK_COMMANDS), ids=" ".join)
 def test_a_quick_command_runs_offline_and_exits_0(words, tmp_path):
     if words[0] not in PYTHONS:
         pytest.fail(f"not a python command: {shlex.join(words)}")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-        "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "FLWR_DISABLE_UPDATE_CHECK": "1"}
-    done = subprocess.run([sys.executable, *words[1:]], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "FLWR_DISABLE_UPDATE_CHECK": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, *words[1:]],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
     assert done.returncode == 0, (
         f"{QUICK_COMMANDS[words]}: `{shlex.join(words)}` exited {done.returncode}\n"
-        f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+        f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    )
 
 
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")

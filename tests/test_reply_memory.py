@@ -33,8 +33,9 @@ CLEAR_REFS = Path("/proc/self/clear_refs")
 def resident() -> tuple[int, int]:
     """(current, peak since the last reset) resident bytes of this process."""
     status = Path("/proc/self/status").read_text()
-    return tuple(int(re.search(rf"{field}:\s+(\d+)", status).group(1)) * 1024
-                 for field in ("VmRSS", "VmHWM"))
+    return tuple(
+        int(re.search(rf"{field}:\s+(\d+)", status).group(1)) * 1024 for field in ("VmRSS", "VmHWM")
+    )
 
 
 def peak_of(step) -> int:  # noqa: ANN001
@@ -62,8 +63,9 @@ def meter_and_aggregate(algorithm: str, replies: list[Message]) -> dict:
 
     def step() -> None:
         grid = MeteredGrid(Replies(replies))
-        grid.send_and_receive([Message(RecordDict(), r.metadata.src_node_id, "train",
-                                       group_id="1") for r in replies])
+        grid.send_and_receive(
+            [Message(RecordDict(), r.metadata.src_node_id, "train", group_id="1") for r in replies]
+        )
         step.counters = grid.take()
         step.metrics = strategy.aggregate_train(1, replies)[1]
 
@@ -87,10 +89,11 @@ def lying_header(reply: Message) -> None:
     record = next(r for r in reply.content.values() if isinstance(r, ArrayRecord) and len(r))
     key = next(iter(record.keys()))
     old = record[key]
-    header = old.data[:old.data.index(b"\n") + 1]
+    header = old.data[: old.data.index(b"\n") + 1]
     lie = header.replace(repr(tuple(old.shape)).encode(), b"(1000000000000,)")
-    record[key] = Array(dtype="float64", shape=(10**6, 10**6), stype=old.stype,
-                        data=lie + b"\x00" * 64)
+    record[key] = Array(
+        dtype="float64", shape=(10**6, 10**6), stype=old.stype, data=lie + b"\x00" * 64
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -100,8 +103,7 @@ def quiet(caplog):
 
 @pytest.mark.skipif(not CLEAR_REFS.exists(), reason="needs Linux's /proc/self/clear_refs")
 @pytest.mark.parametrize("algorithm", FAMILIES)
-@pytest.mark.parametrize("attack", [big_array, big_config, lying_header],
-                         ids=lambda f: f.__name__)
+@pytest.mark.parametrize("attack", [big_array, big_config, lying_header], ids=lambda f: f.__name__)
 @pytest.mark.e2e
 def test_one_hostile_reply_costs_no_more_memory_than_an_honest_one(algorithm, attack):
     honest = meter_and_aggregate(algorithm, [copy(r) for r in captured(algorithm).train])
@@ -109,8 +111,10 @@ def test_one_hostile_reply_costs_no_more_memory_than_an_honest_one(algorithm, at
     attack(replies[0])
     hostile = meter_and_aggregate(algorithm, replies)
     assert hostile["metrics"]["failures"] == 1
-    assert hostile["extra"] < honest["extra"] + 64 * MiB, (hostile["extra"] / MiB,
-                                                           honest["extra"] / MiB)
+    assert hostile["extra"] < honest["extra"] + 64 * MiB, (
+        hostile["extra"] / MiB,
+        honest["extra"] / MiB,
+    )
 
 
 def test_an_ffgb_delta_of_200000_trees_is_refused_before_it_is_decoded():
@@ -119,14 +123,21 @@ def test_an_ffgb_delta_of_200000_trees_is_refused_before_it_is_decoded():
     count, outputs = 200_000, int(reply.content[DELTA]["n_outputs"])
     config = dict(reply.content[DELTA])
     config.update({"count": count, "groups": 1, "g0.count": count, "g0.kind": "tree"})
-    config = {k: v for k, v in config.items() if not k.startswith("g") or k.startswith("g0.c")
-              or k == "g0.kind" or k == "groups"}
+    config = {
+        k: v
+        for k, v in config.items()
+        if not k.startswith("g") or k.startswith("g0.c") or k == "g0.kind" or k == "groups"
+    }
     reply.content[DELTA] = ConfigRecord(config)
-    reply.content[DELTA_ARRAYS] = ArrayRecord({
-        "weights": Array(np.full(count, 0.1)), "g0.sizes": Array(np.ones(count, np.int64)),
-        "g0.feature": Array(np.full(count, -1, np.int64)),
-        "g0.threshold": Array(np.zeros(0, np.float32)),
-        "g0.value": Array(np.zeros((count, outputs), np.float32))})
+    reply.content[DELTA_ARRAYS] = ArrayRecord(
+        {
+            "weights": Array(np.full(count, 0.1)),
+            "g0.sizes": Array(np.ones(count, np.int64)),
+            "g0.feature": Array(np.full(count, -1, np.int64)),
+            "g0.threshold": Array(np.zeros(0, np.float32)),
+            "g0.value": Array(np.zeros((count, outputs), np.float32)),
+        }
+    )
     replies = [reply, *(copy(r) for r in captured("ffgb").train[1:])]
     started = time.perf_counter()
     hostile = meter_and_aggregate("ffgb", replies)

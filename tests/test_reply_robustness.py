@@ -32,13 +32,25 @@ from testing.inprocess_grid import LocalGrid, counting, run_config
 from tests.helpers import restore_saved, run_app, saved
 
 NODES = 4
-CONFIG = {"task": "synthetic", "fedfw.gap": True, "central-evaluation": False,
-          "local-epochs": 0, "local-steps": 2, "ffgb.local-steps": 2, "ffgb.oracle-steps": 10,
-          "fedfun.initial-steps": 5, "fedfun.local-steps": 3, "fedfun.penalty-samples": 20,
-          "fedfun.distill-steps": 2, "fedfun.distill-samples": 20, "fedfun.hidden": "8"}
+CONFIG = {
+    "task": "synthetic",
+    "fedfw.gap": True,
+    "central-evaluation": False,
+    "local-epochs": 0,
+    "local-steps": 2,
+    "ffgb.local-steps": 2,
+    "ffgb.oracle-steps": 10,
+    "fedfun.initial-steps": 5,
+    "fedfun.local-steps": 3,
+    "fedfun.penalty-samples": 20,
+    "fedfun.distill-steps": 2,
+    "fedfun.distill-samples": 20,
+    "fedfun.hidden": "8",
+}
 COUNT_KEYS = (NUM_EXAMPLES, TRAIN_EXAMPLES)
-PROPERTY = settings(max_examples=20, deadline=None, derandomize=True,
-                    suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(
+    max_examples=20, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 @dataclass
@@ -58,12 +70,16 @@ def captured(algorithm: str) -> Captured:
     s = RunSettings.from_run_config(config)
     grid = LocalGrid(client_app, config, NODES)
     strategy = ALGORITHMS[algorithm].strategy(s)
-    train = list(grid.send_and_receive(
-        strategy.configure_train(1, strategy.initial_arrays(), ConfigRecord(), grid)))
+    train = list(
+        grid.send_and_receive(
+            strategy.configure_train(1, strategy.initial_arrays(), ConfigRecord(), grid)
+        )
+    )
     before_train = saved(strategy)
     arrays, _ = strategy.aggregate_train(1, [copy(r) for r in train])
-    evaluate = list(grid.send_and_receive(strategy.configure_evaluate(1, arrays, ConfigRecord(),
-                                                                      grid)))
+    evaluate = list(
+        grid.send_and_receive(strategy.configure_evaluate(1, arrays, ConfigRecord(), grid))
+    )
     asked = 1 if algorithm == "fedxgb-cyclic" else NODES  # cyclic: one node trains a round
     assert len(train) == asked and len(evaluate) == NODES
     assert not any(r.has_error() for r in train)
@@ -101,8 +117,12 @@ def garbage_bytes(content, draw):  # noqa: ANN001, ANN201
 def foreign_stype(content, draw):  # noqa: ANN001, ANN201
     record, key = _array_slot(content, draw)
     old = record[key]
-    record[key] = Array(dtype=old.dtype, shape=old.shape,
-                        stype=draw(st.sampled_from(["torch", "", "numpy"])), data=old.data)
+    record[key] = Array(
+        dtype=old.dtype,
+        shape=old.shape,
+        stype=draw(st.sampled_from(["torch", "", "numpy"])),
+        data=old.data,
+    )
 
 
 def text_array(content, draw):  # noqa: ANN001, ANN201
@@ -117,8 +137,13 @@ def misshapen_array(content, draw):  # noqa: ANN001, ANN201
 
 
 def nan_in_floats(content, draw):  # noqa: ANN001, ANN201
-    floats = [(r, k) for r in content.values() if isinstance(r, ArrayRecord)
-              for k, a in r.items() if np.dtype(a.dtype).kind == "f"]
+    floats = [
+        (r, k)
+        for r in content.values()
+        if isinstance(r, ArrayRecord)
+        for k, a in r.items()
+        if np.dtype(a.dtype).kind == "f"
+    ]
     record, key = floats[draw(st.integers(0, len(floats) - 1))]
     value = record[key].numpy().copy()
     value.flat[draw(st.integers(0, value.size - 1))] = draw(st.sampled_from([np.nan, np.inf]))
@@ -135,13 +160,17 @@ def extra_record(content, draw):  # noqa: ANN001, ANN201
 
 def wrong_kind(content, draw):  # noqa: ANN001, ANN201
     name = _pick(draw, content.keys())
-    content[name] = (ConfigRecord({"x": 1}) if isinstance(content[name], ArrayRecord)
-                     else ArrayRecord({"x": Array(np.zeros(1, np.float32))}))
+    content[name] = (
+        ConfigRecord({"x": 1})
+        if isinstance(content[name], ArrayRecord)
+        else ArrayRecord({"x": Array(np.zeros(1, np.float32))})
+    )
 
 
 def extra_key(content, draw):  # noqa: ANN001, ANN201
-    record = content[_pick(draw, [k for k, r in content.items()
-                                  if isinstance(r, ArrayRecord | MetricRecord)])]
+    record = content[
+        _pick(draw, [k for k, r in content.items() if isinstance(r, ArrayRecord | MetricRecord)])
+    ]
     record["junk"] = Array(np.zeros(1, np.float32)) if isinstance(record, ArrayRecord) else 1.0
 
 
@@ -155,16 +184,24 @@ def bad_metric(content, draw):  # noqa: ANN001, ANN201
 
 
 def mutations_for(content: RecordDict) -> list:
-    has = {kind: any(isinstance(r, kind) for r in content.values())
-           for kind in (ArrayRecord, MetricRecord)}
+    has = {
+        kind: any(isinstance(r, kind) for r in content.values())
+        for kind in (ArrayRecord, MetricRecord)
+    }
     arrays = any(isinstance(r, ArrayRecord) and len(r) for r in content.values())
-    floats = any(np.dtype(a.dtype).kind == "f" for r in content.values()
-                 if isinstance(r, ArrayRecord) for a in r.values())
-    return ([missing_record, extra_record, wrong_kind]
-            + ([garbage_bytes, foreign_stype, text_array, misshapen_array] if arrays else [])
-            + ([nan_in_floats] if floats else [])
-            + ([extra_key] if has[ArrayRecord] or has[MetricRecord] else [])
-            + ([bad_metric] if has[MetricRecord] else []))
+    floats = any(
+        np.dtype(a.dtype).kind == "f"
+        for r in content.values()
+        if isinstance(r, ArrayRecord)
+        for a in r.values()
+    )
+    return (
+        [missing_record, extra_record, wrong_kind]
+        + ([garbage_bytes, foreign_stype, text_array, misshapen_array] if arrays else [])
+        + ([nan_in_floats] if floats else [])
+        + ([extra_key] if has[ArrayRecord] or has[MetricRecord] else [])
+        + ([bad_metric] if has[MetricRecord] else [])
+    )
 
 
 def broken(replies: list[Message], draw) -> tuple[list[Message], list[int]]:  # noqa: ANN001
@@ -218,12 +255,14 @@ def test_a_broken_train_reply_is_one_failure_and_otherwise_no_reply(algorithm, d
     hit, clean = restored(algorithm, run.before_train), restored(algorithm, run.before_train)
     arrays, metrics = hit.aggregate_train(1, replies)
     expected_arrays, expected = clean.aggregate_train(
-        1, [copy(r) for i, r in enumerate(run.train) if i not in bad])
+        1, [copy(r) for i, r in enumerate(run.train) if i not in bad]
+    )
     assert metrics["failures"] == len(bad) and expected["failures"] == 0
     assert metrics_without_failures(metrics) == metrics_without_failures(expected)
     assert canonical(arrays) == canonical(expected_arrays)
-    assert (without_sync_of(canonical(saved(hit)), nodes)
-            == without_sync_of(canonical(saved(clean)), nodes))
+    assert without_sync_of(canonical(saved(hit)), nodes) == without_sync_of(
+        canonical(saved(clean)), nodes
+    )
 
 
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
@@ -235,7 +274,8 @@ def test_a_broken_evaluate_reply_is_one_failure_and_otherwise_no_reply(algorithm
     hit, clean = restored(algorithm, run.before_evaluate), restored(algorithm, run.before_evaluate)
     metrics = hit.aggregate_evaluate(1, replies)
     expected = clean.aggregate_evaluate(
-        1, [copy(r) for i, r in enumerate(run.evaluate) if i not in bad])
+        1, [copy(r) for i, r in enumerate(run.evaluate) if i not in bad]
+    )
     assert metrics["failures"] == len(bad) and expected["failures"] == 0
     assert metrics_without_failures(metrics) == metrics_without_failures(expected)
     assert len(metrics) > 1 or len(bad) == NODES  # the good replies' figures, and failures
@@ -265,25 +305,36 @@ def corrupt_first_array(reply: Message) -> None:
 
 @pytest.mark.parametrize("algorithm", ["fedfw", "fedavg"])
 def test_garbage_bytes_in_train_and_evaluate_are_counted_and_the_run_completes(
-        tmp_path, algorithm, caplog):
+    tmp_path, algorithm, caplog
+):
     """Partition 0 answers round 2 (train and evaluate) with an unreadable array."""
 
     def garbling(message, context):  # noqa: ANN001, ANN202
         reply = client_app(message, context)
-        if (context.node_config["partition-id"] == 0 and message.metadata.message_type in
-                ("train", "evaluate") and message.content["config"]["server-round"] == 2):
+        if (
+            context.node_config["partition-id"] == 0
+            and message.metadata.message_type in ("train", "evaluate")
+            and message.content["config"]["server-round"] == 2
+        ):
             if message.metadata.message_type == "evaluate":
                 reply.content["junk-grad"] = ArrayRecord({"g": Array(np.zeros(2, np.float32))})
             corrupt_first_array(reply)
         return reply
 
     caplog.set_level(logging.WARNING, logger="flwr")
-    run = run_app(tmp_path, 4, client=garbling,
-                  **counting({"algorithm": algorithm, **CONFIG, "num-server-rounds": 3}))
+    run = run_app(
+        tmp_path,
+        4,
+        client=garbling,
+        **counting({"algorithm": algorithm, **CONFIG, "num-server-rounds": 3}),
+    )
     rows = run.rows
     assert [r["failures"] for r in rows[1:]] == [0, 2, 0]
     assert [r["round"] for r in rows] == [0, 1, 2, 3] and rows[-1]["train_loss"] > 0
     node = run.grid.node_ids[0]
-    dropped = [r.getMessage() for r in caplog.records
-               if f"dropped the reply of node {node}" in r.getMessage()]
+    dropped = [
+        r.getMessage()
+        for r in caplog.records
+        if f"dropped the reply of node {node}" in r.getMessage()
+    ]
     assert len(dropped) == 2 and any("unreadable array" in m for m in dropped), dropped

@@ -23,11 +23,15 @@ def test_writer_keeps_every_round_on_disk_and_plots(tmp_path):
     writer.add_round({"round": 0, "test_accuracy": 0.1, "bytes_up": 0, "bytes_down": 0})
     on_disk = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert on_disk["rounds"][0]["test_accuracy"] == 0.1  # written before the run ends
-    writer.add_round({"round": 1, "test_accuracy": 0.5, "bytes_up": 10, "bytes_down": 20,
-                      "fw_gap": 0.3})
+    writer.add_round(
+        {"round": 1, "test_accuracy": 0.5, "bytes_up": 10, "bytes_down": 20, "fw_gap": 0.3}
+    )
     plots = writer.finish({"final_test_accuracy": 0.5})
-    assert sorted(p.name for p in plots) == ["bytes_vs_round.png", "test_accuracy_vs_bytes.png",
-                                             "test_accuracy_vs_round.png"]
+    assert sorted(p.name for p in plots) == [
+        "bytes_vs_round.png",
+        "test_accuracy_vs_bytes.png",
+        "test_accuracy_vs_round.png",
+    ]
     with open(tmp_path / "run" / "metrics.csv") as handle:
         rows = list(csv.DictReader(handle))
     assert rows[1]["fw_gap"] == "0.3" and rows[0]["fw_gap"] == ""
@@ -37,30 +41,54 @@ def test_writer_keeps_every_round_on_disk_and_plots(tmp_path):
 
 
 def test_payload_counts_array_data_and_values_not_headers():
-    content = RecordDict({
-        "arrays": ArrayRecord({"w": Array(np.zeros((3, 5), np.float32)),
-                               "i": Array(np.zeros(2, np.int8))}),
-        "config": ConfigRecord({"kind": "l1", "round": 3, "flags": [True, False]}),
-        "metrics": MetricRecord({"loss": 0.5}),
-    })
+    content = RecordDict(
+        {
+            "arrays": ArrayRecord(
+                {"w": Array(np.zeros((3, 5), np.float32)), "i": Array(np.zeros(2, np.int8))}
+            ),
+            "config": ConfigRecord({"kind": "l1", "round": 3, "flags": [True, False]}),
+            "metrics": MetricRecord({"loss": 0.5}),
+        }
+    )
     assert payload_bytes(content) == 3 * 5 * 4 + 2 + 2 + 8 + 2 + 8
 
 
 def test_log_line_has_round_metrics_bytes_and_time():
-    line = format_row({"round": 2, "test_accuracy": 0.91234, "test_loss": 0.3, "bytes_up": 2500,
-                       "bytes_down": 5000, "wall_time_s": 1.25, "failures": 0}, 10)
-    assert line == ("[results] round 2/10 | test_accuracy=0.9123 | test_loss=0.3000 | "
-                    "up=2.5kB down=5.0kB | t=1.2s")
+    line = format_row(
+        {
+            "round": 2,
+            "test_accuracy": 0.91234,
+            "test_loss": 0.3,
+            "bytes_up": 2500,
+            "bytes_down": 5000,
+            "wall_time_s": 1.25,
+            "failures": 0,
+        },
+        10,
+    )
+    assert line == (
+        "[results] round 2/10 | test_accuracy=0.9123 | test_loss=0.3000 | "
+        "up=2.5kB down=5.0kB | t=1.2s"
+    )
 
 
 # -- plots: title, integer round ticks, traffic split on a log scale; summary ---------------
 
+
 def _rounds(metric: str = "test_accuracy") -> list[dict]:
     rows = [{"round": 0, metric: 0.1, "bytes_up": 0, "bytes_down": 0}]
     for t in range(1, 6):
-        rows.append({"round": t, metric: 0.1 * t, "bytes_up": 1000 + 6 * t,
-                     "bytes_down": 5000 + 2440 * t, "bytes_up_train": 6 * t,
-                     "bytes_down_train": 2440 * t, "wall_time_s": float(t)})
+        rows.append(
+            {
+                "round": t,
+                metric: 0.1 * t,
+                "bytes_up": 1000 + 6 * t,
+                "bytes_down": 5000 + 2440 * t,
+                "bytes_up_train": 6 * t,
+                "bytes_down_train": 2440 * t,
+                "wall_time_s": float(t),
+            }
+        )
     return rows
 
 
@@ -87,8 +115,11 @@ def test_every_plot_has_the_title_and_round_axes_have_integer_ticks(tmp_path, sa
     title = "FedFW on synthetic, l1(10), 4 nodes"
     paths = write_plots(tmp_path, _rounds(), title)
     names = sorted(p.name for p in paths)
-    assert names == ["bytes_vs_round.png", "test_accuracy_vs_bytes.png",
-                     "test_accuracy_vs_round.png"]
+    assert names == [
+        "bytes_vs_round.png",
+        "test_accuracy_vs_bytes.png",
+        "test_accuracy_vs_round.png",
+    ]
     assert sorted(saved_figures) == names
     assert all(p.is_file() and p.stat().st_size > 0 for p in paths)
     for fig in saved_figures.values():
@@ -121,8 +152,12 @@ def test_bytes_plot_splits_train_up_down_and_evaluation_on_a_log_scale(tmp_path,
     (ax,) = fig.axes
     assert ax.get_yscale() == "log"
     labels = _legend_labels(fig)
-    assert labels == ["train, up", "train, down", "evaluation & queries, up",
-                      "evaluation & queries, down"]
+    assert labels == [
+        "train, up",
+        "train, down",
+        "evaluation & queries, up",
+        "evaluation & queries, down",
+    ]
     lines = {line.get_label(): list(line.get_ydata()) for line in ax.get_lines()}
     assert lines["train, up"] == [6 * t for t in range(1, 6)]
     assert lines["train, down"] == [2440 * t for t in range(1, 6)]
@@ -132,8 +167,7 @@ def test_bytes_plot_splits_train_up_down_and_evaluation_on_a_log_scale(tmp_path,
     assert list(ax.get_lines()[0].get_xdata()) == [1, 2, 3, 4, 5]  # round 0 is not plotted
 
 
-def test_the_bytes_axis_counts_every_message_and_ends_at_the_runs_total(tmp_path,
-                                                                         saved_figures):
+def test_the_bytes_axis_counts_every_message_and_ends_at_the_runs_total(tmp_path, saved_figures):
     """FFGB's learners ride the evaluate message: an axis of train messages alone ended at a
     tenth of the traffic of the default job. The axis is every byte, and says so."""
     rows = _rounds()
@@ -142,24 +176,40 @@ def test_the_bytes_axis_counts_every_message_and_ends_at_the_runs_total(tmp_path
     xs = list(ax.get_lines()[0].get_xdata())
     summary = summarise(rows)
     assert xs[-1] * 1e6 == pytest.approx(summary["bytes_up_total"] + summary["bytes_down_total"])
-    assert xs == pytest.approx([sum(r["bytes_up"] + r["bytes_down"] for r in rows[:t + 1]) / 1e6
-                                for t in range(len(rows))])
+    assert xs == pytest.approx(
+        [
+            sum(r["bytes_up"] + r["bytes_down"] for r in rows[: t + 1]) / 1e6
+            for t in range(len(rows))
+        ]
+    )
     assert ax.get_xlabel() == "cumulative payload of every message, up + down (MB)"
 
 
 def test_bytes_plot_leaves_out_traffic_that_never_happened(tmp_path, saved_figures):
-    rows = [{"round": t, "test_accuracy": 0.5, "bytes_up": 10 * t, "bytes_down": 20 * t,
-             "bytes_up_train": 10 * t, "bytes_down_train": 20 * t} for t in range(3)]
+    rows = [
+        {
+            "round": t,
+            "test_accuracy": 0.5,
+            "bytes_up": 10 * t,
+            "bytes_down": 20 * t,
+            "bytes_up_train": 10 * t,
+            "bytes_down_train": 20 * t,
+        }
+        for t in range(3)
+    ]
     write_plots(tmp_path, rows, "")
     assert _legend_labels(saved_figures["bytes_vs_round.png"]) == ["train, up", "train, down"]
 
 
 def test_metric_plots_are_named_after_the_mean_metric_when_only_it_is_present(
-        tmp_path, saved_figures):
+    tmp_path, saved_figures
+):
     paths = write_plots(tmp_path, _rounds("test_accuracy_mean"), "per-node models")
-    assert sorted(p.name for p in paths) == ["bytes_vs_round.png",
-                                             "test_accuracy_mean_vs_bytes.png",
-                                             "test_accuracy_mean_vs_round.png"]
+    assert sorted(p.name for p in paths) == [
+        "bytes_vs_round.png",
+        "test_accuracy_mean_vs_bytes.png",
+        "test_accuracy_mean_vs_round.png",
+    ]
     (ax,) = saved_figures["test_accuracy_mean_vs_round.png"].axes
     assert ax.get_ylabel() == "test accuracy mean"
     assert (tmp_path / "test_accuracy_mean_vs_round.png").is_file()
@@ -169,10 +219,28 @@ def test_metric_plots_are_named_after_the_mean_metric_when_only_it_is_present(
 def test_summary_takes_the_best_mse_as_the_lowest_and_accuracy_as_the_highest():
     rounds = [
         {"round": 0, "test_mse": 5.0, "test_accuracy": 0.2, "bytes_up": 1, "bytes_down": 2},
-        {"round": 1, "test_mse": 1.0, "test_accuracy": 0.9, "bytes_up": 3, "bytes_down": 4,
-         "bytes_up_train": 1, "bytes_down_train": 2, "failures": 1, "wall_time_s": 1.5},
-        {"round": 2, "test_mse": 2.0, "test_accuracy": 0.6, "bytes_up": 5, "bytes_down": 6,
-         "bytes_up_train": 3, "bytes_down_train": 4, "failures": 0, "wall_time_s": 3.0},
+        {
+            "round": 1,
+            "test_mse": 1.0,
+            "test_accuracy": 0.9,
+            "bytes_up": 3,
+            "bytes_down": 4,
+            "bytes_up_train": 1,
+            "bytes_down_train": 2,
+            "failures": 1,
+            "wall_time_s": 1.5,
+        },
+        {
+            "round": 2,
+            "test_mse": 2.0,
+            "test_accuracy": 0.6,
+            "bytes_up": 5,
+            "bytes_down": 6,
+            "bytes_up_train": 3,
+            "bytes_down_train": 4,
+            "failures": 0,
+            "wall_time_s": 3.0,
+        },
     ]
     summary = summarise(rounds)
     assert summary["final_test_mse"] == 2.0 and summary["best_test_mse"] == 1.0
@@ -182,16 +250,28 @@ def test_summary_takes_the_best_mse_as_the_lowest_and_accuracy_as_the_highest():
     assert summary["bytes_up_train_total"] == 4 and summary["bytes_down_train_total"] == 6
     assert summary["failures_total"] == 1
     assert "best_test_accuracy_mean" not in summary and "final_test_mse_mean" not in summary
-    mean_only = summarise([{"round": 0, "test_mse_mean": 4.0}, {"round": 1, "test_mse_mean": 3.0},
-                           {"round": 2, "test_mse_mean": 3.5}])
+    mean_only = summarise(
+        [
+            {"round": 0, "test_mse_mean": 4.0},
+            {"round": 1, "test_mse_mean": 3.0},
+            {"round": 2, "test_mse_mean": 3.5},
+        ]
+    )
     assert mean_only["best_test_mse_mean"] == 3.0 and mean_only["final_test_mse_mean"] == 3.5
 
 
 # --- every results file is written atomically (issue 19 item 7) -------------------------------
 
+
 def _checkpoint() -> Checkpoint:
-    return Checkpoint("fedfw", 1, ArrayRecord({"w": Array(np.zeros(3, np.float32))}),
-                      [{"round": 0}], RecordDict(), {"algorithm": "fedfw"})
+    return Checkpoint(
+        "fedfw",
+        1,
+        ArrayRecord({"w": Array(np.zeros(3, np.float32))}),
+        [{"round": 0}],
+        RecordDict(),
+        {"algorithm": "fedfw"},
+    )
 
 
 @pytest.fixture
@@ -222,9 +302,15 @@ def test_every_results_file_is_renamed_into_place_after_an_fsync(tmp_path, repla
     writer.finish({})
     write_checkpoint(tmp_path / "run", _checkpoint())
     written = {Path(dst).name for _, dst in calls}
-    assert written == {"config.json", "metrics.json", "metrics.csv", "checkpoint.pb",
-                       "test_accuracy_vs_round.png", "test_accuracy_vs_bytes.png",
-                       "bytes_vs_round.png"}
+    assert written == {
+        "config.json",
+        "metrics.json",
+        "metrics.csv",
+        "checkpoint.pb",
+        "test_accuracy_vs_round.png",
+        "test_accuracy_vs_bytes.png",
+        "bytes_vs_round.png",
+    }
     assert len(synced) == len(calls)
     for src, dst in calls:  # a temporary file of the same folder, never a fixed name
         assert Path(src).parent == Path(dst).parent

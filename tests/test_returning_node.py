@@ -41,10 +41,19 @@ from tests.helpers import RUN_NAME, checkpoint_ensemble, state_params
 from tests.test_checkpoints import CrashingGrid, ServerCrash, assert_resumed_equals
 
 NODES, ROUNDS, AWAY, SERVED = 4, 5, 3, 2  # partition 3 is sampled in round 3 in every family
-SMALL = {"task": "synthetic", "num-server-rounds": ROUNDS, "local-epochs": 0, "local-steps": 3,
-         "learning-rate": 0.05, "ffgb.local-steps": 2, "ffgb.oracle-steps": 10,
-         "fedfun.initial-steps": 5, "fedfun.local-steps": 3, "fedfun.penalty-samples": 20,
-         "fedfun.hidden": "8"}
+SMALL = {
+    "task": "synthetic",
+    "num-server-rounds": ROUNDS,
+    "local-epochs": 0,
+    "local-steps": 3,
+    "learning-rate": 0.05,
+    "ffgb.local-steps": 2,
+    "ffgb.oracle-steps": 10,
+    "fedfun.initial-steps": 5,
+    "fedfun.local-steps": 3,
+    "fedfun.penalty-samples": 20,
+    "fedfun.hidden": "8",
+}
 FAMILIES = {
     "fedavg": {"fraction-train": 0.75},
     "fedfw": {"fedfw.participation": 0.5, "fedfw.downlink": "compact"},
@@ -56,8 +65,13 @@ TRAFFIC = ("wall_time_s", "models_exchanged")  # and every *bytes* key
 
 
 def config_for(out: Path, algorithm: str) -> dict:
-    return run_config(**{"output-dir": str(out), "run-name": RUN_NAME,
-                         **counting({"algorithm": algorithm, **SMALL, **FAMILIES[algorithm]})})
+    return run_config(
+        **{
+            "output-dir": str(out),
+            "run-name": RUN_NAME,
+            **counting({"algorithm": algorithm, **SMALL, **FAMILIES[algorithm]}),
+        }
+    )
 
 
 def rows_of(out: Path) -> list[dict]:
@@ -68,8 +82,9 @@ def without_traffic(rows: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if "bytes" not in k and k not in TRAFFIC} for r in rows]
 
 
-def returning(config: dict, grid_class: type[LocalGrid] = LocalGrid
-              ) -> tuple[LocalGrid, dict[str, int]]:
+def returning(
+    config: dict, grid_class: type[LocalGrid] = LocalGrid
+) -> tuple[LocalGrid, dict[str, int]]:
     """A grid where AWAY's node leaves from round 3 and comes back (a new id) at round 4, and a
     claimant of the served partition SERVED joins at round 2."""
     grid = grid_class(client_app, config, NODES)
@@ -95,13 +110,15 @@ def missing_round_3(message, context):  # noqa: ANN001, ANN201
 
 def to(grid: LocalGrid, node: int) -> list[tuple[int, str]]:
     """(round, type) of every message sent to ``node``."""
-    return [(round_of(m), m.metadata.message_type) for m in grid.down
-            if m.metadata.dst_node_id == node]
+    return [
+        (round_of(m), m.metadata.message_type) for m in grid.down if m.metadata.dst_node_id == node
+    ]
 
 
 def first_message(grid: LocalGrid, node: int, kind: str):  # noqa: ANN201
-    return next(m for m in grid.down
-                if m.metadata.dst_node_id == node and m.metadata.message_type == kind)
+    return next(
+        m for m in grid.down if m.metadata.dst_node_id == node and m.metadata.message_type == kind
+    )
 
 
 @pytest.mark.parametrize("algorithm", sorted(FAMILIES))
@@ -128,8 +145,11 @@ def test_a_returning_node_is_brought_up_to_date_and_counted_once(tmp_path, algor
     assert {r for r, _ in to(grid, nodes["new"])} == set(range(4, ROUNDS + 1))
     # participants count every train message that reached a node, the returning one included
     for server_round in range(1, ROUNDS + 1):
-        trained = [m.metadata.dst_node_id for m in grid.down
-                   if m.metadata.message_type == "train" and round_of(m) == server_round]
+        trained = [
+            m.metadata.dst_node_id
+            for m in grid.down
+            if m.metadata.message_type == "train" and round_of(m) == server_round
+        ]
         reached = [n for n in trained if n != nodes["old"] or server_round < 3]
         assert rows[server_round]["participants"] == len(reached)
     assert any(kind == "train" for r, kind in to(grid, nodes["new"]) if r >= 4)
@@ -151,8 +171,9 @@ def _fedfw(out: Path, grid: LocalGrid, nodes: dict[str, int]) -> None:
     assert first_message(grid, new, "train").content["config"]["sync"] != "none"
     position = state["book"]["node-ids"].index(str(new))  # the mirror is kept by roster position
     mirror = [v.numpy() for k, v in state["mirror"].items() if k.startswith(f"{position}/")]
-    assert mirror and all(np.array_equal(a, b) for a, b in
-                          zip(state_params(grid, new, "fedfw.pending.x"), mirror))
+    assert mirror and all(
+        np.array_equal(a, b) for a, b in zip(state_params(grid, new, "fedfw.pending.x"), mirror)
+    )
     arrays = {k: v.numpy() for k, v in grid.contexts[new].state[REPLICA_STATE].items()}
     replica = [arrays[f"sum.{k}"] for k in range(len(mirror))]
     server = [a.numpy() for a in state["mirror-sum"].values()]
@@ -173,9 +194,11 @@ def _ffgb(out: Path, grid: LocalGrid, nodes: dict[str, int]) -> None:
     context = grid.contexts[new]
     assert int(context.state[CACHE]["version"]) == ensemble.version
     data = local_data(RunSettings.from_run_config(context.run_config).data, AWAY, NODES)
-    np.testing.assert_allclose(context.state[VALUES]["train"].numpy(),
-                               ensemble.predict(data.x_train.reshape(len(data.x_train), -1)),
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        context.state[VALUES]["train"].numpy(),
+        ensemble.predict(data.x_train.reshape(len(data.x_train), -1)),
+        atol=1e-5,
+    )
 
 
 def _fedfun(out: Path, grid: LocalGrid, nodes: dict[str, int]) -> None:
@@ -189,8 +212,7 @@ def _fedfun(out: Path, grid: LocalGrid, nodes: dict[str, int]) -> None:
     assert BOUNDS in message.content
 
 
-UP_TO_DATE = {"fedavg": _fedavg, "fedfw": _fedfw, "feddr": _feddr, "ffgb": _ffgb,
-              "fedfun": _fedfun}
+UP_TO_DATE = {"fedavg": _fedavg, "fedfw": _fedfw, "feddr": _feddr, "ffgb": _ffgb, "fedfun": _fedfun}
 
 
 # -- checkpoints -----------------------------------------------------------------------------------
@@ -221,8 +243,10 @@ def test_rebinds_and_claimants_survive_a_resume(tmp_path, algorithm):
     for context in crashing.contexts.values():  # the resumed run is a new Flower run
         context.state = RecordDict()
     run(crashing, server_context(config), resume_from=tmp_path / "resumed" / RUN_NAME)
-    resumed, uninterrupted = ([{k: v for k, v in r.items() if k != "wall_time_s"}
-                               for r in rows_of(tmp_path / name)] for name in ("resumed", "whole"))
+    resumed, uninterrupted = (
+        [{k: v for k, v in r.items() if k != "wall_time_s"} for r in rows_of(tmp_path / name)]
+        for name in ("resumed", "whole")
+    )
     if algorithm != "feddr":
         assert_resumed_equals(resumed, uninterrupted, after=4)
         return
@@ -266,11 +290,14 @@ def test_the_roster_takes_returning_nodes_in_once_and_leaves_out_every_other_cla
     assert roster.refresh(grid, "test", 2) == ([], 0) and grid.asked == []  # no change: no message
 
     grid.connected -= {20, 30}  # their SuperNodes restart: 40 and 50 take partitions 1 and 2
-    grid.answers |= {50: facts(2), 60: facts(3),  # partition 3: no node of the run had it
-                     70: facts(0),  # partition 0: its node is still connected
-                     75: facts(2, constraint="l2"),  # other facts than partition 2's node
-                     80: None,  # an unusable answer: one failure
-                     90: facts(2)}  # partition 2 again: 50, the lowest id, took it first
+    grid.answers |= {
+        50: facts(2),
+        60: facts(3),  # partition 3: no node of the run had it
+        70: facts(0),  # partition 0: its node is still connected
+        75: facts(2, constraint="l2"),  # other facts than partition 2's node
+        80: None,  # an unusable answer: one failure
+        90: facts(2),
+    }  # partition 2 again: 50, the lowest id, took it first
     grid.connected |= {50, 60, 70, 75, 80, 90}
     assert roster.refresh(grid, "test", 3) == ([(20, 40), (30, 50)], 1)
     assert grid.asked == [50, 60, 70, 75, 80, 90]  # 40 was asked in round 1 already
@@ -292,8 +319,9 @@ def test_the_superlinks_node_unavailable_reply_names_the_lost_node():
     lost = inner.node_ids[0]
     inner.leave(lost, 1)
     grid = MeteredGrid(inner, reply_timeout=5)
-    questions = [Message(RecordDict(), node, "query.node", group_id="1")
-                 for node in list(inner.node_ids)]
+    questions = [
+        Message(RecordDict(), node, "query.node", group_id="1") for node in list(inner.node_ids)
+    ]
     replies = {r.metadata.src_node_id: r for r in grid.send_and_receive(questions)}
     assert sorted(replies) == sorted(inner.contexts)
     assert replies[lost].has_error() and not replies[inner.node_ids[0]].has_error()

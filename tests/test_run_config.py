@@ -53,11 +53,14 @@ def test_bad_values_name_the_key(key, value, fragment):
     assert str(err.value).startswith(f"{key}={value!r} is not valid") and fragment in str(err.value)
 
 
-@pytest.mark.parametrize(("key", "fragment"), [
-    ("num-server-round", "did you mean 'num-server-rounds'?"),
-    ("fedfw.raduis", "did you mean 'fedfw.radius'"),
-    ("zzzz", "see the run-configuration reference in docs/configuration.md"),
-])
+@pytest.mark.parametrize(
+    ("key", "fragment"),
+    [
+        ("num-server-round", "did you mean 'num-server-rounds'?"),
+        ("fedfw.raduis", "did you mean 'fedfw.radius'"),
+        ("zzzz", "see the run-configuration reference in docs/configuration.md"),
+    ],
+)
 def test_an_unknown_key_names_the_closest_declared_one(key, fragment):
     with pytest.raises(ConfigError) as err:
         with_overrides({key: 1})
@@ -67,20 +70,25 @@ def test_an_unknown_key_names_the_closest_declared_one(key, fragment):
 
 def test_overrides_are_parsed_as_flower_parses_them():
     assert parse_overrides("algorithm='fedfw' num-server-rounds=3 fedfw.radius=2.5") == {
-        "algorithm": "fedfw", "num-server-rounds": 3, "fedfw.radius": 2.5}
+        "algorithm": "fedfw",
+        "num-server-rounds": 3,
+        "fedfw.radius": 2.5,
+    }
     assert parse_overrides("  ") == {}
     with pytest.raises(ConfigError, match="cannot parse"):
         parse_overrides("algorithm=fedfw")  # a bare word is not a TOML value
 
 
 def test_node_partitions_parse_to_a_map():
-    settings = RunSettings.from_run_config(run_config(**{
-        "node-partitions": "9223372036854776785:0, 12:3"}))
+    settings = RunSettings.from_run_config(
+        run_config(**{"node-partitions": "9223372036854776785:0, 12:3"})
+    )
     assert settings.pinned_partitions == {9223372036854776785: 0, 12: 3}
     assert RunSettings.from_run_config(run_config()).pinned_partitions == {}
 
 
 # --- only the chosen algorithm's family tables are parsed (run_config/tables.py) ---
+
 
 def test_every_registered_algorithm_names_its_family():
     assert sorted(FAMILIES) == sorted(ALGORITHMS)
@@ -109,33 +117,49 @@ def test_only_the_chosen_familys_tables_are_parsed(algorithm):
     assert [f"{name}=" in str(err.value) for name in others] == [True] * len(others)
 
 
-@pytest.mark.parametrize(("algorithm", "override", "fragment"), [
-    ("ffgb", "ffgb.hidden=0", "ffgb.hidden=0 is not valid; it must be in [1, 4096]"),
-    ("ffgb-l", "ffgb.learner='tree'", "ffgb.learner='tree'"),
-    ("fedfw", "fedfw.radius=-1.0", "fedfw.radius=-1.0 is not valid; it must be finite and >= 0"),
-    ("feddr", "fedfw.scope='row'", "fedfw.scope='row' is not valid; allowed values"),
-    ("fedavg-proj", "fedfw.constraint='l3'", "fedfw.constraint='l3' is not valid"),
-    ("feddr", "feddr.alpha=2.0", "feddr.alpha=2.0 is not valid; it must be in (0, 2)"),
-    ("fedfun", "fedfun.hidden='0'", "fedfun.hidden='0' is not valid"),
-    ("psr", "fedfun.momentum=1.0", "fedfun.momentum=1.0 is not valid; it must be in [0, 1)"),
-])
+@pytest.mark.parametrize(
+    ("algorithm", "override", "fragment"),
+    [
+        ("ffgb", "ffgb.hidden=0", "ffgb.hidden=0 is not valid; it must be in [1, 4096]"),
+        ("ffgb-l", "ffgb.learner='tree'", "ffgb.learner='tree'"),
+        (
+            "fedfw",
+            "fedfw.radius=-1.0",
+            "fedfw.radius=-1.0 is not valid; it must be finite and >= 0",
+        ),
+        ("feddr", "fedfw.scope='row'", "fedfw.scope='row' is not valid; allowed values"),
+        ("fedavg-proj", "fedfw.constraint='l3'", "fedfw.constraint='l3' is not valid"),
+        ("feddr", "feddr.alpha=2.0", "feddr.alpha=2.0 is not valid; it must be in (0, 2)"),
+        ("fedfun", "fedfun.hidden='0'", "fedfun.hidden='0' is not valid"),
+        ("psr", "fedfun.momentum=1.0", "fedfun.momentum=1.0 is not valid; it must be in [0, 1)"),
+    ],
+)
 def test_a_bad_value_in_the_chosen_familys_table_is_refused(algorithm, override, fragment):
     with pytest.raises(ConfigError) as err:
         check(f"algorithm='{algorithm}' {override}", 2)
     assert fragment in str(err.value)
 
 
-@pytest.mark.parametrize(("algorithm", "override", "readers"), [
-    ("fedavg", "ffgb.hidden=5", "it is read only by ffgb, ffgb-c, ffgb-l"),
-    ("ffgb", "fedfw.constraint='l2'",
-     "it is read only by fedavg-proj, fedfw, fedfw-plus, fedfw-sto, feddr"),
-    ("fedfw", "feddr.eta=0.5", "it is read only by feddr"),
-    ("fedxgb-cyclic", "fraction-train=0.5",
-     "it is read only by fedavg, fedprox, fedavg-proj, ffgb, ffgb-c, ffgb-l, fedxgb-bagging"),
-    ("ffgb", "learning-rate=0.1", "it is read only by fedavg, fedprox, fedavg-proj"),
-    ("fedavg", "fedprox.mu=0.1", "it is read only by fedprox"),
-    ("fedfun", "model='mclr'", "it is read only by fedavg, fedprox, fedavg-proj, fedfw"),
-])
+@pytest.mark.parametrize(
+    ("algorithm", "override", "readers"),
+    [
+        ("fedavg", "ffgb.hidden=5", "it is read only by ffgb, ffgb-c, ffgb-l"),
+        (
+            "ffgb",
+            "fedfw.constraint='l2'",
+            "it is read only by fedavg-proj, fedfw, fedfw-plus, fedfw-sto, feddr",
+        ),
+        ("fedfw", "feddr.eta=0.5", "it is read only by feddr"),
+        (
+            "fedxgb-cyclic",
+            "fraction-train=0.5",
+            "it is read only by fedavg, fedprox, fedavg-proj, ffgb, ffgb-c, ffgb-l, fedxgb-bagging",
+        ),
+        ("ffgb", "learning-rate=0.1", "it is read only by fedavg, fedprox, fedavg-proj"),
+        ("fedavg", "fedprox.mu=0.1", "it is read only by fedprox"),
+        ("fedfun", "model='mclr'", "it is read only by fedavg, fedprox, fedavg-proj, fedfw"),
+    ],
+)
 def test_another_familys_key_is_refused_naming_who_reads_it(algorithm, override, readers):
     with pytest.raises(ConfigError) as err:
         check(f"algorithm='{algorithm}' num-server-rounds=2 {override}", 2)
@@ -145,22 +169,35 @@ def test_another_familys_key_is_refused_naming_who_reads_it(algorithm, override,
         check(f"algorithm='{algorithm}' ffgb.hiden=1", 2)
 
 
-@pytest.mark.parametrize(("override", "fragment"), [
-    ("dataset-path='sites/{partition-id}.csv' data.label='species'",
-     "data.label='species' has no effect in this run: it is read only with task='site', and "
-     "the run has task='digits'; dataset-path='sites/{partition-id}.csv' has no effect"),
-    ("server-test-path='t.csv'", "server-test-path='t.csv' has no effect in this run"),
-    ("synthetic.alpha=0.5", "read only with task='synthetic', and the run has task='digits'"),
-    ("partitioning.alpha=0.1", "read only with partitioning='dirichlet', and the run has "
-     "partitioning='iid'"),
-    ("partitioning.labels-per-client=2", "read only with partitioning='labels-per-client' or "
-     "partitioning='shifted-labels'"),
-    ("image-scaling='centred'", "read only with task='mnist-5k' or task='mnist' or "
-     "task='cifar10'"),
-    ("task='site' data.label='y' partitioning='dirichlet'",
-     "partitioning='dirichlet' has no effect in this run: it is read only with task other "
-     "than 'site', and the run has task='site'"),
-])
+@pytest.mark.parametrize(
+    ("override", "fragment"),
+    [
+        (
+            "dataset-path='sites/{partition-id}.csv' data.label='species'",
+            "data.label='species' has no effect in this run: it is read only with task='site', and "
+            "the run has task='digits'; dataset-path='sites/{partition-id}.csv' has no effect",
+        ),
+        ("server-test-path='t.csv'", "server-test-path='t.csv' has no effect in this run"),
+        ("synthetic.alpha=0.5", "read only with task='synthetic', and the run has task='digits'"),
+        (
+            "partitioning.alpha=0.1",
+            "read only with partitioning='dirichlet', and the run has partitioning='iid'",
+        ),
+        (
+            "partitioning.labels-per-client=2",
+            "read only with partitioning='labels-per-client' or partitioning='shifted-labels'",
+        ),
+        (
+            "image-scaling='centred'",
+            "read only with task='mnist-5k' or task='mnist' or task='cifar10'",
+        ),
+        (
+            "task='site' data.label='y' partitioning='dirichlet'",
+            "partitioning='dirichlet' has no effect in this run: it is read only with task other "
+            "than 'site', and the run has task='site'",
+        ),
+    ],
+)
 def test_a_key_whose_condition_does_not_hold_is_refused(override, fragment):
     with pytest.raises(ConfigError) as err:
         check(f"algorithm='ffgb' {override}", 2)
@@ -171,8 +208,11 @@ def test_a_key_given_its_default_or_under_its_condition_counts():
     assert check("algorithm='ffgb' data.label='' learning-rate=0.0 fedfw.radius=0.0", 2)
     assert check("algorithm='fedprox' fedprox.mu=0.1 learning-rate=0.1 model='mclr'", 2)
     assert check("algorithm='ffgb' partitioning='dirichlet' \"partitioning.alpha\"=0.1", 2)
-    with pytest.raises(ConfigError, match=r"TOML reads partitioning=\.\.\. and "
-                       r"partitioning.alpha=\.\.\. as a value and a table"):
+    with pytest.raises(
+        ConfigError,
+        match=r"TOML reads partitioning=\.\.\. and "
+        r"partitioning.alpha=\.\.\. as a value and a table",
+    ):
         check("algorithm='ffgb' partitioning='dirichlet' partitioning.alpha=0.1", 2)
     assert check("algorithm='ffgb' task='synthetic' synthetic.alpha=0.5", 2)
 
@@ -187,17 +227,35 @@ def test_preflight_exits_2_naming_the_key(capsys):
 def test_the_serverapp_refuses_site_keys_without_the_site_task(tmp_path):
     """The run of issue 35: a site's keys without task='site' trained on the bundled digits set
     and reported success; the ServerApp now stops it before the first message."""
-    with pytest.raises(InvalidRunConfig, match="dataset-path='sites/{partition-id}.csv' has no "
-                       "effect in this run: it is read only with task='site'"):
-        run_app(tmp_path, 3, **{"algorithm": "ffgb", "ffgb.learner": "tree",
-                                "dataset-path": "sites/{partition-id}.csv",
-                                "data.label": "species", "server-test-path": "sites/test.csv"})
+    with pytest.raises(
+        InvalidRunConfig,
+        match="dataset-path='sites/{partition-id}.csv' has no "
+        "effect in this run: it is read only with task='site'",
+    ):
+        run_app(
+            tmp_path,
+            3,
+            **{
+                "algorithm": "ffgb",
+                "ffgb.learner": "tree",
+                "dataset-path": "sites/{partition-id}.csv",
+                "data.label": "species",
+                "server-test-path": "sites/test.csv",
+            },
+        )
     assert not (tmp_path / "job" / "metrics.json").exists()
 
 
-@pytest.mark.parametrize(("algorithm", "task", "eta0"), [
-    ("ffgb", "digits", 10.0), ("ffgb", "diabetes", 0.5), ("ffgb-c", "lipschitz", 0.5),
-    ("ffgb-l", "lipschitz", 1.0), ("ffgb-l", "diabetes", 1.0)])
+@pytest.mark.parametrize(
+    ("algorithm", "task", "eta0"),
+    [
+        ("ffgb", "digits", 10.0),
+        ("ffgb", "diabetes", 0.5),
+        ("ffgb-c", "lipschitz", 0.5),
+        ("ffgb-l", "lipschitz", 1.0),
+        ("ffgb-l", "diabetes", 1.0),
+    ],
+)
 def test_ffgbs_auto_step_follows_the_loss(algorithm, task, eta0):
     """The authors' 10 for cross-entropy, 0.5 for the square loss (10 diverged on diabetes),
     FFGB.L's 1 whatever the task."""

@@ -30,7 +30,12 @@ def test_convex_partial_participation_section_4_2():
     ("kind", "eta", "lam", "rho"),
     [
         ("convex", lambda t: 2 / (t + 1), lambda t: math.sqrt(t + 1), lambda t: 1.0),
-        ("stochastic", lambda t: 9 / (t + 8), lambda t: math.sqrt(t + 8), lambda t: 4 / (t + 7) ** (2 / 3)),
+        (
+            "stochastic",
+            lambda t: 9 / (t + 8),
+            lambda t: math.sqrt(t + 8),
+            lambda t: 4 / (t + 7) ** (2 / 3),
+        ),
     ],
 )
 def test_partial_formulas_equal_the_theorems_at_p_1(kind, eta, lam, rho):
@@ -81,7 +86,9 @@ def test_ranges_over_many_rounds(kind, participation):
 
 
 def test_constant_uses_given_values():
-    s = make_schedule("constant", lambda0=0.0, num_rounds=3, eta_constant=0.05, lambda_constant=1e-3)
+    s = make_schedule(
+        "constant", lambda0=0.0, num_rounds=3, eta_constant=0.05, lambda_constant=1e-3
+    )
     assert (s.eta(1), s.eta(3), s.lam(2), s.rho(2)) == (0.05, 0.05, 1e-3, 1.0)
 
 

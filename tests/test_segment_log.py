@@ -13,8 +13,9 @@ from server_app.segment_log import SegmentLog, generation_of, read_segments
 
 def segment(name: str, size: int = 1000) -> RecordDict:
     values = np.full(size, float(len(name)))
-    return RecordDict({"meta": ConfigRecord({"name": name}),
-                       "arrays": arrays_to_record({"values": values})})
+    return RecordDict(
+        {"meta": ConfigRecord({"name": name}), "arrays": arrays_to_record({"values": values})}
+    )
 
 
 def test_segments_are_written_once_and_read_back(tmp_path):
@@ -71,8 +72,15 @@ def test_changed_or_missing_bytes_are_refused_naming_the_segment(tmp_path, damag
         read_segments(log.path, entries)
 
 
-@pytest.mark.parametrize("name", ["checkpoint.segments.", "checkpoint.segments.-1",
-                                  "checkpoint.segments.1/../x", "../checkpoint.segments.1",
-                                  "checkpoint.segments.99999999999"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "checkpoint.segments.",
+        "checkpoint.segments.-1",
+        "checkpoint.segments.1/../x",
+        "../checkpoint.segments.1",
+        "checkpoint.segments.99999999999",
+    ],
+)
 def test_only_segment_file_names_are_accepted(name):
     assert generation_of(name) is None

@@ -18,6 +18,7 @@ from tests.helpers import run_app
 
 pytestmark = pytest.mark.e2e  # stage 2: `make test-e2e`
 
+
 @pytest.fixture
 def superlink(tmp_path):
     """A simulation SuperLink on loopback with its own FLWR_HOME; yields (env, connection name)."""
@@ -29,10 +30,23 @@ def test_flwr_run_simulation_writes_results(superlink, tmp_path):
     env, connection = superlink
     out = tmp_path / "results"
     completed = subprocess.run(
-        [str(BIN / "flwr"), "run", ".", connection, "--stream",
-         "--federation-config", "num-supernodes=3 client-resources-num-cpus=1",
-         "--run-config", f"num-server-rounds=2 output-dir='{out}' run-name='sim'"],
-        cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=400, check=False,
+        [
+            str(BIN / "flwr"),
+            "run",
+            ".",
+            connection,
+            "--stream",
+            "--federation-config",
+            "num-supernodes=3 client-resources-num-cpus=1",
+            "--run-config",
+            f"num-server-rounds=2 output-dir='{out}' run-name='sim'",
+        ],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
     )
     log = completed.stdout + completed.stderr
     assert completed.returncode == 0, log[-3000:]
@@ -44,8 +58,9 @@ def test_flwr_run_simulation_writes_results(superlink, tmp_path):
     # determinism across engines: the in-process engine gives the same numbers, to the bit
     local = run_app(tmp_path / "local", 3, **{"num-server-rounds": 2}).rows
     keys = ("test_accuracy", "test_loss", "oracle_error", "failures", "participants")
-    assert ([{k: r[k] for k in keys if k in r} for r in metrics["rounds"]]
-            == [{k: r[k] for k in keys if k in r} for r in local])
+    assert [{k: r[k] for k in keys if k in r} for r in metrics["rounds"]] == [
+        {k: r[k] for k in keys if k in r} for r in local
+    ]
 
 
 def test_an_invalid_run_config_fails_the_run_before_training(superlink, tmp_path):
@@ -53,16 +68,35 @@ def test_an_invalid_run_config_fails_the_run_before_training(superlink, tmp_path
     run as failed (not completed), with the reason."""
     env, connection = superlink
     completed = subprocess.run(
-        [str(BIN / "flwr"), "run", ".", connection, "--stream",
-         "--federation-config", "num-supernodes=2 client-resources-num-cpus=1",
-         "--run-config", f"algorithm='fedfw' fedfw.radius=-1 output-dir='{tmp_path / 'results'}'"],
-        cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=400, check=False,
+        [
+            str(BIN / "flwr"),
+            "run",
+            ".",
+            connection,
+            "--stream",
+            "--federation-config",
+            "num-supernodes=2 client-resources-num-cpus=1",
+            "--run-config",
+            f"algorithm='fedfw' fedfw.radius=-1 output-dir='{tmp_path / 'results'}'",
+        ],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
     )
     log = completed.stdout + completed.stderr
     assert "Invalid run config: fedfw.radius=-1.0 is not valid" in log, log[-3000:]
     assert "[results]" not in log
-    listed = subprocess.run([str(BIN / "flwr"), "ls", connection, "--format", "json"],
-                            cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=60,
-                            check=False)
+    listed = subprocess.run(
+        [str(BIN / "flwr"), "ls", connection, "--format", "json"],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     runs = json.loads(listed.stdout)["runs"]
     assert [r["status"] for r in runs] == ["finished:failed"], listed.stdout

@@ -39,16 +39,24 @@ def bad_sites(folder):
     (folder / "5.csv").write_bytes((folder / "2.csv").read_bytes()[:-40] + b'"unclosed')
     good.drop(columns="species").to_csv(folder / "6.csv", index=False)
     good.assign(bill_length_mm=["long"] + list(good.bill_length_mm[1:])).to_csv(
-        folder / "7.csv", index=False)
+        folder / "7.csv", index=False
+    )
     good.assign(body_mass_g=[math.inf] + list(good.body_mass_g[1:])).to_csv(
-        folder / "8.csv", index=False)
+        folder / "8.csv", index=False
+    )
     good.iloc[:1].to_csv(folder / "9.csv", index=False)
     (folder / "2.csv").unlink()
     (folder / "3.csv").mkdir()
-    return {2: "2.csv: no such file", 3: "3.csv: a folder", 4: "4.csv: empty file",
-            5: "5.csv: unreadable CSV", 6: "6.csv: no column 'species'",
-            7: "column 'bill_length_mm' is categorical here but numeric at the other sites",
-            8: "'body_mass_g' holds an infinite value", 9: "9.csv: 1 row; a site needs at least 2"}
+    return {
+        2: "2.csv: no such file",
+        3: "3.csv: a folder",
+        4: "4.csv: empty file",
+        5: "5.csv: unreadable CSV",
+        6: "6.csv: no column 'species'",
+        7: "column 'bill_length_mm' is categorical here but numeric at the other sites",
+        8: "'body_mass_g' holds an infinite value",
+        9: "9.csv: 1 row; a site needs at least 2",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -64,19 +72,37 @@ def flwr_run(link, nodes: int, run_config: str) -> str:
     became of the run)."""
     env, connection, _ = link
     completed = subprocess.run(
-        [str(BIN / "flwr"), "run", ".", connection, "--stream",
-         "--federation-config", f"num-supernodes={nodes} client-resources-num-cpus=1",
-         "--run-config", run_config],
-        cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=500, check=False)
+        [
+            str(BIN / "flwr"),
+            "run",
+            ".",
+            connection,
+            "--stream",
+            "--federation-config",
+            f"num-supernodes={nodes} client-resources-num-cpus=1",
+            "--run-config",
+            run_config,
+        ],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=500,
+        check=False,
+    )
     return completed.stdout + completed.stderr
 
 
 def test_bad_sites_are_left_out_with_one_sentence_through_ray(tmp_path, link):
     folder, out = tmp_path / "sites", tmp_path / "results"
     expected = bad_sites(folder)
-    log = flwr_run(link, 10, f"task='site' data.label='species' data.categorical='sex' "
-                   f"dataset-path='{folder}/{{partition-id}}.csv' ffgb.learner='tree' "
-                   f"num-server-rounds=1 output-dir='{out}' run-name='sim'")
+    log = flwr_run(
+        link,
+        10,
+        f"task='site' data.label='species' data.categorical='sex' "
+        f"dataset-path='{folder}/{{partition-id}}.csv' ffgb.learner='tree' "
+        f"num-server-rounds=1 output-dir='{out}' run-name='sim'",
+    )
     engine_log = link[2].read_text()
     assert "[results] round 1/1" in log, log[-3000:]
     config = (out / "sim" / "config.json").read_text()
@@ -91,17 +117,25 @@ def test_bad_sites_are_left_out_with_one_sentence_through_ray(tmp_path, link):
     assert all(len(r) < 400 and "ClientAppException" not in r for r in reasons), reasons
     # the lines that report a node (the server's, and the node's own in Ray's output): the
     # engines' coloured prefixes, then our sentence, uncoloured
-    reported = [LEVEL.sub("", line) for line in log.splitlines()
-                if "left out" in line or "is refused" in line or "cannot answer" in line]
+    reported = [
+        LEVEL.sub("", line)
+        for line in log.splitlines()
+        if "left out" in line or "is refused" in line or "cannot answer" in line
+    ]
     assert len(reported) >= len(expected)
-    assert all("\x1b" not in line and "ClientAppException" not in line
-               for line in reported), reported
+    assert all("\x1b" not in line and "ClientAppException" not in line for line in reported), (
+        reported
+    )
 
 
 def test_a_diverging_run_fails_in_one_line_and_run_status_says_so(tmp_path, link):
     out = tmp_path / "results"
-    log = flwr_run(link, 3, "algorithm='fedavg' task='diabetes' learning-rate=5.0 "
-                   f"num-server-rounds=4 output-dir='{out}' run-name='div'")
+    log = flwr_run(
+        link,
+        3,
+        "algorithm='fedavg' task='diabetes' learning-rate=5.0 "
+        f"num-server-rounds=4 output-dir='{out}' run-name='div'",
+    )
     said = [LEVEL.sub("", line) for line in log.splitlines() if "diverged at round" in line]
     assert said and all("Traceback" not in line for line in said), log[-3000:]
     (health,) = [line for line in said if line.startswith("Run failed: diverged at round ")]
@@ -115,7 +149,13 @@ def test_a_diverging_run_fails_in_one_line_and_run_status_says_so(tmp_path, link
     env, connection, _ = link
     status = subprocess.run(
         [sys.executable, "-m", "server_app.run_status", "--output-dir", str(out), connection],
-        cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=120, check=False)
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert status.returncode == 1, status.stdout + status.stderr
     lines = status.stdout.splitlines()
     assert lines[0].endswith(": finished:failed") and lines[1] == f"results: {out / 'div'}"

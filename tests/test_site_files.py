@@ -16,12 +16,14 @@ from tasks.site_schema import CLASSIFICATION, REGRESSION, SiteSpec, site_facts
 
 PENGUIN_SPEC = SiteSpec(CLASSIFICATION, "species", categorical=("sex",))
 
-PENGUINS = pd.DataFrame({
-    "bill_length_mm": [39.1, 39.5, None, 46.5, 50.0],
-    "flipper_length_mm": [181, 186, 195, 210, 220],
-    "sex": ["male", "female", None, "female", "male"],
-    "species": ["Adelie", "Adelie", "Adelie", "Gentoo", "Chinstrap"],
-})
+PENGUINS = pd.DataFrame(
+    {
+        "bill_length_mm": [39.1, 39.5, None, 46.5, 50.0],
+        "flipper_length_mm": [181, 186, 195, 210, 220],
+        "sex": ["male", "female", None, "female", "male"],
+        "species": ["Adelie", "Adelie", "Adelie", "Gentoo", "Chinstrap"],
+    }
+)
 
 
 @pytest.fixture(autouse=True)
@@ -43,11 +45,14 @@ def test_a_site_file_gives_facts_and_no_rows(tmp_path, name):
     table = read_site_file(write(tmp_path, name))
     facts = site_facts(table, PENGUIN_SPEC)
     assert facts["rows"] == 5
-    assert facts["columns"] == {"bill_length_mm": NUMERIC, "flipper_length_mm": NUMERIC,
-                                "sex": CATEGORICAL, "species": CATEGORICAL}
+    assert facts["columns"] == {
+        "bill_length_mm": NUMERIC,
+        "flipper_length_mm": NUMERIC,
+        "sex": CATEGORICAL,
+        "species": CATEGORICAL,
+    }
     assert facts["ranges"]["flipper_length_mm"] == [181.0, 220.0]
-    assert facts["missing"] == {"bill_length_mm": 1, "flipper_length_mm": 0, "sex": 1,
-                                "species": 0}
+    assert facts["missing"] == {"bill_length_mm": 1, "flipper_length_mm": 0, "sex": 1, "species": 0}
     assert facts["categories"]["species"] == ["Adelie", "Chinstrap", "Gentoo"]
     assert "label-counts" not in facts  # only when the run asks
     text = json.dumps(facts)
@@ -93,7 +98,7 @@ def bad(tmp_path, what: str):
         return csv
     if what == "truncated parquet":
         data = write(tmp_path, "site.parquet").read_bytes()
-        (tmp_path / "cut.parquet").write_bytes(data[:len(data) // 2])
+        (tmp_path / "cut.parquet").write_bytes(data[: len(data) // 2])
         return tmp_path / "cut.parquet"
     if what == "unreadable csv":
         csv.write_bytes(b'a,b\n1,"2\n3,4\n')  # an unterminated quote
@@ -119,19 +124,22 @@ def bad(tmp_path, what: str):
     raise AssertionError(what)
 
 
-@pytest.mark.parametrize("what, message", [
-    ("missing file", "no such file"),
-    ("a folder", "a folder with no class sub-folders"),
-    ("empty file", "empty file"),
-    ("truncated parquet", "unreadable PARQUET"),
-    ("unreadable csv", "unreadable CSV"),
-    ("not utf-8", "unreadable CSV"),
-    ("infinity", "column 'a' holds an infinite value"),
-    ("unknown suffix", "unknown format '.xlsx'"),
-    ("duplicate columns", "column names must be unique"),
-    ("header only", "no rows"),
-    ("npz with other arrays", "expected arrays x and y"),
-])
+@pytest.mark.parametrize(
+    "what, message",
+    [
+        ("missing file", "no such file"),
+        ("a folder", "a folder with no class sub-folders"),
+        ("empty file", "empty file"),
+        ("truncated parquet", "unreadable PARQUET"),
+        ("unreadable csv", "unreadable CSV"),
+        ("not utf-8", "unreadable CSV"),
+        ("infinity", "column 'a' holds an infinite value"),
+        ("unknown suffix", "unknown format '.xlsx'"),
+        ("duplicate columns", "column names must be unique"),
+        ("header only", "no rows"),
+        ("npz with other arrays", "expected arrays x and y"),
+    ],
+)
 def test_a_bad_file_is_an_error_naming_the_file_and_the_problem(tmp_path, what, message):
     path = bad(tmp_path, what)
     with pytest.raises(SiteDataError, match=message) as caught:
@@ -141,21 +149,35 @@ def test_a_bad_file_is_an_error_naming_the_file_and_the_problem(tmp_path, what, 
 
 def test_a_file_over_the_limit_is_refused_before_it_is_read(tmp_path, monkeypatch):
     path = write(tmp_path, "site.csv")
-    monkeypatch.setitem(site_files._READERS, ".csv",
-                        lambda file: pytest.fail("read a file over the limit"))
+    monkeypatch.setitem(
+        site_files._READERS, ".csv", lambda file: pytest.fail("read a file over the limit")
+    )
     with pytest.raises(SiteDataError, match="more than the limit of 10 .*dataset-max-bytes"):
         read_site_file(path, max_bytes=10)
 
 
-@pytest.mark.parametrize("frame, label, message", [
-    (PENGUINS.drop(columns="species"), "species", "no column 'species'"),
-    (PENGUINS.assign(flipper_length_mm=["181", "x", "195", "210", "220"]), "species",
-     "column 'flipper_length_mm' must be numeric; row 1 holds 'x'"),
-    (PENGUINS.assign(species=["Adelie", None, "Adelie", "Gentoo", "Chinstrap"]), "species",
-     "label column 'species' is missing in 1 row"),
-])
+@pytest.mark.parametrize(
+    "frame, label, message",
+    [
+        (PENGUINS.drop(columns="species"), "species", "no column 'species'"),
+        (
+            PENGUINS.assign(flipper_length_mm=["181", "x", "195", "210", "220"]),
+            "species",
+            "column 'flipper_length_mm' must be numeric; row 1 holds 'x'",
+        ),
+        (
+            PENGUINS.assign(species=["Adelie", None, "Adelie", "Gentoo", "Chinstrap"]),
+            "species",
+            "label column 'species' is missing in 1 row",
+        ),
+    ],
+)
 def test_a_file_that_does_not_fit_the_schema_is_named(tmp_path, frame, label, message):
     table = read_site_file(write(tmp_path, "site.csv", frame))
     with pytest.raises(SiteDataError, match=message):
-        site_facts(table, SiteSpec(CLASSIFICATION, label, ("bill_length_mm", "flipper_length_mm",
-                                                           "sex"), ("sex",)))
+        site_facts(
+            table,
+            SiteSpec(
+                CLASSIFICATION, label, ("bill_length_mm", "flipper_length_mm", "sex"), ("sex",)
+            ),
+        )

@@ -19,8 +19,13 @@ from tasks.site_schema import CLASSIFICATION, SiteSpec, agree, site_facts
 from tasks.sites import write_image_sites
 from tests.helpers import run_app
 
-DIGITS = {"task": "site", "data.label": "y", "algorithm": "ffgb", "ffgb.learner": "tree",
-          "num-server-rounds": 2}
+DIGITS = {
+    "task": "site",
+    "data.label": "y",
+    "algorithm": "ffgb",
+    "ffgb.learner": "tree",
+    "num-server-rounds": 2,
+}
 
 
 @pytest.fixture(autouse=True)
@@ -78,12 +83,17 @@ def test_image_and_npz_sites_train_alike(digits, tmp_path):
     npz.mkdir()
     for p in range(3):
         as_npz(digits / str(p), npz / f"{p}.npz")
-    runs = [run_app(tmp_path / name, 3, **DIGITS, **{"dataset-path": template})
-            for name, template in [("images", f"{digits}/{{partition-id}}"),
-                                   ("npz", f"{npz}/{{partition-id}}.npz")]]
+    runs = [
+        run_app(tmp_path / name, 3, **DIGITS, **{"dataset-path": template})
+        for name, template in [
+            ("images", f"{digits}/{{partition-id}}"),
+            ("npz", f"{npz}/{{partition-id}}.npz"),
+        ]
+    ]
     columns = ["test_accuracy", "site0_test_accuracy", "site2_test_loss", "train_loss"]
-    assert [[row.get(c) for c in columns] for row in runs[0].rows] == \
-        [[row.get(c) for c in columns] for row in runs[1].rows]
+    assert [[row.get(c) for c in columns] for row in runs[0].rows] == [
+        [row.get(c) for c in columns] for row in runs[1].rows
+    ]
     assert runs[0].rows[-1]["test_accuracy"] > 0.5 and runs[0].rows[-1]["failures"] == 0
 
 
@@ -124,15 +134,26 @@ def bad_folders(root: Path) -> list[tuple[Path, dict, str]]:
     image(case("stray", "{folder}/notes.png: not a class folder") / "notes.png")
     (case("text", "{folder}/a/notes.txt: not an image file") / "a" / "notes.txt").write_text("x")
     (case("truncated", "{folder}/b/2.png: unreadable image") / "b" / "2.png").write_bytes(
-        (root / "stray" / "a" / "1.png").read_bytes()[:20])
-    image(case("sizes", "{folder}/b/2.png: 9x8, but {folder}/a/1.png is 8x8") / "b" / "2.png",
-          size=(9, 8))
-    image(case("huge", f"{{folder}}/a/0.png: 100x100 L, more than {MAX_VALUES} values")
-          / "a" / "0.png", size=(100, 100))
+        (root / "stray" / "a" / "1.png").read_bytes()[:20]
+    )
+    image(
+        case("sizes", "{folder}/b/2.png: 9x8, but {folder}/a/1.png is 8x8") / "b" / "2.png",
+        size=(9, 8),
+    )
+    image(
+        case("huge", f"{{folder}}/a/0.png: 100x100 L, more than {MAX_VALUES} values")
+        / "a"
+        / "0.png",
+        size=(100, 100),
+    )
     (case("empty", "{folder}: no images in its class folders", good=False) / "a").mkdir(
-        parents=True)
-    case("bytes", "bytes, more than the limit of 100 (node config dataset-max-bytes)",
-         {"dataset-max-bytes": 100})
+        parents=True
+    )
+    case(
+        "bytes",
+        "bytes, more than the limit of 100 (node config dataset-max-bytes)",
+        {"dataset-max-bytes": 100},
+    )
     return cases
 
 
@@ -145,10 +166,12 @@ def test_each_fault_of_an_image_folder_names_the_file(tmp_path):
 
 def test_a_bad_image_folder_leaves_its_site_out_and_the_run_goes_on(digits, tmp_path):
     for folder, node_config, reason in bad_folders(tmp_path / "bad")[2:4]:
-        run = run_app(tmp_path / folder.name, 3,
-                      [{}, {}, {"dataset-path": str(folder), **node_config}],
-                      **{**DIGITS, "num-server-rounds": 1,
-                         "dataset-path": f"{digits}/{{partition-id}}"})
+        run = run_app(
+            tmp_path / folder.name,
+            3,
+            [{}, {}, {"dataset-path": str(folder), **node_config}],
+            **{**DIGITS, "num-server-rounds": 1, "dataset-path": f"{digits}/{{partition-id}}"},
+        )
         record = json.loads((run.out_dir / "config.json").read_text())["sites"]
         assert record["partitions"] == [0, 1]
         (left_out,) = record["left-out"].values()

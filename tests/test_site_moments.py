@@ -38,8 +38,14 @@ from tasks.sites import write_sites
 from tests.helpers import run_app
 
 HOSTILE = 2
-PENGUINS = {"task": "site", "data.label": "species", "data.categorical": "sex",
-            "algorithm": "ffgb", "ffgb.learner": "tree", "num-server-rounds": 2}
+PENGUINS = {
+    "task": "site",
+    "data.label": "species",
+    "data.categorical": "sex",
+    "algorithm": "ffgb",
+    "ffgb.learner": "tree",
+    "num-server-rounds": 2,
+}
 SPEC = SiteSpec(CLASSIFICATION, "species", categorical=("sex",))
 
 
@@ -64,10 +70,12 @@ def poisoned(moments: dict, column: str, triple) -> dict:
 
 MASS = "body_mass_g"
 POISONS = [  # (the moments of body_mass_g given its honest [count, sum, sum of squares], fault)
-    (lambda n, s, q: [n, 1e300, q], "mean 1.961e+298 outside the range [2900, 4700] it "
-     "reported"),
-    (lambda n, s, q: [n, s, 1e300], "variance 1.961e+298 outside [0, 8.1e+05], what values in "
-     "the range [2900, 4700] it reported can have"),
+    (lambda n, s, q: [n, 1e300, q], "mean 1.961e+298 outside the range [2900, 4700] it reported"),
+    (
+        lambda n, s, q: [n, s, 1e300],
+        "variance 1.961e+298 outside [0, 8.1e+05], what values in "
+        "the range [2900, 4700] it reported can have",
+    ),
     (lambda n, s, q: [n, s * 1e6, q * 1e12], "mean 3.706e+09 outside the range [2900, 4700]"),
     (lambda n, s, q: [0, s, q], "sums 189025 and 7.10503e+08 over 0 values"),
     (lambda n, s, q: [n, s, s * s / n * 0.5], "variance -6.869e+06 outside [0, 8.1e+05]"),
@@ -106,10 +114,12 @@ def test_a_poisoned_regression_label_is_refused(tmp_path):
     schema = agree(spec, facts).schema
     moments = honest_moments(tmp_path, 0, schema)
     count, first, second = moments["target"]
-    for triple, fault in (([count, first * 100, second * 1e4], "mean"),
-                          ([count, first, second * 50], "variance"),
-                          ([count, first, first * first / count * 0.9], "variance -"),
-                          ([count - 1, first, second], "a count other than its rows")):
+    for triple, fault in (
+        ([count, first * 100, second * 1e4], "mean"),
+        ([count, first, second * 50], "variance"),
+        ([count, first, first * first / count * 0.9], "variance -"),
+        ([count - 1, first, second], "a count other than its rows"),
+    ):
         with pytest.raises(SiteDataError, match=fault):
             check_moments({**moments, "target": triple}, schema, facts[0])
 
@@ -120,37 +130,47 @@ def moments_client(change):
 
     def app(message: Message, context) -> Message:  # noqa: ANN001
         reply = client_app(message, context)
-        if (message.metadata.message_type == QUERY_MOMENTS and not reply.has_error()
-                and context.node_config[PARTITION_ID] == HOSTILE and SITE in reply.content):
+        if (
+            message.metadata.message_type == QUERY_MOMENTS
+            and not reply.has_error()
+            and context.node_config[PARTITION_ID] == HOSTILE
+            and SITE in reply.content
+        ):
             moments = change(json.loads(reply.content[SITE][SITE_MOMENTS]))
-            return Message(RecordDict({SITE: ConfigRecord({SITE_MOMENTS: json.dumps(moments)})}),
-                           reply_to=message)
+            return Message(
+                RecordDict({SITE: ConfigRecord({SITE_MOMENTS: json.dumps(moments)})}),
+                reply_to=message,
+            )
         return reply
 
     return app
 
 
 @pytest.mark.parametrize("poison, fault", POISONS[:3])
-def test_the_poisoned_site_is_left_out_and_the_others_standardise_as_alone(tmp_path, penguins,
-                                                                          poison, fault):
+def test_the_poisoned_site_is_left_out_and_the_others_standardise_as_alone(
+    tmp_path, penguins, poison, fault
+):
     """The run of issue 35 (a sum of 1e300 made every node fail every round, at chance) now
     leaves the poisoned site out before round 1 and trains on the others' schema."""
     client = moments_client(lambda m: poisoned(m, MASS, poison(*m["numeric"][MASS])))
-    run = run_app(tmp_path, 3, client=client,
-                  **{**PENGUINS, "dataset-path": f"{penguins}/{{partition-id}}.csv"})
+    run = run_app(
+        tmp_path,
+        3,
+        client=client,
+        **{**PENGUINS, "dataset-path": f"{penguins}/{{partition-id}}.csv"},
+    )
     record = json.loads((run.out_dir / "config.json").read_text())["sites"]
     (reason,) = record["left-out"].values()
-    assert reason.startswith(f"its query.moments answer was refused: moments of '{MASS}': "
-                             + fault.split(" ")[0])  # its training rows' figures, then the range
+    assert reason.startswith(
+        f"its query.moments answer was refused: moments of '{MASS}': " + fault.split(" ")[0]
+    )  # its training rows' figures, then the range
     assert "the range [2900, 4700] it reported" in reason and record["partitions"] == [0, 1]
     honest = {p: facts_of(penguins, p) for p in range(2)}  # what the two alone agree
     schema = agree(SPEC, honest).schema
     # their training rows: the share the node holds out for testing is not summed
     alone = with_moments(schema, {p: moments_from_run(run, p, schema) for p in range(2)})
-    mass = next(c for c in Schema.from_json(json.dumps(record["schema"])).columns
-                if c.name == MASS)
-    assert (mass.mean, mass.std) == next((c.mean, c.std) for c in alone.columns
-                                         if c.name == MASS)
+    mass = next(c for c in Schema.from_json(json.dumps(record["schema"])).columns if c.name == MASS)
+    assert (mass.mean, mass.std) == next((c.mean, c.std) for c in alone.columns if c.name == MASS)
     assert run.rows[-1]["failures"] == 0 and run.rows[-1]["test_accuracy"] > 0.8
 
 
@@ -163,8 +183,9 @@ def moments_from_run(run, partition: int, schema: Schema) -> dict:
     context = run.grid.contexts[node]
     setup = node_setup(context)
     table = read_own(setup.node_config, setup.settings.dataset_path, partition)
-    rows, _ = training_rows(table, setup.node_config, setup.site_share, partition,
-                            setup.settings.seed)
+    rows, _ = training_rows(
+        table, setup.node_config, setup.site_share, partition, setup.settings.seed
+    )
     return json.loads(json.dumps(site_moments(table, schema, rows)))
 
 
@@ -194,23 +215,28 @@ def milligrams(tmp_path, mixed):
     return mixed
 
 
-def test_a_site_in_other_units_is_warned_of_and_refused_under_strict(tmp_path, milligrams,
-                                                                    caplog):
+def test_a_site_in_other_units_is_warned_of_and_refused_under_strict(tmp_path, milligrams, caplog):
     caplog.set_level(logging.WARNING, logger="flwr")
-    config = {**PENGUINS, "dataset-path": f"{milligrams}/{{partition-id}}.csv",
-              "num-server-rounds": 1}
+    config = {
+        **PENGUINS,
+        "dataset-path": f"{milligrams}/{{partition-id}}.csv",
+        "num-server-rounds": 1,
+    }
     warned = sites_of(run_app(tmp_path / "warn", 3, **config))
     mass = [w for w in warned["warnings"] if MASS in w]
-    assert len(mass) == 1 and "(partition 2): column 'body_mass_g' has median |value| 3.925e+09 " \
-        "here against 4300 at the other sites (their median), more than " \
-        "data.scale-factor=1000 times apart: another unit?" in mass[0]
+    assert (
+        len(mass) == 1
+        and "(partition 2): column 'body_mass_g' has median |value| 3.925e+09 "
+        "here against 4300 at the other sites (their median), more than "
+        "data.scale-factor=1000 times apart: another unit?"
+        in mass[0]
+    )
     assert warned["partitions"] == [0, 1, 2] and mass[0] in caplog.text
     strict = sites_of(run_app(tmp_path / "strict", 3, **config, **{"data.strict": True}))
     assert strict["partitions"] == [0, 1]
     (reason,) = strict["left-out"].values()
     assert "column 'body_mass_g' has median |value|" in reason and "data.strict=true" in reason
-    relaxed = sites_of(run_app(tmp_path / "relaxed", 3, **config,
-                               **{"data.scale-factor": 1e7}))
+    relaxed = sites_of(run_app(tmp_path / "relaxed", 3, **config, **{"data.scale-factor": 1e7}))
     assert not [w for w in relaxed["warnings"] if MASS in w]
 
 
@@ -220,12 +246,13 @@ def test_a_label_only_one_site_holds_is_warned_of_and_refused_under_strict(tmp_p
     frame = pd.read_csv(folder / f"{HOSTILE}.csv")
     frame.loc[frame.index[:10], "species"] = "Emperor"
     frame.to_csv(folder / f"{HOSTILE}.csv", index=False)
-    config = {**PENGUINS, "dataset-path": f"{folder}/{{partition-id}}.csv",
-              "num-server-rounds": 1}
+    config = {**PENGUINS, "dataset-path": f"{folder}/{{partition-id}}.csv", "num-server-rounds": 1}
     warned = sites_of(run_app(tmp_path / "warn", 3, **config))
     (warning,) = warned["warnings"]
-    assert warning.endswith("(partition 2): the label 'Emperor' is held by no other site (it "
-                            "becomes a class for every site)")
+    assert warning.endswith(
+        "(partition 2): the label 'Emperor' is held by no other site (it "
+        "becomes a class for every site)"
+    )
     assert warned["schema"]["classes"] == ["Adelie", "Chinstrap", "Emperor", "Gentoo"]
     strict = sites_of(run_app(tmp_path / "strict", 3, **config, **{"data.strict": True}))
     assert strict["schema"]["classes"] == ["Adelie", "Chinstrap", "Gentoo"]
@@ -236,20 +263,26 @@ def test_a_label_only_one_site_holds_is_warned_of_and_refused_under_strict(tmp_p
 
 # -- the property: refused, or finite positive scales ------------------------------------------
 BIG = st.floats(-1e300, 1e300, allow_nan=False) | st.sampled_from(
-    [0.0, -0.0, 1e-300, 5e-324, 1e100, -1e100, 1e200, math.inf, -math.inf, math.nan])
+    [0.0, -0.0, 1e-300, 5e-324, 1e100, -1e100, 1e200, math.inf, -math.inf, math.nan]
+)
 
 
 @st.composite
 def site(draw, hostile: bool):
     """One site's checked facts and its moments for a numeric column x: honest ones from drawn
     values, or with the triple (and the rows) drawn freely."""
-    values = draw(st.lists(st.floats(-1e6, 1e6, allow_nan=False, width=32), min_size=1,
-                           max_size=30))
+    values = draw(
+        st.lists(st.floats(-1e6, 1e6, allow_nan=False, width=32), min_size=1, max_size=30)
+    )
     frame = pd.DataFrame({"x": values, "y": np.arange(len(values), dtype=float)})
-    facts = {"rows": len(values), "columns": {"x": "numeric", "y": "numeric"},
-             "ranges": {"x": [min(values), max(values)], "y": [0.0, len(values) - 1.0]},
-             "scales": {n: float(np.median(np.abs(frame[n]))) for n in ("x", "y")},
-             "missing": {"x": 0, "y": 0}, "categories": {}}
+    facts = {
+        "rows": len(values),
+        "columns": {"x": "numeric", "y": "numeric"},
+        "ranges": {"x": [min(values), max(values)], "y": [0.0, len(values) - 1.0]},
+        "scales": {n: float(np.median(np.abs(frame[n]))) for n in ("x", "y")},
+        "missing": {"x": 0, "y": 0},
+        "categories": {},
+    }
     array = frame["x"].to_numpy(np.float64)
     triple = [float(len(values)), float(array.sum()), float(np.square(array).sum())]
     target = [float(len(values)), float(frame["y"].sum()), float(np.square(frame["y"]).sum())]
@@ -285,6 +318,5 @@ def test_the_agreement_refuses_a_node_or_gives_finite_positive_scales(sites):
             if sum(accepted[n]["numeric"][column.name][0] for n in accepted):  # any value
                 low = min(facts[n]["ranges"][column.name][0] for n in accepted)
                 high = max(facts[n]["ranges"][column.name][1] for n in accepted)
-                assert low - 1e-6 * abs(low) - 1e-9 <= column.mean <= \
-                    high + 1e-6 * abs(high) + 1e-9
+                assert low - 1e-6 * abs(low) - 1e-9 <= column.mean <= high + 1e-6 * abs(high) + 1e-9
         assert all(math.isfinite(v) for v in fitted.target) and fitted.target[1] > 0

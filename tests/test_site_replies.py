@@ -25,19 +25,40 @@ from tasks.sites import write_sites
 from testing.inprocess_grid import LocalGrid, run_config
 
 HOSTILE = 2  # the partition whose facts are mutated
-FIELDS = ("rows", "columns", "ranges", "scales", "missing", "categories", "test-rows",
-          "label-counts", "extra")
-ANY_VALUE = st.one_of(st.none(), st.booleans(), st.integers(-5, 2 * 10**9),
-                      st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=4),
-                      st.lists(st.integers(-2, 400), max_size=3), st.just({}))
+FIELDS = (
+    "rows",
+    "columns",
+    "ranges",
+    "scales",
+    "missing",
+    "categories",
+    "test-rows",
+    "label-counts",
+    "extra",
+)
+ANY_VALUE = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 2 * 10**9),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=4),
+    st.lists(st.integers(-2, 400), max_size=3),
+    st.just({}),
+)
 
 
 @pytest.fixture(scope="module")
 def config(tmp_path_factory):
     folder = tmp_path_factory.mktemp("penguins")
     write_sites("penguins", folder)
-    return run_config(**{"task": "site", "data.label": "species", "data.categorical": "sex",
-                         "dataset-path": f"{folder}/{{partition-id}}.csv"})
+    return run_config(
+        **{
+            "task": "site",
+            "data.label": "species",
+            "data.categorical": "sex",
+            "dataset-path": f"{folder}/{{partition-id}}.csv",
+        }
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -65,21 +86,29 @@ def hostile_client(change):
 
     def app(message: Message, context) -> Message:  # noqa: ANN001
         reply = client_app(message, context)
-        if (message.metadata.message_type == QUERY_FACTS
-                and context.node_config[PARTITION_ID] == HOSTILE and not reply.has_error()):
+        if (
+            message.metadata.message_type == QUERY_FACTS
+            and context.node_config[PARTITION_ID] == HOSTILE
+            and not reply.has_error()
+        ):
             return Message(change(reply.content), reply_to=message)
         return reply
 
     return app
 
 
-@settings(max_examples=40, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.data())
 def test_a_mutated_facts_reply_is_accepted_when_valid_and_otherwise_a_missing_one(config, data):
     spec = RunSettings.from_run_config(config).site
-    honest = {p: site_facts(read_site_file(config["dataset-path"].replace(
-        "{partition-id}", str(p))), spec) for p in range(3)}
+    honest = {
+        p: site_facts(
+            read_site_file(config["dataset-path"].replace("{partition-id}", str(p))), spec
+        )
+        for p in range(3)
+    }
     kind = data.draw(st.sampled_from(["facts", "partition", "record", "json"]))
     facts = mutated(honest[HOSTILE], data.draw) if kind == "facts" else honest[HOSTILE]
     partition = data.draw(ANY_VALUE) if kind == "partition" else HOSTILE
@@ -107,11 +136,15 @@ def test_a_mutated_facts_reply_is_accepted_when_valid_and_otherwise_a_missing_on
         reason = agreement.left_out[node]
         # the reason says what was wrong with the answer, not only that it was unusable
         refused = "its query.facts answer was refused: "
-        assert (reason.startswith(refused) and len(reason) > len(refused)
-                or "is served by node" in reason), reason
+        assert (
+            reason.startswith(refused)
+            and len(reason) > len(refused)
+            or "is served by node" in reason
+        ), reason
         expected = agree(spec, {p: honest[p] for p in range(2)}).schema
-        assert [(c.name, c.categories) for c in agreement.schema.columns] == \
-            [(c.name, c.categories) for c in expected.columns]
+        assert [(c.name, c.categories) for c in agreement.schema.columns] == [
+            (c.name, c.categories) for c in expected.columns
+        ]
         assert agreement.schema.classes == expected.classes
         assert sorted(agreement.partitions.values()) == [0, 1]
     else:  # valid facts (a node may report any rows within bounds) are agreed like any

@@ -20,8 +20,14 @@ from testing.inprocess_grid import LocalGrid, run_config, server_context
 from tests.helpers import RUN_NAME
 from tests.test_checkpoints import assert_resumed_equals, crashed_before, rows_of
 
-PENGUINS = {"task": "site", "data.label": "species", "data.categorical": "sex",
-            "algorithm": "fedavg", "num-server-rounds": 4, "fraction-train": 0.67}
+PENGUINS = {
+    "task": "site",
+    "data.label": "species",
+    "data.categorical": "sex",
+    "algorithm": "fedavg",
+    "num-server-rounds": 4,
+    "fraction-train": 0.67,
+}
 
 
 @pytest.fixture(autouse=True)
@@ -31,8 +37,14 @@ def fresh_caches():
 
 
 def config_for(out, sites) -> dict:
-    return run_config(**{"output-dir": str(out), "run-name": RUN_NAME, **PENGUINS,
-                         "dataset-path": f"{sites}/{{partition-id}}.csv"})
+    return run_config(
+        **{
+            "output-dir": str(out),
+            "run-name": RUN_NAME,
+            **PENGUINS,
+            "dataset-path": f"{sites}/{{partition-id}}.csv",
+        }
+    )
 
 
 def sites_record(out) -> dict:

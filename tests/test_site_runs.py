@@ -15,12 +15,24 @@ from tasks import site_files
 from tasks.sites import write_sites
 from tests.helpers import run_app
 
-PENGUINS = {"task": "site", "data.label": "species", "data.categorical": "sex",
-            "num-server-rounds": 2}
+PENGUINS = {
+    "task": "site",
+    "data.label": "species",
+    "data.categorical": "sex",
+    "num-server-rounds": 2,
+}
 FAMILIES = [
-    ("ffgb", {"ffgb.learner": "tree"}), ("ffgb", {}), ("ffgb-c", {"ffgb.learner": "tree"}),
-    ("fedfw", {}), ("fedavg", {}), ("fedprox", {}), ("feddr", {}), ("fedavg-proj", {}),
-    ("fedfun", {"fedfun.local-steps": 5}), ("fedxgb-bagging", {}), ("fedxgb-cyclic", {}),
+    ("ffgb", {"ffgb.learner": "tree"}),
+    ("ffgb", {}),
+    ("ffgb-c", {"ffgb.learner": "tree"}),
+    ("fedfw", {}),
+    ("fedavg", {}),
+    ("fedprox", {}),
+    ("feddr", {}),
+    ("fedavg-proj", {}),
+    ("fedfun", {"fedfun.local-steps": 5}),
+    ("fedxgb-bagging", {}),
+    ("fedxgb-cyclic", {}),
 ]
 
 
@@ -30,22 +42,33 @@ def fresh_cache():
 
 
 def site_run(tmp_path, folder, node_configs=None, **overrides):
-    return run_app(tmp_path, 3, node_configs,
-                   **{**PENGUINS, "dataset-path": f"{folder}/{{partition-id}}.csv", **overrides})
+    return run_app(
+        tmp_path,
+        3,
+        node_configs,
+        **{**PENGUINS, "dataset-path": f"{folder}/{{partition-id}}.csv", **overrides},
+    )
 
 
 def sites_record(run) -> dict:
     return json.loads((run.out_dir / "config.json").read_text())["sites"]
 
 
-@pytest.mark.parametrize("algorithm, keys", FAMILIES, ids=[f"{a}-{k.get('ffgb.learner', '')}"
-                                                           for a, k in FAMILIES])
+@pytest.mark.parametrize(
+    "algorithm, keys", FAMILIES, ids=[f"{a}-{k.get('ffgb.learner', '')}" for a, k in FAMILIES]
+)
 def test_every_family_trains_on_the_sites_files(tmp_path, penguins, algorithm, keys):
     run = site_run(tmp_path, penguins, algorithm=algorithm, **keys)
     record = sites_record(run)
     assert record["partitions"] == [0, 1, 2] and record["left-out"] == {}
     assert [c["name"] for c in record["schema"]["columns"]] == [
-        "bill_depth_mm", "bill_length_mm", "body_mass_g", "flipper_length_mm", "sex", "year"]
+        "bill_depth_mm",
+        "bill_length_mm",
+        "body_mass_g",
+        "flipper_length_mm",
+        "sex",
+        "year",
+    ]
     assert record["schema"]["classes"] == ["Adelie", "Chinstrap", "Gentoo"]
     last = run.rows[-1]
     accuracy = last.get("test_accuracy", last.get("test_accuracy_mean"))
@@ -67,8 +90,9 @@ def test_columns_in_another_order_change_nothing(tmp_path, penguins):
         frame[list(reversed(frame.columns))].to_csv(shuffled / f"{pid}.csv", index=False)
     again = site_run(tmp_path / "b", shuffled, algorithm="ffgb", **{"ffgb.learner": "tree"})
     keep = ("test_loss", "test_accuracy", "train_loss")
-    assert [{k: r.get(k) for k in keep} for r in first.rows] == \
-        [{k: r.get(k) for k in keep} for r in again.rows]
+    assert [{k: r.get(k) for k in keep} for r in first.rows] == [
+        {k: r.get(k) for k in keep} for r in again.rows
+    ]
 
 
 def bad_inputs(tmp_path, penguins):
@@ -76,7 +100,9 @@ def bad_inputs(tmp_path, penguins):
     good = pd.read_csv(penguins / "2.csv")
     truncated = (penguins / "2.csv").read_bytes()[:-40] + b'"unclosed'
     write = {
-        "empty.csv": b"", "truncated.csv": truncated, "broken.parquet": b"PAR1 not parquet",
+        "empty.csv": b"",
+        "truncated.csv": truncated,
+        "broken.parquet": b"PAR1 not parquet",
     }
     for name, data in write.items():
         (tmp_path / name).write_bytes(data)
@@ -97,21 +123,29 @@ def bad_inputs(tmp_path, penguins):
         ({"dataset-path": str(tmp_path / "truncated.csv")}, "truncated.csv: unreadable CSV"),
         ({"dataset-path": str(tmp_path / "broken.parquet")}, "broken.parquet: unreadable PARQUET"),
         ({"dataset-path": str(tmp_path / "nolabel.csv")}, "nolabel.csv: no column 'species'"),
-        ({"dataset-path": str(tmp_path / "text.csv")},
-         "column 'bill_length_mm' is categorical here but numeric at the other sites"),
+        (
+            {"dataset-path": str(tmp_path / "text.csv")},
+            "column 'bill_length_mm' is categorical here but numeric at the other sites",
+        ),
         ({"dataset-path": str(tmp_path / "inf.csv")}, "'body_mass_g' holds an infinite value"),
         ({"dataset-path": str(tmp_path / "one.csv")}, "one.csv: 1 row; a site needs at least 2"),
-        ({"dataset-test-path": str(tmp_path / "unseen.csv")},
-         "'species' holds 'Emperor', which is not one of the agreed values"),
+        (
+            {"dataset-test-path": str(tmp_path / "unseen.csv")},
+            "'species' holds 'Emperor', which is not one of the agreed values",
+        ),
         ({"dataset-max-bytes": 100}, "more than the limit of 100 (node config dataset-max-bytes)"),
     ]
 
 
-def test_each_bad_input_leaves_its_site_out_with_a_reason_and_the_run_goes_on(tmp_path,
-                                                                             penguins):
+def test_each_bad_input_leaves_its_site_out_with_a_reason_and_the_run_goes_on(tmp_path, penguins):
     for case, (node_config, reason) in enumerate(bad_inputs(tmp_path, penguins)):
-        run = site_run(tmp_path / f"run{case}", penguins, [{}, {}, node_config],
-                       algorithm="ffgb", **{"ffgb.learner": "tree", "num-server-rounds": 1})
+        run = site_run(
+            tmp_path / f"run{case}",
+            penguins,
+            [{}, {}, node_config],
+            algorithm="ffgb",
+            **{"ffgb.learner": "tree", "num-server-rounds": 1},
+        )
         record = sites_record(run)
         assert record["partitions"] == [0, 1], node_config
         (left_out,) = record["left-out"].values()
@@ -123,10 +157,20 @@ def test_each_bad_input_leaves_its_site_out_with_a_reason_and_the_run_goes_on(tm
 def test_a_regression_site_table_reports_each_sites_error(tmp_path):
     folder = tmp_path / "cars"
     write_sites("cars", folder)
-    run = run_app(tmp_path / "run", 3, None, task="site", algorithm="ffgb-l",
-                  **{"data.kind": "regression", "data.label": "Miles_per_Gallon",
-                     "dataset-path": f"{folder}/{{partition-id}}.csv", "num-server-rounds": 2,
-                     "ffgb.oracle-steps": 50})
+    run = run_app(
+        tmp_path / "run",
+        3,
+        None,
+        task="site",
+        algorithm="ffgb-l",
+        **{
+            "data.kind": "regression",
+            "data.label": "Miles_per_Gallon",
+            "dataset-path": f"{folder}/{{partition-id}}.csv",
+            "num-server-rounds": 2,
+            "ffgb.oracle-steps": 50,
+        },
+    )
     record = sites_record(run)
     assert record["partitions"] == [0, 1, 2] and record["schema"]["classes"] == []
     mean, std = record["schema"]["target"]

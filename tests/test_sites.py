@@ -11,10 +11,13 @@ from tasks.site_schema import CLASSIFICATION, REGRESSION, SiteSpec, site_facts
 from tasks.sites import TABLES, write_sites
 
 
-@pytest.mark.parametrize("name, rows, label, kind", [
-    ("penguins", {"Biscoe": 168, "Dream": 124, "Torgersen": 52}, "species", CLASSIFICATION),
-    ("cars", {"Europe": 70, "Japan": 79, "USA": 249}, "Miles_per_Gallon", REGRESSION),
-])
+@pytest.mark.parametrize(
+    "name, rows, label, kind",
+    [
+        ("penguins", {"Biscoe": 168, "Dream": 124, "Torgersen": 52}, "species", CLASSIFICATION),
+        ("cars", {"Europe": 70, "Japan": 79, "USA": 249}, "Miles_per_Gallon", REGRESSION),
+    ],
+)
 def test_each_site_file_holds_its_sites_rows_and_reads_back(tmp_path, name, rows, label, kind):
     assert write_sites(name, tmp_path) == rows
     manifest = json.loads((tmp_path / "sites.json").read_text())
@@ -22,8 +25,9 @@ def test_each_site_file_holds_its_sites_rows_and_reads_back(tmp_path, name, rows
     assert {site: s["rows"] for site, s in manifest["sites"].items()} == rows
     assert [s["partition-id"] for s in manifest["sites"].values()] == [0, 1, 2]
     spec = SiteSpec(kind, label, categorical=TABLES[name].categorical)
-    facts = {site: site_facts(read_site_file(tmp_path / f"{i}.csv"), spec)
-             for i, site in enumerate(rows)}
+    facts = {
+        site: site_facts(read_site_file(tmp_path / f"{i}.csv"), spec) for i, site in enumerate(rows)
+    }
     assert {site: f["rows"] for site, f in facts.items()} == rows
     for f in facts.values():  # the site column is gone; every site has the same columns
         assert set(f["columns"]) == set(facts[next(iter(rows))]["columns"])

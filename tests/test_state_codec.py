@@ -56,8 +56,10 @@ class Counter:
     count: int
 
     def to_records(self) -> dict[str, ConfigRecord | ArrayRecord]:
-        return {"": ConfigRecord({"count": self.count}),
-                "arrays": ArrayRecord({"ones": Array(np.ones(self.count))})}
+        return {
+            "": ConfigRecord({"count": self.count}),
+            "arrays": ArrayRecord({"ones": Array(np.ones(self.count))}),
+        }
 
     @classmethod
     def from_records(cls, records: Mapping[str, Any], context: Mapping[str, Any]) -> Counter:
@@ -100,11 +102,25 @@ class State:
 
 def example() -> State:
     return State(
-        rounds=3, rate=0.25, name="x", on=True, maybe=7, nothing=None, ids=(1, 2), words=[],
-        shares=(0.5, 1.5), box=np.arange(4.0), loose=np.array([np.inf, 1.0]), absent=None,
-        model=params(0), by_position={0: params(1), 1: params(2)},
-        inner=Inner(False, None, np.arange(6, dtype=np.int64).reshape(3, 2)), no_inner=None,
-        counter=Counter(3), wild=float("nan"))
+        rounds=3,
+        rate=0.25,
+        name="x",
+        on=True,
+        maybe=7,
+        nothing=None,
+        ids=(1, 2),
+        words=[],
+        shares=(0.5, 1.5),
+        box=np.arange(4.0),
+        loose=np.array([np.inf, 1.0]),
+        absent=None,
+        model=params(0),
+        by_position={0: params(1), 1: params(2)},
+        inner=Inner(False, None, np.arange(6, dtype=np.int64).reshape(3, 2)),
+        no_inner=None,
+        counter=Counter(3),
+        wild=float("nan"),
+    )
 
 
 def through_flower(records: Mapping[str, Any]) -> RecordDict:
@@ -136,15 +152,26 @@ def assert_equal(a: object, b: object) -> None:
 def test_every_field_type_survives_records_and_flowers_serialisation():
     state = example()
     records = encode_state(state, CONTEXT)
-    assert set(records) == {"state", "arrays", "model", "by-position", "inner", "inner-arrays",
-                            "counter", "counter-arrays"}  # no_inner is None: no records
+    assert set(records) == {
+        "state",
+        "arrays",
+        "model",
+        "by-position",
+        "inner",
+        "inner-arrays",
+        "counter",
+        "counter-arrays",
+    }  # no_inner is None: no records
     assert_equal(decode_state(State, through_flower(records), CONTEXT), state)
 
 
 def test_optional_fields_hold_values_too():
     state = example()
-    state.nothing, state.absent, state.no_inner = 2.5, np.zeros(1), Inner(True, "y", np.zeros(
-        (0, 2), np.int64))
+    state.nothing, state.absent, state.no_inner = (
+        2.5,
+        np.zeros(1),
+        Inner(True, "y", np.zeros((0, 2), np.int64)),
+    )
     assert_equal(decode_state(State, through_flower(encode_state(state, CONTEXT)), CONTEXT), state)
 
 
@@ -166,8 +193,12 @@ class Colliding:
 
 def test_numpy_scalars_are_written_as_python_scalars():
     state = example()
-    state.rounds, state.rate, state.on, state.shares = np.int64(3), np.float32(0.5), np.True_, (
-        np.float64(1.5),)
+    state.rounds, state.rate, state.on, state.shares = (
+        np.int64(3),
+        np.float32(0.5),
+        np.True_,
+        (np.float64(1.5),),
+    )
     again = decode_state(State, through_flower(encode_state(state, CONTEXT)), CONTEXT)
     assert (again.rounds, again.rate, again.on, again.shares) == (3, 0.5, True, (1.5,))
     assert [type(v) for v in (again.rounds, again.rate, again.on)] == [int, float, bool]
@@ -178,8 +209,13 @@ def test_types_the_codec_does_not_know_and_colliding_records_are_refused_when_en
         encode_state(Unknown({1}))
     with pytest.raises(TypeError, match="mirror-sum"):
         encode_state(Colliding(Sum(params(0)), params(1)), CONTEXT)
-    for field_name, value in (("rounds", True), ("on", 1), ("ids", (1, True)), ("name", 3),
-                              ("box", np.arange(4, dtype=np.float32))):
+    for field_name, value in (
+        ("rounds", True),
+        ("on", 1),
+        ("ids", (1, True)),
+        ("name", 3),
+        ("box", np.arange(4, dtype=np.float32)),
+    ):
         state = example()
         setattr(state, field_name, value)
         with pytest.raises(TypeError, match=field_name):
@@ -205,8 +241,7 @@ def config_with(records: dict[str, Any], key: str, **changes: Any) -> dict[str, 
     return records
 
 
-def arrays_with(records: dict[str, Any], key: str, **changes: np.ndarray | None
-                ) -> dict[str, Any]:
+def arrays_with(records: dict[str, Any], key: str, **changes: np.ndarray | None) -> dict[str, Any]:
     arrays = {k: a.numpy() for k, a in records[key].items()}
     arrays.update(changes)
     records[key] = ArrayRecord({k: Array(v) for k, v in arrays.items() if v is not None})
@@ -228,10 +263,20 @@ def test_a_missing_key_names_its_field():
     refused(arrays_with(records_of(), "arrays", box=None), "box", "missing")
 
 
-@pytest.mark.parametrize("key, value, name", [
-    ("rounds", 3.0, "rounds"), ("rounds", True, "rounds"), ("on", 1, "on"), ("rate", "0.2", "rate"),
-    ("name", 1, "name"), ("ids", 3, "ids"), ("ids", [1.5], "ids"), ("shares", ["a"], "shares"),
-    ("maybe", "7", "maybe")])
+@pytest.mark.parametrize(
+    "key, value, name",
+    [
+        ("rounds", 3.0, "rounds"),
+        ("rounds", True, "rounds"),
+        ("on", 1, "on"),
+        ("rate", "0.2", "rate"),
+        ("name", 1, "name"),
+        ("ids", 3, "ids"),
+        ("ids", [1.5], "ids"),
+        ("shares", ["a"], "shares"),
+        ("maybe", "7", "maybe"),
+    ],
+)
 def test_a_value_of_another_type_names_its_field(key, value, name):
     refused(config_with(records_of(), "state", **{key: value}), name, "expected")
 
@@ -243,18 +288,24 @@ def test_a_record_of_another_kind_names_its_field():
 
 
 def test_a_wrong_dtype_names_its_field():
-    refused(arrays_with(records_of(), "arrays", box=np.arange(4, dtype=np.float32)), "box",
-            "float32")
-    refused(arrays_with(records_of(), "inner-arrays", values=np.zeros((3, 2))), "inner.values",
-            "float64")
-    refused(arrays_with(records_of(), "model", w=np.zeros((2, 3), np.float32)), "model",
-            "float32")
+    refused(
+        arrays_with(records_of(), "arrays", box=np.arange(4, dtype=np.float32)), "box", "float32"
+    )
+    refused(
+        arrays_with(records_of(), "inner-arrays", values=np.zeros((3, 2))),
+        "inner.values",
+        "float64",
+    )
+    refused(arrays_with(records_of(), "model", w=np.zeros((2, 3), np.float32)), "model", "float32")
 
 
 def test_a_wrong_shape_names_its_field():
     refused(arrays_with(records_of(), "arrays", box=np.arange(5.0)), "box", "shape")
-    refused(arrays_with(records_of(), "inner-arrays", values=np.zeros(4, np.int64)),
-            "inner.values", "shape")
+    refused(
+        arrays_with(records_of(), "inner-arrays", values=np.zeros(4, np.int64)),
+        "inner.values",
+        "shape",
+    )
     refused(arrays_with(records_of(), "model", b=np.zeros(2)), "model", "shape")
 
 
@@ -262,8 +313,11 @@ def test_nan_where_finite_values_are_required_names_its_field():
     refused(config_with(records_of(), "state", rate=float("nan")), "rate", "finite")
     refused(config_with(records_of(), "state", shares=[1.0, float("inf")]), "shares", "finite")
     refused(arrays_with(records_of(), "arrays", box=np.array([0, np.nan, 0, 0])), "box", "NaN")
-    refused(arrays_with(records_of(), "by-position", **{"1/b": np.full(3, np.inf)}),
-            "by_position[1]", "NaN")
+    refused(
+        arrays_with(records_of(), "by-position", **{"1/b": np.full(3, np.inf)}),
+        "by_position[1]",
+        "NaN",
+    )
 
 
 def test_unknown_records_keys_and_arrays_are_refused():
@@ -276,10 +330,14 @@ def test_unknown_records_keys_and_arrays_are_refused():
 
 
 def test_positions_must_be_the_rosters():
-    refused(arrays_with(records_of(), "by-position", **{"2/w": np.zeros((2, 3))}),
-            "by_position", "'2/w'")
-    refused(arrays_with(records_of(), "by-position", **{"1/w": None, "1/b": None}),
-            "by_position[1]")
+    refused(
+        arrays_with(records_of(), "by-position", **{"2/w": np.zeros((2, 3))}),
+        "by_position",
+        "'2/w'",
+    )
+    refused(
+        arrays_with(records_of(), "by-position", **{"1/w": None, "1/b": None}), "by_position[1]"
+    )
 
 
 def test_none_markers_must_be_bools_and_none_means_no_value():
@@ -291,8 +349,7 @@ def test_none_markers_must_be_bools_and_none_means_no_value():
 
 
 def test_a_wire_objects_own_refusal_names_its_field():
-    refused(arrays_with(records_of(), "counter-arrays", ones=np.ones(2)), "counter",
-            "disagree")
+    refused(arrays_with(records_of(), "counter-arrays", ones=np.ones(2)), "counter", "disagree")
 
 
 def test_decoding_needs_the_context_it_names():
@@ -316,11 +373,14 @@ def test_the_relays_models_round_trip_and_are_checked_as_replies_are():
     assert set(records) == {"models", "models-arrays", "arrays"}
     again = RelayBook.restore(relay.graph, decode_state(RelayState, records, context))
     assert again.delivered == relay.delivered == {0: {2: 5}, 1: {}, 2: {}}
-    (vertex, stored), = again.latest.items()
+    ((vertex, stored),) = again.latest.items()
     assert (vertex, stored.version, stored.config) == (2, 5, relay.latest[2].config)
     assert all(np.array_equal(stored.arrays[k], a) for k, a in relay.latest[2].arrays.items())
-    for changes, message in [({"v2/kind": "forest"}, "kind"), ({"versions": [-1]}, "versions"),
-                             ({"v7/kind": "mlp"}, "v7/kind")]:
+    for changes, message in [
+        ({"v2/kind": "forest"}, "kind"),
+        ({"versions": [-1]}, "versions"),
+        ({"v7/kind": "mlp"}, "v7/kind"),
+    ]:
         _, bad, _ = relay_records()
         with pytest.raises(DecodeError, match=message) as err:
             decode_state(RelayState, config_with(bad, "models", **changes), context)
@@ -330,16 +390,23 @@ def test_the_relays_models_round_trip_and_are_checked_as_replies_are():
 
 
 # -- a family's state through the base ---------------------------------------------------------
-@pytest.mark.parametrize("algorithm, field_name, key", [("feddr", "x_hats", "x-hats"),
-                                                        ("fedfw", "mirror_sum", "mirror-sum")])
+@pytest.mark.parametrize(
+    "algorithm, field_name, key",
+    [("feddr", "x_hats", "x-hats"), ("fedfw", "mirror_sum", "mirror-sum")],
+)
 def test_a_familys_state_round_trips_through_the_base_and_a_missing_part_is_named(
-        algorithm, field_name, key):
+    algorithm, field_name, key
+):
     config = run_config(algorithm=algorithm, task="synthetic", **{"central-evaluation": False})
     settings = RunSettings.from_run_config(config)
     strategy = ALGORITHMS[algorithm].strategy(settings)
     grid = LocalGrid(client_app, config, 3)
-    strategy.aggregate_train(1, grid.send_and_receive(strategy.configure_train(
-        1, strategy.initial_arrays(), ConfigRecord(), grid)))
+    strategy.aggregate_train(
+        1,
+        grid.send_and_receive(
+            strategy.configure_train(1, strategy.initial_arrays(), ConfigRecord(), grid)
+        ),
+    )
     state = through_flower(strategy.state_record())
     again = ALGORITHMS[algorithm].strategy(settings)
     again.load_state_record(state)
@@ -365,10 +432,12 @@ def test_rows_round_trip_with_nones_and_refuse_what_does_not_fit():
     assert record["version:none"] == [True, False] and record["needs-sync"] == [True, False]
     decoded = decode_rows(Slot, dict(through_flower({"r": ConfigRecord(record)})["r"]), 2, "book")
     assert [Slot(**values) for values in decoded] == rows
-    for key, value, message in [("share", [0.0, "x"], "share='x'"),
-                                ("last-accepted", [0], "'last-accepted' is not a list of 2"),
-                                ("version:none", [1, 0], "version:none=1"),
-                                ("stray", [1, 2], "stray")]:
+    for key, value, message in [
+        ("share", [0.0, "x"], "share='x'"),
+        ("last-accepted", [0], "'last-accepted' is not a list of 2"),
+        ("version:none", [1, 0], "version:none=1"),
+        ("stray", [1, 2], "stray"),
+    ]:
         with pytest.raises(DecodeError, match=message):
             decode_rows(Slot, {**record, key: value}, 2, "book")
 
@@ -378,8 +447,13 @@ def test_the_generator_continues_exactly_and_garbage_is_refused():
     rng.random(3)
     again = restore_rng(through_flower({"rng": rng_record(rng)})["rng"])
     assert np.array_equal(again.random(4), rng.random(4))
-    for garbage in (None, ConfigRecord({"state": "{"}), ConfigRecord({"state": "[]"}),
-                    ConfigRecord({"state": '{"bit_generator": "PCG64"}'}), ConfigRecord()):
+    for garbage in (
+        None,
+        ConfigRecord({"state": "{"}),
+        ConfigRecord({"state": "[]"}),
+        ConfigRecord({"state": '{"bit_generator": "PCG64"}'}),
+        ConfigRecord(),
+    ):
         with pytest.raises(DecodeError, match="rng"):
             restore_rng(garbage)
 

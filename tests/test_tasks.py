@@ -11,6 +11,7 @@ from tasks.errors import ConfigError
 from tasks.models import MODEL_NAMES
 from tasks.synthetic import generate_synthetic
 
+
 @pytest.fixture
 def fresh_cache():
     """Tests that fake or clear cached tasks leave the process cache empty for the others."""
@@ -19,8 +20,16 @@ def fresh_cache():
     _load_cached.cache_clear()
 
 
-OFFLINE = ("digits", "iris", "wine", "breast-cancer", "diabetes", "mnist-5k", "synthetic",
-           "lipschitz")
+OFFLINE = (
+    "digits",
+    "iris",
+    "wine",
+    "breast-cancer",
+    "diabetes",
+    "mnist-5k",
+    "synthetic",
+    "lipschitz",
+)
 EXPECTED = {  # name: (total samples, shape of one example, classes)
     "digits": (1797, (64,), 10),
     "iris": (150, (4,), 3),
@@ -63,7 +72,11 @@ def test_offline_task_shapes_dtypes_and_split(name):
 
 def test_default_models():
     expected = {
-        "digits": "mlp", "iris": "mlp", "mnist-5k": "mlp", "diabetes": "mlp", "synthetic": "mclr",
+        "digits": "mlp",
+        "iris": "mlp",
+        "mnist-5k": "mlp",
+        "diabetes": "mlp",
+        "synthetic": "mclr",
     }
     assert {name: load_task(name).default_model for name in expected} == expected
 
@@ -141,10 +154,13 @@ def _group_spread(alpha: float, beta: float) -> tuple[float, float]:
     """Mean label-frequency TV of a group from the pool, and mean distance of group means."""
     x, y, groups = generate_synthetic(alpha, beta, seed=0)
     pooled = np.bincount(y, minlength=10) / len(y)
-    tv = np.mean([
-        0.5 * np.abs(np.bincount(y[groups == k], minlength=10) / np.sum(groups == k) - pooled).sum()
-        for k in range(10)
-    ])
+    tv = np.mean(
+        [
+            0.5
+            * np.abs(np.bincount(y[groups == k], minlength=10) / np.sum(groups == k) - pooled).sum()
+            for k in range(10)
+        ]
+    )
     means = np.stack([x[groups == k].mean(axis=0) for k in range(10)])
     return float(tv), float(np.linalg.norm(means - means.mean(axis=0), axis=1).mean())
 
@@ -181,9 +197,12 @@ def test_online_conversion_of_grey_pil_images():
 def test_online_conversion_of_colour_arrays_is_channels_first(tmp_path):
     rng = np.random.default_rng(0)
     pixels = rng.integers(0, 256, size=(5, 32, 32, 3), dtype=np.uint8)
-    features = datasets.Features({
-        "img": datasets.Image(), "label": datasets.ClassLabel(names=[str(i) for i in range(10)]),
-    })
+    features = datasets.Features(
+        {
+            "img": datasets.Image(),
+            "label": datasets.ClassLabel(names=[str(i) for i in range(10)]),
+        }
+    )
     split = datasets.Dataset.from_dict(
         {"img": [Image.fromarray(p) for p in pixels], "label": [9, 8, 7, 6, 5]}, features=features
     )
@@ -211,7 +230,8 @@ def test_online_without_network_is_a_clear_runtime_error(monkeypatch):
 def test_online_task_uses_converted_splits(monkeypatch, fresh_cache):
     split = _grey_dataset(6)
     monkeypatch.setattr(
-        online.datasets, "load_dataset",
+        online.datasets,
+        "load_dataset",
         lambda dataset_id: datasets.DatasetDict({"train": split, "test": split.select([0, 1])}),
     )
     task = load_task("mnist", seed=123)

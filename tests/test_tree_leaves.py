@@ -23,8 +23,9 @@ LABELS = (X[:, 0] + 0.5 * X[:, 1] > 0).astype(np.int64) + (X[:, 2] > 1)
 
 def test_mean_values_are_cart_s_node_values():
     target = RNG.normal(size=(len(X), 3))
-    sk = from_sklearn(DecisionTreeRegressor(max_depth=4, random_state=0).fit(X, target),
-                      value_dtype=np.float32)
+    sk = from_sklearn(
+        DecisionTreeRegressor(max_depth=4, random_state=0).fit(X, target), value_dtype=np.float32
+    )
     assert np.array_equal(mean_values(sk, X, target).value, sk.value)
 
 
@@ -42,8 +43,11 @@ def test_newton_values_are_gradient_sums_over_hessian_sums_plus_l2():
     square = newton_values(tree, X, gradient, PointwiseLoss(SQUARE, 0).hessian_diagonal(f))
     counts = np.bincount(leaf, minlength=tree.n_nodes)[:, None]
     mean = mean_values(tree, X, gradient).value.astype(np.float64)
-    assert np.allclose(square.value[np.unique(leaf)],
-                       (mean * counts / (counts + NEWTON_L2))[np.unique(leaf)], atol=1e-6)
+    assert np.allclose(
+        square.value[np.unique(leaf)],
+        (mean * counts / (counts + NEWTON_L2))[np.unique(leaf)],
+        atol=1e-6,
+    )
 
 
 def test_ffgb_steps_with_newton_leaves_and_keeps_the_least_squares_residual():
@@ -56,8 +60,9 @@ def test_ffgb_steps_with_newton_leaves_and_keeps_the_least_squares_residual():
         fits.append((target, fit_tree(X, target, 3, k)))
         return fits[-1][1]
 
-    increment = ffgb_increment(np.zeros((len(X), 3)), LABELS, loss, etas, 0.0, fit,
-                               leaf_step=newton_leaf_step(X, loss))
+    increment = ffgb_increment(
+        np.zeros((len(X), 3)), LABELS, loss, etas, 0.0, fit, leaf_step=newton_leaf_step(X, loss)
+    )
     first_target, first = fits[0]
     newton = newton_leaf_step(X, loss)(first, first_target, np.zeros((len(X), 3)))
     assert np.array_equal(increment.learners[0].value, newton.learner.value)
@@ -76,8 +81,9 @@ def test_newton_leaves_lower_the_training_loss_faster_than_means_at_a_small_step
 
     def final_loss(leaf_step):
         fit = lambda target, k: fit_tree(X, target, 2, k)
-        step = ffgb_increment(np.zeros((len(X), 3)), LABELS, loss, etas, 0.0, fit,
-                              leaf_step=leaf_step)
+        step = ffgb_increment(
+            np.zeros((len(X), 3)), LABELS, loss, etas, 0.0, fit, leaf_step=leaf_step
+        )
         return loss.values(step.own_values, LABELS).mean()
 
     assert final_loss(newton_leaf_step(X, loss)) < 0.9 * final_loss(None)
@@ -88,15 +94,21 @@ def test_the_constant_schedule_steps_eta0_every_round(t):
     assert StepSizes(CONSTANT, 4, eta0=0.1).etas(t) == [0.1] * 4
 
 
-@pytest.mark.parametrize(("overrides", "leaves", "schedule", "eta0"), [
-    ({"ffgb.learner": "tree"}, "newton", "constant", 0.3),  # auto: measured best for trees
-    ({"ffgb.learner": "tree", "algorithm": "ffgb-c"}, "mean", "experiment", 10.0),
-    ({}, "mean", "experiment", 10.0),  # networks: the paper's
-    ({"ffgb.learner": "tree", "ffgb.tree-leaves": "mean"}, "mean", "experiment", 10.0),
-    ({"ffgb.learner": "tree", "ffgb.schedule": "experiment"}, "newton", "experiment", 10.0),
-    ({"ffgb.learner": "tree", "ffgb.eta0": 0.5}, "newton", "constant", 0.5),
-])
+@pytest.mark.parametrize(
+    ("overrides", "leaves", "schedule", "eta0"),
+    [
+        ({"ffgb.learner": "tree"}, "newton", "constant", 0.3),  # auto: measured best for trees
+        ({"ffgb.learner": "tree", "algorithm": "ffgb-c"}, "mean", "experiment", 10.0),
+        ({}, "mean", "experiment", 10.0),  # networks: the paper's
+        ({"ffgb.learner": "tree", "ffgb.tree-leaves": "mean"}, "mean", "experiment", 10.0),
+        ({"ffgb.learner": "tree", "ffgb.schedule": "experiment"}, "newton", "experiment", 10.0),
+        ({"ffgb.learner": "tree", "ffgb.eta0": 0.5}, "newton", "constant", 0.5),
+    ],
+)
 def test_auto_leaves_and_schedule_resolve_as_documented(overrides, leaves, schedule, eta0):
     settings = ffgb_settings(RunSettings.from_run_config(run_config(**overrides)))
     assert (settings.tree_leaves, settings.steps.kind, settings.steps.eta0) == (
-        leaves, schedule, eta0)
+        leaves,
+        schedule,
+        eta0,
+    )

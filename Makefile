@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e ".[dev,sites,xgboost]"
 	touch $@
 
-.PHONY: install run test test-e2e stop
+.PHONY: install run lint test test-e2e stop
 install: $(VENV)/.installed
 
 # The engine runs an installed copy of the app (no .git): pass the checkout's commit along.
@@ -30,8 +30,13 @@ run: $(VENV)/.installed
 	# `flwr run --stream` exits 0 whatever became of the run: exit with the run's own status
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m server_app.run_status
 
-test: $(VENV)/.installed
+# imports point down (import-linter), ruff's rules and format (pyproject.toml [tool.ruff])
+lint: $(VENV)/.installed
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test: lint
 	$(PY) -m pytest -m "not e2e"
 
 # deployments, the simulation engine, live processes, long multi-round runs (see README)

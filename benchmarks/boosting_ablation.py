@@ -1,7 +1,8 @@
 """Why FFGB with trees trails federated XGBoost: one setting changed at a time (issue 24 item 4).
 
 FFGB (trees) as the paper runs it (the run's "defaults" row: the project's defaults when this was
-measured; ``auto`` now picks Newton leaves and a constant 0.3) against variants that each change one thing towards what
+measured; ``auto`` now picks Newton leaves and a constant 0.3) against variants that each change
+one thing towards what
 XGBoost does or what the paper leaves open: the step-size schedule (the paper's
 eta0 / (K t + k + 1) against a constant shrinkage, XGBoost's ``eta``), Newton leaf values
 (``ffgb.tree-leaves='newton'``), tree depth and K, on the sites of ``benchmarks.boosting`` (same

@@ -18,7 +18,7 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -161,10 +161,10 @@ def run_jobs(
 
 
 def available_algorithms() -> list[str]:
-    """The algorithms registered in strategies/registry.py right now."""
-    from strategies.registry import ALGORITHMS
+    """The algorithms registered in run_config/families.py right now."""
+    from run_config.families import algorithm_names
 
-    return list(ALGORITHMS)
+    return list(algorithm_names())
 
 
 # -- reading rows ---------------------------------------------------------------------------
@@ -273,7 +273,7 @@ def machine_info() -> dict[str, str]:
         except ImportError:
             pass
     return {
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu": f"{cpu} ({_run(['nproc']) or os.cpu_count()} cores visible to nproc)",
         "ram": ram,
         "os": platform.platform(),

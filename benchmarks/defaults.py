@@ -220,7 +220,7 @@ def run_one(
         full = run_config(**config)
         server_main(LocalGrid(client_app, full, nodes, keep_messages=False), server_context(full))
         result["error"] = None
-    except Exception as err:  # noqa: BLE001 - the cell says why
+    except Exception as err:  # the cell says why
         from functions.errors import one_sentence
 
         result["error"] = one_sentence(f"{type(err).__name__}: {err}")

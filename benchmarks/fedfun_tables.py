@@ -421,7 +421,7 @@ w_own = λ ||L|| (2λ for 2 nodes, up to 4λ on a ring); γ = 4/λ gives a weak 
 w_own = λ/8. Trims: breast-cancer's KDDT grid (30 features, ~20 s a run), digits' KDDT (64
 features: with min(n, 1000) leaves one k-means run took 12 min, so at most 100 leaves and the
 smaller grid), and on digits by-class (10 nodes, 5-10x the cost of a 2-node run) the grids of
-FSR NN, FSR KDDT, PSR, DFedAvgM and DFedFish; all 3 seeds are kept everywhere."""
+FSR NN, FSR KDDT, PSR, DFedAvgM and DFedFish; all 3 seeds are kept everywhere."""  # noqa: E501
 
 
 # -- evaluation point of the baselines (offline check, no Flower) ---------------------------

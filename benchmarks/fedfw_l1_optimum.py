@@ -1,4 +1,4 @@
-"""What accuracy the l1-constrained MCLR problem of Table 1 allows on mnist-5k: the central solution.
+"""The accuracy the l1-constrained MCLR problem of Table 1 allows on mnist-5k: the central solution.
 
 Table 1's l1 column asks for min F(x) over per-tensor l1 balls of radius 10 (MCLR, 10 x 784
 weights and 10 biases). This solves that problem centrally, on the whole training split, with

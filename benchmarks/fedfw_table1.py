@@ -141,19 +141,19 @@ def choose(results: dict[str, dict], baselines: list[str]) -> tuple[dict, str]:
     """Chosen values by final train loss, and the grid as a markdown table."""
     loss = {name: final(r["rows"], "train_loss") for name, r in results.items()}
     chosen, table = {}, []
-    fw = {n: l for n, l in loss.items() if n.startswith("grid-fedfw-")}
+    fw = {n: value for n, value in loss.items() if n.startswith("grid-fedfw-")}
     best_fw = pick(fw)
     chosen["fedfw.lambda0"] = results[best_fw]["spec"]["fedfw.lambda0"]
     groups = [("fedfw", fw, best_fw)]
     if "feddr" in baselines:
-        dr = {n: l for n, l in loss.items() if n.startswith("grid-feddr-")}
+        dr = {n: value for n, value in loss.items() if n.startswith("grid-feddr-")}
         best_dr = pick(dr)
         chosen.update(
             {k: results[best_dr]["spec"][k] for k in ("feddr.eta", "feddr.lr", "feddr.alpha")}
         )
         groups.append(("feddr", dr, best_dr))
     if "fedavg-proj" in baselines:
-        pr = {n: l for n, l in loss.items() if n.startswith("grid-fedavg-proj-")}
+        pr = {n: value for n, value in loss.items() if n.startswith("grid-fedavg-proj-")}
         best_pr = pick(pr)
         chosen["fedavg-proj.learning-rate"] = results[best_pr]["spec"]["learning-rate"]
         groups.append(("fedavg-proj", pr, best_pr))

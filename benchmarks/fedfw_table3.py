@@ -159,7 +159,8 @@ gradients are truly stochastic (Table 1 uses the default 6,000 samples).
 {
         ""
         if args.federated_eval
-        else "Train loss is n/a: federated evaluation (train loss, FW gap at x-bar on every client) is off to keep "
+        else "Train loss is n/a: federated evaluation (train loss, FW gap at x-bar on every "
+        "client) is off to keep "
         + str(clients)
         + " clients x "
         + str(rounds)

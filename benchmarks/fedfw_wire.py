@@ -19,18 +19,10 @@ import os
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")  # before numpy is imported: one BLAS thread, like the apps
 
-import time
-from statistics import median
+import time  # noqa: E402  (after the thread settings above)
+from statistics import median  # noqa: E402
 
-from benchmarks.common import (
-    Job,
-    md_table,
-    parser,
-    results_dir,
-    run_jobs,
-    runs_dir,
-    write_report,
-)
+from benchmarks.common import Job, md_table, parser, results_dir, run_jobs, runs_dir, write_report  # noqa: E402
 
 RUNS = [("mclr", t, c) for t in ("synthetic", "mnist-5k") for c in ("l1", "l2", "box", "nuclear")]
 RUNS += [("dnn", t, c) for t in ("synthetic", "mnist-5k") for c in ("l1", "nuclear")]
@@ -215,8 +207,8 @@ def main() -> None:
 ## Nuclear-ball LMO: top singular pair (svds) vs numpy full SVD
 
 Gaussian matrices (a hard case for ARPACK: small gap between the top singular values), one BLAS
-thread, median of {3 if args.quick else 15} calls after a warm-up. `oracles.lmo` uses a full SVD when
-min(shape) <= 32 or the matrix has at most 30,000 entries, and `svds` otherwise.
+thread, median of {3 if args.quick else 15} calls after a warm-up. `oracles.lmo` uses a full SVD
+when min(shape) <= 32 or the matrix has at most 30,000 entries, and `svds` otherwise.
 
 {lmo_md}
 """

@@ -56,9 +56,9 @@ EXTRA = {
 
 
 def cases() -> dict[str, dict[str, Any]]:
-    from strategies.registry import ALGORITHMS
+    from run_config.families import algorithm_names
 
-    return {**{name: {"algorithm": name} for name in sorted(ALGORITHMS)}, **EXTRA}
+    return {**{name: {"algorithm": name} for name in sorted(algorithm_names())}, **EXTRA}
 
 
 def rows_of(case: dict[str, Any]) -> list[dict[str, Any]]:

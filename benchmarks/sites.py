@@ -78,7 +78,8 @@ class Family:
 # FFGB's default eta0 = 10 (the authors' MNIST value, for cross-entropy) overshoots the square
 # loss (test MSE 48.8 label variances at round 20; FFGB.C 6.0), so FFGB and FFGB.C take
 # eta0 = 1 on cars; FFGB.C also needs a gradient bound for regression (G = 3 standardised
-# units; 3 and 5 give the same rows on seed 0, where the clip does not bind). FedAvg's and FedProx's default learning rate 0.3 blows the
+# units; 3 and 5 give the same rows on seed 0, where the clip does not bind). FedAvg's and
+# FedProx's default learning rate 0.3 blows the
 # MLP up (MSE 3.6e4 variances), so they take 0.01 on cars. FFGB.L with the paper's upper
 # Lipschitz extension and L from the data diverges (test MSE 43.6 -> 69.6 variances over 10
 # rounds; 5.3 -> 7.3 over 5 with ffgb.lipschitz=1), so it runs with the midpoint extension.
@@ -182,7 +183,7 @@ def run_one(
             client_app, full, len(node_configs), node_configs=node_configs, keep_messages=False
         )
         server_main(grid, server_context(full))
-    except Exception as err:  # noqa: BLE001 - reported in the table, the benchmark goes on
+    except Exception as err:  # reported in the table, the benchmark goes on
         return {"error": f"{type(err).__name__}: {err}", "wall_s": time.perf_counter() - start}
     wall = time.perf_counter() - start
     run_dir = out_dir / name

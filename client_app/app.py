@@ -20,7 +20,7 @@ from flwr.common.logger import log
 
 from client_app.job import ClientJob
 from client_app.node_state import LostStateError
-from client_app.registry import client_half, message_types
+from client_app.registry import handlers_for, message_types
 from client_app.setup import node_setup
 from client_app.site_data import SITE_HANDLERS, agreed_schema
 from functions.errors import DecodeError, one_sentence
@@ -46,7 +46,7 @@ def handle(message: Message, context: Context) -> Message:
     except EXPECTED_FAILURES as err:
         reason = one_sentence(err)
         log(WARNING, "%s: this node cannot answer: %s", message_type, reason)
-    except Exception as err:  # noqa: BLE001 - a fault of ours: traceback here, one line sent
+    except Exception as err:  # a fault of ours: traceback here, one line sent
         reason = one_sentence(f"{type(err).__name__}: {err}")
         log(ERROR, "%s: this node failed: %s", message_type, reason, exc_info=True)
     return Message(
@@ -64,7 +64,7 @@ def answer(message: Message, context: Context) -> Message:
         return Message(
             SITE_HANDLERS[message_type](setup, message.content, context.state), reply_to=message
         )
-    procedure = client_half(settings.algorithm).get(message_type)
+    procedure = handlers_for(settings.algorithm).get(message_type)
     if procedure is None:
         raise ConfigError(
             f"algorithm {settings.algorithm!r} does not handle {message_type!r} messages"
@@ -74,9 +74,8 @@ def answer(message: Message, context: Context) -> Message:
         if settings.sites
         else setup.data
     )
-    job = ClientJob(
-        message.content, context.state, data, settings, setup.node_config, setup.device, setup
-    )
+    setup.device  # resolved for every message: a device this machine lacks fails them all
+    job = ClientJob(message.content, context.state, data, setup)
     return Message(procedure(job), reply_to=message)
 
 

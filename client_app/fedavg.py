@@ -21,9 +21,12 @@ from functions.protocol import (
     TRAIN,
 )
 from oracles.local_sgd import SGDConfig, default_step, train_sgd
+from run_config.fedfw import ConstraintSet
+
+Job = ClientJob[ConstraintSet | None, None]
 
 
-def train(job: ClientJob) -> RecordDict:
+def train(job: Job) -> RecordDict:
     """Run local SGD (with FedProx's proximal term when the server sends ``proximal-mu``)."""
     config = job.content[CONFIG]
     s, data = job.settings, job.data
@@ -45,7 +48,7 @@ def train(job: ClientJob) -> RecordDict:
     )
 
 
-def evaluate(job: ClientJob) -> RecordDict:
+def evaluate(job: Job) -> RecordDict:
     """Evaluation sums of the received model on this node's test shard and training partition."""
     model = model_from_arrays(job.settings, job.data.task, job.content[ARRAYS], job.device)
     return RecordDict({METRICS: evaluation_sums(model, job.data)})

@@ -40,10 +40,12 @@ from oracles.douglas_rachford import DRClientState, feddr_client_init, feddr_cli
 from oracles.torch_grad import loss_and_grad
 from run_config.feddr import FedDRSettings
 
+Job = ClientJob[FedDRSettings, None]
+
 STORE = PendingStore("feddr")
 
 
-def _current_state(job: ClientJob, layout: ParamLayout, xbar: Params) -> DRClientState:
+def _current_state(job: Job, layout: ParamLayout, xbar: Params) -> DRClientState:
     """Commit or drop the pending step; a node without state starts at the server's point."""
     records = STORE.resolve(job.state, job.content[CONFIG][LAST_ACCEPTED])
     if records is not None:
@@ -56,7 +58,7 @@ def _records(layout: ParamLayout, state: DRClientState) -> dict:
 
 
 def gradient_oracle(
-    job: ClientJob, model: nn.Module, batch_size: int, server_round: int
+    job: Job, model: nn.Module, batch_size: int, server_round: int
 ) -> Callable[[Params], Params]:
     """grad f_i on the node's training partition: full batch, or seeded minibatches when > 0."""
     data = job.data
@@ -70,9 +72,9 @@ def gradient_oracle(
     return grad_fn
 
 
-def train(job: ClientJob) -> RecordDict:
+def train(job: Job) -> RecordDict:
     """One FedDR client update at the received x-bar; reply with x_hat_i (dense float32)."""
-    dr: FedDRSettings = job.family
+    dr = job.family
     t = int(job.content[CONFIG][SERVER_ROUND])
     model = new_model(job.settings, job.data.task, job.device)
     layout = ParamLayout.of_state_dict(model.state_dict())

@@ -11,9 +11,6 @@ its neighbours.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import numpy as np
 import torch
 from flwr.app import ConfigRecord, MetricRecord, RecordDict
@@ -71,7 +68,9 @@ from oracles.fedfun_local import (
     mixed_model,
 )
 from oracles.fsr_network import monte_carlo_distance, penalty_weights
-from run_config.fedfun import FedFunSettings, max_leaves, model_limits, node_learner
+from run_config.fedfun import FedFunSettings, max_leaves, model_limits
+
+Job = ClientJob[FedFunSettings, tuple[str, tuple[int, ...]]]  # overrides: learner, widths
 
 DOMAIN, DOMAIN_BOX = "fedfun.domain", "fedfun.domain-box"  # {samples}, {lower, upper}
 OWN = "fedfun.own"  # {versions}: the versions of the own models held
@@ -83,7 +82,7 @@ def _own_key(version: int) -> tuple[str, str]:
     return f"fedfun.own-{version}.config", f"fedfun.own-{version}.arrays"
 
 
-def _domain(job: ClientJob, fedfun: FedFunSettings) -> tuple[UnitCube, int]:
+def _domain(job: Job, fedfun: FedFunSettings) -> tuple[UnitCube, int]:
     """The agreed box (from the message on first contact, else from the state) as the map to the
     unit cube, and the total number of training samples."""
     content, state = job.content, job.state
@@ -96,7 +95,7 @@ def _domain(job: ClientJob, fedfun: FedFunSettings) -> tuple[UnitCube, int]:
     return UnitCube(box["lower"], box["upper"], fedfun.delta), int(state[DOMAIN]["samples"])
 
 
-def _own_model(job: ClientJob, limits: ModelLimits) -> NodeModel | None:
+def _own_model(job: Job, limits: ModelLimits) -> NodeModel | None:
     """The node's model of the version the server accepted last (None before round 0's)."""
     version = int(job.content[CONFIG]["own-version"])
     if version < 0:
@@ -116,7 +115,7 @@ def _own_model(job: ClientJob, limits: ModelLimits) -> NodeModel | None:
     )
 
 
-def _keep_own(job: ClientJob, keep: list[int]) -> None:
+def _keep_own(job: Job, keep: list[int]) -> None:
     """Drop every own model but the versions in ``keep``."""
     held = [] if OWN not in job.state else list(job.state[OWN]["versions"])
     for version in held:
@@ -126,7 +125,7 @@ def _keep_own(job: ClientJob, keep: list[int]) -> None:
     job.state[OWN] = ConfigRecord({"versions": [v for v in held if v in keep]})
 
 
-def _store_own(job: ClientJob, model: NodeModel, version: int) -> None:
+def _store_own(job: Job, model: NodeModel, version: int) -> None:
     config, arrays = encode_node_model(model, "")
     config_key, arrays_key = _own_key(version)
     job.state[config_key], job.state[arrays_key] = ConfigRecord(config), arrays_to_record(arrays)
@@ -134,7 +133,7 @@ def _store_own(job: ClientJob, model: NodeModel, version: int) -> None:
     job.state[OWN] = ConfigRecord({"versions": sorted(set(held) | {version})})
 
 
-def _neighbours(job: ClientJob, limits: ModelLimits) -> dict[int, NodeModel]:
+def _neighbours(job: Job, limits: ModelLimits) -> dict[int, NodeModel]:
     """Every listed neighbour's model: sent now, or held from before at the listed version."""
     listing, state = job.content[NEIGHBOURS], job.state
     sent_config = dict(job.content[MODELS])
@@ -160,15 +159,13 @@ def _neighbours(job: ClientJob, limits: ModelLimits) -> dict[int, NodeModel]:
     return models
 
 
-def _problem(job: ClientJob, cube: UnitCube) -> LocalProblem:
+def _problem(job: Job, cube: UnitCube) -> LocalProblem:
     data = job.data
     x = cube(data.x_train.reshape(len(data.x_train), -1))
     return LocalProblem(x, np.asarray(data.y_train), data.task.num_outputs, cube.radius, job.device)
 
 
-def _step_settings(
-    fedfun: FedFunSettings, job: ClientJob, samples: int, initial: bool
-) -> StepSettings:
+def _step_settings(fedfun: FedFunSettings, job: Job, samples: int, initial: bool) -> StepSettings:
     config = job.content[CONFIG]
     w_own, w_nbr = penalty_weights(
         fedfun.step, float(config["gamma"]), fedfun.lam, int(config["degree"])
@@ -197,9 +194,9 @@ def _step_settings(
     )
 
 
-def train(job: ClientJob) -> RecordDict:
+def train(job: Job) -> RecordDict:
     """Round 0: fit h_i^0 on local data; later rounds: one step of the run's algorithm."""
-    fedfun: FedFunSettings = job.family
+    fedfun = job.family
     limits = model_limits(fedfun, job.data.task)
     cube, samples = _domain(job, fedfun)
     own = _own_model(job, limits)
@@ -256,12 +253,12 @@ def _distance(a: NodeModel, b: NodeModel, n_features: int, seed: int) -> float:
     )
 
 
-def evaluate(job: ClientJob) -> RecordDict:
+def evaluate(job: Job) -> RecordDict:
     """The node's model on the test set and on the union of the training sets (the paper's
     section 6 metrics; bundled data make both available on every node) and on its own
     partition, and its squared distance to each neighbour's. The node's model is its trained
     one, or for the mixing baselines the mix with its neighbours' (``mixed_model``)."""
-    fedfun: FedFunSettings = job.family
+    fedfun = job.family
     limits = model_limits(fedfun, job.data.task)
     cube, _ = _domain(job, fedfun)
     own = _own_model(job, limits)
@@ -291,7 +288,7 @@ def evaluate(job: ClientJob) -> RecordDict:
     )
 
 
-def bounds(job: ClientJob) -> RecordDict:
+def bounds(job: Job) -> RecordDict:
     """``query.bounds``: this node's per-feature min and max and its number of samples."""
     x = job.data.x_train.reshape(len(job.data.x_train), -1).astype(np.float64)
     return RecordDict(
@@ -300,15 +297,6 @@ def bounds(job: ClientJob) -> RecordDict:
             METRICS: MetricRecord({TRAIN_EXAMPLES: len(x)}),
         }
     )
-
-
-def node_overrides(
-    fedfun: FedFunSettings, node_config: Mapping[str, Any]
-) -> tuple[str, tuple[int, ...]]:
-    """This node's learner and hidden widths (node config ``fedfun-learner`` /
-    ``fedfun-hidden``, FSR only), else the run's (``job.overrides``, built once per run and
-    node; a refused override fails every train message, as before)."""
-    return node_learner(fedfun, dict(node_config))
 
 
 HANDLERS = {TRAIN: train, EVALUATE: evaluate, QUERY_NODE: describe_node, QUERY_BOUNDS: bounds}

@@ -7,9 +7,7 @@ on x_i; ``sync`` restores x_i after a lost state.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
@@ -50,13 +48,15 @@ from functions.protocol import (
 from oracles.frank_wolfe import FWClientState, apply_step, fedfw_client_step
 from oracles.lmo import Constraint
 from oracles.torch_grad import loss_and_grad
-from run_config.fedfw import FedFWSettings, node_constraint
+from run_config.fedfw import FedFWSettings
 from tasks.federation import LocalData
+
+Job = ClientJob[FedFWSettings, Constraint]
 
 STORE = PendingStore("fedfw")
 
 
-def _current_state(job: ClientJob, layout: ParamLayout, xbar: Params) -> FWClientState:
+def _current_state(job: Job, layout: ParamLayout, xbar: Params) -> FWClientState:
     """Commit or drop the pending step, then apply the server's sync instruction."""
     config = job.content[CONFIG]
     records = STORE.resolve(job.state, config[LAST_ACCEPTED])
@@ -95,10 +95,10 @@ def _steps(
     return [(t, None)]
 
 
-def train(job: ClientJob) -> RecordDict:
+def train(job: Job) -> RecordDict:
     """Frank-Wolfe steps s_i = LMO(g_i) over the node's D_i (one, or one per minibatch of the
     local pass); reply with every s_i encoded."""
-    fw: FedFWSettings = job.family
+    fw = job.family
     config, data = job.content[CONFIG], job.data
     model = new_model(job.settings, data.task, job.device)
     layout = ParamLayout.of_state_dict(model.state_dict())
@@ -107,7 +107,7 @@ def train(job: ClientJob) -> RecordDict:
         xbar = record_to_params(job.content[XBAR], layout)
     start = state = _current_state(job, layout, xbar)
     t, n = int(config[SERVER_ROUND]), int(config[NUM_CLIENTS])
-    constraint: Constraint = job.overrides  # this node's D_i
+    constraint = job.overrides  # this node's D_i
     points = []
     for step, index in _steps(fw, data, t, job.settings.seed):
         _, grad = loss_and_grad(model, state.x, data.x_train, data.y_train, data.task.kind, index)
@@ -123,19 +123,19 @@ def train(job: ClientJob) -> RecordDict:
     return RecordDict({FW_POINT: arrays_to_record(encoded)})
 
 
-def evaluate(job: ClientJob) -> RecordDict:
+def evaluate(job: Job) -> RecordDict:
     """Loss sums at x-bar, and grad f_i(x-bar) when the FW gap diagnostic is on."""
-    fw: FedFWSettings = job.family
+    fw = job.family
     return evaluate_xbar(
         job, bool(job.content[CONFIG][FW_GAP]), lambda j, layout: compact_xbar(j, layout, fw)
     )
 
 
-def describe(job: ClientJob) -> RecordDict:
+def describe(job: Job) -> RecordDict:
     """``query.node``: the partition, and this node's set D_i (section 4.3) so the server can
     check its points."""
-    fw: FedFWSettings = job.family
-    constraint: Constraint = job.overrides  # this node's D_i
+    fw = job.family
+    constraint = job.overrides  # this node's D_i
     return RecordDict(
         {
             NODE: ConfigRecord(
@@ -148,12 +148,6 @@ def describe(job: ClientJob) -> RecordDict:
             )
         }
     )
-
-
-def node_overrides(fw: FedFWSettings, node_config: Mapping[str, Any]) -> Constraint:
-    """This node's set D_i (section 4.3): node config ``fedfw.constraint`` / ``fedfw.radius``,
-    else the run's D (``job.overrides``, built once per run and node)."""
-    return node_constraint(dict(node_config), fw.constraint, fw.radius)
 
 
 HANDLERS = {TRAIN: train, EVALUATE: evaluate, QUERY_NODE: describe}

@@ -39,6 +39,8 @@ from oracles.lmo import Constraint, make_constraint
 from run_config.fedfw import FedFWSettings
 from tasks.errors import ConfigError
 
+Job = ClientJob[FedFWSettings, Constraint]
+
 STATE, META = "fedfw-mean.state", "fedfw-mean.meta"  # x-bar (and set indices); header
 
 
@@ -58,7 +60,7 @@ def _constraints(kinds: list[str], radii: list[float]) -> list[Constraint]:
         raise DecodeError(f"a D_i of the roster is invalid: {err}") from None
 
 
-def _received(job: ClientJob, layout: ParamLayout) -> MeanState:
+def _received(job: Job, layout: ParamLayout) -> MeanState:
     """x-bar the message starts: x-bar^1 (dense, float32-exact) at round 0, else float64."""
     version, kinds, radii = replica_header(dict(job.content[REPLICA]))
     if REPLICA_ARRAYS in job.content:
@@ -70,7 +72,7 @@ def _received(job: ClientJob, layout: ParamLayout) -> MeanState:
     return MeanState(version, xbar, RosterSets.of(_constraints(list(kinds), list(radii))))
 
 
-def _stored(job: ClientJob) -> MeanState:
+def _stored(job: Job) -> MeanState:
     if META not in job.state:
         raise LostStateError("no FedFW x-bar on this node; the server will re-send it")
     meta = dict(job.state[META])
@@ -81,7 +83,7 @@ def _stored(job: ClientJob) -> MeanState:
     return MeanState(meta["version"], xbar, RosterSets(distinct, members, meta["nodes"]))
 
 
-def _store(job: ClientJob, state: MeanState) -> None:
+def _store(job: Job, state: MeanState) -> None:
     """x-bar, and the D_i as their distinct sets with one index a node only when they differ."""
     sets = state.sets
     arrays = {f"xbar.{k}": np.asarray(a, np.float64) for k, a in enumerate(state.xbar)}
@@ -98,7 +100,7 @@ def _store(job: ClientJob, state: MeanState) -> None:
     )
 
 
-def _follow(job: ClientJob, layout: ParamLayout, fw: FedFWSettings, state: MeanState) -> None:
+def _follow(job: Job, layout: ParamLayout, fw: FedFWSettings, state: MeanState) -> None:
     """Advance x-bar by the rounds the message carries, eta_t from the run's schedule."""
     count = state.sets.size
     since, updates = unpack_rounds(
@@ -117,7 +119,7 @@ def _follow(job: ClientJob, layout: ParamLayout, fw: FedFWSettings, state: MeanS
         state.version = update.round
 
 
-def mean_xbar(job: ClientJob, layout: ParamLayout, fw: FedFWSettings) -> Params:
+def mean_xbar(job: Job, layout: ParamLayout, fw: FedFWSettings) -> Params:
     """x-bar after this message's rounds, float32-rounded; the node keeps the float64 one."""
     state = _received(job, layout) if REPLICA in job.content else _stored(job)
     if UPDATES in job.content:

@@ -30,15 +30,17 @@ from functions.params import (
 )
 from functions.protocol import REPLICA, REPLICA_ARRAYS, UPDATE_ARRAYS, UPDATES, XBAR
 from oracles.fedfw_mirror import ConsensusMirror
-from oracles.lmo import make_constraint
+from oracles.lmo import Constraint, make_constraint
 from run_config.fedfw import FedFWSettings
 from tasks.errors import ConfigError
+
+Job = ClientJob[FedFWSettings, Constraint]
 
 STATE, META = "fedfw-replica.state", "fedfw-replica.meta"  # every x_i and sum; header (not under
 # "fedfw.", which PendingStore owns)
 
 
-def _stored(job: ClientJob, layout: ParamLayout) -> tuple[ConsensusMirror, dict]:
+def _stored(job: Job, layout: ParamLayout) -> tuple[ConsensusMirror, dict]:
     """The replica in the node's state: per tensor k, every x_i stacked (``x.{k}``, shape
     (N, *shape_k)) and the sum (``sum.{k}``), so a message reads and writes 2 arrays a tensor,
     not 2 per node (at N = 1,000 the per-node arrays were most of a node's time)."""
@@ -52,7 +54,7 @@ def _stored(job: ClientJob, layout: ParamLayout) -> tuple[ConsensusMirror, dict]
     return ConsensusMirror.restore(points, total), meta
 
 
-def _received(job: ClientJob, layout: ParamLayout) -> tuple[ConsensusMirror, dict]:
+def _received(job: Job, layout: ParamLayout) -> tuple[ConsensusMirror, dict]:
     """The mirror the message starts (x-bar^1 on first contact, else the whole mirror)."""
     config = dict(job.content[REPLICA])
     version, kinds, radii = replica_header(config)
@@ -66,7 +68,7 @@ def _received(job: ClientJob, layout: ParamLayout) -> tuple[ConsensusMirror, dic
     return ConsensusMirror.restore(dict(enumerate(replica.points)), replica.total), meta
 
 
-def _store(job: ClientJob, mirror: ConsensusMirror, meta: dict) -> None:
+def _store(job: Job, mirror: ConsensusMirror, meta: dict) -> None:
     points, total = mirror.state()
     order = sorted(points)  # roster positions 0 .. N-1
     arrays = {f"x.{k}": np.stack([points[i][k] for i in order]) for k in range(len(total))}
@@ -76,7 +78,7 @@ def _store(job: ClientJob, mirror: ConsensusMirror, meta: dict) -> None:
 
 
 def _apply_updates(
-    job: ClientJob, layout: ParamLayout, fw: FedFWSettings, mirror: ConsensusMirror, meta: dict
+    job: Job, layout: ParamLayout, fw: FedFWSettings, mirror: ConsensusMirror, meta: dict
 ) -> None:
     """Apply the rounds the message carries, with eta_t from the run's schedule (the server's)."""
     kinds, radii, scope = meta["kinds"], meta["radii"], fw.scope
@@ -103,7 +105,7 @@ def _apply_updates(
         meta["version"] = update.round
 
 
-def compact_xbar(job: ClientJob, layout: ParamLayout, fw: FedFWSettings) -> Params | None:
+def compact_xbar(job: Job, layout: ParamLayout, fw: FedFWSettings) -> Params | None:
     """x-bar from the node's replica (updated by this message), float32-rounded; None when the
     message carries the dense x-bar only (``fedfw.downlink`` dense)."""
     if (

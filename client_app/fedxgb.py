@@ -29,20 +29,22 @@ from functions.protocol import (
 from oracles.xgboost_local import boost, last_iterations, outputs, whole
 from run_config.fedxgb import FedXgbSettings
 
+Job = ClientJob[FedXgbSettings, None]
+
 
 def _flat(x: np.ndarray) -> np.ndarray:
     return x.reshape(len(x), -1)
 
 
-def _global(job: ClientJob) -> bytes:
+def _global(job: Job) -> bytes:
     """The checked global booster's bytes."""
-    fedxgb: FedXgbSettings = job.family
+    fedxgb = job.family
     return read_booster(job.content[ARRAYS], fedxgb.spec(job.data.task))[1]
 
 
-def train(job: ClientJob) -> RecordDict:
+def train(job: Job) -> RecordDict:
     """Boost on the global booster; reply with the new iterations (bagging) or all (cyclic)."""
-    fedxgb: FedXgbSettings = job.family
+    fedxgb = job.family
     data = job.data
     rounds = fedxgb.local_rounds
     booster = boost(
@@ -57,9 +59,9 @@ def train(job: ClientJob) -> RecordDict:
     return RecordDict({ARRAYS: raw_record(raw)})
 
 
-def evaluate(job: ClientJob) -> RecordDict:
+def evaluate(job: Job) -> RecordDict:
     """The global booster's loss sums on this node's test shard and training data."""
-    fedxgb: FedXgbSettings = job.family
+    fedxgb = job.family
     data, raw = job.data, _global(job)
     loss = fedxgb.loss(data.task)
     test_loss, correct = loss.sums(outputs(raw, _flat(data.x_test)), data.y_test)

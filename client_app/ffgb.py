@@ -64,6 +64,8 @@ from oracles.weak_learning import (
 from run_config.ffgb import DISTILL, FFGBSettings, delta_limits, learner_spec
 from tasks.federation import LocalData
 
+Job = ClientJob[FFGBSettings, None]
+
 CACHE, VALUES = "ffgb.cache", "ffgb.values"  # {version}, {train, test}: f on this node's data
 OWN, OWN_VALUES = "ffgb.own", "ffgb.own-values"  # {round, count}, {train, test}: own learners
 
@@ -72,12 +74,12 @@ def _flat(x: np.ndarray) -> np.ndarray:
     return x.reshape(len(x), -1)
 
 
-def _read_delta(job: ClientJob, ffgb: FFGBSettings) -> Delta:
+def _read_delta(job: Job, ffgb: FFGBSettings) -> Delta:
     config, arrays = job.content[DELTA], job.content[DELTA_ARRAYS]
     return unpack_delta(dict(config), record_to_arrays(arrays), delta_limits(ffgb, job.data.task))
 
 
-def _own_values(job: ClientJob, delta: Delta) -> dict[str, np.ndarray] | None:
+def _own_values(job: Job, delta: Delta) -> dict[str, np.ndarray] | None:
     """This node's pending own contribution, if the delta includes it."""
     if delta.own_count == 0:
         return None
@@ -91,7 +93,7 @@ def _own_values(job: ClientJob, delta: Delta) -> dict[str, np.ndarray] | None:
     return {k: v.numpy() for k, v in job.state[OWN_VALUES].items()}
 
 
-def current_values(job: ClientJob, ffgb: FFGBSettings) -> tuple[int, dict[str, np.ndarray]]:
+def current_values(job: Job, ffgb: FFGBSettings) -> tuple[int, dict[str, np.ndarray]]:
     """Apply the message's delta to the node's values of f; return the version and the values
     on ``train`` and ``test`` (float64, (n, outputs))."""
     delta = _read_delta(job, ffgb)
@@ -117,7 +119,7 @@ def current_values(job: ClientJob, ffgb: FFGBSettings) -> tuple[int, dict[str, n
     return delta.version, updated
 
 
-def _seed_of(ffgb: FFGBSettings, job: ClientJob, t: int):  # noqa: ANN202
+def _seed_of(ffgb: FFGBSettings, job: Job, t: int):
     def seed_of(k: int) -> int:
         # FFGB.L's oracle calls do not depend on t (Remark 3.1): the same learners every round
         return fit_seed(
@@ -127,7 +129,7 @@ def _seed_of(ffgb: FFGBSettings, job: ClientJob, t: int):  # noqa: ANN202
     return seed_of
 
 
-def _increment(ffgb: FFGBSettings, job: ClientJob, f_train: np.ndarray, t: int):  # noqa: ANN202
+def _increment(ffgb: FFGBSettings, job: Job, f_train: np.ndarray, t: int):
     """This node's K local steps of boosting round t (0-based) from f^t's values on its points."""
     data, task = job.data, job.data.task
     spec = learner_spec(ffgb, task)
@@ -165,7 +167,7 @@ def _increment(ffgb: FFGBSettings, job: ClientJob, f_train: np.ndarray, t: int):
     )
 
 
-def _distiller(ffgb: FFGBSettings, job: ClientJob, t: int):  # noqa: ANN202
+def _distiller(ffgb: FFGBSettings, job: Job, t: int):
     """WO2 for one more learner (a tree in tree runs), clipped to G2 with FFGB.C."""
     task, clipping = job.data.task, ffgb.clipping(job.data.task)
     seed = _seed_of(ffgb, job, t)(ffgb.local_steps + 1)
@@ -190,7 +192,7 @@ def _distiller(ffgb: FFGBSettings, job: ClientJob, t: int):  # noqa: ANN202
     return fit_one
 
 
-def _train_student(job: ClientJob, ffgb: FFGBSettings, f_train: np.ndarray) -> RecordDict:
+def _train_student(job: Job, ffgb: FFGBSettings, f_train: np.ndarray) -> RecordDict:
     """One FedAvg round of a global distillation: train the server's student towards f^t on
     this node's points; reply with it and the number of points (FedAvg's weight)."""
     data, spec = job.data, learner_spec(ffgb, job.data.task)
@@ -226,10 +228,10 @@ def _train_student(job: ClientJob, ffgb: FFGBSettings, f_train: np.ndarray) -> R
     )
 
 
-def train(job: ClientJob) -> RecordDict:
+def train(job: Job) -> RecordDict:
     """K local boosting steps from f^t; reply with the K learners (or their distillation),
     their weights and the scale. In a distillation round: train the student instead."""
-    ffgb: FFGBSettings = job.family
+    ffgb = job.family
     data = job.data
     version, values = current_values(job, ffgb)
     server_round = int(job.content[CONFIG][SERVER_ROUND])
@@ -287,9 +289,9 @@ def evaluation_sums(
     return record
 
 
-def evaluate(job: ClientJob) -> RecordDict:
+def evaluate(job: Job) -> RecordDict:
     """Apply the round's delta, then report f's loss sums on this node's data."""
-    ffgb: FFGBSettings = job.family
+    ffgb = job.family
     _, values = current_values(job, ffgb)
     return RecordDict({METRICS: evaluation_sums(ffgb, job.data, values)})
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import torch
 from flwr.app import RecordDict
@@ -15,10 +15,13 @@ from tasks.federation import LocalData
 if TYPE_CHECKING:
     from client_app.setup import NodeSetup
 
+S = TypeVar("S")  # the family's settings (``run_config.family.Family[S, N]``)
+N = TypeVar("N")  # what the node's own node config makes of them
+
 
 @dataclass
-class ClientJob:
-    """One message to handle on one node.
+class ClientJob(Generic[S, N]):
+    """One message to handle on one node, for a family whose settings are ``S``.
 
     ``state`` is the node's ``Context.state``: whatever a procedure stores there is
     there again in the next round (per node, in simulation and deployment alike). ``data``,
@@ -29,22 +32,33 @@ class ClientJob:
     content: RecordDict
     state: RecordDict
     data: LocalData
-    settings: RunSettings
-    node_config: dict
-    device: torch.device = torch.device("cpu")  # node config ``device`` (tasks.devices)
-    setup: NodeSetup | None = None  # the node's setup for the run (``client_app.setup``)
+    setup: NodeSetup[S, N]  # the node's setup for the run (``client_app.setup``)
 
     @property
-    def family(self) -> Any:
+    def settings(self) -> RunSettings:
+        """The run's settings (its common keys)."""
+        return self.setup.settings
+
+    @property
+    def node_config(self) -> dict[str, Any]:
+        return self.setup.node_config
+
+    @property
+    def device(self) -> torch.device:
+        """The node's torch device (node config ``device``, ``tasks.devices``)."""
+        return self.setup.device
+
+    @property
+    def family(self) -> S:
         """The run's family settings (``FFGBSettings``, ``FedFWSettings``, ...), parsed once per
         run and node."""
         return self.setup.family
 
     @property
-    def overrides(self) -> Any:
-        """This node's own overrides from its node config (FedFW: its D_i; FedFun: its learner
+    def overrides(self) -> N:
+        """This node's own values from its node config (FedFW: its D_i; FedFun: its learner
         and hidden widths), built once per run and node."""
         return self.setup.overrides
 
 
-ClientProcedure = Callable[[ClientJob], RecordDict]
+ClientProcedure = Callable[[ClientJob[Any, Any]], RecordDict]

@@ -10,7 +10,6 @@ from run_config.common import RunSettings
 from tasks.datasets import TaskData
 from tasks.models import model_for
 
-
 CPU = torch.device("cpu")
 
 

@@ -1,58 +1,47 @@
-"""The client half of every algorithm: which procedure answers each message type.
+"""The client half of every algorithm family: which procedure answers each message type, keyed
+by the family object (``run_config.family``).
 
-The server half registers under the same names in ``strategies.registry``; a test checks that
-both sides name the same algorithms and message types. Nothing here imports the server half.
+The server half registers its strategy builder under the same object in
+``strategies.registry``; a test checks that both sides name the same families and that each
+family's handlers answer every message type it declares. Nothing here imports the server half.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
 
 from client_app import fedavg, feddr, fedfun, fedfw, fedxgb, ffgb
 from client_app.job import ClientProcedure
+from run_config.families import family_of
+from run_config.family import Family
+from run_config.fedavg import FEDAVG
+from run_config.feddr import FEDDR
+from run_config.fedfun import FEDFUN
+from run_config.fedfw import FEDFW
+from run_config.fedxgb import FEDXGB
+from run_config.ffgb import FFGB
 from tasks.errors import ConfigError
 
-FEDFUN_NAMES = ("fedfun", "psr", "dfedavgm", "dfedfish", "dfeddf")
-
-CLIENT_HALVES: dict[str, Mapping[str, ClientProcedure]] = {
-    "fedavg": fedavg.HANDLERS,
-    "fedprox": fedavg.HANDLERS,
-    "fedavg-proj": fedavg.HANDLERS,
-    "fedfw": fedfw.HANDLERS,
-    "fedfw-plus": fedfw.HANDLERS,
-    "fedfw-sto": fedfw.HANDLERS,
-    "feddr": feddr.HANDLERS,
-    "ffgb": ffgb.HANDLERS,
-    "ffgb-c": ffgb.HANDLERS,
-    "ffgb-l": ffgb.HANDLERS,
-    **{name: fedfun.HANDLERS for name in FEDFUN_NAMES},
-    "fedxgb-bagging": fedxgb.HANDLERS,
-    "fedxgb-cyclic": fedxgb.HANDLERS,
-}
-
-# A family whose node may override the run's settings from its node config: (the family
-# settings, the node config) -> the node's own values, built once per run and node
-# (``client_app.setup``) and read by its procedures as ``job.overrides``.
-NODE_OVERRIDES: dict[str, Callable[[Any, Mapping[str, Any]], Any]] = {
-    **{name: fedfw.node_overrides for name in ("fedfw", "fedfw-plus", "fedfw-sto")},
-    **{name: fedfun.node_overrides for name in FEDFUN_NAMES},
+CLIENT_HALVES: dict[Family, Mapping[str, ClientProcedure]] = {
+    FEDAVG: fedavg.HANDLERS,
+    FEDFW: fedfw.HANDLERS,
+    FEDDR: feddr.HANDLERS,
+    FFGB: ffgb.HANDLERS,
+    FEDFUN: fedfun.HANDLERS,
+    FEDXGB: fedxgb.HANDLERS,
 }
 
 
-def client_half(name: str) -> Mapping[str, ClientProcedure]:
-    """The handlers of ``name``, or a ConfigError naming the allowed values."""
-    try:
-        return CLIENT_HALVES[name]
-    except KeyError:
-        raise ConfigError.choice("algorithm", name, CLIENT_HALVES) from None
-
-
-def node_overrides(name: str) -> Callable[[Any, Mapping[str, Any]], Any] | None:
-    """The node-config overrides hook of ``name``'s family, if it has one."""
-    return NODE_OVERRIDES.get(name)
+def handlers_for(algorithm: str) -> Mapping[str, ClientProcedure]:
+    """The handlers of ``algorithm``'s family; ConfigError for an unknown algorithm or a family
+    without a client half."""
+    family = family_of(algorithm)
+    handlers = CLIENT_HALVES.get(family)
+    if handlers is None:
+        raise ConfigError(f"algorithm={algorithm!r}: family {family.name!r} has no client half")
+    return handlers
 
 
 def message_types() -> tuple[str, ...]:
-    """Every message type some algorithm handles ("train", "query.node", ...)."""
+    """Every message type some family handles ("train", "query.node", ...)."""
     return tuple(sorted({t for handlers in CLIENT_HALVES.values() for t in handlers}))

@@ -18,15 +18,14 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from functools import cached_property
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import torch
 from flwr.app import Context
 
-from client_app.registry import node_overrides
 from functions.protocol import NUM_PARTITIONS, PARTITION_ID
 from run_config.common import RunSettings
-from run_config.tables import family_settings
+from run_config.families import family_of
 from tasks.devices import AUTO, NODE_KEY, resolve_device
 from tasks.errors import ConfigError
 from tasks.federation import LocalData, local_data
@@ -35,9 +34,12 @@ from tasks.site_schema import Schema
 
 MAX_SETUPS = 1024  # setups kept per process (least recently used dropped first)
 
+S = TypeVar("S")  # the family's settings
+N = TypeVar("N")  # what this node's node config makes of them
+
 
 def partition_of(node_config: Mapping[str, Any]) -> tuple[int, int]:
-    """``partition-id`` and ``num-partitions`` from the node config (simulation or --node-config)."""
+    """``partition-id`` and ``num-partitions`` from the node config (simulation, --node-config)."""
     try:
         return int(node_config[PARTITION_ID]), int(node_config[NUM_PARTITIONS])
     except KeyError as err:
@@ -47,9 +49,9 @@ def partition_of(node_config: Mapping[str, Any]) -> tuple[int, int]:
         ) from None
 
 
-class NodeSetup:
-    """What one node needs for every message of a run; each part is built on first use (in the
-    order a message needs them) and then kept."""
+class NodeSetup(Generic[S, N]):
+    """What one node needs for every message of a run, for a family whose settings are ``S``;
+    each part is built on first use (in the order a message needs them) and then kept."""
 
     def __init__(self, settings: RunSettings, node_config: Mapping[str, Any]) -> None:
         self.settings = settings
@@ -91,17 +93,15 @@ class NodeSetup:
         return resolve_device(self.node_config.get(NODE_KEY, AUTO))
 
     @cached_property
-    def family(self) -> Any:
-        """The run's family settings, parsed from the chosen algorithm's tables only (None for
-        an algorithm that reads only the common keys)."""
-        return family_settings(self.settings)
+    def family(self) -> S:
+        """The run's family settings, parsed from the chosen algorithm's family tables only."""
+        return family_of(self.settings.algorithm).parse(self.settings)
 
     @cached_property
-    def overrides(self) -> Any:
-        """This node's own overrides from its node config (the family's hook in
-        ``client_app.registry``; None for a family without one)."""
-        hook = node_overrides(self.settings.algorithm)
-        return None if hook is None else hook(self.family, self.node_config)
+    def overrides(self) -> N:
+        """This node's own values from its node config (the family's ``node_overrides``; None
+        for a family whose nodes take the run's settings)."""
+        return family_of(self.settings.algorithm).node_overrides(self.family, self.node_config)
 
 
 def config_digest(run_config: Mapping[str, Any], node_config: Mapping[str, Any]) -> str:
@@ -110,11 +110,11 @@ def config_digest(run_config: Mapping[str, Any], node_config: Mapping[str, Any])
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-_SETUPS: OrderedDict[tuple[int, int, str], NodeSetup] = OrderedDict()
+_SETUPS: OrderedDict[tuple[int, int, str], NodeSetup[Any, Any]] = OrderedDict()
 _LOCK = threading.Lock()
 
 
-def node_setup(context: Context) -> NodeSetup:
+def node_setup(context: Context) -> NodeSetup[Any, Any]:
     """The setup of this context's run and node: cached, or built now (the run config parsed,
     ConfigError naming a bad key, as on every message before)."""
     key = (context.run_id, context.node_id, config_digest(context.run_config, context.node_config))

@@ -10,7 +10,8 @@ line, exits 0 only when the run completed, and stops every process it started by
 Ctrl-C or an error). Each
 process gets its own loopback ports; certificates (a CA and a server certificate whose SANs
 are 127.0.0.1, localhost and any ``--host``) and ECDSA P-384 SuperNode keys are made with the
-``cryptography`` package (Flower's own dependency: no openssl or ssh-keygen needed), and each key is registered with ``flwr supernode register`` before its SuperNode
+``cryptography`` package (Flower's own dependency: no openssl or ssh-keygen needed), and each
+key is registered with ``flwr supernode register`` before its SuperNode
 starts. ``Deployment`` is what the deployment tests drive: they add an unregistered SuperNode,
 kill nodes mid-run, give a node extra ``--node-config`` (a hostile peer) and submit jobs from
 another app directory (``app_copy``: a FAB whose ClientApp may be a test wrapper). ``warm=True``
@@ -40,7 +41,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from cryptography import x509
@@ -103,7 +104,7 @@ def make_certificates(directory: Path, hosts: list[str]) -> None:
     existing = [name for name in CERTIFICATE_FILES if (directory / name).exists()]
     if existing:
         raise FileExistsError(f"{directory}: {', '.join(existing)} exist already (not replaced)")
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     ca_key = ec.generate_private_key(ec.SECP384R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Flower deployment CA")])
     ca = (
@@ -310,7 +311,7 @@ class Deployment:
         return run_checked(self._in_link([str(BIN / "flwr"), *args]), env=self.env, cwd=PROJECT)
 
     def _start(self, name: str, args: list[str]) -> subprocess.Popen:
-        log = open(self.workdir / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
+        log = open(self.workdir / f"{name}.log", "w")  # closed with the process
         process = subprocess.Popen(
             args,
             stdout=log,
@@ -359,7 +360,7 @@ class Deployment:
         self._write_connection()
         p = self.base_port
         # in its own namespace the SuperLink listens on its links too, unless behind a perimeter
-        host = "127.0.0.1" if self.star is None or self.perimeter else "0.0.0.0"  # noqa: S104
+        host = "127.0.0.1" if self.star is None or self.perimeter else "0.0.0.0"
         args = self._in_link(
             [
                 str(BIN / "flower-superlink"),

@@ -94,7 +94,7 @@ def _run_child(command: str, argv: list[str]) -> None:
         code = 0
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-    except BaseException:  # noqa: BLE001 - report whatever it was, then exit
+    except BaseException:  # report whatever it was, then exit
         traceback.print_exc()
     finally:
         sys.stdout.flush()

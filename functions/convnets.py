@@ -145,7 +145,7 @@ class ConvNet(nn.Module):
         return self.head(self.features(x.reshape(len(x), *self.spec.input_shape)).flatten(1))
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        """Outputs (n, n_outputs) as float64 of float32 forward passes, ``PREDICT_ROWS`` at a time."""
+        """Outputs (n, n_outputs), float64, of float32 forward passes, ``PREDICT_ROWS`` a pass."""
         x = torch.as_tensor(np.asarray(x, dtype=np.float32))
         with torch.no_grad():
             parts = [self(x[i : i + PREDICT_ROWS]) for i in range(0, len(x), PREDICT_ROWS)]

@@ -129,10 +129,10 @@ def decode_extreme_point(
 def encode_point_list(constraint: Ball, points: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
     """Encode one extreme point per model tensor, each field packed across tensors.
 
-    ``vertex`` / ``index`` hold one entry per tensor (in the dtype of the largest tensor), ``bits``, ``u``,
-    ``v``, ``x`` the tensors' fields one after another. Shapes are not sent: the receiver splits
-    by the model's known shapes. One array per field instead of one per field and tensor saves
-    the key, dtype, shape and ~128-byte header Flower serialises with every array.
+    ``vertex`` / ``index`` hold one entry per tensor (in the dtype of the largest tensor),
+    ``bits``, ``u``, ``v``, ``x`` the tensors' fields one after another. Shapes are not sent: the
+    receiver splits by the model's known shapes. One array per field instead of one per field and
+    tensor saves the key, dtype, shape and ~128-byte header Flower serialises with every array.
     """
     if not points:
         raise ValueError("cannot encode an empty list of points")

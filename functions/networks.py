@@ -44,7 +44,7 @@ def check_activation_and_bound(activation: object, output_bound: object) -> None
 
 
 def positive_ints(values: object, name: str, least: int) -> tuple[int, ...]:
-    """``values`` as a tuple of positive ints (at least ``least`` of them); ``ValueError`` if not."""
+    """``values`` as a tuple of at least ``least`` positive ints; ``ValueError`` if not."""
     if not (
         isinstance(values, (tuple, list))
         and len(values) >= least

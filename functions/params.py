@@ -63,7 +63,7 @@ def array_to_numpy(array: object, name: str) -> np.ndarray:
 def _load(array: Array, name: str) -> np.ndarray:
     try:
         value = array.numpy()
-    except Exception as err:  # noqa: BLE001 - any parse failure of received bytes
+    except Exception as err:  # any parse failure of received bytes
         raise DecodeError(f"{name}: unreadable array ({type(err).__name__}: {err})") from None
     if not isinstance(value, np.ndarray) or value.dtype.hasobject:
         raise DecodeError(f"{name}: not a plain numpy array")
@@ -88,7 +88,7 @@ def npy_data_bytes(array: object, name: str) -> int:
             else npy_format.read_array_header_2_0
         )
         shape, _, dtype = read_header(stream)
-    except Exception as err:  # noqa: BLE001 - any fault of the received header
+    except Exception as err:  # any fault of the received header
         raise DecodeError(f"{name}: unreadable array ({type(err).__name__}: {err})") from None
     if dtype.hasobject:
         raise DecodeError(f"{name}: not a plain numpy array (dtype {dtype})")
@@ -110,7 +110,7 @@ def _declares(array: Array, dtype: np.dtype, shape: tuple[int, ...]) -> bool:
     malformed reply, refused whole, never half-read)."""
     try:
         return np.dtype(array.dtype) == dtype and tuple(array.shape) == tuple(shape)
-    except Exception:  # noqa: BLE001 - a declared dtype numpy does not know
+    except Exception:  # a declared dtype numpy does not know
         return False
 
 

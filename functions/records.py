@@ -41,7 +41,7 @@ def array_data_bytes(array: Array) -> int:
             declared = math.prod(shape) * np.dtype(array.dtype).itemsize
             if declared <= carried:
                 return declared
-    except Exception:  # noqa: BLE001 - a declared dtype numpy does not know, or any other fault
+    except Exception:  # a declared dtype numpy does not know, or any other fault
         pass
     return carried
 

@@ -1,4 +1,4 @@
-"""FedDR (Tran-Dinh, Pham, Phan, Nguyen, NeurIPS 2021) with g = indicator of D, and projected FedAvg.
+"""FedDR (Tran-Dinh, Pham, Phan, Nguyen, NeurIPS 2021), g = indicator of D, and projected FedAvg.
 
 FedDR solves min_x (1/n) sum_i f_i(x) + g(x) by randomized Douglas-Rachford splitting. With g the
 indicator of the constraint set D, prox_{eta g} is the Euclidean projection onto D for every eta.
@@ -84,7 +84,7 @@ def feddr_client_step(
 
 
 def project_params(constraint: Constraint, params: Params, scope: str = "per-tensor") -> Params:
-    """Euclidean projection of a model onto D: one ball per tensor, or one over the flattened model."""
+    """Euclidean projection of a model onto D: a ball per tensor or one over the flat model."""
     if scope not in SCOPES:
         raise ConfigError.choice("fedfw.scope", scope, SCOPES)
     arrays = [np.asarray(a, dtype=np.float64) for a in params]

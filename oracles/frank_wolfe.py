@@ -92,7 +92,7 @@ def fedfw_client_step(
 ) -> tuple[Params, FWClientState]:
     """s_i^t = LMO(g_i^t) and the pending state with x_i^{t+1} = (1 - eta_t) x_i^t + eta_t s_i^t.
 
-    ``constraint`` may differ between clients (section 4.3: client sets D_i whose intersection is D).
+    ``constraint`` may differ between clients (section 4.3: sets D_i whose intersection is D).
     """
     g, advanced = fw_direction(variant, state, x_bar, grad, t, schedule, num_clients)
     s = lmo_per_tensor(constraint, g, scope)

@@ -102,7 +102,7 @@ class Graph:
         return len(self.components()) == 1
 
     def describe(self) -> str:
-        """One line for logs; the edge list is ``parse_edges`` syntax, so it reproduces the graph."""
+        """One line for logs; the edge list, in ``parse_edges`` syntax, reproduces the graph."""
         degrees = [self.degree(i) for i in range(self.n)]
         return (
             f"n={self.n}, {len(self.edges)} edges, degree {min(degrees)}..{max(degrees)}, "

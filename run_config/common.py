@@ -65,7 +65,7 @@ COMMON_KEYS = (
         str,
         "ffgb",
         "which algorithm runs: see the algorithms table of "
-        "docs/algorithms.md (the registry in `strategies/registry.py` checks the name)",
+        "docs/algorithms.md (the family catalogue `run_config/families.py` checks the name)",
         field="algorithm",
     ),
     Key(

@@ -1,4 +1,4 @@
-"""The run-config keys the app declares (``[tool.flwr.app.config]``) and overrides checked against them.
+"""The run-config keys the app declares (``[tool.flwr.app.config]``); overrides checked on them.
 
 Flower rejects an unknown key with a bare "Invalid run configuration."; here the error names the
 key and the closest declared one, so a typo is found before any engine starts.
@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import difflib
 import re
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import tomllib
 from flwr.common.config import flatten_dict, parse_config_args
 
 from tasks.errors import ConfigError

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from run_config.common import RunSettings
-from run_config.fedfw import ConstraintSet, constraint_set
+from run_config.family import MODEL, Algorithm, Family, Table
+from run_config.fedfw import DOMAIN, ConstraintSet, constraint_set
 from run_config.keys import Key, at_least, build, finite_above, read_keys, within
 
 FEDDR_KEYS = (
@@ -61,3 +62,15 @@ def feddr_settings(settings: RunSettings) -> FedDRSettings:
     """Parse D and ``FEDDR_KEYS``; ConfigError names the key."""
     domain = constraint_set(settings)
     return build(FedDRSettings, read_keys(settings.raw, FEDDR_KEYS), FEDDR_KEYS, domain=domain)
+
+
+FEDDR_TABLE = Table("`feddr.*`", "FedDR", FEDDR_KEYS)
+
+FEDDR: Family[FedDRSettings, None] = Family(
+    "feddr",
+    (Algorithm("feddr", "FedDR, Douglas-Rachford splitting, x-bar projected onto D"),),
+    feddr_settings,
+    tables=(DOMAIN, FEDDR_TABLE),
+    reads=MODEL,
+    steps=("feddr.lr", "feddr.eta"),
+)

@@ -10,7 +10,9 @@ runs one local step of the algorithm.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -20,6 +22,7 @@ from oracles.fedfun_local import DFEDAVGM, DFEDDF, DFEDFISH, FSR, PSR, TREE_LEAR
 from oracles.fsr_network import JACOBI, STEP_FORMS
 from oracles.graphs import TOPOLOGIES
 from run_config.common import RunSettings
+from run_config.family import RELAY_MESSAGES, Algorithm, Family, Table
 from run_config.keys import (
     Check,
     Key,
@@ -249,7 +252,9 @@ def fedfun_settings(settings: RunSettings) -> FedFunSettings:
     return out
 
 
-def node_learner(settings: FedFunSettings, node_config: dict) -> tuple[str, tuple[int, ...]]:
+def node_learner(
+    settings: FedFunSettings, node_config: Mapping[str, Any]
+) -> tuple[str, tuple[int, ...]]:
     """This node's learner and hidden widths: the run's, unless its node config overrides them
     (FSR only: heterogeneous models, appendix C.1). ConfigError names the node-config key."""
     learner = str(node_config.get(NODE_LEARNER, settings.learner))
@@ -288,3 +293,22 @@ def model_limits(fedfun: FedFunSettings, task: TaskData) -> ModelLimits:
         spec=spec,
         fisher=fedfun.algorithm == DFEDFISH,
     )
+
+
+FEDFUN_TABLE = Table("`fedfun.*`", "FedFun (FSR) and its four decentralised baselines", FEDFUN_KEYS)
+
+FEDFUN: Family[FedFunSettings, tuple[str, tuple[int, ...]]] = Family(
+    "fedfun",
+    (
+        Algorithm(FSR, "FedFun: function-space regularisation on a graph (FSR)"),
+        Algorithm(PSR, "PSR: parameter-space regularisation (synchronous DJAM)"),
+        Algorithm(DFEDAVGM, "DFedAvgM: neighbour averaging, local momentum SGD"),
+        Algorithm(DFEDFISH, "DFedFish: Fisher-weighted neighbour averaging"),
+        Algorithm(DFEDDF, "DFedDF: neighbours' ensemble distilled on sampled inputs"),
+    ),
+    fedfun_settings,
+    tables=(FEDFUN_TABLE,),
+    steps=("fedfun.lr", "fedfun.step"),
+    message_types=RELAY_MESSAGES,
+    node_overrides=node_learner,
+)

@@ -4,12 +4,15 @@ server halves."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from oracles.frank_wolfe import VARIANTS
 from oracles.lmo import CONSTRAINT_NAMES, SCOPES, Constraint, make_constraint
 from oracles.schedules import SCHEDULE_NAMES, FWSchedule, make_schedule
 from run_config.common import RunSettings
+from run_config.family import MODEL, Algorithm, Family, Table
 from run_config.keys import Key, OneOf, at_least, build, finite_at_least, read_keys, require, within
 from tasks.datasets import DEFAULT_MODELS, SITE_TASK
 from tasks.site_data import SITE_MODEL
@@ -247,3 +250,31 @@ def node_constraint(
     if fallback == 0.0 and kind == default.kind:
         fallback = default.radius
     return domain_constraint(kind, node_config.get(NODE_RADIUS_KEY, fallback))
+
+
+def node_set(fw: FedFWSettings, node_config: Mapping[str, Any]) -> Constraint:
+    """This node's set D_i (section 4.3): node config ``fedfw.constraint`` / ``fedfw.radius``,
+    else the run's D."""
+    return node_constraint(dict(node_config), fw.constraint, fw.radius)
+
+
+DOMAIN = Table(
+    "`fedfw.*`: the constraint set D",
+    "FedFW and the baselines that solve the same constrained problem",
+    DOMAIN_KEYS,
+)
+FEDFW_TABLE = Table("`fedfw.*`: Frank-Wolfe", "FedFW's variants", FEDFW_KEYS)
+
+FEDFW: Family[FedFWSettings, Constraint] = Family(
+    "fedfw",
+    (
+        Algorithm("fedfw", "Federated Frank-Wolfe, quadratic penalty"),
+        Algorithm("fedfw-plus", "FedFW+, augmented Lagrangian"),
+        Algorithm("fedfw-sto", "FedFW-sto, averaged minibatch gradients"),
+    ),
+    fedfw_settings,
+    tables=(DOMAIN, FEDFW_TABLE),
+    reads=MODEL,
+    steps=("fedfw.schedule", "fedfw.lambda0"),
+    node_overrides=node_set,
+)

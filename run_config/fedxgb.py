@@ -10,6 +10,7 @@ import numpy as np
 from functions.boosters import BoosterSpec
 from oracles.functional_losses import CROSS_ENTROPY, SQUARE, PointwiseLoss
 from run_config.common import RunSettings
+from run_config.family import SAMPLED, Algorithm, Family, Table
 from run_config.keys import Key, build, read_keys, within
 from tasks.datasets import TaskData
 from tasks.errors import ConfigError
@@ -119,3 +120,19 @@ def check_task(task: TaskData) -> None:
             f"{task.num_classes} (with task='site': every site holds the same "
             "single label)"
         )
+
+
+FEDXGB_TABLE = Table(
+    "`fedxgb.*`", "the XGBoost baselines on Flower's FedXgbBagging and FedXgbCyclic", FEDXGB_KEYS
+)
+
+FEDXGB: Family[FedXgbSettings, None] = Family(
+    "fedxgb",
+    (
+        Algorithm(BAGGING, "XGBoost, Flower's FedXgbBagging: nodes' new trees appended", SAMPLED),
+        Algorithm(CYCLIC, "XGBoost, Flower's FedXgbCyclic: nodes boost in turn"),
+    ),
+    fedxgb_settings,
+    tables=(FEDXGB_TABLE,),
+    steps=("fedxgb.eta",),
+)

@@ -24,6 +24,7 @@ from oracles.weak_learning import (
     OracleSettings,
 )
 from run_config.common import RunSettings
+from run_config.family import SAMPLED, Algorithm, Family, Table
 from run_config.keys import (
     Key,
     OneOf,
@@ -501,3 +502,19 @@ def delta_limits(ffgb: FFGBSettings, task: TaskData) -> Limits:
         max_features=n_features,
         max_outputs=task.num_outputs,
     )
+
+
+FFGB_TABLE = Table("`ffgb.*`", "the FFGB family", FFGB_KEYS)
+
+FFGB: Family[FFGBSettings, None] = Family(
+    "ffgb",
+    (
+        Algorithm("ffgb", "Federated functional gradient boosting with residuals"),
+        Algorithm("ffgb-c", "FFGB.C, clipped learners and residuals"),
+        Algorithm("ffgb-l", "FFGB.L, square loss, Lipschitz extension, Sobolev oracle"),
+    ),
+    ffgb_settings,
+    tables=(FFGB_TABLE,),
+    reads=SAMPLED,
+    steps=("ffgb.eta0", "ffgb.schedule", "ffgb.oracle-lr"),
+)

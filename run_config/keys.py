@@ -42,7 +42,7 @@ def require(condition: bool, key: str, value: object, requirement: str) -> None:
 
 @dataclass(frozen=True)
 class Check:
-    """A per-key rule: ``ok(value)``, else ``<key>=<value> is not valid; it must be <requirement>``."""
+    """A per-key rule: ``ok(value)``, or ``<key>=<value> is not valid; it must be <requirement>``"""
 
     requirement: str
     ok: Callable[[Any], bool]
@@ -97,7 +97,7 @@ def within(low: float, high: float, ends: str = "[]", note: str = "") -> Check:
 class When:
     """Where a key has an effect: only when the common key ``on`` has one of ``values`` (with
     ``unless``: none of them). A key given another value elsewhere is refused
-    (``run_config.tables.inert_keys``): it would change nothing, silently."""
+    (``run_config.families.inert_keys``): it would change nothing, silently."""
 
     on: str
     values: tuple[Scalar, ...]

@@ -22,7 +22,8 @@ from flwr.serverapp import Grid, ServerApp
 
 from functions.errors import DecodeError
 from run_config.common import RunSettings
-from run_config.tables import family_of, validate_tables
+from run_config.families import family_of, validate_tables
+from run_config.family import Algorithm
 from server_app.checkpoint import Checkpoint
 from server_app.event_log import EventLog
 from server_app.metered_grid import MeteredGrid, own_pull_interval
@@ -32,7 +33,7 @@ from server_app.results import ResultsWriter, summarise
 from server_app.resume import checked_checkpoint, restore
 from server_app.run_info import results_directory, run_config_record
 from strategies.base import Diverged, FederatedStrategy
-from strategies.registry import ServerAlgorithm, get_algorithm
+from strategies.registry import strategy_for
 from strategies.site_agreement import SiteAgreement, agree_sites
 from tasks.errors import ConfigError
 from tasks.federation import check_partitioning, task_for
@@ -55,7 +56,7 @@ class RunPlan:
     """A validated run: settings, the algorithm and its strategy, built before any node is asked."""
 
     settings: RunSettings
-    algorithm: ServerAlgorithm
+    algorithm: Algorithm
     strategy: FederatedStrategy
     sites: SiteAgreement | None = None  # task='site': the schema the nodes agreed
 
@@ -70,8 +71,7 @@ class RunPlan:
 def check_settings(run_config: Mapping[str, Any]) -> RunSettings:
     """The common keys, the algorithm and its own keys; ConfigError naming the key."""
     settings = RunSettings.from_run_config(run_config)
-    get_algorithm(settings.algorithm)
-    validate_tables(settings)
+    validate_tables(settings)  # the algorithm's family first (ConfigError for an unknown one)
     return settings
 
 
@@ -81,8 +81,8 @@ def plan_run(settings: RunSettings, sites: SiteAgreement | None = None) -> RunPl
     ConfigError names the key."""
     if sites is not None and not settings.server_test_path:
         settings = replace(settings, central_evaluation=False)  # no test rows at the server
-    algorithm = get_algorithm(settings.algorithm)
-    strategy = algorithm.strategy(settings, None if sites is None else sites.task)
+    algorithm = family_of(settings.algorithm).algorithm(settings.algorithm)
+    strategy = strategy_for(settings, None if sites is None else sites.task)
     strategy.pin_partitions(settings.pinned_partitions)
     if sites is not None:
         strategy.admit_sites(sites.question, sites.left_out)
@@ -139,9 +139,7 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
             resume_from = Path(settings.resume_from)
         checkpoint = None
         if resume_from is not None:
-            checkpoint = checked_checkpoint(
-                resume_from, get_algorithm(settings.algorithm).name, context.run_config
-            )
+            checkpoint = checked_checkpoint(resume_from, settings.algorithm, context.run_config)
         metered = MeteredGrid(
             grid,
             settings.reply_timeout,  # round 0 counts the agreement

@@ -90,7 +90,7 @@ class Checkpoint:
             site_schema = str(meta["site-schema"])
         except DecodeError:
             raise
-        except Exception as err:  # noqa: BLE001 - any fault in a file read back from disk
+        except Exception as err:  # any fault in a file read back from disk
             raise DecodeError(f"not a checkpoint ({type(err).__name__}: {err})") from None
         if (
             not isinstance(arrays, ArrayRecord)

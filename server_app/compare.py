@@ -120,7 +120,7 @@ def _figure(value: float | None) -> str:
     return "none" if value is None or not math.isfinite(value) else f"{value:.4f}"
 
 
-def traffic_scale(ax, xs: list[float]) -> None:  # noqa: ANN001 - a matplotlib Axes
+def traffic_scale(ax, xs: list[float]) -> None:  # a matplotlib Axes
     """The bytes axis: logarithmic, so runs that move kilobytes and gigabytes share it, but
     linear below the smallest traffic of any round (symlog), so that round 0, before any byte
     moved, is drawn at 0 instead of being clipped off a log axis."""

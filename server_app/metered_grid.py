@@ -87,11 +87,11 @@ class MeteredGrid(Grid):
                     self._counters.bytes_up_train += size
 
     # -- Grid API --------------------------------------------------------------
-    def set_run(self, run) -> None:  # noqa: ANN001 - Flower's Run type
+    def set_run(self, run) -> None:  # Flower's Run type
         self._inner.set_run(run)
 
     @property
-    def run(self):  # noqa: ANN201
+    def run(self):
         return self._inner.run
 
     def create_message(

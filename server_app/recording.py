@@ -89,7 +89,7 @@ class RecordedStrategy(Strategy):
 
 
 class RoundRecorder:
-    """Flower's ``evaluate_fn``: central evaluation, then the round's row, log line and checkpoint."""
+    """Flower's ``evaluate_fn``: central evaluation, then the round's row, log line, checkpoint."""
 
     def __init__(
         self,

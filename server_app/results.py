@@ -190,7 +190,7 @@ def write_plots(directory: Path, rounds: list[dict[str, Any]], title: str = "") 
 
     paths = []
 
-    def save(fig, name: str) -> None:  # noqa: ANN001
+    def save(fig, name: str) -> None:
         fig.suptitle(title, fontsize=9)
         fig.tight_layout()
         path = directory / name
@@ -248,7 +248,7 @@ def write_plots(directory: Path, rounds: list[dict[str, Any]], title: str = "") 
 SITE_COLUMN = re.compile(r"^site(\d+)_(test_accuracy|test_mse|test_loss)$")
 
 
-def _per_site_figure(rounds: list[dict[str, Any]], plt, locator):  # noqa: ANN001, ANN202
+def _per_site_figure(rounds: list[dict[str, Any]], plt, locator):
     """Each site's own test metric per round (columns ``site<partition>_<metric>``, sites' own
     data), accuracy where there is one, else MSE, else loss; None without such columns."""
     found = {m.groups() for r in rounds for k in r if (m := SITE_COLUMN.match(k))}
@@ -280,6 +280,6 @@ def _per_site_figure(rounds: list[dict[str, Any]], plt, locator):  # noqa: ANN00
     return fig
 
 
-def _save_figure(fig, path: Path) -> None:  # noqa: ANN001 - a matplotlib Figure
+def _save_figure(fig, path: Path) -> None:  # a matplotlib Figure
     """``fig`` as a PNG at ``path``, written atomically."""
     write_atomic(path, lambda handle: fig.savefig(handle, format="png", dpi=100))

@@ -72,7 +72,7 @@ def restore(strategy: FederatedStrategy, checkpoint: Checkpoint) -> None:
         strategy.load_state_record(checkpoint.strategy, checkpoint.segment_records)
     except DecodeError:
         raise
-    except Exception as err:  # noqa: BLE001 - any fault of a state read back from disk
+    except Exception as err:  # any fault of a state read back from disk
         raise DecodeError(
             f"the checkpoint's strategy state does not load ({type(err).__name__}: {err})"
         ) from None

@@ -143,6 +143,6 @@ def read_segments(path: Path, entries: Mapping[str, Entry]) -> dict[str, RecordD
             raise DecodeError(f"segment {name!r} of {path.name}: missing or changed bytes")
         try:
             out[name] = recorddict_from_proto(ProtoRecordDict.FromString(chunk))
-        except Exception as err:  # noqa: BLE001 - any fault of bytes read back from disk
+        except Exception as err:  # any fault of bytes read back from disk
             raise DecodeError(f"segment {name!r}: not a record ({type(err).__name__})") from None
     return out

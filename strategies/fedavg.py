@@ -1,4 +1,4 @@
-"""FedAvg, FedProx and projected FedAvg: Flower's FedAvg with screened replies and a fixed node order.
+"""FedAvg, FedProx and projected FedAvg: Flower's FedAvg, screened replies, a fixed node order.
 
 Flower's ``FedAvg`` builds the messages and averages the models (``aggregate_arrayrecords``); on
 top of it every reply is checked before Flower sees it (a bad one is a counted failure, never an
@@ -35,6 +35,7 @@ from functions.protocol import (
 )
 from oracles.douglas_rachford import projected_average
 from run_config.common import RunSettings
+from run_config.fedavg import PROJECTED
 from run_config.fedfw import ConstraintSet, constraint_set
 from strategies.evaluation import checked_count, checked_metrics, example_limit
 from strategies.sampling import Sampler
@@ -225,3 +226,11 @@ def build_projected_fedavg(settings: RunSettings, task: TaskData) -> ProjectedFe
     model = TorchGlobal(settings, task)
     start = params_to_record(model.layout, model.projected_start(domain))
     return ProjectedFedAvg(domain, **_fedavg_options(settings, model, start))
+
+
+BUILDERS = {"fedavg": build_fedavg, "fedprox": build_fedprox, PROJECTED: build_projected_fedavg}
+
+
+def build_fedavg_family(settings: RunSettings, task: TaskData) -> CheckedFedAvg:
+    """The strategy of the run's algorithm: FedAvg, FedProx or projected FedAvg."""
+    return BUILDERS[settings.algorithm](settings, task)

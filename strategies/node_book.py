@@ -108,7 +108,8 @@ class NodeBook(Generic[S]):
         **config: float | str | bool,
     ) -> Message:
         """A train message with ``content`` (this node's own), its acceptance state and, when the
-        node may have no state, the restart records ``restart(node)`` gives with their sync value."""
+        node may have no state, the restart records ``restart(node)`` gives with their sync value.
+        """
         records = RecordDict(dict(content))
         sync = SYNC_NONE
         if self.slots[node].needs_sync:

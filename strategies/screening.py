@@ -73,7 +73,7 @@ def screen_replies(
             if node in out.accepted:
                 raise DecodeError("a second reply from the same node")
             out.accepted[node] = decode(reply)
-        except Exception as err:  # noqa: BLE001 - whatever a reply holds, it only fails itself
+        except Exception as err:  # whatever a reply holds, it only fails itself
             out.dropped.append(node)
             if isinstance(err, NonFiniteError):
                 out.nonfinite.append(node)

@@ -35,7 +35,7 @@ from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from functions.errors import DecodeError, one_sentence
+from functions.errors import DecodeError
 from functions.protocol import (
     PARTITION_ID,
     QUERY_FACTS,

@@ -106,7 +106,7 @@ def _read(file: Path, size: int, max_bytes: int, images: list[ImageFile]) -> Sit
         frame = _READERS[suffix](file)
     except SiteDataError:
         raise
-    except Exception as err:  # noqa: BLE001 - any fault of a file from a site's disk
+    except Exception as err:  # any fault of a file from a site's disk
         raise SiteDataError(
             f"{file}: unreadable {suffix[1:].upper()} ({type(err).__name__}: {_first_line(err)})"
         ) from None

@@ -16,7 +16,7 @@ config template ``dataset-path='<folder>/{partition-id}.csv'`` finds them; ``sit
 them. Both packages carry their data; no network (install them with the project's ``sites``
 extra, which ``make install`` brings).
 
-    python -m tasks.sites penguins --out sites/penguins   # 0.csv Biscoe, 1.csv Dream, 2.csv Torgersen
+    python -m tasks.sites penguins --out sites/penguins # 0.csv Biscoe, 1.csv Dream, 2.csv Torgersen
     python -m tasks.sites cars --out sites/cars           # 0.csv Europe, 1.csv Japan, 2.csv USA
 
 And sites that hold images: ``digits`` writes scikit-learn's 1,797 handwritten digits (8x8 grey,

@@ -39,7 +39,7 @@ from flwr.supercore.task_identity import TaskIdentity
 from functions.protocol import CONFIG, SERVER_ROUND
 from run_config.common import RunSettings
 from run_config.declared import with_overrides
-from run_config.tables import inert_keys
+from run_config.families import inert_keys
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the checkout
 RUN_ID = 1
@@ -54,7 +54,7 @@ def run_config(**overrides: Any) -> dict[str, Any]:
 
 def counting(overrides: Mapping[str, Any]) -> dict[str, Any]:
     """``overrides`` (with an ``algorithm``) less the keys that would have no effect in that
-    run, which the ServerApp refuses (``run_config.tables.inert_keys``): for tests and
+    run, which the ServerApp refuses (``run_config.families.inert_keys``): for tests and
     benchmarks that keep one dict of small settings for every family."""
     inert = inert_keys(RunSettings.from_run_config(run_config(**overrides)))
     return {k: v for k, v in overrides.items() if k not in inert}
@@ -182,11 +182,11 @@ class LocalGrid(Grid):
             else:
                 self.node_ids.append(node_id)
 
-    def set_run(self, run) -> None:  # noqa: ANN001
+    def set_run(self, run) -> None:
         raise NotImplementedError("LocalGrid has a fixed run")
 
     @property
-    def run(self):  # noqa: ANN201
+    def run(self):
         raise NotImplementedError("LocalGrid has a fixed run")
 
     def create_message(
@@ -214,7 +214,7 @@ class LocalGrid(Grid):
         context = self.contexts[received.metadata.dst_node_id]
         try:
             reply = self.client_app(received, context)
-        except Exception as err:  # noqa: BLE001 - mirrors Flower's runtime behaviour
+        except Exception as err:  # mirrors Flower's runtime behaviour
             reply = Message(
                 Error(CLIENT_EXCEPTION_CODE, f"{type(err).__name__}: {err}"), reply_to=received
             )

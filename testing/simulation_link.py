@@ -108,7 +108,7 @@ def simulation_superlink(
         "RAY_TMPDIR": ray_tmp,
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
     }
-    log = open(log_path or home / "superlink.log", "w")  # noqa: SIM115 - closed below
+    log = open(log_path or home / "superlink.log", "w")  # closed below
     try:
         process = subprocess.Popen(
             [

@@ -7,11 +7,12 @@
 - ``test-local``: nothing global. Each node fits its own classification tree (deeper every
   round) and evaluates it; the server reports the mean, min and max over nodes.
 
-Neither touches a file outside this one: each has a server half (the lifecycle's hooks only), a
-client half, and ``test-trees`` a key table (``TREES_KEYS``, its family in ``FAMILIES``), which
-the tests register as a new family registers its own (``strategies.registry``,
-``client_app.registry``, ``run_config.tables``; ``python -m run_config.reference`` then writes its
-keys into ``pyproject.toml`` and docs/configuration.md).
+Neither touches a file outside this one: each is one family declaration (``TREES``, ``LOCAL``),
+a server half (the lifecycle's hooks only) and a client half, and ``test-trees`` has a key table
+(``TREES_KEYS``). The tests register them as a new family registers itself: one line in the
+catalogue (``run_config.families.FAMILIES``) and one in each registry (``strategies.registry``,
+``client_app.registry``); ``python -m run_config.reference`` then writes its keys into
+``pyproject.toml`` and docs/configuration.md.
 """
 
 from __future__ import annotations
@@ -32,12 +33,11 @@ from functions.params import arrays_to_record, record_to_arrays
 from functions.protocol import CONFIG, EVALUATE, METRICS, QUERY_NODE, SERVER_ROUND, TRAIN
 from functions.trees import decode_tree, encode_tree, from_sklearn
 from run_config.common import RunSettings
+from run_config.family import Algorithm, Family, Table
 from run_config.keys import Key, build, read_keys, within
-from run_config.tables import Family, Table
 from strategies.base import FederatedStrategy
 from strategies.ensemble_sync import EnsembleSync, StoredEnsemble, SyncSlot
 from strategies.evaluation import checked_metrics, spread_over_nodes
-from strategies.registry import ServerAlgorithm
 from strategies.screening import exact_records
 from tasks.datasets import TaskData
 
@@ -62,7 +62,16 @@ def trees_settings(settings: RunSettings) -> TreesSettings:
 
 
 TREES_TABLE = Table("`test-trees.*`", "the frame tests' boosted trees", TREES_KEYS)
-FAMILIES = {"test-trees": Family((TREES_TABLE,), trees_settings)}
+TREES: Family[TreesSettings, None] = Family(
+    "test-trees",
+    (Algorithm("test-trees", "boosted trees (test only)"),),
+    trees_settings,
+    tables=(TREES_TABLE,),
+    message_types=(TRAIN, QUERY_NODE),
+)
+LOCAL: Family[None, None] = Family(
+    "test-local", (Algorithm("test-local", "one tree per node (test only)"),), lambda _: None
+)
 
 
 def _delta_records(config: dict, arrays: dict) -> dict[str, Any]:
@@ -170,8 +179,8 @@ class BoostedTreesStrategy(FederatedStrategy):
         return self.sync.segment_record(name)
 
 
-def boosted_trees_train(job: ClientJob) -> RecordDict:
-    """Client half of ``test-trees``: update the cached predictions, fit one tree to the residual."""
+def boosted_trees_train(job: ClientJob[TreesSettings, None]) -> RecordDict:
+    """Client half of ``test-trees``: update the cached predictions, fit a tree to the residual."""
     data, state, trees = job.data, job.state, job.family
     x = data.x_train.reshape(len(data.x_train), -1)
     delta = _read_delta(RecordDict({k: job.content[k] for k in (DELTA, DELTA_ARRAYS)}))
@@ -236,7 +245,7 @@ class LocalModelsStrategy(FederatedStrategy):
         return spread_over_nodes(accepted)
 
 
-def local_train(job: ClientJob) -> RecordDict:
+def local_train(job: ClientJob[None, None]) -> RecordDict:
     """Client half of ``test-local``: fit this node's own tree (depth = round), keep it."""
     data = job.data
     depth = int(job.content[CONFIG][SERVER_ROUND])
@@ -248,7 +257,7 @@ def local_train(job: ClientJob) -> RecordDict:
     return RecordDict()
 
 
-def local_evaluate(job: ClientJob) -> RecordDict:
+def local_evaluate(job: ClientJob[None, None]) -> RecordDict:
     """Client half of ``test-local``: this node's own tree on its test shard."""
     data = job.data
     x = data.x_test.reshape(len(data.x_test), -1)
@@ -260,15 +269,8 @@ def local_evaluate(job: ClientJob) -> RecordDict:
     return RecordDict({METRICS: MetricRecord({"test_accuracy": accuracy})})
 
 
-SERVER_HALVES = {
-    "test-trees": ServerAlgorithm(
-        "test-trees", "boosted trees (test only)", BoostedTreesStrategy, (TRAIN, QUERY_NODE)
-    ),
-    "test-local": ServerAlgorithm(
-        "test-local", "one tree per node (test only)", LocalModelsStrategy
-    ),
-}
+STRATEGIES = {TREES: BoostedTreesStrategy, LOCAL: LocalModelsStrategy}
 CLIENT_HALVES = {
-    "test-trees": {TRAIN: boosted_trees_train, QUERY_NODE: describe_node},
-    "test-local": {TRAIN: local_train, EVALUATE: local_evaluate, QUERY_NODE: describe_node},
+    TREES: {TRAIN: boosted_trees_train, QUERY_NODE: describe_node},
+    LOCAL: {TRAIN: local_train, EVALUATE: local_evaluate, QUERY_NODE: describe_node},
 }

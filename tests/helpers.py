@@ -62,11 +62,11 @@ def state_params(grid: LocalGrid, node: int, key: str) -> list[np.ndarray]:
     return [a.numpy() for a in grid.contexts[node].state[key].values()]
 
 
-def forgetting(client, partition_id: int, server_round: int):  # noqa: ANN001, ANN201
+def forgetting(client, partition_id: int, server_round: int):
     """A ClientApp callable that wipes the node's Context.state before the train message of
     ``server_round`` to the node of ``partition_id`` (a restarted node that lost its state)."""
 
-    def app(message, context):  # noqa: ANN001, ANN202
+    def app(message, context):
         if (
             context.node_config["partition-id"] == partition_id
             and message.metadata.message_type == "train"
@@ -82,7 +82,7 @@ def forgetting(client, partition_id: int, server_round: int):  # noqa: ANN001, A
 SEGMENT = "segment:"  # saved(): a segment's records, under segment:<name>:<record key>
 
 
-def saved(strategy) -> RecordDict:  # noqa: ANN001 - any FederatedStrategy
+def saved(strategy) -> RecordDict:  # any FederatedStrategy
     """The strategy's whole state as a checkpoint keeps it, in one RecordDict: its
     ``state_record`` and its live segments (``segment:<name>:<key>``)."""
     state = strategy.state_record()
@@ -92,7 +92,7 @@ def saved(strategy) -> RecordDict:  # noqa: ANN001 - any FederatedStrategy
     return state
 
 
-def restore_saved(strategy, state: RecordDict) -> None:  # noqa: ANN001
+def restore_saved(strategy, state: RecordDict) -> None:
     """``load_state_record`` of what ``saved`` wrote."""
     plain, segments = RecordDict(), {}
     for key, record in state.items():

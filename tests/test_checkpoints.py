@@ -11,12 +11,12 @@ from flwr.app import RecordDict
 from client_app.app import app as client_app
 from functions.errors import DecodeError
 from run_config.common import COMMON_KEYS
+from run_config.families import algorithm_names
 from server_app.app import InvalidRunConfig, run
 from server_app.app import main as server_main
 from server_app.checkpoint import FILE_NAME, Checkpoint, read_checkpoint
 from server_app.recording import BelowQuorum
 from server_app.resume import MAY_CHANGE
-from strategies.registry import ALGORITHMS
 from testing.inprocess_grid import LocalGrid, counting, run_config, server_context
 from tests.helpers import RUN_NAME
 
@@ -50,7 +50,7 @@ class CrashingGrid(LocalGrid):
 
     crash_at: int | None = None
 
-    def push_messages(self, messages):  # noqa: ANN001, ANN201
+    def push_messages(self, messages):
         messages = list(messages)
         for message in messages:
             if (
@@ -110,7 +110,7 @@ def config_for(tmp_path, algorithm: str) -> dict:
 NODE_HELD = ("feddr", "fedfw-plus", "fedfw-sto")  # node state the server cannot send back
 
 
-@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+@pytest.mark.parametrize("algorithm", algorithm_names())
 @pytest.mark.e2e
 def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path, algorithm):
     whole = config_for(tmp_path / "whole", algorithm)
@@ -187,7 +187,7 @@ def test_a_round_below_quorum_stops_the_run_which_resumes_later(tmp_path):
     whole = {**config_for(tmp_path / "whole", "fedfw"), "fedfw.participation": 1.0}
     run(LocalGrid(client_app, whole, 4), server_context(whole))
 
-    def failing(message, context):  # noqa: ANN001, ANN202
+    def failing(message, context):
         if (
             context.node_config["partition-id"] < 2
             and message.metadata.message_type == "train"
@@ -273,7 +273,7 @@ def test_ffgb_learners_are_checkpointed_once_and_a_changed_segment_is_refused(tm
     sizes = []
 
     class Watching(LocalGrid):
-        def send_and_receive(self, messages, *, timeout=None):  # noqa: ANN001, ANN201
+        def send_and_receive(self, messages, *, timeout=None):
             segments = sorted((tmp_path / RUN_NAME).glob("checkpoint.segments.*"))
             sizes.append(sum(p.stat().st_size for p in segments))
             return super().send_and_receive(messages, timeout=timeout)

@@ -12,7 +12,8 @@ site, read-only, into its own node's ClientApp SuperExec alone, at the path its 
 names, and compose refuses it without the sites' paths; the warm overlay runs every SuperExec as
 deploy/warm_superexec.py (mounted read-only with the app's packages it preloads, its task poll at
 0.1 s) with the arguments of the files before it; the image's requirements follow pyproject.toml
-and the extras it carries; the end-to-end script stays off unless FL_DOCKER=1. Where a compose tool is installed, every file
+and the extras it carries; the end-to-end script stays off unless FL_DOCKER=1. Where a compose
+tool is installed, every file
 combination is also validated with `docker compose config` / `docker-compose config` and the
 same checks run on the merged result.
 """

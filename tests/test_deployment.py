@@ -100,7 +100,7 @@ class KilledRun:
                 KILLED_NODE, NODES, name="supernode-back", slot=NODES + 1, warm=True
             )
             self.status = self.deployment.wait_for_runs([self.run_id], timeout=600)[self.run_id]
-        except BaseException as err:  # noqa: BLE001 - reported by the test
+        except BaseException as err:  # reported by the test
             self.error = err
 
     def _wait_for_round(self, round_: int) -> None:

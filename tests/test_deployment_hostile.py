@@ -74,7 +74,7 @@ def honest_configs(num_partitions: int) -> list[dict]:
     return [{"num-partitions": num_partitions} for _ in range(HONEST)]
 
 
-def failing_after_admission(message, context):  # noqa: ANN001, ANN201
+def failing_after_admission(message, context):
     """The ClientApp, but a node with ``failing`` in its node config answers query.node (it is
     admitted, as the payload attacker is) and errs on every other message."""
     if context.node_config.get("failing") and message.metadata.message_type != "query.node":

@@ -62,7 +62,7 @@ def test_a_non_finite_metric_fails_the_run_keeping_the_rounds_before(tmp_path):
     assert read_checkpoint(tmp_path / "job").server_round == at - 1  # not the diverged state
 
 
-def nan_replies(message: Message, context) -> Message:  # noqa: ANN001
+def nan_replies(message: Message, context) -> Message:
     """The real ClientApp, whose every train reply has its arrays made NaN."""
     reply = client_app(message, context)
     if message.metadata.message_type == "train" and not reply.has_error():

@@ -89,7 +89,10 @@ def test_bytes_are_exactly_the_payload_sent(tmp_path):
 def test_same_seed_gives_same_numbers(tmp_path):
     _, first = run_job(tmp_path / "a", **{"num-server-rounds": 2})
     _, second = run_job(tmp_path / "b", **{"num-server-rounds": 2})
-    strip = lambda rows: [{k: v for k, v in r.items() if k != "wall_time_s"} for r in rows]
+
+    def strip(rows):
+        return [{k: v for k, v in r.items() if k != "wall_time_s"} for r in rows]
+
     assert strip(read_metrics(first)["rounds"]) == strip(read_metrics(second)["rounds"])
     _, other = run_job(tmp_path / "c", **{"num-server-rounds": 2, "seed": 1})
     assert strip(read_metrics(other)["rounds"]) != strip(read_metrics(first)["rounds"])
@@ -161,11 +164,11 @@ class SilentNodeGrid(LocalGrid):
 
     silent = 3
 
-    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+    def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.timeouts: list[float | None] = []
 
-    def send_and_receive(self, messages, *, timeout=None):  # noqa: ANN001, ANN201
+    def send_and_receive(self, messages, *, timeout=None):
         self.timeouts.append(timeout)
         dead = self.node_ids[self.silent]
         replies = super().send_and_receive(messages, timeout=timeout)

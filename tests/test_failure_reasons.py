@@ -67,7 +67,7 @@ def test_a_node_whose_setup_fails_answers_the_sentence_and_logs_one_line(caplog)
 def test_a_fault_of_ours_is_one_line_to_the_server_and_a_traceback_in_the_nodes_log(
     monkeypatch, caplog
 ):
-    def broken(message, context):  # noqa: ANN001, ANN202
+    def broken(message, context):
         return 1 / 0
 
     monkeypatch.setattr(client_module, "answer", broken)

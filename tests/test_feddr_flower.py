@@ -10,7 +10,7 @@ from flwr.app import Array, ArrayRecord
 
 from client_app import feddr
 from client_app.app import app as client_app
-from client_app.registry import CLIENT_HALVES
+from client_app.registry import handlers_for
 from oracles.douglas_rachford import project_params
 from oracles.lmo import make_constraint
 from server_app.app import InvalidRunConfig
@@ -92,7 +92,7 @@ def test_a_bad_reply_is_dropped_and_the_node_resumes(tmp_path, monkeypatch, capl
             )
         return reply
 
-    monkeypatch.setitem(CLIENT_HALVES["feddr"], "train", faulty)
+    monkeypatch.setitem(handlers_for("feddr"), "train", faulty)
     caplog.set_level(logging.WARNING, logger="flwr")
     grid, rows = run_dr(tmp_path)
     assert [r["failures"] for r in rows[1:]] == [0, 1, 0, 0, 0]

@@ -1,4 +1,4 @@
-"""FedDR with g = indicator of D, and the projected-average server step (oracles/douglas_rachford.py).
+"""FedDR with g = indicator of D, and the projected-average server step (oracles/douglas_rachford).
 
 Convergence is certified without a reference solver: for convex F and x in D,
 F(x) - F* <= gap(x) = max_{u in D} <grad F(x), x - u> (eq. 11 of the FedFW paper), so a small FW gap
@@ -21,7 +21,6 @@ from oracles.frank_wolfe import fw_gap
 from oracles.lmo import make_constraint
 from tasks.errors import ConfigError
 from tests.logreg_problem import DATA, DIM, L1_BALL, N_CLIENTS, N_SAMPLES, grad
-
 
 SMOOTHNESS = 0.25 * max(
     np.linalg.norm(np.c_[f, np.ones(N_SAMPLES)], 2) ** 2 / N_SAMPLES for f, _ in DATA
@@ -71,7 +70,7 @@ def test_feddr_partial_participation_keeps_last_x_hat():
 
 
 def test_client_step_matches_the_exact_prox_on_a_quadratic():
-    """f(z) = ||z - c||^2 / 2 has prox_{eta f}(y) = (y + eta c) / (1 + eta); many inner steps reach it."""
+    """f(z) = ||z - c||^2 / 2 has prox_{eta f}(y) = (y + eta c) / (1 + eta): the steps reach it."""
     c = [np.array([1.0, -2.0]), np.array([[0.5]])]
     state = DRClientState(
         x=[np.array([0.0, 1.0]), np.array([[2.0]])],

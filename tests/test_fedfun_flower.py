@@ -16,7 +16,7 @@ from oracles.graphs import make_graph
 from run_config.common import RunSettings
 from server_app.app import InvalidRunConfig
 from server_app.checkpoint import read_checkpoint
-from strategies.registry import ALGORITHMS
+from strategies.registry import strategy_for
 from testing.inprocess_grid import run_config
 from tests.helpers import forgetting, run_app
 
@@ -184,7 +184,7 @@ def test_a_node_that_lost_its_state_gets_everything_again(tmp_path):
 def test_a_malformed_model_is_dropped_and_never_relayed(tmp_path, caplog):
     caplog.set_level(logging.ERROR, logger="flwr")
 
-    def poisoning(message, context):  # noqa: ANN001, ANN202
+    def poisoning(message, context):
         reply = client_app(message, context)
         if (
             context.node_config["partition-id"] == 0
@@ -225,7 +225,7 @@ def test_bad_graphs_and_settings_stop_before_training(tmp_path, overrides, reaso
 def test_the_checkpoint_restores_the_relay(tmp_path):
     run = run_app(tmp_path, 3, **{**FAST, "num-server-rounds": 2, "partitioning": "iid"})
     state = read_checkpoint(run.out_dir).strategy
-    strategy = ALGORITHMS["fedfun"].strategy(RunSettings.from_run_config(run_config(**FAST)))
+    strategy = strategy_for(RunSettings.from_run_config(run_config(**FAST)))
     strategy.load_state_record(state)
     again = strategy.state_record()
     assert sorted(again.keys()) == sorted(state.keys())
@@ -243,7 +243,7 @@ def test_the_graphs_constants_are_computed_once_per_run(tmp_path, monkeypatch):
     shapes = []
     eigvalsh = np.linalg.eigvalsh
 
-    def counted(matrix, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+    def counted(matrix, *args, **kwargs):
         shapes.append(matrix.shape)
         return eigvalsh(matrix, *args, **kwargs)
 

@@ -9,7 +9,7 @@ import pytest
 from flwr.app import ConfigRecord, RecordDict
 
 from client_app.app import app as client_app
-from client_app.registry import CLIENT_HALVES
+from client_app.registry import handlers_for
 from server_app.app import InvalidRunConfig
 from tests.helpers import forgetting, last_xbar, run_app, state_params, train_messages
 
@@ -87,7 +87,7 @@ def test_a_point_outside_the_declared_set_is_dropped_and_the_node_resynced(
     """Node 0 declares the run's l2 ball but answers from an l2 ball 3x larger.
 
     (An l1 point cannot leave D at all: its radius is implied, never sent.)"""
-    handlers = CLIENT_HALVES["fedfw"]
+    handlers = handlers_for("fedfw")
 
     def declares_small_ball(job):
         return RecordDict(
@@ -166,7 +166,7 @@ def test_by_default_no_gradient_leaves_a_node(tmp_path):
     loss sums only (``fedfw.gap`` is off), and the train replies compact points only."""
     replies = []
 
-    def recording(message, context):  # noqa: ANN001, ANN202
+    def recording(message, context):
         reply = client_app(message, context)
         replies.append((message.metadata.message_type, reply))
         return reply

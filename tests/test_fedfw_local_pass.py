@@ -15,8 +15,8 @@ from functions.errors import DecodeError
 from functions.extreme_points import decode_model_points, encode_model_point, join_points
 from functions.protocol import FW_POINT, UPDATES
 from oracles.lmo import Constraint
-from server_app.app import InvalidRunConfig
 from run_config.common import RunSettings
+from server_app.app import InvalidRunConfig
 from server_app.checkpoint import read_checkpoint
 from tasks.federation import local_data
 from testing.inprocess_grid import run_config
@@ -65,7 +65,7 @@ def test_each_node_sends_one_point_per_minibatch(tmp_path):
 def test_a_local_pass_with_a_missing_point_is_refused(tmp_path):
     """Node 0 drops its last step's point: every reply of it is refused, the others go on."""
 
-    def short(message, context):  # noqa: ANN001, ANN202
+    def short(message, context):
         reply = client_app(message, context)
         if (
             message.metadata.message_type == "train"

@@ -27,7 +27,7 @@ from oracles.xgboost_local import boost, last_iterations, outputs, whole
 from run_config.common import RunSettings
 from server_app.app import run
 from server_app.checkpoint import read_checkpoint
-from strategies.registry import ALGORITHMS
+from strategies.registry import strategy_for
 from tasks.datasets import load_task
 from testing.inprocess_grid import LocalGrid, run_config, server_context
 from tests.helpers import RUN_NAME, run_app
@@ -342,7 +342,7 @@ def test_the_checkpointed_booster_is_checked_as_a_reply(tmp_path):
         config_of(tmp_path, "fedxgb-cyclic", **{"fedxgb.max-depth": 2})
     )
     with pytest.raises(DecodeError, match="state field booster: tree .*depth <= 2"):
-        ALGORITHMS["fedxgb-cyclic"].strategy(shallower).load_state_record(state)
+        strategy_for(shallower).load_state_record(state)
 
 
 def test_bagging_keeps_its_booster_when_the_merge_would_outgrow_the_bound(tmp_path, caplog):

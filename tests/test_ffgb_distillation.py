@@ -27,18 +27,11 @@ from oracles.distillation import (
 from run_config.common import RunSettings
 from run_config.ffgb import BOOST, DISTILL, ffgb_settings
 from server_app.app import InvalidRunConfig, run
-from strategies.registry import ALGORITHMS
+from strategies.registry import strategy_for
 from testing.inprocess_grid import LocalGrid, run_config, server_context
 from tests.helpers import RUN_NAME
 from tests.test_checkpoints import crashed_before, rows_of
-from tests.test_ffgb_flower import (
-    FAST,
-    _copy,
-    final_ensemble,
-    node_inputs,
-    node_values,
-    run_ffgb,
-)
+from tests.test_ffgb_flower import FAST, _copy, final_ensemble, node_inputs, node_values, run_ffgb
 
 
 # -- the maths ----------------------------------------------------------------------------------
@@ -204,7 +197,7 @@ def test_a_run_resumed_during_a_distillation_equals_an_uninterrupted_one(tmp_pat
 
 def test_a_student_of_another_architecture_is_a_counted_failure():
     config = run_config(**{**FAST, "ffgb.distill-every": 1})
-    strategy = ALGORITHMS["ffgb"].strategy(RunSettings.from_run_config(config))
+    strategy = strategy_for(RunSettings.from_run_config(config))
     grid = LocalGrid(client_app, config, 3)
     for server_round in (1, 2):  # a boosting round, then a distillation round
         messages = strategy.configure_train(server_round, None, ConfigRecord(), grid)

@@ -19,7 +19,7 @@ from functions.protocol import DELTA, DELTA_ARRAYS
 from functions.trees import from_sklearn
 from run_config.common import RunSettings
 from server_app.app import InvalidRunConfig
-from strategies.registry import ALGORITHMS
+from strategies.registry import strategy_for
 from tasks.federation import local_data
 from testing.inprocess_grid import LocalGrid, run_config
 from tests.helpers import checkpoint_ensemble, forgetting, run_app, train_messages
@@ -196,15 +196,15 @@ def _copy(message: Message) -> Message:
     return message_from_proto(message_to_proto(message))
 
 
-def _round_one(algorithm: str, **overrides):  # noqa: ANN202
+def _round_one(algorithm: str, **overrides):
     config = run_config(**{**FAST, "algorithm": algorithm, **overrides})
-    strategy = ALGORITHMS[algorithm].strategy(RunSettings.from_run_config(config))
+    strategy = strategy_for(RunSettings.from_run_config(config))
     grid = LocalGrid(client_app, config, 3)
     replies = list(grid.send_and_receive(strategy.configure_train(1, None, ConfigRecord(), grid)))
     return strategy, replies
 
 
-def _with_delta(reply: Message, change) -> Message:  # noqa: ANN001
+def _with_delta(reply: Message, change) -> Message:
     reply = _copy(reply)
     delta = unpack_delta(dict(reply.content[DELTA]), record_to_arrays(reply.content[DELTA_ARRAYS]))
     config, arrays = pack_delta(change(delta))

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from functions.networks import NetworkSpec
+from oracles import weak_learning
 from oracles.boosting import (
     AVERAGE,
     DESCENT,
@@ -20,7 +21,6 @@ from oracles.boosting import (
 )
 from oracles.functional_losses import CROSS_ENTROPY, SQUARE, PointwiseLoss
 from oracles.lipschitz import KINDS, MIDPOINT, UPPER, LipschitzExtension, data_lipschitz_constant
-from oracles import weak_learning
 from oracles.weak_learning import (
     OracleSettings,
     boosting_oracle,
@@ -118,7 +118,7 @@ def test_k1_ffgb_with_an_interpolating_oracle_descends_the_global_risk():
 class Recorder:
     """Wraps an oracle and keeps the targets it was asked to fit."""
 
-    def __init__(self, fit) -> None:  # noqa: ANN001
+    def __init__(self, fit) -> None:
         self.fit, self.targets, self.learners = fit, [], []
 
     def __call__(self, target: np.ndarray, k: int) -> Fitted:
@@ -180,7 +180,7 @@ def test_ffgb_c_clips_the_learners_and_the_residual():
         seen.append(np.array(target))
         return wild(target, k)
 
-    def clip(learner, bound):  # noqa: ANN001, ANN202
+    def clip(learner, bound):
         return Lookup(np.clip(learner.values, -bound, bound))
 
     out = ffgb_increment(
@@ -235,7 +235,7 @@ def _target() -> np.ndarray:
     return np.tanh(X.astype(np.float64) @ w)
 
 
-def _rel_error(fitted: Fitted, target: np.ndarray, ord_=None) -> float:  # noqa: ANN001
+def _rel_error(fitted: Fitted, target: np.ndarray, ord_=None) -> float:
     if ord_ == np.inf:
         return np.abs(fitted.values - target).max() / np.abs(target).max()
     return np.linalg.norm(fitted.values - target) / np.linalg.norm(target)
@@ -313,7 +313,7 @@ def test_the_lipschitz_oracle_targets_a_multiple_of_u_minus_the_previous_learner
     spec = NetworkSpec((2, 8, 8, 1), "tanh")
     calls = []
 
-    def recording(spec, x, target, points, jacobian, settings, seed, device):  # noqa: ANN001, ANN202
+    def recording(spec, x, target, points, jacobian, settings, seed, device):
         calls.append((points, jacobian))
         return fit_least_squares(spec, x, target, settings, seed, device=device)
 

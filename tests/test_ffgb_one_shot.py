@@ -59,7 +59,7 @@ def test_a_resumed_one_shot_run_equals_an_uninterrupted_one(tmp_path, monkeypatc
     grid = LocalGrid(client_app, resumed, 4)
     record = RoundRecorder.__call__
 
-    def stop_after_round_two(self, flower_round, arrays):  # noqa: ANN001, ANN202
+    def stop_after_round_two(self, flower_round, arrays):
         row = record(self, flower_round, arrays)  # writes the round's checkpoint
         if flower_round == 2:  # rounds after 1 send no message: stop the ServerApp here
             raise ServerCrash("after round 2")

@@ -1,5 +1,6 @@
 """The unchanged ServerApp runs algorithms whose global function is not a torch model, and a
-new algorithm is its halves and its key table, registered, with no other file changed."""
+new family is its declaration, its halves and its key table, registered with one line in the
+catalogue and one in each registry, with no other file changed."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import pytest
 
 from client_app import registry as client_registry
-from run_config import declared, reference, tables
+from run_config import declared, families, reference
 from server_app.app import InvalidRunConfig
 from strategies import registry as server_registry
 from tests import frame_algorithms
@@ -17,23 +18,23 @@ from tests.helpers import run_app
 
 @pytest.fixture
 def test_algorithms(monkeypatch, tmp_path):
-    """Register both halves of the test-only algorithms and ``test-trees``' key table, as a new
-    family registers its own; the run's declared keys are those of a ``pyproject.toml`` whose
-    config table ``run_config.reference`` wrote from the tables, the new one included."""
-    for name, half in frame_algorithms.SERVER_HALVES.items():
-        monkeypatch.setitem(server_registry.ALGORITHMS, name, half)
-    for name, handlers in frame_algorithms.CLIENT_HALVES.items():
-        monkeypatch.setitem(client_registry.CLIENT_HALVES, name, handlers)
-    for name, family in frame_algorithms.FAMILIES.items():
-        monkeypatch.setitem(tables.FAMILIES, name, family)
-    all_tables = (*tables.TABLES, frame_algorithms.TREES_TABLE)
+    """Register the test-only families as a new family registers itself: a line in the
+    catalogue and one in each registry. The run's declared keys are those of a
+    ``pyproject.toml`` whose config table ``run_config.reference`` wrote from the tables, the
+    new one included."""
+    new = (frame_algorithms.TREES, frame_algorithms.LOCAL)
+    monkeypatch.setattr(families, "FAMILIES", (*families.FAMILIES, *new))
+    for family in new:
+        monkeypatch.setitem(server_registry.STRATEGIES, family, frame_algorithms.STRATEGIES[family])
+        monkeypatch.setitem(
+            client_registry.CLIENT_HALVES, family, frame_algorithms.CLIENT_HALVES[family]
+        )
     text = reference.PYPROJECT.read_text()
     span = reference.config_span(text)
     pyproject = tmp_path / "pyproject.toml"
-    pyproject.write_text(text[: span.start] + reference.config_table(all_tables) + text[span.end :])
+    pyproject.write_text(text[: span.start] + reference.config_table() + text[span.end :])
     original = declared.declared_defaults
     monkeypatch.setattr(declared, "declared_defaults", lambda path=None: original(pyproject))
-    return all_tables
 
 
 def test_an_ensemble_global_function_trains_and_is_evaluated_centrally(tmp_path, test_algorithms):
@@ -70,8 +71,8 @@ def test_nodes_with_their_own_models_report_mean_min_max(tmp_path, test_algorith
 
 
 def test_a_new_algorithms_key_table_is_generated_parsed_and_checked(tmp_path, test_algorithms):
-    assert '"test-trees.step" = 0.5' in reference.config_table(test_algorithms)
-    assert "| `test-trees.depth` | int | `3` |" in reference.key_reference(test_algorithms)
+    assert '"test-trees.step" = 0.5' in reference.config_table()
+    assert "| `test-trees.depth` | int | `3` |" in reference.key_reference()
     run = run_app(
         tmp_path,
         3,

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from oracles.douglas_rachford import project_params
+from oracles.fedfw_mirror import ConsensusMirror
 from oracles.frank_wolfe import FWClientState, apply_step, fedfw_client_step, fw_direction, fw_gap
 from oracles.lmo import make_constraint
 from oracles.schedules import make_schedule
-from oracles.fedfw_mirror import ConsensusMirror
 from tasks.errors import ConfigError
 from tests.logreg_problem import DATA, DIM, L1_BALL, N_CLIENTS, N_SAMPLES, grad, loss
 
@@ -51,7 +51,7 @@ def optimum():
 def run_fedfw(
     variant, schedule, rounds, *, batch=None, participation=1.0, constraints=None, seed=1
 ):
-    """Algorithm 1 on DATA; returns the objective F(x_bar^t) after every round, the mirror and states."""
+    """Algorithm 1 on DATA: the objective F(x_bar^t) after every round, the mirror and states."""
     rng = np.random.default_rng(seed)
     constraints = constraints or [L1_BALL] * N_CLIENTS
     mirror = ConsensusMirror(zeros(), range(N_CLIENTS))
@@ -128,7 +128,7 @@ def test_fedfw_converges_to_the_constrained_optimum(optimum):
 
 
 def test_fedfw_plus_converges(optimum):
-    """FedFW+ (augmented Lagrangian), lambda0 = 0.01: gap < 1e-3 after 500 rounds (measured 2.3e-4)."""
+    """FedFW+ (augmented Lagrangian), lambda0 = 0.01: gap < 1e-3 at 500 rounds (measured 2.3e-4)."""
     _, f_star = optimum
     values, _, states = run_fedfw("fedfw-plus", make_schedule("convex", 0.01, 500), 500)
     assert 0 <= values[-1] - f_star < 1e-3
@@ -138,8 +138,8 @@ def test_fedfw_plus_converges(optimum):
 
 
 def test_fedfw_sto_minibatch_makes_progress(optimum):
-    """FedFW-sto, stochastic schedule, lambda0 = 0.03, minibatches of 20 of 100 samples: the mean gap
-    over rounds 901-1000 is < 2e-2 (measured 3e-3; F(0) - F* = 0.255)."""
+    """FedFW-sto, stochastic schedule, lambda0 = 0.03, minibatches of 20 of 100 samples: the mean
+    gap over rounds 901-1000 is < 2e-2 (measured 3e-3; F(0) - F* = 0.255)."""
     _, f_star = optimum
     values, _, _ = run_fedfw("fedfw-sto", make_schedule("stochastic", 0.03, 1000), 1000, batch=20)
     assert 0 <= np.mean(values[-100:]) - f_star < 2e-2

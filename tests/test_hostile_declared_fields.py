@@ -86,11 +86,11 @@ RUNS = {  # every family, and FFGB's distillation and one-shot phases
 
 
 # -- mutations of declared fields ----------------------------------------------------------------
-def _arrays(content):  # noqa: ANN001, ANN202
+def _arrays(content):
     return [(r, k) for r in content.values() if isinstance(r, ArrayRecord) for k in r]
 
 
-def declared_dtype(content, draw):  # noqa: ANN001, ANN201
+def declared_dtype(content, draw):
     record, key = draw(st.sampled_from(_arrays(content)))
     old = record[key]
     dtype = draw(
@@ -101,7 +101,7 @@ def declared_dtype(content, draw):  # noqa: ANN001, ANN201
     record[key] = Array(dtype=dtype, shape=old.shape, stype=old.stype, data=old.data)
 
 
-def declared_shape(content, draw):  # noqa: ANN001, ANN201
+def declared_shape(content, draw):
     record, key = draw(st.sampled_from(_arrays(content)))
     old = record[key]
     shape = draw(
@@ -110,7 +110,7 @@ def declared_shape(content, draw):  # noqa: ANN001, ANN201
     record[key] = Array(dtype=old.dtype, shape=shape, stype=old.stype, data=old.data)
 
 
-def declared_stype(content, draw):  # noqa: ANN001, ANN201
+def declared_stype(content, draw):
     record, key = draw(st.sampled_from(_arrays(content)))
     old = record[key]
     record[key] = Array(
@@ -121,13 +121,13 @@ def declared_stype(content, draw):  # noqa: ANN001, ANN201
     )
 
 
-def renamed_key(content, draw):  # noqa: ANN001, ANN201
+def renamed_key(content, draw):
     record = content[draw(st.sampled_from(sorted(k for k, r in content.items() if len(r))))]
     key = draw(st.sampled_from(sorted(record.keys())))
     record[key + draw(st.sampled_from(["x", "/", " "]))] = record.pop(key)
 
 
-def nested_value(content, draw):  # noqa: ANN001, ANN201
+def nested_value(content, draw):
     records = sorted(
         k for k, r in content.items() if isinstance(r, ConfigRecord | MetricRecord) and len(r)
     )
@@ -140,7 +140,7 @@ def nested_value(content, draw):  # noqa: ANN001, ANN201
         record[key] = [value, value] if not isinstance(value, list) else "a list before"
 
 
-def extra_array_record(content, draw):  # noqa: ANN001, ANN201
+def extra_array_record(content, draw):
     content[draw(st.sampled_from(["junk", "node-extra"]))] = ArrayRecord(
         {
             "x": Array(
@@ -153,7 +153,7 @@ def extra_array_record(content, draw):  # noqa: ANN001, ANN201
     )
 
 
-def mutations_for(content) -> list:  # noqa: ANN001
+def mutations_for(content) -> list:
     has_arrays = bool(_arrays(content))
     has_values = any(
         isinstance(r, ConfigRecord | MetricRecord) and len(r) for r in content.values()
@@ -176,7 +176,7 @@ class NodeOfPartition:
         self.types, self.mutate, self.hits = types, mutate, []
         self.rng = random.Random(seed)
 
-    def __call__(self, message, context):  # noqa: ANN001, ANN204
+    def __call__(self, message, context):
         reply = client_app(message, context)
         kind = message.metadata.message_type
         if context.node_config["partition-id"] != TARGET or kind not in self.types:
@@ -196,7 +196,7 @@ class Draw:
     def __init__(self, rng: random.Random) -> None:
         self.rng = rng
 
-    def __call__(self, strategy):  # noqa: ANN001, ANN204 - a st.sampled_from(...)
+    def __call__(self, strategy):  # a st.sampled_from(...)
         return self.rng.choice(list(strategy.elements))
 
 

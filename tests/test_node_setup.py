@@ -4,6 +4,7 @@ run and node, not once per message (``client_app.setup``)."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 from flwr.app import Context, RecordDict
@@ -11,6 +12,7 @@ from flwr.app import Context, RecordDict
 from client_app import setup as node_setups
 from client_app.setup import NodeSetup, clear_setups, node_setup
 from run_config.common import RunSettings
+from run_config.families import family_of
 from tasks.errors import ConfigError
 from testing.inprocess_grid import run_config
 from tests.helpers import run_app
@@ -34,17 +36,21 @@ def counted(monkeypatch):
 
     monkeypatch.setattr(node_setups, "RunSettings", CountedSettings)
     monkeypatch.setattr(node_setups, "local_data", counting("data", node_setups.local_data))
-    monkeypatch.setattr(
-        node_setups, "family_settings", counting("family", node_setups.family_settings)
-    )
+    counted_families = {}
+
+    def counted_family(algorithm):
+        family = family_of(algorithm)
+        if family not in counted_families:
+            counted_families[family] = replace(
+                family,
+                parse=counting("family", family.parse),
+                node_overrides=counting("overrides", family.node_overrides),
+            )
+        return counted_families[family]
+
+    monkeypatch.setattr(node_setups, "family_of", counted_family)
     monkeypatch.setattr(
         node_setups, "resolve_device", counting("device", node_setups.resolve_device)
-    )
-    overrides = node_setups.node_overrides
-    monkeypatch.setattr(
-        node_setups,
-        "node_overrides",
-        lambda name: None if overrides(name) is None else counting("overrides", overrides(name)),
     )
     clear_setups()
     yield calls

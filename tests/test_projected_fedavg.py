@@ -10,7 +10,7 @@ from flwr.app import Array, ArrayRecord
 
 from client_app import fedavg
 from client_app.app import app as client_app
-from client_app.registry import CLIENT_HALVES
+from client_app.registry import handlers_for
 from oracles.douglas_rachford import project_params
 from oracles.lmo import make_constraint
 from server_app.app import InvalidRunConfig
@@ -95,7 +95,7 @@ def test_a_bad_model_is_dropped_counted_and_the_run_goes_on(tmp_path, monkeypatc
             )
         return reply
 
-    monkeypatch.setitem(CLIENT_HALVES["fedavg-proj"], "train", faulty)
+    monkeypatch.setitem(handlers_for("fedavg-proj"), "train", faulty)
     caplog.set_level(logging.WARNING, logger="flwr")
     grid, rows, _ = run_pavg(tmp_path, **{"fedfw.constraint": "l1"})
     assert [r["failures"] for r in rows[1:]] == [1] * 5

@@ -38,7 +38,7 @@ def resident() -> tuple[int, int]:
     )
 
 
-def peak_of(step) -> int:  # noqa: ANN001
+def peak_of(step) -> int:
     """The resident memory ``step()`` adds at its peak."""
     gc.collect()
     CLEAR_REFS.write_text("5")  # reset VmHWM to the current resident size
@@ -53,7 +53,7 @@ class Replies:
     def __init__(self, replies: list[Message]) -> None:
         self.replies = replies
 
-    def send_and_receive(self, messages, *, timeout=None):  # noqa: ANN001, ANN201
+    def send_and_receive(self, messages, *, timeout=None):
         return self.replies
 
 

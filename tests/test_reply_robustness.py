@@ -26,8 +26,9 @@ from hypothesis import strategies as st
 from client_app.app import app as client_app
 from functions.protocol import NUM_EXAMPLES, TRAIN_EXAMPLES
 from run_config.common import RunSettings
+from run_config.families import algorithm_names
 from strategies.base import FederatedStrategy
-from strategies.registry import ALGORITHMS
+from strategies.registry import strategy_for
 from testing.inprocess_grid import LocalGrid, counting, run_config
 from tests.helpers import restore_saved, run_app, saved
 
@@ -69,7 +70,7 @@ def captured(algorithm: str) -> Captured:
     config = run_config(**counting({"algorithm": algorithm, **CONFIG}))
     s = RunSettings.from_run_config(config)
     grid = LocalGrid(client_app, config, NODES)
-    strategy = ALGORITHMS[algorithm].strategy(s)
+    strategy = strategy_for(s)
     train = list(
         grid.send_and_receive(
             strategy.configure_train(1, strategy.initial_arrays(), ConfigRecord(), grid)
@@ -92,29 +93,29 @@ def copy(message: Message) -> Message:
 
 def restored(algorithm: str, state: RecordDict) -> FederatedStrategy:
     """A new strategy of the run, restored to ``state`` (what a resumed ServerApp would hold)."""
-    strategy = ALGORITHMS[algorithm].strategy(captured(algorithm).settings)
+    strategy = strategy_for(captured(algorithm).settings)
     restore_saved(strategy, state)
     return strategy
 
 
 # -- mutations: each makes any reply of any algorithm invalid ------------------------------
-def _pick(draw, items):  # noqa: ANN001, ANN202
+def _pick(draw, items):
     return draw(st.sampled_from(sorted(items)))
 
 
-def _array_slot(content: RecordDict, draw):  # noqa: ANN001, ANN202
+def _array_slot(content: RecordDict, draw):
     name = _pick(draw, [k for k, r in content.items() if isinstance(r, ArrayRecord) and len(r)])
     return content[name], _pick(draw, content[name].keys())
 
 
-def garbage_bytes(content, draw):  # noqa: ANN001, ANN201
+def garbage_bytes(content, draw):
     record, key = _array_slot(content, draw)
     old = record[key]
     data = draw(st.binary(min_size=0, max_size=64).filter(lambda b: not b.startswith(b"\x93NUMPY")))
     record[key] = Array(dtype=old.dtype, shape=old.shape, stype=old.stype, data=data)
 
 
-def foreign_stype(content, draw):  # noqa: ANN001, ANN201
+def foreign_stype(content, draw):
     record, key = _array_slot(content, draw)
     old = record[key]
     record[key] = Array(
@@ -125,18 +126,18 @@ def foreign_stype(content, draw):  # noqa: ANN001, ANN201
     )
 
 
-def text_array(content, draw):  # noqa: ANN001, ANN201
+def text_array(content, draw):
     record, key = _array_slot(content, draw)
     record[key] = Array(np.array(["x"] * max(1, int(np.prod(record[key].shape)))))
 
 
-def misshapen_array(content, draw):  # noqa: ANN001, ANN201
+def misshapen_array(content, draw):
     record, key = _array_slot(content, draw)
     value = record[key].numpy()
     record[key] = Array(np.zeros(value.shape + (2,), value.dtype))
 
 
-def nan_in_floats(content, draw):  # noqa: ANN001, ANN201
+def nan_in_floats(content, draw):
     floats = [
         (r, k)
         for r in content.values()
@@ -150,15 +151,15 @@ def nan_in_floats(content, draw):  # noqa: ANN001, ANN201
     record[key] = Array(value)
 
 
-def missing_record(content, draw):  # noqa: ANN001, ANN201
+def missing_record(content, draw):
     del content[_pick(draw, content.keys())]
 
 
-def extra_record(content, draw):  # noqa: ANN001, ANN201
+def extra_record(content, draw):
     content[draw(st.sampled_from(["junk", "extra"]))] = ConfigRecord({"x": 1})
 
 
-def wrong_kind(content, draw):  # noqa: ANN001, ANN201
+def wrong_kind(content, draw):
     name = _pick(draw, content.keys())
     content[name] = (
         ConfigRecord({"x": 1})
@@ -167,14 +168,14 @@ def wrong_kind(content, draw):  # noqa: ANN001, ANN201
     )
 
 
-def extra_key(content, draw):  # noqa: ANN001, ANN201
+def extra_key(content, draw):
     record = content[
         _pick(draw, [k for k, r in content.items() if isinstance(r, ArrayRecord | MetricRecord)])
     ]
     record["junk"] = Array(np.zeros(1, np.float32)) if isinstance(record, ArrayRecord) else 1.0
 
 
-def bad_metric(content, draw):  # noqa: ANN001, ANN201
+def bad_metric(content, draw):
     record = content[_pick(draw, [k for k, r in content.items() if isinstance(r, MetricRecord)])]
     key = _pick(draw, record.keys())
     bad = [math.nan, math.inf, -math.inf, -1.0]
@@ -204,7 +205,7 @@ def mutations_for(content: RecordDict) -> list:
     )
 
 
-def broken(replies: list[Message], draw) -> tuple[list[Message], list[int]]:  # noqa: ANN001
+def broken(replies: list[Message], draw) -> tuple[list[Message], list[int]]:
     """Copies of ``replies`` with a non-empty drawn subset mutated; and the mutated indices."""
     bad = sorted(draw(st.sets(st.integers(0, len(replies) - 1), min_size=1)))
     out = [copy(r) for r in replies]
@@ -245,7 +246,7 @@ def quiet(caplog):
     caplog.set_level(logging.ERROR, logger="flwr")  # every dropped reply logs a warning
 
 
-@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+@pytest.mark.parametrize("algorithm", algorithm_names())
 @PROPERTY
 @given(data=st.data())
 def test_a_broken_train_reply_is_one_failure_and_otherwise_no_reply(algorithm, data):
@@ -265,7 +266,7 @@ def test_a_broken_train_reply_is_one_failure_and_otherwise_no_reply(algorithm, d
     )
 
 
-@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+@pytest.mark.parametrize("algorithm", algorithm_names())
 @PROPERTY
 @given(data=st.data())
 def test_a_broken_evaluate_reply_is_one_failure_and_otherwise_no_reply(algorithm, data):
@@ -282,7 +283,7 @@ def test_a_broken_evaluate_reply_is_one_failure_and_otherwise_no_reply(algorithm
     assert canonical(saved(hit)) == canonical(saved(clean))
 
 
-@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+@pytest.mark.parametrize("algorithm", algorithm_names())
 def test_a_second_reply_from_a_node_is_one_failure_and_ignored(algorithm):
     run = captured(algorithm)
     second = copy(run.train[0])
@@ -309,7 +310,7 @@ def test_garbage_bytes_in_train_and_evaluate_are_counted_and_the_run_completes(
 ):
     """Partition 0 answers round 2 (train and evaluate) with an unreadable array."""
 
-    def garbling(message, context):  # noqa: ANN001, ANN202
+    def garbling(message, context):
         reply = client_app(message, context)
         if (
             context.node_config["partition-id"] == 0

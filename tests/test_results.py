@@ -12,9 +12,9 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from matplotlib.ticker import MaxNLocator
 
 from functions.records import payload_bytes
-from server_app.recording import format_row
 from server_app import results
 from server_app.checkpoint import Checkpoint, write_checkpoint
+from server_app.recording import format_row
 from server_app.results import ResultsWriter, summarise, write_atomic, write_plots
 
 
@@ -378,7 +378,7 @@ def test_two_writers_in_one_folder_do_not_share_a_temporary_file(tmp_path, monke
                 write_checkpoint(tmp_path / "run", _checkpoint())
             else:
                 ResultsWriter(tmp_path / "run", {"writer": i})
-        except BaseException as err:  # noqa: BLE001 - reported below
+        except BaseException as err:  # reported below
             errors.append(err)
 
     threads = [threading.Thread(target=write, args=(i,)) for i in range(2)]

@@ -95,7 +95,7 @@ def returning(
     return grid, nodes
 
 
-def missing_round_3(message, context):  # noqa: ANN001, ANN201
+def missing_round_3(message, context):
     """AWAY's node fails every message of round 3 and has lost its state by round 4."""
     if context.node_config["partition-id"] == AWAY:
         server_round = round_of(message)
@@ -115,7 +115,7 @@ def to(grid: LocalGrid, node: int) -> list[tuple[int, str]]:
     ]
 
 
-def first_message(grid: LocalGrid, node: int, kind: str):  # noqa: ANN201
+def first_message(grid: LocalGrid, node: int, kind: str):
     return next(
         m for m in grid.down if m.metadata.dst_node_id == node and m.metadata.message_type == kind
     )
@@ -266,7 +266,7 @@ class AnsweringGrid:
     def get_node_ids(self) -> list[int]:
         return sorted(self.connected)
 
-    def send_and_receive(self, messages, *, timeout=None):  # noqa: ANN001, ANN201
+    def send_and_receive(self, messages, *, timeout=None):
         replies = []
         for message in messages:
             message.metadata.__dict__["_message_id"] = str(uuid.uuid4())

@@ -4,9 +4,9 @@ import pytest
 
 from run_config.common import RunSettings
 from run_config.declared import declared_defaults, parse_overrides, with_overrides
-from run_config.tables import (
+from run_config.families import (
     COMMON,
-    FAMILIES,
+    algorithm_names,
     all_keys,
     family_of,
     family_settings,
@@ -14,7 +14,6 @@ from run_config.tables import (
 )
 from server_app.app import InvalidRunConfig
 from server_app.preflight import check, main
-from strategies.registry import ALGORITHMS
 from tasks.errors import ConfigError
 from testing.inprocess_grid import run_config
 from tests.helpers import run_app
@@ -87,11 +86,7 @@ def test_node_partitions_parse_to_a_map():
     assert RunSettings.from_run_config(run_config()).pinned_partitions == {}
 
 
-# --- only the chosen algorithm's family tables are parsed (run_config/tables.py) ---
-
-
-def test_every_registered_algorithm_names_its_family():
-    assert sorted(FAMILIES) == sorted(ALGORITHMS)
+# --- only the chosen algorithm's family tables are parsed (run_config/families.py) ---
 
 
 def _bad(key):
@@ -99,12 +94,12 @@ def _bad(key):
     return "not-a-value" if key.kind is not str or key.check is not None else None
 
 
-@pytest.mark.parametrize("algorithm", sorted(FAMILIES))
+@pytest.mark.parametrize("algorithm", algorithm_names())
 def test_only_the_chosen_familys_tables_are_parsed(algorithm):
     """Every key outside the common keys and the algorithm's own tables holds a bad value: the
     family still parses, to what the defaults give (its tables list every key it reads), and
     the run is refused naming each of those keys as having no effect."""
-    own = {key.name for table in (COMMON, *family_of(algorithm).tables) for key in table.keys}
+    own = {key.name for t in (COMMON, *family_of(algorithm).tables_of(algorithm)) for key in t.keys}
     config = run_config(algorithm=algorithm)
     expected = family_settings(RunSettings.from_run_config(config))
     others = [key.name for key in all_keys() if key.name not in own and _bad(key) is not None]

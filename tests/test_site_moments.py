@@ -128,7 +128,7 @@ def moments_client(change):
     """The real ClientApp, whose ``query.moments`` answer of partition ``HOSTILE`` goes through
     ``change``."""
 
-    def app(message: Message, context) -> Message:  # noqa: ANN001
+    def app(message: Message, context) -> Message:
         reply = client_app(message, context)
         if (
             message.metadata.message_type == QUERY_MOMENTS

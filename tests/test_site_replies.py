@@ -84,7 +84,7 @@ def hostile_client(change):
     """The real ClientApp, whose ``query.facts`` reply of partition ``HOSTILE`` goes through
     ``change`` (which returns the new content)."""
 
-    def app(message: Message, context) -> Message:  # noqa: ANN001
+    def app(message: Message, context) -> Message:
         reply = client_app(message, context)
         if (
             message.metadata.message_type == QUERY_FACTS

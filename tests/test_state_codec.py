@@ -24,7 +24,7 @@ from oracles.graphs import make_graph
 from run_config.common import RunSettings
 from server_app.checkpoint import Checkpoint
 from strategies.node_book import NodeSlot
-from strategies.registry import ALGORITHMS
+from strategies.registry import strategy_for
 from strategies.relay import LIMITS, RelayBook, RelayState
 from strategies.state_codec import (
     LAYOUT,
@@ -399,7 +399,7 @@ def test_a_familys_state_round_trips_through_the_base_and_a_missing_part_is_name
 ):
     config = run_config(algorithm=algorithm, task="synthetic", **{"central-evaluation": False})
     settings = RunSettings.from_run_config(config)
-    strategy = ALGORITHMS[algorithm].strategy(settings)
+    strategy = strategy_for(settings)
     grid = LocalGrid(client_app, config, 3)
     strategy.aggregate_train(
         1,
@@ -408,15 +408,15 @@ def test_a_familys_state_round_trips_through_the_base_and_a_missing_part_is_name
         ),
     )
     state = through_flower(strategy.state_record())
-    again = ALGORITHMS[algorithm].strategy(settings)
+    again = strategy_for(settings)
     again.load_state_record(state)
     assert_equal(again.family_state(), strategy.family_state())
     del state[key]
     with pytest.raises(DecodeError, match=field_name):
-        ALGORITHMS[algorithm].strategy(settings).load_state_record(state)
+        strategy_for(settings).load_state_record(state)
     del state["roster"]
     with pytest.raises(DecodeError, match="without a roster"):
-        ALGORITHMS[algorithm].strategy(settings).load_state_record(state)
+        strategy_for(settings).load_state_record(state)
 
 
 # -- rows (the node book's slots) and the generator ---------------------------------------------

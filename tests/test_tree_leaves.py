@@ -80,7 +80,9 @@ def test_newton_leaves_lower_the_training_loss_faster_than_means_at_a_small_step
     etas = StepSizes(CONSTANT, 10, eta0=0.3).etas(0)
 
     def final_loss(leaf_step):
-        fit = lambda target, k: fit_tree(X, target, 2, k)
+        def fit(target, k):
+            return fit_tree(X, target, 2, k)
+
         step = ffgb_increment(
             np.zeros((len(X), 3)), LABELS, loss, etas, 0.0, fit, leaf_step=leaf_step
         )

@@ -1,0 +1,31 @@
+"""The FedAvg family: FedAvg, FedProx and projected FedAvg, Flower's strategies with local SGD.
+
+They read the common keys of a torch model and local SGD (FedProx also ``fedprox.mu``);
+projected FedAvg also the constraint set D of the ``fedfw.*`` keys, its only settings.
+"""
+
+from __future__ import annotations
+
+from run_config.common import RunSettings
+from run_config.family import LOCAL_SGD, MODEL, SAMPLED, Algorithm, Family
+from run_config.fedfw import DOMAIN, ConstraintSet, constraint_set
+
+PROJECTED = "fedavg-proj"
+
+
+def fedavg_settings(settings: RunSettings) -> ConstraintSet | None:
+    """Projected FedAvg's constraint set D; None for FedAvg and FedProx, which read no table."""
+    return constraint_set(settings) if settings.algorithm == PROJECTED else None
+
+
+FEDAVG: Family[ConstraintSet | None, None] = Family(
+    "fedavg",
+    (
+        Algorithm("fedavg", "FedAvg (Flower's strategy), local SGD"),
+        Algorithm("fedprox", "FedProx, proximal local SGD", ("fedprox.mu",)),
+        Algorithm(PROJECTED, "FedAvg whose average is projected onto D", tables=(DOMAIN,)),
+    ),
+    fedavg_settings,
+    reads=(*MODEL, *LOCAL_SGD, *SAMPLED),
+    steps=("learning-rate",),
+)

@@ -26,7 +26,7 @@ from functions.ensembles import (
     weighted_sum,
 )
 from functions.errors import DecodeError
-from functions.learners import learner_spec as spec_of
+from functions.learners import learner_spec
 from functions.params import arrays_to_record, record_to_arrays
 from functions.protocol import (
     CONFIG,
@@ -49,6 +49,7 @@ from functions.protocol import (
     TRAIN_LOSS_SUM,
 )
 from oracles.boosting import Fitted, ffgb_increment, ffgb_l_increment
+from oracles.boosting_model import BoostingModel
 from oracles.distillation import NONE, distill_increment
 from oracles.lipschitz import LipschitzExtension, data_lipschitz_constant
 from oracles.weak_learning import (
@@ -61,7 +62,7 @@ from oracles.weak_learning import (
     newton_leaf_step,
     train_least_squares,
 )
-from run_config.ffgb import DISTILL, FFGBSettings, delta_limits, learner_spec
+from run_config.ffgb import DISTILL, FFGBSettings
 from tasks.federation import LocalData
 
 Job = ClientJob[FFGBSettings, None]
@@ -74,9 +75,9 @@ def _flat(x: np.ndarray) -> np.ndarray:
     return x.reshape(len(x), -1)
 
 
-def _read_delta(job: Job, ffgb: FFGBSettings) -> Delta:
+def _read_delta(job: Job, model: BoostingModel) -> Delta:
     config, arrays = job.content[DELTA], job.content[DELTA_ARRAYS]
-    return unpack_delta(dict(config), record_to_arrays(arrays), delta_limits(ffgb, job.data.task))
+    return unpack_delta(dict(config), record_to_arrays(arrays), model.limits)
 
 
 def _own_values(job: Job, delta: Delta) -> dict[str, np.ndarray] | None:
@@ -93,10 +94,10 @@ def _own_values(job: Job, delta: Delta) -> dict[str, np.ndarray] | None:
     return {k: v.numpy() for k, v in job.state[OWN_VALUES].items()}
 
 
-def current_values(job: Job, ffgb: FFGBSettings) -> tuple[int, dict[str, np.ndarray]]:
+def current_values(job: Job, model: BoostingModel) -> tuple[int, dict[str, np.ndarray]]:
     """Apply the message's delta to the node's values of f; return the version and the values
     on ``train`` and ``test`` (float64, (n, outputs))."""
-    delta = _read_delta(job, ffgb)
+    delta = _read_delta(job, model)
     data, state = job.data, job.state
     points = {"train": _flat(data.x_train), "test": _flat(data.x_test)}
     own = _own_values(job, delta)
@@ -129,11 +130,9 @@ def _seed_of(ffgb: FFGBSettings, job: Job, t: int):
     return seed_of
 
 
-def _increment(ffgb: FFGBSettings, job: Job, f_train: np.ndarray, t: int):
+def _increment(ffgb: FFGBSettings, model: BoostingModel, job: Job, f_train: np.ndarray, t: int):
     """This node's K local steps of boosting round t (0-based) from f^t's values on its points."""
-    data, task = job.data, job.data.task
-    spec = learner_spec(ffgb, task)
-    loss = ffgb.loss(task)
+    data, spec, loss = job.data, model.spec, model.loss
     etas = ffgb.steps.etas(t)
     seed_of = _seed_of(ffgb, job, t)
     if ffgb.variant == "ffgb-l":
@@ -161,18 +160,18 @@ def _increment(ffgb: FFGBSettings, job: Job, f_train: np.ndarray, t: int):
         ffgb.mu,
         fit,
         ffgb.residual,
-        ffgb.clipping(task),
+        model.clipping,
         clip_learner,
         leaf_step,
     )
 
 
-def _distiller(ffgb: FFGBSettings, job: Job, t: int):
+def _distiller(ffgb: FFGBSettings, model: BoostingModel, job: Job, t: int):
     """WO2 for one more learner (a tree in tree runs), clipped to G2 with FFGB.C."""
-    task, clipping = job.data.task, ffgb.clipping(job.data.task)
+    clipping = model.clipping
     seed = _seed_of(ffgb, job, t)(ffgb.local_steps + 1)
     fit = boosting_oracle(
-        learner_spec(ffgb, task),
+        model.spec,
         job.data.x_train,
         ffgb.oracle,
         False,
@@ -192,18 +191,20 @@ def _distiller(ffgb: FFGBSettings, job: Job, t: int):
     return fit_one
 
 
-def _train_student(job: Job, ffgb: FFGBSettings, f_train: np.ndarray) -> RecordDict:
+def _train_student(
+    job: Job, ffgb: FFGBSettings, model: BoostingModel, f_train: np.ndarray
+) -> RecordDict:
     """One FedAvg round of a global distillation: train the server's student towards f^t on
     this node's points; reply with it and the number of points (FedAvg's weight)."""
-    data, spec = job.data, learner_spec(ffgb, job.data.task)
+    data, spec = job.data, model.spec
     received = read_lone_learner(
         unpack_delta(
             dict(job.content[STUDENT]),
             record_to_arrays(job.content[STUDENT_ARRAYS]),
-            delta_limits(ffgb, data.task),
+            model.limits,
         )
     )
-    if spec_of(received) != spec:
+    if learner_spec(received) != spec:
         raise DecodeError(f"the student is not the run's {spec}")
     student = new_network(spec, 0)
     student.load_state_dict(received.state_dict())
@@ -231,18 +232,18 @@ def _train_student(job: Job, ffgb: FFGBSettings, f_train: np.ndarray) -> RecordD
 def train(job: Job) -> RecordDict:
     """K local boosting steps from f^t; reply with the K learners (or their distillation),
     their weights and the scale. In a distillation round: train the student instead."""
-    ffgb = job.family
-    data = job.data
-    version, values = current_values(job, ffgb)
+    ffgb, data = job.family, job.data
+    model = ffgb.model(data.task)
+    version, values = current_values(job, model)
     server_round = int(job.content[CONFIG][SERVER_ROUND])
     phase, t = ffgb.phase(server_round)
     if phase == DISTILL:
-        return _train_student(job, ffgb, values["train"])
-    increment = _increment(ffgb, job, values["train"], t)
+        return _train_student(job, ffgb, model, values["train"])
+    increment = _increment(ffgb, model, job, values["train"], t)
     metrics = {ORACLE_ERROR: increment.oracle_error}
     if ffgb.distill != NONE:
         increment, metrics[DISTILL_ERROR] = distill_increment(
-            increment, values["train"], ffgb.distill, _distiller(ffgb, job, t)
+            increment, values["train"], ffgb.distill, _distiller(ffgb, model, job, t)
         )
     own_test = weighted_sum(
         increment.learners, increment.weights, _flat(data.x_test), data.task.num_outputs
@@ -268,10 +269,10 @@ def train(job: Job) -> RecordDict:
 
 
 def evaluation_sums(
-    ffgb: FFGBSettings, data: LocalData, values: dict[str, np.ndarray]
+    model: BoostingModel, data: LocalData, values: dict[str, np.ndarray]
 ) -> MetricRecord:
     """Loss sums and counts of f (clipped to B for FFGB.C) on the node's test shard and data."""
-    loss, bound = ffgb.loss(data.task), ffgb.final_bound(data.task)
+    loss, bound = model.loss, model.final_bound
     if bound is not None:
         values = {k: np.clip(v, -bound, bound) for k, v in values.items()}
     test_loss, correct = loss.sums(values["test"], data.y_test)
@@ -291,9 +292,9 @@ def evaluation_sums(
 
 def evaluate(job: Job) -> RecordDict:
     """Apply the round's delta, then report f's loss sums on this node's data."""
-    ffgb = job.family
-    _, values = current_values(job, ffgb)
-    return RecordDict({METRICS: evaluation_sums(ffgb, job.data, values)})
+    model = job.family.model(job.data.task)
+    _, values = current_values(job, model)
+    return RecordDict({METRICS: evaluation_sums(model, job.data, values)})
 
 
 HANDLERS = {TRAIN: train, EVALUATE: evaluate, QUERY_NODE: describe_node}

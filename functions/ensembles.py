@@ -40,6 +40,7 @@ from functions.errors import DecodeError, NonFiniteError
 from functions.forest import FIELDS as TREE_FIELDS
 from functions.forest import join_packed_trees, pack_trees, unpack_trees
 from functions.learners import Learner, learner_spec, same_spec_runs
+from functions.limits import Limits
 from functions.networks import NetworkSpec, pack_modules, unpack_modules
 from functions.params import arrays_to_record
 from functions.records import payload_bytes
@@ -61,24 +62,6 @@ HEADER = (
 _GROUP_KEY = re.compile(r"g(0|[1-9][0-9]*)\.(.+)")
 
 Config = dict[str, int | float | str | bool | list[int]]
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Bounds a decoder enforces on what it accepts."""
-
-    max_learners: int = 10_000  # ensemble version after the delta
-    max_nodes: int = 100_000  # per tree
-    max_params: int = 1_000_000  # per network
-    max_features: int = 1_000_000
-    max_outputs: int = 10_000
-
-    def delta_bytes(self, count: int) -> int:
-        """An upper bound on the array bytes of a delta of ``count`` learners within these
-        limits, at 8 bytes a number: weights, base, and each learner's parameters or its tree's
-        nodes (feature, threshold, size and values)."""
-        per_learner = 1 + max(self.max_params, self.max_nodes * (3 + self.max_outputs))
-        return 8 * (count * per_learner + self.max_outputs)
 
 
 @dataclass(frozen=True, eq=False)

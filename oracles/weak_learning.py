@@ -28,9 +28,9 @@ import torch
 from sklearn.tree import DecisionTreeRegressor
 from torch import nn
 
-from functions.learners import build_learner
+from functions.learners import LearnerSpec, build_learner
 from functions.networks import NetworkSpec
-from functions.trees import TreeArrays, from_sklearn
+from functions.trees import TreeArrays, TreeSpec, from_sklearn
 from oracles.boosting import Fitted, LeafStep
 from oracles.functional_losses import PointwiseLoss
 from oracles.hist_trees import HistTreeFitter
@@ -295,7 +295,7 @@ SeedOf = Callable[[int], int]  # local step k -> the seed of its fit
 
 
 def boosting_oracle(
-    spec: object | None,
+    spec: LearnerSpec,
     x: np.ndarray,
     settings: OracleSettings,
     sup_norm: bool,
@@ -304,16 +304,18 @@ def boosting_oracle(
     device: torch.device = CPU,
     tree_fitter: str = CART,
 ) -> Callable[..., Fitted]:
-    """FFGB's and FFGB.C's oracle on the points ``x``: a tree when ``spec`` is None (fitted by
-    ``tree_fitter_for(tree_fitter, len(x))``; the histogram fitter bins ``x`` once, here), else
+    """FFGB's and FFGB.C's oracle on the points ``x``: a tree when ``spec`` is a ``TreeSpec``
+    (fitted by ``tree_fitter_for(tree_fitter, len(x))``; the histogram fitter bins ``x`` once,
+    here), else
     WO2 (FFGB) or WO-infinity (``sup_norm``: FFGB.C) with networks of ``spec``."""
     flat = np.asarray(x, dtype=np.float32).reshape(len(x), -1)
-    if spec is None and tree_fitter_for(tree_fitter, len(flat)) == HIST:
+    trees = isinstance(spec, TreeSpec)
+    if trees and tree_fitter_for(tree_fitter, len(flat)) == HIST:
         hist = HistTreeFitter(flat, tree_depth)
         return lambda target, k: hist.fit(target)
 
     def fit(target: np.ndarray, k: int) -> Fitted:
-        if spec is None:
+        if trees:
             return fit_tree(flat, target, tree_depth, seed_of(k))
         if sup_norm:
             return fit_sup_norm(spec, flat, target, settings, seed_of(k), device)

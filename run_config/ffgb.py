@@ -1,18 +1,14 @@
 """The ``ffgb.*`` run-config table, validated once and shared by the client and server halves;
-and the weak learner's architecture for a task (both halves build or check it from here)."""
+what the settings make of a task (the learner, the loss, the limits) is
+``oracles.boosting_model``'s."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import numpy as np
-
-from functions.convnets import ConvNetSpec
-from functions.ensembles import Limits
-from functions.networks import NetworkSpec
-from oracles.boosting import CONSTANT, EXPERIMENT, SCHEDULES, THEOREM, Clipping, StepSizes
+from oracles.boosting import CONSTANT, EXPERIMENT, SCHEDULES, THEOREM, StepSizes
+from oracles.boosting_model import BoostingModel, boosting_model
 from oracles.distillation import FUNCTION, MODES, NONE
-from oracles.functional_losses import CROSS_ENTROPY, SQUARE, PointwiseLoss
 from oracles.lipschitz import KINDS, MIDPOINT, UPPER
 from oracles.weak_learning import (
     AUTO,
@@ -53,12 +49,10 @@ SQUARE_LOSS_ETA0 = 0.5
 # does, with Newton leaves and a constant shrinkage
 NEWTON_ETA0 = 0.3
 THEOREM_CONSTANT = {"ffgb": 2.0, "ffgb-c": 4.0, "ffgb-l": 4.0}  # Theorems 3.1, 3.2, 3.3
-CROSS_ENTROPY_GRAD_BOUND = 1.0  # |softmax - onehot| <= 1 in every output
 BOOST, DISTILL = "boost", "distill"  # the two kinds of round
 PER_NODE, SHARED = "per-node", "shared"  # ffgb.downlink
 DOWNLINKS = (AUTO, PER_NODE, SHARED)
 SHARED_FROM = 100  # recipients from which `auto` shares one downlink (1 % more bytes at most)
-MAX_ENSEMBLE = 10_000_000  # learners in an ensemble a decoder accepts (its version)
 
 FFGB_KEYS = (
     Key(
@@ -328,28 +322,24 @@ class FFGBSettings:
             return BOOST, cycle * self.distill_every + at
         return DISTILL, at - self.distill_every + 1
 
-    def loss(self, task: TaskData) -> PointwiseLoss:
-        """Cross-entropy for classification with FFGB and FFGB.C; FFGB.L is least squares."""
-        if self.variant == "ffgb-l" or task.kind != "classification":
-            return PointwiseLoss(SQUARE, task.num_classes)
-        return PointwiseLoss(CROSS_ENTROPY, task.num_classes)
-
-    def clipping(self, task: TaskData) -> Clipping | None:
-        """FFGB.C's G1/G2 constants (None for the other variants)."""
-        if self.variant != "ffgb-c":
-            return None
-        bound = self.grad_bound or CROSS_ENTROPY_GRAD_BOUND
-        return Clipping(bound, self.gamma)
-
-    def final_bound(self, task: TaskData) -> float | None:
-        """B of Pi_B(f^T) (FFGB.C's output, Theorem 3.2): ``output-bound``, or 2G/(mu gamma)
-        when mu > 0 (the smallest B the theorem allows); None: no clipping."""
-        clipping = self.clipping(task)
-        if clipping is None:
-            return None
-        if self.output_bound > 0:
-            return self.output_bound
-        return 2 * clipping.grad_bound / (self.mu * self.gamma) if self.mu > 0 else None
+    def model(self, task: TaskData) -> BoostingModel:
+        """The run's functions on ``task``: learner spec, loss, clipping, decoder limits
+        (``oracles.boosting_model``); ConfigError names the key of an architecture the task
+        cannot take."""
+        try:
+            return boosting_model(
+                self.variant,
+                self.learner,
+                self.hidden,
+                self.tree_depth,
+                self.grad_bound,
+                self.gamma,
+                self.mu,
+                self.output_bound,
+                task,
+            )
+        except ValueError as err:
+            raise ConfigError.bound("ffgb.learner", self.learner, str(err)) from None
 
 
 def ffgb_settings(settings: RunSettings) -> FFGBSettings:
@@ -465,43 +455,7 @@ def check_task(ffgb: FFGBSettings, task: TaskData) -> None:
             f"{task.num_classes} (with task='site': every site holds the same "
             "single label)"
         )
-    learner_spec(ffgb, task)
-
-
-def learner_spec(ffgb: FFGBSettings, task: TaskData) -> object | None:
-    """The architecture of the run's weak learners (None for trees, whose shape is fitted):
-    the paper's MNIST MLP (two hidden layers of ``ffgb.hidden``, leaky ReLU 0.01) or its CIFAR
-    CNN (the PyTorch-tutorial LeNet with dense layers of ``ffgb.hidden``)."""
-    n_features = int(np.prod(task.input_shape))
-    if ffgb.learner == "tree":
-        return None
-    if ffgb.learner == "mlp":
-        return NetworkSpec((n_features, ffgb.hidden, ffgb.hidden, task.num_outputs), "leaky_relu")
-    if len(task.input_shape) != 3:
-        raise ConfigError.bound(
-            "ffgb.learner",
-            "cnn",
-            f"used with images (channels, height, width), not inputs of shape {task.input_shape}",
-        )
-    try:
-        return ConvNetSpec(
-            tuple(task.input_shape), hidden=(ffgb.hidden, ffgb.hidden), n_outputs=task.num_outputs
-        )
-    except ValueError as err:
-        raise ConfigError.bound("ffgb.learner", "cnn", str(err)) from None
-
-
-def delta_limits(ffgb: FFGBSettings, task: TaskData) -> Limits:
-    """What a decoder accepts in this run: learners no larger than the run's architecture."""
-    spec = learner_spec(ffgb, task)
-    n_features = int(np.prod(task.input_shape))
-    return Limits(
-        max_learners=MAX_ENSEMBLE,
-        max_nodes=2 ** (ffgb.tree_depth + 1) - 1,
-        max_params=spec.n_params if spec is not None else 1,
-        max_features=n_features,
-        max_outputs=task.num_outputs,
-    )
+    ffgb.model(task)
 
 
 FFGB_TABLE = Table("`ffgb.*`", "the FFGB family", FFGB_KEYS)

@@ -119,7 +119,7 @@ class FFGBStrategy(FederatedStrategy):
     ) -> None:
         self.ffgb, self.task = ffgb, task
         self.replies = FFGBReplies(ffgb, task)
-        self.loss, self.bound = ffgb.loss(task), ffgb.final_bound(task)
+        self.loss, self.bound = self.replies.model.loss, self.replies.model.final_bound
         n_features = int(np.prod(task.input_shape))
         self.x_test = task.x_test.reshape(len(task.x_test), n_features)
         self.sync = EnsembleSync(Ensemble.constant(np.zeros(task.num_outputs), n_features))
@@ -147,8 +147,7 @@ class FFGBStrategy(FederatedStrategy):
     # -- set-up ---------------------------------------------------------------------------------
     def summary(self) -> None:
         f = self.ffgb
-        spec = self.replies.spec
-        learner = f"tree of depth {f.tree_depth}" if spec is None else str(spec)
+        learner = self.replies.model.describe()
         log(
             INFO,
             "\t%s: K=%d, %s steps (eta0=%s, mu=%s), residual=%s, learner %s, oracle %s",

@@ -30,8 +30,7 @@ from functions.protocol import (
 from functions.trees import TreeArrays
 from oracles.boosting import AVERAGE, DESCENT, round_coefficients
 from oracles.distillation import NONE, distilled_coefficients
-from run_config.ffgb import FFGBSettings, delta_limits
-from run_config.ffgb import learner_spec as run_learner_spec
+from run_config.ffgb import FFGBSettings
 from strategies.evaluation import checked_count, checked_metrics, example_limit
 from strategies.screening import exact_records
 from tasks.datasets import TaskData
@@ -60,8 +59,8 @@ class FFGBReplies:
 
     def __init__(self, ffgb: FFGBSettings, task: TaskData) -> None:
         self.ffgb, self.task = ffgb, task
-        self.spec = run_learner_spec(ffgb, task)
-        self.limits = delta_limits(ffgb, task)
+        self.model = ffgb.model(task)
+        self.spec, self.limits = self.model.spec, self.model.limits
 
     def coefficients(self, t: int) -> tuple[float, list[float]]:
         """(scale, weights) of a reply in boosting round t (0-based)."""
@@ -73,8 +72,8 @@ class FFGBReplies:
 
     def check_learner(self, learner: object) -> None:
         """The run's architecture (and FFGB.C's clipping bound G2), nothing larger."""
-        clipping = self.ffgb.clipping(self.task)
-        if self.spec is None:
+        clipping = self.model.clipping
+        if self.model.trees:
             if not isinstance(learner, TreeArrays) or learner.depth > self.ffgb.tree_depth:
                 raise DecodeError(f"expected a tree of depth <= {self.ffgb.tree_depth}")
             if clipping is not None and np.abs(learner.value).max() > clipping.learner_bound:

@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("xgboost")
 import xgboost as xgb
 
-from functions.trees import decode_tree, encode_tree
+from functions.trees import TreeSpec, decode_tree, encode_tree
 from oracles import weak_learning
 from oracles.hist_trees import HistTreeFitter
 from oracles.weak_learning import (
@@ -65,7 +65,7 @@ def test_the_fit_is_as_good_as_cart_and_travels_in_the_project_codec():
 def test_the_binning_is_shared_by_a_round_s_fits():
     x = points(500, 5)
     fit = boosting_oracle(
-        None, x, weak_learning.OracleSettings(), False, 3, lambda k: k, tree_fitter=HIST
+        TreeSpec(5, 2), x, weak_learning.OracleSettings(), False, 3, lambda k: k, tree_fitter=HIST
     )
     first, second = fit(smooth_target(x, 2), 0), fit(-smooth_target(x, 2), 1)
     assert np.allclose(first.values, -second.values, atol=1e-6)  # same bins, mirrored target

@@ -5,13 +5,17 @@ PY := $(VENV)/bin/python
 FLWR := $(VENV)/bin/flwr
 NODES ?= 10
 RUN_CONFIG ?=
+# where torch comes from: the configured index (empty), or e.g. PyTorch's CPU index
+# `make install TORCH_INDEX=https://download.pytorch.org/whl/cpu`
+TORCH_INDEX ?=
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION := 1
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# the CPU wheel first, or pip pulls GBs of CUDA packages
-	$(PY) -m pip install -q torch==2.13.0
+	# torch first, so the project's `torch>=` keeps it: on a stock PyPI index torch==2.13.0 for
+	# Linux x86_64 is the CUDA build (GBs of nvidia-* packages); TORCH_INDEX names a CPU index
+	$(PY) -m pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(PY) -m pip install -q -e ".[dev,sites,xgboost]"
 	touch $@
 

@@ -1,4 +1,4 @@
-"""The common run-config keys of DESIGN.md section 3, declared once (``COMMON_KEYS``: name, type,
+"""The common run-config keys (docs/configuration.md), declared once (``COMMON_KEYS``: name, type,
 default, check, help) and parsed into ``RunSettings``.
 
 Shared by the ServerApp, the ClientApp and the preflight check; family tables (``fedfw.*``,
@@ -7,7 +7,7 @@ Shared by the ServerApp, the ClientApp and the preflight check; family tables (`
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +58,30 @@ def parse_node_partitions(text: str, key: str = "node-partitions") -> dict[int, 
 
 SITES = When("task", (SITE_TASK,))  # the keys of a site's own files
 BUNDLED = When("task", (SITE_TASK,), unless=True)  # the keys of the bundled tasks' split
+
+# The keys a resumed run may change: what enters neither the maths nor the state (how many
+# rounds, where the results go, how long a round waits, the quorum, the central evaluation's
+# device); ``server_app.resume`` refuses any other change, and the key reference and
+# docs/results.md list these (``run_config.reference``).
+MAY_CHANGE = (
+    "num-server-rounds",
+    "output-dir",
+    "run-name",
+    "resume-from",
+    "git-commit",
+    "reply-timeout",
+    "reply-poll-interval",
+    "min-replies",
+    "min-nodes",
+    "central-device",
+)
+
+
+def listed(names: Iterable[str]) -> str:
+    """``a``, ``b`` and ``c``, as the docs list keys."""
+    quoted = [f"`{name}`" for name in names]
+    return quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} and {quoted[-1]}"
+
 
 COMMON_KEYS = (
     Key(
@@ -292,10 +316,8 @@ COMMON_KEYS = (
         "",
         "a results folder: continue that run from its `checkpoint.pb` "
         "after its last completed round; the run config must equal the checkpoint's but for "
-        "`num-server-rounds`, `output-dir`, `run-name`, `git-commit`, `reply-timeout`, "
-        "`reply-poll-interval`, "
-        "`min-replies`, `min-nodes` and `central-device` (any other change is refused, naming "
-        "the key); give the same `output-dir`/`run-name` to keep writing into it",
+        f"{listed(k for k in MAY_CHANGE if k != 'resume-from')} (any other change is refused, "
+        "naming the key); give the same `output-dir`/`run-name` to keep writing into it",
         field="resume_from",
     ),
     Key(

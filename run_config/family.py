@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar
 from functions.protocol import EVALUATE, QUERY_BOUNDS, QUERY_NODE, TRAIN
 from run_config.common import RunSettings
 from run_config.keys import Key
+from run_config.node_keys import NodeKey
 
 S = TypeVar("S")
 N = TypeVar("N")  # what a node's own node config makes of the settings
@@ -76,7 +77,7 @@ class Family(Generic[S, N]):
     reads: tuple[str, ...] = ()
     steps: tuple[str, ...] = ()
     message_types: tuple[str, ...] = STANDARD_MESSAGES
-    node_keys: tuple[Key, ...] = ()
+    node_keys: tuple[NodeKey, ...] = ()
     node_overrides: Callable[[S, Mapping[str, Any]], N] = _no_overrides
 
     @property

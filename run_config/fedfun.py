@@ -35,6 +35,7 @@ from run_config.keys import (
     require,
     within,
 )
+from run_config.node_keys import NodeKey
 from tasks.datasets import TaskData
 from tasks.errors import ConfigError
 
@@ -310,5 +311,13 @@ FEDFUN: Family[FedFunSettings, tuple[str, tuple[int, ...]]] = Family(
     tables=(FEDFUN_TABLE,),
     steps=("fedfun.lr", "fedfun.step"),
     message_types=RELAY_MESSAGES,
+    node_keys=(
+        NodeKey(
+            NODE_LEARNER, str, "FSR: this node's own model, `mlp` or `tree` (default: the run's)"
+        ),
+        NodeKey(
+            NODE_HIDDEN, str, "FSR: this node's own MLP hidden widths, `50,50` (default: the run's)"
+        ),
+    ),
     node_overrides=node_learner,
 )

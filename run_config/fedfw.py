@@ -14,6 +14,7 @@ from oracles.schedules import SCHEDULE_NAMES, FWSchedule, make_schedule
 from run_config.common import RunSettings
 from run_config.family import MODEL, Algorithm, Family, Table
 from run_config.keys import Key, OneOf, at_least, build, finite_at_least, read_keys, require, within
+from run_config.node_keys import NodeKey
 from tasks.datasets import DEFAULT_MODELS, SITE_TASK
 from tasks.site_data import SITE_MODEL
 
@@ -276,5 +277,13 @@ FEDFW: Family[FedFWSettings, Constraint] = Family(
     tables=(DOMAIN, FEDFW_TABLE),
     reads=MODEL,
     steps=("fedfw.schedule", "fedfw.lambda0"),
+    node_keys=(
+        NodeKey(
+            NODE_CONSTRAINT_KEY,
+            str,
+            "this node's own set D_i (section 4.3), a superset of the run's D (default: D)",
+        ),
+        NodeKey(NODE_RADIUS_KEY, float, "the radius of D_i (default: the run's `fedfw.radius`)"),
+    ),
     node_overrides=node_set,
 )

@@ -1,4 +1,4 @@
-"""The results folder of DESIGN.md section 3: config.json, metrics.json/.csv and PNG plots.
+"""The results folder (docs/results.md): config.json, metrics.json/.csv and PNG plots.
 
 Every file of a results folder (these, and the checkpoint) is written by ``write_atomic``: a
 reader, or a run that crashes mid-write, sees the previous version of a file or the new one,

@@ -16,22 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from functions.errors import DecodeError
+from run_config.common import MAY_CHANGE
 from server_app.checkpoint import Checkpoint, read_checkpoint
 from strategies.base import FederatedStrategy
 from tasks.errors import ConfigError
-
-MAY_CHANGE = (
-    "num-server-rounds",
-    "output-dir",
-    "run-name",
-    "resume-from",
-    "git-commit",
-    "reply-timeout",
-    "reply-poll-interval",
-    "min-replies",
-    "min-nodes",
-    "central-device",
-)
 
 
 def config_changes(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:

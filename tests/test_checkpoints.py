@@ -10,13 +10,12 @@ from flwr.app import RecordDict
 
 from client_app.app import app as client_app
 from functions.errors import DecodeError
-from run_config.common import COMMON_KEYS
+from run_config.common import COMMON_KEYS, MAY_CHANGE
 from run_config.families import algorithm_names
 from server_app.app import InvalidRunConfig, run
 from server_app.app import main as server_main
 from server_app.checkpoint import FILE_NAME, Checkpoint, read_checkpoint
 from server_app.recording import BelowQuorum
-from server_app.resume import MAY_CHANGE
 from testing.inprocess_grid import LocalGrid, counting, run_config, server_context
 from tests.helpers import RUN_NAME
 

@@ -16,13 +16,13 @@ from run_config.common import COMMON_KEYS, RunSettings
 from run_config.declared import PYPROJECT, declared_defaults
 from run_config.families import all_keys, tables
 from run_config.keys import Key, at_least, build
-from run_config.reference import END, REFERENCE, config_table, key_reference, main, targets
+from run_config.reference import END, REFERENCE, RESULTS, config_table, key_reference, main, targets
 from tasks.errors import ConfigError
 
 ROOT = PYPROJECT.parent
 
 
-@pytest.mark.parametrize("target", targets(), ids=lambda t: t.path.name)
+@pytest.mark.parametrize("target", targets(), ids=lambda t: f"{t.path.name}:{t.what}")
 def test_pyproject_and_the_configuration_page_are_in_step_with_the_key_tables(target):
     assert target.difference() is None, (
         f"{target.difference()}; run `python -m run_config.reference`"
@@ -72,11 +72,17 @@ def _copies(tmp_path: Path) -> tuple[Path, Path]:
     pyproject, page = tmp_path / "pyproject.toml", tmp_path / "configuration.md"
     pyproject.write_text(PYPROJECT.read_text(encoding="utf-8"), encoding="utf-8")
     page.write_text(REFERENCE.read_text(encoding="utf-8"), encoding="utf-8")
+    (tmp_path / "results.md").write_text(RESULTS.read_text(encoding="utf-8"), encoding="utf-8")
     return pyproject, page
 
 
+def _args(pyproject: Path, page: Path) -> list[str]:
+    results = page.parent / "results.md"
+    return ["--pyproject", str(pyproject), "--reference", str(page), "--results", str(results)]
+
+
 def _check(pyproject: Path, page: Path) -> int:
-    return main(["--check", "--pyproject", str(pyproject), "--reference", str(page)])
+    return main(["--check", *_args(pyproject, page)])
 
 
 def test_check_names_the_first_difference_and_a_rewrite_touches_only_the_table(tmp_path, capsys):
@@ -94,7 +100,7 @@ def test_check_names_the_first_difference_and_a_rewrite_touches_only_the_table(t
     assert f"pyproject.toml:{line}:" in err and '"ffgb.hidden" = 32' in err
     assert "python -m run_config.reference" in err
 
-    assert main(["--pyproject", str(pyproject), "--reference", str(page)]) == 0
+    assert main(_args(pyproject, page)) == 0
     assert _check(pyproject, page) == 0
     assert pyproject.read_text(encoding="utf-8") == text.replace(
         "[tool.pytest.ini_options]", "# pytest\n[tool.pytest.ini_options]"
@@ -138,3 +144,21 @@ def test_build_fills_each_field_from_its_key_or_a_computed_value():
     assert build(Widths, {"x.tree-depth": 4}, keys, scale=2.0) == Widths(4, 2.0)
     with pytest.raises(TypeError, match=r"Widths.scale: no key fills it"):
         build(Widths, {"x.tree-depth": 4}, keys)  # a default is no excuse: say it
+
+
+def test_the_resume_keys_and_node_keys_are_generated_from_their_declarations(tmp_path, capsys):
+    """docs/results.md's resume keys and docs/configuration.md's node-config keys are checked
+    like the key reference: a key dropped from either page is found."""
+    pyproject, page = _copies(tmp_path)
+    results = tmp_path / "results.md"
+    text = results.read_text(encoding="utf-8")
+    results.write_text(text.replace("`reply-poll-interval`, ", ""), encoding="utf-8")
+    assert _check(pyproject, page) == 1
+    assert "results.md:" in capsys.readouterr().err
+    results.write_text(text, encoding="utf-8")
+    page_text = page.read_text(encoding="utf-8")
+    row = next(line for line in page_text.splitlines() if line.startswith("| `dataset-max-bytes`"))
+    page.write_text(page_text.replace(row + "\n", ""), encoding="utf-8")
+    assert _check(pyproject, page) == 1
+    assert "the node-config keys" in capsys.readouterr().err
+    assert main(_args(pyproject, page)) == 0 and _check(pyproject, page) == 0

@@ -1,21 +1,21 @@
-"""Round latency: the same jobs on the in-process engine and in a deployment with TLS and
-SuperNode authentication (one SuperLink, 2 SuperNodes, on loopback), side by side in one run.
+"""Round latency: the same jobs on the in-process engine, in Flower's simulation and in a
+deployment with TLS and SuperNode authentication (one SuperLink, 2 SuperNodes, on loopback),
+side by side in one run.
 
-Three ways to run each job, one after another (never two runs at once):
+Four ways to run each job, one after another (never two runs at once):
 
 - ``in-process``: the ServerApp and both ClientApps in this process (``testing.inprocess_grid``),
   the nodes one after the other;
-- ``deployment, Flower's defaults``: ``deploy.local.Deployment`` with Flower's own
-  ``--isolation subprocess`` (a fresh ``flwr-clientapp`` interpreter per message), its SuperExec
-  task poll (1 s) and the ServerApp pulling replies every 3 s (``reply-poll-interval=3``, what
-  Flower's deployment grid does);
-- ``deployment, tuned``: ``--warm`` (ClientApps forked from ``deploy.warm_superexec``), the
-  SuperExecs' task poll at 0.1 s and the ServerApp pulling every 0.1 s (the defaults of
-  ``deploy.local`` and of the run config);
-- ``tuned, SuperNode pollers at 0.1 s`` (a measurement, not an option): as tuned, with the
-  SuperNodes run by ``benchmarks.prompt_supernode``, which caps the SuperNode's two fixed
-  sleeps (3 s when it found no message, 0.5 s between checks for a reply) at 0.1 s; the
-  difference to ``tuned`` is what those pollers cost.
+- ``simulation``: ``flwr run`` on Flower's simulation engine (a local SuperLink with Ray,
+  ``testing.simulation_link``), 2 SuperNodes of one CPU each, training side by side;
+- ``flower``: ``deploy.local.Deployment`` with Flower's own parts: ``flower-supernode``, its
+  ``--isolation subprocess`` (a fresh ``flwr-clientapp`` interpreter per message), its
+  SuperExec task poll (1 s), the ServerApp pulling replies every 3 s (what Flower's deployment
+  grid does) and the SuperLink's state in a SQLite file (``--database``);
+- ``deployed``: ``deploy.local``'s defaults: ``deploy.supernode`` (Flower's SuperNode with
+  prompt waits), warm ClientApps (``deploy.warm_superexec``: forked, a FAB installed once, object
+  retries after 0.02 s), the SuperExecs' task poll and the ServerApp's reply poll at 0.1 s, the
+  SuperLink's state in memory.
 
 A round's latency is the difference of consecutive ``wall_time_s`` in the run's
 ``metrics.json`` (the ServerApp's clock), averaged over rounds 2 to R (round 1 also starts the
@@ -50,16 +50,20 @@ FAMILIES = {
     "fedfun.hidden='8' fedfun.penalty-samples=50",
 }
 NODES = 2
-WAYS = {  # Deployment options and the ServerApp's reply-poll-interval
-    "flower": {"warm": False, "task_poll_interval": None, "reply_poll": 3.0},
-    "tuned": {"warm": True, "task_poll_interval": 0.1, "reply_poll": 0.1},
-    "pollers": {
-        "warm": True,
-        "task_poll_interval": 0.1,
-        "reply_poll": 0.1,
-        "supernode_command": (sys.executable, "-m", "benchmarks.prompt_supernode"),
+FLOWER_SUPERNODE = (str(Path(sys.executable).parent / "flower-supernode"),)
+DEPLOYMENTS = {  # Deployment options and the ServerApp's reply-poll-interval
+    "flower": {
+        "options": {
+            "warm": False,
+            "task_poll_interval": None,
+            "supernode_command": FLOWER_SUPERNODE,
+            "database": "state.db",
+        },
+        "reply_poll": 3.0,
     },
+    "deployed": {"options": {}, "reply_poll": 0.1},  # deploy.local's defaults
 }
+WAYS = ("in-process", "simulation", *DEPLOYMENTS)
 
 
 def round_seconds(metrics: Path) -> list[float]:
@@ -92,16 +96,13 @@ def deployed(way: str, jobs: dict[str, str], rounds: int, workdir: Path) -> dict
     """Each job on one TLS + authentication deployment set up ``way``; seconds per round."""
     from deploy.local import Deployment, app_copy, free_port_block
 
-    options = WAYS[way]
+    way_options = DEPLOYMENTS[way]
+    options = dict(way_options["options"])
+    if "database" in options:
+        options["database"] = workdir / way / options["database"]
     app = app_copy(workdir / way / "app")
     deployment = Deployment(
-        workdir / way,
-        tls=True,
-        auth=True,
-        base_port=free_port_block(),
-        warm=options["warm"],
-        task_poll_interval=options["task_poll_interval"],
-        supernode_command=options.get("supernode_command", ()),
+        workdir / way, tls=True, auth=True, base_port=free_port_block(), **options
     )
     results = workdir / way / "results"
     out: dict[str, Any] = {}
@@ -113,7 +114,7 @@ def deployed(way: str, jobs: dict[str, str], rounds: int, workdir: Path) -> dict
         for name, config in jobs.items():
             text = (
                 f"{config} num-server-rounds={rounds} min-nodes={NODES} reply-timeout=600 "
-                f"reply-poll-interval={options['reply_poll']} "
+                f"reply-poll-interval={way_options['reply_poll']} "
                 f"output-dir='{results}' run-name='{name}'"
             )
             run_id = deployment.submit(text, app)
@@ -126,6 +127,33 @@ def deployed(way: str, jobs: dict[str, str], rounds: int, workdir: Path) -> dict
     return out
 
 
+def simulated(jobs: dict[str, str], rounds: int, workdir: Path) -> dict[str, Any]:
+    """Each job through ``flwr run`` on the simulation engine, 2 SuperNodes; seconds per
+    round."""
+    import subprocess
+
+    from deploy.local import app_copy
+    from testing.simulation_link import BIN, simulation_superlink
+
+    app = app_copy(workdir / "simulation" / "app")
+    results = workdir / "simulation" / "results"
+    out: dict[str, Any] = {}
+    with simulation_superlink(workdir / "simulation" / "flwr-home") as (env, connection):
+        for name, config in jobs.items():
+            text = (
+                f"{config} num-server-rounds={rounds} min-nodes={NODES} "
+                f"output-dir='{results}' run-name='{name}'"
+            )
+            federation = f"num-supernodes={NODES} client-resources-num-cpus=1"
+            command = [str(BIN / "flwr"), "run", str(app), connection, "--stream"]
+            command += ["--federation-config", federation, "--run-config", text]
+            subprocess.run(command, env=env, capture_output=True, timeout=1800, check=False)
+            metrics = results / name / "metrics.json"
+            out[name] = round_seconds(metrics) if metrics.exists() else "no metrics"
+            print(f"simulation {name}: {out[name]}", flush=True)
+    return out
+
+
 def mean(values: Any) -> float | None:
     return sum(values) / len(values) if isinstance(values, list) and values else None
 
@@ -133,22 +161,20 @@ def mean(values: Any) -> float | None:
 def report(measured: dict[str, dict[str, Any]]) -> str:
     rows = []
     for name in measured["in-process"]:
-        local, flower, tuned, pollers = (
-            mean(measured[w][name]) for w in ("in-process", "flower", "tuned", "pollers")
-        )
-        shown = [("-" if v is None else f"{v:.2f}") for v in (local, flower, tuned, pollers)]
-        gap = "-" if None in (local, tuned) else f"{tuned - local:+.2f}"
-        cost = "-" if None in (tuned, pollers) else f"{tuned - pollers:.2f}"
-        rows.append([name, *shown, gap, cost])
+        local, simulation, flower, deployed = (mean(measured[w][name]) for w in WAYS)
+        shown = [("-" if v is None else f"{v:.2f}") for v in (local, simulation, flower, deployed)]
+        gap = "-" if None in (simulation, deployed) else f"{deployed - simulation:+.2f}"
+        ratio = "-" if None in (flower, deployed) else f"{flower / deployed:.1f}x"
+        rows.append([name, *shown, gap, ratio])
     return md_table(
         [
             "job",
             "in-process s/round",
-            "deployment, Flower's defaults s/round",
-            "deployment, tuned s/round",
-            "tuned, SuperNode pollers at 0.1 s s/round",
-            "tuned - in-process s",
-            "SuperNode pollers' cost s",
+            "simulation (Ray) s/round",
+            "deployment, Flower's parts s/round",
+            "deployment, deploy.local s/round",
+            "deploy.local - simulation s",
+            "Flower's parts / deploy.local",
         ],
         rows,
     )
@@ -158,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__.split("\n")[0])
     p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
     p.add_argument("--rounds", type=int, default=4)
-    p.add_argument("--ways", nargs="+", default=list(WAYS), choices=list(WAYS))
+    p.add_argument("--ways", nargs="+", default=list(WAYS[1:]), choices=list(WAYS[1:]))
     args = p.parse_args(argv)
     jobs = {name: FAMILIES[name] for name in args.families}
     start = time.monotonic()
@@ -167,7 +193,12 @@ def main(argv: list[str] | None = None) -> int:
         measured["in-process"][name] = in_process(config, args.rounds)
         print(f"in-process {name}: {measured['in-process'][name]}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
-        for way in WAYS:
+        measured["simulation"] = (
+            simulated(jobs, args.rounds, Path(tmp))
+            if "simulation" in args.ways
+            else {name: "not run" for name in jobs}
+        )
+        for way in DEPLOYMENTS:
             measured[way] = (
                 deployed(way, jobs, args.rounds, Path(tmp))
                 if way in args.ways

@@ -230,13 +230,19 @@ class Deployment:
     base_port: int = 39400
     hosts: list[str] = field(default_factory=list)
     star: Star | None = None  # separate hosts: each process in its own network namespace
-    warm: bool = False  # ServerApp and ClientApp processes are forked (deploy.warm_superexec)
+    # ServerApp and ClientApp processes forked from a warm parent (deploy.warm_superexec);
+    # None: warm, but for network namespaces, which it does not support
+    warm: bool | None = None
     # seconds between a SuperExec's asks for a task (FLWR_SUPEREXEC_TASK_POLL_INTERVAL; Flower's
     # default is 1 s); None: Flower's default
     task_poll_interval: float | None = 0.1
-    # the SuperNode's command, if not this venv's flower-supernode (benchmarks.latency measures
-    # Flower's fixed SuperNode pollers with a wrapper)
-    supernode_command: tuple[str, ...] = ()
+    # the SuperNode's command: Flower's own SuperNode with prompt waits (deploy.supernode), or
+    # ``(BIN / "flower-supernode",)`` for Flower's fixed ones
+    supernode_command: tuple[str, ...] = (sys.executable, "-m", "deploy.supernode")
+    # the SuperLink's state (runs, nodes, registered keys, messages' objects): Flower's in-memory
+    # one, or a SQLite file that outlives the SuperLink (each object then costs a write: the
+    # default job's round took 2.85 s against 2.05 s in memory, benchmarks/README.md)
+    database: Path | None = None
     # SuperNodes dial an nginx perimeter (deploy.perimeter) that forwards only the Fleet API;
     # the SuperLink listens on loopback, where the flwr CLI (Control API) reaches it
     perimeter: bool = False
@@ -244,6 +250,8 @@ class Deployment:
     node_ids: dict[str, int] = field(default_factory=dict)  # registered key name -> node id
 
     def __post_init__(self) -> None:
+        if self.warm is None:
+            self.warm = self.star is None
         if self.auth and not self.tls:
             raise ValueError("SuperNode authentication needs TLS (flwr 1.41)")
         if self.perimeter and not self.tls:
@@ -372,8 +380,7 @@ class Deployment:
                 str(p),
                 "--health-server-address",
                 f"127.0.0.1:{p + 1}",
-                "--database",
-                str(self.workdir / "state.db"),
+                *([] if self.database is None else ["--database", str(self.database)]),
                 *(["--enable-supernode-auth"] if self.auth else []),
             ]
         )
@@ -441,7 +448,7 @@ class Deployment:
             else f"{self.star.link_address(index)}:{self.fleet_port}"
         )
         args = [
-            *(self.supernode_command or (str(BIN / "flower-supernode"),)),
+            *self.supernode_command,
             *self._tls_flags(server=False),
             "--superlink",
             superlink,
@@ -680,10 +687,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument(
-        "--warm",
+        "--database",
+        type=Path,
+        default=None,
+        help="the SuperLink's state in this SQLite file, which outlives it (default: in memory; "
+        "each message's objects then cost a write, about 0.8 s a round for the default job)",
+    )
+    parser.add_argument(
+        "--cold",
         action="store_true",
-        help="fork ServerApp and ClientApp processes from a warm parent "
-        "(--isolation process and deploy.warm_superexec)",
+        help="Flower's own SuperExec: a fresh ServerApp or ClientApp process for each run or "
+        "message (default: forked from a warm parent, deploy.warm_superexec; network "
+        "namespaces are always cold)",
+    )
+    parser.add_argument(
+        "--flower-supernode",
+        action="store_true",
+        help="Flower's own flower-supernode with its fixed waits (3 s when no message, 0.5 s "
+        "between checks for a reply); default: deploy.supernode, the same with prompt waits",
     )
     parser.add_argument(
         "--netns",
@@ -722,8 +743,12 @@ def main(argv: list[str] | None = None) -> int:
         base_port=args.port,
         hosts=args.host,
         star=star,
-        warm=args.warm,
+        warm=False if args.cold else None,
+        database=args.database,
         perimeter=args.perimeter,
+        **(
+            {"supernode_command": (str(BIN / "flower-supernode"),)} if args.flower_supernode else {}
+        ),
     )
     started = time.monotonic()
     try:

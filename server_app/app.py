@@ -35,6 +35,7 @@ from server_app.run_info import results_directory, run_config_record
 from strategies.base import Diverged, FederatedStrategy
 from strategies.registry import strategy_for
 from strategies.site_agreement import SiteAgreement, agree_sites
+from tasks.devices import device_facts, resolve_device
 from tasks.errors import ConfigError
 from tasks.federation import check_partitioning, task_for
 from tasks.site_files import SiteDataError
@@ -220,7 +221,11 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
         isinstance(stopped, RunDiverged),
         None if plan.sites is None else config["sites"],
     )
-    plots = writer.finish(summary, ended.record())
+    devices = {
+        "server": device_facts(resolve_device(settings.central_device, "central-device")),
+        "nodes": strategy.node_devices(),
+    }
+    plots = writer.finish(summary, ended.record(), devices)
     log(INFO, "Final: %s", ", ".join(f"{k}={v}" for k, v in summary.items()))
     log(
         INFO,

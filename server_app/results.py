@@ -125,13 +125,20 @@ class ResultsWriter:
         writer.writerows(finite(self.rounds))
         write_atomic(self.directory / "metrics.csv", text.getvalue())
 
-    def finish(self, summary: dict[str, Any], outcome: dict[str, Any] | None = None) -> list[Path]:
+    def finish(
+        self,
+        summary: dict[str, Any],
+        outcome: dict[str, Any] | None = None,
+        devices: dict[str, Any] | None = None,
+    ) -> list[Path]:
         """Write the summary, the run's ``outcome`` (config.json keeps it whole, the summary
-        its status and cause) and the plots (and close the event files); return the plot
-        paths."""
-        if outcome is not None:
-            self.config = {**self.config, "outcome": outcome}
+        its status and cause), the server's and the nodes' ``devices`` (config.json) and the
+        plots (and close the event files); return the plot paths."""
+        if outcome is not None or devices is not None:
+            extra = {"outcome": outcome, "devices": devices}
+            self.config = {**self.config, **{k: v for k, v in extra.items() if v is not None}}
             self._write_json("config.json", self.config)
+        if outcome is not None:
             summary = {**summary, "status": outcome["status"], "cause": outcome["cause"]}
         self._write_json("metrics.json", {"rounds": self.rounds, "summary": summary})
         if self.events is not None:

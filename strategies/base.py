@@ -41,7 +41,7 @@ from functions.errors import DecodeError
 from functions.protocol import PARTITION_ID
 from strategies.evaluation import EvaluationSums, combine_evaluation_sums
 from strategies.node_book import NodeBook, NodeSlot
-from strategies.roster import Admission, Roster
+from strategies.roster import Admission, Roster, devices
 from strategies.sampling import Sampler
 from strategies.screening import Screened, screen_replies
 from strategies.state_codec import (
@@ -247,6 +247,14 @@ class FederatedStrategy(Strategy):
     def description(self) -> dict[str, Any]:
         """What the global function is (model, size), for the run's config.json."""
         return {}
+
+    def node_devices(self) -> list[dict[str, Any]]:
+        """Each node's device, GPU, torch and CUDA versions (its ``query.node`` facts), by
+        partition id in roster order, for the run's config.json."""
+        if self.roster is None:
+            return []
+        facts = [self.roster.facts[node] for node in self.roster.node_ids]
+        return [{PARTITION_ID: f[PARTITION_ID], **devices(f)} for f in facts]
 
     # -- checkpoint -------------------------------------------------------------------------------
     def state_record(self) -> RecordDict:

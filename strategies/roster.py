@@ -31,6 +31,7 @@ from flwr.serverapp import Grid
 from functions.errors import DecodeError
 from functions.protocol import NODE, NUM_PARTITIONS, PARTITION_ID, QUERY_NODE
 from strategies.screening import exact_records, screen_replies
+from tasks.devices import DEVICE_FACTS
 
 Facts = dict[str, int | float | str]
 V = TypeVar("V")
@@ -50,6 +51,17 @@ class Admission:
 
 CLAIMANTS = "claimants"  # checkpoint keys: the claimants' ids, and their facts under claimant/
 CLAIMANT_PREFIX = "claimant/"
+
+
+def place(facts: Facts) -> Facts:
+    """The facts that make a node's place (its partition, a family's own facts), without those
+    of the machine it runs on (its device: a node back on another machine takes its place)."""
+    return {k: v for k, v in facts.items() if k not in DEVICE_FACTS}
+
+
+def devices(facts: Facts) -> dict[str, str]:
+    """A node's device facts as the run's record keeps them (text, at most 100 characters)."""
+    return {k: str(facts[k])[:100] for k in DEVICE_FACTS if k in facts}
 
 
 def _facts(reply: Message) -> Facts:
@@ -211,7 +223,7 @@ class Roster:
                 reason = f"no node of the run had partition {pid}"
             elif old in connected:
                 reason = f"partition {pid} is served by node {old}"
-            elif claim != self.facts[old]:
+            elif place(claim) != place(self.facts[old]):
                 reason = f"its facts {claim} differ from those of partition {pid}'s node {old}"
             if reason is not None:
                 if node in new:

@@ -19,6 +19,7 @@ from tasks.errors import ConfigError
 
 AUTO = "auto"
 NODE_KEY = "device"  # node config key
+DEVICE_FACTS = ("device", "gpu", "torch", "cuda")  # what ``device_facts`` reports
 _PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 _COPIES: dict[tuple[int, str, str], torch.Tensor] = {}
 
@@ -48,6 +49,14 @@ def resolve_device(value: object, key: str = NODE_KEY) -> torch.device:
                 "visible to torch (use 'auto' or 'cpu')"
             )
     return device
+
+
+def device_facts(device: torch.device) -> dict[str, str]:
+    """What a run's record says of a device: its name, the GPU's model, the torch and CUDA
+    versions (``cuda`` is "none" for a CPU-only torch)."""
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
+    values = (str(device), gpu, torch.__version__, torch.version.cuda or "none")
+    return dict(zip(DEVICE_FACTS, values, strict=True))
 
 
 def on_device(

@@ -4,6 +4,7 @@ selection, the data cache, and the CPU path equal to the reference with every cl
 from __future__ import annotations
 
 import gc
+import json
 
 import numpy as np
 import pytest
@@ -114,13 +115,35 @@ def _rows(run) -> list[dict]:
 
 @pytest.mark.parametrize("algorithm", sorted(CASES))
 @pytest.mark.e2e
-def test_every_client_half_on_an_explicit_cpu_equals_the_default(tmp_path, algorithm):
+def test_every_client_half_on_an_explicit_cpu_equals_the_default_without_a_gpu(
+    tmp_path, algorithm, monkeypatch
+):
+    """``device='cpu'`` gives exactly the rows of the default (``auto``) where torch sees no
+    GPU; on a GPU machine the default run is made to see none (``auto`` would pick CUDA)."""
     overrides = {**CASES[algorithm], "num-server-rounds": 2}
-    default = run_app(tmp_path / "default", 3, **overrides)
     explicit = run_app(
         tmp_path / "cpu", 3, [{"device": "cpu"}] * 3, **overrides, **{"central-device": "cpu"}
     )
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    default = run_app(tmp_path / "default", 3, **overrides)
     assert _rows(explicit) == _rows(default)
+
+
+def test_the_record_names_every_nodes_device_and_the_servers(tmp_path, no_cuda):
+    run = run_app(
+        tmp_path, 3, [{"device": "cpu"}] * 3, **{**CASES["fedavg"], "num-server-rounds": 1}
+    )
+    devices = json.loads((run.out_dir / "config.json").read_text())["devices"]
+    cpu = {
+        "device": "cpu",
+        "gpu": "",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda or "none",
+    }
+    assert devices == {
+        "server": cpu,
+        "nodes": [{"partition-id": p, **cpu} for p in range(3)],
+    }
 
 
 def test_a_node_with_a_device_it_lacks_fails_and_the_run_goes_on(tmp_path, no_cuda):

@@ -8,9 +8,11 @@ import logging
 import math
 
 import pytest
+import torch
 
 from client_app.app import app as client_app
 from server_app.app import InvalidRunConfig, run
+from tasks.devices import device_facts
 from testing.inprocess_grid import LocalGrid, run_config, server_context
 from tests.helpers import RUN_NAME, run_app
 
@@ -77,10 +79,11 @@ def test_bytes_are_exactly_the_payload_sent(tmp_path):
         assert row["bytes_down_train"] == 4 * (per_model + 8)
         assert row["bytes_up_train"] == 4 * (per_model + 2 * 8)
     # evaluation: the model + "server-round" down, five evaluation sums up; round 1 also asks
-    # every node who it is (query.node: an empty message down, two ints up)
+    # every node who it is (query.node: an empty message down, two ints and its device's text up)
     assert rows[2]["bytes_down"] == 2 * 4 * (per_model + 8)
     assert rows[2]["bytes_up"] == 4 * (per_model + 2 * 8) + 4 * 5 * 8
-    assert rows[1]["bytes_up"] == rows[2]["bytes_up"] + 4 * 2 * 8
+    device = sum(len(text) for text in device_facts(torch.device("cpu")).values())
+    assert rows[1]["bytes_up"] == rows[2]["bytes_up"] + 4 * (2 * 8 + device)
     assert rows[0]["bytes_up"] == rows[0]["bytes_down"] == 0
     # serialised content adds keys, shapes and a header per array, but not much for a model
     assert per_model * 4 < rows[1]["wire_bytes_down"] < 1.1 * rows[1]["bytes_down"] + 4 * 2000

@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     (RESULTS / "latency.json").write_text(json.dumps(measured, indent=1))
     write_report(
         RESULTS / "latency.md",
-        "Round latency: in-process against deployment",
+        "Round latency: in-process, simulation and deployment",
         time.monotonic() - start,
         report(measured),
     )

@@ -50,7 +50,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from deploy.netns import Star
-from deploy.perimeter import Perimeter
+from deploy.perimeter import MAX_OBJECT_BYTES, Perimeter
 from server_app.preflight import EXIT_INVALID, check
 from server_app.run_status import COMPLETED, report
 from tasks.errors import ConfigError
@@ -246,6 +246,7 @@ class Deployment:
     # SuperNodes dial an nginx perimeter (deploy.perimeter) that forwards only the Fleet API;
     # the SuperLink listens on loopback, where the flwr CLI (Control API) reaches it
     perimeter: bool = False
+    max_object_bytes: int = MAX_OBJECT_BYTES  # the largest push-object body the perimeter forwards
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     node_ids: dict[str, int] = field(default_factory=dict)  # registered key name -> node id
 
@@ -407,6 +408,7 @@ class Deployment:
             auth=self.auth,
             workdir=self.workdir / "perimeter",
             exec_prefix=[] if self.star is None else self.star.exec_prefix(self.star.link),
+            max_object_bytes=self.max_object_bytes,
         )
         self.proxy.start()
 

@@ -22,8 +22,17 @@ port, TLS for the operator, so the proxy re-encrypts and verifies it against ``c
 other path or method gets 403. The signed headers of SuperNode authentication
 (``flwr-public-key``, ``flwr-signature``, ``flwr-timestamp``) and Flower's version headers
 (``flwr-package-name``, ...) have hyphens, not underscores, so nginx forwards them unchanged with
-its defaults. One message may be up to 2 GiB - 1 byte (``MAX_PROTOBUF_STREAM_MESSAGE_LENGTH``),
-so that is the body limit, and bodies and replies are streamed (no buffering to disk).
+its defaults. Bodies and replies are streamed (no buffering to disk).
+
+What it forwards is bounded before the SuperLink reads it: the SuperLink parses a Fleet body
+before it checks its signature, so an unauthenticated 64 MiB body cost it its size in memory and
+more (243 MiB for two). A ``push-object`` body is one object of a message (one array, one
+record: Flower splits a message into objects), at most ``max_object_bytes`` (default 16 MiB:
+raise it for runs whose replies carry a bigger single array, such as ``fedxgb-cyclic``'s whole
+booster near ``fedxgb.max-booster-bytes``); every other Fleet body at most ``MAX_CALL_BYTES``
+(a message's header and object tree, a heartbeat, a pull); nginx answers 413 to a larger one
+without forwarding it. Each source address may make ``rate`` Fleet calls a second, ``burst``
+at once (a SuperNode pulling a message's objects makes tens at a time); beyond, 429.
 
 ``Perimeter`` writes the configuration into a unique work folder, runs nginx in the foreground
 as its own process (``nginx -p <folder> -c <folder>/nginx.conf -g 'daemon off;'``, its pid file
@@ -61,6 +70,9 @@ FLEET_PATHS = (
 SELF_REGISTERING_PATHS = ("register-node", "unregister-node")
 # flwr.supercore.constant.MAX_PROTOBUF_STREAM_MESSAGE_LENGTH (2 GiB - 1 byte, protobuf's limit)
 MAX_MESSAGE_BYTES = 2_147_483_647
+MAX_OBJECT_BYTES = 16 * 2**20  # default bound of one push-object body (one object of a message)
+MAX_CALL_BYTES = 4 * 2**20  # bound of every other Fleet body
+RATE, BURST = 200, 400  # Fleet calls a second per source address, and at once
 DOCKER_CONF = Path(__file__).resolve().parents[1] / "docker" / "nginx" / "perimeter.conf"
 
 TEMPLATE = """\
@@ -85,6 +97,10 @@ http {
     uwsgi_temp_path @TEMP@/uwsgi;
     scgi_temp_path @TEMP@/scgi;
 
+    # Fleet calls per source address (limit_req below)
+    limit_req_zone $binary_remote_addr zone=fleet:10m rate=@RATE@r/s;
+    limit_req_status 429;
+
     upstream superlink {
         server @UPSTREAM@;  # the SuperLink's own listener (loopback)
         keepalive 16;
@@ -96,8 +112,9 @@ http {
         ssl_certificate_key @KEY@;
         ssl_protocols TLSv1.2 TLSv1.3;
 
-        # one message: up to Flower's limit; streamed both ways, never spooled to disk
-        client_max_body_size @MAX_BODY@;
+        # a body larger than its location's bound gets 413 before anything is forwarded;
+        # bodies and replies stream both ways, never spooled to disk
+        client_max_body_size @MAX_CALL@;
         client_body_buffer_size 1m;
         proxy_request_buffering off;
         proxy_buffering off;
@@ -110,18 +127,14 @@ http {
         # Flower's headers (flwr-public-key, flwr-signature, flwr-timestamp, flwr-package-*) have
         # hyphens: passed on as they are (headers with underscores are dropped, nginx's default)
 
+        # one object of a message (an array, a record)
+        location = /v1/fleet/push-object {
+            client_max_body_size @MAX_OBJECT@;
+@FORWARD@
+        }
+
         location ~ ^/v1/fleet/(@PATHS@)$ {
-            limit_except POST {
-                deny all;
-            }
-            proxy_pass https://superlink$uri;  # the matched path only, no query string
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_ssl_verify on;
-            proxy_ssl_trusted_certificate @CA@;
-            proxy_ssl_name @UPSTREAM_NAME@;
-            proxy_ssl_server_name on;
-            proxy_ssl_session_reuse on;
+@FORWARD@
         }
 
         # the Control API (/v1/control/...), the Runtime API (/v1/runtime/...), /health, /docs,
@@ -132,6 +145,21 @@ http {
     }
 }
 """
+
+
+FORWARD = """\
+            limit_except POST {
+                deny all;
+            }
+            limit_req zone=fleet burst=@BURST@ nodelay;
+            proxy_pass https://superlink$uri;  # the matched path only, no query string
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_ssl_verify on;
+            proxy_ssl_trusted_certificate @CA@;
+            proxy_ssl_name @UPSTREAM_NAME@;
+            proxy_ssl_server_name on;
+            proxy_ssl_session_reuse on;"""
 
 
 def render(
@@ -148,13 +176,18 @@ def render(
     access_log: str | None = None,
     temp: str | None = None,
     header: str = "written by deploy/perimeter.py",
+    max_object_bytes: int = MAX_OBJECT_BYTES,
+    rate: int = RATE,
+    burst: int = BURST,
 ) -> str:
     """The nginx configuration: TLS on ``listen`` (``[address:]port``) with ``cert``/``key``,
     the Fleet paths forwarded over TLS to ``upstream`` (``address:port``, verified with ``ca``
     as ``upstream_name``); pid file, logs and temporary folders (in ``temp``, an existing
     folder, default ``workdir/tmp``) in ``workdir``."""
     paths = FLEET_PATHS if auth else (*FLEET_PATHS, *SELF_REGISTERING_PATHS)
+    paths = tuple(p for p in paths if p != "push-object")  # its own location, its own bound
     values = {
+        "FORWARD": FORWARD,
         "HEADER": header,
         "LISTEN": listen,
         "UPSTREAM": upstream,
@@ -163,7 +196,10 @@ def render(
         "CA": ca,
         "UPSTREAM_NAME": upstream_name,
         "PATHS": "|".join(paths),
-        "MAX_BODY": str(MAX_MESSAGE_BYTES),
+        "MAX_CALL": str(MAX_CALL_BYTES),
+        "MAX_OBJECT": str(max_object_bytes),
+        "RATE": str(rate),
+        "BURST": str(burst),
         "PID": f"{workdir}/nginx.pid",
         "TEMP": temp or f"{workdir}/tmp",
         "ERROR_LOG": error_log or f"{workdir}/error.log",
@@ -197,6 +233,7 @@ class Perimeter:
     upstream_name: str = "localhost"
     workdir: Path | None = None  # default: a new folder (tempfile.mkdtemp)
     exec_prefix: list[str] = field(default_factory=list)
+    max_object_bytes: int = MAX_OBJECT_BYTES  # the largest push-object body forwarded
     process: subprocess.Popen | None = None
 
     def __post_init__(self) -> None:
@@ -217,6 +254,7 @@ class Perimeter:
                 workdir=str(self.workdir),
                 upstream_name=self.upstream_name,
                 auth=self.auth,
+                max_object_bytes=self.max_object_bytes,
             )
         )
         return self.conf
@@ -344,6 +382,13 @@ def main(argv: list[str] | None = None) -> int:
         help="SuperLink without --enable-supernode-auth: also forward "
         "register-node / unregister-node (nodes register themselves)",
     )
+    parser.add_argument(
+        "--max-object-bytes",
+        type=int,
+        default=MAX_OBJECT_BYTES,
+        help="the largest push-object body forwarded: one object of a message, such as one "
+        f"array (default {MAX_OBJECT_BYTES:,}; larger gets 413 before the SuperLink reads it)",
+    )
     parser.add_argument("--check", action="store_true", help="write and check, do not run")
     args = parser.parse_args(argv)
     if args.docker:
@@ -360,6 +405,7 @@ def main(argv: list[str] | None = None) -> int:
         auth=not args.no_auth,
         upstream_name=args.upstream_name,
         workdir=None if args.workdir is None else args.workdir.resolve(),
+        max_object_bytes=args.max_object_bytes,
     )
     perimeter.check()
     print(

@@ -34,7 +34,15 @@ from deploy.local import (
     make_certificates,
     make_node_key,
 )
-from deploy.perimeter import FLEET_PATHS, MAX_MESSAGE_BYTES, Perimeter, nginx_binary, render
+from deploy.perimeter import (
+    FLEET_PATHS,
+    MAX_CALL_BYTES,
+    MAX_MESSAGE_BYTES,
+    MAX_OBJECT_BYTES,
+    Perimeter,
+    nginx_binary,
+    render,
+)
 
 NODES = 2
 JOB = (
@@ -55,8 +63,10 @@ def nginx() -> str:
 
 
 def test_flower_limits_and_supernode_paths_are_the_ones_flwr_uses():
-    """The proxy's body limit is Flower's message limit; its paths are exactly the Fleet calls
-    of flwr's SuperNode HTTP client (with a key of its own, it never self-registers)."""
+    """The proxy's paths are exactly the Fleet calls of flwr's SuperNode HTTP client (with a
+    key of its own, it never self-registers); push-object bodies are bounded by the perimeter's
+    ``max_object_bytes``, every other body by ``MAX_CALL_BYTES``, both below Flower's message
+    limit; calls are rate-limited per source address."""
     import flwr.supernode.fleet_http_client as client
     from flwr.supercore.constant import MAX_PROTOBUF_STREAM_MESSAGE_LENGTH
 
@@ -64,7 +74,15 @@ def test_flower_limits_and_supernode_paths_are_the_ones_flwr_uses():
     called = set(re.findall(r'path="/v1/fleet/([a-z-]+)"', Path(client.__file__).read_text()))
     assert called == {*FLEET_PATHS, "register-node", "unregister-node"}
     conf = render(listen="1", upstream="u:2", cert="c", key="k", ca="a", workdir="/w")
-    assert f"client_max_body_size {MAX_PROTOBUF_STREAM_MESSAGE_LENGTH};" in conf
+    assert MAX_OBJECT_BYTES < MAX_PROTOBUF_STREAM_MESSAGE_LENGTH
+    assert f"client_max_body_size {MAX_CALL_BYTES};" in conf
+    object_location = conf.split("location = /v1/fleet/push-object {")[1].split("}\n")[0]
+    assert f"client_max_body_size {MAX_OBJECT_BYTES};" in object_location
+    assert conf.count("limit_req zone=fleet") == 2 and "limit_req_zone" in conf
+    bigger = render(
+        listen="1", upstream="u:2", cert="c", key="k", ca="a", workdir="/w", max_object_bytes=99
+    )
+    assert "client_max_body_size 99;" in bigger
     assert "underscores_in_headers" not in conf  # Flower's headers have hyphens
 
 
@@ -93,14 +111,14 @@ def _refused(done: subprocess.CompletedProcess) -> str:
     return out
 
 
-def _https(d: Deployment, method: str, path: str) -> int:
+def _https(d: Deployment, method: str, path: str, size: int = 0) -> int:
     context = ssl.create_default_context(cafile=str(d.certs / "ca.crt"))
     connection = http.client.HTTPSConnection("127.0.0.1", d.proxy_port, context=context, timeout=30)
     try:
         connection.request(
             method,
             path,
-            body=b"" if method == "POST" else None,
+            body=bytes(size) if method == "POST" else None,
             headers={"content-type": "application/protobuf"},
         )
         return connection.getresponse().status
@@ -165,6 +183,9 @@ def test_supernodes_train_through_the_perimeter_which_refuses_everything_else(ng
             assert _https(d, "POST", path) == 403, path
         assert _https(d, "GET", "/v1/fleet/pull-messages") == 403
         assert _https(d, "GET", "/v1/control/list-runs") == 403
+        # bodies over their bound are refused before the SuperLink reads them
+        assert _https(d, "POST", "/v1/fleet/push-object", MAX_OBJECT_BYTES + 1) == 413
+        assert _https(d, "POST", "/v1/fleet/push-messages", MAX_CALL_BYTES + 1) == 413
 
         thread.join(600)
         assert waiter == {run_id: "finished:completed"}

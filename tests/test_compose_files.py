@@ -319,7 +319,9 @@ def check_perimeter(services: dict) -> None:
     assert conf == docker_config()
     assert f"listen {PERIMETER_PORT} ssl;" in conf
     assert f"server 127.0.0.1:{_opt(link, '--port')};" in conf
-    assert "location ~ ^/v1/fleet/(" + "|".join(FLEET_PATHS) + ")$" in conf
+    calls = [path for path in FLEET_PATHS if path != "push-object"]  # it has its own bound
+    assert "location ~ ^/v1/fleet/(" + "|".join(calls) + ")$" in conf
+    assert "location = /v1/fleet/push-object {" in conf
     for directive in ("ssl_certificate", "ssl_certificate_key", "proxy_ssl_trusted_certificate"):
         path = re.search(rf"^\s*{directive} (\S+);", conf, re.MULTILINE).group(1)
         assert mounts[path][1] == "ro", path

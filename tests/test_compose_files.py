@@ -347,6 +347,20 @@ def _app_packages() -> list[str]:
     return pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
 
 
+def check_prompt_supernodes(services: dict) -> None:
+    """Every SuperNode runs deploy/supernode.py (Flower's SuperNode, its arguments unchanged),
+    mounted read-only with the module it imports, both present on the host."""
+    for i in range(N_NODES):
+        service = services[f"supernode-{i}"]
+        assert service["entrypoint"] == ["python", "-m", "deploy.supernode"]
+        assert service["working_dir"] == "/opt/fl-node"
+        mounts = {target: (source, mode) for source, target, mode in _mounts(service)}
+        for script in ("supernode.py", "warm_superexec.py"):
+            source, mode = mounts[f"/opt/fl-node/deploy/{script}"]
+            host = ROOT / "deploy" / script
+            assert mode == "ro" and (DOCKER / source).resolve() == host.resolve() and host.exists()
+
+
 def check_warm(services: dict) -> None:
     """Every SuperExec runs deploy/warm_superexec.py (its parser accepts the entrypoint's
     arguments with the service's command), preloads its app from the read-only mounts of the
@@ -492,9 +506,10 @@ def test_warm_overlay(parsers):
     files before it."""
     base, tls = _load(BASE)["services"], _load(TLS)["services"]
     warm = _load(WARM)["services"]
-    assert set(warm) == {n for n in base if "superexec" in n}
-    for service in warm.values():
-        assert set(service) == {"entrypoint", "working_dir", "environment", "volumes"}
+    assert set(warm) == {n for n in base if "superexec" in n or n.startswith("supernode-")}
+    for name, service in warm.items():
+        changed = {"entrypoint", "working_dir", "volumes"}
+        assert set(service) == (changed | {"environment"} if "superexec" in name else changed)
     for under in ({}, tls):
         merged = {}
         for name, service in base.items():
@@ -515,6 +530,7 @@ def test_warm_overlay(parsers):
         check_topology(merged)
         check_flags(merged, parsers)
         check_warm(merged)
+        check_prompt_supernodes(merged)
         if under:
             check_tls(merged)
 

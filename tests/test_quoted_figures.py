@@ -96,8 +96,10 @@ def test_the_sample_log_lines_are_the_default_jobs(page):
     assert default["outcome"]["line"] in lines
 
 
-def test_the_sample_health_line_is_the_penguins_run():
-    """docs/results.md's completed health line is that of the README's penguins run."""
+def test_the_sample_health_lines_are_the_runs_they_stand_for():
+    """docs/results.md's completed health line is that of the README's penguins run, its
+    failed one that of FedAvg diverging on diabetes."""
     run = json.loads((RESULTS / "readme.json").read_text())
     lines = (ROOT / "docs" / "results.md").read_text().splitlines()
     assert run["runs"]["penguins"]["outcome"]["line"] in lines
+    assert run["runs"]["fedavg-diverges"]["outcome"]["line"] in lines

@@ -46,6 +46,46 @@ JOBS: dict[str, tuple[int, dict[str, Any]]] = {
             "num-server-rounds": 5,
         },
     ),
+    # docs/algorithms.md's FedFun table: trees on wine, and one class per node on digits
+    "fedfun-kddt": (
+        2,
+        {"algorithm": "fedfun", "task": "wine", "partitioning": "kmeans", "fedfun.learner": "tree"},
+    ),
+    "fedfun-by-class": (10, {"algorithm": "fedfun", "task": "digits", "partitioning": "by-class"}),
+    # docs/algorithms.md's XGBoost baselines: the growing booster, and fedxgb.scaled-eta
+    **{
+        f"{algorithm}-{where}": (
+            nodes,
+            {"algorithm": f"fedxgb-{algorithm}", **config, "num-server-rounds": 10},
+        )
+        for algorithm in ("bagging", "cyclic")
+        for where, nodes, config in (
+            (
+                "penguins",
+                3,
+                {
+                    "task": "site",
+                    "data.label": "species",
+                    "data.categorical": "sex",
+                    "dataset-path": "{sites}/penguins/{{partition-id}}.csv",
+                },
+            ),
+            ("breast-cancer", 5, {"task": "breast-cancer", "partitioning": "dirichlet"}),
+        )
+    },
+    "bagging-unscaled": (
+        10,
+        {
+            "algorithm": "fedxgb-bagging",
+            "task": "synthetic",
+            "fedxgb.scaled-eta": False,
+            "num-server-rounds": 10,
+        },
+    ),
+    "bagging-scaled": (
+        10,
+        {"algorithm": "fedxgb-bagging", "task": "synthetic", "num-server-rounds": 10},
+    ),
     # docs/results.md's failed run: FedAvg's old default step on a regression task diverges
     "fedavg-diverges": (
         10,
@@ -64,14 +104,15 @@ JOBS: dict[str, tuple[int, dict[str, Any]]] = {
 
 
 def figures(folder: Path) -> dict[str, Any]:
-    """What the README and docs may quote of a finished run: its first row (round 0: with
-    sites' own data, the schema agreement's traffic), its last row, its summary and outcome."""
+    """What the README and docs may quote of a finished run: its rows (``first``: round 0, with
+    sites' own data the schema agreement's traffic; ``last``), its summary and outcome."""
     metrics = json.loads((folder / "metrics.json").read_text())
     config = json.loads((folder / "config.json").read_text())
     last = metrics["rounds"][-1]
     return {
         "first": metrics["rounds"][0],
         "last": last,
+        "rows": metrics["rounds"],
         "summary": metrics["summary"],
         "outcome": config["outcome"],
         "rounds_s": last["wall_time_s"],

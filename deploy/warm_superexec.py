@@ -76,6 +76,8 @@ def prompt_object_pulls(backoff: float) -> None:
 
 
 INSTALLED_MARK = ".fl-installed"  # in a FAB's install folder: the SHA-256 of the FAB's bytes
+# where Flower's ClientApp and ServerApp processes install the run's FAB (``install_from_fab``)
+RUNTIMES = ("flwr.supernode.runtime.run_clientapp", "flwr.superlink.runtime.run_serverapp")
 
 
 def install_fabs_once() -> None:
@@ -86,14 +88,16 @@ def install_fabs_once() -> None:
     cores) and then keeps the folder it installed the first time (``validate_and_install``
     returns when the install folder exists). Here the first install, Flower's own, leaves the
     SHA-256 of the FAB's bytes in its folder; a later child whose FAB has the same SHA-256
-    (the same bytes) takes that folder without extracting again."""
+    (the same bytes) takes that folder without extracting again. Installs take a lock file
+    beside the folders: two children of concurrent runs installing the same FAB would otherwise
+    race in Flower's own code, the second loading the app from a folder the first is still
+    copying (``ModuleNotFoundError``, seen in tests/test_deployment_sites.py)."""
+    import fcntl
     import hashlib
 
     from flwr.cli import install
     from flwr.common.config import get_flwr_home
     from flwr.common.constant import APP_DIR, FAB_HASH_TRUNCATION
-    from flwr.superlink.runtime import run_serverapp
-    from flwr.supernode.runtime import run_clientapp
 
     flowers_install = install.install_from_fab
 
@@ -102,16 +106,19 @@ def install_fabs_once() -> None:
             return flowers_install(fab_file, install_dir, skip_prompt)
         digest = hashlib.sha256(fab_file).hexdigest()
         apps = (install_dir or get_flwr_home()) / APP_DIR
-        for folder in apps.glob(f"*.{digest[:FAB_HASH_TRUNCATION]}"):
-            mark = folder / INSTALLED_MARK
-            if mark.is_file() and mark.read_text() == digest:
-                return folder
-        folder = flowers_install(fab_file, install_dir, skip_prompt)
-        (folder / INSTALLED_MARK).write_text(digest)
-        return folder
+        apps.mkdir(parents=True, exist_ok=True)
+        with open(apps / ".fl-install.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            for folder in apps.glob(f"*.{digest[:FAB_HASH_TRUNCATION]}"):
+                mark = folder / INSTALLED_MARK
+                if mark.is_file() and mark.read_text() == digest:
+                    return folder
+            folder = flowers_install(fab_file, install_dir, skip_prompt)
+            (folder / INSTALLED_MARK).write_text(digest)
+            return folder
 
-    for runtime in (run_clientapp, run_serverapp):
-        runtime.install_from_fab = install_once
+    for runtime in RUNTIMES:  # the modules (their packages export functions of the same name)
+        importlib.import_module(runtime).install_from_fab = install_once
 
 
 def _entry_point(command: str):

@@ -13,8 +13,8 @@ import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
 from client_app.evaluation import evaluate_xbar
+from client_app.fedfw_mean import Job
 from client_app.fedfw_replica import compact_xbar
-from client_app.job import ClientJob
 from client_app.models import new_model
 from client_app.node_info import node_facts
 from client_app.node_state import (
@@ -46,12 +46,9 @@ from functions.protocol import (
     XBAR,
 )
 from oracles.frank_wolfe import FWClientState, apply_step, fedfw_client_step
-from oracles.lmo import Constraint
 from oracles.torch_grad import loss_and_grad
 from run_config.fedfw import FedFWSettings
 from tasks.federation import LocalData
-
-Job = ClientJob[FedFWSettings, Constraint]
 
 STORE = PendingStore("fedfw")
 

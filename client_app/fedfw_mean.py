@@ -39,7 +39,7 @@ from oracles.lmo import Constraint, make_constraint
 from run_config.fedfw import FedFWSettings
 from tasks.errors import ConfigError
 
-Job = ClientJob[FedFWSettings, Constraint]
+Job = ClientJob[FedFWSettings, Constraint]  # what FedFW's procedures receive (all three modules)
 
 STATE, META = "fedfw-mean.state", "fedfw-mean.meta"  # x-bar (and set indices); header
 

@@ -15,8 +15,7 @@ import numpy as np
 from flwr.app import ConfigRecord
 
 from client_app.fedfw_mean import META as MEAN_META
-from client_app.fedfw_mean import mean_xbar
-from client_app.job import ClientJob
+from client_app.fedfw_mean import Job, mean_xbar
 from client_app.node_state import LostStateError
 from functions.errors import DecodeError
 from functions.extreme_points import decode_model_point
@@ -30,11 +29,9 @@ from functions.params import (
 )
 from functions.protocol import REPLICA, REPLICA_ARRAYS, UPDATE_ARRAYS, UPDATES, XBAR
 from oracles.fedfw_mirror import ConsensusMirror
-from oracles.lmo import Constraint, make_constraint
+from oracles.lmo import make_constraint
 from run_config.fedfw import FedFWSettings
 from tasks.errors import ConfigError
-
-Job = ClientJob[FedFWSettings, Constraint]
 
 STATE, META = "fedfw-replica.state", "fedfw-replica.meta"  # every x_i and sum; header (not under
 # "fedfw.", which PendingStore owns)

@@ -1,6 +1,7 @@
 """Output the docs quote from commands stays what the commands print: make's "[Makefile:N:
-target]" lines point at the recipe line that exits so, and the preflight's refusals quoted in
-docs/failures.md are what it prints now."""
+target]" lines point at the recipe line that exits so, the preflight's refusals quoted in
+docs/failures.md are what it prints now, and deploy.local's example log in docs/deployment.md is
+the one ``benchmarks.deploy_examples`` recorded."""
 
 from __future__ import annotations
 
@@ -42,3 +43,11 @@ def test_the_quoted_refusals_of_the_preflight_are_what_it_prints(capsys):
     for config, line in quoted:
         assert preflight.main(["--nodes", "10", config]) == 2
         assert capsys.readouterr().err.strip() == line, config
+
+
+def test_the_quoted_deploy_local_log_is_the_recorded_one():
+    text = (ROOT / "docs" / "deployment.md").read_text()
+    block = text[text.index(".venv/bin/python -m deploy.local --nodes 2 --tls --auth \\") :]
+    quoted = [line[2:] for line in block[: block.index("```")].splitlines() if line.startswith("# ")]
+    recorded = (ROOT / "benchmarks" / "results" / "deploy_examples.md").read_text().splitlines()
+    assert len(quoted) >= 8 and [line for line in quoted if line not in recorded] == []

@@ -24,14 +24,19 @@ The tables are fixed; the cut into sites (and the shifts) and the 75/25 split ar
 seed (natural sites are the same for every seed).
 
 Methods (``METHODS``): FFGB and FFGB.C with tree learners, FFGB with its MLP learners,
-``fedxgb-bagging``, ``fedxgb-cyclic``, FedAvg (MLP), all at the project's defaults, with the
-regression settings ``benchmarks.sites`` found on cars (FFGB with MLP learners and FFGB.C
-eta0 = 1, FFGB.C G = 3, FedAvg learning rate 0.01; FFGB trees at its defaults, Newton leaves and
-a constant 0.3) on every regression dataset. References: each site alone and all sites
-pooled (one node on the union), with FFGB trees and with XGBoost (``fedxgb-bagging`` on one
-node: one tree a round on the node's rows at eta 0.3, plain XGBoost). With more than
-``POOLED_SHARES_MAX`` sites the pooled model is scored on test/all.csv only (its score on each
-site's share would take one run per site).
+``fedxgb-bagging``, ``fedxgb-cyclic``, FedAvg (MLP), ``fedxgb-hist``, all at the project's
+defaults, with the regression settings ``benchmarks.sites`` found on cars (FFGB with MLP
+learners and FFGB.C eta0 = 1, FFGB.C G = 3, FedAvg learning rate 0.01; FFGB trees at its
+defaults, Newton leaves and a constant 0.3) on every regression dataset. References: each site
+alone and all sites pooled (one node on the union), with FFGB trees and with XGBoost
+(``fedxgb-bagging`` on one node: one tree a round on the node's rows at eta 0.3, plain XGBoost).
+With more than ``POOLED_SHARES_MAX`` sites the pooled model is scored on test/all.csv only (its
+score on each site's share would take one run per site). ``fedxgb-hist`` (histogram-based
+federated XGBoost) is a method and a reference: on one node it is XGBoost ``hist`` on the pooled
+rows with the bins of that node's sketch, so its pooled row against its federated row shows what
+the sites' merged sketches change; "pooled (xgboost)" is XGBoost with its own bins and, for two
+classes, ``multi:softprob`` (the baselines' objective) where ``fedxgb-hist`` uses
+``binary:logistic``.
 
 Reported for every federated run, from its per-round rows: the final score on test/all.csv
 (central) and on each site's own share (mean and worst site); the score at equal bytes (the
@@ -131,8 +136,13 @@ METHODS = (
     _method("fedxgb-bagging", {"algorithm": "fedxgb-bagging"}),
     _method("fedxgb-cyclic", {"algorithm": "fedxgb-cyclic"}),
     _method("fedavg", _SITES["fedavg"].overrides),
+    _method("fedxgb-hist", {"algorithm": "fedxgb-hist"}),
 )
-REFERENCES = {"ffgb-trees": METHODS[0], "xgboost": replace(METHODS[3], name="xgboost")}
+REFERENCES = {
+    "ffgb-trees": METHODS[0],
+    "xgboost": replace(METHODS[3], name="xgboost"),
+    "fedxgb-hist": METHODS[6],
+}
 BUDGET_METHOD = "ffgb-trees"  # the equal-bytes budget: what this method used
 
 
@@ -228,6 +238,8 @@ def traffic(record: dict[str, Any], kind: str) -> dict[str, Any]:
     record["bytes_up_per_round"] = statistics.fmean(r["bytes_up"] for r in trained)
     record["bytes_down_per_round"] = statistics.fmean(r["bytes_down"] for r in trained)
     record["s_per_round"] = (rows[-1]["wall_time_s"] - rows[0]["wall_time_s"]) / len(trained)
+    # exchanges with the nodes per round: fedxgb-hist's tree levels, one train round otherwise
+    record["exchanges_per_round"] = statistics.fmean(r.get("histogram_levels", 1) for r in trained)
     record["worst_own"] = extreme(record["own"].values(), kind)
     return record
 
@@ -347,6 +359,7 @@ def summarise(
             "kB up per round": [r["bytes_up_per_round"] / 1e3 for r in ok],
             "kB down per round": [r["bytes_down_per_round"] / 1e3 for r in ok],
             "ms per round": [1e3 * r["s_per_round"] for r in ok],
+            "exchanges per round": [r["exchanges_per_round"] for r in ok],
         }
         summary[family.name] = {k: list(mean_std(v)) for k, v in columns.items()}
         in_budget = mean_std(columns["rounds in budget"])[0]
@@ -366,6 +379,7 @@ def summarise(
                 show(columns["kB up per round"], failed, raw=True),
                 show(columns["kB down per round"], failed, raw=True),
                 show(columns["ms per round"], failed, raw=True),
+                show(columns["exchanges per round"], failed, raw=True),
             ]
         )
     for label in REFERENCES:
@@ -373,7 +387,7 @@ def summarise(
             chosen = [r for r in mine if r["method"] == label and r["kind"] == kind_]
             if chosen:
                 summary[f"{kind_} ({label})"], row = _reference(chosen, kind_, kind, seeds, show)
-                rows.append([f"{kind_} ({label})", _rounds(chosen), *row, "-", "-", "-", "-"])
+                rows.append([f"{kind_} ({label})", _rounds(chosen), *row, "-", "-", "-", "-", "-"])
     headers = [
         "method",
         "rounds",
@@ -384,6 +398,7 @@ def summarise(
         "kB up / round",
         "kB down / round",
         "ms / round",
+        "exchanges / round",
     ]
     budget = mean_std(
         [r["budget_mb"] for r in mine if r["method"] == BUDGET_METHOD and "budget_mb" in r]
@@ -498,10 +513,25 @@ def _verdict(summary: dict[str, Any], kind: str) -> str:
         )
     others = ", ".join(f"{m} {value(m)}" for m in federated_rows if m not in (best, BUDGET_METHOD))
     others = f"{others}; " if others else ""
-    return (
+    text = (
         f"{text}; {others}pooled XGBoost {value('pooled (xgboost)')}, pooled FFGB trees "
         f"{value('pooled (ffgb-trees)')}."
     )
+    return text + _hist_against_pooled(summary, kind)
+
+
+def _hist_against_pooled(summary: dict[str, Any], kind: str) -> str:
+    """fedxgb-hist against pooled XGBoost: within 0.5 points of accuracy or 1 % of RMSE?"""
+    hist = summary.get("fedxgb-hist", {}).get("all", [math.nan])[0]
+    pooled_ = summary.get("pooled (xgboost)", {}).get("all", [math.nan])[0]
+    if not (math.isfinite(hist) and math.isfinite(pooled_)):
+        return ""
+    if kind == "classification":
+        gap, bound, unit = 100.0 * (hist - pooled_), 0.5, "points of accuracy"
+    else:
+        gap, bound, unit = 100.0 * (hist - pooled_) / pooled_, 1.0, "% of RMSE"
+    within = "within" if abs(gap) <= bound else "outside"
+    return f" fedxgb-hist - pooled XGBoost: {gap:+.2f} {unit} ({within} {bound})."
 
 
 # -- main -------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from flwr.app import MetricRecord, RecordDict
 
 from client_app.job import ClientJob
 from client_app.node_info import describe_node
-from functions.boosters import raw_record, read_booster
+from functions.boosters import BoosterSpec, class_margins, raw_record, read_booster
 from functions.protocol import (
     ARRAYS,
     EVALUATE,
@@ -26,8 +26,10 @@ from functions.protocol import (
     TRAIN_EXAMPLES,
     TRAIN_LOSS_SUM,
 )
+from oracles.functional_losses import PointwiseLoss
 from oracles.xgboost_local import boost, last_iterations, outputs, whole
 from run_config.fedxgb import FedXgbSettings
+from tasks.federation import LocalData
 
 Job = ClientJob[FedXgbSettings, None]
 
@@ -62,10 +64,23 @@ def train(job: Job) -> RecordDict:
 def evaluate(job: Job) -> RecordDict:
     """The global booster's loss sums on this node's test shard and training data."""
     fedxgb = job.family
-    data, raw = job.data, _global(job)
-    loss = fedxgb.loss(data.task)
-    test_loss, correct = loss.sums(outputs(raw, _flat(data.x_test)), data.y_test)
-    train_loss, _ = loss.sums(outputs(raw, _flat(data.x_train)), data.y_train)
+    spec = fedxgb.spec(job.data.task)
+    return booster_evaluation(
+        read_booster(job.content[ARRAYS], spec)[1], spec, fedxgb.loss(job.data.task), job.data
+    )
+
+
+def booster_evaluation(
+    raw: bytes, spec: BoosterSpec, loss: PointwiseLoss, data: LocalData
+) -> RecordDict:
+    """The evaluate reply of a checked booster ``raw``: its loss sums (and correct count) on the
+    node's test shard and training data, scored on its class margins."""
+
+    def scored(x: np.ndarray, y: np.ndarray) -> tuple[float, float | None]:
+        return loss.sums(class_margins(spec, outputs(raw, _flat(x))), y)
+
+    test_loss, correct = scored(data.x_test, data.y_test)
+    train_loss, _ = scored(data.x_train, data.y_train)
     record = MetricRecord(
         {
             NUM_EXAMPLES: len(data.y_test),

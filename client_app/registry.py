@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from client_app import fedavg, feddr, fedfun, fedfw, fedxgb, ffgb
+from client_app import fedavg, feddr, fedfun, fedfw, fedxgb, fedxgb_hist, ffgb
 from client_app.job import ClientProcedure
 from run_config.families import family_of
 from run_config.family import Family
@@ -19,6 +19,7 @@ from run_config.feddr import FEDDR
 from run_config.fedfun import FEDFUN
 from run_config.fedfw import FEDFW
 from run_config.fedxgb import FEDXGB
+from run_config.fedxgb_hist import FEDXGB_HIST
 from run_config.ffgb import FFGB
 from tasks.errors import ConfigError
 
@@ -29,6 +30,7 @@ CLIENT_HALVES: dict[Family, Mapping[str, ClientProcedure]] = {
     FFGB: ffgb.HANDLERS,
     FEDFUN: fedfun.HANDLERS,
     FEDXGB: fedxgb.HANDLERS,
+    FEDXGB_HIST: fedxgb_hist.HANDLERS,
 }
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,10 +26,10 @@ from flwr.app import ArrayRecord
 
 from functions.errors import DecodeError, NonFiniteError
 from functions.params import array_to_numpy, arrays_to_record, npy_data_bytes
+from functions.xgboost_trees import ROOT_PARENT, Tree
 
-SOFTPROB, SQUARED_ERROR = "multi:softprob", "reg:squarederror"
+SOFTPROB, SQUARED_ERROR, LOGISTIC = "multi:softprob", "reg:squarederror", "binary:logistic"
 KEY = "0"  # the array's key in its ArrayRecord (Flower's xgboost strategies read arrays["0"])
-ROOT_PARENT = 2147483647  # XGBoost's parent index of a tree's root
 FORMAT_VERSION = (3, 2, 0)  # the model format written (xgboost-cpu 3.2)
 _EMPTY_CATS = {"enc": [], "feature_segments": [], "sorted_idx": []}
 
@@ -37,16 +37,20 @@ _EMPTY_CATS = {"enc": [], "feature_segments": [], "sorted_idx": []}
 @dataclass(frozen=True)
 class BoosterSpec:
     """What every booster of a run agrees on: the objective (multi-class softmax with
-    ``num_class`` classes, or squared error with ``num_class`` 0), the input width, the base
-    score, the deepest tree and the most bytes a booster may take."""
+    ``num_class`` classes, squared error with ``num_class`` 0, or with ``binary`` the logistic
+    loss of 2 classes, ``num_class`` 0 as XGBoost writes it), the input width, the base score,
+    the deepest tree and the most bytes a booster may take."""
 
     num_class: int
     num_feature: int
     max_depth: int
     max_bytes: int
+    binary: bool = False
 
     @property
     def objective(self) -> str:
+        if self.binary:
+            return LOGISTIC
         return SOFTPROB if self.num_class else SQUARED_ERROR
 
     @property
@@ -55,10 +59,16 @@ class BoosterSpec:
         return self.num_class or 1
 
     @property
+    def classes(self) -> int:
+        """How many classes the booster tells apart (0: a regression)."""
+        return 2 if self.binary else self.num_class
+
+    @property
     def base_score(self) -> float:
         """The agreed start f0 of every output (0.5 for classes: softmax ignores a common
-        shift; 0 for a standardised target), so every node's trees add to the same base."""
-        return 0.5 if self.num_class else 0.0
+        shift, and the logistic's 0.5 is a margin of 0; 0 for a standardised target), so every
+        node's trees add to the same base."""
+        return 0.5 if self.classes else 0.0
 
     @property
     def max_nodes(self) -> int:
@@ -78,7 +88,7 @@ class BoosterSpec:
         objective: dict[str, Any] = (
             {"name": SOFTPROB, "softmax_multiclass_param": {"num_class": str(self.num_class)}}
             if self.num_class
-            else {"name": SQUARED_ERROR, "reg_loss_param": {"scale_pos_weight": "1"}}
+            else {"name": self.objective, "reg_loss_param": {"scale_pos_weight": "1"}}
         )
         iterations = num_trees // self.outputs
         return {
@@ -104,38 +114,6 @@ class BoosterSpec:
                 },
             },
         }
-
-
-@dataclass(frozen=True, eq=False)
-class Tree:
-    """One regression tree as XGBoost stores it, node by node (children after their parent;
-    -1 for a leaf's children; at a leaf ``split_condition`` holds the leaf value)."""
-
-    left: np.ndarray  # int32
-    right: np.ndarray  # int32
-    split_index: np.ndarray  # int32 feature of each split (0 at leaves)
-    split_condition: np.ndarray  # float32 threshold, or leaf value
-    default_left: np.ndarray  # int32 0/1: where a missing value goes
-    base_weight: np.ndarray  # float32
-    loss_change: np.ndarray  # float32
-    sum_hessian: np.ndarray  # float32
-
-    @property
-    def num_nodes(self) -> int:
-        return len(self.left)
-
-    def same_as(self, other: Tree) -> bool:
-        """Every field equal, value for value."""
-        return all(
-            np.array_equal(getattr(self, f.name), getattr(other, f.name)) for f in fields(self)
-        )
-
-    def parents(self) -> np.ndarray:
-        parents = np.full(self.num_nodes, ROOT_PARENT, np.int64)
-        inner = np.flatnonzero(self.left >= 0)
-        parents[self.left[inner]] = inner
-        parents[self.right[inner]] = inner
-        return parents
 
 
 @dataclass(frozen=True, eq=False)
@@ -169,6 +147,14 @@ class Booster:
                     f"tree {i} differs from the global booster's tree {i} (a "
                     "reply may only add trees)"
                 )
+
+
+def class_margins(spec: BoosterSpec, outputs: np.ndarray) -> np.ndarray:
+    """A booster's raw outputs (n, outputs) as the margins its loss is scored on: the logistic's
+    one margin m becomes the two-class softmax's (0, m); others are unchanged."""
+    if spec.binary:
+        return np.hstack([np.zeros_like(outputs), outputs])
+    return outputs
 
 
 # -- encoding ---------------------------------------------------------------------------------

@@ -18,11 +18,12 @@ from run_config.feddr import FEDDR
 from run_config.fedfun import FEDFUN
 from run_config.fedfw import FEDFW
 from run_config.fedxgb import FEDXGB
+from run_config.fedxgb_hist import FEDXGB_HIST
 from run_config.ffgb import FFGB
 from run_config.keys import Key, read_keys
 from tasks.errors import ConfigError
 
-FAMILIES: tuple[Family, ...] = (FEDAVG, FEDFW, FEDDR, FFGB, FEDFUN, FEDXGB)
+FAMILIES: tuple[Family, ...] = (FEDAVG, FEDFW, FEDDR, FFGB, FEDFUN, FEDXGB, FEDXGB_HIST)
 
 COMMON = Table("Common keys", "every algorithm", COMMON_KEYS)
 

@@ -29,7 +29,7 @@ from server_app.event_log import EventLog
 from server_app.metered_grid import MeteredGrid, own_pull_interval
 from server_app.outcome import outcome
 from server_app.recording import BelowQuorum, RecordedStrategy, RoundRecorder
-from server_app.results import ResultsWriter, summarise
+from server_app.results import ResultsWriter, summarise, write_atomic
 from server_app.resume import checked_checkpoint, restore
 from server_app.run_info import results_directory, run_config_record
 from strategies.base import Diverged, FederatedStrategy
@@ -226,6 +226,7 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
         "nodes": strategy.node_devices(),
     }
     plots = writer.finish(summary, ended.record(), devices)
+    exported = [write_atomic(out_dir / name, raw) for name, raw in strategy.exports().items()]
     log(INFO, "Final: %s", ", ".join(f"{k}={v}" for k, v in summary.items()))
     log(
         INFO,
@@ -234,6 +235,7 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
         ", ".join(
             ["config.json", "metrics.json", "metrics.csv", "checkpoint.pb"]
             + [p.name for p in plots]
+            + [p.name for p in exported]
             + (["tensorboard/"] if events else [])
         ),
     )

@@ -240,6 +240,11 @@ class FederatedStrategy(Strategy):
         empty when the server holds none or central evaluation is off."""
         return {}
 
+    def exports(self) -> dict[str, bytes]:
+        """Files the results folder gets at the end of the run, by name: the global function in
+        a format other tools load (an XGBoost booster's ``model.json``); none by default."""
+        return {}
+
     def check_federation(self, num_nodes: int) -> None:
         """ConfigError if the run cannot work with ``num_nodes`` nodes (e.g. FedFun's graph);
         called before the first message and by the preflight check."""

@@ -29,7 +29,14 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedXgbBagging, FedXgbCyclic
 
-from functions.boosters import Booster, booster_record, encode_booster, raw_record, read_booster
+from functions.boosters import (
+    Booster,
+    booster_record,
+    class_margins,
+    encode_booster,
+    raw_record,
+    read_booster,
+)
 from functions.errors import DecodeError
 from functions.protocol import ARRAYS, CONFIG, EVALUATE, NUM_EXAMPLES, SERVER_ROUND, TRAIN
 from oracles.xgboost_local import INSTALL, available, outputs
@@ -101,6 +108,10 @@ class XgbStrategy(FederatedStrategy):
         )
         super().summary()  # Flower's
 
+    def exports(self) -> dict[str, bytes]:
+        """The booster as XGBoost's JSON: ``xgboost.Booster().load_model("model.json")``."""
+        return {"model.json": self.raw}
+
     def description(self) -> dict[str, Any]:
         return {
             "kind": "xgboost booster",
@@ -144,7 +155,8 @@ class XgbStrategy(FederatedStrategy):
     def evaluate_global(self, server_round: int, arrays: ArrayRecord) -> dict[str, float]:
         if self.x_test is None:
             return {}
-        loss, correct = self.loss.sums(outputs(self.raw, self.x_test), self.task.y_test)
+        margins = class_margins(self.spec, outputs(self.raw, self.x_test))
+        loss, correct = self.loss.sums(margins, self.task.y_test)
         n = len(self.task.y_test)
         if correct is None:
             return {"test_mse": loss / n, "test_loss": loss / n}

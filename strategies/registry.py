@@ -17,6 +17,7 @@ from run_config.feddr import FEDDR
 from run_config.fedfun import FEDFUN
 from run_config.fedfw import FEDFW
 from run_config.fedxgb import FEDXGB
+from run_config.fedxgb_hist import FEDXGB_HIST
 from run_config.ffgb import FFGB
 from strategies.base import FederatedStrategy
 from strategies.fedavg import build_fedavg_family
@@ -24,6 +25,7 @@ from strategies.feddr import build_feddr
 from strategies.fedfun import build_fedfun
 from strategies.fedfw import build_fedfw
 from strategies.fedxgb import build_fedxgb
+from strategies.fedxgb_hist import build_fedxgb_hist
 from strategies.ffgb import build_ffgb
 from tasks.datasets import TaskData
 from tasks.errors import ConfigError
@@ -40,6 +42,7 @@ STRATEGIES: dict[Family, StrategyBuilder] = {
     FFGB: build_ffgb,
     FEDFUN: build_fedfun,
     FEDXGB: build_fedxgb,
+    FEDXGB_HIST: build_fedxgb_hist,
 }
 
 

@@ -52,6 +52,8 @@ FAMILIES = {
     "fedxgb.federated-eval=false",
     "fedxgb-cyclic": "algorithm='fedxgb-cyclic' task='wine' fedxgb.max-depth=3 "
     "fedxgb.federated-eval=false",
+    "fedxgb-hist": "algorithm='fedxgb-hist' task='wine' fedxgb-hist.max-depth=3 "
+    "fedxgb-hist.federated-eval=false",
 }
 # Rounds enough for the returning SuperNode to start and be activated before the last ones (it
 # took 12 s on a busy machine, two FedFW rounds of 5.5 s each)

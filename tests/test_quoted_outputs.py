@@ -48,6 +48,8 @@ def test_the_quoted_refusals_of_the_preflight_are_what_it_prints(capsys):
 def test_the_quoted_deploy_local_log_is_the_recorded_one():
     text = (ROOT / "docs" / "deployment.md").read_text()
     block = text[text.index(".venv/bin/python -m deploy.local --nodes 2 --tls --auth \\") :]
-    quoted = [line[2:] for line in block[: block.index("```")].splitlines() if line.startswith("# ")]
+    quoted = [
+        line[2:] for line in block[: block.index("```")].splitlines() if line.startswith("# ")
+    ]
     recorded = (ROOT / "benchmarks" / "results" / "deploy_examples.md").read_text().splitlines()
     assert len(quoted) >= 8 and [line for line in quoted if line not in recorded] == []

@@ -22,7 +22,18 @@ from flwr.app import ConfigRecord, Message, RecordDict
 from client_app.app import app as client_app
 from client_app.fedfw_replica import STATE as REPLICA_STATE
 from client_app.ffgb import CACHE, VALUES
-from functions.protocol import BOUNDS, MODELS, NEIGHBOURS, NODE, OWN_PREFIX, SETUP
+from functions.protocol import (
+    ARRAYS,
+    BOUNDS,
+    GROWING,
+    LAYOUT,
+    MODELS,
+    NEIGHBOURS,
+    NODE,
+    OWN_PREFIX,
+    QUERY_SKETCH,
+    SETUP,
+)
 from run_config.common import RunSettings
 from server_app.app import run
 from server_app.checkpoint import read_checkpoint
@@ -60,6 +71,7 @@ FAMILIES = {
     "feddr": {"feddr.participation": 0.5},
     "ffgb": {},
     "fedfun": {},
+    "fedxgb-hist": {"fedxgb-hist.max-depth": 3},
 }
 TRAFFIC = ("wall_time_s", "models_exchanged")  # and every *bytes* key
 
@@ -150,8 +162,8 @@ def test_a_returning_node_is_brought_up_to_date_and_counted_once(tmp_path, algor
             for m in grid.down
             if m.metadata.message_type == "train" and round_of(m) == server_round
         ]
-        reached = [n for n in trained if n != nodes["old"] or server_round < 3]
-        assert rows[server_round]["participants"] == len(reached)
+        reached = {n for n in trained if n != nodes["old"] or server_round < 3}
+        assert rows[server_round]["participants"] == len(reached)  # fedxgb-hist: a level each
     assert any(kind == "train" for r, kind in to(grid, nodes["new"]) if r >= 4)
     # the claimant of a served partition: asked once, never trained or evaluated
     assert to(grid, nodes["claimant"]) == [(2, "query.node")]
@@ -212,7 +224,22 @@ def _fedfun(out: Path, grid: LocalGrid, nodes: dict[str, int]) -> None:
     assert BOUNDS in message.content
 
 
-UP_TO_DATE = {"fedavg": _fedavg, "fedfw": _fedfw, "feddr": _feddr, "ffgb": _ffgb, "fedfun": _fedfun}
+def _fedxgb_hist(out: Path, grid: LocalGrid, nodes: dict[str, int]) -> None:
+    """Nothing is kept on a node: every train message carries the booster, the edges and the
+    trees so far; its partition's rows stay known by roster position (no second sketch)."""
+    new = nodes["new"]
+    assert {ARRAYS, LAYOUT, GROWING} <= set(first_message(grid, new, "train").content)
+    assert all(kind != QUERY_SKETCH for _, kind in to(grid, new))
+
+
+UP_TO_DATE = {
+    "fedavg": _fedavg,
+    "fedfw": _fedfw,
+    "feddr": _feddr,
+    "ffgb": _ffgb,
+    "fedfun": _fedfun,
+    "fedxgb-hist": _fedxgb_hist,
+}
 
 
 # -- checkpoints -----------------------------------------------------------------------------------

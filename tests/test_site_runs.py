@@ -33,6 +33,7 @@ FAMILIES = [
     ("fedfun", {"fedfun.local-steps": 5}),
     ("fedxgb-bagging", {}),
     ("fedxgb-cyclic", {}),
+    ("fedxgb-hist", {}),
 ]
 
 

@@ -1,0 +1,201 @@
+"""What ``fedxgb-hist`` sends, as Flower records, and every check on what it receives.
+
+Server to node: the agreed bin edges (``layout_record``) and the trees being grown with the
+leaves whose histograms it needs (``growing_record``). Node to server: once, its quantile sketch
+of each column (``sketch_record``); then, per level, its histograms (``histogram_record``).
+Every reader bounds and checks shapes, dtypes and values before anything is used: a histogram
+of the wrong shape, non-finite sums, a negative hessian or count, counts that disagree between
+features or exceed the node's rows are a ``DecodeError`` naming what is wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from flwr.app import ArrayRecord
+
+from functions.bins import BinLayout, GrowingTree
+from functions.errors import DecodeError, NonFiniteError
+from functions.params import arrays_to_record, record_to_arrays
+
+F32 = np.float32
+LOWEST, HIGHEST = (
+    np.finfo(F32).min,
+    np.finfo(F32).max,
+)  # conditions that send every row right or left
+_TREE_FIELDS = ("feature", "first-right", "default-left", "left", "right")
+
+
+def _exact(arrays: dict[str, np.ndarray], names: Sequence[str], where: str) -> None:
+    if sorted(arrays) != sorted(names):
+        raise DecodeError(f"{where}: expected arrays {sorted(names)}, got {sorted(arrays)[:8]}")
+
+
+def _typed(array: np.ndarray, dtype: str, shape: tuple[int, ...], name: str) -> np.ndarray:
+    if array.dtype != np.dtype(dtype) or array.shape != shape:
+        raise DecodeError(f"{name}: expected {dtype} {shape}, got {array.dtype} {array.shape}")
+    return array
+
+
+# -- the sketch: once per run, node to server ----------------------------------------------------
+@dataclass(frozen=True)
+class Sketch:
+    """A node's quantile summary: (d, size) points, (d,) non-missing counts, its rows."""
+
+    points: np.ndarray
+    counts: np.ndarray
+    rows: int
+
+
+def sketch_record(points: np.ndarray, counts: np.ndarray, rows: int) -> ArrayRecord:
+    return arrays_to_record(
+        {"points": points, "counts": counts, "rows": np.array([rows], np.int64)}
+    )
+
+
+def read_sketch(record: object, num_features: int, size: int) -> Sketch:
+    """A node's sketch: ``size`` non-decreasing finite quantiles per column it has values in
+    (NaN rows for a column with none), counts between 0 and its rows."""
+    arrays = record_to_arrays(record, max_bytes=8 * num_features * (size + 1) + 8)
+    _exact(arrays, ("points", "counts", "rows"), "sketch")
+    points = _typed(arrays["points"], "float64", (num_features, size), "points")
+    counts = _typed(arrays["counts"], "int64", (num_features,), "counts")
+    rows = int(_typed(arrays["rows"], "int64", (1,), "rows")[0])
+    if rows < 1 or np.any(counts < 0) or np.any(counts > rows):
+        raise DecodeError(
+            f"counts must lie in [0, rows={rows}], got {counts.min()}..{counts.max()}"
+        )
+    filled = counts > 0
+    if not np.all(np.isnan(points[~filled])):
+        raise DecodeError("a column without values must have NaN quantiles")
+    if not np.all(np.isfinite(points[filled])):
+        raise NonFiniteError("points: a column's quantiles hold NaN or inf")
+    if np.any(np.diff(points[filled], axis=1) < 0):
+        raise DecodeError("points: a column's quantiles decrease")
+    return Sketch(points, counts, rows)
+
+
+# -- the bins: server to node ------------------------------------------------------------------
+def layout_record(layout: BinLayout) -> ArrayRecord:
+    sizes = np.array([len(e) for e in layout.edges], np.int64)
+    edges = np.concatenate([*layout.edges, np.zeros(0, np.float32)]).astype(np.float32)
+    return arrays_to_record({"edges": edges, "sizes": sizes})
+
+
+def read_layout(record: object, num_features: int, max_bin: int) -> BinLayout:
+    """The agreed edges: per feature at most ``max_bin - 1`` strictly increasing finite
+    float32 values."""
+    arrays = record_to_arrays(record, max_bytes=4 * num_features * max_bin + 8 * num_features)
+    _exact(arrays, ("edges", "sizes"), "layout")
+    return checked_layout(arrays["edges"], arrays["sizes"], num_features, max_bin)
+
+
+def checked_layout(
+    edges: np.ndarray, sizes: np.ndarray, num_features: int, max_bin: int
+) -> BinLayout:
+    """``BinLayout`` of flat float32 ``edges``, ``sizes[f]`` of them per feature, checked as
+    ``read_layout`` says (also what a checkpoint holds)."""
+    sizes = _typed(sizes, "int64", (num_features,), "sizes")
+    if np.any(sizes < 0) or np.any(sizes > max_bin - 1):
+        raise DecodeError(f"sizes: each must lie in [0, {max_bin - 1}]")
+    edges = _typed(edges, "float32", (int(sizes.sum()),), "edges")
+    if not np.all(np.isfinite(edges)):
+        raise NonFiniteError("edges: hold NaN or inf")
+    split = np.split(edges, np.cumsum(sizes)[:-1])
+    if any(np.any(np.diff(e) <= 0) for e in split):
+        raise DecodeError("edges: a feature's edges must increase strictly")
+    return BinLayout(tuple(split))
+
+
+# -- the trees being grown: server to node -------------------------------------------------------
+def growing_record(trees: Sequence[GrowingTree], leaves: Sequence[tuple[int, int]]) -> ArrayRecord:
+    arrays = {
+        name: np.concatenate([getattr(t, name.replace("-", "_")) for t in trees]).astype(np.int64)
+        for name in _TREE_FIELDS
+    }
+    arrays["nodes"] = np.array([len(t.left) for t in trees], np.int64)
+    arrays["open"] = np.array(leaves, np.int64).reshape(-1, 2)
+    return arrays_to_record(arrays)
+
+
+def read_growing(
+    record: object, layout: BinLayout, num_trees: int, max_depth: int
+) -> tuple[list[GrowingTree], list[tuple[int, int]]]:
+    """The trees being grown (each a binary tree, children after their parent, splits on known
+    features at bins that exist) and the open leaves, which must be leaves of their trees."""
+    max_nodes = 2 ** (max_depth + 1) - 1
+    arrays = record_to_arrays(record, max_bytes=8 * (num_trees * (6 * max_nodes + 2) + 8))
+    _exact(arrays, (*_TREE_FIELDS, "nodes", "open"), "growing")
+    nodes = _typed(arrays["nodes"], "int64", (num_trees,), "nodes")
+    if np.any(nodes < 1) or np.any(nodes > max_nodes):
+        raise DecodeError(f"nodes: each tree has 1..{max_nodes} nodes")
+    total = int(nodes.sum())
+    columns = {n: _typed(arrays[n], "int64", (total,), n) for n in _TREE_FIELDS}
+    bounds = np.cumsum(nodes)[:-1]
+    trees = []
+    for k, parts in enumerate(zip(*(np.split(columns[n], bounds) for n in _TREE_FIELDS))):
+        trees.append(_checked_tree(GrowingTree(*parts), layout, f"tree {k}"))
+    leaves = _typed(arrays["open"], "int64", arrays["open"].shape, "open")
+    if leaves.ndim != 2 or leaves.shape[1] != 2 or len(leaves) > num_trees * 2**max_depth:
+        raise DecodeError(f"open: expected (leaves, 2), got {leaves.shape}")
+    pairs = [(int(k), int(node)) for k, node in leaves]
+    for k, node in pairs:
+        if not (0 <= k < num_trees and 0 <= node < nodes[k] and trees[k].left[node] < 0):
+            raise DecodeError(f"open: ({k}, {node}) is not a leaf of a tree being grown")
+    if len(set(pairs)) != len(pairs):
+        raise DecodeError("open: a leaf is listed twice")
+    return trees, pairs
+
+
+def _checked_tree(tree: GrowingTree, layout: BinLayout, where: str) -> GrowingTree:
+    n = len(tree.left)
+    inner = tree.left >= 0
+    children = np.concatenate([tree.left[inner], tree.right[inner]])
+    ok = (
+        np.array_equal(inner, tree.right >= 0)
+        and np.all(tree.left[inner] > np.flatnonzero(inner))
+        and np.all(children < n)
+        and len(np.unique(children)) == len(children) == n - 1
+        and np.all((tree.default_left == 0) | (tree.default_left == 1))
+        and np.all((tree.feature >= 0) & (tree.feature < layout.num_features))
+    )
+    if not ok:
+        raise DecodeError(f"{where}: not a binary tree of known features")
+    limits = np.array([len(e) + 1 for e in layout.edges])[tree.feature]
+    if np.any((tree.first_right < 0) | (tree.first_right > limits)):
+        raise DecodeError(f"{where}: a split at a bin its feature does not have")
+    return tree
+
+
+# -- histograms: node to server ------------------------------------------------------------------
+def histogram_record(grad: np.ndarray, hess: np.ndarray, count: np.ndarray) -> ArrayRecord:
+    return arrays_to_record({"grad": grad, "hess": hess, "count": count})
+
+
+def read_histograms(
+    record: object, layout: BinLayout, leaves: int, rows: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A node's histograms of ``leaves`` open leaves: float64 finite sums, hessians and counts
+    >= 0, zero sums where a slot counts no row, every feature counting the same rows of a leaf,
+    no leaf counting more than the node's ``rows``."""
+    shape = (leaves, layout.num_slots)
+    arrays = record_to_arrays(record, max_bytes=24 * leaves * layout.num_slots)
+    _exact(arrays, ("grad", "hess", "count"), "histograms")
+    grad = _typed(arrays["grad"], "float64", shape, "grad")
+    hess = _typed(arrays["hess"], "float64", shape, "hess")
+    count = _typed(arrays["count"], "int64", shape, "count")
+    if not (np.all(np.isfinite(grad)) and np.all(np.isfinite(hess))):
+        raise NonFiniteError("grad/hess: hold NaN or inf")
+    if np.any(hess < 0) or np.any(count < 0):
+        raise DecodeError("hess/count: a negative hessian sum or count")
+    empty = count == 0
+    if np.any(grad[empty] != 0) or np.any(hess[empty] != 0):
+        raise DecodeError("grad/hess: sums in a slot that counts no row")
+    per_feature = np.add.reduceat(count, layout.offsets[:-1], axis=1)
+    if np.any(per_feature != per_feature[:, :1]):
+        raise DecodeError("count: the features of a leaf count different rows")
+    if np.any(per_feature[:, 0] > rows):
+        raise DecodeError(f"count: a leaf counts more than the node's {rows} rows")
+    return grad, hess, count

@@ -1,0 +1,409 @@
+"""Histogram-based XGBoost across nodes (``fedxgb-hist``): what a node computes from its own rows
+(bins, gradients, per-leaf histograms) and what the server computes from their sums (splits,
+leaf weights, the trees), by XGBoost's own rules, so that the federated booster equals XGBoost
+``hist`` trained on every node's rows pooled.
+
+XGBoost cannot grow a tree from histograms it did not build (its collective "federated" mode
+needs its own gRPC server and plugin, outside Flower's messages), and no other library exposes
+its split rule; so the rule is restated here from xgboost 3.2's source and the tests hold it to
+XGBoost's output:
+
+- gradients (``src/objective``): float32; squared error ``g = m - y, h = 1``; logistic
+  ``p = 1 / (exp(min(-m, 88.7)) + 1 + 1e-16)``, ``g = p - y``, ``h = max(p (1 - p), 1e-16)``;
+  softmax with ``h = max(2 p (1 - p), 1e-16)`` (XGBoost's factor 2), its max started at
+  ``FLT_MIN``.
+- split search (``src/tree/hist/evaluate_splits.h``, ``split_evaluator.h``, ``param.h``): per
+  feature, in order, a forward scan (missing values right) and, when the node has missing
+  values, a backward scan (missing left); a candidate counts when both children have hessian
+  >= ``min_child_weight``; its ``loss_chg = f32(f32(gain(L)) + f32(gain(R))) - f32(gain(P))``
+  with ``gain(S) = f32(G^2) / f32(H + lambda)`` (0 when ``H <= 0``); the best is the largest,
+  ties to the lower feature, then to the earlier candidate. A node is split when
+  ``loss_chg > 1e-6``, ``>= gamma``, both hessians non-zero and its depth < ``max_depth``.
+- leaves (``CalcWeight``): ``f32(-G / (H + lambda))`` (0 when ``H < min_child_weight``), times
+  ``eta`` in float32. Trees grow depth-wise, all K trees of an iteration (one per class) at once.
+
+Bins: a feature's agreed edges ``E`` (strictly increasing float32) make ``len(E) + 1`` bins,
+``bin(x) = #{e in E: e <= x}``, and a missing value (NaN) its own slot. A split "bins < b go
+left" is the XGBoost condition ``x < E[b - 1]``. Where a run of bins holds no training row the
+threshold is put where XGBoost's would be on the binned rows: at the next bin any row occupies
+(``present``), so predictions agree off the training rows too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from functions.bins import BinLayout, GrowingTree
+from functions.xgboost_trees import Tree
+
+SQUARED, LOGISTIC, SOFTMAX = "reg:squarederror", "binary:logistic", "multi:softprob"
+RT_EPS = 1e-6  # XGBoost's kRtEps: the least loss change that splits a node
+HESS_EPS = np.float32(1e-16)
+F32 = np.float32
+
+
+@dataclass(frozen=True)
+class TreeParams:
+    """XGBoost's tree parameters that the server applies (``eta``, ``lambda``, ``gamma``,
+    ``min_child_weight``, ``max_depth``)."""
+
+    eta: float = 0.3
+    reg_lambda: float = 1.0
+    gamma: float = 0.0
+    min_child_weight: float = 1.0
+    max_depth: int = 6
+
+    def xgboost(self) -> dict[str, float]:
+        """The same parameters as ``xgboost.train`` names them."""
+        return {
+            "eta": self.eta,
+            "lambda": self.reg_lambda,
+            "gamma": self.gamma,
+            "min_child_weight": self.min_child_weight,
+            "max_depth": self.max_depth,
+        }
+
+
+# -- bins --------------------------------------------------------------------------------------
+def column_sketch(x: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """A node's quantile summary of each column: ``size`` quantiles (levels 0..1, NaN for a
+    column with no value) and the count of non-missing values; no row leaves the node."""
+    x = np.asarray(x, dtype=np.float64).reshape(len(x), -1)
+    counts = np.sum(~np.isnan(x), axis=0)
+    levels = np.linspace(0.0, 1.0, size)
+    points = np.full((x.shape[1], size), np.nan)
+    for f in np.flatnonzero(counts):
+        points[f] = np.quantile(x[~np.isnan(x[:, f]), f], levels, method="inverted_cdf")
+    return points, counts.astype(np.int64)
+
+
+def merge_sketches(
+    sketches: Sequence[np.ndarray], counts: Sequence[np.ndarray], max_bin: int
+) -> list[np.ndarray]:
+    """Each feature's edges from the nodes' sketches: the distinct sketch points themselves
+    when they number at most ``max_bin`` (every value its own bin), else ``max_bin - 1``
+    quantiles of the sketch points, each node's points weighted by its count."""
+    edges = []
+    for f in range(sketches[0].shape[0]):
+        points = np.concatenate([s[f] for s in sketches])
+        weights = np.concatenate(
+            [np.full(s.shape[1], c[f] / s.shape[1]) for s, c in zip(sketches, counts)]
+        )
+        keep = ~np.isnan(points)
+        points, weights = points[keep], weights[keep]
+        distinct = np.unique(points.astype(F32))
+        if len(distinct) <= max_bin:
+            edges.append(distinct[1:])
+            continue
+        order = np.argsort(points, kind="stable")
+        cumulative = np.cumsum(weights[order]) / weights.sum()
+        levels = np.arange(1, max_bin) / max_bin
+        picked = points[order][np.minimum(np.searchsorted(cumulative, levels), len(points) - 1)]
+        edges.append(np.unique(picked.astype(F32))[1:])
+    return edges
+
+
+# -- a node's part -----------------------------------------------------------------------------
+def gradients(objective: str, margins: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """XGBoost's float32 gradient and hessian of every row and output, (n, K) each."""
+    m = np.asarray(margins, dtype=F32).reshape(len(y), -1)
+    if objective == SQUARED:
+        return m - np.asarray(y, F32)[:, None], np.ones_like(m)
+    if objective == LOGISTIC:
+        p = F32(1) / (np.exp(np.minimum(-m, F32(88.7))) + F32(1) + HESS_EPS)
+        return p - np.asarray(y, F32)[:, None], np.maximum(p * (F32(1) - p), HESS_EPS)
+    wmax = np.maximum(m.max(axis=1, keepdims=True), np.finfo(F32).tiny)
+    e = np.exp(m - wmax)
+    total = np.sum(e.astype(np.float64), axis=1, keepdims=True)  # XGBoost sums in double
+    p = e / total.astype(F32)
+    h = np.maximum(F32(2) * p * (F32(1) - p), HESS_EPS)
+    g = p - (np.arange(m.shape[1])[None, :] == np.asarray(y)[:, None]).astype(F32)
+    return g, h
+
+
+def histograms(
+    layout: BinLayout,
+    bins: np.ndarray,
+    g: np.ndarray,
+    h: np.ndarray,
+    trees: Sequence[GrowingTree],
+    open_leaves: Sequence[tuple[int, int]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The node's sums over its rows of gradient, hessian and count per (open leaf, slot):
+    (M, S) float64, float64 and int64 for the M ``open_leaves`` ((tree, node) pairs)."""
+    n, d = bins.shape
+    slots = bins + layout.offsets[:-1][None, :]
+    missing = np.asarray([len(e) + 1 for e in layout.edges])
+    size = layout.num_slots
+    grad = np.zeros((len(open_leaves), size))
+    hess = np.zeros((len(open_leaves), size))
+    count = np.zeros((len(open_leaves), size), np.int64)
+    by_tree: dict[int, list[tuple[int, int]]] = {}
+    for m, (k, node) in enumerate(open_leaves):
+        by_tree.setdefault(k, []).append((m, node))
+    for k, wanted in by_tree.items():
+        leaf = trees[k].leaf_of(bins, missing)
+        position = np.full(len(trees[k].left), -1)
+        for m, node in wanted:
+            position[node] = m
+        row_m = position[leaf]
+        rows = np.flatnonzero(row_m >= 0)
+        index = (row_m[rows, None] * size + slots[rows]).ravel()
+        total = len(open_leaves) * size
+        grad += np.bincount(index, np.repeat(g[rows, k].astype(np.float64), d), total).reshape(
+            grad.shape
+        )
+        hess += np.bincount(index, np.repeat(h[rows, k].astype(np.float64), d), total).reshape(
+            hess.shape
+        )
+        count += np.bincount(index, minlength=total).reshape(count.shape)
+    return grad, hess, count
+
+
+def merge_small_slots(
+    layout: BinLayout, grad: np.ndarray, hess: np.ndarray, count: np.ndarray, least: int
+) -> None:
+    """Hide slots counting fewer than ``least`` rows, in place: along each (leaf, feature),
+    bins then the missing slot, a small slot's sums move into the next slot, and what is left
+    at the end into the last slot that kept its own; a leaf with fewer than ``least`` rows
+    keeps them all in its last bin. Every feature still adds up to the leaf's totals, so the
+    server's splits stay consistent, but no slot reports fewer than ``least`` of this node's
+    rows (unless the leaf holds fewer): what a split loses is measured in benchmarks."""
+    if least <= 1:
+        return
+    rows = np.arange(len(count))
+    for f in range(layout.num_features):
+        start, end = int(layout.offsets[f]), int(layout.offsets[f + 1])
+        carry_g, carry_h = np.zeros(len(count)), np.zeros(len(count))
+        carry_c = np.zeros(len(count), np.int64)
+        last_kept = np.full(len(count), end - 2)
+        for j in range(start, end):
+            carry_g += grad[:, j]
+            carry_h += hess[:, j]
+            carry_c += count[:, j]
+            kept = carry_c >= least
+            grad[:, j] = np.where(kept, carry_g, 0.0)
+            hess[:, j] = np.where(kept, carry_h, 0.0)
+            count[:, j] = np.where(kept, carry_c, 0)
+            last_kept = np.where(kept, j, last_kept)
+            carry_g, carry_h = np.where(kept, 0.0, carry_g), np.where(kept, 0.0, carry_h)
+            carry_c = np.where(kept, 0, carry_c)
+        grad[rows, last_kept] += carry_g
+        hess[rows, last_kept] += carry_h
+        count[rows, last_kept] += carry_c
+
+
+# -- the server's part -------------------------------------------------------------------------
+def _gain(params: TreeParams, g: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """XGBoost's float32 ``CalcGainGivenWeight`` without constraints: G^2 / (H + lambda)."""
+    lam = float(F32(params.reg_lambda))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        value = (g * g).astype(F32) / (h + lam).astype(F32)
+    return np.where(h <= 0, F32(0), value).astype(F32)
+
+
+def leaf_weight(params: TreeParams, g: float, h: float) -> np.float32:
+    """XGBoost's ``CalcWeight``: -G / (H + lambda), 0 below ``min_child_weight``."""
+    if h < F32(params.min_child_weight) or h <= 0:
+        return F32(0)
+    return F32(-g / (h + float(F32(params.reg_lambda))))
+
+
+@dataclass(frozen=True)
+class Split:
+    """The best split of an open leaf: ``feature``, the first bin that goes right, where missing
+    values go, its loss change and the children's (G, H) sums."""
+
+    feature: int
+    first_right: int
+    default_left: bool
+    loss_chg: float
+    left: tuple[float, float]
+    right: tuple[float, float]
+
+
+def best_split(
+    layout: BinLayout,
+    params: TreeParams,
+    grad: np.ndarray,
+    hess: np.ndarray,
+    count: np.ndarray,
+    parent: tuple[float, float],
+    present: np.ndarray,
+) -> Split | None:
+    """XGBoost's choice for one open leaf from its summed histogram row (see the module
+    docstring), or None when no candidate changes the loss by more than 0; ``present``: the
+    slots any training row occupies (the root's counts), for the thresholds."""
+    pg, ph = parent
+    root_gain = _gain(params, np.array([pg]), np.array([ph]))[0]
+    mcw = float(F32(params.min_child_weight))
+    best: Split | None = None
+    best_loss = F32(0)
+    for f in range(layout.num_features):
+        start, nb = int(layout.offsets[f]), len(layout.edges[f]) + 1
+        g, h = grad[start : start + nb], hess[start : start + nb]
+        has_missing = count[start + nb] > 0
+        for backward in (False, True) if has_missing else (False,):
+            if backward:  # right = bins >= j, for j = nb-1 .. 0; missing left
+                rg, rh = np.cumsum(g[::-1]), np.cumsum(h[::-1])
+                lg, lh = pg - rg, ph - rh
+            else:  # left = bins <= j, for j = 0 .. nb-1; missing right
+                lg, lh = np.cumsum(g), np.cumsum(h)
+                rg, rh = pg - lg, ph - lh
+            valid = (lh >= mcw) & (rh >= mcw)
+            loss = (_gain(params, lg, lh) + _gain(params, rg, rh)).astype(F32) - root_gain
+            loss = np.where(valid & np.isfinite(loss), loss, -np.inf).astype(F32)
+            j = int(np.argmax(loss))  # the first of equal ones, as XGBoost's strict update
+            if not loss[j] > best_loss:
+                continue
+            best_loss = loss[j]
+            if backward:
+                b = nb - 1 - j  # the lowest bin going right
+                first_right = b
+            else:
+                occupied = np.flatnonzero(present[start + j + 1 : start + nb])
+                first_right = j + 1 + int(occupied[0]) if len(occupied) else nb
+            best = Split(
+                f,
+                first_right,
+                backward,
+                float(loss[j]),
+                (float(lg[j]), float(lh[j])),
+                (float(rg[j]), float(rh[j])),
+            )
+    return best
+
+
+def splits_apply(split: Split | None, params: TreeParams, depth: int) -> bool:
+    """Whether XGBoost expands the node with ``split`` at ``depth`` (``IsValidImpl``)."""
+    return (
+        split is not None
+        and split.loss_chg > RT_EPS
+        and split.left[1] != 0
+        and split.right[1] != 0
+        and split.loss_chg >= F32(params.gamma)
+        and depth < params.max_depth
+    )
+
+
+@dataclass
+class TreeBuilder:
+    """One tree grown depth-wise on the server: its nodes' (G, H) sums, depths and splits."""
+
+    sums: list[tuple[float, float]]
+    depth: list[int] = field(default_factory=lambda: [0])
+    feature: list[int] = field(default_factory=lambda: [0])
+    first_right: list[int] = field(default_factory=lambda: [0])
+    default_left: list[int] = field(default_factory=lambda: [0])
+    left: list[int] = field(default_factory=lambda: [-1])
+    right: list[int] = field(default_factory=lambda: [-1])
+    loss_chg: list[float] = field(default_factory=lambda: [0.0])
+    open: list[int] = field(default_factory=lambda: [0])
+
+    def growing(self) -> GrowingTree:
+        return GrowingTree(
+            *(
+                np.asarray(v, np.int64)
+                for v in (self.feature, self.first_right, self.default_left, self.left, self.right)
+            )
+        )
+
+    def split(self, node: int, s: Split) -> None:
+        """Give ``node`` two children (numbered as XGBoost's ``ExpandNode`` does)."""
+        self.feature[node], self.first_right[node] = s.feature, s.first_right
+        self.default_left[node], self.loss_chg[node] = int(s.default_left), s.loss_chg
+        self.left[node], self.right[node] = len(self.sums), len(self.sums) + 1
+        for sums in (s.left, s.right):
+            self.sums.append(sums)
+            self.depth.append(self.depth[node] + 1)
+            self.feature.append(0)
+            self.first_right.append(0)
+            self.default_left.append(0)
+            self.left.append(-1)
+            self.right.append(-1)
+            self.loss_chg.append(0.0)
+
+    def to_tree(self, layout: BinLayout, params: TreeParams) -> Tree:
+        """XGBoost's arrays of the finished tree: raw thresholds, leaf values times ``eta``."""
+        n = len(self.sums)
+        weights = np.array([leaf_weight(params, g, h) for g, h in self.sums], F32)
+        left, right = np.asarray(self.left, np.int32), np.asarray(self.right, np.int32)
+        condition = np.empty(n, F32)
+        for i in range(n):
+            if left[i] < 0:
+                condition[i] = F32(weights[i] * F32(params.eta))
+            else:
+                condition[i] = layout.condition(self.feature[i], self.first_right[i])
+        return Tree(
+            left,
+            right,
+            np.where(left >= 0, np.asarray(self.feature), 0).astype(np.int32),
+            condition,
+            np.asarray(self.default_left, np.int32),
+            weights,
+            np.asarray(self.loss_chg, F32),
+            np.array([h for _, h in self.sums], F32),
+        )
+
+
+def grow_level(
+    builders: Sequence[TreeBuilder],
+    layout: BinLayout,
+    params: TreeParams,
+    grad: np.ndarray,
+    hess: np.ndarray,
+    count: np.ndarray,
+    present: np.ndarray,
+) -> list[tuple[int, int]]:
+    """Split every open leaf of ``builders`` from the summed histograms (rows in the order of
+    ``open_leaves(builders)``); returns the new open leaves (the children that may split)."""
+    m = 0
+    for builder in builders:
+        opened = []
+        for node in builder.open:
+            s = best_split(layout, params, grad[m], hess[m], count[m], builder.sums[node], present)
+            m += 1
+            if splits_apply(s, params, builder.depth[node]):
+                builder.split(node, s)
+                if builder.depth[node] + 1 < params.max_depth:
+                    opened += [builder.left[node], builder.right[node]]
+        builder.open = opened
+    return open_leaves(builders)
+
+
+def open_leaves(builders: Sequence[TreeBuilder]) -> list[tuple[int, int]]:
+    """The (tree, node) pairs whose histograms the next level needs, in order."""
+    return [(k, node) for k, b in enumerate(builders) for node in b.open]
+
+
+def root_sums(layout: BinLayout, grad: np.ndarray, hess: np.ndarray) -> list[tuple[float, float]]:
+    """Each tree's root (G, H) from its root histogram row: feature 0's slots, missing included."""
+    end = int(layout.offsets[1])
+    return [(float(grad[k, :end].sum()), float(hess[k, :end].sum())) for k in range(len(grad))]
+
+
+Exchange = Callable[
+    [list[GrowingTree], list[tuple[int, int]]], tuple[np.ndarray, np.ndarray, np.ndarray]
+]
+
+
+def grow_iteration(
+    layout: BinLayout, params: TreeParams, num_trees: int, exchange: Exchange
+) -> list[Tree]:
+    """One boosting iteration: ``num_trees`` trees (one per class) grown level by level, each
+    level's histograms of the open leaves summed over the nodes by ``exchange`` (the trees so
+    far and the open leaves in; the summed (grad, hess, count) rows out)."""
+    builders = [TreeBuilder([(0.0, 0.0)]) for _ in range(num_trees)]
+    leaves = open_leaves(builders)
+    grad, hess, count = exchange([b.growing() for b in builders], leaves)
+    for builder, sums in zip(builders, root_sums(layout, grad, hess)):
+        builder.sums[0] = sums
+    present = count[0] > 0
+    while leaves:
+        leaves = grow_level(builders, layout, params, grad, hess, count, present)
+        if leaves:
+            grad, hess, count = exchange([b.growing() for b in builders], leaves)
+    return [b.to_tree(layout, params) for b in builders]

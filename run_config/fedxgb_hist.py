@@ -1,0 +1,183 @@
+"""The ``fedxgb-hist.*`` run-config table of histogram-based federated XGBoost, read once by the
+server and once per node; and what both halves derive from it for a task: the objective, the
+booster's spec, XGBoost's tree parameters and the loss."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from functions.boosters import BoosterSpec
+from functions.protocol import EVALUATE, QUERY_NODE, QUERY_SKETCH, TRAIN
+from oracles.functional_losses import CROSS_ENTROPY, SQUARE, PointwiseLoss
+from oracles.hist_xgboost import LOGISTIC, SOFTMAX, SQUARED, TreeParams
+from run_config.common import RunSettings
+from run_config.family import Algorithm, Family, Table
+from run_config.keys import Key, at_least, build, read_keys, within
+from tasks.datasets import TaskData
+from tasks.errors import ConfigError
+
+HIST = "fedxgb-hist"
+
+FEDXGB_HIST_KEYS = (
+    Key(
+        "fedxgb-hist.eta",
+        float,
+        0.3,
+        "XGBoost's learning rate η: every leaf value is shrunk by it",
+        within(0, 1, "(]"),
+    ),
+    Key(
+        "fedxgb-hist.max-depth",
+        int,
+        6,
+        "XGBoost's `max_depth`: a tree takes this many histogram exchanges at most",
+        within(1, 12),
+    ),
+    Key(
+        "fedxgb-hist.lambda",
+        float,
+        1.0,
+        "XGBoost's `lambda`: the L2 penalty on leaf weights",
+        within(0, 1e6),
+        field="reg_lambda",
+    ),
+    Key(
+        "fedxgb-hist.gamma",
+        float,
+        0.0,
+        "XGBoost's `gamma` (`min_split_loss`): the least loss reduction that splits a leaf",
+        within(0, 1e12),
+    ),
+    Key(
+        "fedxgb-hist.min-child-weight",
+        float,
+        1.0,
+        "XGBoost's `min_child_weight`: the least hessian sum of a child",
+        within(0, 1e12),
+    ),
+    Key(
+        "fedxgb-hist.max-bin",
+        int,
+        256,
+        "XGBoost's `max_bin`: the most bins a feature's agreed edges make",
+        within(2, 1024),
+    ),
+    Key(
+        "fedxgb-hist.sketch-size",
+        int,
+        1024,
+        "quantiles of each column a node sends once to agree the bin edges (no row leaves it)",
+        within(2, 65536),
+    ),
+    Key(
+        "fedxgb-hist.min-bin-count",
+        int,
+        0,
+        "privacy: a node merges every histogram slot counting fewer of its rows than this into "
+        "the next one (0 or 1: none; the booster is then no longer the pooled one)",
+        within(0, 1_000_000),
+    ),
+    Key(
+        "fedxgb-hist.max-histogram-bytes",
+        int,
+        256 * 2**20,
+        "largest histogram reply (open leaves x bins x 24 bytes): a run whose agreed bins "
+        "could exceed it is refused before round 1",
+        at_least(1024),
+    ),
+    Key(
+        "fedxgb-hist.max-booster-bytes",
+        int,
+        64 * 2**20,
+        "largest booster (XGBoost JSON bytes) the server sends; it stops adding trees there",
+        within(1024, 2**31 - 1),
+    ),
+    Key(
+        "fedxgb-hist.federated-eval",
+        bool,
+        True,
+        "evaluate the booster on every node after each round (`train_loss`; the test metrics "
+        "with sites' own data)",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class FedXgbHistSettings:
+    """Everything histogram-based federated XGBoost reads from the run config."""
+
+    eta: float
+    max_depth: int
+    reg_lambda: float
+    gamma: float
+    min_child_weight: float
+    max_bin: int
+    sketch_size: int
+    min_bin_count: int
+    max_histogram_bytes: int
+    max_booster_bytes: int
+    federated_eval: bool
+
+    def tree_params(self) -> TreeParams:
+        return TreeParams(
+            self.eta, self.reg_lambda, self.gamma, self.min_child_weight, self.max_depth
+        )
+
+    def spec(self, task: TaskData) -> BoosterSpec:
+        """The run's booster: logistic for 2 classes, softmax for more, squared error."""
+        classes = task.num_classes if task.kind == "classification" else 0
+        return BoosterSpec(
+            0 if classes == 2 else classes,
+            int(np.prod(task.input_shape)),
+            self.max_depth,
+            self.max_booster_bytes,
+            binary=classes == 2,
+        )
+
+    def objective(self, task: TaskData) -> str:
+        spec = self.spec(task)
+        return LOGISTIC if spec.binary else SOFTMAX if spec.num_class else SQUARED
+
+    def loss(self, task: TaskData) -> PointwiseLoss:
+        """What the booster is scored by, on class margins (``functions.boosters``'s
+        ``class_margins``): cross-entropy, or the squared error."""
+        if task.kind == "classification":
+            return PointwiseLoss(CROSS_ENTROPY, task.num_classes)
+        return PointwiseLoss(SQUARE, 0)
+
+
+def fedxgb_hist_settings(settings: RunSettings) -> FedXgbHistSettings:
+    """Parse ``FEDXGB_HIST_KEYS``; ConfigError names the key."""
+    values = read_keys(settings.raw, FEDXGB_HIST_KEYS)
+    return build(FedXgbHistSettings, values, FEDXGB_HIST_KEYS)
+
+
+def check_task(task: TaskData) -> None:
+    """Trees need two classes at least; ConfigError otherwise."""
+    if task.kind == "classification" and task.num_classes < 2:
+        raise ConfigError(
+            f"algorithm='{HIST}' needs at least 2 classes; the task has {task.num_classes}"
+        )
+
+
+FEDXGB_HIST_TABLE = Table(
+    "`fedxgb-hist.*`",
+    "histogram-based federated XGBoost: trees grown from the nodes' summed histograms",
+    FEDXGB_HIST_KEYS,
+)
+
+FEDXGB_HIST: Family[FedXgbHistSettings, None] = Family(
+    "fedxgb-hist",
+    (
+        Algorithm(
+            HIST,
+            "XGBoost `hist` grown from the nodes' summed gradient histograms: the pooled model",
+        ),
+    ),
+    fedxgb_hist_settings,
+    tables=(FEDXGB_HIST_TABLE,),
+    steps=("fedxgb-hist.eta",),
+    message_types=(TRAIN, EVALUATE, QUERY_NODE, QUERY_SKETCH),
+)

@@ -1,0 +1,316 @@
+"""Server half of ``fedxgb-hist``: XGBoost's ``hist`` trees grown from the nodes' summed
+gradient histograms, so the booster is the one XGBoost would train on every node's rows pooled.
+
+Before round 1 every node sends a quantile sketch of each column (``query.sketch``); the server
+merges them into the bin edges of the run (``oracles.hist_xgboost.merge_sketches``) and keeps
+them for the run (and its checkpoint). A round is one boosting iteration: one tree, or one per
+class, grown depth-wise. Each level sends every node the booster, the edges and the trees so
+far, and sums the histograms of the open leaves that come back; the server picks each split and
+leaf weight by XGBoost's rules (``oracles.hist_xgboost``). The level messages go out from
+``train_messages`` through the grid itself, so the round's template gets no train message of
+its own; ``aggregate`` reports what the levels did.
+
+The nodes whose root histograms were summed are the iteration's: if one of them fails or is
+dropped at a deeper level, the iteration's trees would mix sums over different rows, so the
+iteration is dropped (the booster stays as it was, the round says why) and the next round starts
+again from the root with the nodes that answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from logging import INFO, WARNING
+from typing import Any
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.common.logger import log
+from flwr.serverapp import Grid
+
+from functions.bins import BinLayout, GrowingTree
+from functions.boosters import Booster, encode_booster
+from functions.errors import DecodeError
+from functions.histograms import (
+    Sketch,
+    checked_layout,
+    growing_record,
+    layout_record,
+    read_histograms,
+    read_sketch,
+)
+from functions.protocol import (
+    ARRAYS,
+    CONFIG,
+    GROWING,
+    HISTOGRAMS,
+    LAYOUT,
+    QUERY_SKETCH,
+    SERVER_ROUND,
+    SKETCH,
+    TRAIN,
+)
+from oracles.hist_xgboost import grow_iteration, merge_sketches
+from oracles.xgboost_local import INSTALL, available
+from run_config.common import RunSettings
+from run_config.fedxgb_hist import FedXgbHistSettings, check_task, fedxgb_hist_settings
+from strategies.fedxgb import SPEC, StoredBooster, XgbStrategy
+from strategies.screening import exact_records, screen_replies
+from strategies.state_codec import POSITIONS, checks
+from tasks.datasets import TaskData
+from tasks.errors import ConfigError
+
+
+class IterationDropped(RuntimeError):
+    """A node whose root histograms were summed did not answer a deeper level."""
+
+
+@dataclass
+class FedXgbHistState:
+    """What a run continues from: the booster, the agreed edges (flat, and how many per
+    feature: empty until agreed) and each roster position's training rows (-1: not known)."""
+
+    booster: StoredBooster
+    edges: np.ndarray = field(metadata=checks(shape=(None,)))
+    edge_counts: np.ndarray = field(metadata=checks("int64", shape=(None,)))
+    rows: np.ndarray = field(metadata=checks("int64", shape=(POSITIONS,)))
+
+
+class FedXgbHist(XgbStrategy):
+    """Histogram-based federated XGBoost (see the module docstring)."""
+
+    label = "FedXgbHist"
+    State = FedXgbHistState
+
+    def __init__(self, hist: FedXgbHistSettings, task: TaskData, central_evaluation: bool) -> None:
+        super().__init__(hist, task, central_evaluation)
+        self.hist, self.params = hist, hist.tree_params()
+        self.objective = hist.objective(task)
+        self.layout: BinLayout | None = None
+        self.rows = np.zeros(0, np.int64)  # each roster position's training rows (-1: unknown)
+        self.levels = self.participants = 0
+        self.dropped_reason = ""
+
+    def summary(self) -> None:
+        h = self.hist
+        log(
+            INFO,
+            "\tfedxgb-hist: %s, depth <= %d, eta %s, lambda %s, gamma %s, min_child_weight %s, "
+            "<= %d bins a feature",
+            self.objective,
+            h.max_depth,
+            h.eta,
+            h.reg_lambda,
+            h.gamma,
+            h.min_child_weight,
+            h.max_bin,
+        )
+
+    def description(self) -> dict[str, Any]:
+        bins = None if self.layout is None else [len(e) + 1 for e in self.layout.edges]
+        return {**super().description(), "objective": self.objective, "bins": bins}
+
+    def _messages(self, server_round: int, nodes: list[int], kind: str) -> Iterable[Message]:
+        """The booster to ``nodes`` (evaluation), as the baselines send it."""
+        content = RecordDict(
+            {ARRAYS: self.record, CONFIG: ConfigRecord({SERVER_ROUND: server_round})}
+        )
+        return [Message(content, n, kind, group_id=str(server_round)) for n in nodes]
+
+    # -- the edges, once ------------------------------------------------------------------------
+    def on_roster(self, grid: Grid, server_round: int) -> None:
+        self.rows = np.full(len(self.book.node_ids), -1, np.int64)
+        if self.layout is None:
+            self.layout = self._agree_edges(grid, server_round)
+        self._check_histogram_size()
+
+    def _agree_edges(self, grid: Grid, server_round: int) -> BinLayout:
+        sketches = self._sketches(grid, server_round, self.book.node_ids)
+        if not sketches:
+            raise RuntimeError(f"{self.label}: no node sent a usable sketch; no bins to agree")
+        edges = merge_sketches(
+            [s.points for s in sketches.values()],
+            [s.counts for s in sketches.values()],
+            self.hist.max_bin,
+        )
+        layout = BinLayout(tuple(edges))
+        log(
+            INFO,
+            "%s: bin edges agreed from %d nodes' sketches: %d features, %d bins in all",
+            self.label,
+            len(sketches),
+            layout.num_features,
+            layout.num_slots - layout.num_features,
+        )
+        return layout
+
+    def _sketches(self, grid: Grid, server_round: int, nodes: list[int]) -> dict[int, Sketch]:
+        """Ask ``nodes`` for their sketches; the usable ones, in roster order (each node's rows
+        kept: its histograms may count no more)."""
+        d, size = self.spec.num_feature, self.hist.sketch_size
+
+        def decode(reply: Message) -> Sketch:
+            return read_sketch(exact_records(reply.content, {SKETCH: ArrayRecord})[SKETCH], d, size)
+
+        questions = [
+            Message(RecordDict(), n, QUERY_SKETCH, group_id=str(server_round)) for n in nodes
+        ]
+        screened = screen_replies(
+            self.label, server_round, grid.send_and_receive(questions), decode, nodes
+        )
+        self.count_failures(screened.rejected)
+        sketches = screened.in_order(nodes)
+        for node, sketch in sketches.items():
+            self.rows[self.book.position(node)] = sketch.rows
+        return sketches
+
+    def _check_histogram_size(self) -> None:
+        leaves = self.spec.outputs * 2 ** (self.hist.max_depth - 1)
+        largest = 24 * leaves * self.layout.num_slots
+        if largest > self.hist.max_histogram_bytes:
+            raise ConfigError(
+                f"a histogram reply may reach {largest} bytes ({leaves} open leaves x "
+                f"{self.layout.num_slots} bins x 24), more than fedxgb-hist.max-histogram-bytes="
+                f"{self.hist.max_histogram_bytes}: lower fedxgb-hist.max-depth or max-bin"
+            )
+
+    # -- a round: one boosting iteration --------------------------------------------------------
+    def train_messages(
+        self,
+        server_round: int,
+        nodes: list[int],
+        arrays: ArrayRecord,
+        config: ConfigRecord,
+        grid: Grid,
+    ) -> Iterable[Message]:
+        """Grow the round's trees level by level through ``grid``; no message is left for the
+        template to send."""
+        self.levels, self.participants, self.dropped_reason = 0, 0, ""
+        unknown = [n for n in nodes if self.rows[self.book.position(n)] < 0]
+        if unknown:  # a resumed run, or a node that came back under a new id
+            self._sketches(grid, server_round, unknown)
+        members: list[int] = []
+
+        def exchange(trees: list[GrowingTree], leaves: list[tuple[int, int]]):
+            sums = self._level(grid, server_round, members or nodes, trees, leaves)
+            if not members:
+                members.extend(sums[3])
+            elif sums[3] != members:
+                missing = sorted(set(members) - set(sums[3]))
+                raise IterationDropped(
+                    f"node(s) {missing} answered the root but not level {self.levels - 1}"
+                )
+            return sums[:3]
+
+        try:
+            trees = grow_iteration(self.layout, self.params, self.spec.outputs, exchange)
+        except IterationDropped as err:
+            self.dropped_reason = str(err)
+            log(WARNING, "%s round %d: iteration dropped: %s", self.label, server_round, err)
+            return []
+        booster = Booster(self.spec, self.booster.trees + tuple(trees))
+        raw = encode_booster(booster)
+        if len(raw) > self.spec.max_bytes:
+            self.dropped_reason = "the booster would outgrow fedxgb-hist.max-booster-bytes"
+            log(WARNING, "%s round %d: %s", self.label, server_round, self.dropped_reason)
+            return []
+        self._hold(booster, raw)
+        self.participants = len(members)
+        log(
+            INFO,
+            "%s round %d: %d tree(s) grown from %d nodes' histograms in %d level(s)",
+            self.label,
+            server_round,
+            len(trees),
+            len(members),
+            self.levels,
+        )
+        return []
+
+    def _level(
+        self,
+        grid: Grid,
+        server_round: int,
+        nodes: list[int],
+        trees: list[GrowingTree],
+        leaves: list[tuple[int, int]],
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
+        """Send one level's question to ``nodes``; the summed histograms of the accepted
+        replies and who sent them (roster order)."""
+        self.levels += 1
+        content = RecordDict(
+            {
+                ARRAYS: self.record,
+                LAYOUT: layout_record(self.layout),
+                GROWING: growing_record(trees, leaves),
+                CONFIG: ConfigRecord({SERVER_ROUND: server_round}),
+            }
+        )
+        messages = [Message(content, n, TRAIN, group_id=str(server_round)) for n in nodes]
+        return self.sum_level(server_round, grid.send_and_receive(messages), len(leaves))
+
+    def sum_level(
+        self, server_round: int, replies: Iterable[Message], leaves: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
+        """The screened replies' histograms of ``leaves`` open leaves, summed, and who sent
+        them (roster order); ``IterationDropped`` when none is usable."""
+        good = self.screen(server_round, replies, lambda reply: self._histograms(reply, leaves))
+        if not good:
+            raise IterationDropped(f"no node sent usable histograms at level {self.levels - 1}")
+        sums = [sum(parts) for parts in zip(*good.values())]
+        return sums[0], sums[1], sums[2], list(good)
+
+    def _histograms(self, reply: Message, leaves: int):
+        node = reply.metadata.src_node_id
+        rows = self.rows[self.book.position(node)]
+        if rows < 0:
+            raise DecodeError("histograms from a node that sent no sketch")
+        record = exact_records(reply.content, {HISTOGRAMS: ArrayRecord})[HISTOGRAMS]
+        return read_histograms(record, self.layout, leaves, int(rows))
+
+    def aggregate(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, dict[str, Any]]:
+        """What the round's levels did: the participants, the levels and the booster."""
+        metrics: dict[str, Any] = {
+            "participants": self.participants,
+            "histogram_levels": self.levels,
+            "iteration_dropped": int(bool(self.dropped_reason)),
+            **self._metrics(),
+        }
+        return None, metrics
+
+    # -- state ----------------------------------------------------------------------------------
+    def state_context(self) -> dict[str, Any]:
+        return {**super().state_context(), SPEC: self.spec}
+
+    def family_state(self) -> FedXgbHistState:
+        edges = self.layout.edges if self.layout is not None else ()
+        return FedXgbHistState(
+            StoredBooster(self.booster),
+            np.concatenate([*edges, np.zeros(0)]).astype(np.float64),
+            np.array([len(e) for e in edges], np.int64),
+            self.rows,
+        )
+
+    def load_family_state(self, state: FedXgbHistState) -> None:
+        self._hold(state.booster.booster)
+        if np.any(state.rows < -1):
+            raise DecodeError("rows: a node's training rows below -1 (unknown)")
+        self.rows = state.rows.copy()
+        if len(state.edge_counts):
+            edges = state.edges.astype(np.float32)
+            if not np.array_equal(edges, state.edges):
+                raise DecodeError("bin-edges: not float32 values")
+            self.layout = checked_layout(
+                edges, state.edge_counts, self.spec.num_feature, self.hist.max_bin
+            )
+
+
+def build_fedxgb_hist(settings: RunSettings, task: TaskData) -> FedXgbHist:
+    """``fedxgb-hist`` from the ``fedxgb-hist.*`` table; ConfigError before any node trains if
+    this machine lacks the ``xgboost`` extra or the task has one class."""
+    if not available():
+        raise ConfigError(f"algorithm={settings.algorithm!r} needs the xgboost package: {INSTALL}")
+    check_task(task)
+    return FedXgbHist(fedxgb_hist_settings(settings), task, settings.central_evaluation)

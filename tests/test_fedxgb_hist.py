@@ -1,0 +1,353 @@
+"""``fedxgb-hist``: histogram-based federated XGBoost equals XGBoost ``hist`` on the pooled rows.
+
+The exactness tests train ``xgboost.train`` with ``tree_method='hist'`` on every node's rows
+pooled, each value replaced by its agreed bin (NaN kept), with the same parameters and base
+score, and compare its margins with the federated booster's, which XGBoost itself computes on
+the raw values from the exported JSON: equal to float32 rounding (XGBoost sums gradients in a
+different order). Then the family through the ServerApp and ClientApp on the in-process engine:
+the same equality for a run's booster and edges (from its checkpoint), hostile histogram
+replies dropped with their reason, a resumed run equal to an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from client_app.app import app as client_app
+from functions.bins import BinLayout, GrowingTree
+from functions.boosters import Booster, BoosterSpec, encode_booster
+from functions.errors import DecodeError
+from functions.histograms import histogram_record, read_histograms, read_sketch, sketch_record
+from functions.protocol import HISTOGRAMS
+from oracles.hist_xgboost import (
+    LOGISTIC,
+    SOFTMAX,
+    SQUARED,
+    TreeParams,
+    column_sketch,
+    gradients,
+    grow_iteration,
+    histograms,
+    merge_sketches,
+    merge_small_slots,
+)
+from oracles.xgboost_local import outputs, xgboost_module
+from run_config.common import RunSettings
+from server_app.app import run
+from server_app.checkpoint import read_checkpoint
+from strategies.registry import strategy_for
+from tasks.datasets import load_task
+from testing.inprocess_grid import LocalGrid, run_config, server_context
+from tests.helpers import RUN_NAME, run_app
+from tests.test_checkpoints import assert_resumed_equals, crashed_before, rows_of
+
+pytest.importorskip("xgboost")
+
+
+def pooled_margins(
+    layout: BinLayout, params: TreeParams, spec: BoosterSpec, x, y, rounds: int, at
+) -> np.ndarray:
+    """XGBoost ``hist`` trained on (x, y) given as bins, its margins on the rows ``at``."""
+    xgb = xgboost_module()
+
+    def binned(rows: np.ndarray) -> np.ndarray:
+        bins = layout.bins(rows).astype(np.float32)
+        missing = np.array([len(e) + 1 for e in layout.edges])
+        bins[bins == missing[None, :]] = np.nan
+        return bins
+
+    model = {
+        **spec.params(),
+        **params.xgboost(),
+        "tree_method": "hist",
+        "max_bin": 1024,
+        "nthread": 1,
+        "verbosity": 0,
+    }
+    booster = xgb.train(model, xgb.DMatrix(binned(x), label=y), num_boost_round=rounds)
+    margins = booster.predict(xgb.DMatrix(binned(at)), output_margin=True)
+    return np.asarray(margins).reshape(len(at), -1)
+
+
+def node_tables(objective: str, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Three nodes' rows, shifted per node: continuous and discrete columns, 5 % missing."""
+    rng = np.random.default_rng(seed)
+    nodes = []
+    for i in range(3):
+        n = 150 + 60 * i
+        x = rng.normal(size=(n, 5)).astype(np.float32) + 0.3 * i
+        x[:, 3] = rng.integers(0, 4, size=n)
+        x[rng.random((n, 5)) < 0.05] = np.nan
+        clean = np.nan_to_num(x)
+        signal = clean[:, 0] + 0.5 * clean[:, 1] ** 2 - 0.3 * clean[:, 3]
+        noise = rng.normal(size=n)
+        if objective == SQUARED:
+            y = signal + 0.1 * noise
+        elif objective == LOGISTIC:
+            y = (signal + noise > 0.5).astype(np.float64)
+        else:
+            y = np.digitize(signal + 0.3 * noise, [0.0, 1.0]).astype(np.float64)
+        nodes.append((x, y))
+    return nodes
+
+
+def federated(nodes, spec: BoosterSpec, objective: str, params: TreeParams, rounds: int):
+    """The protocol without Flower: each node's histograms summed, the server's trees."""
+    sketches = [column_sketch(x, 64) for x, _ in nodes]
+    layout = BinLayout(
+        tuple(merge_sketches([s for s, _ in sketches], [c for _, c in sketches], 16))
+    )
+    booster = Booster(spec)
+    for _ in range(rounds):
+        raw = encode_booster(booster)
+        local = [(layout.bins(x), *gradients(objective, outputs(raw, x), y)) for x, y in nodes]
+
+        def exchange(trees, leaves):
+            parts = [histograms(layout, bins, g, h, trees, leaves) for bins, g, h in local]
+            return tuple(sum(p) for p in zip(*parts))
+
+        booster = Booster(
+            spec, booster.trees + tuple(grow_iteration(layout, params, spec.outputs, exchange))
+        )
+    return booster, layout
+
+
+SPECS = {
+    SQUARED: BoosterSpec(0, 5, 4, 1 << 24),
+    LOGISTIC: BoosterSpec(0, 5, 4, 1 << 24, binary=True),
+    SOFTMAX: BoosterSpec(3, 5, 4, 1 << 24),
+}
+PARAMS = {
+    "defaults": TreeParams(max_depth=4),
+    "regularised": TreeParams(
+        eta=0.5, reg_lambda=5.0, gamma=0.5, min_child_weight=3.0, max_depth=4
+    ),
+    "unregularised": TreeParams(eta=1.0, reg_lambda=0.0, min_child_weight=0.0, max_depth=3),
+}
+
+
+@pytest.mark.parametrize("objective", [SQUARED, LOGISTIC, SOFTMAX])
+@pytest.mark.parametrize("name", PARAMS)
+def test_the_federated_booster_equals_xgboost_on_the_pooled_rows(objective, name):
+    params, spec = PARAMS[name], SPECS[objective]
+    nodes = node_tables(objective, seed=len(name))
+    booster, layout = federated(nodes, spec, objective, params, rounds=6)
+    x = np.concatenate([x for x, _ in nodes])
+    y = np.concatenate([y for _, y in nodes])
+    ours = outputs(encode_booster(booster), x)
+    theirs = pooled_margins(layout, params, spec, x, y, 6, x)
+    assert len(booster.trees) == 6 * spec.outputs
+    assert np.abs(ours - theirs).max() <= 1e-5 * max(1.0, np.abs(theirs).max())
+    assert np.abs(theirs - theirs.mean()).max() > 0.1  # the trees split: a real comparison
+
+
+def test_discrete_columns_keep_every_value_in_its_own_bin():
+    x = np.array([[0.0, 1.5], [1.0, 2.5], [3.0, np.nan], [1.0, 7.0]], np.float32)
+    points, counts = column_sketch(x, 8)
+    edges = merge_sketches([points], [counts], 256)
+    assert [e.tolist() for e in edges] == [[1.0, 3.0], [2.5, 7.0]]
+    assert counts.tolist() == [4, 3]
+    bins = BinLayout(tuple(edges)).bins(x)
+    assert bins.tolist() == [[0, 0], [1, 1], [2, 3], [1, 2]]  # 3: column 1's missing slot
+
+
+@pytest.mark.parametrize("least", [2, 5, 40])
+def test_small_slots_are_merged_and_every_feature_keeps_the_leaf_totals(least):
+    rng = np.random.default_rng(least)
+    layout = BinLayout((np.arange(6, dtype=np.float32), np.arange(3, dtype=np.float32)))
+    x = rng.normal(2.0, 2.0, size=(60, 2)).astype(np.float32)
+    x[rng.random((60, 2)) < 0.1] = np.nan
+    g, h = rng.normal(size=(60, 1)).astype(np.float32), rng.random((60, 1)).astype(np.float32)
+    tree = GrowingTree(
+        *(np.array(v) for v in ([0, 0, 0], [3, 0, 0], [0, 0, 0], [1, -1, -1], [2, -1, -1]))
+    )
+    grad, hess, count = histograms(layout, layout.bins(x), g, h, [tree], [(0, 1), (0, 2)])
+    merged = [a.copy() for a in (grad, hess, count)]
+    merge_small_slots(layout, *merged, least)
+    for before, after in zip((grad, hess, count), merged):
+        sums = np.add.reduceat(after, layout.offsets[:-1], axis=1)
+        assert np.allclose(sums, np.add.reduceat(before, layout.offsets[:-1], axis=1))
+    totals = np.add.reduceat(count, layout.offsets[:-1], axis=1)
+    small = (merged[2] > 0) & (merged[2] < least)
+    assert not small[totals[:, [0] * 8 + [1] * 5] >= least].any()
+    read_histograms(histogram_record(*merged), layout, 2, rows=60)  # still a valid reply
+
+
+# -- the wire: what a node may send -----------------------------------------------------------
+LAYOUT = BinLayout((np.array([0.0, 1.0], np.float32), np.array([5.0], np.float32)))
+
+
+def honest() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    count = np.array([[2, 1, 1, 0, 3, 1, 0]], np.int64)  # feature 0: 3 bins + missing; 1: 2 + 1
+    grad = np.where(count > 0, 0.5 * count, 0.0)
+    return grad, grad * 0.0 + count * 0.25, count
+
+
+def changed(how: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    grad, hess, count = honest()
+    if how == "shape":
+        return grad[:, :-1], hess[:, :-1], count[:, :-1]
+    if how == "nan":
+        grad[0, 0] = np.nan
+    elif how == "negative hessian":
+        hess[0, 0] = -1.0
+    elif how == "features disagree":
+        count[0, 4] += 1
+        grad[0, 4] += 0.5
+        hess[0, 4] += 0.25
+    elif how == "empty slot with sums":
+        grad[0, 3] = 1.0
+    elif how == "negative count":
+        count[0, 3] = -1
+    return grad, hess, count
+
+
+@pytest.mark.parametrize(
+    ("how", "reason"),
+    [
+        ("shape", r"grad: expected float64 \(1, 7\)"),
+        ("nan", "hold NaN or inf"),
+        ("negative hessian", "a negative hessian sum or count"),
+        ("negative count", "a negative hessian sum or count"),
+        ("empty slot with sums", "sums in a slot that counts no row"),
+        ("features disagree", "the features of a leaf count different rows"),
+    ],
+)
+def test_a_bad_histogram_is_refused_naming_the_fault(how, reason):
+    with pytest.raises(DecodeError, match=reason):
+        read_histograms(histogram_record(*changed(how)), LAYOUT, 1, rows=10)
+
+
+def test_a_histogram_counting_more_rows_than_the_node_has_is_refused():
+    read_histograms(histogram_record(*honest()), LAYOUT, 1, rows=4)
+    with pytest.raises(DecodeError, match="more than the node's 3 rows"):
+        read_histograms(histogram_record(*honest()), LAYOUT, 1, rows=3)
+
+
+def test_a_sketch_is_checked():
+    points, counts = column_sketch(np.array([[1.0], [2.0]]), 4)
+    assert read_sketch(sketch_record(points, counts, 2), 1, 4).rows == 2
+    with pytest.raises(DecodeError, match="decrease"):
+        read_sketch(sketch_record(points[:, ::-1].copy(), counts, 2), 1, 4)
+    with pytest.raises(DecodeError, match="counts must lie"):
+        read_sketch(sketch_record(points, counts + 5, 2), 1, 4)
+
+
+# -- the family through the apps ----------------------------------------------------------------
+RUN = {"algorithm": "fedxgb-hist", "num-server-rounds": 3, "fedxgb-hist.max-depth": 3}
+
+
+def trained(path, num_nodes: int, **overrides):
+    """The run's strategy as its checkpoint left it (booster and edges)."""
+    settings = RunSettings.from_run_config(run_config(**{**RUN, **overrides}))
+    strategy = strategy_for(settings)
+    checkpoint = read_checkpoint(path)
+    strategy.load_state_record(checkpoint.strategy, checkpoint.segment_records)
+    return strategy
+
+
+@pytest.mark.parametrize(
+    ("task", "objective"),
+    [("wine", SOFTMAX), ("breast-cancer", LOGISTIC), ("diabetes", SQUARED)],
+)
+def test_a_run_trains_the_pooled_xgboost_model(tmp_path, task, objective):
+    rows = run_app(tmp_path, 3, task=task, **RUN).rows
+    assert all(r["failures"] == 0 for r in rows[1:])
+    assert [r["histogram_levels"] for r in rows[1:]] == [3, 3, 3]
+    strategy = trained(tmp_path / RUN_NAME, 3, task=task)
+    assert strategy.objective == objective
+    data = load_task(task)
+    params = strategy.params
+    x_train = data.x_train.reshape(len(data.x_train), -1)
+    x_test = data.x_test.reshape(len(data.x_test), -1)
+    both = np.concatenate([x_train, x_test])
+    assert (tmp_path / RUN_NAME / "model.json").read_bytes() == strategy.raw
+    ours = (
+        xgboost_module()
+        .Booster(model_file=str(tmp_path / RUN_NAME / "model.json"))
+        .predict(xgboost_module().DMatrix(both), output_margin=True)
+        .reshape(len(both), -1)
+    )
+    theirs = pooled_margins(strategy.layout, params, strategy.spec, x_train, data.y_train, 3, both)
+    assert np.abs(ours - theirs).max() <= 1e-5 * max(1.0, np.abs(theirs).max())
+    metric = "test_mse" if objective == SQUARED else "test_accuracy"
+    improved = (
+        rows[-1][metric] < rows[0][metric] if objective == SQUARED else rows[-1][metric] > 0.85
+    )
+    assert improved, rows[-1][metric]
+
+
+HOSTILE_ROUND = 2
+
+
+def hostile(how: str, level: int):
+    """The real ClientApp, but partition 1's histograms of ``level`` in round 2 are ``how``."""
+    seen: dict[int, int] = {}
+
+    def app(message, context):
+        reply = client_app(message, context)
+        if (
+            context.node_config["partition-id"] == 1
+            and message.metadata.message_type == "train"
+            and message.content["config"]["server-round"] == HOSTILE_ROUND
+        ):
+            at = seen[HOSTILE_ROUND] = seen.get(HOSTILE_ROUND, -1) + 1
+            if at == level:
+                arrays = {k: v.numpy() for k, v in reply.content[HISTOGRAMS].items()}
+                if how == "negative":
+                    arrays["hess"][0, 0] = -1.0
+                elif how == "inflated":
+                    arrays["count"] *= 1000
+                    arrays["grad"] *= 1000
+                    arrays["hess"] *= 1000
+                reply.content[HISTOGRAMS] = histogram_record(
+                    arrays["grad"], arrays["hess"], arrays["count"]
+                )
+        return reply
+
+    return app
+
+
+def test_a_hostile_root_histogram_is_dropped_and_the_tree_grows_on_the_others(tmp_path, caplog):
+    config = {**RUN, "task": "wine"}
+    rows = run_app(tmp_path / "negative", 3, client=hostile("negative", 0), **config).rows
+    dropped = [r.getMessage() for r in caplog.records if "dropped the reply" in r.getMessage()]
+    assert len(dropped) == 1 and "a negative hessian sum or count" in dropped[0]
+    assert [r["failures"] for r in rows[1:]] == [0, 1, 0]
+    assert [r["participants"] for r in rows[1:]] == [3, 2, 3]
+    caplog.clear()
+    rows = run_app(tmp_path / "inflated", 3, client=hostile("inflated", 0), **config).rows
+    dropped = [r.getMessage() for r in caplog.records if "dropped the reply" in r.getMessage()]
+    assert len(dropped) == 1 and re.search(r"more than the node's \d+ rows", dropped[0])
+
+
+def test_a_node_lost_below_the_root_drops_the_iteration(tmp_path, caplog):
+    rows = run_app(tmp_path, 3, client=hostile("negative", 1), **RUN, task="wine").rows
+    assert [r["iteration_dropped"] for r in rows[1:]] == [0, 1, 0]
+    assert [r["ensemble_size"] for r in rows[1:]] == [3, 3, 6]
+    assert any("answered the root but not level 1" in r.getMessage() for r in caplog.records)
+
+
+def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path):
+    def config_of(where):
+        return run_config(
+            **{
+                "output-dir": str(where),
+                "run-name": RUN_NAME,
+                **RUN,
+                "task": "wine",
+                "num-server-rounds": 4,
+            }
+        )
+
+    whole = config_of(tmp_path / "whole")
+    run(LocalGrid(client_app, whole, 3), server_context(whole))
+    config = config_of(tmp_path / "resumed")
+    grid = crashed_before(config, 3, 3)
+    run(grid, server_context(config), resume_from=tmp_path / "resumed" / RUN_NAME)
+    resumed, uninterrupted = rows_of(tmp_path / "resumed"), rows_of(tmp_path / "whole")
+    assert [r["round"] for r in resumed] == [0, 1, 2, 3, 4]
+    assert_resumed_equals(resumed, uninterrupted, after=2)

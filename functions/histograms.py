@@ -4,8 +4,9 @@ Server to node: the agreed bin edges (``layout_record``) and the trees being gro
 leaves whose histograms it needs (``growing_record``). Node to server: once, its quantile sketch
 of each column (``sketch_record``); then, per level, its histograms (``histogram_record``).
 Every reader bounds and checks shapes, dtypes and values before anything is used: a histogram
-of the wrong shape, non-finite sums, a negative hessian or count, counts that disagree between
-features or exceed the node's rows are a ``DecodeError`` naming what is wrong.
+with slots out of range or out of order, non-finite sums, a negative hessian, a listed slot
+without rows, counts that disagree between features or exceed the node's rows are a
+``DecodeError`` naming what is wrong.
 """
 
 from __future__ import annotations
@@ -171,28 +172,49 @@ def _checked_tree(tree: GrowingTree, layout: BinLayout, where: str) -> GrowingTr
 
 # -- histograms: node to server ------------------------------------------------------------------
 def histogram_record(grad: np.ndarray, hess: np.ndarray, count: np.ndarray) -> ArrayRecord:
-    return arrays_to_record({"grad": grad, "hess": hess, "count": count})
+    """(M, S) histograms as their occupied slots only: flat ``index`` (int64, increasing) and
+    each one's ``grad``, ``hess`` (float64) and ``count`` (int64). A deep level's leaves hold
+    few rows, so most slots are empty: what goes up is bounded by rows x features, not by
+    leaves x bins."""
+    index = np.flatnonzero(count)
+    return arrays_to_record(
+        {
+            "index": index.astype(np.int64),
+            "grad": grad.ravel()[index].astype(np.float64),
+            "hess": hess.ravel()[index].astype(np.float64),
+            "count": count.ravel()[index].astype(np.int64),
+        }
+    )
 
 
 def read_histograms(
     record: object, layout: BinLayout, leaves: int, rows: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A node's histograms of ``leaves`` open leaves: float64 finite sums, hessians and counts
-    >= 0, zero sums where a slot counts no row, every feature counting the same rows of a leaf,
-    no leaf counting more than the node's ``rows``."""
-    shape = (leaves, layout.num_slots)
-    arrays = record_to_arrays(record, max_bytes=24 * leaves * layout.num_slots)
-    _exact(arrays, ("grad", "hess", "count"), "histograms")
-    grad = _typed(arrays["grad"], "float64", shape, "grad")
-    hess = _typed(arrays["hess"], "float64", shape, "hess")
-    count = _typed(arrays["count"], "int64", shape, "count")
+    """A node's histograms of ``leaves`` open leaves, (M, S) dense: listed slots in increasing
+    order within the M x S histogram, each counting at least one row, float64 finite sums,
+    hessians >= 0, every feature counting the same rows of a leaf, no leaf counting more than
+    the node's ``rows``."""
+    size = leaves * layout.num_slots
+    arrays = record_to_arrays(record, max_bytes=32 * size)
+    _exact(arrays, ("index", "grad", "hess", "count"), "histograms")
+    index = arrays["index"]
+    n = len(index) if index.ndim == 1 else -1
+    index = _typed(index, "int64", (n,), "index")
+    grad = _typed(arrays["grad"], "float64", (n,), "grad")
+    hess = _typed(arrays["hess"], "float64", (n,), "hess")
+    count = _typed(arrays["count"], "int64", (n,), "count")
+    if n and (index[0] < 0 or index[-1] >= size or np.any(np.diff(index) <= 0)):
+        raise DecodeError(f"index: slots must increase strictly within [0, {size})")
     if not (np.all(np.isfinite(grad)) and np.all(np.isfinite(hess))):
         raise NonFiniteError("grad/hess: hold NaN or inf")
-    if np.any(hess < 0) or np.any(count < 0):
-        raise DecodeError("hess/count: a negative hessian sum or count")
-    empty = count == 0
-    if np.any(grad[empty] != 0) or np.any(hess[empty] != 0):
-        raise DecodeError("grad/hess: sums in a slot that counts no row")
+    if np.any(hess < 0):
+        raise DecodeError("hess: a negative hessian sum")
+    if np.any(count < 1):
+        raise DecodeError("count: a listed slot counts no row")
+    dense = [np.zeros(size), np.zeros(size), np.zeros(size, np.int64)]
+    for target, values in zip(dense, (grad, hess, count)):
+        target[index] = values
+    grad, hess, count = (a.reshape(leaves, layout.num_slots) for a in dense)
     per_feature = np.add.reduceat(count, layout.offsets[:-1], axis=1)
     if np.any(per_feature != per_feature[:, :1]):
         raise DecodeError("count: the features of a leaf count different rows")

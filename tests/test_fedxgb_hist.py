@@ -21,6 +21,7 @@ from functions.bins import BinLayout, GrowingTree
 from functions.boosters import Booster, BoosterSpec, encode_booster
 from functions.errors import DecodeError
 from functions.histograms import histogram_record, read_histograms, read_sketch, sketch_record
+from functions.params import arrays_to_record
 from functions.protocol import HISTOGRAMS
 from oracles.hist_xgboost import (
     LOGISTIC,
@@ -183,42 +184,54 @@ LAYOUT = BinLayout((np.array([0.0, 1.0], np.float32), np.array([5.0], np.float32
 def honest() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     count = np.array([[2, 1, 1, 0, 3, 1, 0]], np.int64)  # feature 0: 3 bins + missing; 1: 2 + 1
     grad = np.where(count > 0, 0.5 * count, 0.0)
-    return grad, grad * 0.0 + count * 0.25, count
+    return grad, count * 0.25, count
 
 
-def changed(how: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    grad, hess, count = honest()
-    if how == "shape":
-        return grad[:, :-1], hess[:, :-1], count[:, :-1]
-    if how == "nan":
-        grad[0, 0] = np.nan
+def sent(how: str) -> dict[str, np.ndarray]:
+    """The sparse arrays of the honest histogram, broken ``how``."""
+    arrays = {k: v.numpy() for k, v in histogram_record(*honest()).items()}
+    if how == "out of range":
+        arrays["index"][-1] = 7
+    elif how == "out of order":
+        arrays["index"][[0, 1]] = arrays["index"][[1, 0]]
+    elif how == "lengths":
+        arrays["grad"] = arrays["grad"][:-1]
+    elif how == "nan":
+        arrays["grad"][0] = np.nan
     elif how == "negative hessian":
-        hess[0, 0] = -1.0
+        arrays["hess"][0] = -1.0
+    elif how == "slot without rows":
+        arrays["count"][0] = 0
     elif how == "features disagree":
-        count[0, 4] += 1
-        grad[0, 4] += 0.5
-        hess[0, 4] += 0.25
-    elif how == "empty slot with sums":
-        grad[0, 3] = 1.0
-    elif how == "negative count":
-        count[0, 3] = -1
-    return grad, hess, count
+        arrays["count"][3] += 1
+    elif how == "float counts":
+        arrays["count"] = arrays["count"].astype(np.float64)
+    return arrays
 
 
 @pytest.mark.parametrize(
     ("how", "reason"),
     [
-        ("shape", r"grad: expected float64 \(1, 7\)"),
+        ("out of range", r"slots must increase strictly within \[0, 7\)"),
+        ("out of order", "slots must increase strictly"),
+        ("lengths", r"grad: expected float64 \(5,\)"),
         ("nan", "hold NaN or inf"),
-        ("negative hessian", "a negative hessian sum or count"),
-        ("negative count", "a negative hessian sum or count"),
-        ("empty slot with sums", "sums in a slot that counts no row"),
+        ("negative hessian", "a negative hessian sum"),
+        ("slot without rows", "a listed slot counts no row"),
         ("features disagree", "the features of a leaf count different rows"),
+        ("float counts", "count: expected int64"),
     ],
 )
 def test_a_bad_histogram_is_refused_naming_the_fault(how, reason):
     with pytest.raises(DecodeError, match=reason):
-        read_histograms(histogram_record(*changed(how)), LAYOUT, 1, rows=10)
+        read_histograms(arrays_to_record(sent(how)), LAYOUT, 1, rows=10)
+
+
+def test_only_occupied_slots_travel_and_read_back_dense():
+    record = histogram_record(*honest())
+    assert record["index"].numpy().tolist() == [0, 1, 2, 4, 5]
+    for got, want in zip(read_histograms(record, LAYOUT, 1, rows=4), honest()):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_a_histogram_counting_more_rows_than_the_node_has_is_refused():
@@ -298,14 +311,12 @@ def hostile(how: str, level: int):
             if at == level:
                 arrays = {k: v.numpy() for k, v in reply.content[HISTOGRAMS].items()}
                 if how == "negative":
-                    arrays["hess"][0, 0] = -1.0
+                    arrays["hess"][0] = -1.0
                 elif how == "inflated":
                     arrays["count"] *= 1000
                     arrays["grad"] *= 1000
                     arrays["hess"] *= 1000
-                reply.content[HISTOGRAMS] = histogram_record(
-                    arrays["grad"], arrays["hess"], arrays["count"]
-                )
+                reply.content[HISTOGRAMS] = arrays_to_record(arrays)
         return reply
 
     return app
@@ -315,7 +326,7 @@ def test_a_hostile_root_histogram_is_dropped_and_the_tree_grows_on_the_others(tm
     config = {**RUN, "task": "wine"}
     rows = run_app(tmp_path / "negative", 3, client=hostile("negative", 0), **config).rows
     dropped = [r.getMessage() for r in caplog.records if "dropped the reply" in r.getMessage()]
-    assert len(dropped) == 1 and "a negative hessian sum or count" in dropped[0]
+    assert len(dropped) == 1 and "a negative hessian sum" in dropped[0]
     assert [r["failures"] for r in rows[1:]] == [0, 1, 0]
     assert [r["participants"] for r in rows[1:]] == [3, 2, 3]
     caplog.clear()

@@ -1,9 +1,10 @@
 """Client half of ``fedxgb-hist``: a node's quantile sketch once, then per level of every tree
 its histograms of gradient and hessian sums over its own rows (``oracles.hist_xgboost``).
 
-A node keeps nothing between messages: each train message carries the checked global booster,
-the agreed bin edges and the trees being grown, from which the node recomputes its margins
-(XGBoost's own prediction, so the gradients are XGBoost's), its bins and the leaf of each row.
+A node keeps only its margins between the levels of a round: an iteration's first train message
+carries the checked global booster, whose margins (XGBoost's own prediction, so the gradients
+are XGBoost's) the node keeps for the deeper levels; every train message carries the agreed bin
+edges and the trees being grown, from which it recomputes its bins and the leaf of each row.
 Only sums over its rows leave it (with ``fedxgb-hist.min-bin-count``, none over fewer rows
 than that unless a leaf holds fewer); evaluation is the XGBoost baselines' (``client_app.fedxgb``).
 """
@@ -11,21 +12,24 @@ than that unless a leaf holds fewer); evaluation is the XGBoost baselines' (``cl
 from __future__ import annotations
 
 import numpy as np
-from flwr.app import RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
 from client_app.fedxgb import booster_evaluation
 from client_app.job import ClientJob
 from client_app.node_info import describe_node
-from functions.boosters import read_booster
+from client_app.node_state import LostStateError
+from functions.boosters import BoosterSpec, read_booster
 from functions.histograms import histogram_record, read_growing, read_layout, sketch_record
 from functions.protocol import (
     ARRAYS,
+    CONFIG,
     EVALUATE,
     GROWING,
     HISTOGRAMS,
     LAYOUT,
     QUERY_NODE,
     QUERY_SKETCH,
+    SERVER_ROUND,
     SKETCH,
     TRAIN,
 )
@@ -34,6 +38,7 @@ from oracles.xgboost_local import outputs
 from run_config.fedxgb_hist import FedXgbHistSettings
 
 Job = ClientJob[FedXgbHistSettings, None]
+MARGINS, MARGINS_ROUND = "fedxgb-hist.margins", "fedxgb-hist.margins-round"  # Context.state
 
 
 def _rows(x: np.ndarray) -> np.ndarray:
@@ -52,14 +57,30 @@ def train(job: Job) -> RecordDict:
     gradients."""
     hist, data = job.family, job.data
     spec = hist.spec(data.task)
-    raw = read_booster(job.content[ARRAYS], spec)[1]
     layout = read_layout(job.content[LAYOUT], spec.num_feature, hist.max_bin)
     trees, leaves = read_growing(job.content[GROWING], layout, spec.outputs, hist.max_depth)
     x = _rows(data.x_train)
-    g, h = gradients(hist.objective(data.task), outputs(raw, x), data.y_train)
+    g, h = gradients(hist.objective(data.task), _margins(job, spec, x), data.y_train)
     sums = histograms(layout, layout.bins(x), g, h, trees, leaves)
     merge_small_slots(layout, *sums, hist.min_bin_count)
     return RecordDict({HISTOGRAMS: histogram_record(*sums)})
+
+
+def _margins(job: Job, spec: BoosterSpec, x: np.ndarray) -> np.ndarray:
+    """The booster's margins on the node's rows: computed (XGBoost's prediction) when the
+    message carries the booster, an iteration's first level, and kept in the node's state for
+    its deeper levels, which carry none; ``LostStateError`` when the node holds none of this
+    round (it restarted mid-iteration: the server drops the iteration and starts again)."""
+    server_round = int(job.content[CONFIG][SERVER_ROUND])
+    if ARRAYS in job.content:
+        margins = outputs(read_booster(job.content[ARRAYS], spec)[1], x).astype(np.float32)
+        job.state[MARGINS] = ArrayRecord({"margins": Array(margins)})
+        job.state[MARGINS_ROUND] = ConfigRecord({SERVER_ROUND: server_round})
+        return margins
+    kept = job.state.get(MARGINS_ROUND)
+    if kept is None or int(kept[SERVER_ROUND]) != server_round:
+        raise LostStateError(f"this node holds no margins of round {server_round}")
+    return job.state[MARGINS]["margins"].numpy()
 
 
 def evaluate(job: Job) -> RecordDict:

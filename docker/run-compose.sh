@@ -11,7 +11,7 @@
 #   FL_DOCKER=1 FL_DOCKER_SITES=penguins docker/run-compose.sh   # + compose.sites.yml: sites 0
 #                                and 1 of `python -m tasks.sites <table>` (penguins, cars or
 #                                digits), each mounted read-only into its own node's ClientApp
-#                                SuperExec only; default jobs FFGB (trees) and FedFW on them
+#                                SuperExec only; default jobs FFGB (trees), FedFW, fedxgb-hist
 #   FL_DOCKER=1 FL_DOCKER_WARM=1 docker/run-compose.sh   # + compose.warm.yml (last): the
 #                                SuperExecs fork each ServerApp / ClientApp from a warm parent
 #                                (deploy/warm_superexec.py) and ask for tasks every 0.1 s;
@@ -299,7 +299,7 @@ fi
 
 # --- jobs --------------------------------------------------------------------------------------
 DEFAULT_JOBS="algorithm='fedfw' task='synthetic' num-server-rounds=2;algorithm='fedfun' task='wine' partitioning='kmeans' num-server-rounds=2 fedfun.initial-steps=200 fedfun.local-steps=50"
-[ -n "$SITES_TABLE" ] && DEFAULT_JOBS="algorithm='ffgb' ffgb.learner='tree' $SITE_CONFIG num-server-rounds=3;algorithm='fedfw' $SITE_CONFIG num-server-rounds=3"
+[ -n "$SITES_TABLE" ] && DEFAULT_JOBS="algorithm='ffgb' ffgb.learner='tree' $SITE_CONFIG num-server-rounds=3;algorithm='fedfw' $SITE_CONFIG num-server-rounds=3;algorithm='fedxgb-hist' $SITE_CONFIG num-server-rounds=3"
 IFS=';' read -r -a JOBS <<<"${FL_JOBS:-$DEFAULT_JOBS}"
 COMMIT=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)
 FAILED=0

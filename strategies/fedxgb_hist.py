@@ -5,7 +5,8 @@ Before round 1 every node sends a quantile sketch of each column (``query.sketch
 merges them into the bin edges of the run (``oracles.hist_xgboost.merge_sketches``) and keeps
 them for the run (and its checkpoint). A round is one boosting iteration: one tree, or one per
 class, grown depth-wise. Each level sends every node the booster, the edges and the trees so
-far, and sums the histograms of the open leaves that come back; the server picks each split and
+far (the booster only with the first level: a node keeps its margins for the others), and sums
+the histograms of the open leaves that come back; the server picks each split and
 leaf weight by XGBoost's rules (``oracles.hist_xgboost``). The level messages go out from
 ``train_messages`` through the grid itself, so the round's template gets no train message of
 its own; ``aggregate`` reports what the levels did.
@@ -237,15 +238,16 @@ class FedXgbHist(XgbStrategy):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
         """Send one level's question to ``nodes``; the summed histograms of the accepted
         replies and who sent them (roster order)."""
-        self.levels += 1
         content = RecordDict(
             {
-                ARRAYS: self.record,
                 LAYOUT: layout_record(self.layout),
                 GROWING: growing_record(trees, leaves),
                 CONFIG: ConfigRecord({SERVER_ROUND: server_round}),
             }
         )
+        if self.levels == 0:  # the booster once a round: the nodes keep its margins
+            content[ARRAYS] = self.record
+        self.levels += 1
         messages = [Message(content, n, TRAIN, group_id=str(server_round)) for n in nodes]
         return self.sum_level(server_round, grid.send_and_receive(messages), len(leaves))
 

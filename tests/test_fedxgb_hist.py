@@ -362,3 +362,26 @@ def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path):
     resumed, uninterrupted = rows_of(tmp_path / "resumed"), rows_of(tmp_path / "whole")
     assert [r["round"] for r in resumed] == [0, 1, 2, 3, 4]
     assert_resumed_equals(resumed, uninterrupted, after=2)
+
+
+def test_a_node_that_lost_its_margins_mid_round_drops_the_iteration(tmp_path, caplog):
+    """Deeper levels carry no booster: a node restarted between two levels has no margins of
+    the round, says so, and the round's iteration is dropped, not grown on other rows."""
+
+    def forgetting(message, context):
+        if (
+            context.node_config["partition-id"] == 1
+            and message.metadata.message_type == "train"
+            and message.content["config"]["server-round"] == HOSTILE_ROUND
+            and "0" not in message.content.get("arrays", {})
+        ):
+            for key in list(context.state.keys()):
+                del context.state[key]
+        return client_app(message, context)
+
+    run = run_app(tmp_path, 3, client=forgetting, **RUN, task="wine")
+    assert [r["iteration_dropped"] for r in run.rows[1:]] == [0, 1, 0]
+    assert any("holds no margins of round 2" in r.getMessage() for r in caplog.records)
+    train = [m for m in run.grid.down if m.metadata.message_type == "train"]
+    with_booster = [m for m in train if "arrays" in m.content]
+    assert len(with_booster) == 3 * 3 and len(train) > len(with_booster)  # once a round a node

@@ -526,17 +526,21 @@ def _verdict(summary: dict[str, Any], kind: str) -> str:
 
 
 def _hist_against_pooled(summary: dict[str, Any], kind: str) -> str:
-    """fedxgb-hist against pooled XGBoost: within 0.5 points of accuracy or 1 % of RMSE?"""
+    """fedxgb-hist against pooled XGBoost (its own bins) and against itself on one node with
+    every row (the same algorithm pooled): within 0.5 points of accuracy or 1 % of RMSE?"""
     hist = summary.get("fedxgb-hist", {}).get("all", [math.nan])[0]
-    pooled_ = summary.get("pooled (xgboost)", {}).get("all", [math.nan])[0]
-    if not (math.isfinite(hist) and math.isfinite(pooled_)):
-        return ""
-    if kind == "classification":
-        gap, bound, unit = 100.0 * (hist - pooled_), 0.5, "points of accuracy"
-    else:
-        gap, bound, unit = 100.0 * (hist - pooled_) / pooled_, 1.0, "% of RMSE"
-    within = "within" if abs(gap) <= bound else "outside"
-    return f" fedxgb-hist - pooled XGBoost: {gap:+.2f} {unit} ({within} {bound})."
+    parts = []
+    for row, name in (("pooled (xgboost)", "pooled XGBoost"), ("pooled (fedxgb-hist)", "pooled")):
+        pooled_ = summary.get(row, {}).get("all", [math.nan])[0]
+        if not (math.isfinite(hist) and math.isfinite(pooled_)):
+            continue
+        if kind == "classification":
+            gap, bound, unit = 100.0 * (hist - pooled_), 0.5, "points"
+        else:
+            gap, bound, unit = 100.0 * (hist - pooled_) / pooled_, 1.0, "% of RMSE"
+        within = "within" if abs(gap) <= bound else "outside"
+        parts.append(f"{gap:+.2f} {unit} against {name} ({within} {bound})")
+    return f" fedxgb-hist: {'; '.join(parts)}." if parts else ""
 
 
 # -- main -------------------------------------------------------------------------------------

@@ -1,10 +1,11 @@
 """Client half of ``fedxgb-hist``: a node's quantile sketch once, then per level of every tree
 its histograms of gradient and hessian sums over its own rows (``oracles.hist_xgboost``).
 
-A node keeps only its margins between the levels of a round: an iteration's first train message
-carries the checked global booster, whose margins (XGBoost's own prediction, so the gradients
-are XGBoost's) the node keeps for the deeper levels; every train message carries the agreed bin
-edges and the trees being grown, from which it recomputes its bins and the leaf of each row.
+A node keeps only its margins and the bin edges between the levels of a round: an iteration's
+first train message carries the checked global booster, whose margins (XGBoost's own
+prediction, so the gradients are XGBoost's) the node keeps for the deeper levels, and the agreed
+edges; every train message carries the trees being grown, from which the node recomputes its
+bins and the leaf of each row.
 Only sums over its rows leave it (with ``fedxgb-hist.min-bin-count``, none over fewer rows
 than that unless a leaf holds fewer); evaluation is the XGBoost baselines' (``client_app.fedxgb``).
 """
@@ -18,6 +19,7 @@ from client_app.fedxgb import booster_evaluation
 from client_app.job import ClientJob
 from client_app.node_info import describe_node
 from client_app.node_state import LostStateError
+from functions.bins import BinLayout
 from functions.boosters import BoosterSpec, read_booster
 from functions.histograms import histogram_record, read_growing, read_layout, sketch_record
 from functions.protocol import (
@@ -38,7 +40,8 @@ from oracles.xgboost_local import outputs
 from run_config.fedxgb_hist import FedXgbHistSettings
 
 Job = ClientJob[FedXgbHistSettings, None]
-MARGINS, MARGINS_ROUND = "fedxgb-hist.margins", "fedxgb-hist.margins-round"  # Context.state
+# what a node keeps in its Context.state between the levels of a round
+MARGINS, EDGES, KEPT_ROUND = "fedxgb-hist.margins", "fedxgb-hist.edges", "fedxgb-hist.round"
 
 
 def _rows(x: np.ndarray) -> np.ndarray:
@@ -57,30 +60,34 @@ def train(job: Job) -> RecordDict:
     gradients."""
     hist, data = job.family, job.data
     spec = hist.spec(data.task)
-    layout = read_layout(job.content[LAYOUT], spec.num_feature, hist.max_bin)
-    trees, leaves = read_growing(job.content[GROWING], layout, spec.outputs, hist.max_depth)
     x = _rows(data.x_train)
-    g, h = gradients(hist.objective(data.task), _margins(job, spec, x), data.y_train)
+    margins, layout = _round_start(job, spec, x)
+    trees, leaves = read_growing(job.content[GROWING], layout, spec.outputs, hist.max_depth)
+    g, h = gradients(hist.objective(data.task), margins, data.y_train)
     sums = histograms(layout, layout.bins(x), g, h, trees, leaves)
     merge_small_slots(layout, *sums, hist.min_bin_count)
     return RecordDict({HISTOGRAMS: histogram_record(*sums)})
 
 
-def _margins(job: Job, spec: BoosterSpec, x: np.ndarray) -> np.ndarray:
-    """The booster's margins on the node's rows: computed (XGBoost's prediction) when the
-    message carries the booster, an iteration's first level, and kept in the node's state for
-    its deeper levels, which carry none; ``LostStateError`` when the node holds none of this
-    round (it restarted mid-iteration: the server drops the iteration and starts again)."""
+def _round_start(job: Job, spec: BoosterSpec, x: np.ndarray) -> tuple[np.ndarray, BinLayout]:
+    """The booster's margins on the node's rows and the bin edges: read from a round's first
+    level, which carries the booster and the edges (the margins computed by XGBoost's
+    prediction), and kept in the node's state for the deeper levels, which carry neither;
+    ``LostStateError`` when the node holds none of this round (it restarted mid-iteration: the
+    server drops the iteration and starts again)."""
     server_round = int(job.content[CONFIG][SERVER_ROUND])
     if ARRAYS in job.content:
+        layout = read_layout(job.content[LAYOUT], spec.num_feature, job.family.max_bin)
         margins = outputs(read_booster(job.content[ARRAYS], spec)[1], x).astype(np.float32)
         job.state[MARGINS] = ArrayRecord({"margins": Array(margins)})
-        job.state[MARGINS_ROUND] = ConfigRecord({SERVER_ROUND: server_round})
-        return margins
-    kept = job.state.get(MARGINS_ROUND)
+        job.state[EDGES] = job.content[LAYOUT]
+        job.state[KEPT_ROUND] = ConfigRecord({SERVER_ROUND: server_round})
+        return margins, layout
+    kept = job.state.get(KEPT_ROUND)
     if kept is None or int(kept[SERVER_ROUND]) != server_round:
         raise LostStateError(f"this node holds no margins of round {server_round}")
-    return job.state[MARGINS]["margins"].numpy()
+    layout = read_layout(job.state[EDGES], spec.num_feature, job.family.max_bin)
+    return job.state[MARGINS]["margins"].numpy(), layout
 
 
 def evaluate(job: Job) -> RecordDict:

@@ -172,17 +172,18 @@ def _checked_tree(tree: GrowingTree, layout: BinLayout, where: str) -> GrowingTr
 
 # -- histograms: node to server ------------------------------------------------------------------
 def histogram_record(grad: np.ndarray, hess: np.ndarray, count: np.ndarray) -> ArrayRecord:
-    """(M, S) histograms as their occupied slots only: flat ``index`` (int64, increasing) and
-    each one's ``grad``, ``hess`` (float64) and ``count`` (int64). A deep level's leaves hold
-    few rows, so most slots are empty: what goes up is bounded by rows x features, not by
-    leaves x bins."""
+    """(M, S) histograms as their occupied slots only: flat ``index`` (int32, increasing) and
+    each one's ``grad``, ``hess`` (float64) and ``count`` (int32): 24 bytes a slot. A deep
+    level's leaves hold few rows, so most slots are empty: what goes up is bounded by rows x
+    features, not by leaves x bins. (``fedxgb-hist.max-histogram-bytes`` keeps M x S far below
+    2^31.)"""
     index = np.flatnonzero(count)
     return arrays_to_record(
         {
-            "index": index.astype(np.int64),
+            "index": index.astype(np.int32),
             "grad": grad.ravel()[index].astype(np.float64),
             "hess": hess.ravel()[index].astype(np.float64),
-            "count": count.ravel()[index].astype(np.int64),
+            "count": count.ravel()[index].astype(np.int32),
         }
     )
 
@@ -195,14 +196,14 @@ def read_histograms(
     hessians >= 0, every feature counting the same rows of a leaf, no leaf counting more than
     the node's ``rows``."""
     size = leaves * layout.num_slots
-    arrays = record_to_arrays(record, max_bytes=32 * size)
+    arrays = record_to_arrays(record, max_bytes=24 * size)
     _exact(arrays, ("index", "grad", "hess", "count"), "histograms")
     index = arrays["index"]
     n = len(index) if index.ndim == 1 else -1
-    index = _typed(index, "int64", (n,), "index")
+    index = _typed(index, "int32", (n,), "index").astype(np.int64)
     grad = _typed(arrays["grad"], "float64", (n,), "grad")
     hess = _typed(arrays["hess"], "float64", (n,), "hess")
-    count = _typed(arrays["count"], "int64", (n,), "count")
+    count = _typed(arrays["count"], "int32", (n,), "count").astype(np.int64)
     if n and (index[0] < 0 or index[-1] >= size or np.any(np.diff(index) <= 0)):
         raise DecodeError(f"index: slots must increase strictly within [0, {size})")
     if not (np.all(np.isfinite(grad)) and np.all(np.isfinite(hess))):

@@ -388,22 +388,80 @@ def root_sums(layout: BinLayout, grad: np.ndarray, hess: np.ndarray) -> list[tup
 Exchange = Callable[
     [list[GrowingTree], list[tuple[int, int]]], tuple[np.ndarray, np.ndarray, np.ndarray]
 ]
+Leaf = tuple[int, int]  # (tree, node)
+Rows = tuple[np.ndarray, np.ndarray, np.ndarray]  # one leaf's (grad, hess, count) histogram row
 
 
 def grow_iteration(
     layout: BinLayout, params: TreeParams, num_trees: int, exchange: Exchange
 ) -> list[Tree]:
-    """One boosting iteration: ``num_trees`` trees (one per class) grown level by level, each
-    level's histograms of the open leaves summed over the nodes by ``exchange`` (the trees so
-    far and the open leaves in; the summed (grad, hess, count) rows out)."""
+    """One boosting iteration: ``num_trees`` trees (one per class) grown level by level. Each
+    level ``exchange`` sums the nodes' histograms of the leaves it is given (the trees so far
+    and those leaves in; the summed (grad, hess, count) rows out). Below the root it is given
+    only the child of each split with fewer rows; the sibling's histogram is the parent's minus
+    that child's (XGBoost's own subtraction trick), so each level after the root sends half the
+    leaves."""
     builders = [TreeBuilder([(0.0, 0.0)]) for _ in range(num_trees)]
     leaves = open_leaves(builders)
     grad, hess, count = exchange([b.growing() for b in builders], leaves)
     for builder, sums in zip(builders, root_sums(layout, grad, hess)):
         builder.sums[0] = sums
     present = count[0] > 0
+    held = {leaf: (grad[m], hess[m], count[m]) for m, leaf in enumerate(leaves)}
     while leaves:
         leaves = grow_level(builders, layout, params, grad, hess, count, present)
-        if leaves:
-            grad, hess, count = exchange([b.growing() for b in builders], leaves)
+        if not leaves:
+            break
+        parent_of = {
+            child: (k, node)
+            for k, builder in enumerate(builders)
+            for node in range(len(builder.left))
+            for child in ((k, builder.left[node]), (k, builder.right[node]))
+            if builder.left[node] >= 0
+        }
+        asked = [
+            leaf
+            for leaf in leaves
+            if leaf == _smaller_child(builders, layout, held, parent_of[leaf])
+        ]
+        got = exchange([b.growing() for b in builders], asked)
+        rows = {leaf: (got[0][i], got[1][i], got[2][i]) for i, leaf in enumerate(asked)}
+        for leaf in leaves:
+            if leaf not in rows:
+                rows[leaf] = _sibling_rows(
+                    held[parent_of[leaf]], rows[_sibling(builders, leaf, parent_of)]
+                )
+        held = rows
+        grad, hess, count = (np.stack([rows[leaf][i] for leaf in leaves]) for i in range(3))
     return [b.to_tree(layout, params) for b in builders]
+
+
+def _sibling(builders: Sequence[TreeBuilder], leaf: Leaf, parent_of: dict[Leaf, Leaf]) -> Leaf:
+    k, parent = parent_of[leaf]
+    b = builders[k]
+    return (k, b.right[parent] if b.left[parent] == leaf[1] else b.left[parent])
+
+
+def _smaller_child(
+    builders: Sequence[TreeBuilder], layout: BinLayout, held: dict[Leaf, Rows], parent: Leaf
+) -> Leaf:
+    """The child of ``parent``'s split with fewer rows (the left on a tie), from the parent's
+    counts of the split feature."""
+    k, node = parent
+    b = builders[k]
+    f, start = b.feature[node], int(layout.offsets[b.feature[node]])
+    count = held[parent][2]
+    missing = int(count[start + len(layout.edges[f]) + 1])
+    total = int(count[start : int(layout.offsets[f + 1])].sum())
+    left = int(count[start : start + b.first_right[node]].sum()) + missing * b.default_left[node]
+    return (k, b.left[node]) if left <= total - left else (k, b.right[node])
+
+
+def _sibling_rows(parent: Rows, child: Rows) -> Rows:
+    """The parent's histogram minus one child's: the other child's (exact zeros where it
+    counts no row)."""
+    count = parent[2] - child[2]
+    empty = count == 0
+    grad = np.where(empty, 0.0, parent[0] - child[0])
+    hess = np.where(empty, 0.0, np.maximum(parent[1] - child[1], 0.0))
+    return grad, hess, count

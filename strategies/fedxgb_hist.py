@@ -4,10 +4,11 @@ gradient histograms, so the booster is the one XGBoost would train on every node
 Before round 1 every node sends a quantile sketch of each column (``query.sketch``); the server
 merges them into the bin edges of the run (``oracles.hist_xgboost.merge_sketches``) and keeps
 them for the run (and its checkpoint). A round is one boosting iteration: one tree, or one per
-class, grown depth-wise. Each level sends every node the booster, the edges and the trees so
-far (the booster only with the first level: a node keeps its margins for the others), and sums
-the histograms of the open leaves that come back; the server picks each split and
-leaf weight by XGBoost's rules (``oracles.hist_xgboost``). The level messages go out from
+class, grown depth-wise. Each level sends every node the trees so far (the first level also the
+booster and the edges, whose margins and bins a node keeps for the others) and sums the
+histograms of the open leaves that come back (below the root only the smaller child of each
+split is asked for: the other is the parent's minus it); the server picks each split and leaf
+weight by XGBoost's rules (``oracles.hist_xgboost``). The level messages go out from
 ``train_messages`` through the grid itself, so the round's template gets no train message of
 its own; ``aggregate`` reports what the levels did.
 
@@ -240,13 +241,13 @@ class FedXgbHist(XgbStrategy):
         replies and who sent them (roster order)."""
         content = RecordDict(
             {
-                LAYOUT: layout_record(self.layout),
                 GROWING: growing_record(trees, leaves),
                 CONFIG: ConfigRecord({SERVER_ROUND: server_round}),
             }
         )
-        if self.levels == 0:  # the booster once a round: the nodes keep its margins
+        if self.levels == 0:  # once a round: the nodes keep the margins and the edges
             content[ARRAYS] = self.record
+            content[LAYOUT] = layout_record(self.layout)
         self.levels += 1
         messages = [Message(content, n, TRAIN, group_id=str(server_round)) for n in nodes]
         return self.sum_level(server_round, grid.send_and_receive(messages), len(leaves))

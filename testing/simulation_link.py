@@ -146,3 +146,30 @@ def simulation_superlink(
         log.close()
         shutil.rmtree(home, ignore_errors=True)
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def flwr_run(
+    env: dict[str, str], connection: str, nodes: int, run_config: str, timeout: float = 500
+) -> subprocess.CompletedProcess:
+    """``flwr run . --stream`` of the checkout on a simulation SuperLink with ``nodes``
+    SuperNodes (one CPU each); its output in ``stdout`` and ``stderr`` (it exits 0 whatever
+    became of the run)."""
+    return subprocess.run(
+        [
+            str(BIN / "flwr"),
+            "run",
+            ".",
+            connection,
+            "--stream",
+            "--federation-config",
+            f"num-supernodes={nodes} client-resources-num-cpus=1",
+            "--run-config",
+            run_config,
+        ],
+        cwd=Path(__file__).resolve().parents[1],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

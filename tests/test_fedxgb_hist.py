@@ -219,7 +219,7 @@ def sent(how: str) -> dict[str, np.ndarray]:
         ("negative hessian", "a negative hessian sum"),
         ("slot without rows", "a listed slot counts no row"),
         ("features disagree", "the features of a leaf count different rows"),
-        ("float counts", "count: expected int64"),
+        ("float counts", "count: expected int32"),
     ],
 )
 def test_a_bad_histogram_is_refused_naming_the_fault(how, reason):

@@ -14,7 +14,7 @@ import pytest
 
 from run_config.declared import parse_overrides
 from testing.inprocess_grid import PROJECT_ROOT
-from testing.simulation_link import BIN, simulation_superlink
+from testing.simulation_link import BIN, flwr_run, simulation_superlink
 from tests.helpers import RUN_NAME, run_app
 
 pytestmark = pytest.mark.e2e  # stage 2: `make test-e2e`
@@ -30,24 +30,8 @@ def superlink(tmp_path):
 def test_flwr_run_simulation_writes_results(superlink, tmp_path):
     env, connection = superlink
     out = tmp_path / "results"
-    completed = subprocess.run(
-        [
-            str(BIN / "flwr"),
-            "run",
-            ".",
-            connection,
-            "--stream",
-            "--federation-config",
-            "num-supernodes=3 client-resources-num-cpus=1",
-            "--run-config",
-            f"num-server-rounds=2 output-dir='{out}' run-name='sim'",
-        ],
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=400,
-        check=False,
+    completed = flwr_run(
+        env, connection, 3, f"num-server-rounds=2 output-dir='{out}' run-name='sim'", timeout=400
     )
     log = completed.stdout + completed.stderr
     assert completed.returncode == 0, log[-3000:]
@@ -68,24 +52,12 @@ def test_an_invalid_run_config_fails_the_run_before_training(superlink, tmp_path
     """Inside the ServerApp a bad value stops the run before training, and Flower records the
     run as failed (not completed), with the reason."""
     env, connection = superlink
-    completed = subprocess.run(
-        [
-            str(BIN / "flwr"),
-            "run",
-            ".",
-            connection,
-            "--stream",
-            "--federation-config",
-            "num-supernodes=2 client-resources-num-cpus=1",
-            "--run-config",
-            f"algorithm='fedfw' fedfw.radius=-1 output-dir='{tmp_path / 'results'}'",
-        ],
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
+    completed = flwr_run(
+        env,
+        connection,
+        2,
+        f"algorithm='fedfw' fedfw.radius=-1 output-dir='{tmp_path / 'results'}'",
         timeout=400,
-        check=False,
     )
     log = completed.stdout + completed.stderr
     assert "Invalid run config: fedfw.radius=-1.0 is not valid" in log, log[-3000:]
@@ -111,24 +83,8 @@ def test_fedxgb_hist_through_ray_grows_the_in_process_engine_s_trees(superlink, 
     they give the same booster, round for round, as on the in-process engine."""
     env, connection = superlink
     out = tmp_path / "results"
-    completed = subprocess.run(
-        [
-            str(BIN / "flwr"),
-            "run",
-            ".",
-            connection,
-            "--stream",
-            "--federation-config",
-            "num-supernodes=3 client-resources-num-cpus=1",
-            "--run-config",
-            f"{HIST} output-dir='{out}' run-name='hist'",
-        ],
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=400,
-        check=False,
+    completed = flwr_run(
+        env, connection, 3, f"{HIST} output-dir='{out}' run-name='hist'", timeout=400
     )
     log = completed.stdout + completed.stderr
     assert completed.returncode == 0 and "[results] round 2/2" in log, log[-3000:]

@@ -24,7 +24,8 @@ import pytest
 
 from tasks.sites import write_sites
 from testing.inprocess_grid import PROJECT_ROOT
-from testing.simulation_link import BIN, simulation_superlink
+from testing.simulation_link import flwr_run as run_on_link
+from testing.simulation_link import simulation_superlink
 
 pytestmark = pytest.mark.e2e  # stage 2: `make test-e2e`
 # the engines' coloured prefixes of a line: Ray's "(ClientAppActor pid=1)", Flower's "INFO :"
@@ -71,25 +72,7 @@ def flwr_run(link, nodes: int, run_config: str) -> str:
     """``flwr run . --stream`` on the module's SuperLink; its output (it exits 0 whatever
     became of the run)."""
     env, connection, _ = link
-    completed = subprocess.run(
-        [
-            str(BIN / "flwr"),
-            "run",
-            ".",
-            connection,
-            "--stream",
-            "--federation-config",
-            f"num-supernodes={nodes} client-resources-num-cpus=1",
-            "--run-config",
-            run_config,
-        ],
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=500,
-        check=False,
-    )
+    completed = run_on_link(env, connection, nodes, run_config)
     return completed.stdout + completed.stderr
 
 

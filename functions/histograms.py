@@ -188,13 +188,35 @@ def histogram_record(grad: np.ndarray, hess: np.ndarray, count: np.ndarray) -> A
     )
 
 
-def read_histograms(
-    record: object, layout: BinLayout, leaves: int, rows: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A node's histograms of ``leaves`` open leaves, (M, S) dense: listed slots in increasing
-    order within the M x S histogram, each counting at least one row, float64 finite sums,
-    hessians >= 0, every feature counting the same rows of a leaf, no leaf counting more than
-    the node's ``rows``."""
+@dataclass(frozen=True)
+class SparseHistograms:
+    """A node's checked histograms of ``leaves`` open leaves: the occupied slots of the flat
+    (leaves x slots) histogram and their sums (``dense`` adds them into running totals)."""
+
+    leaves: int
+    size: int
+    index: np.ndarray
+    grad: np.ndarray
+    hess: np.ndarray
+    count: np.ndarray
+
+    def add_to(self, totals: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+        """Add these sums into flat (leaves x slots) ``totals`` (grad, hess, count), in place."""
+        for total, values in zip(totals, (self.grad, self.hess, self.count)):
+            total[self.index] += values
+
+    def dense(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(leaves, slots) grad, hess and count arrays."""
+        totals = (np.zeros(self.size), np.zeros(self.size), np.zeros(self.size, np.int64))
+        self.add_to(totals)
+        return tuple(a.reshape(self.leaves, -1) for a in totals)
+
+
+def read_histograms(record: object, layout: BinLayout, leaves: int, rows: int) -> SparseHistograms:
+    """A node's histograms of ``leaves`` open leaves: listed slots in increasing order within
+    the leaves x slots histogram, each counting at least one row, float64 finite sums, hessians
+    >= 0, every feature counting the same rows of a leaf, no leaf counting more than the node's
+    ``rows``. Nothing the size of the dense histogram is allocated per reply."""
     size = leaves * layout.num_slots
     arrays = record_to_arrays(record, max_bytes=24 * size)
     _exact(arrays, ("index", "grad", "hess", "count"), "histograms")
@@ -212,13 +234,13 @@ def read_histograms(
         raise DecodeError("hess: a negative hessian sum")
     if np.any(count < 1):
         raise DecodeError("count: a listed slot counts no row")
-    dense = [np.zeros(size), np.zeros(size), np.zeros(size, np.int64)]
-    for target, values in zip(dense, (grad, hess, count)):
-        target[index] = values
-    grad, hess, count = (a.reshape(leaves, layout.num_slots) for a in dense)
-    per_feature = np.add.reduceat(count, layout.offsets[:-1], axis=1)
+    leaf, slot = np.divmod(index, layout.num_slots)
+    feature = np.searchsorted(layout.offsets, slot, side="right") - 1
+    per_feature = np.bincount(
+        leaf * layout.num_features + feature, count, leaves * layout.num_features
+    ).reshape(leaves, layout.num_features)
     if np.any(per_feature != per_feature[:, :1]):
         raise DecodeError("count: the features of a leaf count different rows")
     if np.any(per_feature[:, 0] > rows):
         raise DecodeError(f"count: a leaf counts more than the node's {rows} rows")
-    return grad, hess, count
+    return SparseHistograms(leaves, size, index, grad, hess, count)

@@ -83,8 +83,8 @@ FEDXGB_HIST_KEYS = (
         "fedxgb-hist.max-histogram-bytes",
         int,
         256 * 2**20,
-        "largest histogram reply (open leaves x bins x 24 bytes): a run whose agreed bins "
-        "could exceed it is refused before round 1",
+        "largest histogram of one level (open leaves x bins x 24 bytes, what the server sums "
+        "and a node builds): a run whose agreed bins could exceed it is refused before round 1",
         at_least(1024),
     ),
     Key(

@@ -211,6 +211,9 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
         except Diverged as err:  # said once, by the health line below
             stopped = RunDiverged(f"{err} ({tried(settings)})")
             cause = str(stopped)
+        except ConfigError as err:  # what only the nodes' answers show (fedxgb-hist's bins)
+            log(ERROR, "Invalid run config: %s", err)
+            stopped, cause = InvalidRunConfig(str(err)), f"refused once the nodes answered: {err}"
 
     summary = summarise(writer.rounds)
     ended = outcome(

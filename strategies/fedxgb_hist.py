@@ -167,11 +167,14 @@ class FedXgbHist(XgbStrategy):
         return sketches
 
     def _check_histogram_size(self) -> None:
+        """ConfigError before round 1 when one level's sums (every open leaf x every slot, 24
+        bytes each: what the server holds, and a node builds before it sends the occupied
+        slots) could outgrow ``fedxgb-hist.max-histogram-bytes``."""
         leaves = self.spec.outputs * 2 ** (self.hist.max_depth - 1)
         largest = 24 * leaves * self.layout.num_slots
         if largest > self.hist.max_histogram_bytes:
             raise ConfigError(
-                f"a histogram reply may reach {largest} bytes ({leaves} open leaves x "
+                f"one level's histograms may reach {largest} bytes ({leaves} open leaves x "
                 f"{self.layout.num_slots} bins x 24), more than fedxgb-hist.max-histogram-bytes="
                 f"{self.hist.max_histogram_bytes}: lower fedxgb-hist.max-depth or max-bin"
             )
@@ -260,8 +263,12 @@ class FedXgbHist(XgbStrategy):
         good = self.screen(server_round, replies, lambda reply: self._histograms(reply, leaves))
         if not good:
             raise IterationDropped(f"no node sent usable histograms at level {self.levels - 1}")
-        sums = [sum(parts) for parts in zip(*good.values())]
-        return sums[0], sums[1], sums[2], list(good)
+        size = leaves * self.layout.num_slots
+        totals = (np.zeros(size), np.zeros(size), np.zeros(size, np.int64))
+        for histograms in good.values():
+            histograms.add_to(totals)
+        grad, hess, count = (a.reshape(leaves, -1) for a in totals)
+        return grad, hess, count, list(good)
 
     def _histograms(self, reply: Message, leaves: int):
         node = reply.metadata.src_node_id

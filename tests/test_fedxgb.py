@@ -193,7 +193,13 @@ def test_a_changed_tree_is_not_a_prefix():
 # -- learning on the in-process engine ------------------------------------------------------------
 @pytest.mark.parametrize("algorithm", ALGORITHM_NAMES)
 def test_each_baseline_learns(tmp_path, algorithm):
-    rows = run_app(tmp_path, 3, algorithm=algorithm, **SMALL).rows
+    run = run_app(tmp_path, 3, algorithm=algorithm, **SMALL)
+    rows = run.rows
+    xgb = pytest.importorskip("xgboost")
+    model = xgb.Booster(model_file=str(run.out_dir / "model.json"))  # the exported booster
+    x_test = IRIS.x_test.reshape(len(IRIS.x_test), -1)
+    predicted = model.predict(xgb.DMatrix(x_test)).argmax(axis=1)
+    assert np.mean(predicted == IRIS.y_test) == pytest.approx(rows[-1]["test_accuracy"])
     assert rows[0]["test_accuracy"] < 0.5 and rows[-1]["test_accuracy"] > 0.9  # chance: 1/3
     assert all(r["failures"] == 0 for r in rows[1:])
     trees = [r["ensemble_size"] for r in rows[1:]]

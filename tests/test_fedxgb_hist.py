@@ -11,6 +11,7 @@ replies dropped with their reason, a resumed run equal to an uninterrupted one.
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -37,7 +38,7 @@ from oracles.hist_xgboost import (
 )
 from oracles.xgboost_local import outputs, xgboost_module
 from run_config.common import RunSettings
-from server_app.app import run
+from server_app.app import InvalidRunConfig, run
 from server_app.checkpoint import read_checkpoint
 from strategies.registry import strategy_for
 from tasks.datasets import load_task
@@ -145,6 +146,33 @@ def test_the_federated_booster_equals_xgboost_on_the_pooled_rows(objective, name
     assert np.abs(theirs - theirs.mean()).max() > 0.1  # the trees split: a real comparison
 
 
+def test_below_the_root_only_the_smaller_child_of_each_split_is_asked_for():
+    nodes = node_tables(SOFTMAX, seed=3)
+    layout = BinLayout(tuple(merge_sketches(*zip(*(column_sketch(x, 64) for x, _ in nodes)), 16)))
+    local = [(x, layout.bins(x), *gradients(SOFTMAX, np.zeros((len(x), 3)), y)) for x, y in nodes]
+    asked = []
+
+    def exchange(trees, leaves):
+        asked.append((trees, list(leaves)))
+        parts = [histograms(layout, bins, g, h, trees, leaves) for _, bins, g, h in local]
+        return tuple(sum(p) for p in zip(*parts))
+
+    grow_iteration(layout, TreeParams(max_depth=3), 3, exchange)
+    assert [len(leaves) for _, leaves in asked][:2] == [3, 3]  # 3 roots; one child of each
+    for trees, leaves in asked[1:]:
+        for k, node in leaves:
+            parent = int(np.flatnonzero((trees[k].left == node) | (trees[k].right == node))[0])
+            sibling = (
+                trees[k].right[parent] if trees[k].left[parent] == node else trees[k].left[parent]
+            )
+            rows = [
+                np.sum(trees[k].leaf_of(bins, np.array([len(e) + 1 for e in layout.edges])) == n)
+                for n in (node, sibling)
+                for _, bins, _, _ in local
+            ]
+            assert sum(rows[: len(local)]) <= sum(rows[len(local) :])
+
+
 def test_discrete_columns_keep_every_value_in_its_own_bin():
     x = np.array([[0.0, 1.5], [1.0, 2.5], [3.0, np.nan], [1.0, 7.0]], np.float32)
     points, counts = column_sketch(x, 8)
@@ -230,7 +258,7 @@ def test_a_bad_histogram_is_refused_naming_the_fault(how, reason):
 def test_only_occupied_slots_travel_and_read_back_dense():
     record = histogram_record(*honest())
     assert record["index"].numpy().tolist() == [0, 1, 2, 4, 5]
-    for got, want in zip(read_histograms(record, LAYOUT, 1, rows=4), honest()):
+    for got, want in zip(read_histograms(record, LAYOUT, 1, rows=4).dense(), honest()):
         np.testing.assert_array_equal(got, want)
 
 
@@ -385,3 +413,13 @@ def test_a_node_that_lost_its_margins_mid_round_drops_the_iteration(tmp_path, ca
     train = [m for m in run.grid.down if m.metadata.message_type == "train"]
     with_booster = [m for m in train if "arrays" in m.content]
     assert len(with_booster) == 3 * 3 and len(train) > len(with_booster)  # once a round a node
+
+
+def test_bins_too_many_for_the_histogram_bound_fail_the_run_in_one_sentence(tmp_path):
+    """Only the nodes' sketches say how many bins there are: the run stops at round 1, its
+    outcome names the bound and what to lower."""
+    with pytest.raises(InvalidRunConfig, match="lower fedxgb-hist.max-depth or max-bin"):
+        run_app(tmp_path, 3, **{**RUN, "task": "wine", "fedxgb-hist.max-histogram-bytes": 2048})
+    outcome = json.loads((tmp_path / RUN_NAME / "config.json").read_text())["outcome"]
+    assert outcome["status"] == "failed" and outcome["rounds"] == 0
+    assert outcome["cause"].startswith("refused once the nodes answered: one level's histograms")

@@ -301,6 +301,7 @@ class TreeBuilder:
     left: list[int] = field(default_factory=lambda: [-1])
     right: list[int] = field(default_factory=lambda: [-1])
     loss_chg: list[float] = field(default_factory=lambda: [0.0])
+    measured: list[bool] = field(default_factory=lambda: [True])  # sums from a histogram
     open: list[int] = field(default_factory=lambda: [0])
 
     def growing(self) -> GrowingTree:
@@ -325,6 +326,7 @@ class TreeBuilder:
             self.left.append(-1)
             self.right.append(-1)
             self.loss_chg.append(0.0)
+            self.measured.append(False)
 
     def to_tree(self, layout: BinLayout, params: TreeParams) -> Tree:
         """XGBoost's arrays of the finished tree: raw thresholds, leaf values times ``eta``."""
@@ -393,14 +395,24 @@ Rows = tuple[np.ndarray, np.ndarray, np.ndarray]  # one leaf's (grad, hess, coun
 
 
 def grow_iteration(
-    layout: BinLayout, params: TreeParams, num_trees: int, exchange: Exchange
+    layout: BinLayout,
+    params: TreeParams,
+    num_trees: int,
+    exchange: Exchange,
+    exact: bool = True,
 ) -> list[Tree]:
     """One boosting iteration: ``num_trees`` trees (one per class) grown level by level. Each
     level ``exchange`` sums the nodes' histograms of the leaves it is given (the trees so far
     and those leaves in; the summed (grad, hess, count) rows out). Below the root it is given
     only the child of each split with fewer rows; the sibling's histogram is the parent's minus
     that child's (XGBoost's own subtraction trick), so each level after the root sends half the
-    leaves."""
+    leaves.
+
+    ``exact=False``: the nodes' histograms are coarsened (``merge_small_slots``): a node's rows
+    no longer sit where the server's split sees them, so the split's sums are not the children's
+    and a parent's histogram minus a child's is not the sibling's. Every leaf is then asked for,
+    and its sums (G, H) are its histogram's totals (which merging keeps), the leaves below the
+    last split level in one more exchange."""
     builders = [TreeBuilder([(0.0, 0.0)]) for _ in range(num_trees)]
     leaves = open_leaves(builders)
     grad, hess, count = exchange([b.growing() for b in builders], leaves)
@@ -410,6 +422,8 @@ def grow_iteration(
     held = {leaf: (grad[m], hess[m], count[m]) for m, leaf in enumerate(leaves)}
     while leaves:
         leaves = grow_level(builders, layout, params, grad, hess, count, present)
+        if not exact:
+            leaves = _measured(builders, layout, exchange, leaves)
         if not leaves:
             break
         parent_of = {
@@ -422,7 +436,7 @@ def grow_iteration(
         asked = [
             leaf
             for leaf in leaves
-            if leaf == _smaller_child(builders, layout, held, parent_of[leaf])
+            if not exact or leaf == _smaller_child(builders, layout, held, parent_of[leaf])
         ]
         got = exchange([b.growing() for b in builders], asked)
         rows = {leaf: (got[0][i], got[1][i], got[2][i]) for i, leaf in enumerate(asked)}
@@ -433,7 +447,42 @@ def grow_iteration(
                 )
         held = rows
         grad, hess, count = (np.stack([rows[leaf][i] for leaf in leaves]) for i in range(3))
+        if not exact:
+            _take_totals(builders, layout, leaves, grad, hess)
     return [b.to_tree(layout, params) for b in builders]
+
+
+def _measured(
+    builders: Sequence[TreeBuilder], layout: BinLayout, exchange: Exchange, leaves: list[Leaf]
+) -> list[Leaf]:
+    """``leaves`` (the next level's open ones); when there are none, the children of the last
+    split level, which no histogram has summed yet, get their sums from one more exchange."""
+    if leaves:
+        return leaves
+    unmeasured = [
+        (k, node)
+        for k, b in enumerate(builders)
+        for node in range(len(b.left))
+        if b.left[node] < 0 and b.depth[node] > 0 and not b.measured[node]
+    ]
+    if unmeasured:
+        grad, hess, _ = exchange([b.growing() for b in builders], unmeasured)
+        _take_totals(builders, layout, unmeasured, grad, hess)
+    return []
+
+
+def _take_totals(
+    builders: Sequence[TreeBuilder],
+    layout: BinLayout,
+    leaves: list[Leaf],
+    grad: np.ndarray,
+    hess: np.ndarray,
+) -> None:
+    """Each leaf's (G, H): its histogram's totals (feature 0's slots, missing included)."""
+    end = int(layout.offsets[1])
+    for m, (k, node) in enumerate(leaves):
+        builders[k].sums[node] = (float(grad[m, :end].sum()), float(hess[m, :end].sum()))
+        builders[k].measured[node] = True
 
 
 def _sibling(builders: Sequence[TreeBuilder], leaf: Leaf, parent_of: dict[Leaf, Leaf]) -> Leaf:

@@ -208,7 +208,13 @@ class FedXgbHist(XgbStrategy):
             return sums[:3]
 
         try:
-            trees = grow_iteration(self.layout, self.params, self.spec.outputs, exchange)
+            trees = grow_iteration(
+                self.layout,
+                self.params,
+                self.spec.outputs,
+                exchange,
+                exact=self.hist.min_bin_count <= 1,
+            )
         except IterationDropped as err:
             self.dropped_reason = str(err)
             log(WARNING, "%s round %d: iteration dropped: %s", self.label, server_round, err)

@@ -423,3 +423,48 @@ def test_bins_too_many_for_the_histogram_bound_fail_the_run_in_one_sentence(tmp_
     outcome = json.loads((tmp_path / RUN_NAME / "config.json").read_text())["outcome"]
     assert outcome["status"] == "failed" and outcome["rounds"] == 0
     assert outcome["cause"].startswith("refused once the nodes answered: one level's histograms")
+
+
+def test_merged_slots_keep_every_leaf_s_sums_its_rows_own(tmp_path):
+    """With min-bin-count a node's rows are not where the merged histogram puts them: every
+    leaf's value must still come from its own rows' totals (regression diverged without)."""
+    config = {**RUN, "task": "diabetes", "num-server-rounds": 5, "fedxgb-hist.max-depth": 4}
+    exact = run_app(tmp_path / "exact", 3, **config).rows
+    merged = run_app(tmp_path / "merged", 3, **{**config, "fedxgb-hist.min-bin-count": 5}).rows
+    assert merged[-1]["test_mse"] < merged[0]["test_mse"]
+    assert merged[-1]["test_mse"] < 1.2 * exact[-1]["test_mse"]
+    assert [r["histogram_levels"] for r in merged[1:]] == [5] * 5  # 4 levels and the leaves'
+
+
+def test_with_merged_slots_each_leaf_value_is_its_own_rows_newton_step():
+    nodes = node_tables(SQUARED, seed=5)
+    spec, params = SPECS[SQUARED], TreeParams(max_depth=4)
+    sketches = [column_sketch(x, 64) for x, _ in nodes]
+    layout = BinLayout(
+        tuple(merge_sketches([s for s, _ in sketches], [c for _, c in sketches], 16))
+    )
+    local = [(layout.bins(x), *gradients(SQUARED, np.zeros((len(x), 1)), y)) for x, y in nodes]
+
+    def exchange(trees, leaves):
+        parts = []
+        for bins, g, h in local:
+            sums = histograms(layout, bins, g, h, trees, leaves)
+            merge_small_slots(layout, *sums, 8)
+            parts.append(sums)
+        return tuple(sum(p) for p in zip(*parts))
+
+    (tree,) = grow_iteration(layout, params, 1, exchange, exact=False)
+    raw = encode_booster(Booster(spec, (tree,)))
+    x = np.concatenate([x for x, _ in nodes])
+    g = np.concatenate([g for _, g, _ in local])[:, 0].astype(np.float64)
+    leaf = (
+        xgboost_module()
+        .Booster(model_file=bytearray(raw))
+        .predict(xgboost_module().DMatrix(x), pred_leaf=True)
+        .ravel()
+    )
+    assert len(np.unique(leaf)) > 4
+    for node in np.unique(leaf).astype(int):
+        rows = leaf == node
+        newton = -g[rows].sum() / (rows.sum() + params.reg_lambda) * params.eta
+        assert tree.split_condition[node] == pytest.approx(newton, rel=1e-5)

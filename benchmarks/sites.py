@@ -61,6 +61,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TEST_SHARE = 0.25
 COMMON = {"task": "site", "tensorboard": False}
 
+POOLED_MAX_BYTES = 2**30  # the pooled node's dataset-max-bytes (tasks.site_files: 256 MiB)
+
 
 @dataclass(frozen=True)
 class Family:
@@ -339,7 +341,13 @@ def pooled(
     losses = []
     for pid in range(len(split.sites) if own_shares else 1):
         config = site_config(split, family, table, seed, rounds, "all.csv", f"{pid}.csv")
-        node = [{"dataset-test-path": str(split.folder / "test" / "all.csv")}]
+        # the one node holds every site's file: its limit is the union's (synth1m: 295 MB)
+        node = [
+            {
+                "dataset-test-path": str(split.folder / "test" / "all.csv"),
+                "dataset-max-bytes": POOLED_MAX_BYTES,
+            }
+        ]
         result = run_one(out_dir, f"{table}-s{seed}-{family.name}-pooled-on{pid}", config, node)
         record["wall_s"] += result["wall_s"]
         record["config"] = {**config, "server-test-path": "test/<pid>.csv"}

@@ -364,7 +364,8 @@ def summarise(
             "kB up per round": [r["bytes_up_per_round"] / 1e3 for r in ok],
             "kB down per round": [r["bytes_down_per_round"] / 1e3 for r in ok],
             "ms per round": [1e3 * r["s_per_round"] for r in ok],
-            "exchanges per round": [r["exchanges_per_round"] for r in ok],
+            # records from before the column: one exchange a round
+            "exchanges per round": [r.get("exchanges_per_round", 1.0) for r in ok],
         }
         summary[family.name] = {k: list(mean_std(v)) for k, v in columns.items()}
         in_budget = mean_std(columns["rounds in budget"])[0]

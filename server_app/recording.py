@@ -52,13 +52,17 @@ class RecordedStrategy(Strategy):
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]):
         """The inner aggregation; ``BelowQuorum`` first if fewer than ``min_replies`` of the
-        nodes asked (or all of them, if fewer were asked) answered without an error; the strategy
-        then keeps its state of the last round."""
+        nodes asked (or all of them, if fewer were asked) answered without an error (or, for a
+        family that exchanges itself, ``own_exchange``'s count); the strategy then keeps its
+        state of the last round."""
         replies = list(replies)
-        answered = sum(not r.has_error() for r in replies)
-        if answered < min(self.min_replies, self.asked):
+        asked, answered = self.inner.own_exchange() or (
+            self.asked,
+            sum(not r.has_error() for r in replies),
+        )
+        if answered < min(self.min_replies, asked):
             raise BelowQuorum(
-                f"round {server_round + self.done}: {answered} of {self.asked} "
+                f"round {server_round + self.done}: {answered} of {asked} "
                 f"nodes asked answered, min-replies={self.min_replies}"
             )
         arrays, metrics = self.inner.aggregate_train(server_round + self.done, replies)

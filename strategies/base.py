@@ -132,6 +132,12 @@ class FederatedStrategy(Strategy):
     ) -> Iterable[Message]:
         """The round's train messages to the sampled ``nodes``."""
 
+    def own_exchange(self) -> tuple[int, int] | None:
+        """(nodes asked, nodes whose answer was used) of this round's training when the family
+        exchanges with its nodes itself from ``train_messages`` (fedxgb-hist's tree levels), so
+        ``min-replies`` counts those; None: the round's train messages are the template's."""
+        return None
+
     def count_failures(self, count: int) -> None:
         """Add ``count`` failures to the round's (reported with its training metrics)."""
         self._failures += count

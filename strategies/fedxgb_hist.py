@@ -90,7 +90,7 @@ class FedXgbHist(XgbStrategy):
         self.objective = hist.objective(task)
         self.layout: BinLayout | None = None
         self.rows = np.zeros(0, np.int64)  # each roster position's training rows (-1: unknown)
-        self.levels = self.participants = 0
+        self.levels = self.participants = self.asked = self.answered = 0
         self.dropped_reason = ""
 
     def summary(self) -> None:
@@ -191,6 +191,7 @@ class FedXgbHist(XgbStrategy):
         """Grow the round's trees level by level through ``grid``; no message is left for the
         template to send."""
         self.levels, self.participants, self.dropped_reason = 0, 0, ""
+        self.asked, self.answered = len(nodes), 0
         unknown = [n for n in nodes if self.rows[self.book.position(n)] < 0]
         if unknown:  # a resumed run, or a node that came back under a new id
             self._sketches(grid, server_round, unknown)
@@ -200,6 +201,7 @@ class FedXgbHist(XgbStrategy):
             sums = self._level(grid, server_round, members or nodes, trees, leaves)
             if not members:
                 members.extend(sums[3])
+                self.answered = len(members)
             elif sums[3] != members:
                 missing = sorted(set(members) - set(sums[3]))
                 raise IterationDropped(
@@ -283,6 +285,12 @@ class FedXgbHist(XgbStrategy):
             raise DecodeError("histograms from a node that sent no sketch")
         record = exact_records(reply.content, {HISTOGRAMS: ArrayRecord})[HISTOGRAMS]
         return read_histograms(record, self.layout, leaves, int(rows))
+
+    def own_exchange(self) -> tuple[int, int]:
+        """The nodes asked for the round's root histograms, and those whose root histograms
+        were usable: ``min-replies`` counts these (an iteration dropped below the root still
+        had them)."""
+        return self.asked, self.answered
 
     def aggregate(
         self, server_round: int, replies: Iterable[Message]

@@ -40,6 +40,7 @@ from oracles.xgboost_local import outputs, xgboost_module
 from run_config.common import RunSettings
 from server_app.app import InvalidRunConfig, run
 from server_app.checkpoint import read_checkpoint
+from server_app.recording import BelowQuorum
 from strategies.registry import strategy_for
 from tasks.datasets import load_task
 from testing.inprocess_grid import LocalGrid, run_config, server_context
@@ -468,3 +469,13 @@ def test_with_merged_slots_each_leaf_value_is_its_own_rows_newton_step():
         rows = leaf == node
         newton = -g[rows].sum() / (rows.sum() + params.reg_lambda) * params.eta
         assert tree.split_condition[node] == pytest.approx(newton, rel=1e-5)
+
+
+def test_min_replies_counts_the_nodes_that_answered_the_root(tmp_path):
+    """The levels are the family's own exchanges: a round whose root histograms came from
+    fewer nodes than min-replies stops the run as below quorum, like any family's."""
+    config = {**RUN, "task": "wine", "min-replies": 3}
+    with pytest.raises(BelowQuorum, match=r"round 2: 2 of 3 nodes asked answered, min-replies=3"):
+        run_app(tmp_path / "quorum", 3, client=hostile("negative", 0), **config)
+    rows = run_app(tmp_path / "deeper", 3, client=hostile("negative", 1), **config).rows
+    assert [r["iteration_dropped"] for r in rows[1:]] == [0, 1, 0]  # all 3 answered the root

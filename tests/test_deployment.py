@@ -55,9 +55,11 @@ FAMILIES = {
     "fedxgb-hist": "algorithm='fedxgb-hist' task='wine' fedxgb-hist.max-depth=3 "
     "fedxgb-hist.federated-eval=false",
 }
-# Rounds enough for the returning SuperNode to start and be activated before the last ones (it
-# took 12 s on a busy machine, two FedFW rounds of 5.5 s each)
-KILLED_ROUNDS = 12
+# Rounds enough for the returning SuperNode to start and be activated before the last ones: with
+# the prompt SuperNodes a FedFW round after the loss takes 1-2 s, and the returning SuperNode
+# (a new process and SuperExec on a machine running the other deployment's jobs) missed all of
+# rounds 4-12 once (14 s); 30 rounds leave it about 35 s
+KILLED_ROUNDS = 30
 KILLED = (
     f"algorithm='fedfw' task='synthetic' num-server-rounds={KILLED_ROUNDS} min-nodes=3 "
     "fedfw.federated-eval=false reply-timeout=30"

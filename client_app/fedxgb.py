@@ -63,11 +63,8 @@ def train(job: Job) -> RecordDict:
 
 def evaluate(job: Job) -> RecordDict:
     """The global booster's loss sums on this node's test shard and training data."""
-    fedxgb = job.family
-    spec = fedxgb.spec(job.data.task)
-    return booster_evaluation(
-        read_booster(job.content[ARRAYS], spec)[1], spec, fedxgb.loss(job.data.task), job.data
-    )
+    fedxgb, task = job.family, job.data.task
+    return booster_evaluation(_global(job), fedxgb.spec(task), fedxgb.loss(task), job.data)
 
 
 def booster_evaluation(

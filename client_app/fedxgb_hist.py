@@ -1,11 +1,11 @@
 """Client half of ``fedxgb-hist``: a node's quantile sketch once, then per level of every tree
 its histograms of gradient and hessian sums over its own rows (``oracles.hist_xgboost``).
 
-A node keeps only its margins and the bin edges between the levels of a round: an iteration's
-first train message carries the checked global booster, whose margins (XGBoost's own
-prediction, so the gradients are XGBoost's) the node keeps for the deeper levels, and the agreed
-edges; every train message carries the trees being grown, from which the node recomputes its
-bins and the leaf of each row.
+A node keeps only its margins, the bin edges and its rows' bins between the levels of a round:
+an iteration's first train message carries the checked global booster, whose margins
+(XGBoost's own prediction, so the gradients are XGBoost's) the node keeps for the deeper
+levels, and the agreed edges, from which it bins its rows once; every train message carries
+the trees being grown, from which the node finds the leaf of each row.
 Only sums over its rows leave it (with ``fedxgb-hist.min-bin-count``, none over fewer rows
 than that unless a leaf holds fewer); evaluation is the XGBoost baselines' (``client_app.fedxgb``).
 """
@@ -41,7 +41,7 @@ from run_config.fedxgb_hist import FedXgbHistSettings
 
 Job = ClientJob[FedXgbHistSettings, None]
 # what a node keeps in its Context.state between the levels of a round
-MARGINS, EDGES, KEPT_ROUND = "fedxgb-hist.margins", "fedxgb-hist.edges", "fedxgb-hist.round"
+KEPT, EDGES, KEPT_ROUND = "fedxgb-hist.kept", "fedxgb-hist.edges", "fedxgb-hist.round"
 
 
 def _rows(x: np.ndarray) -> np.ndarray:
@@ -61,33 +61,37 @@ def train(job: Job) -> RecordDict:
     hist, data = job.family, job.data
     spec = hist.spec(data.task)
     x = _rows(data.x_train)
-    margins, layout = _round_start(job, spec, x)
+    margins, layout, bins = _round_start(job, spec, x)
     trees, leaves = read_growing(job.content[GROWING], layout, spec.outputs, hist.max_depth)
     g, h = gradients(hist.objective(data.task), margins, data.y_train)
-    sums = histograms(layout, layout.bins(x), g, h, trees, leaves)
+    sums = histograms(layout, bins, g, h, trees, leaves)
     merge_small_slots(layout, *sums, hist.min_bin_count)
     return RecordDict({HISTOGRAMS: histogram_record(*sums)})
 
 
-def _round_start(job: Job, spec: BoosterSpec, x: np.ndarray) -> tuple[np.ndarray, BinLayout]:
-    """The booster's margins on the node's rows and the bin edges: read from a round's first
-    level, which carries the booster and the edges (the margins computed by XGBoost's
-    prediction), and kept in the node's state for the deeper levels, which carry neither;
-    ``LostStateError`` when the node holds none of this round (it restarted mid-iteration: the
-    server drops the iteration and starts again)."""
+def _round_start(
+    job: Job, spec: BoosterSpec, x: np.ndarray
+) -> tuple[np.ndarray, BinLayout, np.ndarray]:
+    """The booster's margins on the node's rows, the bin edges and the rows' bins: read and
+    computed at a round's first level, which carries the booster and the edges (the margins by
+    XGBoost's prediction), and kept in the node's state for the deeper levels, which carry
+    neither; ``LostStateError`` when the node holds none of this round (it restarted
+    mid-iteration: the server drops the iteration and starts again)."""
     server_round = int(job.content[CONFIG][SERVER_ROUND])
     if ARRAYS in job.content:
         layout = read_layout(job.content[LAYOUT], spec.num_feature, job.family.max_bin)
         margins = outputs(read_booster(job.content[ARRAYS], spec)[1], x).astype(np.float32)
-        job.state[MARGINS] = ArrayRecord({"margins": Array(margins)})
+        bins = layout.bins(x).astype(np.uint16)  # at most max-bin (<= 1024) + 1
+        job.state[KEPT] = ArrayRecord({"margins": Array(margins), "bins": Array(bins)})
         job.state[EDGES] = job.content[LAYOUT]
         job.state[KEPT_ROUND] = ConfigRecord({SERVER_ROUND: server_round})
-        return margins, layout
+        return margins, layout, bins
     kept = job.state.get(KEPT_ROUND)
     if kept is None or int(kept[SERVER_ROUND]) != server_round:
         raise LostStateError(f"this node holds no margins of round {server_round}")
     layout = read_layout(job.state[EDGES], spec.num_feature, job.family.max_bin)
-    return job.state[MARGINS]["margins"].numpy(), layout
+    arrays = job.state[KEPT]
+    return arrays["margins"].numpy(), layout, arrays["bins"].numpy()
 
 
 def evaluate(job: Job) -> RecordDict:

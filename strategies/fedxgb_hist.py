@@ -56,7 +56,7 @@ from oracles.hist_xgboost import grow_iteration, merge_sketches
 from oracles.xgboost_local import INSTALL, available
 from run_config.common import RunSettings
 from run_config.fedxgb_hist import FedXgbHistSettings, check_task, fedxgb_hist_settings
-from strategies.fedxgb import SPEC, StoredBooster, XgbStrategy
+from strategies.fedxgb import StoredBooster, XgbStrategy
 from strategies.screening import exact_records, screen_replies
 from strategies.state_codec import POSITIONS, checks
 from tasks.datasets import TaskData
@@ -112,12 +112,12 @@ class FedXgbHist(XgbStrategy):
         bins = None if self.layout is None else [len(e) + 1 for e in self.layout.edges]
         return {**super().description(), "objective": self.objective, "bins": bins}
 
-    def _messages(self, server_round: int, nodes: list[int], kind: str) -> Iterable[Message]:
-        """The booster to ``nodes`` (evaluation), as the baselines send it."""
-        content = RecordDict(
-            {ARRAYS: self.record, CONFIG: ConfigRecord({SERVER_ROUND: server_round})}
-        )
-        return [Message(content, n, kind, group_id=str(server_round)) for n in nodes]
+    def _construct_messages(
+        self, record: RecordDict, node_ids: list[int], message_type: str
+    ) -> list[Message]:
+        """The baselines' evaluate messages (``XgbStrategy._messages``), built as Flower's
+        xgboost strategies build theirs: this one derives from none of them."""
+        return [Message(record, node, message_type) for node in node_ids]
 
     # -- the edges, once ------------------------------------------------------------------------
     def on_roster(self, grid: Grid, server_round: int) -> None:
@@ -305,9 +305,6 @@ class FedXgbHist(XgbStrategy):
         return None, metrics
 
     # -- state ----------------------------------------------------------------------------------
-    def state_context(self) -> dict[str, Any]:
-        return {**super().state_context(), SPEC: self.spec}
-
     def family_state(self) -> FedXgbHistState:
         edges = self.layout.edges if self.layout is not None else ()
         return FedXgbHistState(

@@ -110,7 +110,7 @@ def current_values(job: Job, model: BoostingModel) -> tuple[int, dict[str, np.nd
         values = {name: array.numpy() for name, array in state[VALUES].items()}
     updated = {}
     for name, x in points.items():
-        cache = PredictionCache(x, version, values[name])
+        cache = PredictionCache(x, version, values[name], job.device)
         updated[name] = cache.update(delta, None if own is None else own[name])
     for key in (OWN, OWN_VALUES):  # included now, or not accepted
         if key in state:
@@ -246,7 +246,11 @@ def train(job: Job) -> RecordDict:
             increment, values["train"], ffgb.distill, _distiller(ffgb, model, job, t)
         )
     own_test = weighted_sum(
-        increment.learners, increment.weights, _flat(data.x_test), data.task.num_outputs
+        increment.learners,
+        increment.weights,
+        _flat(data.x_test),
+        data.task.num_outputs,
+        device=job.device,
     )
     job.state[OWN] = ConfigRecord({"round": server_round, "count": len(increment.learners)})
     job.state[OWN_VALUES] = arrays_to_record({"train": increment.own_values, "test": own_test})

@@ -6,8 +6,9 @@ matrix product or convolution per layer for many networks, ``stacked_forward`` o
 ``functions.networks`` / ``functions.convnets``), in chunks of learners and inputs so that the
 widest layer's activations stay under ``CHUNK_BYTES``. Terms are added to the output in learner
 order, in float64: for trees the result is bit-identical to a loop over ``predict``; networks
-agree with it to float32 rounding (the batched products round differently). Torch runs with the
-process's thread setting (the apps set one thread).
+agree with it to float32 rounding (the batched products round differently). Networks run on the
+``device`` given (a node's GPU: the learners it receives each round are its largest cost there
+after its own fits), on the CPU with the process's thread setting (the apps set one thread).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from functions.learners import Learner, learner_spec, same_spec_runs
 from functions.networks import Network, NetworkSpec
 from functions.trees import TreeSpec
 
+CPU = torch.device("cpu")
 CHUNK_BYTES = 64 << 20  # float32 activations of the widest layer per chunk
 
 
@@ -33,6 +35,7 @@ def weighted_sum(
     x: np.ndarray,
     n_outputs: int,
     initial: np.ndarray | None = None,
+    device: torch.device = CPU,
 ) -> np.ndarray:
     """``initial + sum_k weights[k] * learners[k](x)`` as a new float64 (n, n_outputs) array.
 
@@ -57,7 +60,7 @@ def weighted_sum(
         if isinstance(spec, TreeSpec):
             add_weighted(out, learners[start:stop], weights[start:stop], x)
         else:
-            _add_networks(out, spec, learners[start:stop], weights[start:stop], x)
+            _add_networks(out, spec, learners[start:stop], weights[start:stop], x, device)
     return out
 
 
@@ -67,23 +70,25 @@ def _add_networks(
     modules: Sequence[Network | ConvNet],
     weights: Sequence[float],
     x: np.ndarray,
+    device: torch.device,
 ) -> None:
-    """out += sum_k weights[k] * modules[k](x), stacked in chunks of networks and inputs."""
+    """out += sum_k weights[k] * modules[k](x), stacked in chunks of networks and inputs, the
+    products on ``device``."""
     forward = (
         networks.stacked_forward if isinstance(spec, NetworkSpec) else convnets.stacked_forward
     )
     pairs = max(1, CHUNK_BYTES // (4 * spec.activation_size))  # (network, input) pairs a chunk
     rows = max(1, min(len(x), pairs))
     per_chunk = max(1, pairs // rows)
-    inputs = torch.tensor(x, dtype=torch.float32)
+    inputs = torch.tensor(x, dtype=torch.float32, device=device)
     with torch.no_grad():
         for first in range(0, len(modules), per_chunk):
             chunk = modules[first : first + per_chunk]
             params = [
-                torch.stack(tensors)
+                torch.stack(tensors).to(device)
                 for tensors in zip(*(module.state_dict().values() for module in chunk))
             ]
             for row in range(0, len(x), rows):
-                outputs = forward(spec, params, inputs[row : row + rows]).numpy()
+                outputs = forward(spec, params, inputs[row : row + rows]).cpu().numpy()
                 for weight, output in zip(weights[first : first + per_chunk], outputs):
                     out[row : row + rows] += weight * output.astype(np.float64)

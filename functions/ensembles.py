@@ -31,10 +31,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+import torch
 from flwr.app import ConfigRecord, RecordDict
 
 from functions import convnets, networks
-from functions.batched import weighted_sum
+from functions.batched import CPU, weighted_sum
 from functions.convnets import ConvNetSpec
 from functions.errors import DecodeError, NonFiniteError
 from functions.forest import FIELDS as TREE_FIELDS
@@ -268,10 +269,17 @@ class PredictionCache:
     learners are evaluated once on ``x`` and can then be dropped.
     """
 
-    def __init__(self, x: np.ndarray, version: int = 0, values: np.ndarray | None = None) -> None:
+    def __init__(
+        self,
+        x: np.ndarray,
+        version: int = 0,
+        values: np.ndarray | None = None,
+        device: torch.device = CPU,
+    ) -> None:
         self.x = np.asarray(x)
         self.version = version
         self.values = values
+        self.device = device  # where the delta's networks are evaluated
 
     def update(self, delta: Delta, own_values: np.ndarray | None = None) -> np.ndarray:
         """Apply ``delta`` to the cached values; ``own_values`` = the values of the learners the
@@ -293,7 +301,9 @@ class PredictionCache:
                         "values it does not hold"
                     )
                 values = values + delta.own_factor * own_values
-        self.values = weighted_sum(delta.learners, delta.weights, self.x, delta.n_outputs, values)
+        self.values = weighted_sum(
+            delta.learners, delta.weights, self.x, delta.n_outputs, values, self.device
+        )
         self.version = delta.version
         return self.values
 

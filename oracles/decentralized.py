@@ -18,48 +18,106 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional
 
+from oracles.graphed_steps import graphs_on, run_steps, stacked
+
 Params = list[np.ndarray]
 Predict = Callable[[torch.Tensor], torch.Tensor]
 
 
+Draw = Callable[[], tuple[torch.Tensor, ...]]
+"""One step's random inputs (minibatch rows, noise, sample points), drawn where the generator
+lives, in the order the step uses them."""
+OptimizerFor = Callable[[bool], torch.optim.Optimizer]
+"""The step's optimiser, capturable (its state on the device, for CUDA graphs) or not."""
+TABLE_BYTES = 256 << 20  # most bytes of pre-drawn step inputs held on the device at once
+
+
+@dataclass(frozen=True)
+class Tabled:
+    """How a loss may be computed when its steps' draws are made beforehand (the CUDA-graph
+    form): ``prepare`` turns a chunk of steps' device tables into the tables ``loss`` reads a
+    row of, for example a fixed function evaluated once at every step's points of the chunk
+    instead of at each step. Same loss, to float rounding."""
+
+    prepare: Callable[..., Sequence[torch.Tensor]]
+    loss: Callable[..., torch.Tensor]
+
+
 def optimise(
-    optimizer: torch.optim.Optimizer, steps: int, batch_loss: Callable[[], torch.Tensor]
+    optimizer_for: OptimizerFor,
+    steps: int,
+    draw: Draw,
+    loss_from: Callable[..., torch.Tensor],
+    device: torch.device,
+    replayable: bool = True,
+    tabled: Tabled | None = None,
 ) -> float:
-    """``steps`` optimiser steps on ``batch_loss()`` (a fresh minibatch each call); returns the
-    mean loss over the last tenth of the steps (a less noisy value than the last batch's)."""
+    """``steps`` optimiser steps on ``loss_from(*draw())`` (a fresh minibatch each step, moved to
+    ``device``); returns the mean loss over the last tenth of the steps (a less noisy value than
+    the last batch's). On a CUDA device the steps replay as CUDA graphs
+    (``oracles.graphed_steps``) unless the loss is not ``replayable`` (it copies to the host):
+    the draws are made beforehand, in the same order, at most ``TABLE_BYTES`` of them at a
+    time, and go through ``tabled`` when given."""
     if type(steps) is not int or steps < 1:
         raise ValueError(f"steps must be a positive int, got {steps!r}")
-    tail = []
-    for step in range(steps):
+    first_tail = steps - math.ceil(steps / 10)
+    graphed = replayable and graphs_on(device)
+    optimizer = optimizer_for(graphed and device.type == "cuda")
+
+    def step(loss_of: Callable[..., torch.Tensor], draws: Sequence[torch.Tensor]) -> torch.Tensor:
         optimizer.zero_grad()
-        loss = batch_loss()
+        loss = loss_of(*draws)
         loss.backward()
         optimizer.step()
-        if step >= steps - math.ceil(steps / 10):
-            tail.append(float(loss.detach()))
-    return sum(tail) / len(tail)
+        return loss.detach()
+
+    if not graphed:
+        tail = []
+        for t in range(steps):
+            loss = step(loss_from, [d.to(device) for d in draw()])
+            if t >= first_tail:
+                tail.append(float(loss))
+        return sum(tail) / len(tail)
+    tail_sum = torch.zeros(1, device=device)
+    table_loss = tabled.loss if tabled is not None else loss_from
+
+    def tailed(row: Sequence[torch.Tensor]) -> None:
+        tail_sum.add_(step(table_loss, row[1:]) * row[0])
+
+    done = 0
+    while done < steps:
+        per_step = [(torch.tensor([float(done >= first_tail)]), *draw())]
+        size = sum(t.numel() * t.element_size() for t in per_step[0])
+        chunk = min(steps - done, max(1, TABLE_BYTES // size))
+        per_step += [
+            (torch.tensor([float(t >= first_tail)]), *draw()) for t in range(done + 1, done + chunk)
+        ]
+        tail_weights, *tables = stacked(per_step, device)
+        if tabled is not None:
+            tables = list(tabled.prepare(*tables))
+        run_steps(tailed, [tail_weights, *tables])
+        done += chunk
+    return float(tail_sum) / (steps - first_tail)
 
 
-def sample_rows(
-    n: int, size: int, generator: torch.Generator | None, device: torch.device
-) -> torch.Tensor:
-    """``min(size, n)`` distinct row indices in [0, n), drawn with ``generator``."""
+def sample_rows(n: int, size: int, generator: torch.Generator | None) -> torch.Tensor:
+    """``min(size, n)`` distinct row indices in [0, n), drawn with ``generator`` (where it
+    lives)."""
     if type(size) is not int or size < 1:
         raise ValueError(f"batch size must be a positive int, got {size!r}")
-    return torch.randperm(n, generator=generator, device=_device(generator))[:size].to(device)
+    return torch.randperm(n, generator=generator, device=_device(generator))[:size]
 
 
-def uniform(
-    shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device
-) -> torch.Tensor:
-    """Uniform [0, 1) draws of ``shape`` made with ``generator``, moved to ``device``."""
-    return torch.rand(shape, generator=generator, device=_device(generator)).to(device)
+def uniform(shape: tuple[int, ...], generator: torch.Generator | None) -> torch.Tensor:
+    """Uniform [0, 1) draws of ``shape`` made with ``generator`` (where it lives)."""
+    return torch.rand(shape, generator=generator, device=_device(generator))
 
 
 def _device(generator: torch.Generator | None) -> torch.device | None:
@@ -88,15 +146,26 @@ def _cross_entropy_batches(
     y: torch.Tensor,
     batch_size: int,
     generator: torch.Generator | None,
-) -> Callable[[], torch.Tensor]:
-    """A callable giving the cross-entropy of the model on a fresh minibatch."""
+) -> tuple[Draw, Callable[[torch.Tensor], torch.Tensor]]:
+    """A step's draw (minibatch rows) and the model's cross-entropy on those rows."""
     x, y = prepare_data(model, x, y, 1)
 
-    def loss() -> torch.Tensor:
-        rows = sample_rows(len(x), batch_size, generator, x.device)
+    def draw() -> tuple[torch.Tensor]:
+        return (sample_rows(len(x), batch_size, generator),)
+
+    def loss(rows: torch.Tensor) -> torch.Tensor:
         return functional.cross_entropy(model(x[rows]), y[rows])
 
-    return loss
+    return draw, loss
+
+
+def adam_for(params: Sequence[torch.Tensor], lr: float) -> OptimizerFor:
+    """torch.optim.Adam on ``params``, capturable on request."""
+    params = list(params)
+    # capturable (for a CUDA graph): torch's fused Adam, one kernel in place of a dozen
+    return lambda capturable: torch.optim.Adam(
+        params, lr=lr, capturable=capturable, fused=True if capturable else None
+    )
 
 
 def adam_train(
@@ -115,8 +184,8 @@ def adam_train(
     Returns the mean loss of the last tenth of the steps.
     """
     model.train()
-    batch_loss = _cross_entropy_batches(model, x, y, batch_size, generator)
-    return optimise(torch.optim.Adam(model.parameters(), lr=lr), steps, batch_loss)
+    draw, loss = _cross_entropy_batches(model, x, y, batch_size, generator)
+    return optimise(adam_for(model.parameters(), lr), steps, draw, loss, x.device)
 
 
 def momentum_sgd_train(
@@ -136,9 +205,10 @@ def momentum_sgd_train(
     Returns the mean loss of the last tenth of the steps.
     """
     model.train()
-    batch_loss = _cross_entropy_batches(model, x, y, batch_size, generator)
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=momentum)
-    return optimise(optimizer, steps, batch_loss)
+    draw, loss = _cross_entropy_batches(model, x, y, batch_size, generator)
+    params = list(model.parameters())
+    sgd = lambda capturable: torch.optim.SGD(params, lr=lr, momentum=momentum)  # noqa: E731
+    return optimise(sgd, steps, draw, loss, x.device)
 
 
 def psr_train(
@@ -165,16 +235,16 @@ def psr_train(
     # sum_j ||theta - theta_j||^2 = d ||theta - mean||^2 + sum_j ||mean - theta_j||^2
     mean = [torch.stack(tensors).mean(0) for tensors in zip(*received)] if received else []
     spread = sum(float(((m - t) ** 2).sum()) for r in received for m, t in zip(mean, r))
-    cross_entropy = _cross_entropy_batches(model, x, y, batch_size, generator)
+    draw, cross_entropy = _cross_entropy_batches(model, x, y, batch_size, generator)
 
-    def loss() -> torch.Tensor:
+    def loss(rows: torch.Tensor) -> torch.Tensor:
         if not received:
-            return cross_entropy()
+            return cross_entropy(rows)
         distance = sum(((p - m) ** 2).sum() for p, m in zip(params, mean))
-        return cross_entropy() + lam * (len(received) * distance + spread)
+        return cross_entropy(rows) + lam * (len(received) * distance + spread)
 
     model.train()
-    return optimise(torch.optim.Adam(params, lr=lr), steps, loss)
+    return optimise(adam_for(params, lr), steps, draw, loss, params[0].device)
 
 
 def _as_tensors(arrays: Params, params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -271,6 +341,7 @@ def distill(
     samples: int = 1000,
     lr: float = 1e-3,
     generator: torch.Generator | None = None,
+    replayable: bool = False,
 ) -> float:
     """Adam in place on KL(teacher || student) on ``samples`` fresh uniform points of [0, 1]^p
     per step, the teacher distribution being the softmax of the teachers' mean logits.
@@ -287,11 +358,13 @@ def distill(
         raise ValueError(f"samples must be a positive int, got {samples!r}")
     device = next(model.parameters()).device
 
-    def loss() -> torch.Tensor:
-        z = uniform((samples, n_features), generator, device)
+    def draw() -> tuple[torch.Tensor]:
+        return (uniform((samples, n_features), generator),)
+
+    def loss(z: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
             target = torch.stack([t(z) for t in teachers]).mean(0).softmax(1)
         return functional.kl_div(model(z).log_softmax(1), target, reduction="batchmean")
 
     model.train()
-    return optimise(torch.optim.Adam(model.parameters(), lr=lr), steps, loss)
+    return optimise(adam_for(model.parameters(), lr), steps, draw, loss, device, replayable)

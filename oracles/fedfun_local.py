@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from functions.networks import NetworkSpec, build
-from functions.node_models import TREE, NodeModel, torch_function
+from functions.node_models import MLP, TREE, NodeModel, torch_function
 from oracles.decentralized import (
     adam_train,
     average_parameters,
@@ -103,9 +103,9 @@ def fsr_network_step(
 ) -> NodeModel:
     """Eq. 14 from the node's own network (trained in place on a copy)."""
     network = _copy(own.function, problem.device)
-    anchors = [Anchor(s.w_nbr, torch_function(m, problem.device)) for m in neighbours]
+    anchors = [_anchor(s.w_nbr, m, problem.device) for m in neighbours]
     if anchor_own:
-        anchors.insert(0, Anchor(s.w_own, torch_function(own, problem.device)))
+        anchors.insert(0, _anchor(s.w_own, own, problem.device))
     x = torch.as_tensor(problem.x, device=problem.device)
     y = torch.as_tensor(problem.one_hot(), device=problem.device)
     fsr_train(
@@ -121,6 +121,11 @@ def fsr_network_step(
         _generator(s),
     )
     return NodeModel(network.cpu())
+
+
+def _anchor(weight: float, model: NodeModel, device: torch.device) -> Anchor:
+    """``model`` as an FSR anchor (replayable in a CUDA graph when it is a network)."""
+    return Anchor(weight, torch_function(model, device), replayable=model.kind == MLP)
 
 
 def fsr_tree_step(
@@ -187,6 +192,7 @@ def baseline_step(
                 s.distill_samples,
                 s.lr,
                 generator,
+                replayable=all(m.kind == MLP for m in everyone),
             )
         adam_train(network, x, y, s.steps, s.batch_size, s.lr, generator)
     return _with_fisher(network, problem, s)

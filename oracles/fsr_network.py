@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from oracles.decentralized import optimise, prepare_data, sample_rows, uniform
+from oracles.decentralized import Tabled, adam_for, optimise, prepare_data, sample_rows, uniform
 
 JACOBI, PROX_GRAD = "jacobi", "prox-grad"
 STEP_FORMS = (JACOBI, PROX_GRAD)  # eq. 14 as run in the experiments; eq. 5 of the theory
@@ -25,10 +25,13 @@ DOMAIN_MEASURE = 1.0  # m(X) of the unit cube
 @dataclass(frozen=True)
 class Anchor:
     """A function the new model is pulled towards with ``weight``: ``predict`` maps (n, p)
-    inputs to (n, q) outputs without gradients (a torch network, a tree ensemble, ...)."""
+    inputs to (n, q) outputs without gradients (a torch network, a tree ensemble, ...);
+    ``replayable`` when it runs on the device alone (a network: no host copy, no sync), so that
+    a step using it can be replayed as a CUDA graph."""
 
     weight: float
     predict: Callable[[torch.Tensor], torch.Tensor]
+    replayable: bool = False
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.weight) and self.weight >= 0):
@@ -104,28 +107,79 @@ def fsr_train(
     (n, p), q = x.shape, y.shape[1]
     penalty_scale = DOMAIN_MEASURE / (n * penalty_samples * q)
 
-    def loss() -> torch.Tensor:
-        rows = sample_rows(n, batch_size, generator, x.device)
+    def draw() -> tuple[torch.Tensor, ...]:
+        rows = sample_rows(n, batch_size, generator)
+        noise = uniform((len(rows), p), generator) if radius > 0 else rows[:0]
+        return rows, noise, uniform((penalty_samples, p), generator) if anchors else rows[:0]
+
+    def data_term(rows: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
         inputs = x[rows]
         if radius > 0:
-            inputs = inputs + radius * (2.0 * uniform(inputs.shape, generator, x.device) - 1.0)
-        value = ((model(inputs) - y[rows]) ** 2).sum() / (len(rows) * q)
+            inputs = inputs + radius * (2.0 * noise - 1.0)
+        return ((model(inputs) - y[rows]) ** 2).sum() / (len(rows) * q)
+
+    def anchor_values(z: torch.Tensor, anchor: Anchor) -> torch.Tensor:
+        with torch.no_grad():
+            target = anchor.predict(z)
+        if target.shape != (*z.shape[:-1], q):
+            raise ValueError(
+                f"an anchor returned shape {tuple(target.shape)}, expected {(*z.shape[:-1], q)}"
+            )
+        return target
+
+    def loss(rows: torch.Tensor, noise: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        value = data_term(rows, noise)
         if not anchors:
             return value
-        z = uniform((penalty_samples, p), generator, x.device)
         out = model(z)
         for anchor in anchors:
-            with torch.no_grad():
-                target = anchor.predict(z)
-            if target.shape != out.shape:
-                raise ValueError(
-                    f"an anchor returned shape {tuple(target.shape)}, expected {tuple(out.shape)}"
-                )
+            target = anchor_values(z, anchor)
             value = value + penalty_scale * anchor.weight * ((out - target) ** 2).sum()
         return value
 
     model.train()
-    return optimise(torch.optim.Adam(model.parameters(), lr=lr), steps, loss)
+    replayable = all(anchor.replayable for anchor in anchors)
+    optimizer = adam_for(model.parameters(), lr)
+    tabled = Tabled(*_pooled_anchors(anchors, anchor_values, data_term, model, penalty_scale))
+    return optimise(optimizer, steps, draw, loss, x.device, replayable, tabled)
+
+
+def _pooled_anchors(
+    anchors: Sequence[Anchor],
+    anchor_values: Callable[[torch.Tensor, Anchor], torch.Tensor],
+    data_term: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    model: nn.Module,
+    penalty_scale: float,
+) -> tuple[Callable[..., Sequence[torch.Tensor]], Callable[..., torch.Tensor]]:
+    """eq. 14's penalty with its anchors pooled, for steps whose points are drawn beforehand:
+    sum_a w_a ||h - a||^2 = W ||h - m||^2 + c with W = sum_a w_a, m = sum_a w_a a / W and
+    c = sum_a w_a ||a||^2 - W ||m||^2, the anchors evaluated once at a whole chunk of steps'
+    points (one forward each, not one per step): the same loss and gradient to float
+    rounding, a step's graph without the anchors in it."""
+    total = sum(anchor.weight for anchor in anchors)
+
+    def prepare(rows: torch.Tensor, noise: torch.Tensor, z: torch.Tensor):
+        if not anchors or total == 0:
+            nothing = torch.zeros(len(rows), 0, device=rows.device)
+            return rows, noise, z, nothing, nothing
+        points = z.flatten(0, 1)
+        weighted, squares = 0.0, 0.0
+        for anchor in anchors:
+            values = anchor_values(points, anchor)
+            weighted = weighted + anchor.weight * values
+            squares = squares + anchor.weight * values**2
+        mean = weighted / total
+        constant = (squares - total * mean**2).reshape(len(z), -1).sum(1)
+        return rows, noise, z, mean.reshape(*z.shape[:2], -1), constant
+
+    def loss(rows, noise, z, mean, constant) -> torch.Tensor:
+        value = data_term(rows, noise)
+        if not anchors or total == 0:
+            return value
+        pooled = total * ((model(z) - mean) ** 2).sum() + constant
+        return value + penalty_scale * pooled
+
+    return prepare, loss
 
 
 def monte_carlo_distance(

@@ -11,11 +11,13 @@ decay) on one flat parameter buffer with preallocated gradients, about twice as 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 import torch
 from torch import nn
+
+from oracles.graphed_steps import graphs_on, run_steps, stacked
 
 BETAS = (0.9, 0.999)
 EPS = 1e-8
@@ -34,12 +36,13 @@ def _activate(z: torch.Tensor, kind: str) -> torch.Tensor:
 def _backward_through(
     grad: torch.Tensor, z: torch.Tensor, a: torch.Tensor, kind: str
 ) -> torch.Tensor:
-    """d loss / d z from d loss / d a, where a = activation(z)."""
+    """d loss / d z from d loss / d a, where a = activation(z): the one-kernel backward ops
+    autograd itself uses (a GPU step is counted in kernels)."""
     if kind == "relu":
-        return grad * (z > 0)
+        return torch.ops.aten.threshold_backward(grad, z, 0.0)
     if kind == "leaky_relu":
-        return torch.where(z > 0, grad, grad * LEAKY_SLOPE)
-    return grad * (1.0 - a * a)
+        return torch.ops.aten.leaky_relu_backward(grad, z, LEAKY_SLOPE, False)
+    return torch.ops.aten.tanh_backward(grad, a)
 
 
 OutputGradient = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -69,6 +72,31 @@ def smooth_max_gradient(p: float) -> OutputGradient:
 def linear_layers(network: nn.Module) -> list[nn.Linear]:
     """The network's linear layers in order (an MLP: linear, activation, linear, ...)."""
     return [m for m in network.modules() if isinstance(m, nn.Linear)]
+
+
+def _run_graphed(
+    gradient: Callable[[torch.Tensor], None],
+    flat: torch.Tensor,
+    grad: torch.Tensor,
+    batches: Iterable[np.ndarray],
+    lr: float,
+) -> None:
+    """The steps as replayed CUDA graphs (``oracles.graphed_steps``): every step's rows in a
+    device table, and torch's fused Adam (one kernel, capturable, the same update to float
+    rounding) on the flat parameters in place of the eager loop's nine."""
+    rows = [(torch.as_tensor(np.asarray(index, dtype=np.int64)),) for index in batches]
+    if not rows:
+        return
+    flat.grad = grad
+    adam = torch.optim.Adam(
+        [flat], lr=lr, betas=BETAS, eps=EPS, fused=True, capturable=flat.is_cuda
+    )
+
+    def step(row: Sequence[torch.Tensor]) -> None:
+        gradient(row[0])
+        adam.step()
+
+    run_steps(step, stacked(rows, flat.device))
 
 
 def fit_mlp_least_squares(
@@ -104,10 +132,9 @@ def fit_mlp_least_squares(
         offset += size
     weights, biases = params[0::2], params[1::2]
     weight_grads, bias_grads = grads[0::2], grads[1::2]
-    m, v = torch.zeros_like(flat), torch.zeros_like(flat)
-    beta1, beta2 = BETAS
-    for step, index in enumerate(batches, start=1):
-        rows = torch.as_tensor(index, device=x.device)
+
+    def gradient(rows: torch.Tensor) -> None:
+        """The batch's loss gradient into ``grad`` (forward and backward written out)."""
         inputs, wanted = x.index_select(0, rows), target.index_select(0, rows)
         zs, outs = [], [inputs]
         for i, (w, b) in enumerate(zip(weights, biases)):
@@ -123,10 +150,18 @@ def fit_mlp_least_squares(
             torch.sum(upstream, 0, out=bias_grads[i])
             if i:
                 upstream = _backward_through(upstream @ weights[i], zs[i - 1], outs[i], activation)
-        m.mul_(beta1).add_(grad, alpha=1.0 - beta1)
-        v.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
-        denominator = (v.sqrt() / (1.0 - beta2**step) ** 0.5).add_(EPS)
-        flat.addcdiv_(m, denominator, value=-lr / (1.0 - beta1**step))
+
+    if graphs_on(x.device):
+        _run_graphed(gradient, flat, grad, batches, lr)
+    else:
+        m, v = torch.zeros_like(flat), torch.zeros_like(flat)
+        beta1, beta2 = BETAS
+        for step, index in enumerate(batches, start=1):
+            gradient(torch.as_tensor(index, device=x.device))
+            m.mul_(beta1).add_(grad, alpha=1.0 - beta1)
+            v.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
+            denominator = (v.sqrt() / (1.0 - beta2**step) ** 0.5).add_(EPS)
+            flat.addcdiv_(m, denominator, value=-lr / (1.0 - beta1**step))
     with torch.no_grad():
         layers[0].weight[:, active] = weights[0]
         for layer, w, b in zip(layers, weights, biases):

@@ -33,6 +33,7 @@ from functions.networks import NetworkSpec
 from functions.trees import TreeArrays, TreeSpec, from_sklearn
 from oracles.boosting import Fitted, LeafStep
 from oracles.functional_losses import PointwiseLoss
+from oracles.graphed_steps import graphs_on, run_steps, stacked
 from oracles.hist_trees import HistTreeFitter
 from oracles.lipschitz import LipschitzExtension
 from oracles.mlp_least_squares import ACTIVATIONS, fit_mlp_least_squares, smooth_max_gradient
@@ -83,24 +84,48 @@ def new_network(spec: object, seed: int) -> nn.Module:
         return build_learner(spec)
 
 
-def _fitted(network: nn.Module, x: np.ndarray) -> Fitted:
-    """The trained network back on the CPU (as it travels) and its values there."""
-    network.to(CPU).eval()
-    return Fitted(network, network.predict(x))
+def _fitted(network: nn.Module, x: np.ndarray, device: torch.device = CPU) -> Fitted:
+    """The trained network back on the CPU (as it travels) and its values on ``x``: computed
+    there (the CPU path), or on the accelerator it trained on from the same float32 weights
+    (a LeNet's values on a node's points cost a CPU core more than its fit costs a GPU)."""
+    network.eval()
+    if device.type == "cpu":
+        return Fitted(network.to(CPU), network.predict(x))
+    with torch.no_grad():
+        values = network(on_device(x, device, _flat32)).double().cpu().numpy()
+    return Fitted(network.to(CPU), values)
 
 
 def _adam(
     network: nn.Module,
-    loss_of: Callable[[np.ndarray], torch.Tensor],
+    loss_of: Callable[[torch.Tensor], torch.Tensor],
     batches: Iterator[np.ndarray],
     lr: float,
+    replayable: bool = True,
 ) -> None:
-    optimiser = torch.optim.Adam(network.parameters(), lr=lr)
+    """One torch.optim.Adam step of ``loss_of(rows)`` per batch of row indices; on a CUDA
+    device as replayed graphs (``oracles.graphed_steps``, capturable Adam) when the loss is
+    ``replayable`` (takes nothing but its rows from outside the step)."""
+    device = next(network.parameters()).device
+    graphed = replayable and graphs_on(device)
+    capturable = graphed and device.type == "cuda"  # its state on the device; fused: 1 kernel
+    optimiser = torch.optim.Adam(
+        network.parameters(), lr=lr, capturable=capturable, fused=True if capturable else None
+    )
     network.train()
-    for index in batches:
+
+    def step(rows: torch.Tensor) -> None:
         optimiser.zero_grad(set_to_none=True)
-        loss_of(index).backward()
+        loss_of(rows).backward()
         optimiser.step()
+
+    if graphed:
+        per_step = [(torch.as_tensor(np.asarray(i, dtype=np.int64)),) for i in batches]
+        if per_step:
+            run_steps(lambda row: step(row[0]), stacked(per_step, device))
+        return
+    for index in batches:
+        step(torch.as_tensor(index, device=device))
 
 
 def _flat32(x: np.ndarray) -> torch.Tensor:
@@ -151,7 +176,7 @@ def train_least_squares(
         fit_mlp_least_squares(network, spec.activation, xt, tt, batches, settings.lr)
     else:
         _adam(network, lambda i: ((network(xt[i]) - tt[i]) ** 2).mean(), batches, settings.lr)
-    return _fitted(network, x)
+    return _fitted(network, x, device)
 
 
 def _has_fast_path(spec: object) -> bool:
@@ -199,7 +224,7 @@ def fit_sup_norm(
             batches,
             settings.lr,
         )
-    return _fitted(network, x)
+    return _fitted(network, x, device)
 
 
 def input_jacobian(
@@ -247,8 +272,9 @@ def fit_sobolev(
         loss_of,
         minibatches(len(xt), settings.batch_size, settings.steps, rng),
         settings.lr,
+        replayable=False,  # draws its Jacobian points inside the loss
     )
-    return _fitted(network, x)
+    return _fitted(network, x, device)
 
 
 def fit_tree(x: np.ndarray, target: np.ndarray, depth: int, seed: int) -> Fitted:

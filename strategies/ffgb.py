@@ -19,6 +19,7 @@ from logging import INFO, WARNING
 from typing import Any
 
 import numpy as np
+import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
@@ -50,6 +51,7 @@ from strategies.sampling import Sampler
 from strategies.screening import Screened
 from strategies.state_codec import LIMITS, checks
 from tasks.datasets import TaskData
+from tasks.devices import resolve_device
 
 TEST_POINTS, OUTPUTS = "test-points", "outputs"  # state-decoding context: the test set's shape
 
@@ -112,7 +114,7 @@ class FFGBStrategy(FederatedStrategy):
         self,
         ffgb: FFGBSettings,
         task: TaskData,
-        central_evaluation: bool,
+        central_device: torch.device | None,
         fraction: float,
         seed: int,
         num_rounds: int,
@@ -124,8 +126,9 @@ class FFGBStrategy(FederatedStrategy):
         self.x_test = task.x_test.reshape(len(task.x_test), n_features)
         self.sync = EnsembleSync(Ensemble.constant(np.zeros(task.num_outputs), n_features))
         self.test_cache: PredictionCache | None = None
-        if central_evaluation:
-            self.test_cache = PredictionCache(self.x_test)
+        self.central_device = central_device  # None: no central evaluation
+        if central_device is not None:
+            self.test_cache = PredictionCache(self.x_test, device=central_device)
             self.test_cache.update(self.sync.ensemble.snapshot())
         self.sampler = Sampler(fraction, seed)  # its generator also seeds the student
         self.boosting = (
@@ -358,7 +361,9 @@ class FFGBStrategy(FederatedStrategy):
         self.distillation.student_rounds = state.student_rounds
         self.distillation.student = None if state.student is None else state.student.network
         if self.test_cache is not None:
-            self.test_cache = PredictionCache(self.x_test, self.ensemble.version, state.test_values)
+            self.test_cache = PredictionCache(
+                self.x_test, self.ensemble.version, state.test_values, self.central_device
+            )
         self.boosting.load_state(state.pool, self.sync, len(self.book.node_ids))
 
     def segment_names(self) -> list[str]:
@@ -376,7 +381,9 @@ def build_ffgb(settings: RunSettings, task: TaskData) -> FFGBStrategy:
     return FFGBStrategy(
         ffgb,
         task,
-        settings.central_evaluation,
+        resolve_device(settings.central_device, "central-device")
+        if settings.central_evaluation
+        else None,
         settings.fraction_train,
         settings.seed,
         settings.num_rounds,

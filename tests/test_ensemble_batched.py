@@ -187,3 +187,13 @@ def test_shape_errors_are_value_errors():
             weighted_sum([*nets(NetworkSpec((200, 2)), 1, 0), *kind], [1.0, 1.0], X, 2)
         with pytest.raises(ValueError, match="learner 0 maps 200 -> 3, expected 100 -> 3"):
             weighted_sum(kind, [1.0], X[:, :100], N_OUT)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_a_gpu_the_networks_terms_are_the_cpus_to_float_rounding():
+    learners = mixed_learners()
+    weights = list(RNG.normal(size=len(learners)))
+    cpu = weighted_sum(learners, weights, X, N_OUT)
+    cuda = weighted_sum(learners, weights, X, N_OUT, device=torch.device("cuda"))
+    np.testing.assert_allclose(cuda, cpu, rtol=1e-4, atol=1e-4)
+    assert all(p.device.type == "cpu" for h in learners[3:5] for p in h.parameters())

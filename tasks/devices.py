@@ -4,6 +4,11 @@ Values: ``auto`` (CUDA when torch sees one, else the CPU), ``cpu``, ``cuda`` or 
 travels is always CPU numpy, so codecs and the wire do not depend on the device. A node's data
 arrays move to an accelerator once and stay there (``on_device`` caches one copy per array and
 device for as long as the array lives); on the CPU, tensors share the arrays' memory as before.
+
+float32 means float32 on a GPU too: cuDNN's default TF32 convolutions (10-bit mantissas on
+Ampere and later) put a CNN learner's values 7e-4 from the CPU's (seen on an H100 by
+tests/test_ensemble_batched.py), beyond the float tolerance the algorithms' numbers are held to,
+so importing this module turns TF32 off for convolutions as torch already has it for matmuls.
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ import numpy as np
 import torch
 
 from tasks.errors import ConfigError
+
+torch.backends.cudnn.allow_tf32 = False
+torch.backends.cuda.matmul.allow_tf32 = False
 
 AUTO = "auto"
 NODE_KEY = "device"  # node config key

@@ -170,3 +170,8 @@ def test_a_cuda_node_gives_the_cpu_numbers_within_float_tolerance(tmp_path, algo
         assert b["failures"] == 0
         loss = LOSS.get(algorithm, "test_loss")
         assert b[loss] == pytest.approx(a[loss], rel=1e-3, abs=1e-4)
+
+
+def test_float32_on_a_gpu_is_not_tf32():
+    assert not torch.backends.cudnn.allow_tf32
+    assert not torch.backends.cuda.matmul.allow_tf32

@@ -11,8 +11,10 @@ script's own entry point (``flwr-clientapp``, ``flwr-serverapp``) with the argum
 subprocess executor would pass, so it pulls its task, installs the FAB, loads the app *from the
 FAB* and pushes its result exactly as a fresh process does; only the interpreter start-up and the
 third-party imports are shared. The project's own modules are dropped from ``sys.modules`` after
-the warm-up, so every child imports the app from the run's FAB (as Flower does), never from this
-checkout.
+the warm-up, so a child imports the app from the run's FAB (as Flower does), never from this
+checkout; once a child has installed a FAB, the parent imports the app from that FAB's folder
+itself (``WarmApp``), so the children of later tasks of the same FAB find it imported (0.2 s a
+round of the default job on 2 cores), and forgets it before a task of another FAB.
 
     flower-supernode ... --isolation process --port P
     python -m deploy.warm_superexec --runtime-api-address 127.0.0.1:P --insecure \\
@@ -148,13 +150,78 @@ def _run_child(command: str, argv: list[str]) -> None:
         os._exit(code)
 
 
+def installed_folder(fab_hash: str) -> Path | None:
+    """The folder this machine installed the FAB of SHA-256 ``fab_hash`` in (``install_once``'s
+    mark says so), or None."""
+    from flwr.common.config import get_flwr_home
+    from flwr.common.constant import APP_DIR, FAB_HASH_TRUNCATION
+
+    for folder in (get_flwr_home() / APP_DIR).glob(f"*.{fab_hash[:FAB_HASH_TRUNCATION]}"):
+        mark = folder / INSTALLED_MARK
+        if mark.is_file() and mark.read_text() == fab_hash:
+            return folder
+    return None
+
+
+class WarmApp:
+    """The app's own modules, imported in the parent from one installed FAB, so that a child
+    running a task of that FAB finds them in ``sys.modules``: Flower's ``load_app`` imports a
+    module only when it is not there (flwr/supercore/object_ref.py, ``load_app``), and each
+    child would otherwise import the app again (0.1 s a message, benchmarks/README.md section
+    18). Keyed by the task's FAB hash (``ExecutionSpec.fab_hash``): a task of another FAB makes
+    the parent forget these modules first, so a child never runs another FAB's code; until a
+    child has installed a FAB, its children import it themselves, as before."""
+
+    def __init__(self, modules: list[str]) -> None:
+        self.modules = modules  # the --preload list: the app's entry modules
+        self.fab_hash: str | None = None
+        self.folder: Path | None = None
+
+    def ready_for(self, fab_hash: str | None) -> None:
+        """Hold the modules of FAB ``fab_hash`` (installed by an earlier child), or none."""
+        if fab_hash is not None and fab_hash == self.fab_hash:
+            return
+        self.forget()
+        folder = installed_folder(fab_hash) if fab_hash and self.modules else None
+        if folder is None:
+            return
+        sys.path.insert(0, str(folder))
+        self.folder = folder
+        try:
+            for name in self.modules:  # libraries in the list are imported already
+                module = importlib.import_module(name)
+                top = name.partition(".")[0]
+                ours = (folder / top).is_dir() or (folder / f"{top}.py").is_file()
+                if ours and not Path(module.__file__).resolve().is_relative_to(folder.resolve()):
+                    raise ImportError(f"{name} came from {module.__file__}, not the FAB")
+        except Exception:  # the children import it themselves, and say what is wrong
+            self.forget()
+            return
+        self.fab_hash = fab_hash
+
+    def forget(self) -> None:
+        """Drop the modules imported from the FAB's folder, and the folder from sys.path."""
+        if self.folder is None:
+            return
+        root = self.folder.resolve()
+        for name, module in list(sys.modules.items()):
+            file = getattr(module, "__file__", None)
+            if file and os.path.isabs(file) and Path(file).resolve().is_relative_to(root):
+                del sys.modules[name]
+        while str(self.folder) in sys.path:
+            sys.path.remove(str(self.folder))
+        self.fab_hash = self.folder = None
+
+
 class ForkExecutor:
     """Flower's executor protocol (``flwr.supercore.superexec.executor.types.Executor``): each
     launch is a fork running the task's console script with the subprocess executor's
-    arguments."""
+    arguments, from a parent holding the task's app already imported when it can
+    (``WarmApp``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, warm: WarmApp | None = None) -> None:
         self.children: set[int] = set()
+        self.warm = warm
 
     def get_eligible_capacity(
         self, supported_task_types, *, insecure=False, root_certificates_path=None
@@ -185,6 +252,8 @@ class ForkExecutor:
             argv += ["--parent-pid", str(spec.parent_pid)]
         if spec.runtime_dependency_install:
             argv.append("--allow-runtime-dependency-installation")
+        if self.warm is not None:
+            self.warm.ready_for(getattr(spec, "fab_hash", None))
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
@@ -240,7 +309,8 @@ def main(argv: list[str] | None = None) -> None:
     for command in ("flwr-clientapp", "flwr-serverapp"):
         _entry_point(command)
     loop = importlib.import_module("flwr.supercore.superexec.run_superexec")
-    loop.get_executor = lambda *_, **__: ForkExecutor()  # Flower's loop, our executor
+    executor = ForkExecutor(WarmApp(args.preload))
+    loop.get_executor = lambda *_, **__: executor  # Flower's loop, our executor
     loop.run_superexec(
         runtime_api_address=args.runtime_api_address,
         insecure=args.insecure,

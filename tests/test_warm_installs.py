@@ -49,3 +49,50 @@ def test_concurrent_installs_of_one_fab_run_flowers_install_once(tmp_path, monke
     assert len(calls) == 1
     assert run_clientapp.install_from_fab(b"another FAB", tmp_path, True) != found[0]
     assert len(calls) == 2
+
+
+def _installed_fab(home, fab: bytes, code: str) -> str:
+    """An installed FAB under ``home`` holding the package ``warmfab`` with ``code`` in its
+    ``app`` module; returns the FAB's SHA-256."""
+    digest = hashlib.sha256(fab).hexdigest()
+    folder = home / "apps" / f"publisher.app.1.0.0.{digest[:8]}"
+    (folder / "warmfab").mkdir(parents=True)
+    (folder / "warmfab" / "__init__.py").write_text("")
+    (folder / "warmfab" / "app.py").write_text(code)
+    (folder / warm_superexec.INSTALLED_MARK).write_text(digest)
+    return digest
+
+
+def test_the_parent_holds_one_fabs_app_and_forgets_it_for_another(tmp_path, monkeypatch):
+    """A child of a task finds its FAB's app imported (Flower's load_app then imports nothing);
+    a task of another FAB, of a FAB not installed yet or of an unknown FAB finds none of it."""
+    import sys
+
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path))
+    first = _installed_fab(tmp_path, b"first", "VERSION = 1\n")
+    second = _installed_fab(tmp_path, b"second", "VERSION = 2\n")
+    warm = warm_superexec.WarmApp(["warmfab.app"])
+    try:
+        warm.ready_for(first)
+        assert sys.modules["warmfab.app"].VERSION == 1 and warm.fab_hash == first
+        warm.ready_for(first)  # kept, not imported again
+        assert sys.modules["warmfab.app"].VERSION == 1
+        warm.ready_for(second)
+        assert sys.modules["warmfab.app"].VERSION == 2
+        for unknown in (hashlib.sha256(b"not installed").hexdigest(), None):
+            warm.ready_for(unknown)
+            assert "warmfab.app" not in sys.modules and "warmfab" not in sys.modules
+            assert not any("publisher.app" in entry for entry in sys.path)
+    finally:
+        warm.forget()
+
+
+def test_an_app_that_fails_to_import_is_left_to_the_child(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path))
+    broken = _installed_fab(tmp_path, b"broken", "raise RuntimeError('the app is broken')\n")
+    warm = warm_superexec.WarmApp(["warmfab.app"])
+    warm.ready_for(broken)
+    assert warm.fab_hash is None and "warmfab" not in sys.modules
+    assert not any("publisher.app" in entry for entry in sys.path)

@@ -2,7 +2,7 @@
 
 A refactor of the strategies, the codecs or the checkpoint must not change what a run computes:
 the same seed gives the same rows (accuracy, losses, bytes, failures, participants), bit for
-bit. This writes the rows of 19 small configurations (every registered algorithm, plus FFGB with
+bit. This writes the rows of 22 small configurations (every registered algorithm, plus FFGB with
 trees, with distillation and in one shot, FedFW's compact downlink), in-process, 4 nodes, half of
 them per round, 4 rounds, and compares two such files (wall times left out).
 

@@ -110,3 +110,47 @@ def checkpoint_ensemble(out_dir: Path) -> Ensemble:
     state = checkpoint.strategy
     records = {"": state["ensemble"], "arrays": state["ensemble-arrays"]}
     return StoredEnsemble.from_records(records, {SEGMENTS: checkpoint.segment_records}).ensemble
+
+
+# small runs of every client half's family, for the device and graph-form tests
+DEVICE_CASES = {
+    "fedavg": {"algorithm": "fedavg"},
+    "fedfw": {"algorithm": "fedfw", "task": "synthetic"},
+    "feddr": {"algorithm": "feddr", "task": "synthetic"},
+    "ffgb": {
+        "algorithm": "ffgb",
+        "ffgb.local-steps": 2,
+        "ffgb.oracle-steps": 40,
+        "ffgb.hidden": 16,
+    },
+    "ffgb-c": {
+        "algorithm": "ffgb-c",
+        "ffgb.local-steps": 1,
+        "ffgb.oracle-steps": 20,
+        "ffgb.hidden": 16,
+    },
+    "ffgb-l": {
+        "algorithm": "ffgb-l",
+        "task": "diabetes",
+        "ffgb.local-steps": 1,
+        "ffgb.oracle-steps": 20,
+        "ffgb.hidden": 8,
+    },
+    "fedfun": {
+        "algorithm": "fedfun",
+        "task": "wine",
+        "fedfun.initial-steps": 40,
+        "fedfun.local-steps": 10,
+        "fedfun.penalty-samples": 50,
+        "fedfun.hidden": "8",
+    },
+    "dfedfish": {
+        "algorithm": "dfedfish",
+        "task": "wine",
+        "fedfun.initial-steps": 40,
+        "fedfun.local-steps": 10,
+        "fedfun.hidden": "8",
+    },
+}
+# the loss each family reports: the server's central test loss, or FedFun's mean local loss
+DEVICE_LOSS = {"fedfun": "local_loss", "dfedfish": "local_loss"}

@@ -14,6 +14,8 @@ from server_app.app import InvalidRunConfig
 from tasks import devices
 from tasks.devices import on_device, resolve_device
 from tasks.errors import ConfigError
+from tests.helpers import DEVICE_CASES as CASES
+from tests.helpers import DEVICE_LOSS as LOSS
 from tests.helpers import run_app
 
 
@@ -64,49 +66,6 @@ def test_an_accelerator_copy_is_made_once_and_dropped_with_its_array():
     del array
     gc.collect()
     assert len(devices._COPIES) == before - 2
-
-
-CASES = {
-    "fedavg": {"algorithm": "fedavg"},
-    "fedfw": {"algorithm": "fedfw", "task": "synthetic"},
-    "feddr": {"algorithm": "feddr", "task": "synthetic"},
-    "ffgb": {
-        "algorithm": "ffgb",
-        "ffgb.local-steps": 2,
-        "ffgb.oracle-steps": 40,
-        "ffgb.hidden": 16,
-    },
-    "ffgb-c": {
-        "algorithm": "ffgb-c",
-        "ffgb.local-steps": 1,
-        "ffgb.oracle-steps": 20,
-        "ffgb.hidden": 16,
-    },
-    "ffgb-l": {
-        "algorithm": "ffgb-l",
-        "task": "diabetes",
-        "ffgb.local-steps": 1,
-        "ffgb.oracle-steps": 20,
-        "ffgb.hidden": 8,
-    },
-    "fedfun": {
-        "algorithm": "fedfun",
-        "task": "wine",
-        "fedfun.initial-steps": 40,
-        "fedfun.local-steps": 10,
-        "fedfun.penalty-samples": 50,
-        "fedfun.hidden": "8",
-    },
-    "dfedfish": {
-        "algorithm": "dfedfish",
-        "task": "wine",
-        "fedfun.initial-steps": 40,
-        "fedfun.local-steps": 10,
-        "fedfun.hidden": "8",
-    },
-}
-# the loss each family reports: the server's central test loss, or FedFun's mean local loss
-LOSS = {"fedfun": "local_loss", "dfedfish": "local_loss"}
 
 
 def _rows(run) -> list[dict]:

@@ -17,8 +17,9 @@ from oracles.decentralized import adam_train, distill, momentum_sgd_train, psr_t
 from oracles.fsr_network import Anchor, fsr_train
 from oracles.graphed_steps import run_steps
 from oracles.weak_learning import OracleSettings, fit_least_squares, fit_sup_norm
+from tests.helpers import DEVICE_CASES as CASES
+from tests.helpers import DEVICE_LOSS as LOSS
 from tests.helpers import run_app
-from tests.test_devices import CASES, LOSS
 
 RNG = np.random.default_rng(0)
 X = RNG.normal(size=(90, 6)).astype(np.float32)

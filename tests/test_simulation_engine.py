@@ -27,6 +27,20 @@ def superlink(tmp_path):
         yield link
 
 
+def run_statuses(env: dict, connection: str) -> list[str]:
+    """The status of every run the SuperLink knows (``flwr ls --format json``)."""
+    listed = subprocess.run(
+        [str(BIN / "flwr"), "ls", connection, "--format", "json"],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return [r["status"] for r in json.loads(listed.stdout)["runs"]]
+
+
 def test_flwr_run_simulation_writes_results(superlink, tmp_path):
     env, connection = superlink
     out = tmp_path / "results"
@@ -62,17 +76,7 @@ def test_an_invalid_run_config_fails_the_run_before_training(superlink, tmp_path
     log = completed.stdout + completed.stderr
     assert "Invalid run config: fedfw.radius=-1.0 is not valid" in log, log[-3000:]
     assert "[results]" not in log
-    listed = subprocess.run(
-        [str(BIN / "flwr"), "ls", connection, "--format", "json"],
-        cwd=PROJECT_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    runs = json.loads(listed.stdout)["runs"]
-    assert [r["status"] for r in runs] == ["finished:failed"], listed.stdout
+    assert run_statuses(env, connection) == ["finished:failed"]
 
 
 HIST = "algorithm='fedxgb-hist' task='wine' num-server-rounds=2 fedxgb-hist.max-depth=3"
@@ -97,3 +101,25 @@ def test_fedxgb_hist_through_ray_grows_the_in_process_engine_s_trees(superlink, 
     assert (out / "hist" / "model.json").read_bytes() == (
         tmp_path / "local" / RUN_NAME / "model.json"
     ).read_bytes()
+
+
+def test_fedxgb_hist_s_mid_run_refusal_fails_the_ray_run_in_one_sentence(superlink, tmp_path):
+    """Bins too many for ``max-histogram-bytes`` are known only once the nodes' sketches are
+    in: through Ray, too, the run stops before its first round, Flower records it as failed and
+    config.json's outcome names the bound (tests/test_fedxgb_hist.py: the in-process engine)."""
+    env, connection = superlink
+    out = tmp_path / "results"
+    completed = flwr_run(
+        env,
+        connection,
+        3,
+        f"{HIST} fedxgb-hist.max-histogram-bytes=2048 output-dir='{out}' run-name='bound'",
+        timeout=400,
+    )
+    log = completed.stdout + completed.stderr
+    assert "lower fedxgb-hist.max-depth or max-bin" in log, log[-3000:]
+    assert "[results] round 1" not in log
+    outcome = json.loads((out / "bound" / "config.json").read_text())["outcome"]
+    assert outcome["status"] == "failed" and outcome["rounds"] == 0, outcome
+    assert outcome["cause"].startswith("refused once the nodes answered: one level's histograms")
+    assert run_statuses(env, connection) == ["finished:failed"]

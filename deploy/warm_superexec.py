@@ -99,7 +99,7 @@ def install_fabs_once() -> None:
 
     from flwr.cli import install
     from flwr.common.config import get_flwr_home
-    from flwr.common.constant import APP_DIR, FAB_HASH_TRUNCATION
+    from flwr.common.constant import APP_DIR
 
     flowers_install = install.install_from_fab
 
@@ -111,10 +111,9 @@ def install_fabs_once() -> None:
         apps.mkdir(parents=True, exist_ok=True)
         with open(apps / ".fl-install.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-            for folder in apps.glob(f"*.{digest[:FAB_HASH_TRUNCATION]}"):
-                mark = folder / INSTALLED_MARK
-                if mark.is_file() and mark.read_text() == digest:
-                    return folder
+            folder = installed_folder(digest, install_dir)
+            if folder is not None:
+                return folder
             folder = flowers_install(fab_file, install_dir, skip_prompt)
             (folder / INSTALLED_MARK).write_text(digest)
             return folder
@@ -150,13 +149,14 @@ def _run_child(command: str, argv: list[str]) -> None:
         os._exit(code)
 
 
-def installed_folder(fab_hash: str) -> Path | None:
+def installed_folder(fab_hash: str, install_dir: Path | None = None) -> Path | None:
     """The folder this machine installed the FAB of SHA-256 ``fab_hash`` in (``install_once``'s
-    mark says so), or None."""
+    mark says so) under ``install_dir`` (default: Flower's home), or None."""
     from flwr.common.config import get_flwr_home
     from flwr.common.constant import APP_DIR, FAB_HASH_TRUNCATION
 
-    for folder in (get_flwr_home() / APP_DIR).glob(f"*.{fab_hash[:FAB_HASH_TRUNCATION]}"):
+    apps = (install_dir or get_flwr_home()) / APP_DIR
+    for folder in apps.glob(f"*.{fab_hash[:FAB_HASH_TRUNCATION]}"):
         mark = folder / INSTALLED_MARK
         if mark.is_file() and mark.read_text() == fab_hash:
             return folder

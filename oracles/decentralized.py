@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from torch.nn import functional
 
-from oracles.graphed_steps import graphs_on, run_steps, stacked
+from oracles.graphed_steps import adam, graphs_on, run_steps, stacked
 
 Params = list[np.ndarray]
 Predict = Callable[[torch.Tensor], torch.Tensor]
@@ -162,10 +162,7 @@ def _cross_entropy_batches(
 def adam_for(params: Sequence[torch.Tensor], lr: float) -> OptimizerFor:
     """torch.optim.Adam on ``params``, capturable on request."""
     params = list(params)
-    # capturable (for a CUDA graph): torch's fused Adam, one kernel in place of a dozen
-    return lambda capturable: torch.optim.Adam(
-        params, lr=lr, capturable=capturable, fused=True if capturable else None
-    )
+    return lambda capturable: adam(params, lr, capturable)
 
 
 def adam_train(

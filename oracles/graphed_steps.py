@@ -6,11 +6,11 @@ made FFGB's MLP oracle 0.46x as fast as the CPU). A CUDA graph records a few ste
 replays them with one launch each.
 
 What a step takes that changes from step to step (its minibatch rows, smoothing noise, penalty
-points, Adam's bias corrections) is made beforehand, on the CPU and in the order the eager loop
-makes it, and stacked into device tables with one row per step; a step counter on the device
-picks row t inside the graph. So the graphed loop computes what the eager loop computes, kernel
-for kernel, up to float rounding of the same operations (capturable Adam computes its bias
-corrections on the device).
+points) is drawn beforehand, on the CPU and in the order the eager loop draws it, and stacked
+into device tables with one row per step; a step counter on the device picks row t inside the
+graph. The update is torch's fused, capturable Adam (``adam``: one kernel, its step count and
+bias corrections on the device), so the graphed loop computes what the eager loop computes to
+float rounding.
 
 Written here because torch has the pieces (``torch.cuda.graph``, capturable optimisers) but no
 loop that feeds per-step inputs to a replayed graph. Graphs are used on CUDA devices unless the
@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
+import numpy as np
 import torch
 
 ENV = "FL_CUDA_GRAPHS"
@@ -37,6 +38,20 @@ Step = Callable[[Sequence[torch.Tensor]], None]
 def graphs_on(device: torch.device) -> bool:
     """Whether training steps on ``device`` run as replayed CUDA graphs."""
     return device.type == "cuda" and os.environ.get(ENV, "1") != "0"
+
+
+def adam(params: Iterable[torch.Tensor], lr: float, capturable: bool) -> torch.optim.Adam:
+    """torch.optim.Adam on ``params``; ``capturable`` (for a graph): torch's fused Adam, one
+    kernel in place of a dozen, its state on the device."""
+    return torch.optim.Adam(
+        params, lr=lr, capturable=capturable, fused=True if capturable else None
+    )
+
+
+def index_table(batches: Iterable[np.ndarray], device: torch.device) -> torch.Tensor | None:
+    """Every step's row indices, one row a step, on ``device`` (None for no steps)."""
+    rows = [(torch.as_tensor(np.asarray(index, dtype=np.int64)),) for index in batches]
+    return stacked(rows, device)[0] if rows else None
 
 
 def stacked(per_step: Sequence[Sequence[torch.Tensor]], device: torch.device) -> list[torch.Tensor]:

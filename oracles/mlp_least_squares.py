@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from oracles.graphed_steps import graphs_on, run_steps, stacked
+from oracles.graphed_steps import adam, graphs_on, index_table, run_steps
 
 BETAS = (0.9, 0.999)
 EPS = 1e-8
@@ -84,19 +84,17 @@ def _run_graphed(
     """The steps as replayed CUDA graphs (``oracles.graphed_steps``): every step's rows in a
     device table, and torch's fused Adam (one kernel, capturable, the same update to float
     rounding) on the flat parameters in place of the eager loop's nine."""
-    rows = [(torch.as_tensor(np.asarray(index, dtype=np.int64)),) for index in batches]
-    if not rows:
+    rows = index_table(batches, flat.device)
+    if rows is None:
         return
     flat.grad = grad
-    adam = torch.optim.Adam(
-        [flat], lr=lr, betas=BETAS, eps=EPS, fused=True, capturable=flat.is_cuda
-    )
+    optimiser = adam([flat], lr, capturable=flat.is_cuda)  # BETAS and EPS are torch's defaults
 
     def step(row: Sequence[torch.Tensor]) -> None:
         gradient(row[0])
-        adam.step()
+        optimiser.step()
 
-    run_steps(step, stacked(rows, flat.device))
+    run_steps(step, [rows])
 
 
 def fit_mlp_least_squares(

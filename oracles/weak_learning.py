@@ -33,7 +33,7 @@ from functions.networks import NetworkSpec
 from functions.trees import TreeArrays, TreeSpec, from_sklearn
 from oracles.boosting import Fitted, LeafStep
 from oracles.functional_losses import PointwiseLoss
-from oracles.graphed_steps import graphs_on, run_steps, stacked
+from oracles.graphed_steps import adam, graphs_on, index_table, run_steps
 from oracles.hist_trees import HistTreeFitter
 from oracles.lipschitz import LipschitzExtension
 from oracles.mlp_least_squares import ACTIVATIONS, fit_mlp_least_squares, smooth_max_gradient
@@ -108,10 +108,7 @@ def _adam(
     ``replayable`` (takes nothing but its rows from outside the step)."""
     device = next(network.parameters()).device
     graphed = replayable and graphs_on(device)
-    capturable = graphed and device.type == "cuda"  # its state on the device; fused: 1 kernel
-    optimiser = torch.optim.Adam(
-        network.parameters(), lr=lr, capturable=capturable, fused=True if capturable else None
-    )
+    optimiser = adam(network.parameters(), lr, capturable=graphed and device.type == "cuda")
     network.train()
 
     def step(rows: torch.Tensor) -> None:
@@ -120,9 +117,9 @@ def _adam(
         optimiser.step()
 
     if graphed:
-        per_step = [(torch.as_tensor(np.asarray(i, dtype=np.int64)),) for i in batches]
-        if per_step:
-            run_steps(lambda row: step(row[0]), stacked(per_step, device))
+        rows = index_table(batches, device)
+        if rows is not None:
+            run_steps(lambda row: step(row[0]), [rows])
         return
     for index in batches:
         step(torch.as_tensor(index, device=device))

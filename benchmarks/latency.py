@@ -2,7 +2,7 @@
 deployment with TLS and SuperNode authentication (one SuperLink, 2 SuperNodes, on loopback),
 side by side in one run.
 
-Four ways to run each job, one after another (never two runs at once):
+Five ways to run each job, one after another (never two runs at once):
 
 - ``in-process``: the ServerApp and both ClientApps in this process (``testing.inprocess_grid``),
   the nodes one after the other;
@@ -16,6 +16,9 @@ Four ways to run each job, one after another (never two runs at once):
   prompt waits), warm ClientApps (``deploy.warm_superexec``: forked, a FAB installed once, object
   retries after 0.02 s), the SuperExecs' task poll and the ServerApp's reply poll at 0.1 s, the
   SuperLink's state in memory.
+- ``runbook``: the separate-machines runbook's setup (docs/deployment.md) on loopback: as
+  ``deployed``, but the SuperNodes dial the nginx perimeter (``deploy.perimeter``) in front of
+  the SuperLink, whose state is in a SQLite file (``--database``), as the runbook starts it.
 
 A round's latency is the difference of consecutive ``wall_time_s`` in the run's
 ``metrics.json`` (the ServerApp's clock), averaged over rounds 2 to R (round 1 also starts the
@@ -62,6 +65,9 @@ DEPLOYMENTS = {  # Deployment options and the ServerApp's reply-poll-interval
         "reply_poll": 3.0,
     },
     "deployed": {"options": {}, "reply_poll": 0.1},  # deploy.local's defaults
+    # the separate-machines runbook (docs/deployment.md) on loopback: the SuperLink's state in
+    # SQLite, the SuperNodes dialling the nginx perimeter, prompt waits and warm ClientApps
+    "runbook": {"options": {"perimeter": True, "database": "state.db"}, "reply_poll": 0.1},
 }
 WAYS = ("in-process", "simulation", *DEPLOYMENTS)
 
@@ -161,11 +167,15 @@ def mean(values: Any) -> float | None:
 def report(measured: dict[str, dict[str, Any]]) -> str:
     rows = []
     for name in measured["in-process"]:
-        local, simulation, flower, deployed = (mean(measured[w][name]) for w in WAYS)
-        shown = [("-" if v is None else f"{v:.2f}") for v in (local, simulation, flower, deployed)]
-        gap = "-" if None in (simulation, deployed) else f"{deployed - simulation:+.2f}"
+        local, simulation, flower, deployed, runbook = (mean(measured[w][name]) for w in WAYS)
+        values = (local, simulation, flower, deployed, runbook)
+        shown = [("-" if v is None else f"{v:.2f}") for v in values]
+        gaps = [
+            "-" if None in (simulation, way) else f"{way - simulation:+.2f}"
+            for way in (deployed, runbook)
+        ]
         ratio = "-" if None in (flower, deployed) else f"{flower / deployed:.1f}x"
-        rows.append([name, *shown, gap, ratio])
+        rows.append([name, *shown, *gaps, ratio])
     return md_table(
         [
             "job",
@@ -173,7 +183,9 @@ def report(measured: dict[str, dict[str, Any]]) -> str:
             "simulation (Ray) s/round",
             "deployment, Flower's parts s/round",
             "deployment, deploy.local s/round",
+            "runbook on loopback s/round",
             "deploy.local - simulation s",
+            "runbook - simulation s",
             "Flower's parts / deploy.local",
         ],
         rows,

@@ -24,6 +24,7 @@ from client_app.registry import handlers_for, message_types
 from client_app.setup import node_setup
 from client_app.site_data import SITE_HANDLERS, agreed_schema
 from functions.errors import DecodeError, one_sentence
+from functions.packed_records import pack_content, unpack_content
 from tasks.errors import ConfigError
 from tasks.site_errors import SiteDataError
 
@@ -39,10 +40,13 @@ EXPECTED_FAILURES = (SiteDataError, ConfigError, DecodeError, LostStateError)
 
 def handle(message: Message, context: Context) -> Message:
     """``answer``, or the error reply of one sentence when it raises (see the module
-    docstring)."""
+    docstring). Arrays travel packed both ways (``functions.packed_records``)."""
     message_type = message.metadata.message_type
     try:
-        return answer(message, context)
+        message.content = unpack_content(message.content)
+        reply = answer(message, context)
+        reply.content = pack_content(reply.content)
+        return reply
     except EXPECTED_FAILURES as err:
         reason = one_sentence(err)
         log(WARNING, "%s: this node cannot answer: %s", message_type, reason)

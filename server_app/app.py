@@ -28,6 +28,7 @@ from server_app.checkpoint import Checkpoint
 from server_app.event_log import EventLog
 from server_app.metered_grid import MeteredGrid, own_pull_interval
 from server_app.outcome import outcome
+from server_app.packed_grid import PackedGrid
 from server_app.recording import BelowQuorum, RecordedStrategy, RoundRecorder
 from server_app.results import ResultsWriter, summarise, write_atomic
 from server_app.resume import checked_checkpoint, restore
@@ -142,7 +143,7 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
         if resume_from is not None:
             checkpoint = checked_checkpoint(resume_from, settings.algorithm, context.run_config)
         metered = MeteredGrid(
-            grid,
+            PackedGrid(grid),
             settings.reply_timeout,  # round 0 counts the agreement
             own_pull_interval(grid, settings.reply_poll_interval),
         )

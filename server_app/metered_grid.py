@@ -45,7 +45,8 @@ class MeteredGrid(Grid):
     counters the same for train messages alone (what the algorithm itself exchanges,
     without evaluation traffic); ``wire_*`` counts the serialised message content (keys,
     shapes, Flower's per-array header included), what actually crosses the network less the
-    message envelope; a reply carrying
+    message envelope (counted before ``server_app.packed_grid`` packs a record's arrays into
+    one, whose manifest takes the place of their fields); a reply carrying
     an error, or a message whose reply never came, counts as a failure.
     """
 

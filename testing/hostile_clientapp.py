@@ -29,6 +29,7 @@ from flwr.clientapp import ClientApp
 
 from client_app.app import app as honest_app
 from client_app.registry import message_types
+from functions.packed_records import pack_content, unpack_content
 from functions.protocol import CONFIG, NODE, PARTITION_ID, SERVER_ROUND
 
 HOSTILE = "hostile"  # the node-config key
@@ -83,11 +84,21 @@ def corrupt(reply: Message, how: str) -> None:
 
 
 def hostile_handle(message: Message, context: Context) -> Message:
-    """The honest reply, corrupted as the node's plan says for this message."""
+    """The honest reply, corrupted as the node's plan says for this message (its arrays
+    unpacked, corrupted and packed again: a hostile node that speaks the wire format, so its
+    corruptions reach the server's decoders)."""
     reply = honest_app(message, context)
     plan = plan_of(context)
     if not plan or reply.has_error():
         return reply
+    reply.content = unpack_content(reply.content)
+    _corrupt_as_planned(message, reply, plan)
+    reply.content = pack_content(reply.content)
+    return reply
+
+
+def _corrupt_as_planned(message: Message, reply: Message, plan: list[str]) -> None:
+    """Corrupt ``reply`` (unpacked) in place as ``plan`` says for ``message``."""
     kind = message.metadata.message_type
     if kind == "query.node":
         claims = [int(item.split(":", 1)[1]) for item in plan if item.startswith("claim:")]
@@ -104,13 +115,12 @@ def hostile_handle(message: Message, context: Context) -> Message:
                     )
                 }
             )
-        return reply
+        return
     config = message.content.config_records.get(CONFIG)
     rounds = [item for item in plan if item in CORRUPTIONS]
     server_round = config.get(SERVER_ROUND) if config is not None else None
     if type(server_round) is int and 1 <= server_round <= len(rounds):
         corrupt(reply, rounds[server_round - 1])
-    return reply
 
 
 def _register(message_type: str) -> None:

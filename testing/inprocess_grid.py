@@ -7,7 +7,10 @@ Each message travels as Flower 1.41's deployment wire carries it: the sender def
 content-addressed objects (each distinct object of a push once, as Flower's grid uploads it
 once), the receiver inflates the message from those bytes. The ServerApp's half of that
 (``deflate_push``, ``inflate``) and the node's half (``LocalGrid.node_step``) are separate calls,
-so a benchmark can tell server time from node time. Each node keeps its own Context (so
+so a benchmark can tell server time from node time. A node's reply comes back with its arrays
+unpacked (``server_app.packed_grid.unpacked``, as the ServerApp's ``PackedGrid`` would), so a
+test that drives a strategy with this grid alone, or wraps it, reads records as they were
+built. Each node keeps its own Context (so
 Context.state persists across rounds), and a client exception becomes an error reply, as on
 Flower's engines. No Ray, no processes.
 
@@ -40,6 +43,7 @@ from functions.protocol import CONFIG, SERVER_ROUND
 from run_config.common import RunSettings
 from run_config.declared import with_overrides
 from run_config.families import inert_keys
+from server_app.packed_grid import unpacked
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the checkout
 RUN_ID = 1
@@ -230,7 +234,7 @@ class LocalGrid(Grid):
                 self._advance(self.round)
             if self.keep_messages:
                 self.down.append(message)
-            self.replies[wire[0]] = inflate(self.node_step(wire))
+            self.replies[wire[0]] = unpacked(inflate(self.node_step(wire)))
             ids.append(wire[0])
         return ids
 

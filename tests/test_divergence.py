@@ -17,6 +17,7 @@ from client_app.app import app as client_app
 from server_app.app import RunDiverged
 from server_app.checkpoint import read_checkpoint
 from server_app.outcome import in_label_units, outcome
+from server_app.packed_grid import unpacked
 from server_app.results import ResultsWriter
 from strategies.base import Diverged
 from strategies.evaluation import checked_metrics
@@ -64,7 +65,7 @@ def test_a_non_finite_metric_fails_the_run_keeping_the_rounds_before(tmp_path):
 
 def nan_replies(message: Message, context) -> Message:
     """The real ClientApp, whose every train reply has its arrays made NaN."""
-    reply = client_app(message, context)
+    reply = unpacked(client_app(message, context))  # its arrays as sent
     if message.metadata.message_type == "train" and not reply.has_error():
         content = RecordDict()
         for key, record in reply.content.items():

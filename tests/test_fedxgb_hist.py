@@ -40,6 +40,7 @@ from oracles.xgboost_local import outputs, xgboost_module
 from run_config.common import RunSettings
 from server_app.app import InvalidRunConfig, run
 from server_app.checkpoint import read_checkpoint
+from server_app.packed_grid import unpacked
 from server_app.recording import BelowQuorum
 from strategies.registry import strategy_for
 from tasks.datasets import load_task
@@ -330,7 +331,7 @@ def hostile(how: str, level: int):
     seen: dict[int, int] = {}
 
     def app(message, context):
-        reply = client_app(message, context)
+        reply = unpacked(client_app(message, context))  # its arrays as sent
         if (
             context.node_config["partition-id"] == 1
             and message.metadata.message_type == "train"

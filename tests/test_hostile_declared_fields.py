@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 
 from client_app.app import app as client_app
 from client_app.registry import message_types
+from functions.packed_records import pack_content, unpack_content
 from functions.records import array_data_bytes, payload_bytes
 from testing.inprocess_grid import counting, round_of
 from tests.helpers import run_app
@@ -184,9 +185,11 @@ class NodeOfPartition:
         if not self.mutate:
             self.hits.append((kind, round_of(message)))
             raise RuntimeError("no reply")
-        change = self.rng.choice(mutations_for(reply.content))
+        content = unpack_content(reply.content)  # a node that speaks the wire format
+        change = self.rng.choice(mutations_for(content))
         self.hits.append((kind, round_of(message), change.__name__))
-        change(reply.content, Draw(self.rng))
+        change(content, Draw(self.rng))
+        reply.content = pack_content(content)
         return reply
 
 

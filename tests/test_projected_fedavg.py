@@ -14,6 +14,7 @@ from client_app.registry import handlers_for
 from oracles.douglas_rachford import project_params
 from oracles.lmo import make_constraint
 from server_app.app import InvalidRunConfig
+from server_app.packed_grid import unpacked
 from tests.helpers import run_app
 
 # federated evaluation sends the final model, so it can be checked too
@@ -33,7 +34,7 @@ def run_pavg(tmp_path, num_nodes=4, **overrides):
     replies: dict[int, list[tuple[list[np.ndarray], float]]] = {}
 
     def recording(message, context):
-        reply = client_app(message, context)
+        reply = unpacked(client_app(message, context))  # its arrays as sent
         if message.metadata.message_type == "train" and not reply.has_error():
             arrays = [a.numpy() for a in reply.content["arrays"].values()]
             weight = reply.content["metrics"]["num-examples"]

@@ -27,6 +27,7 @@ from client_app.app import app as client_app
 from functions.protocol import NUM_EXAMPLES, TRAIN, TRAIN_EXAMPLES
 from run_config.common import RunSettings
 from run_config.families import algorithm_names
+from server_app.packed_grid import unpacked
 from strategies.base import FederatedStrategy
 from strategies.fedxgb_hist import IterationDropped
 from strategies.registry import strategy_for
@@ -344,7 +345,7 @@ def test_garbage_bytes_in_train_and_evaluate_are_counted_and_the_run_completes(
     """Partition 0 answers round 2 (train and evaluate) with an unreadable array."""
 
     def garbling(message, context):
-        reply = client_app(message, context)
+        reply = unpacked(client_app(message, context))  # its arrays as sent
         if (
             context.node_config["partition-id"] == 0
             and message.metadata.message_type in ("train", "evaluate")

@@ -349,9 +349,6 @@ class Deployment:
             f"127.0.0.1:{runtime_port}",
             "--preload",
             preload,
-            # torch imports it lazily, at a model's first ``to_empty`` (about 1 s)
-            "--preload",
-            "torch.fx.experimental.symbolic_shapes",
             *(["--root-certificates", str(self.certs / "ca.crt")] if tls else ["--insecure"]),
         ]
         script = (

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import subprocess
+import sys
 import threading
 import time
 
@@ -96,3 +98,18 @@ def test_an_app_that_fails_to_import_is_left_to_the_child(tmp_path, monkeypatch)
     warm.ready_for(broken)
     assert warm.fab_hash is None and "warmfab" not in sys.modules
     assert not any("publisher.app" in entry for entry in sys.path)
+
+
+def test_the_parent_imports_what_torch_would_import_in_every_child() -> None:
+    """torch imports these at first use (an optimiser's first step: torch._dynamo, 0.6 s); a
+    warm parent imports them once, so no forked ClientApp pays for them (a fresh interpreter:
+    this process has most of them imported already)."""
+    script = (
+        "import sys; from deploy import warm_superexec as w; w.preload([]); "
+        "print(all(m in sys.modules for m in w.TORCH_LAZY))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.strip() == "True"
+    assert "torch._dynamo" in warm_superexec.TORCH_LAZY

@@ -6,11 +6,12 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from flwr.app import Message, RecordDict
+from flwr.app import Message
 from flwr.serverapp import Grid
 from flwr.superlink.grid.http_grid import HttpGrid
 
 from functions.records import payload_bytes, wire_bytes
+from server_app.grid_wrapper import GridWrapper
 
 
 @dataclass
@@ -37,7 +38,7 @@ def _is_train(message: Message) -> bool:
     return message.metadata.message_type.split(".")[0] == "train"
 
 
-class MeteredGrid(Grid):
+class MeteredGrid(GridWrapper):
     """Delegates to a real Grid and meters what the strategy sends and receives.
 
     ``bytes_down`` counts the payload of every instruction message, ``bytes_up`` the
@@ -57,7 +58,7 @@ class MeteredGrid(Grid):
         ``reply-timeout``; Flower's own default is an hour). ``poll_interval``: seconds between
         two pulls of the replies still missing (the run's ``reply-poll-interval``); None = the
         inner grid's own ``send_and_receive``."""
-        self._inner = inner
+        super().__init__(inner)
         self.reply_timeout = reply_timeout
         self.poll_interval = poll_interval
         self._counters = TrafficCounters()
@@ -88,26 +89,6 @@ class MeteredGrid(Grid):
                     self._counters.bytes_up_train += size
 
     # -- Grid API --------------------------------------------------------------
-    def set_run(self, run) -> None:  # Flower's Run type
-        self._inner.set_run(run)
-
-    @property
-    def run(self):
-        return self._inner.run
-
-    def create_message(
-        self,
-        content: RecordDict,
-        message_type: str,
-        dst_node_id: int,
-        group_id: str,
-        ttl: float | None = None,
-    ) -> Message:
-        return Message(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
-
-    def get_node_ids(self) -> Iterable[int]:
-        return self._inner.get_node_ids()
-
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         messages = list(messages)
         self._count_down(messages)

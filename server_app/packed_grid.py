@@ -15,10 +15,10 @@ from contextlib import contextmanager
 from flwr.app import Error, Message, RecordDict
 from flwr.app.message.message import make_message
 from flwr.common.constant import ErrorCode
-from flwr.serverapp import Grid
 
 from functions.errors import one_sentence
 from functions.packed_records import PackedRecordError, pack_content, unpack_content
+from server_app.grid_wrapper import GridWrapper
 
 
 @contextmanager
@@ -53,31 +53,8 @@ def unpacked(reply: Message) -> Message:
     return reply
 
 
-class PackedGrid(Grid):
+class PackedGrid(GridWrapper):
     """Delegates to a real Grid; what crosses it has its arrays packed."""
-
-    def __init__(self, inner: Grid) -> None:
-        self._inner = inner
-
-    def set_run(self, run) -> None:  # Flower's Run type
-        self._inner.set_run(run)
-
-    @property
-    def run(self):
-        return self._inner.run
-
-    def create_message(
-        self,
-        content: RecordDict,
-        message_type: str,
-        dst_node_id: int,
-        group_id: str,
-        ttl: float | None = None,
-    ) -> Message:
-        return self._inner.create_message(content, message_type, dst_node_id, group_id, ttl)
-
-    def get_node_ids(self) -> Iterable[int]:
-        return self._inner.get_node_ids()
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         messages = list(messages)

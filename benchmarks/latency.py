@@ -24,7 +24,7 @@ A round's latency is the difference of consecutive ``wall_time_s`` in the run's
 ``metrics.json`` (the ServerApp's clock), averaged over rounds 2 to R (round 1 also starts the
 ServerApp, installs the FAB and builds the roster).
 
-    python -m benchmarks.latency                 # every family, 4 rounds; about 15 min
+    python -m benchmarks.latency                 # every family, 4 rounds; about 17 min
     python -m benchmarks.latency --families default --rounds 6
 
 Writes ``results/latency.md`` and ``results/latency.json``.
@@ -51,6 +51,9 @@ FAMILIES = {
     "ffgb-trees": "algorithm='ffgb' task='digits' ffgb.learner='tree'",
     "fedfun": "algorithm='fedfun' task='wine' fedfun.initial-steps=50 fedfun.local-steps=20 "
     "fedfun.hidden='8' fedfun.penalty-samples=50",
+    "fedxgb": "algorithm='fedxgb-bagging' task='wine' fedxgb.max-depth=3",
+    # a tree level is an exchange: 5-6 exchanges a round (docs/algorithms.md), simulated or not
+    "fedxgb-hist": "algorithm='fedxgb-hist' task='wine' fedxgb-hist.max-depth=3",
 }
 NODES = 2
 FLOWER_SUPERNODE = (str(Path(sys.executable).parent / "flower-supernode"),)

@@ -38,17 +38,23 @@ class PackedRecordError(DecodeError):
     """A packed record that cannot be read back into its arrays."""
 
 
-def pack_content(content: RecordDict) -> RecordDict:
+def pack_content(content: RecordDict, done: dict[int, ArrayRecord] | None = None) -> RecordDict:
     """``content`` with each ArrayRecord of ``MIN_ARRAYS`` or more arrays packed (the other
-    records as they are, the same objects)."""
+    records as they are, the same objects). ``done``: the packed form of records packed before,
+    by ``id`` of the record, filled as it goes: a record that many messages share (the model sent
+    to every node) is packed once and stays one object for Flower to hash and send once; the
+    caller keeps those records alive while it uses ``done``."""
     if not any(_packable(record) for record in content.values()):
         return content
-    return RecordDict(
-        {
-            name: ArrayRecord({PACKED_KEY: _pack(record)}) if _packable(record) else record
-            for name, record in content.items()
-        }
-    )
+    done = {} if done is None else done
+    packed = {}
+    for name, record in content.items():
+        if _packable(record):
+            if id(record) not in done:
+                done[id(record)] = ArrayRecord({PACKED_KEY: _pack(record)})
+            record = done[id(record)]
+        packed[name] = record
+    return RecordDict(packed)
 
 
 def unpack_content(content: RecordDict) -> RecordDict:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
-from flwr.app import Error, Message, RecordDict
+from flwr.app import ArrayRecord, Error, Message, RecordDict
 from flwr.app.message.message import make_message
 from flwr.common.constant import ErrorCode
 
@@ -23,13 +23,15 @@ from server_app.grid_wrapper import GridWrapper
 
 @contextmanager
 def packed(messages: list[Message]) -> Iterator[None]:
-    """The messages' contents packed while inside, their own contents again after."""
+    """The messages' contents packed while inside (a record they share packed once), their own
+    contents again after."""
     own: list[RecordDict | None] = []
+    done: dict[int, ArrayRecord] = {}
     for message in messages:
         content = message.content if message.has_content() else None
         own.append(content)
         if content is not None:
-            message.content = pack_content(content)
+            message.content = pack_content(content, done)
     try:
         yield
     finally:

@@ -195,3 +195,16 @@ def test_a_node_refuses_a_malformed_packed_message_in_one_sentence(task_identity
     reply = handle(message, context)
     assert reply.has_error()
     assert "record 'r'" in reply.error.reason and "\n" not in reply.error.reason
+
+
+def test_a_record_that_messages_share_is_packed_once_and_sent_as_one_object(
+    task_identity: None,
+) -> None:
+    model = record_of([5, 6, 7])
+    contents = [RecordDict({"arrays": model, "config": ConfigRecord({"n": n})}) for n in range(3)]
+    inner = EchoGrid()
+    messages = [Message(c, dst_node_id=5 + n, message_type="train") for n, c in enumerate(contents)]
+    PackedGrid(inner).send_and_receive(messages)
+    sent = [content["arrays"] for content in inner.seen]
+    assert sent[0] is sent[1] is sent[2]  # one packed record, hashed and pushed once by Flower
+    assert all(m.content is c for m, c in zip(messages, contents, strict=True))

@@ -263,12 +263,12 @@ def main() -> None:
     cli.add_argument("--skip-oracles", action="store_true")
     cli.add_argument("--out", default="", help="report path (default results/devices.md)")
     args = cli.parse_args()
-    if args.devices == "all" and not torch.cuda.is_available():
-        cli.error("torch sees no CUDA device: use --devices cpu")
-    logging.disable(logging.WARNING)
     modes = [CPU] if args.devices == "cpu" else [m.strip() for m in args.modes.split(",")]
     if not set(modes) <= set(MODES):
         cli.error(f"--modes: expected some of {', '.join(MODES)}")
+    if modes != [CPU] and not torch.cuda.is_available():
+        cli.error("torch sees no CUDA device: use --devices cpu (or --modes cpu)")
+    logging.disable(logging.WARNING)
     start = time.perf_counter()
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
     parts = [f"GPU: {gpu}; torch {torch.__version__}, CUDA {torch.version.cuda or 'none'}.", ""]

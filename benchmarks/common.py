@@ -44,15 +44,17 @@ def _wire_grid_class():
     """LocalGrid that also records the size of every message as Flower serialises it."""
     from flwr.common.serde import message_to_proto, recorddict_to_proto
 
-    from testing.inprocess_grid import LocalGrid
+    from server_app.packed_grid import unpacked
+    from testing.inprocess_grid import LocalGrid, Wire, inflate
 
     class WireGrid(LocalGrid):
         def __init__(self, *args, **kwargs) -> None:
             super().__init__(*args, **kwargs)
             self.wire: list[dict] = []
 
-        def _deliver(self, message):
-            reply = super()._deliver(message)
+        def node_step(self, wire: Wire) -> Wire:
+            reply_wire = super().node_step(wire)
+            message, reply = inflate(wire), unpacked(inflate(reply_wire))
             self.wire.append(
                 {
                     "type": message.metadata.message_type,
@@ -64,7 +66,7 @@ def _wire_grid_class():
                     "up_message": message_to_proto(reply).ByteSize(),
                 }
             )
-            return reply
+            return reply_wire
 
     return WireGrid
 
@@ -274,7 +276,9 @@ def machine_info() -> dict[str, str]:
             pass
     return {
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "cpu": f"{cpu} ({_run(['nproc']) or os.cpu_count()} cores visible to nproc)",
+        # the process's CPU affinity: ``nproc`` would report OMP_NUM_THREADS, which benchmarks
+        # set to 1 for their workers
+        "cpu": f"{cpu} ({len(os.sched_getaffinity(0))} cores available)",
         "ram": ram,
         "os": platform.platform(),
         "python": platform.python_version(),

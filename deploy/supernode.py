@@ -8,9 +8,12 @@ ClientApp's reply (``_push_messages``: ``time.sleep(0.5)``, twice); neither is s
 together they cost most of a deployment round (benchmarks/README.md, round latency). Here:
 
 - the wait for a message starts at ``FL_SUPERNODE_POLL`` seconds (default 0.05) after a message
-  and doubles while none comes, up to Flower's 3 s: an idle SuperNode asks the SuperLink as
-  rarely as Flower's does, and one in a busy run waits at most as long again as it has already
-  waited (plus the first step);
+  and grows by ``FL_SUPERNODE_POLL_GROWTH`` (default 1.5) while none comes, up to Flower's 3 s:
+  an idle SuperNode asks the SuperLink as rarely as Flower's does, and one in a busy run waits
+  at most half as long again as it has already waited (plus the first step). Growth 1.5 made
+  the default job's deployed round 0.10 s shorter than doubling (benchmarks/README.md, section
+  18) for about 1.4 times as many asks in a long wait (9 instead of 6 in the first 3 s);
+  closer to 1 asks more often and gained nothing on 2 cores;
 - the waits for its ClientApp's reply, a check of its own in-memory state, take
   ``FL_SUPERNODE_REPLY_POLL`` seconds (default 0.01);
 - a message's object that the SuperLink does not hold yet (the ServerApp pushes a message's
@@ -47,11 +50,17 @@ PULL = "_pull_and_store_message"  # what the loop calls, by keyword, to pull one
 
 class PromptWaits:
     """The ``time`` module as ``start_client_internal`` sees it, with its ``sleep`` replaced:
-    Flower's idle wait backs off from ``poll`` to 3 s and restarts after each message
-    (``pulled``); its reply waits take ``reply_poll``. The SuperNode's loop is one thread."""
+    Flower's idle wait backs off from ``poll`` to 3 s, ``growth`` times longer after each pull
+    that found nothing, and restarts after each message (``pulled``); its reply waits take
+    ``reply_poll``. The SuperNode's loop is one thread."""
 
-    def __init__(self, poll: float, reply_poll: float) -> None:
-        self.poll, self.reply_poll = poll, reply_poll
+    def __init__(self, poll: float, reply_poll: float, growth: float = 1.5) -> None:
+        if not poll > 0 or not reply_poll > 0 or not growth > 1:
+            raise ValueError(
+                f"SuperNode waits: poll {poll} and reply poll {reply_poll} must be above 0 s, "
+                f"growth {growth} above 1"
+            )
+        self.poll, self.reply_poll, self.growth = poll, reply_poll, growth
         self.idle_pulls = 0  # pulls that found no message since the last message
         clock = {name: getattr(time, name) for name in dir(time) if not name.startswith("_")}
         self.__dict__.update({k: v for k, v in clock.items() if k != "sleep"})
@@ -64,7 +73,7 @@ class PromptWaits:
 
     def next_idle_wait(self) -> float:
         """The wait after one more pull that found nothing."""
-        wait = min(IDLE_WAIT, self.poll * 2**self.idle_pulls)
+        wait = min(IDLE_WAIT, self.poll * self.growth**self.idle_pulls)
         self.idle_pulls += 1
         return wait
 
@@ -103,7 +112,8 @@ def main() -> None:
     poll = float(os.environ.get("FL_SUPERNODE_POLL", "0.05"))
     reply_poll = float(os.environ.get("FL_SUPERNODE_REPLY_POLL", "0.01"))
     prompt_object_pulls(poll)  # a message's objects the ServerApp is still pushing
-    waits = PromptWaits(poll, reply_poll)
+    growth = float(os.environ.get("FL_SUPERNODE_POLL_GROWTH", "1.5"))
+    waits = PromptWaits(poll, reply_poll, growth)
     pull = start_client_internal._pull_and_store_message
     start_client_internal.time = waits  # type: ignore[assignment]
     start_client_internal._pull_and_store_message = lambda **kw: waits.pulled(pull(**kw))

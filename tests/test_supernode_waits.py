@@ -24,11 +24,24 @@ def test_a_moved_wait_or_another_flower_version_is_refused(monkeypatch):
         supernode.check_flower()
 
 
-def test_the_idle_wait_doubles_to_flowers_and_restarts_after_a_message():
+def test_the_idle_wait_grows_to_flowers_and_restarts_after_a_message():
     waits = supernode.PromptWaits(poll=0.05, reply_poll=0.01)
-    assert [waits.next_idle_wait() for _ in range(8)] == [0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3, 3]
+    found = [waits.next_idle_wait() for _ in range(13)]
+    assert found == pytest.approx([0.05 * 1.5**k for k in range(11)] + [3, 3])
+    assert sum(found[:8]) < 3 < sum(found[:9])  # 9 asks in the first 3 s of an idle wait
     assert waits.pulled(None) is None and waits.next_idle_wait() == 3
     assert waits.pulled(7) == 7 and waits.next_idle_wait() == 0.05
+    doubling = supernode.PromptWaits(poll=0.05, reply_poll=0.01, growth=2)
+    assert [doubling.next_idle_wait() for _ in range(8)] == [0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3, 3]
+
+
+@pytest.mark.parametrize(
+    "poll, reply_poll, growth",
+    [(0, 0.01, 1.5), (0.05, -1, 1.5), (0.05, 0.01, 1), (0.05, 0.01, float("nan"))],
+)
+def test_waits_that_would_spin_or_never_grow_are_refused(poll, reply_poll, growth):
+    with pytest.raises(ValueError, match="SuperNode waits"):
+        supernode.PromptWaits(poll, reply_poll, growth)
 
 
 def test_sleep_maps_flowers_waits_and_leaves_others(monkeypatch):
@@ -39,5 +52,5 @@ def test_sleep_maps_flowers_waits_and_leaves_others(monkeypatch):
     waits.sleep(3)
     waits.sleep(0.5)
     waits.sleep(2)
-    assert slept == [0.05, 0.1, 0.01, 2]
+    assert slept == pytest.approx([0.05, 0.075, 0.01, 2])
     assert waits.monotonic is supernode.time.monotonic  # the rest of ``time`` as it is

@@ -44,7 +44,6 @@ def _wire_grid_class():
     """LocalGrid that also records the size of every message as Flower serialises it."""
     from flwr.common.serde import message_to_proto, recorddict_to_proto
 
-    from server_app.packed_grid import unpacked
     from testing.inprocess_grid import LocalGrid, Wire, inflate
 
     class WireGrid(LocalGrid):
@@ -54,7 +53,8 @@ def _wire_grid_class():
 
         def node_step(self, wire: Wire) -> Wire:
             reply_wire = super().node_step(wire)
-            message, reply = inflate(wire), unpacked(inflate(reply_wire))
+            # as both travel: the ServerApp's and the ClientApp's records packed
+            message, reply = inflate(wire), inflate(reply_wire)
             self.wire.append(
                 {
                     "type": message.metadata.message_type,
@@ -337,7 +337,11 @@ def parser(description: str) -> argparse.ArgumentParser:
 
 
 def results_dir(quick: bool) -> Path:
-    return RESULTS / "quick" if quick else RESULTS
+    """Where a benchmark writes its reports: ``results/``, or for ``--quick`` smoke runs
+    ``results/quick/`` (git-ignored) or the folder ``FL_BENCH_QUICK_DIR`` names (tests)."""
+    if not quick:
+        return RESULTS
+    return Path(os.environ.get("FL_BENCH_QUICK_DIR") or RESULTS / "quick")
 
 
 def runs_dir(quick: bool, bench: str) -> Path:

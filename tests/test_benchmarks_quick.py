@@ -1,0 +1,57 @@
+"""Every benchmark with a ``--quick`` smoke version still runs and writes its report (one of them
+once failed for months on a grid hook that had gone: ``tests/test_benchmark_wire.py``). Each in
+a subprocess, as a user runs it, its reports in a temporary folder."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+QUICK = [
+    ("ensemble_eval", []),
+    ("fedfun_tables", []),
+    ("fedfw_downlink", []),
+    ("fedfw_l1_optimum", []),
+    ("fedfw_participation", []),
+    ("fedfw_seeds", []),
+    ("fedfw_table1", []),
+    ("fedfw_table3", []),
+    ("fedfw_wire", []),
+    ("ffgb_distillation", []),
+    ("ffgb_figure1", []),
+    ("ffgb_heterogeneous", []),
+    ("ffgb_mnist", []),
+    ("oracle_speed", []),
+    ("tree_fit", []),
+    ("devices", ["--devices", "cpu"]),
+]
+
+
+def test_the_list_names_every_benchmark_with_a_quick_version():
+    with_quick = {
+        path.stem for path in (ROOT / "benchmarks").glob("*.py") if "args.quick" in path.read_text()
+    }
+    assert with_quick == {name for name, _ in QUICK}
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name, args", QUICK, ids=[name for name, _ in QUICK])
+def test_a_quick_benchmark_runs_and_writes_its_report(name, args, tmp_path):
+    env = {**os.environ, "FL_BENCH_QUICK_DIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{name}", "--quick", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    reports = list(tmp_path.glob("*.md"))
+    assert reports, f"benchmarks.{name} --quick wrote no report in {tmp_path}"
+    assert all("- command: " in report.read_text() for report in reports)

@@ -30,6 +30,7 @@ import argparse
 import ipaddress
 import json
 import os
+import queue
 import random
 import re
 import shlex
@@ -39,7 +40,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -220,6 +223,35 @@ def free_port_block(size: int = 40, low: int = 20000, high: int = 30000) -> int:
     raise RuntimeError(f"no block of {size} free ports in [{low}, {high})")
 
 
+class ProcessExited(RuntimeError):
+    """A process of the deployment exited while a run was under way."""
+
+
+def log_tail(path: Path, lines: int = 3) -> list[str]:
+    """The last ``lines`` non-empty lines of a log, colour codes stripped."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as err:
+        return [f"unreadable: {err}"]
+    return [ANSI.sub("", line).strip() for line in text.splitlines() if line.strip()][-lines:]
+
+
+def _pipe_lines(stream: subprocess.Popen, lines: queue.Queue[str | None]) -> None:
+    """Each line ``stream`` prints into ``lines``, then None."""
+    for line in stream.stdout:
+        lines.put(line)
+    lines.put(None)
+
+
+def _next_line(lines: queue.Queue[str | None], check: Callable[[], None]) -> str | None:
+    """The next line (None at the end), calling ``check`` every second while none comes."""
+    while True:
+        try:
+            return lines.get(timeout=1.0)
+        except queue.Empty:
+            check()
+
+
 @dataclass
 class Deployment:
     """One SuperLink and its SuperNodes on loopback, all started and stopped by this object."""
@@ -248,6 +280,7 @@ class Deployment:
     perimeter: bool = False
     max_object_bytes: int = MAX_OBJECT_BYTES  # the largest push-object body the perimeter forwards
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    killed: set[str] = field(default_factory=set)  # processes stopped on purpose (``kill``)
     node_ids: dict[str, int] = field(default_factory=dict)  # registered key name -> node id
 
     def __post_init__(self) -> None:
@@ -494,6 +527,19 @@ class Deployment:
     def exited(self) -> dict[str, int]:
         return {n: p.returncode for n, p in self.processes.items() if p.poll() is not None}
 
+    def check_alive(self) -> None:
+        """ProcessExited naming each process that exited unasked (not through ``kill``), with
+        the last lines of its log."""
+        dead = {n: code for n, code in self.exited().items() if n not in self.killed}
+        if dead:
+            raise ProcessExited(
+                "; ".join(
+                    f"{name} exited with code {code} (the end of {self.workdir / f'{name}.log'}: "
+                    f"{' | '.join(log_tail(self.workdir / f'{name}.log'))})"
+                    for name, code in dead.items()
+                )
+            )
+
     def flwr_run(
         self, run_config: str, timeout: float = 600.0, app: Path = PROJECT
     ) -> subprocess.CompletedProcess:
@@ -621,16 +667,23 @@ class Deployment:
             env=self.env,
             cwd=PROJECT,
         )
-        with open(logs / f"{run_id}.log", "a") as out:
-            for line in stream.stdout:
-                out.write(line)
-                if shown.search(line):
-                    print(LEVEL.sub("", ANSI.sub("", line)).rstrip(), flush=True)
-        stream.wait()
+        lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=_pipe_lines, args=(stream, lines), daemon=True).start()
+        try:
+            with open(logs / f"{run_id}.log", "a") as out:
+                while (line := _next_line(lines, self.check_alive)) is not None:
+                    out.write(line)
+                    if shown.search(line):
+                        print(LEVEL.sub("", ANSI.sub("", line)).rstrip(), flush=True)
+        finally:
+            if stream.poll() is None:
+                stream.kill()
+            stream.wait()
         return self.wait_for_runs([run_id], timeout)[run_id]
 
     def kill(self, name: str) -> None:
         """SIGKILL one process and its group (a node that dies)."""
+        self.killed.add(name)
         process = self.processes[name]
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
@@ -750,6 +803,9 @@ def main(argv: list[str] | None = None) -> int:
         ),
     )
     started = time.monotonic()
+    # a SIGTERM (``timeout``, a service manager) ends the run as Ctrl-C does: through ``finally``,
+    # which stops every process started here
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:
         if star is not None:
             star.create()
@@ -769,7 +825,11 @@ def main(argv: list[str] | None = None) -> int:
             f"run {run_id} submitted; its log: {args.workdir / 'logs' / f'{run_id}.log'}",
             flush=True,
         )
-        status = deployment.follow(run_id, PROGRESS)
+        try:
+            status = deployment.follow(run_id, PROGRESS)
+        except ProcessExited as err:
+            print(f"Run failed: {err}", file=sys.stderr)
+            return 1
         print(f"run {run_id}: {status}; {time.monotonic() - started:.0f} s")
         config = None
         if (results / "config.json").is_file():

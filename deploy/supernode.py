@@ -107,13 +107,27 @@ def check_flower() -> None:
             )
 
 
+def number_from_env(name: str, default: float) -> float:
+    """The number the environment variable ``name`` holds (``default`` when unset); a
+    ValueError naming the variable when it holds something else."""
+    text = os.environ.get(name, "")
+    if not text:
+        return default
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r} is not a number") from None
+
+
 def main() -> None:
     check_flower()
-    poll = float(os.environ.get("FL_SUPERNODE_POLL", "0.05"))
-    reply_poll = float(os.environ.get("FL_SUPERNODE_REPLY_POLL", "0.01"))
+    poll = number_from_env("FL_SUPERNODE_POLL", 0.05)
+    waits = PromptWaits(
+        poll,
+        number_from_env("FL_SUPERNODE_REPLY_POLL", 0.01),
+        number_from_env("FL_SUPERNODE_POLL_GROWTH", 1.5),
+    )
     prompt_object_pulls(poll)  # a message's objects the ServerApp is still pushing
-    growth = float(os.environ.get("FL_SUPERNODE_POLL_GROWTH", "1.5"))
-    waits = PromptWaits(poll, reply_poll, growth)
     pull = start_client_internal._pull_and_store_message
     start_client_internal.time = waits  # type: ignore[assignment]
     start_client_internal._pull_and_store_message = lambda **kw: waits.pulled(pull(**kw))

@@ -54,3 +54,11 @@ def test_sleep_maps_flowers_waits_and_leaves_others(monkeypatch):
     waits.sleep(2)
     assert slept == pytest.approx([0.05, 0.075, 0.01, 2])
     assert waits.monotonic is supernode.time.monotonic  # the rest of ``time`` as it is
+
+
+def test_a_wait_that_is_not_a_number_is_refused_naming_its_variable(monkeypatch):
+    monkeypatch.setenv("FL_SUPERNODE_POLL_GROWTH", "fast")
+    with pytest.raises(ValueError, match="FL_SUPERNODE_POLL_GROWTH='fast' is not a number"):
+        supernode.number_from_env("FL_SUPERNODE_POLL_GROWTH", 1.5)
+    monkeypatch.setenv("FL_SUPERNODE_POLL_GROWTH", "")
+    assert supernode.number_from_env("FL_SUPERNODE_POLL_GROWTH", 1.5) == 1.5

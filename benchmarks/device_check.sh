@@ -3,8 +3,9 @@
 #   run(command="bash benchmarks/device_check.sh", timeout_s=540)
 # What is still to be taken goes first; everything is written under $OUT through tee alone, so a
 # call that hits its limit still returns what it had. Needs the wheels of section 9 in .whl/
-# (git-excluded; the device machine has torch but no flwr: installed when flwr does not import). ROWS and MODES override the defaults
-# (benchmarks.devices --only / --modes); on a machine without a GPU, MODES=cpu runs the CPU half.
+# (git-excluded; the device machine has torch but no flwr: installed when flwr does not import).
+# ROWS and MODES override the defaults (benchmarks.devices --only / --modes); on a machine
+# without a GPU, MODES=cpu runs the CPU half.
 set -u
 OUT=${OUT:-/tmp/device-check}
 mkdir -p "$OUT"

@@ -74,7 +74,8 @@ class PromptWaits:
     def next_idle_wait(self) -> float:
         """The wait after one more pull that found nothing."""
         wait = min(IDLE_WAIT, self.poll * self.growth**self.idle_pulls)
-        self.idle_pulls += 1
+        if wait < IDLE_WAIT:  # past Flower's 3 s the count stops (a float power would overflow)
+            self.idle_pulls += 1
         return wait
 
     def sleep(self, seconds: float) -> None:

@@ -31,6 +31,9 @@ def test_the_idle_wait_grows_to_flowers_and_restarts_after_a_message():
     assert sum(found[:8]) < 3 < sum(found[:9])  # 9 asks in the first 3 s of an idle wait
     assert waits.pulled(None) is None and waits.next_idle_wait() == 3
     assert waits.pulled(7) == 7 and waits.next_idle_wait() == 0.05
+    idle = supernode.PromptWaits(poll=0.05, reply_poll=0.01)
+    idle_for_a_day = [idle.next_idle_wait() for _ in range(30_000)]  # 3 s each: 25 h
+    assert set(idle_for_a_day[11:]) == {3}  # once overflowed 1.5 ** n after 1,751 empty asks
     doubling = supernode.PromptWaits(poll=0.05, reply_poll=0.01, growth=2)
     assert [doubling.next_idle_wait() for _ in range(8)] == [0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3, 3]
 

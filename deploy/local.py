@@ -353,6 +353,7 @@ class Deployment:
         return run_checked(self._in_link([str(BIN / "flwr"), *args]), env=self.env, cwd=PROJECT)
 
     def _start(self, name: str, args: list[str]) -> subprocess.Popen:
+        self.killed.discard(name)  # a node started again under its name is watched again
         log = open(self.workdir / f"{name}.log", "w")  # closed with the process
         process = subprocess.Popen(
             args,
@@ -517,10 +518,7 @@ class Deployment:
         while time.monotonic() < deadline:
             if subprocess.run(probe, capture_output=True).returncode == 0:
                 return
-            if any(p.poll() is not None for p in self.processes.values()):
-                raise RuntimeError(
-                    f"a process exited while waiting for port {port}: {self.exited()}"
-                )
+            self.check_alive()
             time.sleep(0.3)
         raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
 
@@ -825,17 +823,16 @@ def main(argv: list[str] | None = None) -> int:
             f"run {run_id} submitted; its log: {args.workdir / 'logs' / f'{run_id}.log'}",
             flush=True,
         )
-        try:
-            status = deployment.follow(run_id, PROGRESS)
-        except ProcessExited as err:
-            print(f"Run failed: {err}", file=sys.stderr)
-            return 1
+        status = deployment.follow(run_id, PROGRESS)
         print(f"run {run_id}: {status}; {time.monotonic() - started:.0f} s")
         config = None
         if (results / "config.json").is_file():
             config = json.loads((results / "config.json").read_text())
         print("\n".join(report(results, config)))
         return 0 if status == COMPLETED else 1
+    except ProcessExited as err:  # the SuperLink or a SuperNode died: no run can finish
+        print(f"Run failed: {err}", file=sys.stderr)
+        return 1
     finally:
         deployment.stop()
         if star is not None:

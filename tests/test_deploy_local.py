@@ -101,6 +101,17 @@ def test_a_process_that_exits_unasked_is_named_with_the_end_of_its_log(tmp_path)
         deployment.stop()
 
 
+def test_a_superlink_that_dies_at_start_is_named_while_its_port_is_awaited(tmp_path):
+    deployment = Deployment(tmp_path)
+    try:
+        deployment._start("superlink", ["sh", "-c", "echo 'unable to open database file'; exit 1"])
+        deployment.processes["superlink"].wait(10)
+        with pytest.raises(ProcessExited, match="superlink exited with code 1 .*database file"):
+            deployment.wait_for_port(free_port_block(low=30000, high=32000), timeout=30)
+    finally:
+        deployment.stop()
+
+
 def test_a_process_stopped_on_purpose_is_no_failure(tmp_path):
     deployment = Deployment(tmp_path)
     try:

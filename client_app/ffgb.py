@@ -34,6 +34,8 @@ from functions.protocol import (
     DELTA_ARRAYS,
     DISTILL_ERROR,
     EVALUATE,
+    EVALUATE_FIRST,
+    EVALUATION,
     LAST_ACCEPTED,
     METRICS,
     NUM_EXAMPLES,
@@ -231,10 +233,22 @@ def _train_student(
 
 def train(job: Job) -> RecordDict:
     """K local boosting steps from f^t; reply with the K learners (or their distillation),
-    their weights and the scale. In a distillation round: train the student instead."""
-    ffgb, data = job.family, job.data
-    model = ffgb.model(data.task)
+    their weights and the scale. In a distillation round: train the student instead. When the
+    server asks (``evaluate-first``), f^t's evaluation sums too, computed before training."""
+    model = job.family.model(job.data.task)
     version, values = current_values(job, model)
+    evaluation = None
+    if EVALUATE_FIRST in job.content[CONFIG]:
+        evaluation = evaluation_sums(model, job.data, values)
+    reply = _train(job, model, version, values)
+    if evaluation is not None:
+        reply[EVALUATION] = evaluation
+    return reply
+
+
+def _train(job: Job, model: BoostingModel, version: int, values: dict[str, np.ndarray]):
+    """The train reply from f^t's ``values`` on this node's data, at ``version``."""
+    ffgb, data = job.family, job.data
     server_round = int(job.content[CONFIG][SERVER_ROUND])
     phase, t = ffgb.phase(server_round)
     if phase == DISTILL:

@@ -42,6 +42,8 @@ TEST_LOSS_SUM = "test-loss-sum"
 TEST_CORRECT_SUM = "test-correct-sum"
 TRAIN_LOSS_SUM = "train-loss-sum"
 TRAIN_EXAMPLES = "train-examples"
+EVALUATE_FIRST = "evaluate-first"  # train config: the round whose function the node evaluates
+EVALUATION = "evaluation"  # ... before it trains: its train reply's MetricRecord of the sums
 
 # -- FedAvg, FedProx, projected FedAvg (Flower's FedAvg keys) --------------------------------
 ARRAYS = "arrays"

@@ -212,6 +212,17 @@ FFGB_KEYS = (
         "(`train_loss`, `federated_test_*`; also keeps nodes in sync)",
     ),
     Key(
+        "ffgb.eval-with-train",
+        bool,
+        True,
+        "with `ffgb.federated-eval`, every node evaluates f^t when round t + 1's train message "
+        "brings it, before it trains, and replies with both: one exchange a round instead of "
+        "two, the same figures (round t's row gets them with round t + 1's replies; the last "
+        "round has an evaluate exchange of its own); `false`: an evaluate exchange after "
+        "every round. Only when every node trains every round (`fraction-train` = 1, not "
+        "`ffgb.one-shot`)",
+    ),
+    Key(
         "ffgb.downlink",
         str,
         AUTO,
@@ -301,6 +312,7 @@ class FFGBSettings:
     one_shot: bool = False  # FFGB.L in one round of communication (Remark 3.1)
     extension: str = UPPER  # FFGB.L's u_i: eq. 17 (upper) or the midpoint interpolant
     downlink: str = AUTO  # per-node, shared or auto (by the round's recipients)
+    eval_with_train: bool = True  # round t's evaluation rides on round t + 1's train messages
 
     def shares_downlink(self, recipients: int) -> bool:
         """Whether a round with ``recipients`` nodes sends one shared delta (``ffgb.downlink``)."""
@@ -410,6 +422,14 @@ def ffgb_settings(settings: RunSettings) -> FFGBSettings:
         "ffgb.one-shot",
         out.one_shot,
         "false unless algorithm='ffgb-l' without distillation (Remark 3.1 is FFGB.L's)",
+    )
+    require(
+        out.eval_with_train
+        or (out.federated_eval and not out.one_shot and settings.fraction_train >= 1),
+        "ffgb.eval-with-train",
+        out.eval_with_train,
+        "true (the default) unless ffgb.federated-eval is true, fraction-train is 1 and "
+        "ffgb.one-shot is false: otherwise every evaluation has its own exchange already",
     )
     require(
         not (out.distill_every and learner == "tree"),

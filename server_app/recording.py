@@ -37,6 +37,7 @@ class RecordedStrategy(Strategy):
     def __init__(self, inner: FederatedStrategy, done: int = 0, min_replies: int = 0) -> None:
         self.inner, self.done, self.min_replies = inner, done, min_replies
         self.round_metrics: dict[str, Any] = {}
+        self.late: tuple[int, MetricRecord] | None = None  # an earlier round's evaluation
         self.asked = 0  # train messages sent this round
 
     def summary(self) -> None:
@@ -66,6 +67,7 @@ class RecordedStrategy(Strategy):
                 f"nodes asked answered, min-replies={self.min_replies}"
             )
         arrays, metrics = self.inner.aggregate_train(server_round + self.done, replies)
+        self.late, self.inner.late_evaluation = self.inner.late_evaluation, None
         self._keep(metrics)
         return arrays, metrics
 
@@ -131,6 +133,9 @@ class RoundRecorder:
                 }
             )
         row.update(central)
+        late, self.strategy.late = self.strategy.late, None
+        if late is not None:
+            self._amend(*late, central)
         row.update(
             bytes_up=traffic.bytes_up,
             bytes_down=traffic.bytes_down,
@@ -165,6 +170,31 @@ class RoundRecorder:
         )
         self.segments.retire()
         return MetricRecord({k: v for k, v in row.items() if isinstance(v, (int, float))})
+
+    def _amend(self, server_round: int, metrics: MetricRecord, central: Mapping[str, Any]) -> None:
+        """Round ``server_round``'s evaluation by its nodes, which came with the next round's
+        train replies (``ffgb.eval-with-train``), joins its row as in ``__call__``: named
+        ``federated_*`` beside central figures, its failures added; what the row holds already
+        (its training figures and traffic) stays. One more log line; ``Diverged`` when a figure
+        is not finite (the round's checkpoint is on disk: a resumed run evaluates it again)."""
+        row = next(r for r in self.writer.rounds if r["round"] == server_round)
+        figures: dict[str, Any] = {}
+        for key, value in metrics.items():
+            name = f"federated_{key}" if key in central else key
+            if key == "failures":
+                figures[key] = row.get(key, 0) + value
+            elif key not in _CLIENT_BOOKKEEPING and name not in row:
+                figures[name] = value
+        bad = nonfinite(figures)
+        figures.update(in_label_units(figures, self.label_scale))
+        row = self.writer.amend_round(server_round, figures)
+        log(
+            INFO,
+            "%s (its nodes' evaluation, with the next round)",
+            format_row(row, self.num_rounds),
+        )
+        if bad:
+            raise Diverged(server_round, ", ".join(f"{k}={figures[k]}" for k in bad))
 
 
 def format_row(row: dict[str, Any], num_rounds: int) -> str:

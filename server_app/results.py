@@ -115,6 +115,17 @@ class ResultsWriter:
         if self.events is not None:
             self.events.add_round(row)
 
+    def amend_round(self, server_round: int, figures: dict[str, Any]) -> dict[str, Any]:
+        """Add ``figures`` to round ``server_round``'s row (its nodes' evaluation, which came
+        with the next round's replies) and rewrite metrics.json and metrics.csv; the row."""
+        row = next(r for r in self.rounds if r["round"] == server_round)
+        row.update(figures)
+        self._write_json("metrics.json", {"rounds": self.rounds, "summary": {}})
+        self._write_csv()
+        if self.events is not None:
+            self.events.add_round({"round": server_round, **figures})
+        return row
+
     def _write_csv(self) -> None:
         columns: list[str] = []
         for row in self.rounds:

@@ -54,8 +54,10 @@ def checked_checkpoint(path: Path, algorithm: str, run_config: Mapping[str, Any]
 
 def restore(strategy: FederatedStrategy, checkpoint: Checkpoint) -> None:
     """Load the checkpoint's strategy state, every node then counting as one that lost its state
-    (a resumed run is a new Flower run); DecodeError for a state that does not load, whatever
-    the fault (a file from disk: a wrong key or shape is a bad file, not a bug to trace)."""
+    (a resumed run is a new Flower run), and the last round's nodes' evaluation asked again if
+    it was to come with the next round's replies; DecodeError for a state that does not load,
+    whatever the fault (a file from disk: a wrong key or shape is a bad file, not a bug to
+    trace)."""
     try:
         strategy.load_state_record(checkpoint.strategy, checkpoint.segment_records)
     except DecodeError:
@@ -65,3 +67,6 @@ def restore(strategy: FederatedStrategy, checkpoint: Checkpoint) -> None:
             f"the checkpoint's strategy state does not load ({type(err).__name__}: {err})"
         ) from None
     strategy.forget_node_states()
+    done = checkpoint.server_round
+    if strategy.fuses_evaluation(done) and "train_loss" not in checkpoint.rows[-1]:
+        strategy.evaluation_due = done  # it was to ride on the round that did not come

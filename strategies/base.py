@@ -38,7 +38,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from functions.errors import DecodeError
-from functions.protocol import PARTITION_ID
+from functions.protocol import EVALUATION, PARTITION_ID
 from strategies.evaluation import EvaluationSums, combine_evaluation_sums
 from strategies.node_book import NodeBook, NodeSlot
 from strategies.roster import Admission, Roster, devices
@@ -80,7 +80,11 @@ class FederatedStrategy(Strategy):
     book: NodeBook | None = None  # one slot per node of the roster, in its order
     admission: Admission = Admission()  # pins, nodes left out, the query.node content
     per_site: bool = False  # evaluation also reports each site's own metrics (sites' own data)
+    evaluation_due: int | None = None  # the round whose evaluation rides on this round's training
+    late_evaluation: tuple[int, MetricRecord] | None = None  # (round, its evaluation), once done
     _failures: int = 0  # found this round before the replies' screening
+    _accepted: frozenset[int] = frozenset()  # nodes whose replies the round's screens took
+    _evaluations_asked: int = 0  # train messages that asked for the last round's evaluation
 
     def pin_partitions(self, pinned: dict[int, int]) -> None:
         """Only node ``n`` may serve partition ``pinned[n]``; with a map, a node that claims
@@ -103,7 +107,9 @@ class FederatedStrategy(Strategy):
         nodes = self.book.node_ids
         if self.sampler is not None:
             nodes = self.sampler.draw(nodes)
-        return self.train_messages(server_round, nodes, arrays, config, grid)
+        messages = list(self.train_messages(server_round, nodes, arrays, config, grid))
+        self._evaluations_asked = len(messages) if self.evaluation_due is not None else 0
+        return messages
 
     def admit(self, grid: Grid, server_round: int) -> None:
         """Round 1: the roster and the book, then ``on_roster``; later rounds: returning nodes."""
@@ -149,6 +155,7 @@ class FederatedStrategy(Strategy):
         ``Diverged`` when no reply passed and every dropped one carried NaN or inf."""
         good, screened = self.book.screen(server_round, replies, decode)
         self._failures += screened.rejected
+        self._accepted = self._accepted | frozenset(good)
         if not good and screened.nonfinite and screened.nonfinite == screened.dropped:
             first = screened.nonfinite[0]
             raise Diverged(
@@ -162,8 +169,24 @@ class FederatedStrategy(Strategy):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """The family's ``aggregate``, with the round's failures counted so far."""
+        """The family's ``aggregate``, with the round's failures counted so far. When the last
+        round's evaluation rode on this round's messages (``evaluation_due``), each reply's
+        ``evaluation`` record is taken out and checked first (``split_evaluations``), and the
+        evaluations of the nodes whose training the family accepted make that round's
+        (``late_evaluation``)."""
+        replies = list(replies)
+        due, self.evaluation_due = self.evaluation_due, None
+        evaluations: dict[int, Any] = {}
+        if due is not None:
+            replies, evaluations = self._split_evaluations(due, replies)
+        self._accepted = frozenset()
         arrays, metrics = self.aggregate(server_round, replies)
+        if due is not None:
+            accepted = {n: v for n, v in evaluations.items() if n in self._accepted}
+            self.late_evaluation = (
+                due,
+                self._evaluation_figures(accepted, self._evaluations_asked - len(accepted)),
+            )
         failures, self._failures = self._failures, 0
         return arrays, MetricRecord({"failures": failures, **metrics})
 
@@ -191,18 +214,65 @@ class FederatedStrategy(Strategy):
             self.rebind(node, node)
 
     # -- evaluation -----------------------------------------------------------------------------
+    def fuses_evaluation(self, server_round: int) -> bool:
+        """Whether round ``server_round``'s evaluation rides on the next round's train messages
+        (every node evaluates the function it receives before it trains, and replies with both:
+        one exchange a round instead of two); then ``configure_evaluate`` of that round sends
+        nothing and the family's train messages of the next round ask for it
+        (``evaluation_due``). Never after the last round."""
+        return False
+
+    def check_late_evaluation(self, record: Any) -> Any:
+        """A train reply's ``evaluation`` record (``functions.protocol.EVALUATION``), decoded
+        and checked as ``check_evaluation`` checks an evaluate reply (``DecodeError``
+        otherwise)."""
+        raise DecodeError(f"{self.label} sends no evaluation with its train messages")
+
+    def _split_evaluations(
+        self, due: int, replies: list[Message]
+    ) -> tuple[list[Message], dict[int, Any]]:
+        """Each answer's ``evaluation`` record taken out and checked (``check_late_evaluation``):
+        the replies left for the family's training, and the checked evaluations by node. A
+        reply whose record is missing or bad is dropped whole and counted, as one with a bad
+        training part is (it is one reply); ``Diverged`` when every answer's was NaN or inf."""
+        failed: set[int] = set()
+
+        def decode(reply: Message) -> Any:
+            record = reply.content.pop(EVALUATION, None)
+            try:
+                if record is None:
+                    raise DecodeError(f"no {EVALUATION!r} record, which the message asked for")
+                return self.check_late_evaluation(record)
+            except Exception:
+                failed.add(id(reply))
+                raise
+
+        answers = [reply for reply in replies if not reply.has_error()]
+        screened = screen_replies(self.label, due + 1, answers, decode, self.book.node_ids)
+        if not screened.accepted and screened.nonfinite == screened.dropped != []:
+            raise Diverged(
+                due,
+                f"every node's evaluation of it ({len(screened.nonfinite)}) carried NaN or inf",
+            )
+        self._failures += len(failed)
+        return [reply for reply in replies if id(reply) not in failed], screened.accepted
+
     def aggregate_evaluate(
         self, server_round: int, replies: Iterable[Message]
     ) -> MetricRecord | None:
         """Every evaluate reply screened by the family's ``check_evaluation`` (a reply that
         fails it counts as a failure, like an error reply), the family told which nodes failed
-        (``on_evaluation_screened``), then its ``evaluation_metrics`` of the accepted replies in
-        roster order, with the round's evaluation failures."""
+        (``on_evaluation_screened``), then the figures of the accepted replies."""
         screened = screen_replies(
             self.label, server_round, replies, self.check_evaluation, self.book.node_ids
         )
         self.on_evaluation_screened(screened)
-        accepted = screened.in_order(self.book.node_ids)
+        return self._evaluation_figures(screened.accepted, screened.rejected)
+
+    def _evaluation_figures(self, accepted: dict[int, Any], failures: int) -> MetricRecord:
+        """The family's ``evaluation_metrics`` of the checked evaluations in roster order, each
+        site's own with sites' own data, and ``failures``."""
+        accepted = {n: accepted[n] for n in self.book.node_ids if n in accepted}
         metrics = self.evaluation_metrics(accepted)
         if self.per_site:
             for node, value in accepted.items():
@@ -213,7 +283,7 @@ class FederatedStrategy(Strategy):
                         for name, figure in self.site_metrics(value).items()
                     }
                 )
-        return MetricRecord({**metrics, "failures": screened.rejected})
+        return MetricRecord({**metrics, "failures": failures})
 
     def check_evaluation(self, reply: Message) -> Any:
         """A node's evaluate reply, decoded and checked (``DecodeError`` otherwise)."""

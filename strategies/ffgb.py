@@ -31,6 +31,7 @@ from functions.protocol import (
     DELTA,
     DELTA_ARRAYS,
     EVALUATE,
+    EVALUATE_FIRST,
     LAST_ACCEPTED,
     SERVER_ROUND,
     STUDENT,
@@ -42,7 +43,12 @@ from run_config.common import RunSettings
 from run_config.ffgb import DISTILL, FFGBSettings, check_task, ffgb_settings
 from strategies.base import FederatedStrategy
 from strategies.ensemble_sync import EnsembleSync, StoredEnsemble, SyncSlot
-from strategies.evaluation import EvaluationSums, evaluation_sums_of, federated_figures
+from strategies.evaluation import (
+    EvaluationSums,
+    decode_evaluation_sums,
+    evaluation_sums_of,
+    federated_figures,
+)
 from strategies.ffgb_distillation import SPEC, GlobalDistillation, StoredStudent
 from strategies.ffgb_one_shot import OneShotBoosting
 from strategies.ffgb_replies import CheckedIncrement, FFGBReplies
@@ -142,6 +148,7 @@ class FFGBStrategy(FederatedStrategy):
             self.replies.spec, n_features, task.num_outputs, ffgb.distill_rounds
         )
         self.learners_up = self.learners_down = 0
+        self.num_rounds = num_rounds
 
     @property
     def ensemble(self) -> Ensemble:
@@ -199,6 +206,8 @@ class FFGBStrategy(FederatedStrategy):
                 ),
             }
         )
+        if kind == TRAIN and self.evaluation_due is not None:
+            content[CONFIG][EVALUATE_FIRST] = self.evaluation_due
         if student:
             content[STUDENT], content[STUDENT_ARRAYS] = self.distillation.records()
             self.learners_down += 1
@@ -293,10 +302,25 @@ class FFGBStrategy(FederatedStrategy):
         }
 
     # -- evaluation -----------------------------------------------------------------------------
+    def fuses_evaluation(self, server_round: int) -> bool:
+        """``ffgb.eval-with-train``: every node evaluates f^t with round t + 1's train message,
+        when every node gets one (no sampling, not one shot), except after the last round."""
+        f = self.ffgb
+        return (
+            f.federated_eval
+            and f.eval_with_train
+            and not f.one_shot
+            and self.sampler.fraction >= 1
+            and server_round < self.num_rounds
+        )
+
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         if not self.ffgb.federated_eval:
+            return []
+        if self.fuses_evaluation(server_round):
+            self.evaluation_due = server_round
             return []
         nodes = self.boosting.evaluation_nodes(server_round, self.book)
         share = self.ffgb.shares_downlink(len(nodes))
@@ -304,6 +328,9 @@ class FFGBStrategy(FederatedStrategy):
 
     def check_evaluation(self, reply: Message) -> EvaluationSums:
         return evaluation_sums_of(reply, self.task)
+
+    def check_late_evaluation(self, record: Any) -> EvaluationSums:
+        return decode_evaluation_sums(record, self.task)
 
     def on_evaluation_screened(self, screened: Screened) -> None:
         self.book.lost(screened.errors)  # they may not hold what we sent

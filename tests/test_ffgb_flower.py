@@ -15,7 +15,7 @@ from client_app.ffgb import CACHE, VALUES
 from functions.ensembles import Delta, Ensemble, pack_delta, unpack_delta
 from functions.networks import NetworkSpec, build
 from functions.params import arrays_to_record, record_to_arrays
-from functions.protocol import DELTA, DELTA_ARRAYS
+from functions.protocol import CONFIG, DELTA, DELTA_ARRAYS, EVALUATE_FIRST, EVALUATION, SERVER_ROUND
 from functions.trees import from_sklearn
 from run_config.common import RunSettings
 from server_app.app import InvalidRunConfig
@@ -56,15 +56,43 @@ def node_inputs(run, node: int) -> np.ndarray:
 
 
 def test_learns_digits_and_counts_models_as_the_paper(tmp_path):
-    rows = run_ffgb(tmp_path, **{"num-server-rounds": 3}).rows
+    """N K models a round per node: K up, (N - 1) K down. With its own evaluate exchange a
+    round's new learners go down in that round; riding on the next round's training (the
+    default), one round later, and the last round's evaluate exchange brings the count level."""
+    rows = run_ffgb(tmp_path, **{"num-server-rounds": 3, "ffgb.eval-with-train": False}).rows
     assert rows[0]["test_accuracy"] == pytest.approx(0.1, abs=0.02)  # f0 = 0
     assert rows[-1]["test_accuracy"] > 0.9
-    for t, row in enumerate(rows[1:], 1):
+    fused = run_ffgb(tmp_path / "fused", **{"num-server-rounds": 3}).rows
+    for t, (row, late) in enumerate(zip(rows[1:], fused[1:], strict=True), 1):
         assert row["failures"] == 0 and row["participants"] == 4
         assert row["ensemble_size"] == t * 4 * 2
         assert row["models_exchanged"] == t * 4 * 2  # N K per round: K up, (N - 1) K down
+        assert late["models_exchanged"] == (t * 4 * 2 if t == 3 else t * 4 * 2 - 3 * 2)
         assert row["federated_test_accuracy"] == pytest.approx(row["test_accuracy"])
         assert 0 < row["oracle_error"] < 1
+
+
+def test_evaluation_with_the_next_round_gives_every_figure_of_its_own_exchange(tmp_path):
+    """``ffgb.eval-with-train`` (the default): no evaluate exchange but the last round's, each
+    later train message asks for the last round's evaluation, and every row holds the figures
+    of a run with an evaluate exchange a round, bit for bit."""
+    config = {"num-server-rounds": 4, "ffgb.mu": 0.05}
+    own = run_ffgb(tmp_path / "own", **config, **{"ffgb.eval-with-train": False})
+    fused = run_ffgb(tmp_path / "fused", **config)
+    evaluates = [m for m in fused.grid.down if m.metadata.message_type == "evaluate"]
+    assert {m.content[CONFIG][SERVER_ROUND] for m in evaluates} == {4}
+    trains = [m for m in fused.grid.down if m.metadata.message_type == "train"]
+    asked = {
+        (m.content[CONFIG][SERVER_ROUND], m.content[CONFIG].get(EVALUATE_FIRST)) for m in trains
+    }
+    assert asked == {(1, None), (2, 1), (3, 2), (4, 3)}
+    moved = {"models_exchanged", "wall_time_s"} | {k for k in own.rows[1] if "bytes" in k}
+    for row, late in zip(own.rows, fused.rows, strict=True):
+        assert "train_loss" in late or late["round"] == 0
+        assert {k: v for k, v in row.items() if k not in moved} == {
+            k: v for k, v in late.items() if k not in moved
+        }
+    assert fused.rows[-1]["models_exchanged"] == own.rows[-1]["models_exchanged"]
 
 
 def test_delta_sync_equals_the_server_function_for_nodes_that_missed_rounds(tmp_path):
@@ -137,16 +165,31 @@ def test_a_shared_downlink_learns_the_same_function_sending_each_node_its_own_le
         np.testing.assert_allclose(values, ensemble.predict(node_inputs(shared, node)), atol=1e-5)
 
 
-def test_a_node_that_lost_its_state_fails_once_and_gets_everything(tmp_path):
-    run = run_ffgb(tmp_path, client=forgetting(client_app, 1, 3), **{"num-server-rounds": 4})
-    assert [r["failures"] for r in run.rows[1:]] == [0, 0, 1, 0]
+@pytest.mark.parametrize(
+    ("with_train", "expected"),
+    [
+        (False, [True, False, False, False, False, True, False, False]),  # train, evaluate
+        (True, [True, False, False, True, False]),  # trains, the last round's evaluate
+    ],
+)
+def test_a_node_that_lost_its_state_fails_once_and_gets_everything(tmp_path, with_train, expected):
+    """Its state is wiped before round 3's training, which fails (with the evaluation riding on
+    it, round 2's evaluation fails with it: both rounds count the failure) and the next message
+    brings everything."""
+    run = run_ffgb(
+        tmp_path,
+        client=forgetting(client_app, 1, 3),
+        **{"num-server-rounds": 4, "ffgb.eval-with-train": with_train},
+    )
+    failures = [0, 1, 1, 0] if with_train else [0, 0, 1, 0]
+    assert [r["failures"] for r in run.rows[1:]] == failures
     node = run.grid.node_ids[1]
     full = [
         m.content[DELTA]["full"]
         for m in run.grid.down
         if m.metadata.dst_node_id == node and m.metadata.message_type in ("train", "evaluate")
     ]
-    assert full == [True, False, False, False, False, True, False, False]  # train, evaluate
+    assert full == expected
     assert run.rows[-1]["federated_test_accuracy"] == pytest.approx(run.rows[-1]["test_accuracy"])
 
 
@@ -273,3 +316,42 @@ def test_a_reply_off_the_schedule_or_architecture_is_a_counted_failure(case):
 def test_bad_settings_stop_before_training(tmp_path, overrides, fragment):
     with pytest.raises(InvalidRunConfig, match=fragment.replace("(", r"\(")):
         run_ffgb(tmp_path, **{"num-server-rounds": 1, **overrides})
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"ffgb.federated-eval": False},
+        {"fraction-train": 0.5},
+        {"algorithm": "ffgb-l", "ffgb.one-shot": True},
+    ],
+)
+def test_evaluation_with_training_off_is_refused_where_it_would_change_nothing(tmp_path, overrides):
+    with pytest.raises(InvalidRunConfig, match="ffgb.eval-with-train=False is not valid"):
+        run_ffgb(tmp_path, **{"ffgb.eval-with-train": False, **overrides})
+
+
+def test_a_train_reply_without_the_evaluation_asked_for_is_a_missing_reply(tmp_path):
+    """A node (hostile, or of another version) drops the ``evaluation`` record: its reply counts
+    as none at all, training and evaluation, as if the node had failed those messages."""
+
+    def silent_evaluator(message, context):
+        reply = client_app(message, context)
+        if context.node_config["partition-id"] == 0 and EVALUATION in reply.content:
+            del reply.content[EVALUATION]
+        return reply
+
+    def failing(message, context):
+        asks = CONFIG in message.content and EVALUATE_FIRST in message.content[CONFIG]
+        if context.node_config["partition-id"] == 0 and asks:
+            raise RuntimeError("no reply")
+        return client_app(message, context)
+
+    run = run_ffgb(tmp_path / "silent", client=silent_evaluator, **{"num-server-rounds": 3})
+    gone = run_ffgb(tmp_path / "gone", client=failing, **{"num-server-rounds": 3})
+    assert [r["failures"] for r in run.rows[1:]] == [1, 2, 1]  # round 1's evaluation; 2, 3
+    assert [r["participants"] for r in run.rows[1:]] == [4, 3, 3]
+    unchanged = {"wall_time_s", "models_exchanged"} | {k for k in run.rows[1] if "bytes" in k}
+    assert [{k: v for k, v in r.items() if k not in unchanged} for r in run.rows] == [
+        {k: v for k, v in r.items() if k not in unchanged} for r in gone.rows
+    ]

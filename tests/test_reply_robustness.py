@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from client_app.app import app as client_app
-from functions.protocol import NUM_EXAMPLES, TRAIN, TRAIN_EXAMPLES
+from functions.protocol import EVALUATION, NUM_EXAMPLES, TRAIN, TRAIN_EXAMPLES
 from run_config.common import RunSettings
 from run_config.families import algorithm_names
 from server_app.packed_grid import unpacked
@@ -49,6 +49,7 @@ CONFIG = {
     "fedfun.distill-steps": 2,
     "fedfun.distill-samples": 20,
     "fedfun.hidden": "8",
+    "ffgb.eval-with-train": False,  # FFGB's evaluate replies too; its fused ones: see below
 }
 COUNT_KEYS = (NUM_EXAMPLES, TRAIN_EXAMPLES)
 PROPERTY = settings(
@@ -373,3 +374,62 @@ def test_garbage_bytes_in_train_and_evaluate_are_counted_and_the_run_completes(
         if f"dropped the reply of node {node}" in r.getMessage()
     ]
     assert len(dropped) == 2 and any("unreadable array" in m for m in dropped), dropped
+
+
+# -- FFGB's evaluation riding on the next round's training (``ffgb.eval-with-train``) -------------
+FUSED = ("ffgb", "ffgb-c", "ffgb-l")
+
+
+@functools.cache
+def captured_fused(algorithm: str) -> tuple[RunSettings, RecordDict, list[Message]]:
+    """Round 2's train replies, each with its node's evaluation of round 1's function, and the
+    strategy's state before they are aggregated."""
+    config = run_config(
+        **counting({"algorithm": algorithm, **CONFIG, "ffgb.eval-with-train": True})
+    )
+    s = RunSettings.from_run_config(config)
+    grid, strategy = LocalGrid(client_app, config, NODES), strategy_for(s)
+    train = grid.send_and_receive(
+        strategy.configure_train(1, strategy.initial_arrays(), ConfigRecord(), grid)
+    )
+    arrays, _ = strategy.aggregate_train(1, [copy(r) for r in train])
+    assert list(strategy.configure_evaluate(1, arrays, ConfigRecord(), grid)) == []
+    messages = list(strategy.configure_train(2, arrays, ConfigRecord(), grid))
+    replies = list(grid.send_and_receive(messages))
+    assert all(EVALUATION in r.content for r in replies) and len(replies) == NODES
+    return s, saved(strategy), replies
+
+
+def fused_aggregate(algorithm: str, state: RecordDict, replies: list[Message]):
+    """A strategy restored to ``state``, told that round 2's messages asked for round 1's
+    evaluation, aggregating ``replies``: its arrays, training metrics, round 1's evaluation and
+    state."""
+    strategy = strategy_for(captured_fused(algorithm)[0])
+    restore_saved(strategy, state)
+    strategy.evaluation_due, strategy._evaluations_asked = 1, NODES
+    arrays, metrics = strategy.aggregate_train(2, replies)
+    due, evaluation = strategy.late_evaluation
+    assert due == 1
+    return arrays, metrics, evaluation, strategy
+
+
+@pytest.mark.parametrize("algorithm", FUSED)
+@PROPERTY
+@given(data=st.data())
+def test_a_broken_train_reply_with_its_evaluation_is_one_failure_of_each_round(algorithm, data):
+    """Whichever part of the reply is broken (its training or its evaluation), the reply counts
+    as none: one failure of round 2's training and one of round 1's evaluation."""
+    _, state, replies = captured_fused(algorithm)
+    hit_replies, bad = broken(replies, data.draw)
+    nodes = {replies[i].metadata.src_node_id for i in bad}
+    arrays, metrics, evaluation, hit = fused_aggregate(algorithm, state, hit_replies)
+    good = [copy(r) for i, r in enumerate(replies) if i not in bad]
+    want_arrays, want, want_evaluation, clean = fused_aggregate(algorithm, state, good)
+    assert metrics["failures"] == len(bad) and want["failures"] == 0
+    assert evaluation["failures"] == want_evaluation["failures"] == len(bad)
+    assert metrics_without_failures(metrics) == metrics_without_failures(want)
+    assert metrics_without_failures(evaluation) == metrics_without_failures(want_evaluation)
+    assert canonical(arrays) == canonical(want_arrays)
+    assert without_sync_of(canonical(saved(hit)), nodes) == without_sync_of(
+        canonical(saved(clean)), nodes
+    )

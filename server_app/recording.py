@@ -187,29 +187,44 @@ class RoundRecorder:
                 figures[name] = value
         bad = nonfinite(figures)
         figures.update(in_label_units(figures, self.label_scale))
-        row = self.writer.amend_round(server_round, figures)
-        log(
-            INFO,
-            "%s (its nodes' evaluation, with the next round)",
-            format_row(row, self.num_rounds),
-        )
+        self.writer.amend_round(server_round, figures)
+        log(INFO, "%s", format_late(server_round, self.num_rounds, figures))
         if bad:
             raise Diverged(server_round, ", ".join(f"{k}={figures[k]}" for k in bad))
 
 
+_SHOWN = (
+    "test_accuracy",
+    "test_mse",
+    "test_rmse_label",
+    "test_accuracy_mean",
+    "test_loss",
+    "train_loss",
+)
+
+
+def _shown(figures: dict[str, Any], prefix: str = "") -> list[str]:
+    return [
+        f"{prefix}{key}={figures[prefix + key]:.4f}"
+        for key in _SHOWN
+        if figures.get(prefix + key) is not None
+    ]
+
+
+def format_late(server_round: int, num_rounds: int, figures: dict[str, Any]) -> str:
+    """The line of a round's nodes' evaluation that came with the next round's replies."""
+    parts = _shown(figures) + _shown(figures, "federated_")
+    if figures.get("failures"):
+        parts.append(f"failures={figures['failures']}")
+    return (
+        f"[results] round {server_round}/{num_rounds}, its nodes' evaluation (with round "
+        f"{server_round + 1}'s replies): " + " | ".join(parts)
+    )
+
+
 def format_row(row: dict[str, Any], num_rounds: int) -> str:
     """One line per round: accuracy or MSE, losses, bytes, time."""
-    parts = [f"round {row['round']}/{num_rounds}"]
-    for key in (
-        "test_accuracy",
-        "test_mse",
-        "test_rmse_label",
-        "test_accuracy_mean",
-        "test_loss",
-        "train_loss",
-    ):
-        if row.get(key) is not None:
-            parts.append(f"{key}={row[key]:.4f}")
+    parts = [f"round {row['round']}/{num_rounds}", *_shown(row)]
     parts.append(f"up={row['bytes_up'] / 1e3:.1f}kB down={row['bytes_down'] / 1e3:.1f}kB")
     if row.get("failures"):
         parts.append(f"failures={row['failures']}")

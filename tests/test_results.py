@@ -14,7 +14,7 @@ from matplotlib.ticker import MaxNLocator
 from functions.records import payload_bytes
 from server_app import results
 from server_app.checkpoint import Checkpoint, write_checkpoint
-from server_app.recording import format_row
+from server_app.recording import format_late, format_row
 from server_app.results import ResultsWriter, summarise, write_atomic, write_plots
 
 
@@ -69,6 +69,14 @@ def test_log_line_has_round_metrics_bytes_and_time():
     assert line == (
         "[results] round 2/10 | test_accuracy=0.9123 | test_loss=0.3000 | "
         "up=2.5kB down=5.0kB | t=1.2s"
+    )
+
+
+def test_a_late_evaluation_has_a_line_of_its_own_figures():
+    figures = {"train_loss": 0.25, "federated_test_accuracy": 0.9, "failures": 1, "x": 3.0}
+    assert format_late(2, 10, figures) == (
+        "[results] round 2/10, its nodes' evaluation (with round 3's replies): "
+        "train_loss=0.2500 | federated_test_accuracy=0.9000 | failures=1"
     )
 
 

@@ -57,24 +57,28 @@ def test_flwr_run_simulation_writes_results(superlink, tmp_path):
     # determinism across engines: the in-process engine gives the same numbers, to the bit
     local = run_app(tmp_path / "local", 3, **{"num-server-rounds": 2}).rows
     keys = ("test_accuracy", "test_loss", "oracle_error", "failures", "participants")
+    keys += ("train_loss", "federated_test_loss")  # round 1's: with round 2's train replies
     assert [{k: r[k] for k in keys if k in r} for r in metrics["rounds"]] == [
         {k: r[k] for k in keys if k in r} for r in local
     ]
 
 
-def test_an_invalid_run_config_fails_the_run_before_training(superlink, tmp_path):
-    """Inside the ServerApp a bad value stops the run before training, and Flower records the
-    run as failed (not completed), with the reason."""
+@pytest.mark.parametrize(
+    ("config", "said"),
+    [
+        ("algorithm='fedfw' fedfw.radius=-1", "fedfw.radius=-1.0 is not valid"),
+        ("ffgb.eval-with-train=false fraction-train=0.5", "ffgb.eval-with-train=False is not"),
+    ],
+)
+def test_an_invalid_run_config_fails_the_run_before_training(superlink, tmp_path, config, said):
+    """Inside the ServerApp a bad value (or one that would change nothing) stops the run before
+    training, and Flower records the run as failed (not completed), with the reason."""
     env, connection = superlink
     completed = flwr_run(
-        env,
-        connection,
-        2,
-        f"algorithm='fedfw' fedfw.radius=-1 output-dir='{tmp_path / 'results'}'",
-        timeout=400,
+        env, connection, 2, f"{config} output-dir='{tmp_path / 'results'}'", timeout=400
     )
     log = completed.stdout + completed.stderr
-    assert "Invalid run config: fedfw.radius=-1.0 is not valid" in log, log[-3000:]
+    assert f"Invalid run config: {said}" in log, log[-3000:]
     assert "[results]" not in log
     assert run_statuses(env, connection) == ["finished:failed"]
 

@@ -143,32 +143,14 @@ def run_inprocess(family: str, nodes: int, folder: Path, timeout: float) -> dict
 
 def run_ray(family: str, nodes: int, folder: Path, timeout: float, cpus: float) -> dict[str, Any]:
     """``flwr run .`` on Flower's simulation engine, against a SuperLink of our own."""
-    from testing.simulation_link import BIN, simulation_superlink
+    from testing.simulation_link import federation_config, flwr_run, simulation_superlink
 
     config = {"output-dir": str(folder), "run-name": "ray", **COMMON, **FAMILIES[family]}
     home = Path(tempfile.mkdtemp(prefix="scale-engines-")) / "flwr-home"
     try:
         with simulation_superlink(home) as (env, connection):
             start = time.perf_counter()
-            done = subprocess.run(
-                [
-                    str(BIN / "flwr"),
-                    "run",
-                    ".",
-                    connection,
-                    "--stream",
-                    "--federation-config",
-                    f"num-supernodes={nodes} client-resources-num-cpus={cpus:g}",
-                    "--run-config",
-                    run_config_arg(config),
-                ],
-                cwd=ROOT,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                check=False,
-            )
+            done = flwr_run(env, connection, nodes, run_config_arg(config), timeout, cpus)
             wall = time.perf_counter() - start
     finally:
         shutil.rmtree(home.parent, ignore_errors=True)
@@ -179,7 +161,7 @@ def run_ray(family: str, nodes: int, folder: Path, timeout: float, cpus: float) 
     return {
         "rows": json.loads(metrics.read_text())["rounds"],
         "run_s": wall,
-        "federation_config": f"num-supernodes={nodes} client-resources-num-cpus={cpus:g}",
+        "federation_config": federation_config(nodes, cpus),
     }
 
 

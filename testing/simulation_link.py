@@ -148,12 +148,22 @@ def simulation_superlink(
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
+def federation_config(nodes: int, cpus: float) -> str:
+    """``--federation-config`` of ``nodes`` simulated SuperNodes of ``cpus`` CPUs each."""
+    return f"num-supernodes={nodes} client-resources-num-cpus={cpus:g}"
+
+
 def flwr_run(
-    env: dict[str, str], connection: str, nodes: int, run_config: str, timeout: float = 500
+    env: dict[str, str],
+    connection: str,
+    nodes: int,
+    run_config: str,
+    timeout: float = 500,
+    cpus: float = 1,
 ) -> subprocess.CompletedProcess:
     """``flwr run . --stream`` of the checkout on a simulation SuperLink with ``nodes``
-    SuperNodes (one CPU each); its output in ``stdout`` and ``stderr`` (it exits 0 whatever
-    became of the run)."""
+    SuperNodes (``cpus`` CPUs each); its output in ``stdout`` and ``stderr`` (it exits 0
+    whatever became of the run)."""
     return subprocess.run(
         [
             str(BIN / "flwr"),
@@ -162,7 +172,7 @@ def flwr_run(
             connection,
             "--stream",
             "--federation-config",
-            f"num-supernodes={nodes} client-resources-num-cpus=1",
+            federation_config(nodes, cpus),
             "--run-config",
             run_config,
         ],

@@ -171,7 +171,7 @@ class FederatedStrategy(Strategy):
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """The family's ``aggregate``, with the round's failures counted so far. When the last
         round's evaluation rode on this round's messages (``evaluation_due``), each reply's
-        ``evaluation`` record is taken out and checked first (``split_evaluations``), and the
+        ``evaluation`` record is taken out and checked first (``_split_evaluations``), and the
         evaluations of the nodes whose training the family accepted make that round's
         (``late_evaluation``)."""
         replies = list(replies)

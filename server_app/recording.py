@@ -37,7 +37,6 @@ class RecordedStrategy(Strategy):
     def __init__(self, inner: FederatedStrategy, done: int = 0, min_replies: int = 0) -> None:
         self.inner, self.done, self.min_replies = inner, done, min_replies
         self.round_metrics: dict[str, Any] = {}
-        self.late: tuple[int, MetricRecord] | None = None  # an earlier round's evaluation
         self.asked = 0  # train messages sent this round
 
     def summary(self) -> None:
@@ -67,7 +66,6 @@ class RecordedStrategy(Strategy):
                 f"nodes asked answered, min-replies={self.min_replies}"
             )
         arrays, metrics = self.inner.aggregate_train(server_round + self.done, replies)
-        self.late, self.inner.late_evaluation = self.inner.late_evaluation, None
         self._keep(metrics)
         return arrays, metrics
 
@@ -124,7 +122,8 @@ class RoundRecorder:
             return None  # a resumed run: this round's row is already on disk
         traffic = self.grid.take()
         row: dict[str, Any] = {"round": server_round}
-        central = self.strategy.inner.evaluate_global(server_round, arrays)
+        inner = self.strategy.inner
+        central = inner.evaluate_global(server_round, arrays)
         if server_round > 0:  # the nodes' evaluation keeps its figures beside the central ones
             row.update(
                 {
@@ -133,7 +132,7 @@ class RoundRecorder:
                 }
             )
         row.update(central)
-        late, self.strategy.late = self.strategy.late, None
+        late, inner.late_evaluation = inner.late_evaluation, None
         if late is not None:
             self._amend(*late, central)
         row.update(
@@ -152,7 +151,6 @@ class RoundRecorder:
         log(INFO, "%s", format_row(row, self.num_rounds))
         if bad:  # no checkpoint of a diverged state: resuming would resume the divergence
             raise Diverged(server_round, ", ".join(f"{k}={row[k]}" for k in bad))
-        inner = self.strategy.inner
         segments = self.segments.store(inner.segment_names(), inner.segment_record)
         write_checkpoint(
             self.writer.directory,

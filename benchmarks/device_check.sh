@@ -4,13 +4,13 @@
 # What is still to be taken goes first; everything is written under $OUT through tee alone, so a
 # call that hits its limit still returns what it had. Needs the wheels of section 9 in .whl/
 # (git-excluded; the device machine has torch but no flwr: installed when flwr does not import).
-# ROWS and MODES override the defaults (benchmarks.devices --only / --modes); on a machine
-# without a GPU, MODES=cpu runs the CPU half.
+# ROWS, MODES and BENCH_TIMEOUT (s) override the defaults (benchmarks.devices --only / --modes,
+# its time limit); on a machine without a GPU, MODES=cpu runs the CPU half.
 set -u
 OUT=${OUT:-/tmp/device-check}
 mkdir -p "$OUT"
-ROWS=${ROWS:-"default job,MLP learners, mnist,FFGB.C,FFGB.L,FedFW,FedDR,FedProx,PSR,DFedFish,DFedDF"}
-MODES=${MODES:-cpu,cuda-graphs}
+ROWS=${ROWS:-"FFGB.L,FedFun,default job"}
+MODES=${MODES:-cpu,cuda-eager,cuda-graphs}
 if ! python3 -c "import flwr" 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 3
@@ -19,8 +19,8 @@ fi
 export PYTHONUNBUFFERED=1
 { nvidia-smi -L 2>&1; git log -1 --format=%h 2>&1; python3 -c "import torch; print(torch.__version__)"; } \
   | tee "$OUT/machine.txt"
-# the GPU tests have not run since TF32 was turned off for convolutions (section 9)
+# the replayed WO-lip (FFGB.L) has its first GPU test here (section 9)
 timeout 90 python3 -m pytest -q -p no:cacheprovider tests/test_graphed_steps.py tests/test_devices.py \
   tests/test_ensemble_batched.py -k "cuda or gpu" 2>&1 | tee "$OUT/tests.log" | tail -3
-timeout 400 python3 -m benchmarks.devices --repeats 2 --skip-oracles --modes "$MODES" --only "$ROWS" \
+timeout "${BENCH_TIMEOUT:-400}" python3 -m benchmarks.devices --repeats 2 --modes "$MODES" --only "$ROWS" \
   --out "$OUT/devices.md" 2>&1 | tee "$OUT/bench.log" | tail -20

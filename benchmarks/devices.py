@@ -6,7 +6,8 @@ Issue 37 items 3 and 5. Modes: ``cpu`` (every node, and the central evaluation, 
 replayed as CUDA graphs, the default: ``oracles.graphed_steps``). Two tables:
 
 1. One oracle fit (the hot path): FFGB's WO2 with an MLP on digits and on mnist-5k points, with
-   the LeNet on mnist-5k, and FedFun's FSR step with three anchors; best of ``--repeats``.
+   the LeNet on mnist-5k, FFGB.L's WO-lip, and FedFun's FSR step with three anchors; best of
+   ``--repeats``.
 2. Whole rounds: the in-process engine, 10 nodes; each workload's figure is the median time of
    rounds 2..R (round 1 pays CUDA's start-up and, for FedFun and PSR, the initial pass), with
    its final loss in each mode (same seed: the modes agree to float tolerance).
@@ -62,6 +63,8 @@ WORKLOADS: list[tuple[str, dict[str, Any], int, int]] = [
     ),
     ("FedAvg, CNN, mnist-5k", {"algorithm": "fedavg", "task": "mnist-5k", "model": "cnn"}, 2, 2),
     ("FFGB.C, MLP learners, digits", {"algorithm": "ffgb-c"}, 2, 2),
+    # rounds after the first replay the node's first fits (client_app.ffgb_l_fits): the oracle's
+    # cost is WO-lip's row of the oracle table
     ("FFGB.L, MLP learners, lipschitz", {"algorithm": "ffgb-l", "task": "lipschitz"}, 2, 2),
     ("FedFW, synthetic", {"algorithm": "fedfw", "task": "synthetic"}, 2, 2),
     ("FedDR, synthetic", {"algorithm": "feddr", "task": "synthetic"}, 2, 2),
@@ -97,7 +100,7 @@ def _oracle_cases(quick: bool) -> dict[str, Callable[[torch.device], np.ndarray]
     from functions.convnets import ConvNetSpec
     from functions.networks import NetworkSpec, build
     from oracles.fsr_network import Anchor, fsr_train
-    from oracles.weak_learning import OracleSettings, fit_least_squares
+    from oracles.weak_learning import OracleSettings, fit_least_squares, fit_sobolev
     from tasks.datasets import load_task
 
     steps = 50 if quick else 500
@@ -117,6 +120,14 @@ def _oracle_cases(quick: bool) -> dict[str, Callable[[torch.device], np.ndarray]
     cnn_settings = OracleSettings(steps=steps // 5, lr=0.005, batch_size=128)
     cases[f"WO2, LeNet, 400 mnist-5k points, {cnn_settings.steps} steps"] = (
         lambda d, x=x, t=target: fit_least_squares(cnn, x, t, cnn_settings, 1, device=d).values
+    )
+    box = load_task("lipschitz").x_train[:300].astype(np.float32)
+    values = rng.normal(size=(300, 1)) * 0.3
+    points = rng.uniform(box.min(0), box.max(0), size=(256, box.shape[1]))
+    jacobian = rng.normal(size=(256, 1, box.shape[1])) * 0.3
+    lip_spec = NetworkSpec((box.shape[1], 32, 32, 1), "leaky_relu")
+    cases[f"WO-lip (FFGB.L), MLP {box.shape[1]}-32-32-1, 300 lipschitz points, {steps} steps"] = (
+        lambda d: fit_sobolev(lip_spec, box, values, points, jacobian, settings, 1, d).values
     )
     cube = rng.uniform(size=(500, 60)).astype(np.float32)
     labels = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 500)]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 from flwr.app import ConfigRecord, MetricRecord, RecordDict
 
+from client_app.ffgb_l_fits import fits_key, kept_fits
 from client_app.job import ClientJob
 from client_app.node_info import describe_node
 from client_app.node_state import LostStateError
@@ -50,7 +51,7 @@ from functions.protocol import (
     TRAIN_EXAMPLES,
     TRAIN_LOSS_SUM,
 )
-from oracles.boosting import Fitted, ffgb_increment, ffgb_l_increment
+from oracles.boosting import Fitted, Increment, LipschitzFit, ffgb_increment, ffgb_l_increment
 from oracles.boosting_model import BoostingModel
 from oracles.distillation import NONE, distill_increment
 from oracles.lipschitz import LipschitzExtension, data_lipschitz_constant
@@ -138,11 +139,7 @@ def _increment(ffgb: FFGBSettings, model: BoostingModel, job: Job, f_train: np.n
     etas = ffgb.steps.etas(t)
     seed_of = _seed_of(ffgb, job, t)
     if ffgb.variant == "ffgb-l":
-        targets = loss.targets(data.y_train)
-        lipschitz = ffgb.lipschitz or data_lipschitz_constant(data.x_train, targets)
-        extension = LipschitzExtension.of(data.x_train, targets, lipschitz, ffgb.extension)
-        fit = lipschitz_oracle(spec, data.x_train, extension, ffgb.oracle, seed_of, job.device)
-        return ffgb_l_increment(targets, etas, fit, ffgb.residual)
+        return _ffgb_l_increment(ffgb, model, job, etas, seed_of)
     fit = boosting_oracle(
         spec,
         data.x_train,
@@ -166,6 +163,27 @@ def _increment(ffgb: FFGBSettings, model: BoostingModel, job: Job, f_train: np.n
         clip_learner,
         leaf_step,
     )
+
+
+def _ffgb_l_increment(
+    ffgb: FFGBSettings, model: BoostingModel, job: Job, etas: list[float], seed_of
+) -> Increment:
+    """Algorithm 4's K local steps, with the K fits of the node's first round kept in its state
+    (``client_app.ffgb_l_fits``: they are the same every round)."""
+    data, spec = job.data, model.spec
+    targets = model.loss.targets(data.y_train)
+    x = _flat(data.x_train)
+
+    def oracle() -> LipschitzFit:
+        lipschitz = ffgb.lipschitz or data_lipschitz_constant(data.x_train, targets)
+        extension = LipschitzExtension.of(data.x_train, targets, lipschitz, ffgb.extension)
+        return lipschitz_oracle(spec, data.x_train, extension, ffgb.oracle, seed_of, job.device)
+
+    settings = (seed_of(0), len(etas), ffgb.residual, ffgb.lipschitz, ffgb.extension)
+    key = fits_key([x, targets], (*settings, ffgb.oracle, spec, str(job.device)))
+    shape = (len(x), x.shape[1], targets.shape[1])
+    fit, _ = kept_fits(job.state, key, len(etas), shape, model.limits, oracle)
+    return ffgb_l_increment(targets, etas, fit, ffgb.residual)
 
 
 def _distiller(ffgb: FFGBSettings, model: BoostingModel, job: Job, t: int):

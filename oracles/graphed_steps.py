@@ -50,8 +50,17 @@ def adam(params: Iterable[torch.Tensor], lr: float, capturable: bool) -> torch.o
 
 def index_table(batches: Iterable[np.ndarray], device: torch.device) -> torch.Tensor | None:
     """Every step's row indices, one row a step, on ``device`` (None for no steps)."""
-    rows = [(torch.as_tensor(np.asarray(index, dtype=np.int64)),) for index in batches]
-    return stacked(rows, device)[0] if rows else None
+    tables = index_tables(((index,) for index in batches), device)
+    return tables[0] if tables else None
+
+
+def index_tables(
+    batches: Iterable[Sequence[np.ndarray]], device: torch.device
+) -> list[torch.Tensor]:
+    """Every step's index arrays (one or more a step: rows of the data, of penalty points),
+    one table per array, one row a step, on ``device`` (none for no steps)."""
+    rows = [tuple(torch.as_tensor(np.asarray(i, dtype=np.int64)) for i in step) for step in batches]
+    return stacked(rows, device) if rows else []
 
 
 def stacked(per_step: Sequence[Sequence[torch.Tensor]], device: torch.device) -> list[torch.Tensor]:

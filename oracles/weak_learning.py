@@ -20,7 +20,7 @@ once per oracle (per round), not once per step.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -33,7 +33,7 @@ from functions.networks import NetworkSpec
 from functions.trees import TreeArrays, TreeSpec, from_sklearn
 from oracles.boosting import Fitted, LeafStep
 from oracles.functional_losses import PointwiseLoss
-from oracles.graphed_steps import adam, graphs_on, index_table, run_steps
+from oracles.graphed_steps import adam, graphs_on, index_tables, run_steps
 from oracles.hist_trees import HistTreeFitter
 from oracles.lipschitz import LipschitzExtension
 from oracles.mlp_least_squares import ACTIVATIONS, fit_mlp_least_squares, smooth_max_gradient
@@ -98,31 +98,32 @@ def _fitted(network: nn.Module, x: np.ndarray, device: torch.device = CPU) -> Fi
 
 def _adam(
     network: nn.Module,
-    loss_of: Callable[[torch.Tensor], torch.Tensor],
-    batches: Iterator[np.ndarray],
+    loss_of: Callable[..., torch.Tensor],
+    batches: Iterator[np.ndarray] | Iterator[tuple[np.ndarray, ...]],
     lr: float,
-    replayable: bool = True,
 ) -> None:
-    """One torch.optim.Adam step of ``loss_of(rows)`` per batch of row indices; on a CUDA
-    device as replayed graphs (``oracles.graphed_steps``, capturable Adam) when the loss is
-    ``replayable`` (takes nothing but its rows from outside the step)."""
+    """One torch.optim.Adam step of ``loss_of(rows, ...)`` per batch of indices (one array, or
+    a tuple of them: rows of the data, of penalty points); on a CUDA device as replayed graphs
+    (``oracles.graphed_steps``, capturable Adam): the loss takes nothing from outside the step
+    but its indices."""
     device = next(network.parameters()).device
-    graphed = replayable and graphs_on(device)
+    graphed = graphs_on(device)
     optimiser = adam(network.parameters(), lr, capturable=graphed and device.type == "cuda")
     network.train()
+    steps = (batch if isinstance(batch, tuple) else (batch,) for batch in batches)
 
-    def step(rows: torch.Tensor) -> None:
+    def step(indices: Sequence[torch.Tensor]) -> None:
         optimiser.zero_grad(set_to_none=True)
-        loss_of(rows).backward()
+        loss_of(*indices).backward()
         optimiser.step()
 
     if graphed:
-        rows = index_table(batches, device)
-        if rows is not None:
-            run_steps(lambda row: step(row[0]), [rows])
+        tables = index_tables(steps, device)
+        if tables:
+            run_steps(step, tables)
         return
-    for index in batches:
-        step(torch.as_tensor(index, device=device))
+    for indices in steps:
+        step([torch.as_tensor(index, device=device) for index in indices])
 
 
 def _flat32(x: np.ndarray) -> torch.Tensor:
@@ -256,21 +257,19 @@ def fit_sobolev(
     zt = torch.as_tensor(np.asarray(points, dtype=np.float32), device=device)
     jt = torch.as_tensor(np.asarray(target_jacobian, dtype=np.float32), device=device)
     rng = np.random.default_rng(seed)
-    point_batches = minibatches(len(zt), settings.batch_size, settings.steps, rng)
+    # one draw of the data's rows, then one of the points', each step (as the loop drew them
+    # when the loss took its points itself): the same batches, now drawn before the steps
+    batches = zip(
+        minibatches(len(xt), settings.batch_size, settings.steps, rng),
+        minibatches(len(zt), settings.batch_size, settings.steps, rng),
+    )
 
-    def loss_of(index: np.ndarray) -> torch.Tensor:
+    def loss_of(index: torch.Tensor, z_index: torch.Tensor) -> torch.Tensor:
         values = smooth_max(((network(xt[index]) - tt[index]) ** 2).sum(1), settings.sup_p)
-        z_index = next(point_batches)
         jacobian = input_jacobian(network, zt[z_index], create_graph=True)
         return values + settings.sobolev_weight * ((jacobian - jt[z_index]) ** 2).sum((1, 2)).mean()
 
-    _adam(
-        network,
-        loss_of,
-        minibatches(len(xt), settings.batch_size, settings.steps, rng),
-        settings.lr,
-        replayable=False,  # draws its Jacobian points inside the loss
-    )
+    _adam(network, loss_of, batches, settings.lr)
     return _fitted(network, x, device)
 
 

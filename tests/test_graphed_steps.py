@@ -6,6 +6,8 @@ on a CUDA machine the last tests check the replayed graphs themselves against th
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -16,7 +18,7 @@ from oracles import decentralized, graphed_steps, mlp_least_squares, weak_learni
 from oracles.decentralized import adam_train, distill, momentum_sgd_train, psr_train
 from oracles.fsr_network import Anchor, fsr_train
 from oracles.graphed_steps import run_steps
-from oracles.weak_learning import OracleSettings, fit_least_squares, fit_sup_norm
+from oracles.weak_learning import OracleSettings, fit_least_squares, fit_sobolev, fit_sup_norm
 from tests.helpers import DEVICE_CASES as CASES
 from tests.helpers import DEVICE_LOSS as LOSS
 from tests.helpers import run_app
@@ -70,6 +72,24 @@ def test_the_weak_learning_oracles_table_form_is_their_eager_loop(fit, fast, mon
     for module in (mlp_least_squares, weak_learning):
         monkeypatch.setattr(module, "graphs_on", lambda device: True)
     tabled = fit(SPEC, X, TARGET, SETTINGS, seed=3, fast=fast)
+    assert _close(_parameters(eager.learner), _parameters(tabled.learner))
+    assert np.allclose(eager.values, tabled.values, rtol=1e-5, atol=1e-5)
+
+
+POINTS = RNG.uniform(-1, 1, size=(70, 6))
+POINTS_JACOBIAN = RNG.normal(size=(70, 3, 6))
+
+
+def _sobolev(settings: OracleSettings, device: torch.device = torch.device("cpu")):
+    return fit_sobolev(SPEC, X, TARGET, POINTS, POINTS_JACOBIAN, settings, 2, device)
+
+
+def test_the_sobolev_oracles_table_form_is_its_eager_loop(monkeypatch):
+    """FFGB.L's WO-lip: both index streams (the data's rows, the Jacobian's points) drawn
+    before the steps, in the order the eager loop draws them; its double backward in the step."""
+    eager = _sobolev(SETTINGS)
+    monkeypatch.setattr(weak_learning, "graphs_on", lambda device: True)
+    tabled = _sobolev(SETTINGS)
     assert _close(_parameters(eager.learner), _parameters(tabled.learner))
     assert np.allclose(eager.values, tabled.values, rtol=1e-5, atol=1e-5)
 
@@ -181,6 +201,18 @@ def test_on_a_gpu_the_replayed_oracle_is_the_eager_gpu_loop(fit, fast, monkeypat
     monkeypatch.delenv(graphed_steps.ENV)
     replays = _replays(monkeypatch)
     graphed = fit(SPEC, X, TARGET, settings, seed=5, fast=fast, device=CUDA)
+    assert replays[0] == (200 - graphed_steps.WARMUP) // graphed_steps.UNROLL
+    assert np.allclose(eager.values, graphed.values, rtol=1e-3, atol=1e-4)
+
+
+@needs_cuda
+def test_on_a_gpu_the_replayed_sobolev_oracle_is_the_eager_gpu_loop(monkeypatch):
+    settings = replace(SETTINGS, steps=200, batch_size=32)
+    monkeypatch.setenv(graphed_steps.ENV, "0")
+    eager = _sobolev(settings, CUDA)
+    monkeypatch.delenv(graphed_steps.ENV)
+    replays = _replays(monkeypatch)
+    graphed = _sobolev(settings, CUDA)
     assert replays[0] == (200 - graphed_steps.WARMUP) // graphed_steps.UNROLL
     assert np.allclose(eager.values, graphed.values, rtol=1e-3, atol=1e-4)
 

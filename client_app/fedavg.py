@@ -12,6 +12,8 @@ from functions.protocol import (
     ARRAYS,
     CONFIG,
     EVALUATE,
+    EVALUATE_FIRST,
+    EVALUATION,
     LOCAL_TRAIN_LOSS,
     METRICS,
     NUM_EXAMPLES,
@@ -27,10 +29,13 @@ Job = ClientJob[ConstraintSet | None, None]
 
 
 def train(job: Job) -> RecordDict:
-    """Run local SGD (with FedProx's proximal term when the server sends ``proximal-mu``)."""
+    """Run local SGD (with FedProx's proximal term when the server sends ``proximal-mu``).
+    When the server asks (``evaluate-first``), the received model's evaluation sums too,
+    computed before training."""
     config = job.content[CONFIG]
     s, data = job.settings, job.data
     model = model_from_arrays(s, data.task, job.content[ARRAYS], job.device)
+    evaluation = evaluation_sums(model, data) if EVALUATE_FIRST in config else None
     sgd = SGDConfig(
         epochs=s.local_epochs,
         steps=s.local_steps,
@@ -40,12 +45,15 @@ def train(job: Job) -> RecordDict:
     )
     seed = s.seed * 100_003 + int(config.get(SERVER_ROUND, 0)) * 1_009 + data.partition_id
     loss = train_sgd(model, data.x_train, data.y_train, data.task.kind, sgd, seed)
-    return RecordDict(
+    reply = RecordDict(
         {
             ARRAYS: ArrayRecord(model.cpu().state_dict()),
             METRICS: MetricRecord({LOCAL_TRAIN_LOSS: loss, NUM_EXAMPLES: len(data.y_train)}),
         }
     )
+    if evaluation is not None:
+        reply[EVALUATION] = evaluation
+    return reply
 
 
 def evaluate(job: Job) -> RecordDict:

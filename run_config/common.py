@@ -397,6 +397,18 @@ COMMON_KEYS = (
         within(0, 1, "(]"),
         field="fraction_train",
     ),
+    Key(
+        "eval-with-train",
+        bool,
+        True,
+        "FedAvg, FedProx, projected FedAvg, FFGB family (with `ffgb.federated-eval`): every node "
+        "evaluates the global function of round t when round t + 1's train message brings it, "
+        "before it trains, and replies with both: one exchange a round instead of two, the same "
+        "figures (round t's row gets them with round t + 1's replies; the last round has an "
+        "evaluate exchange of its own). `false`: an evaluate exchange after every round. Only "
+        "when every node trains every round (`fraction-train` = 1; not `ffgb.one-shot`)",
+        field="eval_with_train",
+    ),
     Key("local-epochs", int, 1, "FedAvg/FedProx local epochs", at_least(0), field="local_epochs"),
     Key(
         "local-steps",
@@ -488,6 +500,7 @@ class RunSettings:
     reply_poll_interval: float = _DEFAULT["reply_poll_interval"]  # seconds between pulls
     node_partitions: str = _DEFAULT["node_partitions"]  # "NODE_ID:PARTITION,...": pins
     fraction_train: float = _DEFAULT["fraction_train"]
+    eval_with_train: bool = _DEFAULT["eval_with_train"]  # evaluation rides on the next training
     local_epochs: int = _DEFAULT["local_epochs"]
     local_steps: int = _DEFAULT["local_steps"]
     batch_size: int = _DEFAULT["batch_size"]

@@ -31,6 +31,7 @@ RELAY_MESSAGES = (*STANDARD_MESSAGES, QUERY_BOUNDS)  # the server relays nodes' 
 MODEL = ("model",)
 LOCAL_SGD = ("local-epochs", "local-steps", "batch-size", "learning-rate")
 SAMPLED = ("fraction-train",)
+FUSED_EVALUATION = ("eval-with-train",)  # families whose evaluation can ride on training
 
 
 @dataclass(frozen=True)

@@ -1,20 +1,30 @@
 """The FedAvg family: FedAvg, FedProx and projected FedAvg, Flower's strategies with local SGD.
 
-They read the common keys of a torch model and local SGD (FedProx also ``fedprox.mu``);
-projected FedAvg also the constraint set D of the ``fedfw.*`` keys, its only settings.
+They read the common keys of a torch model, local SGD, node sampling and ``eval-with-train``
+(FedProx also ``fedprox.mu``); projected FedAvg also the constraint set D of the ``fedfw.*``
+keys, its only settings.
 """
 
 from __future__ import annotations
 
 from run_config.common import RunSettings
-from run_config.family import LOCAL_SGD, MODEL, SAMPLED, Algorithm, Family
+from run_config.family import FUSED_EVALUATION, LOCAL_SGD, MODEL, SAMPLED, Algorithm, Family
 from run_config.fedfw import DOMAIN, ConstraintSet, constraint_set
+from run_config.keys import require
 
 PROJECTED = "fedavg-proj"
 
 
 def fedavg_settings(settings: RunSettings) -> ConstraintSet | None:
-    """Projected FedAvg's constraint set D; None for FedAvg and FedProx, which read no table."""
+    """Projected FedAvg's constraint set D; None for FedAvg and FedProx, which read no table.
+    ``eval-with-train=false`` is refused where it has no effect (nodes sampled)."""
+    require(
+        settings.eval_with_train or settings.fraction_train >= 1,
+        "eval-with-train",
+        settings.eval_with_train,
+        "true (the default) unless fraction-train is 1: otherwise every evaluation has its own "
+        "exchange already",
+    )
     return constraint_set(settings) if settings.algorithm == PROJECTED else None
 
 
@@ -26,6 +36,6 @@ FEDAVG: Family[ConstraintSet | None, None] = Family(
         Algorithm(PROJECTED, "FedAvg whose average is projected onto D", tables=(DOMAIN,)),
     ),
     fedavg_settings,
-    reads=(*MODEL, *LOCAL_SGD, *SAMPLED),
+    reads=(*MODEL, *LOCAL_SGD, *SAMPLED, *FUSED_EVALUATION),
     steps=("learning-rate",),
 )

@@ -20,7 +20,7 @@ from oracles.weak_learning import (
     OracleSettings,
 )
 from run_config.common import RunSettings
-from run_config.family import SAMPLED, Algorithm, Family, Table
+from run_config.family import FUSED_EVALUATION, SAMPLED, Algorithm, Family, Table
 from run_config.keys import (
     Key,
     OneOf,
@@ -210,17 +210,6 @@ FFGB_KEYS = (
         True,
         "evaluate f on every node after each round "
         "(`train_loss`, `federated_test_*`; also keeps nodes in sync)",
-    ),
-    Key(
-        "ffgb.eval-with-train",
-        bool,
-        True,
-        "with `ffgb.federated-eval`, every node evaluates f^t when round t + 1's train message "
-        "brings it, before it trains, and replies with both: one exchange a round instead of "
-        "two, the same figures (round t's row gets them with round t + 1's replies; the last "
-        "round has an evaluate exchange of its own); `false`: an evaluate exchange after "
-        "every round. Only when every node trains every round (`fraction-train` = 1, not "
-        "`ffgb.one-shot`)",
     ),
     Key(
         "ffgb.downlink",
@@ -416,6 +405,7 @@ def ffgb_settings(settings: RunSettings) -> FFGBSettings:
         extension=auto_extension(v["ffgb.extension"], v["ffgb.lipschitz"]),
         mu=0.0 if variant == "ffgb-l" else mu,
         distill_steps=v["ffgb.distill-steps"] or oracle.steps,
+        eval_with_train=settings.eval_with_train,
     )
     require(
         not (out.one_shot and (variant != "ffgb-l" or out.distill != NONE or out.distill_every)),
@@ -426,7 +416,7 @@ def ffgb_settings(settings: RunSettings) -> FFGBSettings:
     require(
         out.eval_with_train
         or (out.federated_eval and not out.one_shot and settings.fraction_train >= 1),
-        "ffgb.eval-with-train",
+        "eval-with-train",
         out.eval_with_train,
         "true (the default) unless ffgb.federated-eval is true, fraction-train is 1 and "
         "ffgb.one-shot is false: otherwise every evaluation has its own exchange already",
@@ -489,6 +479,6 @@ FFGB: Family[FFGBSettings, None] = Family(
     ),
     ffgb_settings,
     tables=(FFGB_TABLE,),
-    reads=SAMPLED,
+    reads=(*SAMPLED, *FUSED_EVALUATION),
     steps=("ffgb.eta0", "ffgb.schedule", "ffgb.oracle-lr"),
 )

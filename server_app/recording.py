@@ -171,7 +171,7 @@ class RoundRecorder:
 
     def _amend(self, server_round: int, metrics: MetricRecord, central: Mapping[str, Any]) -> None:
         """Round ``server_round``'s evaluation by its nodes, which came with the next round's
-        train replies (``ffgb.eval-with-train``), joins its row as in ``__call__``: named
+        train replies (``eval-with-train``), joins its row as in ``__call__``: named
         ``federated_*`` beside central figures, its failures added; what the row holds already
         (its training figures and traffic) stays. One more log line; ``Diverged`` when a figure
         is not finite (the round's checkpoint is on disk: a resumed run evaluates it again)."""
@@ -180,7 +180,8 @@ class RoundRecorder:
         for key, value in metrics.items():
             name = f"federated_{key}" if key in central else key
             if key == "failures":
-                figures[key] = row.get(key, 0) + value
+                if value:  # an unchanged total is not written (or logged) again
+                    figures[key] = row.get(key, 0) + value
             elif key not in _CLIENT_BOOKKEEPING and name not in row:
                 figures[name] = value
         bad = nonfinite(figures)

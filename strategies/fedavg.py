@@ -4,7 +4,8 @@ Flower's ``FedAvg`` builds the messages and averages the models (``aggregate_arr
 top of it every reply is checked before Flower sees it (a bad one is a counted failure, never an
 exception), nodes are sampled with the run's seed in partition order (``strategies.sampling``) so
 the same seed picks the same partitions on every engine, and every round ends with a federated
-evaluation of the global model on all nodes (``train_loss`` = F(x), as for every algorithm).
+evaluation of the global model on all nodes (``train_loss`` = F(x), as for every algorithm),
+which rides on the next round's train messages when every node trains (``eval-with-train``).
 
 FedProx is FedAvg whose train config carries ``proximal-mu`` (all that Flower's ``FedProx`` adds);
 it is written as that one key here because the node sampling replaces FedAvg's ``configure_train``.
@@ -27,6 +28,7 @@ from functions.params import Params, params_to_record, record_to_params
 from functions.protocol import (
     ARRAYS,
     CONFIG,
+    EVALUATE_FIRST,
     LOCAL_TRAIN_LOSS,
     METRICS,
     NUM_EXAMPLES,
@@ -62,7 +64,13 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
     label = "FedAvg"
 
     def __init__(
-        self, model: TorchGlobal, start: ArrayRecord, seed: int, fraction_train: float
+        self,
+        model: TorchGlobal,
+        start: ArrayRecord,
+        seed: int,
+        fraction_train: float,
+        num_rounds: int,
+        eval_with_train: bool,
     ) -> None:
         FedAvg.__init__(
             self,
@@ -77,6 +85,7 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
         )
         self.model, self.start = model, start
         self.sampler = Sampler(fraction_train, seed)
+        self.num_rounds, self.eval_with_train = num_rounds, eval_with_train
 
     # -- the global function --------------------------------------------------------------
     def initial_arrays(self) -> ArrayRecord:
@@ -85,8 +94,12 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
     # -- training ---------------------------------------------------------------------------
     def _train_config(self, config: ConfigRecord, server_round: int) -> ConfigRecord:
         """Flower's config of the round plus ``server-round`` (a copy: Flower passes the same
-        record every round, and a sent message must keep its round)."""
-        return ConfigRecord({**config, SERVER_ROUND: server_round})
+        record every round, and a sent message must keep its round), and ``evaluate-first``
+        when the last round's evaluation rides on this round's training."""
+        config = ConfigRecord({**config, SERVER_ROUND: server_round})
+        if self.evaluation_due is not None:
+            config[EVALUATE_FIRST] = self.evaluation_due
+        return config
 
     def train_messages(
         self,
@@ -137,10 +150,22 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
         return FedAvg.aggregate_train(self, server_round, [c.reply for c in good])
 
     # -- evaluation -------------------------------------------------------------------------
+    def fuses_evaluation(self, server_round: int) -> bool:
+        """``eval-with-train``: every node evaluates the global model of round t with round
+        t + 1's train message, which brings that model, when every node gets one (no
+        sampling), except after the last round."""
+        return (
+            self.eval_with_train and self.sampler.fraction >= 1 and server_round < self.num_rounds
+        )
+
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """The global model to every node: F(x) on the training data, metrics on the test shards."""
+        """The global model to every node: F(x) on the training data, metrics on the test
+        shards; nothing when the evaluation rides on the next round's training."""
+        if self.fuses_evaluation(server_round):
+            self.evaluation_due = server_round
+            return []
         config = ConfigRecord({**config, SERVER_ROUND: server_round})
         record = RecordDict({ARRAYS: arrays, CONFIG: config})
         return self._construct_messages(record, self.book.node_ids, MessageType.EVALUATE)
@@ -204,6 +229,8 @@ def _fedavg_options(settings: RunSettings, model: TorchGlobal, start: ArrayRecor
         "start": start,
         "seed": settings.seed,
         "fraction_train": settings.fraction_train,
+        "num_rounds": settings.num_rounds,
+        "eval_with_train": settings.eval_with_train,
     }
 
 

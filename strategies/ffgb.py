@@ -303,7 +303,7 @@ class FFGBStrategy(FederatedStrategy):
 
     # -- evaluation -----------------------------------------------------------------------------
     def fuses_evaluation(self, server_round: int) -> bool:
-        """``ffgb.eval-with-train``: every node evaluates f^t with round t + 1's train message,
+        """``eval-with-train``: every node evaluates f^t with round t + 1's train message,
         when every node gets one (no sampling, not one shot), except after the last round."""
         f = self.ffgb
         return (

@@ -18,6 +18,7 @@ from strategies.evaluation import (
     CentralEvaluator,
     EvaluationSums,
     combine_evaluation_sums,
+    decode_evaluation_sums,
     evaluation_sums_of,
 )
 from tasks.datasets import TaskData
@@ -72,6 +73,10 @@ class TorchModelStrategy(FederatedStrategy):
     def check_evaluation(self, reply: Message) -> EvaluationSums:
         """The node's loss sums and counts at the global model."""
         return evaluation_sums_of(reply, self.model.task)
+
+    def check_late_evaluation(self, record: Any) -> EvaluationSums:
+        """The same sums from a train reply's ``evaluation`` record."""
+        return decode_evaluation_sums(record, self.model.task)
 
     def evaluation_metrics(self, accepted: dict[int, EvaluationSums]) -> dict[str, float]:
         return combine_evaluation_sums(accepted.values(), self.kind)

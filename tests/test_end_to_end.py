@@ -71,7 +71,9 @@ def test_fedavg_digits_writes_the_results_contract(tmp_path):
 
 
 def test_bytes_are_exactly_the_payload_sent(tmp_path):
-    grid, out = run_job(tmp_path, **{"num-server-rounds": 2})
+    """An evaluate exchange after every round (``eval-with-train=false``); the next test: the
+    evaluation riding on training."""
+    grid, out = run_job(tmp_path, **{"num-server-rounds": 2, "eval-with-train": False})
     rows = read_metrics(out)["rounds"]
     per_model = model_bytes(grid)
     for row in rows[1:]:
@@ -87,6 +89,26 @@ def test_bytes_are_exactly_the_payload_sent(tmp_path):
     assert rows[0]["bytes_up"] == rows[0]["bytes_down"] == 0
     # serialised content adds keys, shapes and a header per array, but not much for a model
     assert per_model * 4 < rows[1]["wire_bytes_down"] < 1.1 * rows[1]["bytes_down"] + 4 * 2000
+
+
+def test_bytes_with_the_evaluation_riding_on_training_are_exactly_the_payload_sent(tmp_path):
+    """``eval-with-train`` (the default): round t + 1's train messages also carry
+    ``evaluate-first`` (an int) and their replies round t's five evaluation sums; the last round
+    keeps its evaluate exchange. The model goes down once a round instead of twice."""
+    grid, out = run_job(tmp_path, **{"num-server-rounds": 3})
+    rows = read_metrics(out)["rounds"]
+    per_model = model_bytes(grid)
+    up_train, sums = 4 * (per_model + 2 * 8), 4 * 5 * 8
+    assert rows[1]["bytes_down_train"] == 4 * (per_model + 8)
+    assert rows[1]["bytes_up_train"] == up_train
+    for row in rows[2:]:
+        assert row["bytes_down_train"] == 4 * (per_model + 2 * 8)
+        assert row["bytes_up_train"] == up_train + sums
+    assert rows[2]["bytes_down"] == rows[2]["bytes_down_train"]
+    assert rows[2]["bytes_up"] == rows[2]["bytes_up_train"]
+    assert rows[3]["bytes_down"] == rows[3]["bytes_down_train"] + 4 * (per_model + 8)
+    assert rows[3]["bytes_up"] == rows[3]["bytes_up_train"] + sums
+    assert [m.metadata.message_type for m in grid.down].count("evaluate") == 4
 
 
 def test_same_seed_gives_same_numbers(tmp_path):

@@ -123,7 +123,7 @@ def _nodes_hold_the_server_function(run) -> None:
 def test_client_distillation_sends_one_learner_per_node_and_round(tmp_path):
     run = run_ffgb(
         tmp_path,
-        **{"num-server-rounds": 3, "ffgb.distill": INCREMENT, "ffgb.eval-with-train": False},
+        **{"num-server-rounds": 3, "ffgb.distill": INCREMENT, "eval-with-train": False},
     )  # the paper's count, a round's learners down in that round
     for t, row in enumerate(run.rows[1:], 1):
         assert row["failures"] == 0 and row["ensemble_size"] == 4 * t
@@ -150,7 +150,7 @@ def test_fedavg_distillation_rounds_replace_the_ensemble_by_one_network(tmp_path
             "ffgb.distill-every": 2,
             "ffgb.distill-rounds": 2,
             "ffgb.distill-steps": 100,
-            "ffgb.eval-with-train": False,  # the student goes down in its own round
+            "eval-with-train": False,  # the student goes down in its own round
         },
     )
     sizes = [r["ensemble_size"] for r in run.rows[1:]]

@@ -59,7 +59,7 @@ def test_learns_digits_and_counts_models_as_the_paper(tmp_path):
     """N K models a round per node: K up, (N - 1) K down. With its own evaluate exchange a
     round's new learners go down in that round; riding on the next round's training (the
     default), one round later, and the last round's evaluate exchange brings the count level."""
-    rows = run_ffgb(tmp_path, **{"num-server-rounds": 3, "ffgb.eval-with-train": False}).rows
+    rows = run_ffgb(tmp_path, **{"num-server-rounds": 3, "eval-with-train": False}).rows
     assert rows[0]["test_accuracy"] == pytest.approx(0.1, abs=0.02)  # f0 = 0
     assert rows[-1]["test_accuracy"] > 0.9
     fused = run_ffgb(tmp_path / "fused", **{"num-server-rounds": 3}).rows
@@ -73,11 +73,11 @@ def test_learns_digits_and_counts_models_as_the_paper(tmp_path):
 
 
 def test_evaluation_with_the_next_round_gives_every_figure_of_its_own_exchange(tmp_path):
-    """``ffgb.eval-with-train`` (the default): no evaluate exchange but the last round's, each
+    """``eval-with-train`` (the default): no evaluate exchange but the last round's, each
     later train message asks for the last round's evaluation, and every row holds the figures
     of a run with an evaluate exchange a round, bit for bit."""
     config = {"num-server-rounds": 4, "ffgb.mu": 0.05}
-    own = run_ffgb(tmp_path / "own", **config, **{"ffgb.eval-with-train": False})
+    own = run_ffgb(tmp_path / "own", **config, **{"eval-with-train": False})
     fused = run_ffgb(tmp_path / "fused", **config)
     evaluates = [m for m in fused.grid.down if m.metadata.message_type == "evaluate"]
     assert {m.content[CONFIG][SERVER_ROUND] for m in evaluates} == {4}
@@ -179,7 +179,7 @@ def test_a_node_that_lost_its_state_fails_once_and_gets_everything(tmp_path, wit
     run = run_ffgb(
         tmp_path,
         client=forgetting(client_app, 1, 3),
-        **{"num-server-rounds": 4, "ffgb.eval-with-train": with_train},
+        **{"num-server-rounds": 4, "eval-with-train": with_train},
     )
     failures = [0, 1, 1, 0] if with_train else [0, 0, 1, 0]
     assert [r["failures"] for r in run.rows[1:]] == failures
@@ -327,8 +327,8 @@ def test_bad_settings_stop_before_training(tmp_path, overrides, fragment):
     ],
 )
 def test_evaluation_with_training_off_is_refused_where_it_would_change_nothing(tmp_path, overrides):
-    with pytest.raises(InvalidRunConfig, match="ffgb.eval-with-train=False is not valid"):
-        run_ffgb(tmp_path, **{"ffgb.eval-with-train": False, **overrides})
+    with pytest.raises(InvalidRunConfig, match="eval-with-train=False is not valid"):
+        run_ffgb(tmp_path, **{"eval-with-train": False, **overrides})
 
 
 def test_a_train_reply_without_the_evaluation_asked_for_is_a_missing_reply(tmp_path):

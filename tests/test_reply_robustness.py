@@ -49,7 +49,7 @@ CONFIG = {
     "fedfun.distill-steps": 2,
     "fedfun.distill-samples": 20,
     "fedfun.hidden": "8",
-    "ffgb.eval-with-train": False,  # FFGB's evaluate replies too; its fused ones: see below
+    "eval-with-train": False,  # evaluate replies of FFGB and FedAvg too; fused ones: see below
 }
 COUNT_KEYS = (NUM_EXAMPLES, TRAIN_EXAMPLES)
 PROPERTY = settings(
@@ -376,17 +376,15 @@ def test_garbage_bytes_in_train_and_evaluate_are_counted_and_the_run_completes(
     assert len(dropped) == 2 and any("unreadable array" in m for m in dropped), dropped
 
 
-# -- FFGB's evaluation riding on the next round's training (``ffgb.eval-with-train``) -------------
-FUSED = ("ffgb", "ffgb-c", "ffgb-l")
+# -- the evaluation riding on the next round's training (``eval-with-train``) -----------------
+FUSED = ("ffgb", "ffgb-c", "ffgb-l", "fedavg", "fedprox", "fedavg-proj")
 
 
 @functools.cache
 def captured_fused(algorithm: str) -> tuple[RunSettings, RecordDict, list[Message]]:
     """Round 2's train replies, each with its node's evaluation of round 1's function, and the
     strategy's state before they are aggregated."""
-    config = run_config(
-        **counting({"algorithm": algorithm, **CONFIG, "ffgb.eval-with-train": True})
-    )
+    config = run_config(**counting({"algorithm": algorithm, **CONFIG, "eval-with-train": True}))
     s = RunSettings.from_run_config(config)
     grid, strategy = LocalGrid(client_app, config, NODES), strategy_for(s)
     train = grid.send_and_receive(

@@ -41,12 +41,14 @@ def run_statuses(env: dict, connection: str) -> list[str]:
     return [r["status"] for r in json.loads(listed.stdout)["runs"]]
 
 
-def test_flwr_run_simulation_writes_results(superlink, tmp_path):
+@pytest.mark.parametrize("algorithm", ["ffgb", "fedavg"])
+def test_flwr_run_simulation_writes_results(superlink, tmp_path, algorithm):
+    """The default job, and FedAvg: both with their evaluation riding on the next round's
+    training (``eval-with-train``), so round 1's nodes' figures come with round 2's replies."""
     env, connection = superlink
     out = tmp_path / "results"
-    completed = flwr_run(
-        env, connection, 3, f"num-server-rounds=2 output-dir='{out}' run-name='sim'", timeout=400
-    )
+    config = f"algorithm='{algorithm}' num-server-rounds=2 output-dir='{out}' run-name='sim'"
+    completed = flwr_run(env, connection, 3, config, timeout=400)
     log = completed.stdout + completed.stderr
     assert completed.returncode == 0, log[-3000:]
     assert "[results] round 2/2" in log, log[-3000:]
@@ -55,9 +57,10 @@ def test_flwr_run_simulation_writes_results(superlink, tmp_path):
     assert metrics["rounds"][-1]["test_accuracy"] > 0.8
     assert json.loads((out / "sim" / "config.json").read_text())["num_nodes"] == 3
     # determinism across engines: the in-process engine gives the same numbers, to the bit
-    local = run_app(tmp_path / "local", 3, **{"num-server-rounds": 2}).rows
+    local = run_app(tmp_path / "local", 3, **{"algorithm": algorithm, "num-server-rounds": 2}).rows
     keys = ("test_accuracy", "test_loss", "oracle_error", "failures", "participants")
     keys += ("train_loss", "federated_test_loss")  # round 1's: with round 2's train replies
+    assert "train_loss" in metrics["rounds"][1]
     assert [{k: r[k] for k in keys if k in r} for r in metrics["rounds"]] == [
         {k: r[k] for k in keys if k in r} for r in local
     ]
@@ -67,7 +70,8 @@ def test_flwr_run_simulation_writes_results(superlink, tmp_path):
     ("config", "said"),
     [
         ("algorithm='fedfw' fedfw.radius=-1", "fedfw.radius=-1.0 is not valid"),
-        ("ffgb.eval-with-train=false fraction-train=0.5", "ffgb.eval-with-train=False is not"),
+        ("eval-with-train=false fraction-train=0.5", "eval-with-train=False is not"),
+        ("algorithm='fedprox' eval-with-train=false fraction-train=0.5", "eval-with-train=False"),
     ],
 )
 def test_an_invalid_run_config_fails_the_run_before_training(superlink, tmp_path, config, said):

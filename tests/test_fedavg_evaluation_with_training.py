@@ -1,0 +1,75 @@
+"""FedAvg, FedProx and projected FedAvg with ``eval-with-train`` (the default): the global model
+of round t is evaluated by every node when round t + 1's train message brings it, before the
+node trains; the rows are those of a run with an evaluate exchange after every round."""
+
+from __future__ import annotations
+
+import pytest
+
+from client_app import fedavg
+from client_app.registry import handlers_for
+from functions.protocol import CONFIG, EVALUATE_FIRST, EVALUATION, SERVER_ROUND
+from server_app.app import InvalidRunConfig
+from tests.helpers import run_app
+
+FAMILY = ("fedavg", "fedprox", "fedavg-proj")
+CONFIG_OF = {"task": "iris", "num-server-rounds": 4, "local-steps": 3}
+MOVED = {"wall_time_s", "bytes_down", "bytes_up", "bytes_down_train", "bytes_up_train"}
+MOVED |= {"wire_bytes_down", "wire_bytes_up"}
+
+
+def _without(row: dict, keys: set[str]) -> dict:
+    return {k: v for k, v in row.items() if k not in keys}
+
+
+@pytest.mark.parametrize("algorithm", FAMILY)
+@pytest.mark.parametrize("central", [True, False])
+def test_every_row_holds_the_figures_of_an_evaluate_exchange_a_round(tmp_path, algorithm, central):
+    config = {**CONFIG_OF, "algorithm": algorithm, "central-evaluation": central}
+    own = run_app(tmp_path / "own", 3, **config, **{"eval-with-train": False})
+    fused = run_app(tmp_path / "fused", 3, **config)
+    evaluates = [m for m in fused.grid.down if m.metadata.message_type == "evaluate"]
+    assert {m.content[CONFIG][SERVER_ROUND] for m in evaluates} == {4}
+    asked = {
+        (m.content[CONFIG][SERVER_ROUND], m.content[CONFIG].get(EVALUATE_FIRST))
+        for m in fused.grid.down
+        if m.metadata.message_type == "train"
+    }
+    assert asked == {(1, None), (2, 1), (3, 2), (4, 3)}
+    for row, late in zip(own.rows, fused.rows, strict=True):
+        assert "train_loss" in late or late["round"] == 0
+        assert _without(row, MOVED) == _without(late, MOVED)
+    down = sum(r["bytes_down"] for r in fused.rows)
+    assert down < 0.7 * sum(r["bytes_down"] for r in own.rows)  # 5 models a node, not 8
+
+
+def test_a_train_reply_without_the_evaluation_asked_for_is_a_missing_reply(tmp_path, monkeypatch):
+    """A node drops the ``evaluation`` record from its round-3 reply: that reply is dropped
+    whole, one failure of round 3's training and one of round 2's evaluation."""
+
+    def forgetful(job):
+        reply = fedavg.train(job)
+        if job.data.partition_id == 0 and job.content[CONFIG][SERVER_ROUND] == 3:
+            del reply[EVALUATION]
+        return reply
+
+    monkeypatch.setitem(handlers_for("fedavg"), "train", forgetful)
+    rows = run_app(tmp_path, 3, **{**CONFIG_OF, "algorithm": "fedavg"}).rows
+    assert [r["failures"] for r in rows[1:]] == [0, 1, 1, 0]
+    assert [r["participants"] for r in rows[1:]] == [3, 3, 2, 3]
+
+
+@pytest.mark.parametrize("algorithm", FAMILY)
+def test_evaluation_with_training_off_is_refused_where_nodes_are_sampled(tmp_path, algorithm):
+    with pytest.raises(InvalidRunConfig, match="eval-with-train=False is not valid"):
+        run_app(
+            tmp_path,
+            3,
+            **{**CONFIG_OF, "algorithm": algorithm},
+            **{"eval-with-train": False, "fraction-train": 0.5},
+        )
+
+
+def test_algorithms_without_it_refuse_the_key(tmp_path):
+    with pytest.raises(InvalidRunConfig, match="eval-with-train=False has no effect"):
+        run_app(tmp_path, 3, **{"algorithm": "fedfw", "eval-with-train": False})

@@ -182,7 +182,7 @@ def _ffgb_l_increment(
     settings = (seed_of(0), len(etas), ffgb.residual, ffgb.lipschitz, ffgb.extension)
     key = fits_key([x, targets], (*settings, ffgb.oracle, spec, str(job.device)))
     shape = (len(x), x.shape[1], targets.shape[1])
-    fit, _ = kept_fits(job.state, key, len(etas), shape, model.limits, oracle)
+    fit = kept_fits(job.state, key, len(etas), shape, model.limits, oracle)
     return ffgb_l_increment(targets, etas, fit, ffgb.residual)
 
 

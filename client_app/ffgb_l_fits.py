@@ -46,14 +46,14 @@ def kept_fits(
     shape: tuple[int, int, int],
     limits: Limits,
     oracle: Callable[[], LipschitzFit],
-) -> tuple[LipschitzFit, bool]:
-    """FFGB.L's oracle for one round's ``steps`` fits, and whether it replays kept ones: those
-    stored under ``key`` when the state holds them, else ``oracle()``'s, stored once the
+) -> LipschitzFit:
+    """FFGB.L's oracle for one round's ``steps`` fits: the kept ones stored under ``key`` when
+    the state holds them (``oracle`` is not called), else ``oracle()``'s, stored once the
     ``steps``-th is made. ``shape``: the node's points, their features and the outputs."""
     kept = _read(state, key, steps, shape, limits)
     if kept is not None:
         calls = iter(kept)
-        return lambda target, multiple, previous: next(calls), True
+        return lambda target, multiple, previous: next(calls)
     fit, made = oracle(), []
 
     def fitting(target: np.ndarray, multiple: float, previous: list) -> Fitted:
@@ -62,7 +62,7 @@ def kept_fits(
             _write(state, key, made, shape)
         return made[-1]
 
-    return fitting, False
+    return fitting
 
 
 def _write(state: RecordDict, key: str, fits: list[Fitted], shape: tuple[int, int, int]) -> None:

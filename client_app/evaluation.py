@@ -48,6 +48,12 @@ def evaluation_sums(model: nn.Module, data: LocalData) -> MetricRecord:
     return record
 
 
+def sums_at(model: nn.Module, params: Params, data: LocalData) -> MetricRecord:
+    """``evaluation_sums`` of ``model`` with the weights ``params`` (x-bar)."""
+    load_params(model, params)
+    return evaluation_sums(model, data)
+
+
 def evaluate_xbar(
     job: ClientJob,
     with_gradient: bool = False,
@@ -61,8 +67,7 @@ def evaluate_xbar(
     xbar = compact(job, layout) if compact is not None else None
     if xbar is None:
         xbar = record_to_params(job.content[XBAR], layout)
-    load_params(model, xbar)
-    reply = RecordDict({METRICS: evaluation_sums(model, data)})
+    reply = RecordDict({METRICS: sums_at(model, xbar, data)})
     if with_gradient:
         _, grad = loss_and_grad(model, xbar, data.x_train, data.y_train, data.task.kind)
         reply[FW_GRAD] = params_to_record(layout, grad)

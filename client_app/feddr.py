@@ -20,7 +20,7 @@ import numpy as np
 from flwr.app import RecordDict
 from torch import nn
 
-from client_app.evaluation import evaluate_xbar
+from client_app.evaluation import evaluate_xbar, sums_at
 from client_app.job import ClientJob
 from client_app.models import new_model
 from client_app.node_info import describe_node
@@ -30,6 +30,8 @@ from functions.protocol import (
     CONFIG,
     DR_XHAT,
     EVALUATE,
+    EVALUATE_FIRST,
+    EVALUATION,
     LAST_ACCEPTED,
     QUERY_NODE,
     SERVER_ROUND,
@@ -73,12 +75,15 @@ def gradient_oracle(
 
 
 def train(job: Job) -> RecordDict:
-    """One FedDR client update at the received x-bar; reply with x_hat_i (dense float32)."""
-    dr = job.family
-    t = int(job.content[CONFIG][SERVER_ROUND])
+    """One FedDR client update at the received x-bar; reply with x_hat_i (dense float32).
+    When the server asks (``evaluate-first``), the evaluation sums at x-bar too, computed
+    before the update."""
+    dr, config = job.family, job.content[CONFIG]
+    t = int(config[SERVER_ROUND])
     model = new_model(job.settings, job.data.task, job.device)
     layout = ParamLayout.of_state_dict(model.state_dict())
     xbar = record_to_params(job.content[XBAR], layout)
+    evaluation = sums_at(model, xbar, job.data) if EVALUATE_FIRST in config else None
     state = _current_state(job, layout, xbar)
     pending = feddr_client_step(
         state,
@@ -90,7 +95,10 @@ def train(job: Job) -> RecordDict:
         dr.lr,
     )
     STORE.stage(job.state, _records(layout, state), _records(layout, pending), t)
-    return RecordDict({DR_XHAT: params_to_record(layout, pending.x_hat)})
+    reply = RecordDict({DR_XHAT: params_to_record(layout, pending.x_hat)})
+    if evaluation is not None:
+        reply[EVALUATION] = evaluation
+    return reply
 
 
 HANDLERS = {TRAIN: train, EVALUATE: evaluate_xbar, QUERY_NODE: describe_node}

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from run_config.common import RunSettings
-from run_config.family import MODEL, Algorithm, Family, Table
+from run_config.family import FUSED_EVALUATION, MODEL, Algorithm, Family, Table
 from run_config.fedfw import DOMAIN, ConstraintSet, constraint_set
-from run_config.keys import Key, at_least, build, finite_above, read_keys, within
+from run_config.keys import Key, at_least, build, finite_above, read_keys, require, within
 
 FEDDR_KEYS = (
     Key("feddr.alpha", float, 1.0, "FedDR relaxation α, in (0, 2)", within(0, 2, "()")),
@@ -56,12 +56,28 @@ class FedDRSettings:
     batch_size: int
     participation: float
     federated_eval: bool
+    eval_with_train: bool = True  # round t's evaluation rides on round t + 1's train messages
 
 
 def feddr_settings(settings: RunSettings) -> FedDRSettings:
-    """Parse D and ``FEDDR_KEYS``; ConfigError names the key."""
+    """Parse D and ``FEDDR_KEYS``; ConfigError names the key. ``eval-with-train=false`` is
+    refused where it has no effect (no federated evaluation, or nodes sampled)."""
     domain = constraint_set(settings)
-    return build(FedDRSettings, read_keys(settings.raw, FEDDR_KEYS), FEDDR_KEYS, domain=domain)
+    out = build(
+        FedDRSettings,
+        read_keys(settings.raw, FEDDR_KEYS),
+        FEDDR_KEYS,
+        domain=domain,
+        eval_with_train=settings.eval_with_train,
+    )
+    require(
+        out.eval_with_train or (out.federated_eval and out.participation >= 1),
+        "eval-with-train",
+        out.eval_with_train,
+        "true (the default) unless feddr.federated-eval is true and feddr.participation is 1: "
+        "otherwise every evaluation has its own exchange already",
+    )
+    return out
 
 
 FEDDR_TABLE = Table("`feddr.*`", "FedDR", FEDDR_KEYS)
@@ -71,6 +87,6 @@ FEDDR: Family[FedDRSettings, None] = Family(
     (Algorithm("feddr", "FedDR, Douglas-Rachford splitting, x-bar projected onto D"),),
     feddr_settings,
     tables=(DOMAIN, FEDDR_TABLE),
-    reads=MODEL,
+    reads=(*MODEL, *FUSED_EVALUATION),
     steps=("feddr.lr", "feddr.eta"),
 )

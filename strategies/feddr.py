@@ -21,7 +21,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from functions.params import Params, params_to_record, record_to_params
-from functions.protocol import DR_XHAT, XBAR
+from functions.protocol import DR_XHAT, EVALUATE_FIRST, XBAR
 from oracles.douglas_rachford import FedDRServer
 from run_config.common import RunSettings
 from run_config.feddr import FedDRSettings, feddr_settings
@@ -50,8 +50,10 @@ class FedDRStrategy(TorchModelStrategy):
     label = "FedDR"
     State = FedDRState
 
-    def __init__(self, dr: FedDRSettings, model: TorchGlobal, x0: Params, seed: int) -> None:
-        self.dr, self.model, self.x0 = dr, model, x0
+    def __init__(
+        self, dr: FedDRSettings, model: TorchGlobal, x0: Params, seed: int, num_rounds: int
+    ) -> None:
+        self.dr, self.model, self.x0, self.num_rounds = dr, model, x0, num_rounds
         self.xbar = x0
         self.sampler = Sampler(dr.participation, seed)
         self.server: FedDRServer | None = None
@@ -90,14 +92,18 @@ class FedDRStrategy(TorchModelStrategy):
         config: ConfigRecord,
         grid: Grid,
     ) -> Iterable[Message]:
-        """x-bar to the sampled nodes; a node that may hold nothing restarts from its x_hat_i."""
+        """x-bar to the sampled nodes; a node that may hold nothing restarts from its x_hat_i;
+        ``evaluate-first`` when the last round's evaluation rides on these messages."""
         content = {XBAR: params_to_record(self.layout, self.xbar)}
+        due = {} if self.evaluation_due is None else {EVALUATE_FIRST: self.evaluation_due}
 
         def restart(node: int) -> tuple[str, dict]:
             x_hat = self.server.x_hat_of(self.book.position(node))
             return dense_restart(self.layout, self.xbar, x_hat, DR_XHAT)
 
-        messages = [self.book.train_message(node, server_round, content, restart) for node in nodes]
+        messages = [
+            self.book.train_message(node, server_round, content, restart, **due) for node in nodes
+        ]
         log(
             INFO,
             "FedDR round %d: %d of %d nodes participate",
@@ -125,11 +131,26 @@ class FedDRStrategy(TorchModelStrategy):
         return record_to_params(record, self.layout, np.float32)
 
     # -- evaluation ----------------------------------------------------------------
+    def fuses_evaluation(self, server_round: int) -> bool:
+        """``eval-with-train``: every node evaluates x-bar with round t + 1's train message,
+        which brings it, when every node gets one, except after the last round."""
+        dr = self.dr
+        return (
+            dr.federated_eval
+            and dr.eval_with_train
+            and self.sampler.fraction >= 1
+            and server_round < self.num_rounds
+        )
+
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        """F(x-bar) on every node's data (gives ``train_loss``), unless switched off."""
+        """F(x-bar) on every node's data (gives ``train_loss``), unless switched off; nothing
+        when it rides on the next round's training."""
         if not self.dr.federated_eval:
+            return []
+        if self.fuses_evaluation(server_round):
+            self.evaluation_due = server_round
             return []
         return self.book.evaluate_messages(
             server_round, {XBAR: params_to_record(self.layout, self.xbar)}
@@ -151,4 +172,5 @@ def build_feddr(settings: RunSettings, task: TaskData) -> FedDRStrategy:
     """FedDR from the ``feddr.*`` table, over D from the ``fedfw.*`` keys."""
     dr = feddr_settings(settings)
     model = TorchGlobal(settings, task)
-    return FedDRStrategy(dr, model, model.projected_start(dr.domain), settings.seed)
+    x0 = model.projected_start(dr.domain)
+    return FedDRStrategy(dr, model, x0, settings.seed, settings.num_rounds)

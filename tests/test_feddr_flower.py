@@ -44,7 +44,8 @@ def test_learns_inside_d_and_averages_exactly(tmp_path, kind, radius, batch_size
         **{"fedfw.constraint": kind, "fedfw.radius": radius, "feddr.batch-size": batch_size},
     )
     assert all(r["participants"] == 4 and r["failures"] == 0 for r in rows[1:])
-    assert all(r["bytes_up_train"] == 4 * MCLR_BYTES for r in rows[1:])
+    # from round 2 on each reply also carries the node's five evaluation sums of x-bar^(t-1)
+    assert [r["bytes_up_train"] for r in rows[1:]] == [4 * MCLR_BYTES] + [4 * MCLR_BYTES + 160] * 4
     assert rows[-1]["test_accuracy"] > rows[0]["test_accuracy"] + 0.3
     assert rows[-1]["train_loss"] < rows[1]["train_loss"]
     constraint = make_constraint(kind, radius)
@@ -96,7 +97,8 @@ def test_a_bad_reply_is_dropped_and_the_node_resumes(tmp_path, monkeypatch, capl
     monkeypatch.setitem(handlers_for("feddr"), "train", faulty)
     caplog.set_level(logging.WARNING, logger="flwr")
     grid, rows = run_dr(tmp_path)
-    assert [r["failures"] for r in rows[1:]] == [0, 1, 0, 0, 0]
+    # round 1's evaluation by node 0 rode on that reply (eval-with-train) and went with it
+    assert [r["failures"] for r in rows[1:]] == [1, 1, 0, 0, 0]
     assert [r["participants"] for r in rows[1:]] == [4, 3, 4, 4, 4]
     reason = {"nan": "contains NaN", "shape": "shape"}[fault]
     assert any(
@@ -130,7 +132,8 @@ def test_a_node_that_lost_its_state_restarts_at_its_last_accepted_x_hat(tmp_path
         return reply
 
     grid, rows = run_dr(tmp_path, client=forgetful)
-    assert [r["failures"] for r in rows[1:]] == [0, 0, 1, 0, 0]
+    # its round-3 answer is an error: round 2's evaluation, which rode on it, fails with it
+    assert [r["failures"] for r in rows[1:]] == [0, 1, 1, 0, 0]
     messages = train_messages(grid, grid.node_ids[1])
     assert [m.content["config"]["sync"] for m in messages] == [
         "xbar",

@@ -49,7 +49,7 @@ CONFIG = {
     "fedfun.distill-steps": 2,
     "fedfun.distill-samples": 20,
     "fedfun.hidden": "8",
-    "eval-with-train": False,  # evaluate replies of FFGB and FedAvg too; fused ones: see below
+    "eval-with-train": False,  # evaluate replies of FFGB, FedAvg, FedDR too; fused: see below
 }
 COUNT_KEYS = (NUM_EXAMPLES, TRAIN_EXAMPLES)
 PROPERTY = settings(
@@ -377,7 +377,7 @@ def test_garbage_bytes_in_train_and_evaluate_are_counted_and_the_run_completes(
 
 
 # -- the evaluation riding on the next round's training (``eval-with-train``) -----------------
-FUSED = ("ffgb", "ffgb-c", "ffgb-l", "fedavg", "fedprox", "fedavg-proj")
+FUSED = ("ffgb", "ffgb-c", "ffgb-l", "fedavg", "fedprox", "fedavg-proj", "feddr")
 
 
 @functools.cache

@@ -1,6 +1,7 @@
-"""FedAvg, FedProx and projected FedAvg with ``eval-with-train`` (the default): the global model
-of round t is evaluated by every node when round t + 1's train message brings it, before the
-node trains; the rows are those of a run with an evaluate exchange after every round."""
+"""FedAvg, FedProx, projected FedAvg and FedDR with ``eval-with-train`` (the default): the
+global model (x-bar) of round t is evaluated by every node when round t + 1's train message
+brings it, before the node trains; the rows are those of a run with an evaluate exchange after
+every round. FFGB's: tests/test_ffgb_flower.py."""
 
 from __future__ import annotations
 
@@ -12,8 +13,21 @@ from functions.protocol import CONFIG, EVALUATE_FIRST, EVALUATION, SERVER_ROUND
 from server_app.app import InvalidRunConfig
 from tests.helpers import run_app
 
-FAMILY = ("fedavg", "fedprox", "fedavg-proj")
-CONFIG_OF = {"task": "iris", "num-server-rounds": 4, "local-steps": 3}
+FAMILY = ("fedavg", "fedprox", "fedavg-proj", "feddr")
+SAMPLED = {"fedavg": "fraction-train", "fedprox": "fraction-train", "fedavg-proj": "fraction-train"}
+CONFIG_OF = {"task": "iris", "num-server-rounds": 4}
+SHORT = {
+    "fedavg": {"local-steps": 3},
+    "fedprox": {"local-steps": 3},
+    "fedavg-proj": {"local-steps": 3},
+}
+
+
+def config(algorithm: str, **overrides) -> dict:
+    """The family's small job on iris."""
+    return {**CONFIG_OF, "algorithm": algorithm, **SHORT.get(algorithm, {}), **overrides}
+
+
 MOVED = {"wall_time_s", "bytes_down", "bytes_up", "bytes_down_train", "bytes_up_train"}
 MOVED |= {"wire_bytes_down", "wire_bytes_up"}
 
@@ -25,9 +39,9 @@ def _without(row: dict, keys: set[str]) -> dict:
 @pytest.mark.parametrize("algorithm", FAMILY)
 @pytest.mark.parametrize("central", [True, False])
 def test_every_row_holds_the_figures_of_an_evaluate_exchange_a_round(tmp_path, algorithm, central):
-    config = {**CONFIG_OF, "algorithm": algorithm, "central-evaluation": central}
-    own = run_app(tmp_path / "own", 3, **config, **{"eval-with-train": False})
-    fused = run_app(tmp_path / "fused", 3, **config)
+    job = config(algorithm, **{"central-evaluation": central})
+    own = run_app(tmp_path / "own", 3, **job, **{"eval-with-train": False})
+    fused = run_app(tmp_path / "fused", 3, **job)
     evaluates = [m for m in fused.grid.down if m.metadata.message_type == "evaluate"]
     assert {m.content[CONFIG][SERVER_ROUND] for m in evaluates} == {4}
     asked = {
@@ -54,19 +68,28 @@ def test_a_train_reply_without_the_evaluation_asked_for_is_a_missing_reply(tmp_p
         return reply
 
     monkeypatch.setitem(handlers_for("fedavg"), "train", forgetful)
-    rows = run_app(tmp_path, 3, **{**CONFIG_OF, "algorithm": "fedavg"}).rows
+    rows = run_app(tmp_path, 3, **config("fedavg")).rows
     assert [r["failures"] for r in rows[1:]] == [0, 1, 1, 0]
     assert [r["participants"] for r in rows[1:]] == [3, 3, 2, 3]
 
 
 @pytest.mark.parametrize("algorithm", FAMILY)
 def test_evaluation_with_training_off_is_refused_where_nodes_are_sampled(tmp_path, algorithm):
+    sampled = SAMPLED.get(algorithm, "feddr.participation")
     with pytest.raises(InvalidRunConfig, match="eval-with-train=False is not valid"):
         run_app(
             tmp_path,
             3,
-            **{**CONFIG_OF, "algorithm": algorithm},
-            **{"eval-with-train": False, "fraction-train": 0.5},
+            **config(algorithm, **{"eval-with-train": False, sampled: 0.5}),
+        )
+
+
+def test_feddr_refuses_it_off_without_federated_evaluation(tmp_path):
+    with pytest.raises(InvalidRunConfig, match="eval-with-train=False is not valid"):
+        run_app(
+            tmp_path,
+            3,
+            **{"algorithm": "feddr", "eval-with-train": False, "feddr.federated-eval": False},
         )
 
 

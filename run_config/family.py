@@ -18,7 +18,7 @@ from typing import Any, Generic, TypeVar
 
 from functions.protocol import EVALUATE, QUERY_BOUNDS, QUERY_NODE, TRAIN
 from run_config.common import RunSettings
-from run_config.keys import Key
+from run_config.keys import Key, require
 from run_config.node_keys import NodeKey
 
 S = TypeVar("S")
@@ -32,6 +32,18 @@ MODEL = ("model",)
 LOCAL_SGD = ("local-epochs", "local-steps", "batch-size", "learning-rate")
 SAMPLED = ("fraction-train",)
 FUSED_EVALUATION = ("eval-with-train",)  # families whose evaluation can ride on training
+
+
+def require_fusable(eval_with_train: bool, fusable: bool, when: str) -> None:
+    """``eval-with-train=false`` is a key with no effect, refused, where the evaluation could
+    not ride on training anyway (``fusable`` false; ``when`` says what it takes)."""
+    require(
+        eval_with_train or fusable,
+        "eval-with-train",
+        eval_with_train,
+        f"true (the default) unless {when}: otherwise every evaluation has its own exchange "
+        "already",
+    )
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,16 @@ keys, its only settings.
 from __future__ import annotations
 
 from run_config.common import RunSettings
-from run_config.family import FUSED_EVALUATION, LOCAL_SGD, MODEL, SAMPLED, Algorithm, Family
+from run_config.family import (
+    FUSED_EVALUATION,
+    LOCAL_SGD,
+    MODEL,
+    SAMPLED,
+    Algorithm,
+    Family,
+    require_fusable,
+)
 from run_config.fedfw import DOMAIN, ConstraintSet, constraint_set
-from run_config.keys import require
 
 PROJECTED = "fedavg-proj"
 
@@ -18,13 +25,7 @@ PROJECTED = "fedavg-proj"
 def fedavg_settings(settings: RunSettings) -> ConstraintSet | None:
     """Projected FedAvg's constraint set D; None for FedAvg and FedProx, which read no table.
     ``eval-with-train=false`` is refused where it has no effect (nodes sampled)."""
-    require(
-        settings.eval_with_train or settings.fraction_train >= 1,
-        "eval-with-train",
-        settings.eval_with_train,
-        "true (the default) unless fraction-train is 1: otherwise every evaluation has its own "
-        "exchange already",
-    )
+    require_fusable(settings.eval_with_train, settings.fraction_train >= 1, "fraction-train is 1")
     return constraint_set(settings) if settings.algorithm == PROJECTED else None
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from run_config.common import RunSettings
-from run_config.family import FUSED_EVALUATION, MODEL, Algorithm, Family, Table
+from run_config.family import FUSED_EVALUATION, MODEL, Algorithm, Family, Table, require_fusable
 from run_config.fedfw import DOMAIN, ConstraintSet, constraint_set
-from run_config.keys import Key, at_least, build, finite_above, read_keys, require, within
+from run_config.keys import Key, at_least, build, finite_above, read_keys, within
 
 FEDDR_KEYS = (
     Key("feddr.alpha", float, 1.0, "FedDR relaxation α, in (0, 2)", within(0, 2, "()")),
@@ -70,12 +70,10 @@ def feddr_settings(settings: RunSettings) -> FedDRSettings:
         domain=domain,
         eval_with_train=settings.eval_with_train,
     )
-    require(
-        out.eval_with_train or (out.federated_eval and out.participation >= 1),
-        "eval-with-train",
+    require_fusable(
         out.eval_with_train,
-        "true (the default) unless feddr.federated-eval is true and feddr.participation is 1: "
-        "otherwise every evaluation has its own exchange already",
+        out.federated_eval and out.participation >= 1,
+        "feddr.federated-eval is true and feddr.participation is 1",
     )
     return out
 

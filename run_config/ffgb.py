@@ -20,7 +20,7 @@ from oracles.weak_learning import (
     OracleSettings,
 )
 from run_config.common import RunSettings
-from run_config.family import FUSED_EVALUATION, SAMPLED, Algorithm, Family, Table
+from run_config.family import FUSED_EVALUATION, SAMPLED, Algorithm, Family, Table, require_fusable
 from run_config.keys import (
     Key,
     OneOf,
@@ -413,13 +413,10 @@ def ffgb_settings(settings: RunSettings) -> FFGBSettings:
         out.one_shot,
         "false unless algorithm='ffgb-l' without distillation (Remark 3.1 is FFGB.L's)",
     )
-    require(
-        out.eval_with_train
-        or (out.federated_eval and not out.one_shot and settings.fraction_train >= 1),
-        "eval-with-train",
+    require_fusable(
         out.eval_with_train,
-        "true (the default) unless ffgb.federated-eval is true, fraction-train is 1 and "
-        "ffgb.one-shot is false: otherwise every evaluation has its own exchange already",
+        out.federated_eval and not out.one_shot and settings.fraction_train >= 1,
+        "ffgb.federated-eval is true, fraction-train is 1 and ffgb.one-shot is false",
     )
     require(
         not (out.distill_every and learner == "tree"),

@@ -80,6 +80,7 @@ class FederatedStrategy(Strategy):
     book: NodeBook | None = None  # one slot per node of the roster, in its order
     admission: Admission = Admission()  # pins, nodes left out, the query.node content
     per_site: bool = False  # evaluation also reports each site's own metrics (sites' own data)
+    num_rounds: int = 0  # the run's rounds (where the evaluation rides on training)
     evaluation_due: int | None = None  # the round whose evaluation rides on this round's training
     late_evaluation: tuple[int, MetricRecord] | None = None  # (round, its evaluation), once done
     _failures: int = 0  # found this round before the replies' screening
@@ -214,13 +215,27 @@ class FederatedStrategy(Strategy):
             self.rebind(node, node)
 
     # -- evaluation -----------------------------------------------------------------------------
+    @property
+    def evaluation_rides(self) -> bool:
+        """Whether the family's evaluation may ride on the next round's train messages (its
+        ``eval-with-train``, its federated evaluation on); none does by default."""
+        return False
+
     def fuses_evaluation(self, server_round: int) -> bool:
         """Whether round ``server_round``'s evaluation rides on the next round's train messages
         (every node evaluates the function it receives before it trains, and replies with both:
-        one exchange a round instead of two); then ``configure_evaluate`` of that round sends
-        nothing and the family's train messages of the next round ask for it
-        (``evaluation_due``). Never after the last round."""
-        return False
+        one exchange a round instead of two): when ``evaluation_rides`` and every node trains
+        every round; never after the last round (``num_rounds``)."""
+        every_node = self.sampler is None or self.sampler.fraction >= 1
+        return self.evaluation_rides and every_node and server_round < self.num_rounds
+
+    def defers_evaluation(self, server_round: int) -> bool:
+        """``fuses_evaluation``; if so, the next round's train messages ask for it
+        (``evaluation_due``) and the family's ``configure_evaluate`` sends nothing."""
+        if not self.fuses_evaluation(server_round):
+            return False
+        self.evaluation_due = server_round
+        return True
 
     def check_late_evaluation(self, record: Any) -> Any:
         """A train reply's ``evaluation`` record (``functions.protocol.EVALUATION``), decoded

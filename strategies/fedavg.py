@@ -150,21 +150,17 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
         return FedAvg.aggregate_train(self, server_round, [c.reply for c in good])
 
     # -- evaluation -------------------------------------------------------------------------
-    def fuses_evaluation(self, server_round: int) -> bool:
-        """``eval-with-train``: every node evaluates the global model of round t with round
-        t + 1's train message, which brings that model, when every node gets one (no
-        sampling), except after the last round."""
-        return (
-            self.eval_with_train and self.sampler.fraction >= 1 and server_round < self.num_rounds
-        )
+    @property
+    def evaluation_rides(self) -> bool:
+        """``eval-with-train``: round t + 1's train message brings the global model of round t."""
+        return self.eval_with_train
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """The global model to every node: F(x) on the training data, metrics on the test
         shards; nothing when the evaluation rides on the next round's training."""
-        if self.fuses_evaluation(server_round):
-            self.evaluation_due = server_round
+        if self.defers_evaluation(server_round):
             return []
         config = ConfigRecord({**config, SERVER_ROUND: server_round})
         record = RecordDict({ARRAYS: arrays, CONFIG: config})

@@ -131,16 +131,10 @@ class FedDRStrategy(TorchModelStrategy):
         return record_to_params(record, self.layout, np.float32)
 
     # -- evaluation ----------------------------------------------------------------
-    def fuses_evaluation(self, server_round: int) -> bool:
-        """``eval-with-train``: every node evaluates x-bar with round t + 1's train message,
-        which brings it, when every node gets one, except after the last round."""
-        dr = self.dr
-        return (
-            dr.federated_eval
-            and dr.eval_with_train
-            and self.sampler.fraction >= 1
-            and server_round < self.num_rounds
-        )
+    @property
+    def evaluation_rides(self) -> bool:
+        """``eval-with-train``: round t + 1's train message brings x-bar of round t."""
+        return self.dr.federated_eval and self.dr.eval_with_train
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -149,8 +143,7 @@ class FedDRStrategy(TorchModelStrategy):
         when it rides on the next round's training."""
         if not self.dr.federated_eval:
             return []
-        if self.fuses_evaluation(server_round):
-            self.evaluation_due = server_round
+        if self.defers_evaluation(server_round):
             return []
         return self.book.evaluate_messages(
             server_round, {XBAR: params_to_record(self.layout, self.xbar)}

@@ -302,25 +302,19 @@ class FFGBStrategy(FederatedStrategy):
         }
 
     # -- evaluation -----------------------------------------------------------------------------
-    def fuses_evaluation(self, server_round: int) -> bool:
-        """``eval-with-train``: every node evaluates f^t with round t + 1's train message,
-        when every node gets one (no sampling, not one shot), except after the last round."""
+    @property
+    def evaluation_rides(self) -> bool:
+        """``eval-with-train``: round t + 1's train message brings every node f^t's new
+        learners (not in one shot, whose nodes train once)."""
         f = self.ffgb
-        return (
-            f.federated_eval
-            and f.eval_with_train
-            and not f.one_shot
-            and self.sampler.fraction >= 1
-            and server_round < self.num_rounds
-        )
+        return f.federated_eval and f.eval_with_train and not f.one_shot
 
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         if not self.ffgb.federated_eval:
             return []
-        if self.fuses_evaluation(server_round):
-            self.evaluation_due = server_round
+        if self.defers_evaluation(server_round):
             return []
         nodes = self.boosting.evaluation_nodes(server_round, self.book)
         share = self.ffgb.shares_downlink(len(nodes))

@@ -9,8 +9,8 @@
 set -u
 OUT=${OUT:-/tmp/device-check}
 mkdir -p "$OUT"
-ROWS=${ROWS:-"FFGB.L,FedFun,default job"}
-MODES=${MODES:-cpu,cuda-eager,cuda-graphs}
+ROWS=${ROWS:-"default job|MLP learners, mnist|FFGB.L"}
+MODES=${MODES:-cpu,cuda-graphs,cuda-graphs-together,cpu-together}
 if ! python3 -c "import flwr" 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 3
@@ -19,8 +19,8 @@ fi
 export PYTHONUNBUFFERED=1
 { nvidia-smi -L 2>&1; git log -1 --format=%h 2>&1; python3 -c "import torch; print(torch.__version__)"; } \
   | tee "$OUT/machine.txt"
-# the replayed WO-lip (FFGB.L) has its first GPU test here (section 9)
+# the replayed WO-lip (FFGB.L) and the stacked MLP fits have their first GPU tests here (section 9)
 timeout 90 python3 -m pytest -q -p no:cacheprovider tests/test_graphed_steps.py tests/test_devices.py \
-  tests/test_ensemble_batched.py -k "cuda or gpu" 2>&1 | tee "$OUT/tests.log" | tail -3
+  tests/test_ensemble_batched.py tests/test_lockstep.py -k "cuda or gpu" 2>&1 | tee "$OUT/tests.log" | tail -3
 timeout "${BENCH_TIMEOUT:-400}" python3 -m benchmarks.devices --repeats 2 --modes "$MODES" --only "$ROWS" \
   --out "$OUT/devices.md" 2>&1 | tee "$OUT/bench.log" | tail -20

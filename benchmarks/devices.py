@@ -3,7 +3,9 @@
 Issue 37 items 3 and 5. Modes: ``cpu`` (every node, and the central evaluation, given
 ``device='cpu'``), ``cuda-eager`` (``'cuda'`` with the oracles' steps launched one by one:
 ``FL_CUDA_GRAPHS=0``, what issue 37 measured) and ``cuda-graphs`` (``'cuda'`` with the steps
-replayed as CUDA graphs, the default: ``oracles.graphed_steps``). Two tables:
+replayed as CUDA graphs, the default: ``oracles.graphed_steps``); ``cpu-together`` and
+``cuda-graphs-together`` run the 10 nodes of a round in lockstep, their MLP fits made as one
+batched fit (``oracles.lockstep``: one process holding every node, one GPU). Two tables:
 
 1. One oracle fit (the hot path): FFGB's WO2 with an MLP on digits and on mnist-5k points, with
    the LeNet on mnist-5k, FFGB.L's WO-lip, and FedFun's FSR step with three anchors; best of
@@ -17,7 +19,8 @@ set it), so the CPU column is one core's, as on a site whose SuperNode trains on
 
     python -m benchmarks.devices                       # on a machine with a GPU
     python -m benchmarks.devices --devices cpu         # the CPU columns alone, any machine
-    python -m benchmarks.devices --modes cpu,cuda-graphs --only "FedFun,PSR" --skip-oracles
+    python -m benchmarks.devices --modes cpu,cuda-graphs --only "FedFun|PSR" --skip-oracles
+    python -m benchmarks.devices --modes cpu,cpu-together --skip-oracles --only "default job"
     python -m benchmarks.devices --quick
 """
 
@@ -41,7 +44,8 @@ from oracles import graphed_steps
 
 NODES = 10
 CPU, EAGER, GRAPHS = "cpu", "cuda-eager", "cuda-graphs"
-MODES = (CPU, EAGER, GRAPHS)
+TOGETHER = "-together"  # a mode's nodes run in lockstep, their fits made together
+MODES = (CPU, EAGER, GRAPHS, CPU + TOGETHER, GRAPHS + TOGETHER)
 # (name, run-config overrides, rounds on the GPU, on the CPU); the first five are issue 37's
 # table. FedFun's and PSR's round 1 runs fedfun.initial-steps (2,000 by default) before its
 # round: cut to 200 here, as round 1 is not timed.
@@ -77,6 +81,11 @@ WORKLOADS: list[tuple[str, dict[str, Any], int, int]] = [
 QUICK = {"ffgb.oracle-steps": 40, "fedfun.local-steps": 20, "fedfun.initial-steps": 40}
 
 
+def _together(mode: str) -> int:
+    """How many nodes the in-process engine runs in lockstep in ``mode``."""
+    return NODES if mode.endswith(TOGETHER) else 1
+
+
 def _mode_env(mode: str) -> None:
     """Graphs off for the eager mode, on (the default) otherwise."""
     if mode == EAGER:
@@ -86,7 +95,7 @@ def _mode_env(mode: str) -> None:
 
 
 def _device(mode: str) -> str:
-    return "cpu" if mode == CPU else "cuda"
+    return "cpu" if mode.startswith(CPU) else "cuda"
 
 
 def _finite(values: dict[str, float]) -> dict[str, float | None]:
@@ -160,7 +169,7 @@ def oracle_table(modes: list[str], repeats: int, quick: bool) -> tuple[str, list
                 for _ in range(repeats):
                     began = time.perf_counter()
                     values[mode] = fit(torch.device(_device(mode)))
-                    if mode != CPU:
+                    if _device(mode) != CPU:
                         torch.cuda.synchronize()
                     times.append(time.perf_counter() - began)
             except Exception as error:  # one failed mode is a finding of its row
@@ -216,7 +225,9 @@ def run_workload(overrides: dict[str, Any], rounds: int, mode: str, out: Path) -
             **counting(overrides),
         }
     )
-    grid = LocalGrid(client_app, config, NODES, [{"device": device}] * NODES, False)
+    grid = LocalGrid(
+        client_app, config, NODES, [{"device": device}] * NODES, False, _together(mode)
+    )
     server_main(grid, server_context(config))
     return json.loads((out / "run" / "metrics.json").read_text())["rounds"]
 
@@ -224,12 +235,12 @@ def run_workload(overrides: dict[str, Any], rounds: int, mode: str, out: Path) -
 def round_table(modes: list[str], quick: bool, only: str) -> tuple[str, list[dict]]:
     rows, records = [], []
     for name, overrides, rounds, cpu_rounds in WORKLOADS:
-        if only and not any(part.strip().lower() in name.lower() for part in only.split(",")):
+        if only and not any(part.strip().lower() in name.lower() for part in only.split("|")):
             continue
         overrides = {**overrides, **(QUICK if quick else {})}
         seconds, losses = {}, {}
         for mode in modes:
-            count = 2 if quick else cpu_rounds if mode == CPU else rounds
+            count = 2 if quick else cpu_rounds if _device(mode) == CPU else rounds
             try:
                 with tempfile.TemporaryDirectory() as out:
                     run = run_workload(overrides, count, mode, Path(out))
@@ -264,7 +275,9 @@ def main() -> None:
     cli.add_argument("--devices", choices=("all", "cpu"), default="all")
     cli.add_argument("--repeats", type=int, default=3)
     cli.add_argument(
-        "--only", default="", help="workloads whose name contains one of these (comma-separated)"
+        "--only",
+        default="",
+        help="workloads whose name contains one of these ('|'-separated: names hold commas)",
     )
     cli.add_argument(
         "--modes",
@@ -277,7 +290,7 @@ def main() -> None:
     modes = [CPU] if args.devices == "cpu" else [m.strip() for m in args.modes.split(",")]
     if not set(modes) <= set(MODES):
         cli.error(f"--modes: expected some of {', '.join(MODES)}")
-    if modes != [CPU] and not torch.cuda.is_available():
+    if any(_device(m) != CPU for m in modes) and not torch.cuda.is_available():
         cli.error("torch sees no CUDA device: use --devices cpu (or --modes cpu)")
     logging.disable(logging.WARNING)
     start = time.perf_counter()
@@ -285,8 +298,9 @@ def main() -> None:
     parts = [f"GPU: {gpu}; torch {torch.__version__}, CUDA {torch.version.cuda or 'none'}.", ""]
     record: dict[str, Any] = {"gpu": gpu, "torch": torch.__version__}
     if not args.skip_oracles:
+        one_fit = [m for m in modes if not m.endswith(TOGETHER)]  # a fit alone: no lockstep
         table, record["oracles"] = oracle_table(
-            modes, 1 if args.quick else args.repeats, args.quick
+            one_fit, 1 if args.quick else args.repeats, args.quick
         )
         parts += ["## One oracle fit (best of repeats)", "", table, ""]
         print(table, flush=True)

@@ -14,6 +14,11 @@ built. Each node keeps its own Context (so
 Context.state persists across rounds), and a client exception becomes an error reply, as on
 Flower's engines. No Ray, no processes.
 
+With ``together`` > 1 the nodes a push addresses run in lockstep, that many at a time
+(``oracles.lockstep``): each node's ClientApp in its own thread, one thread at a time in a
+fixed order, their weak-learner fits made as one batched fit; what a node computes is what it
+computes alone, to float rounding (one GPU, one process: issue 37's nodes fitted together).
+
 Nodes can come and go between rounds (``leave``, ``join``): a node that left is no longer
 listed and each message to it gets the SuperLink's "node unavailable" error reply, as from
 Flower; a node that joins is a SuperNode (re)started with a fresh node id and an empty
@@ -25,6 +30,7 @@ node ids at the start of round r (after a message of round r - 1) or sends a mes
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +46,7 @@ from flwr.supercore.inflatable.inflatable_utils import inflate_object_from_conte
 from flwr.supercore.task_identity import TaskIdentity
 
 from functions.protocol import CONFIG, SERVER_ROUND
+from oracles.lockstep import Lockstep
 from run_config.common import RunSettings
 from run_config.declared import with_overrides
 from run_config.families import inert_keys
@@ -118,11 +125,17 @@ class LocalGrid(Grid):
         num_nodes: int,
         node_configs: list[dict[str, Any]] | None = None,
         keep_messages: bool = True,
+        together: int = 1,
     ) -> None:
         """``keep_messages``: record every message sent in ``down`` (tests inspect them; long
-        benchmark runs turn it off, or the traffic stays in memory)."""
+        benchmark runs turn it off, or the traffic stays in memory). ``together``: how many
+        nodes' messages of a push run in lockstep, their oracle fits made together
+        (``oracles.lockstep``; 1: one node after another, the default)."""
+        if together < 1:
+            raise ValueError(f"together must be at least 1, got {together}")
         enter_run()
         self.keep_messages = keep_messages
+        self.together = together
         self.client_app = client_app
         # Flower's node ids are random uint64s; straddle 2**63 so code that puts ids into
         # numpy arrays (silently float64 for such a mix) fails here as it would on the engine
@@ -226,17 +239,23 @@ class LocalGrid(Grid):
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         messages = list(messages)
-        ids = []
-        for message, wire in zip(messages, deflate_push(messages), strict=True):
+        wires = deflate_push(messages)
+        for message in messages:
             server_round = round_of(message)
             if server_round is not None:
                 self.round = max(self.round, server_round)
                 self._advance(self.round)
             if self.keep_messages:
                 self.down.append(message)
-            self.replies[wire[0]] = unpacked(inflate(self.node_step(wire)))
-            ids.append(wire[0])
-        return ids
+        for start in range(0, len(wires), self.together):
+            group = wires[start : start + self.together]
+            if len(group) == 1:
+                replies = [self.node_step(group[0])]
+            else:
+                replies = Lockstep().run([partial(self.node_step, wire) for wire in group])
+            for wire, reply in zip(group, replies, strict=True):
+                self.replies[wire[0]] = unpacked(inflate(reply))
+        return [wire[0] for wire in wires]
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
         return [self.replies.pop(i) for i in message_ids if i in self.replies]

@@ -33,11 +33,17 @@ class AppRun:
 
 
 def run_app(
-    tmp_path: Path, num_nodes: int = 4, node_configs=None, client=client_app, **overrides
+    tmp_path: Path,
+    num_nodes: int = 4,
+    node_configs=None,
+    client=client_app,
+    together: int = 1,
+    **overrides,
 ) -> AppRun:
-    """Run the real ServerApp against ``num_nodes`` in-process clients."""
+    """Run the real ServerApp against ``num_nodes`` in-process clients (``together`` of them
+    in lockstep: ``LocalGrid``)."""
     config = run_config(**{"output-dir": str(tmp_path), "run-name": RUN_NAME, **overrides})
-    grid = LocalGrid(client, config, num_nodes, node_configs)
+    grid = LocalGrid(client, config, num_nodes, node_configs, together=together)
     server_main(grid, server_context(config))
     return AppRun(grid, tmp_path / RUN_NAME)
 

@@ -232,15 +232,17 @@ def run_workload(overrides: dict[str, Any], rounds: int, mode: str, out: Path) -
     return json.loads((out / "run" / "metrics.json").read_text())["rounds"]
 
 
-def round_table(modes: list[str], quick: bool, only: str) -> tuple[str, list[dict]]:
+def round_table(
+    modes: list[str], quick: bool, only: str, rounds: int = 0
+) -> tuple[str, list[dict]]:
     rows, records = [], []
-    for name, overrides, rounds, cpu_rounds in WORKLOADS:
+    for name, overrides, gpu_rounds, cpu_rounds in WORKLOADS:
         if only and not any(part.strip().lower() in name.lower() for part in only.split("|")):
             continue
         overrides = {**overrides, **(QUICK if quick else {})}
         seconds, losses = {}, {}
         for mode in modes:
-            count = 2 if quick else cpu_rounds if _device(mode) == CPU else rounds
+            count = 2 if quick else rounds or (cpu_rounds if _device(mode) == CPU else gpu_rounds)
             try:
                 with tempfile.TemporaryDirectory() as out:
                     run = run_workload(overrides, count, mode, Path(out))
@@ -285,6 +287,9 @@ def main() -> None:
         help=f"comma-separated, of {', '.join(MODES)} (speed-ups need {CPU})",
     )
     cli.add_argument("--skip-oracles", action="store_true")
+    cli.add_argument(
+        "--rounds", type=int, default=0, help="rounds of every workload (0: the table's)"
+    )
     cli.add_argument("--out", default="", help="report path (default results/devices.md)")
     args = cli.parse_args()
     modes = [CPU] if args.devices == "cpu" else [m.strip() for m in args.modes.split(",")]
@@ -304,7 +309,7 @@ def main() -> None:
         )
         parts += ["## One oracle fit (best of repeats)", "", table, ""]
         print(table, flush=True)
-    table, record["rounds"] = round_table(modes, args.quick, args.only)
+    table, record["rounds"] = round_table(modes, args.quick, args.only, args.rounds)
     parts += ["## Seconds per round, in-process engine, 10 nodes", "", table]
     print(table, flush=True)
     out = Path(args.out) if args.out else results_dir(args.quick) / "devices.md"

@@ -12,7 +12,7 @@ from dataclasses import replace
 import numpy as np
 from flwr.app import ConfigRecord, RecordDict
 
-from client_app.evaluation import evaluate_xbar
+from client_app.evaluation import evaluate_xbar, sums_at
 from client_app.fedfw_mean import Job
 from client_app.fedfw_replica import compact_xbar
 from client_app.models import new_model
@@ -30,6 +30,8 @@ from functions.protocol import (
     CONFIG,
     CONSTRAINT,
     EVALUATE,
+    EVALUATE_FIRST,
+    EVALUATION,
     FW_GAP,
     FW_POINT,
     FW_RESTART,
@@ -94,7 +96,8 @@ def _steps(
 
 def train(job: Job) -> RecordDict:
     """Frank-Wolfe steps s_i = LMO(g_i) over the node's D_i (one, or one per minibatch of the
-    local pass); reply with every s_i encoded."""
+    local pass); reply with every s_i encoded. When the server asks (``evaluate-first``), the
+    evaluation sums at the received x-bar too, computed before the steps."""
     fw = job.family
     config, data = job.content[CONFIG], job.data
     model = new_model(job.settings, data.task, job.device)
@@ -102,6 +105,7 @@ def train(job: Job) -> RecordDict:
     xbar = compact_xbar(job, layout, fw)
     if xbar is None:
         xbar = record_to_params(job.content[XBAR], layout)
+    evaluation = sums_at(model, xbar, data) if EVALUATE_FIRST in config else None
     start = state = _current_state(job, layout, xbar)
     t, n = int(config[SERVER_ROUND]), int(config[NUM_CLIENTS])
     constraint = job.overrides  # this node's D_i
@@ -117,7 +121,10 @@ def train(job: Job) -> RecordDict:
         state = replace(advanced, x=apply_step(state.x, s_wire, fw.schedule.eta(step)))
     STORE.stage(job.state, _records(layout, start), _records(layout, state), t)
     encoded = join_points(points) if fw.local_pass else points[0]
-    return RecordDict({FW_POINT: arrays_to_record(encoded)})
+    reply = RecordDict({FW_POINT: arrays_to_record(encoded)})
+    if evaluation is not None:
+        reply[EVALUATION] = evaluation
+    return reply
 
 
 def evaluate(job: Job) -> RecordDict:

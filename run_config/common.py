@@ -402,12 +402,14 @@ COMMON_KEYS = (
         bool,
         True,
         "FedAvg, FedProx, projected FedAvg, FFGB family (with `ffgb.federated-eval`), FedDR "
-        "(with `feddr.federated-eval`): every node evaluates the global function of round t "
+        "(with `feddr.federated-eval`), FedFW family (with `fedfw.federated-eval`, not with "
+        "`fedfw.gap`): every node evaluates the global function of round t "
         "when round t + 1's train message brings it, before it trains, and replies with both: "
         "one exchange a round instead of two, the same figures (round t's row gets them with "
         "round t + 1's replies; the last round has an evaluate exchange of its own). `false`: "
         "an evaluate exchange after every round. Only when every node trains every round "
-        "(`fraction-train` = 1, `feddr.participation` = 1; not `ffgb.one-shot`)",
+        "(`fraction-train` = 1, `feddr.participation` = 1, `fedfw.participation` = 1; not "
+        "`ffgb.one-shot`)",
         field="eval_with_train",
     ),
     Key("local-epochs", int, 1, "FedAvg/FedProx local epochs", at_least(0), field="local_epochs"),

@@ -12,7 +12,7 @@ from oracles.frank_wolfe import VARIANTS
 from oracles.lmo import CONSTRAINT_NAMES, SCOPES, Constraint, make_constraint
 from oracles.schedules import SCHEDULE_NAMES, FWSchedule, make_schedule
 from run_config.common import RunSettings
-from run_config.family import MODEL, Algorithm, Family, Table
+from run_config.family import FUSED_EVALUATION, MODEL, Algorithm, Family, Table, require_fusable
 from run_config.keys import Key, OneOf, at_least, build, finite_at_least, read_keys, require, within
 from run_config.node_keys import NodeKey
 from tasks.datasets import DEFAULT_MODELS, SITE_TASK
@@ -166,6 +166,7 @@ class FedFWSettings:
     downlink: str = "auto"  # dense x-bar, compact points, or the smaller of the two
     local_pass: bool = False  # one FW step per minibatch of batch_size, over the node's data
     radius: float = 0.0  # fedfw.radius as given (0: each set's own), for the nodes' own sets
+    eval_with_train: bool = True  # round t's evaluation rides on round t + 1's train messages
 
     def local_steps(self, num_samples: int) -> int:
         """FW steps a node takes per round: 1, or one per minibatch of its local pass."""
@@ -203,7 +204,8 @@ def default_schedule(variant: str, model: str) -> str:
 
 
 def fedfw_settings(settings: RunSettings) -> FedFWSettings:
-    """Parse D and ``FEDFW_KEYS``; ConfigError names the key."""
+    """Parse D and ``FEDFW_KEYS``; ConfigError names the key. ``eval-with-train=false`` is
+    refused where it has no effect (no federated evaluation, the FW gap on, nodes sampled)."""
     variant = settings.algorithm if settings.algorithm in VARIANTS else "fedfw"
     domain = constraint_set(settings)
     v = read_keys(settings.raw, FEDFW_KEYS)
@@ -224,7 +226,7 @@ def fedfw_settings(settings: RunSettings) -> FedFWSettings:
         downlink,
         "'dense' or 'auto' with fedfw.local-pass=true (several points per node and round)",
     )
-    return build(
+    out = build(
         FedFWSettings,
         v,
         FEDFW_KEYS,
@@ -234,7 +236,14 @@ def fedfw_settings(settings: RunSettings) -> FedFWSettings:
         schedule=schedule,
         downlink="dense" if local_pass else downlink,
         radius=read_keys(settings.raw, DOMAIN_KEYS)["fedfw.radius"],
+        eval_with_train=settings.eval_with_train,
     )
+    require_fusable(
+        out.eval_with_train,
+        out.federated_eval and not out.gap and out.participation >= 1,
+        "fedfw.federated-eval is true, fedfw.gap is false and fedfw.participation is 1",
+    )
+    return out
 
 
 def node_constraint(
@@ -275,7 +284,7 @@ FEDFW: Family[FedFWSettings, Constraint] = Family(
     ),
     fedfw_settings,
     tables=(DOMAIN, FEDFW_TABLE),
-    reads=MODEL,
+    reads=(*MODEL, *FUSED_EVALUATION),
     steps=("fedfw.schedule", "fedfw.lambda0"),
     node_keys=(
         NodeKey(

@@ -51,6 +51,7 @@ from functions.params import (
 )
 from functions.protocol import (
     CONSTRAINT,
+    EVALUATE_FIRST,
     FW_GAP,
     FW_GRAD,
     FW_POINT,
@@ -153,9 +154,11 @@ class FedFWStrategy(TorchModelStrategy):
     slot = FedFWSlot
     State = FedFWState
 
-    def __init__(self, fw: FedFWSettings, model: TorchGlobal, x0: Params, seed: int) -> None:
+    def __init__(
+        self, fw: FedFWSettings, model: TorchGlobal, x0: Params, seed: int, num_rounds: int
+    ) -> None:
         """``x0``: x^1 of every client, already in D and float32-exact (``projected_start``)."""
-        self.fw, self.model, self.x0 = fw, model, x0
+        self.fw, self.model, self.x0, self.num_rounds = fw, model, x0, num_rounds
         self.sampler = Sampler(fw.participation, seed, BERNOULLI)
         self.mirror: ConsensusMirror | None = None
         self.xbar: Params = []  # the run's x-bar (float64), what every node rebuilds
@@ -285,7 +288,8 @@ class FedFWStrategy(TorchModelStrategy):
     ) -> Iterable[Message]:
         """x-bar (dense or compact) to the sampled nodes; a node that may hold nothing gets
         its x_i (``sync``) and, under the compact downlink, the whole mirror (x-bar alone with
-        full participation)."""
+        full participation); ``evaluate-first`` when the last round's evaluation rides on
+        these messages."""
         self._asked = nodes
         xbar = self.xbar
         dense = params_to_record(self.layout, xbar)
@@ -294,6 +298,7 @@ class FedFWStrategy(TorchModelStrategy):
             x_i = self.mirror.x_of(self.book.position(node))
             return dense_restart(self.layout, xbar, x_i, FW_RESTART)
 
+        due = {} if self.evaluation_due is None else {EVALUATE_FIRST: self.evaluation_due}
         messages = [
             self.book.train_message(
                 node,
@@ -301,6 +306,7 @@ class FedFWStrategy(TorchModelStrategy):
                 self._downlink(node, dense),
                 restart,
                 **{NUM_CLIENTS: len(self.book.node_ids)},
+                **due,
             )
             for node in nodes
         ]
@@ -454,10 +460,18 @@ class FedFWStrategy(TorchModelStrategy):
         return arrays, points
 
     # -- evaluation ----------------------------------------------------------------
+    @property
+    def evaluation_rides(self) -> bool:
+        """``eval-with-train``: round t + 1's train message brings x-bar of round t (not with
+        the FW gap, whose grad f_i(x-bar) only an evaluate reply carries)."""
+        return self.fw.federated_eval and self.fw.eval_with_train and not self.fw.gap
+
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        if not self.fw.federated_eval:
+        """F(x-bar) on every node (and grad f_i(x-bar) for the gap), unless switched off;
+        nothing when it rides on the next round's training."""
+        if not self.fw.federated_eval or self.defers_evaluation(server_round):
             return []
         dense = params_to_record(self.layout, self.xbar)
         return [
@@ -474,6 +488,10 @@ class FedFWStrategy(TorchModelStrategy):
         sums = decode_evaluation_sums(records[METRICS], self.model.task)
         grad = record_to_params(records[FW_GRAD], self.layout, np.float32) if self.fw.gap else None
         return sums, grad
+
+    def check_late_evaluation(self, record: Any) -> tuple[EvaluationSums, None]:
+        """The sums from a train reply's ``evaluation`` record (no gradient rides there)."""
+        return super().check_late_evaluation(record), None
 
     def on_evaluation_screened(self, screened: Screened) -> None:
         self._forget_replicas(screened.errors)
@@ -525,4 +543,4 @@ def build_fedfw(settings: RunSettings, task: TaskData) -> FedFWStrategy:
     fw = fedfw_settings(settings)
     model = TorchGlobal(settings, task)
     x0 = model.projected_start(ConstraintSet(fw.constraint, fw.scope))
-    return FedFWStrategy(fw, model, x0, settings.seed)
+    return FedFWStrategy(fw, model, x0, settings.seed, settings.num_rounds)

@@ -128,7 +128,8 @@ def test_a_node_that_lost_its_state_fails_once_and_is_resynced_once(tmp_path):
         **overrides,
         **{"fedfw.downlink": "dense"},
     )
-    assert [r["failures"] for r in compact.rows[1:]] == [0, 0, 0, 1, 0, 0]
+    # round 4's lost reply takes round 3's evaluation, which rode on it, with it
+    assert [r["failures"] for r in compact.rows[1:]] == [0, 0, 1, 1, 0, 0]
     assert _without_bytes(compact.rows) == _without_bytes(dense.rows)
     node = compact.grid.node_ids[2]
     assert (

@@ -6,7 +6,7 @@ import logging
 
 import numpy as np
 import pytest
-from flwr.app import ConfigRecord, RecordDict
+from flwr.app import ConfigRecord, MetricRecord, RecordDict
 
 from client_app.app import app as client_app
 from client_app.registry import handlers_for
@@ -33,8 +33,10 @@ def client_x(grid, node) -> list[np.ndarray]:
 
 
 def test_l1_upload_is_a_few_bytes_per_client(tmp_path):
-    grid, rows = run_fw(
-        tmp_path, num_nodes=10, **{"num-server-rounds": 3, "fedfw.constraint": "l1"}
+    grid, rows = run_fw(  # the points alone: no evaluation sums riding on the train replies
+        tmp_path,
+        num_nodes=10,
+        **{"num-server-rounds": 3, "fedfw.constraint": "l1", "eval-with-train": False},
     )
     for row in rows[1:]:
         assert row["participants"] == 10 and row["failures"] == 0
@@ -107,7 +109,10 @@ def test_a_point_outside_the_declared_set_is_dropped_and_the_node_resynced(
     caplog.set_level(logging.WARNING, logger="flwr")
     cheat = [{"fedfw.radius": 30.0}, {}, {}, {}]
     grid, rows = run_fw(tmp_path, num_nodes=4, node_configs=cheat, **{"fedfw.constraint": "l2"})
-    assert [r["failures"] for r in rows[1:]] == [1] * 6
+    # its train replies are dropped whole, with the evaluation of the round before riding on
+    # them: one failure of training and one of evaluation a round, the last round's evaluation
+    # (an exchange of its own) excepted
+    assert [r["failures"] for r in rows[1:]] == [2] * 5 + [1]
     assert [r["participants"] for r in rows[1:]] == [3] * 6
     assert any("l2 norm 30 is outside D (r=10.0)" in r.getMessage() for r in caplog.records)
     to_cheat = train_messages(grid, grid.node_ids[0])
@@ -127,16 +132,17 @@ def test_per_client_l2_superset_runs_and_sends_dense_points(tmp_path):
         tmp_path,
         num_nodes=4,
         node_configs=sets,
-        **{"num-server-rounds": 3, "fedfw.constraint": "l1"},
+        **{"num-server-rounds": 3, "fedfw.constraint": "l1", "eval-with-train": False},
     )
     assert rows[-1]["failures"] == 0
     assert rows[-1]["bytes_up_train"] == 3 * 4 + (60 * 10 + 10) * 4
 
 
 def test_a_node_that_lost_its_state_is_resent_x_i(tmp_path):
-    """Node 1 forgets everything before round 3; it fails once, then is resynced."""
+    """Node 1 forgets everything before round 3; it fails once (its round-3 reply, and with
+    it its evaluation of round 2), then is resynced."""
     grid, rows = run_fw(tmp_path, num_nodes=4, client=forgetting(client_app, 1, 3))
-    assert [r["failures"] for r in rows[1:]] == [0, 0, 1, 0, 0, 0]
+    assert [r["failures"] for r in rows[1:]] == [0, 1, 1, 0, 0, 0]
     syncs = [m.content["config"]["sync"] for m in train_messages(grid, grid.node_ids[1])]
     assert syncs == ["xbar", "none", "none", "xi", "none", "none"]
     xbar = last_xbar(grid)
@@ -162,8 +168,9 @@ def test_bad_fedfw_config_stops_before_training(tmp_path, caplog, overrides, fra
 
 
 def test_by_default_no_gradient_leaves_a_node(tmp_path):
-    """FedFW's design keeps gradients on the nodes: a default run's evaluate replies carry
-    loss sums only (``fedfw.gap`` is off), and the train replies compact points only."""
+    """FedFW's design keeps gradients on the nodes: a default run's evaluations carry loss
+    sums only (``fedfw.gap`` is off; round 1's rides on round 2's train replies, the last
+    round's has its exchange), and the train replies compact points and those sums only."""
     replies = []
 
     def recording(message, context):
@@ -182,5 +189,7 @@ def test_by_default_no_gradient_leaves_a_node(tmp_path):
         kind: {tuple(sorted(r.content.keys())) for k, r in replies if k == kind}
         for kind in ("train", "evaluate")
     }
-    assert kinds == {"train": {("point",)}, "evaluate": {("metrics",)}}
+    assert kinds == {"train": {("point",), ("evaluation", "point")}, "evaluate": {("metrics",)}}
+    ridden = [r.content["evaluation"] for k, r in replies if "evaluation" in r.content]
+    assert len(ridden) == 3 and all(isinstance(m, MetricRecord) for m in ridden)
     assert "train_loss" in rows[-1] and "fw_gap" not in rows[-1]

@@ -230,7 +230,8 @@ def test_a_node_that_lost_its_xbar_fails_once_and_gets_xbar(tmp_path):
         **overrides,
         **{"fedfw.downlink": "dense"},
     )
-    assert [r["failures"] for r in compact.rows[1:]] == [0, 0, 0, 1, 0, 0]
+    # round 4's lost reply takes round 3's evaluation, which rode on it, with it
+    assert [r["failures"] for r in compact.rows[1:]] == [0, 0, 1, 1, 0, 0]
     assert _without_bytes(compact.rows) == _without_bytes(dense.rows)
     resyncs = [m for m in compact.grid.down if REPLICA_ARRAYS in m.content]
     assert sorted(m.metadata.dst_node_id for m in resyncs) == sorted(compact.grid.node_ids)

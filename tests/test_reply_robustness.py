@@ -82,9 +82,20 @@ class RecordingGrid(LocalGrid):
         return replies
 
 
+GAP = ("fedfw", "fedfw-plus", "fedfw-sto")  # with fedfw.gap their evaluate exchange stays
+
+
+def small(algorithm: str, **extra) -> dict:
+    """``CONFIG`` for ``algorithm`` (less the keys with no effect there), with ``extra``."""
+    overrides = {"algorithm": algorithm, **CONFIG, **extra}
+    if algorithm in GAP and overrides.get("fedfw.gap"):  # eval-with-train=false is refused
+        overrides.pop("eval-with-train")  # there: it has no effect
+    return counting(overrides)
+
+
 @functools.cache
 def captured(algorithm: str) -> Captured:
-    config = run_config(**counting({"algorithm": algorithm, **CONFIG}))
+    config = run_config(**small(algorithm))
     s = RunSettings.from_run_config(config)
     grid = RecordingGrid(client_app, config, NODES)
     strategy = strategy_for(s)
@@ -362,7 +373,7 @@ def test_garbage_bytes_in_train_and_evaluate_are_counted_and_the_run_completes(
         tmp_path,
         4,
         client=garbling,
-        **counting({"algorithm": algorithm, **CONFIG, "num-server-rounds": 3}),
+        **small(algorithm, **{"num-server-rounds": 3}),
     )
     rows = run.rows
     assert [r["failures"] for r in rows[1:]] == [0, 2, 0]
@@ -377,14 +388,15 @@ def test_garbage_bytes_in_train_and_evaluate_are_counted_and_the_run_completes(
 
 
 # -- the evaluation riding on the next round's training (``eval-with-train``) -----------------
-FUSED = ("ffgb", "ffgb-c", "ffgb-l", "fedavg", "fedprox", "fedavg-proj", "feddr")
+FUSED = ("ffgb", "ffgb-c", "ffgb-l", "fedavg", "fedprox", "fedavg-proj", "feddr", *GAP)
 
 
 @functools.cache
 def captured_fused(algorithm: str) -> tuple[RunSettings, RecordDict, list[Message]]:
     """Round 2's train replies, each with its node's evaluation of round 1's function, and the
     strategy's state before they are aggregated."""
-    config = run_config(**counting({"algorithm": algorithm, **CONFIG, "eval-with-train": True}))
+    fused = {"eval-with-train": True, "fedfw.gap": False}  # the gap's gradient has its own
+    config = run_config(**small(algorithm, **fused))
     s = RunSettings.from_run_config(config)
     grid, strategy = LocalGrid(client_app, config, NODES), strategy_for(s)
     train = grid.send_and_receive(

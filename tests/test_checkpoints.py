@@ -180,7 +180,7 @@ def test_the_resume_from_key_continues_a_run_through_main(tmp_path, algorithm):
     assert_resumed_equals(rows_of(tmp_path / "resumed"), rows_of(tmp_path / "whole"), after=2)
 
 
-@pytest.mark.parametrize("algorithm", ["ffgb", "fedavg"])
+@pytest.mark.parametrize("algorithm", ["ffgb", "fedavg", "fedfw"])
 def test_a_round_whose_evaluation_was_to_come_with_the_next_is_evaluated_on_resume(
     tmp_path, algorithm
 ):
@@ -189,7 +189,7 @@ def test_a_round_whose_evaluation_was_to_come_with_the_next_is_evaluated_on_resu
     ask for them, and every row ends as an uninterrupted run's: exactly, but for round 2's
     nodes' figures with FFGB, equal to rounding (its nodes, new to the resumed run, sum f^2
     from all its learners at once instead of round by round)."""
-    every = {"fraction-train": 1.0}
+    every = {"fedfw.participation": 1.0} if algorithm == "fedfw" else {"fraction-train": 1.0}
     whole = {**config_for(tmp_path / "whole", algorithm), **every}
     run(LocalGrid(client_app, whole, 3), server_context(whole))
     config = {**config_for(tmp_path / "resumed", algorithm), **every}

@@ -16,7 +16,10 @@ from client_app.node_info import describe_node
 from functions.boosters import BoosterSpec, class_margins, raw_record, read_booster
 from functions.protocol import (
     ARRAYS,
+    CONFIG,
     EVALUATE,
+    EVALUATE_FIRST,
+    EVALUATION,
     METRICS,
     NUM_EXAMPLES,
     QUERY_NODE,
@@ -45,20 +48,31 @@ def _global(job: Job) -> bytes:
 
 
 def train(job: Job) -> RecordDict:
-    """Boost on the global booster; reply with the new iterations (bagging) or all (cyclic)."""
+    """Boost on the global booster; reply with the new iterations (bagging) or all (cyclic).
+    When the server asks (``evaluate-first``), the global booster's evaluation sums too."""
     fedxgb = job.family
     data = job.data
     rounds = fedxgb.local_rounds
+    raw = _global(job)
+    evaluation = (
+        booster_evaluation(raw, fedxgb.spec(data.task), fedxgb.loss(data.task), data)[METRICS]
+        if EVALUATE_FIRST in job.content[CONFIG]
+        else None
+    )
     booster = boost(
-        _global(job),
+        raw,
         fedxgb.spec(data.task).params(),
         _flat(data.x_train),
         data.y_train,
         rounds,
         fedxgb.node_eta(data.num_partitions),
     )
-    raw = last_iterations(booster, rounds) if fedxgb.bagging else whole(booster)
-    return RecordDict({ARRAYS: raw_record(raw)})
+    reply = RecordDict(
+        {ARRAYS: raw_record(last_iterations(booster, rounds) if fedxgb.bagging else whole(booster))}
+    )
+    if evaluation is not None:
+        reply[EVALUATION] = evaluation
+    return reply
 
 
 def evaluate(job: Job) -> RecordDict:

@@ -10,7 +10,7 @@ import numpy as np
 from functions.boosters import BoosterSpec
 from oracles.functional_losses import CROSS_ENTROPY, SQUARE, PointwiseLoss
 from run_config.common import RunSettings
-from run_config.family import SAMPLED, Algorithm, Family, Table
+from run_config.family import FUSED_EVALUATION, SAMPLED, Algorithm, Family, Table, require_fusable
 from run_config.keys import Key, build, read_keys, within
 from tasks.datasets import TaskData
 from tasks.errors import ConfigError
@@ -79,6 +79,7 @@ class FedXgbSettings:
     scaled_eta: bool
     max_booster_bytes: int
     federated_eval: bool
+    eval_with_train: bool = True  # bagging: round t's evaluation rides on round t + 1's training
 
     @property
     def bagging(self) -> bool:
@@ -103,13 +104,23 @@ class FedXgbSettings:
 
 
 def fedxgb_settings(settings: RunSettings) -> FedXgbSettings:
-    """Parse ``FEDXGB_KEYS``; ConfigError names the key."""
-    return build(
+    """Parse ``FEDXGB_KEYS``; ConfigError names the key. For bagging, ``eval-with-train=false``
+    is refused where it has no effect (no federated evaluation, nodes sampled); cyclic does not
+    read it (one node trains a round)."""
+    out = build(
         FedXgbSettings,
         read_keys(settings.raw, FEDXGB_KEYS),
         FEDXGB_KEYS,
         algorithm=settings.algorithm,
+        eval_with_train=settings.eval_with_train,
     )
+    if out.bagging:
+        require_fusable(
+            out.eval_with_train,
+            out.federated_eval and settings.fraction_train >= 1,
+            "fedxgb.federated-eval is true and fraction-train is 1",
+        )
+    return out
 
 
 def check_task(task: TaskData) -> None:
@@ -129,7 +140,11 @@ FEDXGB_TABLE = Table(
 FEDXGB: Family[FedXgbSettings, None] = Family(
     "fedxgb",
     (
-        Algorithm(BAGGING, "XGBoost, Flower's FedXgbBagging: nodes' new trees appended", SAMPLED),
+        Algorithm(
+            BAGGING,
+            "XGBoost, Flower's FedXgbBagging: nodes' new trees appended",
+            (*SAMPLED, *FUSED_EVALUATION),
+        ),
         Algorithm(CYCLIC, "XGBoost, Flower's FedXgbCyclic: nodes boost in turn"),
     ),
     fedxgb_settings,

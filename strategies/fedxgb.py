@@ -38,12 +38,25 @@ from functions.boosters import (
     read_booster,
 )
 from functions.errors import DecodeError
-from functions.protocol import ARRAYS, CONFIG, EVALUATE, NUM_EXAMPLES, SERVER_ROUND, TRAIN
+from functions.protocol import (
+    ARRAYS,
+    CONFIG,
+    EVALUATE,
+    EVALUATE_FIRST,
+    NUM_EXAMPLES,
+    SERVER_ROUND,
+    TRAIN,
+)
 from oracles.xgboost_local import INSTALL, available, outputs
 from run_config.common import RunSettings
 from run_config.fedxgb import FedXgbSettings, check_task, fedxgb_settings
 from strategies.base import FederatedStrategy
-from strategies.evaluation import EvaluationSums, evaluation_sums_of, federated_figures
+from strategies.evaluation import (
+    EvaluationSums,
+    decode_evaluation_sums,
+    evaluation_sums_of,
+    federated_figures,
+)
 from strategies.sampling import Sampler
 from strategies.screening import exact_records
 from tasks.datasets import TaskData
@@ -120,9 +133,12 @@ class XgbStrategy(FederatedStrategy):
         }
 
     def _messages(self, server_round: int, nodes: list[int], kind: str) -> Iterable[Message]:
-        content = RecordDict(
-            {ARRAYS: self.record, CONFIG: ConfigRecord({SERVER_ROUND: server_round})}
-        )
+        """The global booster to ``nodes``; a train message asks for ``evaluate-first`` when
+        the last round's evaluation rides on it."""
+        config = ConfigRecord({SERVER_ROUND: server_round})
+        if kind == TRAIN and self.evaluation_due is not None:
+            config[EVALUATE_FIRST] = self.evaluation_due
+        content = RecordDict({ARRAYS: self.record, CONFIG: config})
         return self._construct_messages(content, nodes, kind)
 
     def _reply_booster(self, reply: Message) -> Booster:
@@ -138,13 +154,17 @@ class XgbStrategy(FederatedStrategy):
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
         """The global booster to every node (all of them for cyclic too: ``train_loss`` is F
-        over every node)."""
-        if not self.fedxgb.federated_eval:
+        over every node); nothing when it rides on the next round's training (bagging)."""
+        if not self.fedxgb.federated_eval or self.defers_evaluation(server_round):
             return []
         return self._messages(server_round, self.book.node_ids, EVALUATE)
 
     def check_evaluation(self, reply: Message) -> EvaluationSums:
         return evaluation_sums_of(reply, self.task)
+
+    def check_late_evaluation(self, record: Any) -> EvaluationSums:
+        """The same sums from a train reply's ``evaluation`` record."""
+        return decode_evaluation_sums(record, self.task)
 
     def evaluation_metrics(self, accepted: dict[int, EvaluationSums]) -> dict[str, float]:
         combined = federated_figures(
@@ -185,6 +205,7 @@ class CheckedFedXgbBagging(XgbStrategy, FedXgbBagging):
         central_evaluation: bool,
         fraction_train: float,
         seed: int,
+        num_rounds: int,
     ) -> None:
         XgbStrategy.__init__(self, fedxgb, task, central_evaluation)
         FedXgbBagging.__init__(
@@ -199,6 +220,12 @@ class CheckedFedXgbBagging(XgbStrategy, FedXgbBagging):
             configrecord_key=CONFIG,
         )
         self.sampler = Sampler(fraction_train, seed)
+        self.num_rounds = num_rounds
+
+    @property
+    def evaluation_rides(self) -> bool:
+        """``eval-with-train``: round t + 1's train message brings round t's booster."""
+        return self.fedxgb.federated_eval and self.fedxgb.eval_with_train
 
     def train_messages(
         self,
@@ -313,6 +340,11 @@ def build_fedxgb(settings: RunSettings, task: TaskData) -> XgbStrategy:
     check_task(task)
     if fedxgb.bagging:
         return CheckedFedXgbBagging(
-            fedxgb, task, settings.central_evaluation, settings.fraction_train, settings.seed
+            fedxgb,
+            task,
+            settings.central_evaluation,
+            settings.fraction_train,
+            settings.seed,
+            settings.num_rounds,
         )
     return CheckedFedXgbCyclic(fedxgb, task, settings.central_evaluation)

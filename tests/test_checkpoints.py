@@ -180,7 +180,7 @@ def test_the_resume_from_key_continues_a_run_through_main(tmp_path, algorithm):
     assert_resumed_equals(rows_of(tmp_path / "resumed"), rows_of(tmp_path / "whole"), after=2)
 
 
-@pytest.mark.parametrize("algorithm", ["ffgb", "fedavg", "fedfw"])
+@pytest.mark.parametrize("algorithm", ["ffgb", "fedavg", "fedfw", "fedxgb-bagging"])
 def test_a_round_whose_evaluation_was_to_come_with_the_next_is_evaluated_on_resume(
     tmp_path, algorithm
 ):

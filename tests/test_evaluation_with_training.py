@@ -13,9 +13,10 @@ from functions.protocol import CONFIG, EVALUATE_FIRST, EVALUATION, SERVER_ROUND
 from server_app.app import InvalidRunConfig
 from tests.helpers import run_app
 
-FAMILY = ("fedavg", "fedprox", "fedavg-proj", "feddr", "fedfw", "fedfw-sto")
+FAMILY = ("fedavg", "fedprox", "fedavg-proj", "feddr", "fedfw", "fedfw-sto", "fedxgb-bagging")
 SAMPLED = {"fedavg": "fraction-train", "fedprox": "fraction-train", "fedavg-proj": "fraction-train"}
 SAMPLED |= {"fedfw": "fedfw.participation", "fedfw-sto": "fedfw.participation"}
+SAMPLED |= {"fedxgb-bagging": "fraction-train"}
 CONFIG_OF = {"task": "iris", "num-server-rounds": 4}
 SHORT = {
     "fedavg": {"local-steps": 3},
@@ -103,6 +104,7 @@ def test_fedfw_refuses_it_off_with_the_gap_whose_gradient_needs_an_evaluate_exch
         run_app(tmp_path, 3, **config("fedfw", **{"eval-with-train": False, "fedfw.gap": True}))
 
 
-def test_algorithms_without_it_refuse_the_key(tmp_path):
+@pytest.mark.parametrize("algorithm", ["fedfun", "fedxgb-cyclic"])
+def test_algorithms_without_it_refuse_the_key(tmp_path, algorithm):
     with pytest.raises(InvalidRunConfig, match="eval-with-train=False has no effect"):
-        run_app(tmp_path, 3, **{"algorithm": "fedfun", "eval-with-train": False})
+        run_app(tmp_path, 3, **{"algorithm": algorithm, "eval-with-train": False})

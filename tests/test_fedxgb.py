@@ -304,7 +304,8 @@ def test_hostile_booster_replies_are_dropped_counted_and_equal_a_missing_reply(
         rows = run_app(tmp_path / how, 3, client=hostile(how, bagging), **config).rows
         dropped = [r.getMessage() for r in caplog.records if "dropped the reply" in r.getMessage()]
         assert len(dropped) == 1 and re.search(reason, dropped[0]), (how, dropped)
-        assert [r["failures"] for r in rows[1:]] == [0, 1, 0], how
+        # bagging: round 1's evaluation rode on the dropped reply and is lost with it
+        assert [r["failures"] for r in rows[1:]] == ([1, 1, 0] if bagging else [0, 1, 0]), how
         assert rows[HOSTILE_ROUND]["participants"] == (2 if bagging else 0), how
         keep = ("test_accuracy", "test_loss", "train_loss", "ensemble_size", "booster_bytes")
         assert [{k: r.get(k) for k in keep} for r in rows] == [

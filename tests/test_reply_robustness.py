@@ -389,6 +389,7 @@ def test_garbage_bytes_in_train_and_evaluate_are_counted_and_the_run_completes(
 
 # -- the evaluation riding on the next round's training (``eval-with-train``) -----------------
 FUSED = ("ffgb", "ffgb-c", "ffgb-l", "fedavg", "fedprox", "fedavg-proj", "feddr", *GAP)
+FUSED += ("fedxgb-bagging",)
 
 
 @functools.cache

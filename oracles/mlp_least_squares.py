@@ -7,6 +7,12 @@ autograd's bookkeeping and the per-tensor optimiser costs more than the arithmet
 the same forward pass, backward pass and Adam update (torch.optim.Adam's formulas, no weight
 decay) on one flat parameter buffer with preallocated gradients, about twice as fast
 (benchmarks/README.md). ``tests/test_ffgb_math.py`` checks it against autograd + torch's Adam.
+
+Inside a lockstep run of several nodes (``oracles.lockstep``, the in-process engine's
+``together``) the fits the nodes ask for at one point are made as one stacked network
+(``_fit_stacked``: batched matrix products over the networks, one Adam over all their
+parameters), which ends where each fit alone would, to float32 rounding
+(``tests/test_lockstep.py``).
 """
 
 from __future__ import annotations
@@ -93,41 +99,30 @@ def _train(
     lr: float,
 ) -> None:
     """One Adam step of ``flat`` per batch of rows, ``gradient(rows)`` filling ``grad``: torch's
-    formulas (no weight decay) written out on the CPU, replayed CUDA graphs on a GPU."""
+    formulas (no weight decay) written out on the CPU; on a GPU replayed CUDA graphs
+    (``oracles.graphed_steps``: every step's rows in a device table) with torch's fused Adam
+    (one kernel, capturable, the same update to float rounding) in place of the loop's nine."""
     if graphs_on(flat.device):
-        _run_graphed(gradient, flat, grad, batches, lr)
+        rows = index_table(batches, flat.device)
+        if rows is None:
+            return
+        flat.grad = grad
+        optimiser = adam([flat], lr, capturable=flat.is_cuda)  # BETAS, EPS: torch's defaults
+
+        def step(row: Sequence[torch.Tensor]) -> None:
+            gradient(row[0])
+            optimiser.step()
+
+        run_steps(step, [rows])
         return
     m, v = torch.zeros_like(flat), torch.zeros_like(flat)
     beta1, beta2 = BETAS
-    for step, index in enumerate(batches, start=1):
+    for step_count, index in enumerate(batches, start=1):
         gradient(torch.as_tensor(index, device=flat.device))
         m.mul_(beta1).add_(grad, alpha=1.0 - beta1)
         v.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
-        denominator = (v.sqrt() / (1.0 - beta2**step) ** 0.5).add_(EPS)
-        flat.addcdiv_(m, denominator, value=-lr / (1.0 - beta1**step))
-
-
-def _run_graphed(
-    gradient: Callable[[torch.Tensor], None],
-    flat: torch.Tensor,
-    grad: torch.Tensor,
-    batches: Iterable[np.ndarray],
-    lr: float,
-) -> None:
-    """The steps as replayed CUDA graphs (``oracles.graphed_steps``): every step's rows in a
-    device table, and torch's fused Adam (one kernel, capturable, the same update to float
-    rounding) on the flat parameters in place of the eager loop's nine."""
-    rows = index_table(batches, flat.device)
-    if rows is None:
-        return
-    flat.grad = grad
-    optimiser = adam([flat], lr, capturable=flat.is_cuda)  # BETAS and EPS are torch's defaults
-
-    def step(row: Sequence[torch.Tensor]) -> None:
-        gradient(row[0])
-        optimiser.step()
-
-    run_steps(step, [rows])
+        denominator = (v.sqrt() / (1.0 - beta2**step_count) ** 0.5).add_(EPS)
+        flat.addcdiv_(m, denominator, value=-lr / (1.0 - beta1**step_count))
 
 
 @dataclass(eq=False)

@@ -35,6 +35,8 @@ from functions.protocol import (
     CONFIG,
     CONSENSUS,
     EVALUATE,
+    EVALUATE_FIRST,
+    EVALUATION,
     INITIAL,
     LOCAL_ACCURACY,
     LOSS,
@@ -195,13 +197,16 @@ def _step_settings(fedfun: FedFunSettings, job: Job, samples: int, initial: bool
 
 
 def train(job: Job) -> RecordDict:
-    """Round 0: fit h_i^0 on local data; later rounds: one step of the run's algorithm."""
+    """Round 0: fit h_i^0 on local data; later rounds: one step of the run's algorithm. When
+    the server asks (``evaluate-first``), the figures of the node's model of the last round
+    too (``evaluate``'s), computed before the step."""
     fedfun = job.family
     limits = model_limits(fedfun, job.data.task)
     cube, samples = _domain(job, fedfun)
     own = _own_model(job, limits)
     neighbours = _neighbours(job, limits)
     config = job.content[CONFIG]
+    evaluation = _figures(job, cube, own, neighbours) if EVALUATE_FIRST in config else None
     initial = bool(config[INITIAL]) or own is None
     s = _step_settings(fedfun, job, samples, initial)
     problem = _problem(job, cube)
@@ -220,13 +225,16 @@ def train(job: Job) -> RecordDict:
     _store_own(job, model, version)
     reply_config, reply_arrays = encode_node_model(model, REPLY_PREFIX)
     loss = _squared_error(model, problem)
-    return RecordDict(
+    reply = RecordDict(
         {
             MODELS: ConfigRecord(reply_config),
             MODEL_ARRAYS: arrays_to_record(reply_arrays),
             METRICS: MetricRecord({LOSS: loss, TRAIN_EXAMPLES: len(problem.x)}),
         }
     )
+    if evaluation is not None:
+        reply[EVALUATION] = evaluation
+    return reply
 
 
 def _squared_error(model: NodeModel, problem: LocalProblem) -> float:
@@ -256,34 +264,36 @@ def _distance(a: NodeModel, b: NodeModel, n_features: int, seed: int) -> float:
 def evaluate(job: Job) -> RecordDict:
     """The node's model on the test set and on the union of the training sets (the paper's
     section 6 metrics; bundled data make both available on every node) and on its own
-    partition, and its squared distance to each neighbour's. The node's model is its trained
+    partition, and its squared distance to each neighbour's (``_figures``)."""
+    limits = model_limits(job.family, job.data.task)
+    cube, _ = _domain(job, job.family)
+    figures = _figures(job, cube, _own_model(job, limits), _neighbours(job, limits))
+    return RecordDict({METRICS: figures})
+
+
+def _figures(
+    job: Job, cube: UnitCube, own: NodeModel | None, neighbours: dict[int, NodeModel]
+) -> MetricRecord:
+    """``evaluate``'s figures of ``own`` with ``neighbours``. The node's model is its trained
     one, or for the mixing baselines the mix with its neighbours' (``mixed_model``)."""
-    fedfun = job.family
-    limits = model_limits(fedfun, job.data.task)
-    cube, _ = _domain(job, fedfun)
-    own = _own_model(job, limits)
     if own is None:
         raise LostStateError("this node has no model yet")
-    neighbours = _neighbours(job, limits)
-    data, task = job.data, job.data.task
+    fedfun, data, task = job.family, job.data, job.data.task
+    n_features = model_limits(fedfun, task).n_features
     seed = int(np.random.SeedSequence([job.settings.seed, data.partition_id]).generate_state(1)[0])
-    distances = [_distance(own, m, limits.n_features, seed) for m in neighbours.values()]
+    distances = [_distance(own, m, n_features, seed) for m in neighbours.values()]
     model = (
         mixed_model(fedfun.algorithm, own, list(neighbours.values()))
         if fedfun.algorithm in MIXING
         else own
     )
-    return RecordDict(
+    return MetricRecord(
         {
-            METRICS: MetricRecord(
-                {
-                    TEST_ACCURACY: _accuracy(model, cube, task.x_test, task.y_test),
-                    TRAIN_ACCURACY: _accuracy(model, cube, task.x_train, task.y_train),
-                    LOCAL_ACCURACY: _accuracy(model, cube, data.x_train, data.y_train),
-                    CONSENSUS: float(sum(distances)),
-                    NEIGHBOUR_COUNT: len(distances),
-                }
-            )
+            TEST_ACCURACY: _accuracy(model, cube, task.x_test, task.y_test),
+            TRAIN_ACCURACY: _accuracy(model, cube, task.x_train, task.y_train),
+            LOCAL_ACCURACY: _accuracy(model, cube, data.x_train, data.y_train),
+            CONSENSUS: float(sum(distances)),
+            NEIGHBOUR_COUNT: len(distances),
         }
     )
 

@@ -22,7 +22,14 @@ from oracles.fedfun_local import DFEDAVGM, DFEDDF, DFEDFISH, FSR, PSR, TREE_LEAR
 from oracles.fsr_network import JACOBI, STEP_FORMS
 from oracles.graphs import TOPOLOGIES
 from run_config.common import RunSettings
-from run_config.family import RELAY_MESSAGES, Algorithm, Family, Table
+from run_config.family import (
+    FUSED_EVALUATION,
+    RELAY_MESSAGES,
+    Algorithm,
+    Family,
+    Table,
+    require_fusable,
+)
 from run_config.keys import (
     Check,
     Key,
@@ -214,6 +221,7 @@ class FedFunSettings:
     distill_steps: int  # DFedDF
     distill_samples: int
     federated_eval: bool
+    eval_with_train: bool = True  # round t's evaluation rides on round t + 1's train messages
 
     def round_zero_steps(self) -> int:
         """Local steps of round 0: the long initial fit for FSR and PSR, one pass for the rest."""
@@ -237,7 +245,9 @@ def fedfun_settings(settings: RunSettings) -> FedFunSettings:
         FEDFUN_KEYS,
         algorithm=settings.algorithm if settings.algorithm in ALGORITHMS else FSR,
         hidden=parse_hidden(v["fedfun.hidden"], "fedfun.hidden"),
+        eval_with_train=settings.eval_with_train,
     )
+    require_fusable(out.eval_with_train, out.federated_eval, "fedfun.federated-eval is true")
     require(
         out.topology != "edges" or out.edges.strip() != "",
         "fedfun.edges",
@@ -309,6 +319,7 @@ FEDFUN: Family[FedFunSettings, tuple[str, tuple[int, ...]]] = Family(
     ),
     fedfun_settings,
     tables=(FEDFUN_TABLE,),
+    reads=FUSED_EVALUATION,
     steps=("fedfun.lr", "fedfun.step"),
     message_types=RELAY_MESSAGES,
     node_keys=(

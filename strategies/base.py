@@ -38,7 +38,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from functions.errors import DecodeError
-from functions.protocol import EVALUATION, PARTITION_ID
+from functions.protocol import CONFIG, EVALUATE_FIRST, EVALUATION, PARTITION_ID
 from strategies.evaluation import EvaluationSums, combine_evaluation_sums
 from strategies.node_book import NodeBook, NodeSlot
 from strategies.roster import Admission, Roster, devices
@@ -85,7 +85,8 @@ class FederatedStrategy(Strategy):
     late_evaluation: tuple[int, MetricRecord] | None = None  # (round, its evaluation), once done
     _failures: int = 0  # found this round before the replies' screening
     _accepted: frozenset[int] = frozenset()  # nodes whose replies the round's screens took
-    _evaluations_asked: int = 0  # train messages that asked for the last round's evaluation
+    _asked_to_evaluate: frozenset[int] = frozenset()  # nodes asked, with their train message,
+    # for the last round's evaluation (``evaluate-first``)
 
     def pin_partitions(self, pinned: dict[int, int]) -> None:
         """Only node ``n`` may serve partition ``pinned[n]``; with a map, a node that claims
@@ -109,7 +110,11 @@ class FederatedStrategy(Strategy):
         if self.sampler is not None:
             nodes = self.sampler.draw(nodes)
         messages = list(self.train_messages(server_round, nodes, arrays, config, grid))
-        self._evaluations_asked = len(messages) if self.evaluation_due is not None else 0
+        self._asked_to_evaluate = frozenset(
+            m.metadata.dst_node_id
+            for m in messages
+            if EVALUATE_FIRST in m.content.config_records.get(CONFIG, {})
+        )
         return messages
 
     def admit(self, grid: Grid, server_round: int) -> None:
@@ -186,7 +191,7 @@ class FederatedStrategy(Strategy):
             accepted = {n: v for n, v in evaluations.items() if n in self._accepted}
             self.late_evaluation = (
                 due,
-                self._evaluation_figures(accepted, self._evaluations_asked - len(accepted)),
+                self._evaluation_figures(accepted, len(self._asked_to_evaluate) - len(accepted)),
             )
         failures, self._failures = self._failures, 0
         return arrays, MetricRecord({"failures": failures, **metrics})
@@ -237,19 +242,21 @@ class FederatedStrategy(Strategy):
         self.evaluation_due = server_round
         return True
 
-    def check_late_evaluation(self, record: Any) -> Any:
-        """A train reply's ``evaluation`` record (``functions.protocol.EVALUATION``), decoded
-        and checked as ``check_evaluation`` checks an evaluate reply (``DecodeError``
-        otherwise)."""
+    def check_late_evaluation(self, record: Any, node: int) -> Any:
+        """A train reply's ``evaluation`` record (``functions.protocol.EVALUATION``) from
+        ``node``, decoded and checked as ``check_evaluation`` checks an evaluate reply
+        (``DecodeError`` otherwise)."""
         raise DecodeError(f"{self.label} sends no evaluation with its train messages")
 
     def _split_evaluations(
         self, due: int, replies: list[Message]
     ) -> tuple[list[Message], dict[int, Any]]:
-        """Each answer's ``evaluation`` record taken out and checked (``check_late_evaluation``):
-        the replies left for the family's training, and the checked evaluations by node. A
-        reply whose record is missing or bad is dropped whole and counted, as one with a bad
-        training part is (it is one reply); ``Diverged`` when every answer's was NaN or inf."""
+        """Each answer of a node asked for it (``_asked_to_evaluate``) has its ``evaluation``
+        record taken out and checked (``check_late_evaluation``): the replies left for the
+        family's training, and the checked evaluations by node. A reply whose record is missing
+        or bad is dropped whole and counted, as one with a bad training part is (it is one
+        reply); ``Diverged`` when every answer's was NaN or inf. A node not asked keeps its
+        reply as sent (an ``evaluation`` record there is an extra record to the family)."""
         failed: set[int] = set()
 
         def decode(reply: Message) -> Any:
@@ -257,12 +264,13 @@ class FederatedStrategy(Strategy):
             try:
                 if record is None:
                     raise DecodeError(f"no {EVALUATION!r} record, which the message asked for")
-                return self.check_late_evaluation(record)
+                return self.check_late_evaluation(record, reply.metadata.src_node_id)
             except Exception:
                 failed.add(id(reply))
                 raise
 
-        answers = [reply for reply in replies if not reply.has_error()]
+        asked = self._asked_to_evaluate
+        answers = [r for r in replies if not r.has_error() and r.metadata.src_node_id in asked]
         screened = screen_replies(self.label, due + 1, answers, decode, self.book.node_ids)
         if not screened.accepted and screened.nonfinite == screened.dropped != []:
             raise Diverged(

@@ -31,6 +31,7 @@ from functions.protocol import (
     CONFIG,
     CONSENSUS,
     EVALUATE,
+    EVALUATE_FIRST,
     INITIAL,
     LOCAL_ACCURACY,
     LOSS,
@@ -84,11 +85,12 @@ class FedFunStrategy(FederatedStrategy):
     label = "FedFun"
     State = FedFunState
 
-    def __init__(self, fedfun: FedFunSettings, task: TaskData, seed: int) -> None:
-        self.fedfun, self.task, self.seed = fedfun, task, seed
+    def __init__(self, fedfun: FedFunSettings, task: TaskData, seed: int, num_rounds: int) -> None:
+        self.fedfun, self.task, self.seed, self.num_rounds = fedfun, task, seed, num_rounds
         self.limits = model_limits(fedfun, task)
         self.relay: RelayBook | None = None
         self.bounds: AgreedBounds | None = None
+        self._evaluating: list[int] = []  # the nodes of the current evaluate exchange
 
     # -- set-up ---------------------------------------------------------------------------------
     def graph_for(self, n: int) -> Graph:
@@ -181,7 +183,9 @@ class FedFunStrategy(FederatedStrategy):
     # -- messages -------------------------------------------------------------------------------
     def _message(self, node: int, server_round: int, kind: str, initial: bool = False) -> Message:
         """This node's message: its own model's version, its neighbours' models that it lacks,
-        and on first contact or after a loss the domain and its own last accepted model."""
+        and on first contact or after a loss the domain and its own last accepted model; a
+        train message asks for ``evaluate-first`` when the last round's evaluation rides on it
+        and the node has a model to evaluate (the nodes an evaluate exchange would ask)."""
         vertex, relay = self.vertex(node), self.relay
         everything = self.book[node].needs_sync
         listing, send = relay.outgoing(vertex, everything)
@@ -193,6 +197,8 @@ class FedFunStrategy(FederatedStrategy):
             "degree": relay.graph.degree(vertex),
             INITIAL: initial,
         }
+        if kind == TRAIN and self.evaluation_due is not None and vertex in relay.latest:
+            config[EVALUATE_FIRST] = self.evaluation_due  # as its evaluate message would go
         content = RecordDict({CONFIG: ConfigRecord(config), NEIGHBOURS: ConfigRecord(listing)})
         if everything:
             content[SETUP] = ConfigRecord({TRAIN_EXAMPLES: self.bounds.samples})
@@ -274,19 +280,26 @@ class FedFunStrategy(FederatedStrategy):
         return None, metrics
 
     # -- evaluation -----------------------------------------------------------------------------
+    @property
+    def evaluation_rides(self) -> bool:
+        """``eval-with-train``: round t + 1's train message relays what round t's evaluate
+        message would (every node trains every round)."""
+        return self.fedfun.federated_eval and self.fedfun.eval_with_train
+
     def configure_evaluate(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
     ) -> Iterable[Message]:
-        if not self.fedfun.federated_eval:
+        """Every node with a model: its own model and its neighbours'; nothing when it rides
+        on the next round's training."""
+        self._evaluating = []
+        if not self.fedfun.federated_eval or self.defers_evaluation(server_round):
             return []
-        return [
-            self._message(node, server_round, EVALUATE)
-            for node in self.book.node_ids
-            if self.vertex(node) in self.relay.latest
-        ]
+        self._evaluating = [n for n in self.book.node_ids if self.vertex(n) in self.relay.latest]
+        return [self._message(node, server_round, EVALUATE) for node in self._evaluating]
 
     def on_evaluation_screened(self, screened: Screened) -> None:
-        self._lost([node for node in self.book.node_ids if node not in screened.accepted])
+        """The nodes asked whose answer was not usable may hold nothing we sent."""
+        self._lost([node for node in self._evaluating if node not in screened.accepted])
 
     def evaluation_metrics(self, accepted: dict[int, dict[str, float]]) -> dict[str, float]:
         names = {
@@ -306,10 +319,13 @@ class FedFunStrategy(FederatedStrategy):
 
     def check_evaluation(self, reply: Message) -> dict[str, float]:
         """A node's figures: accuracies in [0, 1], at most its degree of neighbours compared."""
-        metrics = checked_metrics(
-            exact_records(reply.content, {METRICS: MetricRecord})[METRICS], EVALUATION_KEYS
-        )
-        degree = self.relay.graph.degree(self.vertex(reply.metadata.src_node_id))
+        record = exact_records(reply.content, {METRICS: MetricRecord})[METRICS]
+        return self.check_late_evaluation(record, reply.metadata.src_node_id)
+
+    def check_late_evaluation(self, record: Any, node: int) -> dict[str, float]:
+        """The same figures from a train reply's ``evaluation`` record."""
+        metrics = checked_metrics(record, EVALUATION_KEYS)
+        degree = self.relay.graph.degree(self.vertex(node))
         for key in (TEST_ACCURACY, TRAIN_ACCURACY, LOCAL_ACCURACY):
             if metrics[key] > 1:
                 raise DecodeError(f"{key}={metrics[key]} is above 1")
@@ -359,4 +375,4 @@ def build_fedfun(settings: RunSettings, task: TaskData) -> FedFunStrategy:
         raise ConfigError(
             "fedfun.delta must be > 0 with fedfun.learner='tree' (the KDDT's kernel needs a radius)"
         )
-    return FedFunStrategy(fedfun, task, settings.seed)
+    return FedFunStrategy(fedfun, task, settings.seed, settings.num_rounds)

@@ -162,7 +162,7 @@ class XgbStrategy(FederatedStrategy):
     def check_evaluation(self, reply: Message) -> EvaluationSums:
         return evaluation_sums_of(reply, self.task)
 
-    def check_late_evaluation(self, record: Any) -> EvaluationSums:
+    def check_late_evaluation(self, record: Any, node: int) -> EvaluationSums:
         """The same sums from a train reply's ``evaluation`` record."""
         return decode_evaluation_sums(record, self.task)
 

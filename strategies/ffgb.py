@@ -323,7 +323,7 @@ class FFGBStrategy(FederatedStrategy):
     def check_evaluation(self, reply: Message) -> EvaluationSums:
         return evaluation_sums_of(reply, self.task)
 
-    def check_late_evaluation(self, record: Any) -> EvaluationSums:
+    def check_late_evaluation(self, record: Any, node: int) -> EvaluationSums:
         return decode_evaluation_sums(record, self.task)
 
     def on_evaluation_screened(self, screened: Screened) -> None:

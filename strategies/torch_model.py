@@ -74,7 +74,7 @@ class TorchModelStrategy(FederatedStrategy):
         """The node's loss sums and counts at the global model."""
         return evaluation_sums_of(reply, self.model.task)
 
-    def check_late_evaluation(self, record: Any) -> EvaluationSums:
+    def check_late_evaluation(self, record: Any, node: int) -> EvaluationSums:
         """The same sums from a train reply's ``evaluation`` record."""
         return decode_evaluation_sums(record, self.model.task)
 

@@ -14,6 +14,8 @@ from server_app.app import InvalidRunConfig
 from tests.helpers import run_app
 
 FAMILY = ("fedavg", "fedprox", "fedavg-proj", "feddr", "fedfw", "fedfw-sto", "fedxgb-bagging")
+RELAYED = ("fedfun", "psr", "dfedavgm", "dfedfish", "dfeddf")  # every node trains every round
+FAMILY += RELAYED
 SAMPLED = {"fedavg": "fraction-train", "fedprox": "fraction-train", "fedavg-proj": "fraction-train"}
 SAMPLED |= {"fedfw": "fedfw.participation", "fedfw-sto": "fedfw.participation"}
 SAMPLED |= {"fedxgb-bagging": "fraction-train"}
@@ -25,6 +27,8 @@ SHORT = {
     "fedfw": {"fedfw.downlink": "compact"},  # node replicas move with train messages alone
     "fedfw-sto": {"fedfw.downlink": "dense"},
 }
+FEDFUN = {"fedfun.initial-steps": 20, "fedfun.local-steps": 10, "fedfun.hidden": "8"}
+SHORT |= {name: FEDFUN for name in RELAYED}
 
 
 def config(algorithm: str, **overrides) -> dict:
@@ -32,7 +36,10 @@ def config(algorithm: str, **overrides) -> dict:
     return {**CONFIG_OF, "algorithm": algorithm, **SHORT.get(algorithm, {}), **overrides}
 
 
-DOWN_RATIO = {"fedfw": 1.0}
+# FedFW's compact evaluate messages were the round's few points; FedFun's relay sends each
+# model once anyway: an exchange fewer, the same models
+DOWN_RATIO = {"fedfw": 1.0, "fedfun": 1.0, "psr": 1.0, "dfedavgm": 1.0, "dfedfish": 1.0}
+DOWN_RATIO["dfeddf"] = 1.0
 MOVED = {"wall_time_s", "bytes_down", "bytes_up", "bytes_down_train", "bytes_up_train"}
 MOVED |= {"wire_bytes_down", "wire_bytes_up"}
 
@@ -54,12 +61,14 @@ def test_every_row_holds_the_figures_of_an_evaluate_exchange_a_round(tmp_path, a
         for m in fused.grid.down
         if m.metadata.message_type == "train"
     }
-    assert asked == {(1, None), (2, 1), (3, 2), (4, 3)}
+    first = {(0, None)} if algorithm in RELAYED else set()  # FedFun's round 0: h^0 fitted
+    assert asked == first | {(1, None), (2, 1), (3, 2), (4, 3)}
     for row, late in zip(own.rows, fused.rows, strict=True):
-        assert "train_loss" in late or late["round"] == 0
+        evaluated = "train_accuracy_mean" if algorithm in RELAYED else "train_loss"
+        assert evaluated in late or late["round"] == 0
         assert _without(row, MOVED) == _without(late, MOVED)
     down = sum(r["bytes_down"] for r in fused.rows)
-    # 5 models a node, not 8; FedFW's compact evaluate messages were the round's few points
+    # 5 models a node, not 8 (DOWN_RATIO: where fewer messages are all it saves)
     assert down < DOWN_RATIO.get(algorithm, 0.7) * sum(r["bytes_down"] for r in own.rows)
 
 
@@ -79,7 +88,7 @@ def test_a_train_reply_without_the_evaluation_asked_for_is_a_missing_reply(tmp_p
     assert [r["participants"] for r in rows[1:]] == [3, 3, 2, 3]
 
 
-@pytest.mark.parametrize("algorithm", FAMILY)
+@pytest.mark.parametrize("algorithm", [a for a in FAMILY if a not in RELAYED])
 def test_evaluation_with_training_off_is_refused_where_nodes_are_sampled(tmp_path, algorithm):
     sampled = SAMPLED.get(algorithm, "feddr.participation")
     with pytest.raises(InvalidRunConfig, match="eval-with-train=False is not valid"):
@@ -88,6 +97,12 @@ def test_evaluation_with_training_off_is_refused_where_nodes_are_sampled(tmp_pat
             3,
             **config(algorithm, **{"eval-with-train": False, sampled: 0.5}),
         )
+
+
+def test_fedfun_refuses_it_off_without_federated_evaluation(tmp_path):
+    off = {"eval-with-train": False, "fedfun.federated-eval": False}
+    with pytest.raises(InvalidRunConfig, match="eval-with-train=False is not valid"):
+        run_app(tmp_path, 3, **config("fedfun", **off))
 
 
 def test_feddr_refuses_it_off_without_federated_evaluation(tmp_path):
@@ -104,7 +119,7 @@ def test_fedfw_refuses_it_off_with_the_gap_whose_gradient_needs_an_evaluate_exch
         run_app(tmp_path, 3, **config("fedfw", **{"eval-with-train": False, "fedfw.gap": True}))
 
 
-@pytest.mark.parametrize("algorithm", ["fedfun", "fedxgb-cyclic"])
+@pytest.mark.parametrize("algorithm", ["fedxgb-hist", "fedxgb-cyclic"])
 def test_algorithms_without_it_refuse_the_key(tmp_path, algorithm):
     with pytest.raises(InvalidRunConfig, match="eval-with-train=False has no effect"):
         run_app(tmp_path, 3, **{"algorithm": algorithm, "eval-with-train": False})

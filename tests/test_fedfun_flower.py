@@ -53,7 +53,10 @@ def sent_vertices(message) -> set[int]:
     }
 
 
-def test_the_relay_sends_each_node_exactly_its_neighbours_changed_models(tmp_path):
+@pytest.mark.parametrize("rides", [True, False])
+def test_the_relay_sends_each_node_exactly_its_neighbours_changed_models(tmp_path, rides):
+    """Each round's new models reach a node once: with the next round's train message (its
+    evaluation riding on it, ``eval-with-train``) or with the round's evaluate message."""
     run = run_app(
         tmp_path,
         5,
@@ -64,19 +67,22 @@ def test_the_relay_sends_each_node_exactly_its_neighbours_changed_models(tmp_pat
             "num-server-rounds": 3,
             "fedfun.initial-steps": 30,
             "fedfun.local-steps": 10,
+            "eval-with-train": rides,
         },
     )
     graph = make_graph("ring", 5, 0)
     for node in run.grid.node_ids:
         neighbours = set(graph.neighbours(vertex_of(run, node)))
         train, evaluate = messages_to(run, node, "train"), messages_to(run, node, "evaluate")
-        assert len(train) == 4 and len(evaluate) == 3  # round 0 and rounds 1-3
+        # round 0 and rounds 1-3; an evaluate exchange after round 3 only, or after each
+        assert len(train) == 4 and len(evaluate) == (1 if rides else 3)
         assert sent_vertices(train[0]) == set() and not train[0].content[NEIGHBOURS]["ids"]
         assert sent_vertices(train[1]) == neighbours  # the h^0 of every neighbour
-        for message in evaluate:  # each round's new models, relayed with the evaluation
+        carriers = [*train[2:], *evaluate] if rides else evaluate
+        for message in carriers:  # each round's new models
             assert sent_vertices(message) == neighbours
             assert set(message.content[NEIGHBOURS]["ids"]) == neighbours
-        for message in train[2:]:  # already delivered: nothing is sent twice
+        for message in [] if rides else train[2:]:  # already delivered: nothing sent twice
             assert sent_vertices(message) == set()
     rows = run.rows
     assert all(r["failures"] == 0 for r in rows[1:])
@@ -173,10 +179,11 @@ def test_a_node_that_lost_its_state_gets_everything_again(tmp_path):
         tmp_path, 3, None, client, **{**FAST, "num-server-rounds": 3, "partitioning": "iid"}
     )
     rows = run.rows
-    assert rows[2]["failures"] == 1 and rows[2]["participants"] == 2
-    assert rows[3]["failures"] == 0 and rows[3]["participants"] == 3
+    # its round-2 train reply is an error, and with it the evaluation of round 1 riding on it
+    assert [r["failures"] for r in rows[1:]] == [1, 1, 0]
+    assert rows[2]["participants"] == 2 and rows[3]["participants"] == 3
     node = next(n for n in run.grid.node_ids if vertex_of(run, n) == 1)
-    resent = messages_to(run, node, "evaluate")[1]  # the first message after its error
+    resent = messages_to(run, node, "train")[3]  # the first message after its error
     assert OWN_PREFIX + "kind" in resent.content[MODELS]
     assert sent_vertices(resent) == {0, 2} and "fedfun.setup" in resent.content
 
@@ -200,7 +207,8 @@ def test_a_malformed_model_is_dropped_and_never_relayed(tmp_path, caplog):
     )
     assert run.rows[1]["failures"] == 1 and run.rows[2]["failures"] == 0
     for node in run.grid.node_ids:
-        for message in messages_to(run, node, "evaluate")[:1]:  # after round 1
+        # after round 1: the train message of round 2 (round 1's evaluation rides on it)
+        for message in messages_to(run, node, "train")[2:3]:
             listing = message.content[NEIGHBOURS]
             versions = dict(zip(listing["ids"], listing["versions"]))
             assert versions.get(0, 0) == 0  # partition 0's round-0 model is still relayed

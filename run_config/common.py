@@ -403,8 +403,9 @@ COMMON_KEYS = (
         True,
         "FedAvg, FedProx, projected FedAvg, FFGB family (with `ffgb.federated-eval`), FedDR "
         "(with `feddr.federated-eval`), FedFW family (with `fedfw.federated-eval`, not with "
-        "`fedfw.gap`), `fedxgb-bagging` (with `fedxgb.federated-eval`): every node evaluates "
-        "the global function of round t "
+        "`fedfw.gap`), `fedxgb-bagging` (with `fedxgb.federated-eval`), FedFun family (with "
+        "`fedfun.federated-eval`; each node its own model with its neighbours'): every node "
+        "evaluates the global function of round t "
         "when round t + 1's train message brings it, before it trains, and replies with both: "
         "one exchange a round instead of two, the same figures (round t's row gets them with "
         "round t + 1's replies; the last round has an evaluate exchange of its own). `false`: "

@@ -80,7 +80,7 @@ class FederatedStrategy(Strategy):
     book: NodeBook | None = None  # one slot per node of the roster, in its order
     admission: Admission = Admission()  # pins, nodes left out, the query.node content
     per_site: bool = False  # evaluation also reports each site's own metrics (sites' own data)
-    num_rounds: int = 0  # the run's rounds (where the evaluation rides on training)
+    num_rounds: int = 0  # the run's rounds (``strategy_for`` sets them; fuses_evaluation)
     evaluation_due: int | None = None  # the round whose evaluation rides on this round's training
     late_evaluation: tuple[int, MetricRecord] | None = None  # (round, its evaluation), once done
     _failures: int = 0  # found this round before the replies' screening

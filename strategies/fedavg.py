@@ -69,7 +69,6 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
         start: ArrayRecord,
         seed: int,
         fraction_train: float,
-        num_rounds: int,
         eval_with_train: bool,
     ) -> None:
         FedAvg.__init__(
@@ -85,7 +84,7 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
         )
         self.model, self.start = model, start
         self.sampler = Sampler(fraction_train, seed)
-        self.num_rounds, self.eval_with_train = num_rounds, eval_with_train
+        self.eval_with_train = eval_with_train
 
     # -- the global function --------------------------------------------------------------
     def initial_arrays(self) -> ArrayRecord:
@@ -225,7 +224,6 @@ def _fedavg_options(settings: RunSettings, model: TorchGlobal, start: ArrayRecor
         "start": start,
         "seed": settings.seed,
         "fraction_train": settings.fraction_train,
-        "num_rounds": settings.num_rounds,
         "eval_with_train": settings.eval_with_train,
     }
 

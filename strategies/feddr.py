@@ -50,10 +50,8 @@ class FedDRStrategy(TorchModelStrategy):
     label = "FedDR"
     State = FedDRState
 
-    def __init__(
-        self, dr: FedDRSettings, model: TorchGlobal, x0: Params, seed: int, num_rounds: int
-    ) -> None:
-        self.dr, self.model, self.x0, self.num_rounds = dr, model, x0, num_rounds
+    def __init__(self, dr: FedDRSettings, model: TorchGlobal, x0: Params, seed: int) -> None:
+        self.dr, self.model, self.x0 = dr, model, x0
         self.xbar = x0
         self.sampler = Sampler(dr.participation, seed)
         self.server: FedDRServer | None = None
@@ -166,4 +164,4 @@ def build_feddr(settings: RunSettings, task: TaskData) -> FedDRStrategy:
     dr = feddr_settings(settings)
     model = TorchGlobal(settings, task)
     x0 = model.projected_start(dr.domain)
-    return FedDRStrategy(dr, model, x0, settings.seed, settings.num_rounds)
+    return FedDRStrategy(dr, model, x0, settings.seed)

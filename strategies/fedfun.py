@@ -85,8 +85,8 @@ class FedFunStrategy(FederatedStrategy):
     label = "FedFun"
     State = FedFunState
 
-    def __init__(self, fedfun: FedFunSettings, task: TaskData, seed: int, num_rounds: int) -> None:
-        self.fedfun, self.task, self.seed, self.num_rounds = fedfun, task, seed, num_rounds
+    def __init__(self, fedfun: FedFunSettings, task: TaskData, seed: int) -> None:
+        self.fedfun, self.task, self.seed = fedfun, task, seed
         self.limits = model_limits(fedfun, task)
         self.relay: RelayBook | None = None
         self.bounds: AgreedBounds | None = None
@@ -375,4 +375,4 @@ def build_fedfun(settings: RunSettings, task: TaskData) -> FedFunStrategy:
         raise ConfigError(
             "fedfun.delta must be > 0 with fedfun.learner='tree' (the KDDT's kernel needs a radius)"
         )
-    return FedFunStrategy(fedfun, task, settings.seed, settings.num_rounds)
+    return FedFunStrategy(fedfun, task, settings.seed)

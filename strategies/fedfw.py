@@ -154,11 +154,9 @@ class FedFWStrategy(TorchModelStrategy):
     slot = FedFWSlot
     State = FedFWState
 
-    def __init__(
-        self, fw: FedFWSettings, model: TorchGlobal, x0: Params, seed: int, num_rounds: int
-    ) -> None:
+    def __init__(self, fw: FedFWSettings, model: TorchGlobal, x0: Params, seed: int) -> None:
         """``x0``: x^1 of every client, already in D and float32-exact (``projected_start``)."""
-        self.fw, self.model, self.x0, self.num_rounds = fw, model, x0, num_rounds
+        self.fw, self.model, self.x0 = fw, model, x0
         self.sampler = Sampler(fw.participation, seed, BERNOULLI)
         self.mirror: ConsensusMirror | None = None
         self.xbar: Params = []  # the run's x-bar (float64), what every node rebuilds
@@ -543,4 +541,4 @@ def build_fedfw(settings: RunSettings, task: TaskData) -> FedFWStrategy:
     fw = fedfw_settings(settings)
     model = TorchGlobal(settings, task)
     x0 = model.projected_start(ConstraintSet(fw.constraint, fw.scope))
-    return FedFWStrategy(fw, model, x0, settings.seed, settings.num_rounds)
+    return FedFWStrategy(fw, model, x0, settings.seed)

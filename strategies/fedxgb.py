@@ -205,7 +205,6 @@ class CheckedFedXgbBagging(XgbStrategy, FedXgbBagging):
         central_evaluation: bool,
         fraction_train: float,
         seed: int,
-        num_rounds: int,
     ) -> None:
         XgbStrategy.__init__(self, fedxgb, task, central_evaluation)
         FedXgbBagging.__init__(
@@ -220,7 +219,6 @@ class CheckedFedXgbBagging(XgbStrategy, FedXgbBagging):
             configrecord_key=CONFIG,
         )
         self.sampler = Sampler(fraction_train, seed)
-        self.num_rounds = num_rounds
 
     @property
     def evaluation_rides(self) -> bool:
@@ -340,11 +338,6 @@ def build_fedxgb(settings: RunSettings, task: TaskData) -> XgbStrategy:
     check_task(task)
     if fedxgb.bagging:
         return CheckedFedXgbBagging(
-            fedxgb,
-            task,
-            settings.central_evaluation,
-            settings.fraction_train,
-            settings.seed,
-            settings.num_rounds,
+            fedxgb, task, settings.central_evaluation, settings.fraction_train, settings.seed
         )
     return CheckedFedXgbCyclic(fedxgb, task, settings.central_evaluation)

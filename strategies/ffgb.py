@@ -148,7 +148,6 @@ class FFGBStrategy(FederatedStrategy):
             self.replies.spec, n_features, task.num_outputs, ffgb.distill_rounds
         )
         self.learners_up = self.learners_down = 0
-        self.num_rounds = num_rounds
 
     @property
     def ensemble(self) -> Ensemble:

@@ -55,4 +55,6 @@ def strategy_for(settings: RunSettings, task: TaskData | None = None) -> Federat
         raise ConfigError(
             f"algorithm={settings.algorithm!r}: family {family.name!r} has no server half"
         )
-    return build(settings, task_for(settings.data) if task is None else task)
+    strategy = build(settings, task_for(settings.data) if task is None else task)
+    strategy.num_rounds = settings.num_rounds  # when an evaluation may ride on training
+    return strategy

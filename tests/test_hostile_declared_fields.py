@@ -75,6 +75,8 @@ RUNS = {  # every family, and FFGB's distillation and one-shot phases
         )
     },
     "fedfun-trees": {"algorithm": "fedfun", "fedfun.learner": "tree"},
+    # without the gap FedFW's evaluation rides on round 2's train replies (eval-with-train)
+    "fedfw-fused": {"algorithm": "fedfw", "fedfw.gap": False},
     "ffgb-distill": {
         "algorithm": "ffgb",
         "ffgb.distill-every": 1,

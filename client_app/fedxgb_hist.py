@@ -26,9 +26,12 @@ from functions.protocol import (
     ARRAYS,
     CONFIG,
     EVALUATE,
+    EVALUATE_FIRST,
+    EVALUATION,
     GROWING,
     HISTOGRAMS,
     LAYOUT,
+    METRICS,
     QUERY_NODE,
     QUERY_SKETCH,
     SERVER_ROUND,
@@ -57,7 +60,8 @@ def sketch(job: Job) -> RecordDict:
 
 def train(job: Job) -> RecordDict:
     """The histograms of the open leaves over this node's rows, at the global booster's
-    gradients."""
+    gradients. When a round's first level asks (``evaluate-first``), the booster it brings
+    (the last round's) is evaluated too, as ``evaluate`` would."""
     hist, data = job.family, job.data
     spec = hist.spec(data.task)
     x = _rows(data.x_train)
@@ -66,7 +70,10 @@ def train(job: Job) -> RecordDict:
     g, h = gradients(hist.objective(data.task), margins, data.y_train)
     sums = histograms(layout, bins, g, h, trees, leaves)
     merge_small_slots(layout, *sums, hist.min_bin_count)
-    return RecordDict({HISTOGRAMS: histogram_record(*sums)})
+    reply = RecordDict({HISTOGRAMS: histogram_record(*sums)})
+    if EVALUATE_FIRST in job.content[CONFIG]:
+        reply[EVALUATION] = evaluate(job)[METRICS]
+    return reply
 
 
 def _round_start(

@@ -403,7 +403,8 @@ COMMON_KEYS = (
         True,
         "FedAvg, FedProx, projected FedAvg, FFGB family (with `ffgb.federated-eval`), FedDR "
         "(with `feddr.federated-eval`), FedFW family (with `fedfw.federated-eval`, not with "
-        "`fedfw.gap`), `fedxgb-bagging` (with `fedxgb.federated-eval`), FedFun family (with "
+        "`fedfw.gap`), `fedxgb-bagging` (with `fedxgb.federated-eval`), `fedxgb-hist` (with "
+        "`fedxgb-hist.federated-eval`; on a round's first tree level), FedFun family (with "
         "`fedfun.federated-eval`; each node its own model with its neighbours'): every node "
         "evaluates the global function of round t "
         "when round t + 1's train message brings it, before it trains, and replies with both: "

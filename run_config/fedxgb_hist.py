@@ -13,7 +13,7 @@ from functions.protocol import EVALUATE, QUERY_NODE, QUERY_SKETCH, TRAIN
 from oracles.functional_losses import CROSS_ENTROPY, SQUARE, PointwiseLoss
 from oracles.hist_xgboost import LOGISTIC, SOFTMAX, SQUARED, TreeParams
 from run_config.common import RunSettings
-from run_config.family import Algorithm, Family, Table
+from run_config.family import FUSED_EVALUATION, Algorithm, Family, Table, require_fusable
 from run_config.keys import Key, at_least, build, read_keys, within
 from tasks.datasets import TaskData
 from tasks.errors import ConfigError
@@ -119,6 +119,7 @@ class FedXgbHistSettings:
     max_histogram_bytes: int
     max_booster_bytes: int
     federated_eval: bool
+    eval_with_train: bool = True  # round t's evaluation rides on round t + 1's root level
 
     def tree_params(self) -> TreeParams:
         return TreeParams(
@@ -149,9 +150,16 @@ class FedXgbHistSettings:
 
 
 def fedxgb_hist_settings(settings: RunSettings) -> FedXgbHistSettings:
-    """Parse ``FEDXGB_HIST_KEYS``; ConfigError names the key."""
-    values = read_keys(settings.raw, FEDXGB_HIST_KEYS)
-    return build(FedXgbHistSettings, values, FEDXGB_HIST_KEYS)
+    """Parse ``FEDXGB_HIST_KEYS``; ConfigError names the key. ``eval-with-train=false`` is
+    refused where it has no effect (no federated evaluation)."""
+    out = build(
+        FedXgbHistSettings,
+        read_keys(settings.raw, FEDXGB_HIST_KEYS),
+        FEDXGB_HIST_KEYS,
+        eval_with_train=settings.eval_with_train,
+    )
+    require_fusable(out.eval_with_train, out.federated_eval, "fedxgb-hist.federated-eval is true")
+    return out
 
 
 def check_task(task: TaskData) -> None:
@@ -174,6 +182,7 @@ FEDXGB_HIST: Family[FedXgbHistSettings, None] = Family(
         Algorithm(
             HIST,
             "XGBoost `hist` grown from the nodes' summed gradient histograms: the pooled model",
+            FUSED_EVALUATION,
         ),
     ),
     fedxgb_hist_settings,

@@ -44,6 +44,7 @@ from functions.histograms import (
 from functions.protocol import (
     ARRAYS,
     CONFIG,
+    EVALUATE_FIRST,
     GROWING,
     HISTOGRAMS,
     LAYOUT,
@@ -256,12 +257,39 @@ class FedXgbHist(XgbStrategy):
                 CONFIG: ConfigRecord({SERVER_ROUND: server_round}),
             }
         )
-        if self.levels == 0:  # once a round: the nodes keep the margins and the edges
+        root, due = self.levels == 0, self.evaluation_due
+        if root:  # once a round: the nodes keep the margins and the edges
             content[ARRAYS] = self.record
             content[LAYOUT] = layout_record(self.layout)
+            if due is not None:
+                content[CONFIG][EVALUATE_FIRST] = due
         self.levels += 1
         messages = [Message(content, n, TRAIN, group_id=str(server_round)) for n in nodes]
-        return self.sum_level(server_round, grid.send_and_receive(messages), len(leaves))
+        replies = list(grid.send_and_receive(messages))
+        if not root or due is None:
+            return self.sum_level(server_round, replies, len(leaves))
+        return self._root_with_evaluation(server_round, due, nodes, replies, len(leaves))
+
+    def _root_with_evaluation(
+        self, server_round: int, due: int, nodes: list[int], replies: list[Message], leaves: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
+        """The root level's sums when round ``due``'s evaluation rode on it: each reply's
+        evaluation is taken out and checked first (a bad one drops the reply); the evaluations
+        of the nodes whose root histograms were used make round ``due``'s
+        (``late_evaluation``), whatever becomes of the iteration below the root."""
+        self.evaluation_due, self._asked_to_evaluate = None, frozenset(nodes)
+        replies, evaluations = self._split_evaluations(due, replies)
+        members: list[int] = []
+        try:
+            sums = self.sum_level(server_round, replies, leaves)
+            members = sums[3]
+            return sums
+        finally:
+            accepted = {n: evaluations[n] for n in members if n in evaluations}
+            self.late_evaluation = (
+                due,
+                self._evaluation_figures(accepted, len(nodes) - len(accepted)),
+            )
 
     def sum_level(
         self, server_round: int, replies: Iterable[Message], leaves: int
@@ -285,6 +313,11 @@ class FedXgbHist(XgbStrategy):
             raise DecodeError("histograms from a node that sent no sketch")
         record = exact_records(reply.content, {HISTOGRAMS: ArrayRecord})[HISTOGRAMS]
         return read_histograms(record, self.layout, leaves, int(rows))
+
+    @property
+    def evaluation_rides(self) -> bool:
+        """``eval-with-train``: round t + 1's root level brings round t's booster."""
+        return self.hist.federated_eval and self.hist.eval_with_train
 
     def own_exchange(self) -> tuple[int, int]:
         """The nodes asked for the round's root histograms, and those whose root histograms

@@ -1,19 +1,21 @@
-"""FedAvg, FedProx, projected FedAvg, FedDR and FedFW with ``eval-with-train`` (the default): the
-global model (x-bar) of round t is evaluated by every node when round t + 1's train message
-brings it, before the node trains; the rows are those of a run with an evaluate exchange after
-every round. FFGB's: tests/test_ffgb_flower.py."""
+"""FedAvg, FedProx, projected FedAvg, FedDR, FedFW, fedxgb-bagging, fedxgb-hist and FedFun with
+``eval-with-train`` (the default): the global model (x-bar) of round t is evaluated by every
+node when round t + 1's train message brings it, before the node trains; the rows are those of
+a run with an evaluate exchange after every round. FFGB's: tests/test_ffgb_flower.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from client_app import fedavg
+from client_app import fedavg, fedxgb_hist
 from client_app.registry import handlers_for
-from functions.protocol import CONFIG, EVALUATE_FIRST, EVALUATION, SERVER_ROUND
+from functions.protocol import ARRAYS, CONFIG, EVALUATE_FIRST, EVALUATION, SERVER_ROUND
 from server_app.app import InvalidRunConfig
 from tests.helpers import run_app
 
 FAMILY = ("fedavg", "fedprox", "fedavg-proj", "feddr", "fedfw", "fedfw-sto", "fedxgb-bagging")
+LEVELS = ("fedxgb-hist",)  # a round is its tree levels: the first (the root) asks
+FAMILY += LEVELS
 RELAYED = ("fedfun", "psr", "dfedavgm", "dfedfish", "dfeddf")  # every node trains every round
 FAMILY += RELAYED
 SAMPLED = {"fedavg": "fraction-train", "fedprox": "fraction-train", "fedavg-proj": "fraction-train"}
@@ -40,6 +42,7 @@ def config(algorithm: str, **overrides) -> dict:
 # model once anyway: an exchange fewer, the same models
 DOWN_RATIO = {"fedfw": 1.0, "fedfun": 1.0, "psr": 1.0, "dfedavgm": 1.0, "dfedfish": 1.0}
 DOWN_RATIO["dfeddf"] = 1.0
+DOWN_RATIO["fedxgb-hist"] = 0.8  # the levels' growing trees go down as before (0.72 on iris)
 MOVED = {"wall_time_s", "bytes_down", "bytes_up", "bytes_down_train", "bytes_up_train"}
 MOVED |= {"wire_bytes_down", "wire_bytes_up"}
 
@@ -59,7 +62,7 @@ def test_every_row_holds_the_figures_of_an_evaluate_exchange_a_round(tmp_path, a
     asked = {
         (m.content[CONFIG][SERVER_ROUND], m.content[CONFIG].get(EVALUATE_FIRST))
         for m in fused.grid.down
-        if m.metadata.message_type == "train"
+        if m.metadata.message_type == "train" and (algorithm not in LEVELS or ARRAYS in m.content)
     }
     first = {(0, None)} if algorithm in RELAYED else set()  # FedFun's round 0: h^0 fitted
     assert asked == first | {(1, None), (2, 1), (3, 2), (4, 3)}
@@ -88,7 +91,7 @@ def test_a_train_reply_without_the_evaluation_asked_for_is_a_missing_reply(tmp_p
     assert [r["participants"] for r in rows[1:]] == [3, 3, 2, 3]
 
 
-@pytest.mark.parametrize("algorithm", [a for a in FAMILY if a not in RELAYED])
+@pytest.mark.parametrize("algorithm", [a for a in FAMILY if a not in RELAYED + LEVELS])
 def test_evaluation_with_training_off_is_refused_where_nodes_are_sampled(tmp_path, algorithm):
     sampled = SAMPLED.get(algorithm, "feddr.participation")
     with pytest.raises(InvalidRunConfig, match="eval-with-train=False is not valid"):
@@ -99,10 +102,11 @@ def test_evaluation_with_training_off_is_refused_where_nodes_are_sampled(tmp_pat
         )
 
 
-def test_fedfun_refuses_it_off_without_federated_evaluation(tmp_path):
-    off = {"eval-with-train": False, "fedfun.federated-eval": False}
+@pytest.mark.parametrize("algorithm", ["fedfun", "fedxgb-hist"])
+def test_it_off_is_refused_without_federated_evaluation(tmp_path, algorithm):
+    off = {"eval-with-train": False, f"{algorithm}.federated-eval": False}
     with pytest.raises(InvalidRunConfig, match="eval-with-train=False is not valid"):
-        run_app(tmp_path, 3, **config("fedfun", **off))
+        run_app(tmp_path, 3, **config(algorithm, **off))
 
 
 def test_feddr_refuses_it_off_without_federated_evaluation(tmp_path):
@@ -119,7 +123,26 @@ def test_fedfw_refuses_it_off_with_the_gap_whose_gradient_needs_an_evaluate_exch
         run_app(tmp_path, 3, **config("fedfw", **{"eval-with-train": False, "fedfw.gap": True}))
 
 
-@pytest.mark.parametrize("algorithm", ["fedxgb-hist", "fedxgb-cyclic"])
-def test_algorithms_without_it_refuse_the_key(tmp_path, algorithm):
+def test_a_root_reply_without_the_evaluation_asked_for_is_a_missing_reply(tmp_path, monkeypatch):
+    """fedxgb-hist: a node drops the ``evaluation`` record from its round-3 root reply: that
+    reply is dropped whole (the node takes no part in round 3's trees), one failure of round 3's
+    training and one of round 2's evaluation."""
+
+    def forgetful(job):
+        reply = fedxgb_hist.train(job)
+        root = ARRAYS in job.content
+        if job.data.partition_id == 0 and job.content[CONFIG][SERVER_ROUND] == 3 and root:
+            del reply[EVALUATION]
+        return reply
+
+    monkeypatch.setitem(handlers_for("fedxgb-hist"), "train", forgetful)
+    rows = run_app(tmp_path, 3, **config("fedxgb-hist")).rows
+    assert [r["failures"] for r in rows[1:]] == [0, 1, 1, 0]
+    assert [r["participants"] for r in rows[1:]] == [3, 3, 2, 3]
+    assert rows[2]["train_loss"] > 0 and rows[3]["iteration_dropped"] == 0
+
+
+def test_fedxgb_cyclic_refuses_the_key(tmp_path):
+    """One node trains a round: its evaluation asks every node, so it cannot ride."""
     with pytest.raises(InvalidRunConfig, match="eval-with-train=False has no effect"):
-        run_app(tmp_path, 3, **{"algorithm": algorithm, "eval-with-train": False})
+        run_app(tmp_path, 3, **{"algorithm": "fedxgb-cyclic", "eval-with-train": False})

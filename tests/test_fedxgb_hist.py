@@ -357,7 +357,8 @@ def test_a_hostile_root_histogram_is_dropped_and_the_tree_grows_on_the_others(tm
     rows = run_app(tmp_path / "negative", 3, client=hostile("negative", 0), **config).rows
     dropped = [r.getMessage() for r in caplog.records if "dropped the reply" in r.getMessage()]
     assert len(dropped) == 1 and "a negative hessian sum" in dropped[0]
-    assert [r["failures"] for r in rows[1:]] == [0, 1, 0]
+    # the reply dropped whole: round 2's root and round 1's evaluation, which rode on it
+    assert [r["failures"] for r in rows[1:]] == [1, 1, 0]
     assert [r["participants"] for r in rows[1:]] == [3, 2, 3]
     caplog.clear()
     rows = run_app(tmp_path / "inflated", 3, client=hostile("inflated", 0), **config).rows

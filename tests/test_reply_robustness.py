@@ -24,7 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from client_app.app import app as client_app
-from functions.protocol import EVALUATION, NUM_EXAMPLES, TRAIN, TRAIN_EXAMPLES
+from functions.protocol import CONFIG as CONFIG_RECORD
+from functions.protocol import EVALUATE_FIRST, EVALUATION, NUM_EXAMPLES, TRAIN, TRAIN_EXAMPLES
 from run_config.common import RunSettings
 from run_config.families import algorithm_names
 from server_app.packed_grid import unpacked
@@ -449,3 +450,72 @@ def test_a_broken_train_reply_with_its_evaluation_is_one_failure_of_each_round(a
     assert without_sync_of(canonical(saved(hit)), nodes) == without_sync_of(
         canonical(saved(clean)), nodes
     )
+
+
+class RootGrid(LocalGrid):
+    """The in-process grid, keeping the replies to the last train messages that asked for an
+    evaluation (``fedxgb-hist``'s root level of a round after the first)."""
+
+    roots: list[Message] = []
+
+    def send_and_receive(self, messages, *, timeout=None):
+        messages = list(messages)
+        replies = list(super().send_and_receive(messages, timeout=timeout))
+        if messages and all(
+            EVALUATE_FIRST in m.content.config_records.get(CONFIG_RECORD, {}) for m in messages
+        ):
+            self.roots = [copy(r) for r in replies]
+        return replies
+
+
+@functools.cache
+def captured_root() -> tuple[RunSettings, RecordDict, list[Message]]:
+    """``fedxgb-hist``: round 2's root replies, each with its node's evaluation of round 1's
+    booster, and the strategy's state before they are summed."""
+    config = run_config(**small("fedxgb-hist", **{"eval-with-train": True}))
+    s = RunSettings.from_run_config(config)
+    grid, strategy = RootGrid(client_app, config, NODES), strategy_for(s)
+    strategy.configure_train(1, strategy.initial_arrays(), ConfigRecord(), grid)
+    arrays, _ = strategy.aggregate_train(1, [])
+    assert list(strategy.configure_evaluate(1, arrays, ConfigRecord(), grid)) == []
+    state = saved(strategy)
+    strategy.configure_train(2, arrays, ConfigRecord(), grid)
+    assert all(EVALUATION in r.content for r in grid.roots) and len(grid.roots) == NODES
+    return s, state, grid.roots
+
+
+def summed_root(state: RecordDict, replies: list[Message]):
+    """A strategy restored to ``state``, round 1's evaluation due, summing round 2's root
+    ``replies``: the sums (None: the iteration dropped), the failures and round 1's
+    evaluation."""
+    settings, _, asked = captured_root()
+    strategy = strategy_for(settings)
+    restore_saved(strategy, state)
+    nodes = [r.metadata.src_node_id for r in asked]
+    try:
+        grad, hess, count, members = strategy._root_with_evaluation(
+            2, 1, nodes, replies, strategy.spec.outputs
+        )
+        sums = (grad.tobytes(), hess.tobytes(), count.tobytes(), members)
+    except IterationDropped:
+        sums = None
+    due, evaluation = strategy.late_evaluation
+    assert due == 1
+    return sums, strategy._failures, evaluation
+
+
+@PROPERTY
+@given(data=st.data())
+def test_a_broken_root_reply_with_its_evaluation_is_one_failure_of_each_round(data):
+    """fedxgb-hist: whichever part of a root reply is broken (its histograms or its
+    evaluation), the reply counts as none: one failure of round 2's training, one of round 1's
+    evaluation, and the root sums of the intact replies alone."""
+    _, state, replies = captured_root()
+    hit_replies, bad = broken(replies, data.draw)
+    sums, failures, evaluation = summed_root(state, hit_replies)
+    good = [copy(r) for i, r in enumerate(replies) if i not in bad]
+    want_sums, want_failures, want_evaluation = summed_root(state, good)
+    assert failures == len(bad) and want_failures == 0
+    assert evaluation["failures"] == want_evaluation["failures"] == len(bad)
+    assert metrics_without_failures(evaluation) == metrics_without_failures(want_evaluation)
+    assert sums == want_sums

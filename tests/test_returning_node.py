@@ -148,9 +148,9 @@ def test_a_returning_node_is_brought_up_to_date_and_counted_once(tmp_path, algor
     # away in round 3: every message to it fails; back from round 4 without a failure
     old = to(grid, nodes["old"])
     assert (3, "train") in old  # so the reference's server learns of the loss in round 3
-    # FFGB's and FedFun's round-2 evaluation rode on round 3's train messages (every node
-    # trains every round): lost with the node's reply
-    rides = algorithm in ("ffgb", "fedfun")
+    # FFGB's, FedFun's and fedxgb-hist's round-2 evaluation rode on round 3's train messages
+    # (every node trains every round): lost with the node's reply
+    rides = algorithm in ("ffgb", "fedfun", "fedxgb-hist")
     assert [r["failures"] for r in rows[1:3]] == [0, 1 if rides else 0]
     assert rows[3]["failures"] == sum(r == 3 for r, _ in old) > 0
     assert [r["failures"] for r in rows[4:]] == [0] * (ROUNDS - 3)

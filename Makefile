@@ -43,9 +43,10 @@ lint: $(VENV)/.installed
 test: lint
 	$(PY) -m pytest -m "not e2e"
 
-# deployments, the simulation engine, live processes, long multi-round runs (see README)
+# deployments, the simulation engine, live processes, long multi-round runs (see README); the
+# slowest tests are listed at the end (CI's 30 minutes are mostly this stage)
 test-e2e: $(VENV)/.installed
-	$(PY) -m pytest -m e2e
+	$(PY) -m pytest -m e2e --durations=15
 
 # `flwr run .` leaves its local SuperLink running in the background (flwr 1.41 has no stop
 # command); this stops the one that belongs to $FLWR_HOME (default ~/.flwr), by PID.

@@ -200,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--ways", nargs="+", default=list(WAYS[1:]), choices=list(WAYS[1:]))
+    p.add_argument(
+        "--name", default="latency", help="results/NAME.md and .json (a partial run: another)"
+    )
     args = p.parse_args(argv)
     jobs = {name: FAMILIES[name] for name in args.families}
     start = time.monotonic()
@@ -220,9 +223,9 @@ def main(argv: list[str] | None = None) -> int:
                 else {name: "not run" for name in jobs}
             )
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "latency.json").write_text(json.dumps(measured, indent=1))
+    (RESULTS / f"{args.name}.json").write_text(json.dumps(measured, indent=1))
     write_report(
-        RESULTS / "latency.md",
+        RESULTS / f"{args.name}.md",
         "Round latency: in-process, simulation and deployment",
         time.monotonic() - start,
         report(measured),

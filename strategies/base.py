@@ -84,6 +84,8 @@ class FederatedStrategy(Strategy):
     evaluation_due: int | None = None  # the round whose evaluation rides on this round's training
     late_evaluation: tuple[int, MetricRecord] | None = None  # (round, its evaluation), once done
     _failures: int = 0  # found this round before the replies' screening
+    _finite_drops: int = 0  # replies dropped this round before the family's screen, not for
+    # NaN or inf (a bad evaluation riding on them): the round has not diverged if any was
     _accepted: frozenset[int] = frozenset()  # nodes whose replies the round's screens took
     _asked_to_evaluate: frozenset[int] = frozenset()  # nodes asked, with their train message,
     # for the last round's evaluation (``evaluate-first``)
@@ -158,11 +160,13 @@ class FederatedStrategy(Strategy):
         self, server_round: int, replies: Iterable[Message], decode: Callable[[Message], T]
     ) -> dict[int, T]:
         """The book's screening (``NodeBook.screen``), its dropped replies counted;
-        ``Diverged`` when no reply passed and every dropped one carried NaN or inf."""
+        ``Diverged`` when no reply passed and every dropped one carried NaN or inf (those
+        dropped earlier in the round included: ``_finite_drops``)."""
         good, screened = self.book.screen(server_round, replies, decode)
         self._failures += screened.rejected
         self._accepted = self._accepted | frozenset(good)
-        if not good and screened.nonfinite and screened.nonfinite == screened.dropped:
+        all_nonfinite = screened.nonfinite == screened.dropped and not self._finite_drops
+        if not good and screened.nonfinite and all_nonfinite:
             first = screened.nonfinite[0]
             raise Diverged(
                 server_round,
@@ -193,7 +197,7 @@ class FederatedStrategy(Strategy):
                 due,
                 self._evaluation_figures(accepted, len(self._asked_to_evaluate) - len(accepted)),
             )
-        failures, self._failures = self._failures, 0
+        failures, self._failures, self._finite_drops = self._failures, 0, 0
         return arrays, MetricRecord({"failures": failures, **metrics})
 
     @abstractmethod
@@ -278,6 +282,7 @@ class FederatedStrategy(Strategy):
                 f"every node's evaluation of it ({len(screened.nonfinite)}) carried NaN or inf",
             )
         self._failures += len(failed)
+        self._finite_drops += len(screened.dropped) - len(screened.nonfinite)
         return [reply for reply in replies if id(reply) not in failed], screened.accepted
 
     def aggregate_evaluate(

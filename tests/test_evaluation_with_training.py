@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 
-from client_app import fedavg, fedxgb_hist
 from client_app.registry import handlers_for
 from functions.protocol import ARRAYS, CONFIG, EVALUATE_FIRST, EVALUATION, SERVER_ROUND
 from server_app.app import InvalidRunConfig
@@ -75,20 +74,28 @@ def test_every_row_holds_the_figures_of_an_evaluate_exchange_a_round(tmp_path, a
     assert down < DOWN_RATIO.get(algorithm, 0.7) * sum(r["bytes_down"] for r in own.rows)
 
 
-def test_a_train_reply_without_the_evaluation_asked_for_is_a_missing_reply(tmp_path, monkeypatch):
-    """A node drops the ``evaluation`` record from its round-3 reply: that reply is dropped
-    whole, one failure of round 3's training and one of round 2's evaluation."""
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedxgb-hist"])
+def test_a_train_reply_without_the_evaluation_asked_for_is_a_missing_reply(
+    tmp_path, monkeypatch, algorithm
+):
+    """A node drops the ``evaluation`` record from its round-3 reply that was asked for it
+    (fedxgb-hist: its root level's): that reply is dropped whole, one failure of round 3's
+    training (fedxgb-hist: the node takes no part in round 3's trees) and one of round 2's
+    evaluation."""
+    train = handlers_for(algorithm)["train"]
 
     def forgetful(job):
-        reply = fedavg.train(job)
-        if job.data.partition_id == 0 and job.content[CONFIG][SERVER_ROUND] == 3:
+        reply = train(job)
+        asked = EVALUATE_FIRST in job.content[CONFIG]
+        if job.data.partition_id == 0 and job.content[CONFIG][SERVER_ROUND] == 3 and asked:
             del reply[EVALUATION]
         return reply
 
-    monkeypatch.setitem(handlers_for("fedavg"), "train", forgetful)
-    rows = run_app(tmp_path, 3, **config("fedavg")).rows
+    monkeypatch.setitem(handlers_for(algorithm), "train", forgetful)
+    rows = run_app(tmp_path, 3, **config(algorithm)).rows
     assert [r["failures"] for r in rows[1:]] == [0, 1, 1, 0]
     assert [r["participants"] for r in rows[1:]] == [3, 3, 2, 3]
+    assert rows[2]["train_loss"] > 0 and rows[3].get("iteration_dropped", 0) == 0
 
 
 @pytest.mark.parametrize("algorithm", [a for a in FAMILY if a not in RELAYED + LEVELS])
@@ -121,25 +128,6 @@ def test_feddr_refuses_it_off_without_federated_evaluation(tmp_path):
 def test_fedfw_refuses_it_off_with_the_gap_whose_gradient_needs_an_evaluate_exchange(tmp_path):
     with pytest.raises(InvalidRunConfig, match="eval-with-train=False is not valid"):
         run_app(tmp_path, 3, **config("fedfw", **{"eval-with-train": False, "fedfw.gap": True}))
-
-
-def test_a_root_reply_without_the_evaluation_asked_for_is_a_missing_reply(tmp_path, monkeypatch):
-    """fedxgb-hist: a node drops the ``evaluation`` record from its round-3 root reply: that
-    reply is dropped whole (the node takes no part in round 3's trees), one failure of round 3's
-    training and one of round 2's evaluation."""
-
-    def forgetful(job):
-        reply = fedxgb_hist.train(job)
-        root = ARRAYS in job.content
-        if job.data.partition_id == 0 and job.content[CONFIG][SERVER_ROUND] == 3 and root:
-            del reply[EVALUATION]
-        return reply
-
-    monkeypatch.setitem(handlers_for("fedxgb-hist"), "train", forgetful)
-    rows = run_app(tmp_path, 3, **config("fedxgb-hist")).rows
-    assert [r["failures"] for r in rows[1:]] == [0, 1, 1, 0]
-    assert [r["participants"] for r in rows[1:]] == [3, 3, 2, 3]
-    assert rows[2]["train_loss"] > 0 and rows[3]["iteration_dropped"] == 0
 
 
 def test_fedxgb_cyclic_refuses_the_key(tmp_path):

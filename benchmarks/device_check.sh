@@ -1,9 +1,10 @@
 #!/bin/bash
 # Issue 37's GPU checks in one call of the device tool (benchmarks/README.md, section 9):
-#   run(command="bash benchmarks/device_check.sh", timeout_s=540)
+#   run(command="bash benchmarks/device_check.sh", carry=[".whl"], timeout_s=540)
 # What is still to be taken goes first; everything is written under $OUT through tee alone, so a
 # call that hits its limit still returns what it had. Needs the wheels of section 9 in .whl/
-# (git-excluded; the device machine has torch but no flwr: installed when flwr does not import).
+# (git-ignored: `bash benchmarks/device_wheels.sh` downloads them; the device machine has torch but
+# no flwr: installed when flwr does not import).
 # ROWS, MODES and BENCH_TIMEOUT (s) override the defaults (benchmarks.devices --only / --modes,
 # its time limit); on a machine without a GPU, MODES=cpu runs the CPU half.
 set -u

@@ -62,8 +62,9 @@ FAMILIES = {
 KILLED_ROUNDS = 30
 KILLED = (
     f"algorithm='fedfw' task='synthetic' num-server-rounds={KILLED_ROUNDS} min-nodes=3 "
-    "fedfw.federated-eval=false reply-timeout=30"
-)
+    "fedfw.federated-eval=false reply-timeout=90"
+)  # a cold ClientApp's first answer (query.node) took over 30 s beside the module's other
+# deployments on a slow machine, and a node that fails it is left out of the run (roster.py)
 KILLED_NODE = 2  # Flower's default isolation; the other two are warm
 BACK_AFTER = 3  # rounds after the kill, its partition comes back (a new SuperNode, key, node id)
 
@@ -220,8 +221,9 @@ def test_a_run_that_loses_a_supernode_completes_counts_it_and_takes_it_back(kill
     assert status == "finished:completed"
     assert [r["round"] for r in done] == list(range(KILLED_ROUNDS + 1))
     k = killed.killed_after
-    assert k + BACK_AFTER < KILLED_ROUNDS - 5, k  # rounds enough to see it back
-    assert sum(r["failures"] for r in done[k + 1 : k + BACK_AFTER + 1]) >= 1
+    seen = [(r["round"], r.get("failures"), r.get("participants")) for r in done]
+    assert k + BACK_AFTER < KILLED_ROUNDS - 5, (k, seen)  # rounds enough to see it back
+    assert sum(r["failures"] for r in done[k + 1 : k + BACK_AFTER + 1]) >= 1, (k, seen)
     assert [r["participants"] for r in done[k + 2 : k + BACK_AFTER + 1]] == [2] * (BACK_AFTER - 1)
     assert done[-1]["participants"] == 3 and done[-1]["failures"] == 0
     assert all(r["participants"] <= 3 for r in done[1:])

@@ -82,16 +82,25 @@ def evaluate(job: Job) -> RecordDict:
 
 
 def booster_evaluation(
-    raw: bytes, spec: BoosterSpec, loss: PointwiseLoss, data: LocalData
+    raw: bytes,
+    spec: BoosterSpec,
+    loss: PointwiseLoss,
+    data: LocalData,
+    train_outputs: np.ndarray | None = None,
 ) -> RecordDict:
     """The evaluate reply of a checked booster ``raw``: its loss sums (and correct count) on the
-    node's test shard and training data, scored on its class margins."""
+    node's test shard and training data, scored on its class margins; ``train_outputs``: the
+    booster's ``outputs`` on the training rows when the caller has them already."""
 
-    def scored(x: np.ndarray, y: np.ndarray) -> tuple[float, float | None]:
-        return loss.sums(class_margins(spec, outputs(raw, _flat(x))), y)
+    def scored(
+        x: np.ndarray, y: np.ndarray, raw_outputs: np.ndarray | None = None
+    ) -> tuple[float, float | None]:
+        if raw_outputs is None:
+            raw_outputs = outputs(raw, _flat(x))
+        return loss.sums(class_margins(spec, raw_outputs), y)
 
     test_loss, correct = scored(data.x_test, data.y_test)
-    train_loss, _ = scored(data.x_train, data.y_train)
+    train_loss, _ = scored(data.x_train, data.y_train, train_outputs)
     record = MetricRecord(
         {
             NUM_EXAMPLES: len(data.y_test),

@@ -21,6 +21,7 @@ from client_app.node_info import describe_node
 from client_app.node_state import LostStateError
 from functions.bins import BinLayout
 from functions.boosters import BoosterSpec, read_booster
+from functions.errors import DecodeError
 from functions.histograms import histogram_record, read_growing, read_layout, sketch_record
 from functions.protocol import (
     ARRAYS,
@@ -65,40 +66,46 @@ def train(job: Job) -> RecordDict:
     hist, data = job.family, job.data
     spec = hist.spec(data.task)
     x = _rows(data.x_train)
-    margins, layout, bins = _round_start(job, spec, x)
+    margins, layout, bins, raw = _round_start(job, spec, x)
     trees, leaves = read_growing(job.content[GROWING], layout, spec.outputs, hist.max_depth)
     g, h = gradients(hist.objective(data.task), margins, data.y_train)
     sums = histograms(layout, bins, g, h, trees, leaves)
     merge_small_slots(layout, *sums, hist.min_bin_count)
     reply = RecordDict({HISTOGRAMS: histogram_record(*sums)})
     if EVALUATE_FIRST in job.content[CONFIG]:
-        reply[EVALUATION] = evaluate(job)[METRICS]
+        if raw is None:  # only a round's first level, which carries the booster, asks
+            raise DecodeError(f"{EVALUATE_FIRST} came without the booster to evaluate")
+        reply[EVALUATION] = booster_evaluation(
+            raw, spec, hist.loss(data.task), data, margins.astype(np.float64)
+        )[METRICS]
     return reply
 
 
 def _round_start(
     job: Job, spec: BoosterSpec, x: np.ndarray
-) -> tuple[np.ndarray, BinLayout, np.ndarray]:
-    """The booster's margins on the node's rows, the bin edges and the rows' bins: read and
-    computed at a round's first level, which carries the booster and the edges (the margins by
-    XGBoost's prediction), and kept in the node's state for the deeper levels, which carry
-    neither; ``LostStateError`` when the node holds none of this round (it restarted
-    mid-iteration: the server drops the iteration and starts again)."""
+) -> tuple[np.ndarray, BinLayout, np.ndarray, bytes | None]:
+    """The booster's margins on the node's rows, the bin edges, the rows' bins and the checked
+    booster (None at the deeper levels): read and computed at a round's first level, which
+    carries the booster and the edges (the margins by XGBoost's prediction, exact in float32),
+    and kept in the node's state for the deeper levels, which carry neither;
+    ``LostStateError`` when the node holds none of this round (it restarted mid-iteration: the
+    server drops the iteration and starts again)."""
     server_round = int(job.content[CONFIG][SERVER_ROUND])
     if ARRAYS in job.content:
         layout = read_layout(job.content[LAYOUT], spec.num_feature, job.family.max_bin)
-        margins = outputs(read_booster(job.content[ARRAYS], spec)[1], x).astype(np.float32)
+        raw = read_booster(job.content[ARRAYS], spec)[1]
+        margins = outputs(raw, x).astype(np.float32)
         bins = layout.bins(x).astype(np.uint16)  # at most max-bin (<= 1024) + 1
         job.state[KEPT] = ArrayRecord({"margins": Array(margins), "bins": Array(bins)})
         job.state[EDGES] = job.content[LAYOUT]
         job.state[KEPT_ROUND] = ConfigRecord({SERVER_ROUND: server_round})
-        return margins, layout, bins
+        return margins, layout, bins, raw
     kept = job.state.get(KEPT_ROUND)
     if kept is None or int(kept[SERVER_ROUND]) != server_round:
         raise LostStateError(f"this node holds no margins of round {server_round}")
     layout = read_layout(job.state[EDGES], spec.num_feature, job.family.max_bin)
     arrays = job.state[KEPT]
-    return arrays["margins"].numpy(), layout, arrays["bins"].numpy()
+    return arrays["margins"].numpy(), layout, arrays["bins"].numpy(), None
 
 
 def evaluate(job: Job) -> RecordDict:

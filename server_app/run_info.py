@@ -14,12 +14,25 @@ DEFAULT_OUTPUT_DIR = Path.home() / "flower-results"
 
 
 def results_directory(settings: RunSettings) -> Path:
-    """``<output-dir>/<run-name>``; defaults: ~/flower-results and algorithm-task-timestamp."""
+    """``<output-dir>/<run-name>``; defaults: ~/flower-results and algorithm-task-timestamp.
+
+    A given ``run-name`` may name an existing folder (a resumed run writes on into it). A default
+    name is claimed by creating the folder: a second run of the same algorithm and task started
+    in the same second (two users, parallel tests) gets ``-2``, ``-3``, ... instead of writing
+    over the first one's files."""
     base = Path(settings.output_dir).expanduser() if settings.output_dir else DEFAULT_OUTPUT_DIR
-    name = settings.run_name or (
-        f"{settings.algorithm}-{settings.task}-{time.strftime('%Y%m%d-%H%M%S')}"
-    )
-    return base.resolve() / name
+    if settings.run_name:
+        return base.resolve() / settings.run_name
+    stem = f"{settings.algorithm}-{settings.task}-{time.strftime('%Y%m%d-%H%M%S')}"
+    base.resolve().mkdir(parents=True, exist_ok=True)
+    for suffix in ("", *(f"-{n}" for n in range(2, 1000))):
+        folder = base.resolve() / f"{stem}{suffix}"
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            continue
+        return folder
+    raise OSError(f"{base.resolve()} already has 999 results folders named {stem}[-N]")
 
 
 def _version(package: str) -> str | None:

@@ -12,7 +12,8 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 from matplotlib.ticker import MaxNLocator
 
 from functions.records import payload_bytes
-from server_app import results
+from run_config.common import RunSettings
+from server_app import results, run_info
 from server_app.checkpoint import Checkpoint, write_checkpoint
 from server_app.recording import format_late, format_row
 from server_app.results import ResultsWriter, summarise, write_atomic, write_plots
@@ -398,3 +399,16 @@ def test_two_writers_in_one_folder_do_not_share_a_temporary_file(tmp_path, monke
     assert len(set(sources)) == 2
     leftovers = [p.name for p in (tmp_path / "run").iterdir()]
     assert leftovers == ["checkpoint.pb" if kind == "checkpoint" else "config.json"]
+
+
+def test_runs_started_in_the_same_second_get_folders_of_their_own(tmp_path, monkeypatch):
+    monkeypatch.setattr(run_info.time, "strftime", lambda _fmt: "20261127-120000")
+    settings = RunSettings.from_run_config({"output-dir": str(tmp_path)})
+    folders = [run_info.results_directory(settings) for _ in range(3)]
+    assert [f.name for f in folders] == [
+        f"{settings.algorithm}-{settings.task}-20261127-120000{suffix}"
+        for suffix in ("", "-2", "-3")
+    ]
+    assert all(f.is_dir() for f in folders)
+    named = RunSettings.from_run_config({"output-dir": str(tmp_path), "run-name": "mine"})
+    assert run_info.results_directory(named) == run_info.results_directory(named)  # resumable

@@ -1,14 +1,15 @@
 """A reply's declared fields cannot end or skew a run: the ServerApp meets every reply of every
-message type of every family (query.node and query.bounds answers, round 0, train, evaluate,
-distillation, one-shot) with the screen first, and the meter never trusts what an ``Array``
-declares beside its bytes.
+message type of every family (query.node, query.bounds and query.sketch answers, round 0, train,
+evaluate, distillation, one-shot) with the screen first, and the meter never trusts what an
+``Array`` declares beside its bytes.
 
 The property, on the real ServerApp and ClientApp (in-process engine), for every family: one
 node's replies are mutated in their declared fields (an ``Array``'s dtype, shape and stype,
 record keys, values nested where scalars belong, or an extra record holding such an ``Array``;
 one mutation per reply, drawn by a generator seeded per case), either every reply after its
 admission (train and evaluate of every round, FedFun's bounds, round 0, relay, FFGB's distillation
-and one-shot rounds) or its query answers (query.node, and FedFun's query.bounds). The run
+and one-shot rounds, fedxgb-hist's sketch and every tree level) or its query answers (query.node,
+FedFun's query.bounds, fedxgb-hist's query.sketch). The run
 completes, and its rows equal those of the same run in which those replies are error replies
 instead (a bad reply is a missing reply), but for what was sent and received (bytes, models
 exchanged: a node whose reply was dropped did answer, and the strategy may re-sync it either
@@ -72,6 +73,7 @@ RUNS = {  # every family, and FFGB's distillation and one-shot phases
             "dfeddf",
             "fedxgb-bagging",
             "fedxgb-cyclic",
+            "fedxgb-hist",
         )
     },
     "fedfun-trees": {"algorithm": "fedfun", "fedfun.learner": "tree"},
@@ -222,14 +224,14 @@ def quiet(caplog, monkeypatch):
     monkeypatch.setattr("server_app.results.write_plots", lambda *args, **kwargs: [])
 
 
-ANSWERS = {"query.node", "query.bounds"}
+ANSWERS = {"query.node", "query.bounds", "query.sketch"}
 SLOW = {"fedfun-trees"}  # about 30 s here: stage 2, `make test-e2e`
 CASES = [
     pytest.param(
         name, "every reply after admission", marks=[pytest.mark.e2e] if name in SLOW else []
     )
     for name in sorted(RUNS)
-] + [(name, "its query answers") for name in ("fedavg", "ffgb", "fedfun", "fedfw")]
+] + [(name, "its query answers") for name in ("fedavg", "ffgb", "fedfun", "fedfw", "fedxgb-hist")]
 
 
 @pytest.mark.parametrize(("run_name", "which"), CASES)

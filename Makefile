@@ -40,13 +40,20 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-test: lint
-	$(PY) -m pytest -m "not e2e"
+# pytest-xdist: one worker per core (TEST_WORKERS=0 runs in this process); stage 1 keeps each
+# test file on one worker (its module fixtures are set up once)
+TEST_WORKERS ?= auto
 
-# deployments, the simulation engine, live processes, long multi-round runs (see README); the
-# slowest tests are listed at the end (CI's 30 minutes are mostly this stage)
+test: lint
+	$(PY) -m pytest -m "not e2e" -n $(TEST_WORKERS) --dist loadfile
+
+# deployments, the simulation engine, live processes, long multi-round runs (see README): the
+# in-process ones and the quick benchmarks on every core (no module fixtures: test by test),
+# then those marked `serial` (live processes on timers) one at a time; each part ends with its
+# slowest tests (CI's 30 minutes are mostly this stage)
 test-e2e: $(VENV)/.installed
-	$(PY) -m pytest -m e2e --durations=15
+	$(PY) -m pytest -m "e2e and not serial" --durations=10 -n $(TEST_WORKERS) --dist load
+	$(PY) -m pytest -m "e2e and serial" --durations=10
 
 # `flwr run .` leaves its local SuperLink running in the background (flwr 1.41 has no stop
 # command); this stops the one that belongs to $FLWR_HOME (default ~/.flwr), by PID.

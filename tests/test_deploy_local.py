@@ -17,6 +17,8 @@ import pytest
 from deploy.local import Deployment, ProcessExited, _next_line, free_port_block
 from testing.inprocess_grid import PROJECT_ROOT
 
+pytestmark = pytest.mark.serial  # live processes on timers: one at a time in stage 2
+
 
 def deploy(
     tmp_path, run_config: str, timeout: float = 900, env: dict[str, str] | None = None

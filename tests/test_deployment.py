@@ -31,7 +31,7 @@ from deploy.local import Deployment, app_copy, free_port_block
 from run_config.declared import parse_overrides
 from tests.helpers import run_app
 
-pytestmark = pytest.mark.e2e  # stage 2: `make test-e2e`
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]  # stage 2, one at a time
 
 NODES = 3
 # no federated evaluation: a SuperNode handles one message at a time, each in a ClientApp

@@ -46,7 +46,7 @@ from testing.hostile_clientapp import HUGE_ARRAY_BYTES, HUGE_CONFIG_BYTES
 from testing.hostile_clientapp import app as hostile_app
 from tests.helpers import run_app
 
-pytestmark = pytest.mark.e2e  # stage 2: `make test-e2e`
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]  # stage 2, one at a time
 
 HONEST = 3
 PARTITIONS = 5

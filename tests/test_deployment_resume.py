@@ -36,7 +36,7 @@ from run_config.declared import parse_overrides
 from server_app.checkpoint import FILE_NAME, read_checkpoint
 from tests.helpers import run_app
 
-pytestmark = pytest.mark.e2e  # stage 2: `make test-e2e`
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]  # stage 2, one at a time
 
 NODES = 2
 ROUNDS = 4

@@ -20,6 +20,7 @@ from deploy.netns import Star
 
 pytestmark = [
     pytest.mark.e2e,  # stage 2: `make test-e2e`
+    pytest.mark.serial,
     pytest.mark.skipif(
         os.environ.get("FL_NETNS") != "1" or os.geteuid() != 0,
         reason="opt-in: set FL_NETNS=1 and run as root (creates network namespaces)",

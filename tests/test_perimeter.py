@@ -44,6 +44,7 @@ from deploy.perimeter import (
     render,
 )
 
+pytestmark = pytest.mark.serial  # live processes on timers: one at a time in stage 2
 NODES = 2
 JOB = (
     f"algorithm='fedavg' task='synthetic' num-server-rounds=2 min-nodes={NODES} "

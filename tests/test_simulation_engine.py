@@ -17,7 +17,7 @@ from testing.inprocess_grid import PROJECT_ROOT
 from testing.simulation_link import BIN, flwr_run, simulation_superlink
 from tests.helpers import RUN_NAME, run_app
 
-pytestmark = pytest.mark.e2e  # stage 2: `make test-e2e`
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]  # stage 2, one at a time
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from testing.inprocess_grid import PROJECT_ROOT
 from testing.simulation_link import flwr_run as run_on_link
 from testing.simulation_link import simulation_superlink
 
-pytestmark = pytest.mark.e2e  # stage 2: `make test-e2e`
+pytestmark = [pytest.mark.e2e, pytest.mark.serial]  # stage 2, one at a time
 # the engines' coloured prefixes of a line: Ray's "(ClientAppActor pid=1)", Flower's "INFO :"
 LEVEL = re.compile(r"^(?:\x1b\[\d+m[^\x1b]*\x1b\[0m\s*:?\s*)+")
 

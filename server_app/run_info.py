@@ -21,18 +21,18 @@ def results_directory(settings: RunSettings) -> Path:
     in the same second (two users, parallel tests) gets ``-2``, ``-3``, ... instead of writing
     over the first one's files."""
     base = Path(settings.output_dir).expanduser() if settings.output_dir else DEFAULT_OUTPUT_DIR
+    base = base.resolve()
     if settings.run_name:
-        return base.resolve() / settings.run_name
+        return base / settings.run_name
     stem = f"{settings.algorithm}-{settings.task}-{time.strftime('%Y%m%d-%H%M%S')}"
-    base.resolve().mkdir(parents=True, exist_ok=True)
+    base.mkdir(parents=True, exist_ok=True)
     for suffix in ("", *(f"-{n}" for n in range(2, 1000))):
-        folder = base.resolve() / f"{stem}{suffix}"
         try:
-            folder.mkdir()
+            (base / f"{stem}{suffix}").mkdir()
         except FileExistsError:
             continue
-        return folder
-    raise OSError(f"{base.resolve()} already has 999 results folders named {stem}[-N]")
+        return base / f"{stem}{suffix}"
+    raise OSError(f"{base} already has 999 results folders named {stem}[-N]")
 
 
 def _version(package: str) -> str | None:

@@ -8,12 +8,13 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.devices import NODES, QUICK, WORKLOADS
+from run_config.reference import toml_value
 from server_app.preflight import check
 from testing.inprocess_grid import counting
 
 
 def _text(overrides: dict) -> str:
-    return " ".join(f"{key}={value!r}" for key, value in overrides.items())
+    return " ".join(f"{key}={toml_value(value)}" for key, value in overrides.items())
 
 
 @pytest.mark.parametrize("quick", [False, True], ids=["full", "quick"])

@@ -290,7 +290,7 @@ def main() -> None:
     args = parser(__doc__.splitlines()[0]).parse_args()
     start = time.perf_counter()
     seeds = SEEDS[:2] if args.quick else SEEDS
-    rounds1, rounds3, clients3 = (3, 3, 20) if args.quick else (100, 300, 100)
+    rounds1, rounds3, clients3 = (3, 3, 10) if args.quick else (100, 300, 100)
     tasks = ["mnist-5k"] if args.quick else t1.TASKS
     hp = {**t3.DEFAULTS, **load_hparams()}
     present = available_algorithms()

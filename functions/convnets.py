@@ -33,6 +33,7 @@ from functions.networks import (
     MAX_LAYERS,
     Config,
     Shapes,
+    allocated,
     check_activation_and_bound,
     positive_ints,
 )
@@ -159,10 +160,12 @@ def build(spec: ConvNetSpec) -> ConvNet:
     return ConvNet(spec)
 
 
-def skeleton(spec: ConvNetSpec) -> ConvNet:
-    """The network's structure without allocating or initialising weights (no RNG draws)."""
+def loaded(spec: ConvNetSpec, arrays: Sequence[np.ndarray]) -> ConvNet:
+    """The network with ``arrays`` (the spec's, in ``array_shapes`` order) as its weights,
+    without random draws (built on the meta device, then allocated)."""
     with torch.device("meta"):
-        return ConvNet(spec)
+        skeleton = ConvNet(spec)
+    return allocated(skeleton, arrays)
 
 
 def spec_config(spec: ConvNetSpec, prefix: str = "") -> Config:

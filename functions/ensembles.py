@@ -29,6 +29,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 
 import numpy as np
 import torch
@@ -546,10 +547,10 @@ def _decode_group(
             return unpack_trees(arrays, "", count, n_features, n_outputs, limits.max_nodes)
         if kind == NetworkSpec.kind:
             spec = networks.decode_spec(fields, "", limits.max_params)
-            make = networks.skeleton
+            load = partial(networks.Network, spec)
         elif kind == ConvNetSpec.kind:
             spec = convnets.decode_spec(fields, "", n_outputs, limits.max_params)
-            make = convnets.skeleton
+            load = partial(convnets.loaded, spec)
         else:
             raise DecodeError(f"kind: unknown or missing learner kind {kind!r}")
         if (spec.n_features, spec.n_outputs) != (n_features, n_outputs):
@@ -560,7 +561,7 @@ def _decode_group(
         shapes = spec.array_shapes()
         if set(arrays) != set(shapes):
             raise DecodeError(f"expected arrays {sorted(shapes)}, got {sorted(arrays)}")
-        return unpack_modules(arrays, "", shapes, count, lambda: make(spec))
+        return unpack_modules(arrays, "", shapes, count, load)
     except DecodeError as err:
         raise DecodeError(f"{prefix}{err}") from None
 

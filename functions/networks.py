@@ -106,11 +106,14 @@ class Network(nn.Sequential):
     ensemble like a tree.
     """
 
-    def __init__(self, spec: NetworkSpec) -> None:
+    def __init__(self, spec: NetworkSpec, arrays: Sequence[np.ndarray] | None = None) -> None:
+        """Fresh weights drawn from torch's global generator, or ``arrays`` (the spec's, in
+        ``array_shapes`` order, checked by the caller) copied without drawing anything."""
         layers: list[nn.Module] = []
         for i, (a, b) in enumerate(zip(spec.sizes[:-1], spec.sizes[1:])):
             layers += [ACTIVATIONS[spec.activation]()] if i else []
-            layers.append(nn.Linear(a, b))
+            given = None if arrays is None else arrays[2 * i : 2 * i + 2]
+            layers.append(nn.Linear(a, b) if given is None else _given_linear(*given))
         if spec.output_bound is not None:
             layers.append(nn.Hardtanh(-spec.output_bound, spec.output_bound))
         super().__init__(*layers)
@@ -120,6 +123,19 @@ class Network(nn.Sequential):
         with torch.no_grad():
             out = self(torch.as_tensor(np.asarray(x, dtype=np.float32)))
         return out.numpy().astype(np.float64)
+
+
+def _given_linear(weight: np.ndarray, bias: np.ndarray) -> nn.Linear:
+    """An ``nn.Linear`` holding copies of ``weight`` (out, in) and ``bias`` (out,), made without
+    its constructor, which first draws initial weights: from torch's global generator on the
+    CPU, or through slow decompositions on the meta device (``torch.nn.utils.skip_init``'s way:
+    3 ms a layer stack, a third of the default job's time went to decoding learners)."""
+    layer = nn.Linear.__new__(nn.Linear)
+    nn.Module.__init__(layer)
+    layer.out_features, layer.in_features = weight.shape
+    layer.weight = nn.Parameter(torch.tensor(weight))
+    layer.bias = nn.Parameter(torch.tensor(bias))
+    return layer
 
 
 def build(spec: NetworkSpec) -> Network:
@@ -218,7 +234,7 @@ def decode_network(
     checked = [
         check_float32(arrays[prefix + name], prefix + name, shape) for name, shape in shapes.items()
     ]
-    return _loaded(skeleton(spec), checked)
+    return Network(spec, checked)
 
 
 def pack_modules(
@@ -237,18 +253,19 @@ def unpack_modules(
     prefix: str,
     shapes: Shapes,
     count: int,
-    skeleton: Callable[[], nn.Module],
+    load: Callable[[Sequence[np.ndarray]], nn.Module],
 ) -> list[nn.Module]:
     """``count`` modules from stacked arrays (``pack_modules`` output); ``DecodeError`` on a fault.
 
     Checks that each ``prefix + name`` is finite float32 of shape (count, *shapes[name]); the
-    caller checks the key set. ``skeleton`` makes an unallocated module (no random draws).
+    caller checks the key set. ``load`` makes one module from its arrays in ``shapes`` order
+    (without random draws).
     """
     stacked = [
         check_float32(arrays[prefix + name], prefix + name, (count, *shape))
         for name, shape in shapes.items()
     ]
-    return [_loaded(skeleton(), [array[k] for array in stacked]) for k in range(count)]
+    return [load([array[k] for array in stacked]) for k in range(count)]
 
 
 def stacked_forward(
@@ -273,16 +290,11 @@ def stacked_forward(
     return h
 
 
-def _loaded(skeleton: nn.Module, arrays: Sequence[np.ndarray]) -> nn.Module:
-    """``skeleton`` allocated on the CPU with ``arrays`` as its parameters, in order."""
+def allocated(skeleton: nn.Module, arrays: Sequence[np.ndarray]) -> nn.Module:
+    """``skeleton`` (a module on the meta device) allocated on the CPU with ``arrays`` as its
+    parameters, in order."""
     module = skeleton.to_empty(device="cpu")
     with torch.no_grad():
         for array, param in zip(arrays, module.parameters()):
             param.copy_(torch.from_numpy(array))
     return module
-
-
-def skeleton(spec: NetworkSpec) -> Network:
-    """The network's structure without allocating or initialising weights (no RNG draws)."""
-    with torch.device("meta"):
-        return Network(spec)

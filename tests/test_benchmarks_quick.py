@@ -22,6 +22,7 @@ QUICK = [
     ("fedfw_table1", []),
     ("fedfw_table3", []),
     ("fedfw_wire", []),
+    ("learner_decode", []),
     ("ffgb_distillation", []),
     ("ffgb_figure1", []),
     ("ffgb_heterogeneous", []),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from sklearn.tree import DecisionTreeRegressor
 
 import functions.ensembles as ensembles
@@ -61,7 +62,9 @@ def test_a_delta_packed_from_the_cache_is_the_delta_packed_whole(kind):
         delta = increment(0, part)
         assert same_packing(pack_delta(delta, cache), pack_delta(delta))
     config, arrays = pack_delta(increment(0, learners), cache)
+    state = torch.random.get_rng_state()
     decoded = unpack_delta(config, arrays)
+    assert torch.equal(torch.random.get_rng_state(), state)  # decoding draws no random numbers
     assert np.array_equal(
         ensembles.weighted_sum(decoded.learners, decoded.weights, X, OUTPUTS),
         ensembles.weighted_sum(learners, [0.5] * 4, X, OUTPUTS),

@@ -156,7 +156,10 @@ def test_network_round_trip_gives_identical_outputs(spec):
     config, arrays = through_flower(*encode_network(spec, net, "n."))
     decoded = decode_network(config, arrays, "n.", max_params=10_000)
     assert torch.equal(torch.random.get_rng_state(), state)  # decoding draws no random numbers
-    assert decoded.spec == spec
+    assert decoded.spec == spec and repr(decoded) == repr(net)  # the layers' sizes too
+    assert all(p.requires_grad for p in decoded.parameters())
+    for array in arrays.values():
+        array[...] = 0  # the message's buffers: the network holds copies
     assert np.array_equal(decoded.predict(X_TEST), net.predict(X_TEST))
     with torch.no_grad():
         x = torch.as_tensor(X_TEST, dtype=torch.float32)

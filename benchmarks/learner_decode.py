@@ -16,7 +16,7 @@ delta as a node runs it (checks included).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -33,15 +33,6 @@ def through_meta_skeleton(spec: NetworkSpec, arrays: Sequence[np.ndarray]) -> Ne
     with torch.device("meta"):
         skeleton = Network(spec)
     return allocated(skeleton, arrays)
-
-
-def best_time(decode: Callable[[], object], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        began = time.perf_counter()
-        decode()
-        times.append(time.perf_counter() - began)
-    return min(times)
 
 
 def main() -> None:
@@ -76,7 +67,9 @@ def main() -> None:
     seconds = dict.fromkeys(paths, float("inf"))
     for _ in range(repeats):
         for name, decode in paths.items():
-            seconds[name] = min(seconds[name], best_time(decode, 1))
+            began = time.perf_counter()
+            decode()
+            seconds[name] = min(seconds[name], time.perf_counter() - began)
     reference = seconds[next(iter(paths))]
     rows = [
         [name, f"{1e3 * s:.1f}", f"{1e3 * s / LEARNERS:.3f}", f"{reference / s:.1f}x"]

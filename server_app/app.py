@@ -220,10 +220,12 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
     ended = outcome(
         writer.rounds,
         settings.num_rounds,
-        num_nodes,
+        num_nodes if strategy.roster is None else len(strategy.roster.node_ids),
         cause,
         isinstance(stopped, RunDiverged),
         None if plan.sites is None else config["sites"],
+        strategy.left_out(),
+        strategy.vacant_partitions(),
     )
     devices = {
         "server": device_facts(resolve_device(settings.central_device, "central-device")),

@@ -54,6 +54,7 @@ class Outcome:
     final: float | None = None
     best: float | None = None
     best_round: int | None = None
+    vacant: list[int] = field(default_factory=list)  # partitions no node of the run served
 
     def line(self) -> str:
         """The health line."""
@@ -74,6 +75,11 @@ class Outcome:
                 else ""
             )
         )
+        if self.vacant:
+            parts.append(
+                f"no node for partition{'s' * (len(self.vacant) != 1)} "
+                + ", ".join(map(str, self.vacant))
+            )
         parts.append(f"{len(self.warnings)} warning{'s' * (len(self.warnings) != 1)}")
         parts.append("diverged" if self.diverged else "not diverged")
         if self.metric:
@@ -117,10 +123,13 @@ def outcome(
     cause: str = "",
     diverged: bool = False,
     sites: dict[str, Any] | None = None,
+    left_out: dict[str, str] | None = None,
+    vacant: list[int] | None = None,
 ) -> Outcome:
     """The outcome of a run whose results are ``rows`` (round 0 first), ``cause`` the one
     sentence of a failure (empty: completed); ``sites``: config.json's record of the sites'
-    agreement."""
+    agreement; ``left_out`` (node id -> reason) and ``vacant``: the nodes the roster left out
+    and the partitions no node served."""
     metric, final, best, best_round = headline(rows)
     completed = max((r["round"] for r in rows if not nonfinite(r)), default=0)
     return Outcome(
@@ -131,10 +140,11 @@ def outcome(
         nodes,
         diverged,
         None if sites is None else list(sites["partitions"]),
-        dict(sites["left-out"]) if sites else {},
+        {**(sites["left-out"] if sites else {}), **(left_out or {})},
         list(sites["warnings"]) if sites else [],
         metric,
         final,
         best,
         best_round,
+        list(vacant or []),
     )

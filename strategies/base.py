@@ -357,6 +357,15 @@ class FederatedStrategy(Strategy):
         """What the global function is (model, size), for the run's config.json."""
         return {}
 
+    def left_out(self) -> dict[str, str]:
+        """Every node the roster left out, with the reason, for the run's health line (the
+        sites' agreement names the nodes it refused itself)."""
+        return {} if self.roster is None else {str(n): r for n, r in self.roster.left_out.items()}
+
+    def vacant_partitions(self) -> list[int]:
+        """The partitions of the federation no node of the run serves."""
+        return [] if self.roster is None else self.roster.vacant()
+
     def node_devices(self) -> list[dict[str, Any]]:
         """Each node's device, GPU, torch and CUDA versions (its ``query.node`` facts), by
         partition id in roster order, for the run's config.json."""

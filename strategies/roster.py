@@ -7,7 +7,10 @@ Only a node whose answer is usable (and, with ``node-partitions``, agrees with i
 the roster: one whose answer is unusable or refused is left out of the run, logged and counted as
 a failure of that round, and is not asked again under that node id (it never trains nor receives
 anything). A partition is served by one node only: a second node that claims it is a
-*claimant*, left out of the run (logged, not counted).
+*claimant*, left out of the run (logged, not counted). Every node left out is kept with its
+reason (``Roster.left_out``), and the partitions no node serves are known (``vacant``): the
+run's health line names both. The roster is fixed at round 1: a node that answers later for a
+vacant partition (it was slow, or its SuperNode restarted during round 1) stays out.
 
 A restarted SuperNode gets a new node id. At the start of every later round ``refresh`` compares
 Flower's connected node ids with the roster (no message when nothing changed): a new id is asked
@@ -51,6 +54,8 @@ class Admission:
 
 CLAIMANTS = "claimants"  # checkpoint keys: the claimants' ids, and their facts under claimant/
 CLAIMANT_PREFIX = "claimant/"
+LEFT_OUT_NODES, LEFT_OUT_REASONS = "left-out-nodes", "left-out-reasons"
+NO_ANSWER = f"no answer to {QUERY_NODE} within reply-timeout"
 
 
 def place(facts: Facts) -> Facts:
@@ -77,9 +82,10 @@ def _facts(reply: Message) -> Facts:
 
 def _ask(
     grid: Grid, label: str, server_round: int, node_ids: list[int], admission: Admission
-) -> tuple[dict[int, Facts], int]:
+) -> tuple[dict[int, Facts], int, dict[int, str]]:
     """``query.node`` to ``node_ids`` (but those ``admission`` leaves out): the usable answers,
-    and how many replies were dropped (error replies are counted by the metered grid)."""
+    how many replies were dropped (error replies are counted by the metered grid), and why
+    each other asked node has no usable answer."""
     for node in node_ids:
         if node in admission.left_out:
             log(
@@ -98,26 +104,35 @@ def _ask(
     screened = screen_replies(
         label, server_round, grid.send_and_receive(questions), _facts, node_ids
     )
-    return screened.accepted, screened.rejected
+    unanswered = {
+        m.metadata.dst_node_id: screened.reasons.get(m.metadata.dst_node_id, NO_ANSWER)
+        for m in questions
+        if m.metadata.dst_node_id not in screened.accepted
+    }
+    return screened.accepted, screened.rejected, unanswered
 
 
 def refuse_unpinned(
     label: str, server_round: int, answers: dict[int, Facts], pinned: Mapping[int, int]
-) -> list[int]:
-    """The nodes whose claim contradicts ``node-partitions`` (``pinned``: node id -> partition),
-    logged; none when nothing is pinned."""
+) -> dict[int, str]:
+    """The nodes whose claim contradicts ``node-partitions`` (``pinned``: node id -> partition)
+    with the reason, logged; none when nothing is pinned."""
     if not pinned:
-        return []
-    refused = [n for n, f in answers.items() if pinned.get(n) != f[PARTITION_ID]]
-    for node in refused:
+        return {}
+    refused = {}
+    for node, facts in answers.items():
+        if pinned.get(node) == facts[PARTITION_ID]:
+            continue
+        refused[node] = f"claims partition {facts[PARTITION_ID]}, but node-partitions " + (
+            f"gives it partition {pinned[node]}" if node in pinned else "does not list it"
+        )
         log(
             WARNING,
-            "%s round %d: node %s claims partition %d, but node-partitions %s; it is refused",
+            "%s round %d: node %s %s; it is refused",
             label,
             server_round,
             node,
-            answers[node][PARTITION_ID],
-            f"gives it partition {pinned[node]}" if node in pinned else "does not list it",
+            refused[node],
         )
     return refused
 
@@ -130,12 +145,21 @@ def rekeyed(mapping: Mapping[int, V], old: int, new: int) -> dict[int, V]:
 
 @dataclass
 class Roster:
-    """Node ids in the run's fixed order, what each node said about itself, and the connected
-    nodes left out (claimants: their facts, or None for an unusable answer)."""
+    """Node ids in the run's fixed order, what each node said about itself, the connected
+    nodes left out (claimants: their facts, or None for an unusable answer) and why every node
+    asked is not in the run (``left_out``; the sites' agreement keeps its own)."""
 
     node_ids: list[int]
     facts: dict[int, Facts]
     claimants: dict[int, Facts | None] = field(default_factory=dict)
+    left_out: dict[int, str] = field(default_factory=dict)
+
+    def vacant(self) -> list[int]:
+        """The partitions of the federation (0 .. the largest ``num-partitions`` its nodes
+        declared) that no node of the run serves."""
+        served = {f[PARTITION_ID] for f in self.facts.values()}
+        total = max((int(f[NUM_PARTITIONS]) for f in self.facts.values()), default=0)
+        return [p for p in range(total) if p not in served]
 
     @classmethod
     def query(
@@ -144,13 +168,11 @@ class Roster:
         """Ask every connected node; return the roster and how many answers were unusable or
         refused (a claim against ``admission.pinned``)."""
         node_ids = sorted(grid.get_node_ids())
-        answers, rejected = _ask(grid, label, server_round, node_ids, admission)
+        answers, rejected, left_out = _ask(grid, label, server_round, node_ids, admission)
         pinned = admission.pinned
         facts: dict[int, Facts] = {}
         claimants: dict[int, Facts | None] = {n: None for n in node_ids if n not in answers}
-        for node in claimants:
-            if node in admission.left_out:
-                continue
+        for node in left_out:
             log(
                 WARNING,
                 "%s round %d: node %s gave no usable answer to %s; it is left out",
@@ -159,9 +181,9 @@ class Roster:
                 node,
                 QUERY_NODE,
             )
-        for node in refuse_unpinned(label, server_round, answers, pinned):
+        for node, reason in refuse_unpinned(label, server_round, answers, pinned).items():
             del answers[node]
-            claimants[node] = None
+            claimants[node], left_out[node] = None, reason
             rejected += 1
         if not answers:
             raise RuntimeError(
@@ -183,6 +205,7 @@ class Roster:
                     owner[pid],
                 )
                 claimants[node] = answers[node]
+                left_out[node] = f"partition {pid} is served by node {owner[pid]}"
             else:
                 owner[pid], facts[node] = node, answers[node]
         order = sorted(facts, key=lambda n: facts[n][PARTITION_ID])
@@ -193,7 +216,15 @@ class Roster:
             len(order),
             [facts[n][PARTITION_ID] for n in order],
         )
-        return cls(order, {n: facts[n] for n in order}, claimants), rejected
+        roster = cls(order, {n: facts[n] for n in order}, claimants, left_out)
+        if roster.vacant():
+            log(
+                WARNING,
+                "%s: no node serves partitions %s; the run goes on without them",
+                label,
+                roster.vacant(),
+            )
+        return roster, rejected
 
     def refresh(
         self, grid: Grid, label: str, server_round: int, admission: Admission = Admission()
@@ -204,14 +235,15 @@ class Roster:
         connected = set(grid.get_node_ids())
         self.claimants = {n: f for n, f in self.claimants.items() if n in connected}
         new = sorted(connected.difference(self.node_ids, self.claimants))
-        rejected, refused = 0, []
+        rejected, refused, unanswered = 0, {}, {}
         if new:
-            answers, rejected = _ask(grid, label, server_round, new, admission)
+            answers, rejected, unanswered = _ask(grid, label, server_round, new, admission)
             refused = refuse_unpinned(label, server_round, answers, admission.pinned)
             for node in refused:
                 del answers[node]
                 rejected += 1
             self.claimants.update({n: answers.get(n) for n in new})
+            self.left_out.update({**unanswered, **refused})
         owner = {f[PARTITION_ID]: n for n, f in self.facts.items()}
         rebinds = []
         usable = [n for n, f in self.claimants.items() if f is not None]
@@ -226,6 +258,7 @@ class Roster:
             elif place(claim) != place(self.facts[old]):
                 reason = f"its facts {claim} differ from those of partition {pid}'s node {old}"
             if reason is not None:
+                self.left_out[node] = reason
                 if node in new:
                     log(
                         WARNING,
@@ -237,6 +270,7 @@ class Roster:
                     )
                 continue
             del self.claimants[node]
+            self.left_out.pop(node, None)
             self.node_ids[self.node_ids.index(old)] = node
             self.facts = rekeyed(self.facts, old, node)
             owner[pid] = node
@@ -251,13 +285,8 @@ class Roster:
                 old,
                 pid,
             )
-        for node in new:
-            if (
-                node in self.claimants
-                and self.claimants[node] is None
-                and node not in refused
-                and node not in admission.left_out
-            ):
+        for node in unanswered:
+            if node in self.claimants:
                 log(
                     WARNING,
                     "%s round %d: node %s gave no usable answer to %s; it is left out",
@@ -277,6 +306,8 @@ class Roster:
             {
                 "node-ids": [str(n) for n in self.node_ids],
                 CLAIMANTS: [str(n) for n in self.claimants],
+                LEFT_OUT_NODES: [str(n) for n in self.left_out],
+                LEFT_OUT_REASONS: list(self.left_out.values()),
             }
         )
         for node, facts in self.facts.items():
@@ -291,9 +322,12 @@ class Roster:
     def from_record(cls, record: ConfigRecord) -> Roster:
         node_ids = [int(n) for n in record["node-ids"]]
         claimants: dict[int, Facts | None] = {int(n): None for n in record.get(CLAIMANTS, [])}
+        left_out = dict(
+            zip(map(int, record.get(LEFT_OUT_NODES, [])), record.get(LEFT_OUT_REASONS, []))
+        )
         facts: dict[int, Facts] = {}
         for key, value in record.items():
-            if key in ("node-ids", CLAIMANTS):
+            if key in ("node-ids", CLAIMANTS, LEFT_OUT_NODES, LEFT_OUT_REASONS):
                 continue
             book = facts
             if key.startswith(CLAIMANT_PREFIX):
@@ -302,7 +336,7 @@ class Roster:
             if book.get(int(node)) is None:
                 book[int(node)] = {}
             book[int(node)][name] = value
-        return cls(node_ids, facts, claimants)
+        return cls(node_ids, facts, claimants, left_out)
 
 
 def moved(nodes: Iterable[int], old: int, new: int) -> list[int]:

@@ -138,10 +138,7 @@ def _contested(answers: dict[int, tuple[int, dict]], pinned: dict[int, int]) -> 
     ``node-partitions`` is refused, and a partition is served by one node (the first by node
     id); the other claimants, with the reason."""
     claims = {n: {PARTITION_ID: answers[n][0]} for n in sorted(answers)}
-    refused = {
-        n: f"its claim of partition {claims[n][PARTITION_ID]} contradicts node-partitions"
-        for n in refuse_unpinned(LABEL, ROUND, claims, pinned)
-    }
+    refused = refuse_unpinned(LABEL, ROUND, claims, pinned)
     owner: dict[int, int] = {}
     for node, claim in claims.items():
         partition = claim[PARTITION_ID]

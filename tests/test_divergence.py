@@ -180,3 +180,9 @@ def test_the_outcome_of_rows():
         "(partitions 0, 2), 1 left out: node 7: its file: no such file, 1 warning, "
         "not diverged, test_accuracy final 0.8, best 0.9 (round 1)"
     )
+    # the roster's own: a node without a usable answer, and the partitions nobody served
+    line = outcome(rows, 2, 3, left_out={"9": "no answer"}, vacant=[1, 4]).line()
+    assert line.startswith(
+        "Run completed; 2/2 rounds, 3 nodes, 1 left out: node 9: no answer, "
+        "no node for partitions 1, 4, 0 warnings, "
+    )

@@ -217,6 +217,13 @@ def test_every_exchange_waits_reply_timeout_and_a_silent_node_is_a_failure(tmp_p
     # its query.node answer never comes: it is left out of the roster and sent nothing more
     assert [r["failures"] for r in rows[1:]] == [1, 0]
     assert rows[-1]["test_accuracy"] > 0.8
+    # and the health line says so: 3 nodes took part, not the 4 connected
+    line = json.loads((tmp_path / RUN_NAME / "config.json").read_text())["outcome"]["line"]
+    silent = grid.node_ids[SilentNodeGrid.silent]
+    assert (
+        f"3 nodes, 1 left out: node {silent}: no answer to query.node within reply-timeout, "
+        f"no node for partition {SilentNodeGrid.silent}, 0 warnings" in line
+    ), line
 
 
 def test_a_reply_timeout_that_is_not_positive_stops_before_training(tmp_path):

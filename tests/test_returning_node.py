@@ -316,6 +316,8 @@ def test_the_roster_takes_returning_nodes_in_once_and_leaves_out_every_other_cla
     roster, rejected = Roster.query(grid, "test", 1)
     # a second claim on partition 1 in round 1 is left out as well (not counted twice)
     assert (roster.node_ids, roster.claimants, rejected) == ([10, 20, 30], {40: facts(1)}, 0)
+    assert roster.left_out == {40: "partition 1 is served by node 20"}
+    assert roster.vacant() == [3]  # of num-partitions 4: the health line names it
     grid.asked.clear()
     assert roster.refresh(grid, "test", 2) == ([], 0) and grid.asked == []  # no change: no message
 
@@ -333,6 +335,13 @@ def test_the_roster_takes_returning_nodes_in_once_and_leaves_out_every_other_cla
     assert grid.asked == [50, 60, 70, 75, 80, 90]  # 40 was asked in round 1 already
     assert roster.node_ids == [10, 40, 50] and list(roster.facts) == [10, 40, 50]
     assert roster.facts[50] == facts(2) and sorted(roster.claimants) == [60, 70, 75, 80, 90]
+    # why each is out, for the health line; 40 took its place and is out no more
+    assert sorted(roster.left_out) == [60, 70, 75, 80, 90]
+    assert roster.left_out[60] == "no node of the run had partition 3"
+    assert roster.left_out[70] == "partition 0 is served by node 10"
+    assert roster.left_out[75] == "partition 2 is served by node 50"  # 50 took it first
+    assert "expected records" in roster.left_out[80]  # the decoder's sentence
+    assert roster.left_out[90] == "partition 2 is served by node 50"
 
     restored = Roster.from_record(roster.to_record())
     assert restored == roster and list(restored.claimants) == list(roster.claimants)

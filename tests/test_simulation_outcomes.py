@@ -91,6 +91,9 @@ def test_bad_sites_are_left_out_with_one_sentence_through_ray(tmp_path, link):
     config = (out / "sim" / "config.json").read_text()
     sites = json.loads(config)["sites"]
     assert sites["partitions"] == [0, 1]
+    ended = json.loads(config)["outcome"]
+    assert ended["vacant"] == list(range(2, 10))  # the health line names them too
+    assert "no node for partitions 2, 3, 4, 5, 6, 7, 8, 9, " in ended["line"], ended["line"]
     reasons = sorted(sites["left-out"].values())
     assert len(reasons) == len(expected)
     for partition, fragment in expected.items():

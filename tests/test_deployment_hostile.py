@@ -237,7 +237,15 @@ def hostile_run(tmp_path_factory):
         status = d.wait_for_runs([run_id], timeout=600)[run_id]
         rows = json.loads((results / "hostile" / "metrics.json").read_text())["rounds"]
         log = (d.workdir / "logs" / f"{run_id}.log").read_text()
-        yield {"status": status, "rows": rows, "log": log, "owner": owner, "ids": d.node_ids}
+        ended = json.loads((results / "hostile" / "config.json").read_text())["outcome"]
+        yield {
+            "status": status,
+            "rows": rows,
+            "log": log,
+            "owner": owner,
+            "ids": d.node_ids,
+            "outcome": ended,
+        }
     finally:
         d.stop()
 
@@ -261,6 +269,15 @@ def test_a_deployment_with_hostile_peers_completes_and_counts_every_bad_reply(ho
         for line in log.splitlines()
     ), log[-3000:]
     assert rows[4]["bytes_up"] > HUGE_ARRAY_BYTES + HUGE_CONFIG_BYTES  # the huge reply arrived
+    # the health line names the refused claimant with its reason, and the partition its
+    # SuperNode was started for, which nobody served
+    refused = f"claims partition {hostile_run['owner']}, but node-partitions does not list it"
+    assert hostile_run["outcome"]["left_out"] == {str(ids["claimant"]): refused}
+    assert hostile_run["outcome"]["vacant"] == [HONEST + 1]
+    assert (
+        f"{HONEST + 1} nodes, 1 left out: node {ids['claimant']}: {refused}, "
+        f"no node for partition {HONEST + 1}, 0 warnings" in hostile_run["outcome"]["line"]
+    )
 
 
 def test_the_honest_nodes_results_are_those_without_the_hostile_peers(hostile_run, tmp_path):

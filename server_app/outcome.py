@@ -16,6 +16,7 @@ from typing import Any
 from server_app.results import LABEL_KEYS, LABEL_UNITS, METRIC_KEYS
 
 COMPLETED, FAILED = "completed", "failed"
+VACANT_LISTED = 10  # the vacant partitions the line names; config.json's outcome holds them all
 
 
 def in_label_units(row: dict[str, Any], scale: float) -> dict[str, float]:
@@ -76,9 +77,11 @@ class Outcome:
             )
         )
         if self.vacant:
+            listed = ", ".join(map(str, self.vacant[:VACANT_LISTED]))
+            more = len(self.vacant) - VACANT_LISTED
             parts.append(
-                f"no node for partition{'s' * (len(self.vacant) != 1)} "
-                + ", ".join(map(str, self.vacant))
+                f"no node for partition{'s' * (len(self.vacant) != 1)} {listed}"
+                + (f" and {more} more" if more > 0 else "")
             )
         parts.append(f"{len(self.warnings)} warning{'s' * (len(self.warnings) != 1)}")
         parts.append("diverged" if self.diverged else "not diverged")

@@ -22,6 +22,7 @@ the new id (``FederatedStrategy.rebind``), where the node counts as one that los
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
@@ -55,6 +56,7 @@ class Admission:
 CLAIMANTS = "claimants"  # checkpoint keys: the claimants' ids, and their facts under claimant/
 CLAIMANT_PREFIX = "claimant/"
 LEFT_OUT_NODES, LEFT_OUT_REASONS = "left-out-nodes", "left-out-reasons"
+MAX_PARTITIONS = 1_000_000  # a bound on a declared num-partitions (runs reach 1,000 nodes)
 NO_ANSWER = f"no answer to {QUERY_NODE} within reply-timeout"
 
 
@@ -77,6 +79,8 @@ def _facts(reply: Message) -> Facts:
         raise DecodeError(
             f"{PARTITION_ID}={pid!r} is not an int in [0, {NUM_PARTITIONS}={total!r})"
         )
+    if total > MAX_PARTITIONS:
+        raise DecodeError(f"{NUM_PARTITIONS}={total} is above {MAX_PARTITIONS:,}")
     return facts
 
 
@@ -155,10 +159,14 @@ class Roster:
     left_out: dict[int, str] = field(default_factory=dict)
 
     def vacant(self) -> list[int]:
-        """The partitions of the federation (0 .. the largest ``num-partitions`` its nodes
-        declared) that no node of the run serves."""
+        """The partitions of the federation that no node of the run serves: 0 .. the
+        ``num-partitions`` most of its nodes declared (the smaller on a tie: one node cannot
+        make a federation larger than the others say)."""
+        declared = Counter(int(f[NUM_PARTITIONS]) for f in self.facts.values())
+        if not declared:
+            return []
+        total = max(declared, key=lambda count: (declared[count], -count))
         served = {f[PARTITION_ID] for f in self.facts.values()}
-        total = max((int(f[NUM_PARTITIONS]) for f in self.facts.values()), default=0)
         return [p for p in range(total) if p not in served]
 
     @classmethod

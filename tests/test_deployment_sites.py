@@ -56,7 +56,7 @@ def deployed(tmp_path_factory, sites):
         tmp_path_factory.mktemp("deploy"),
         tls=True,
         auth=True,
-        base_port=free_port_block(low=30000, high=35000),
+        base_port=free_port_block(low=30000, high=32700),
         warm=True,
     )
     try:

@@ -186,3 +186,5 @@ def test_the_outcome_of_rows():
         "Run completed; 2/2 rounds, 3 nodes, 1 left out: node 9: no answer, "
         "no node for partitions 1, 4, 0 warnings, "
     )
+    many = outcome(rows, 2, 3, vacant=list(range(3, 100))).line()
+    assert "no node for partitions 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 and 87 more, 0 warnings" in many

@@ -1,5 +1,6 @@
 """Files the deployment tooling leaves on the machine (issue 19 item 7): private keys that no
-other user can read at any moment, unique work folders, no world-writable folder.
+other user can read at any moment, unique work folders, no world-writable folder; and the
+ports it takes, below the kernel's ephemeral range.
 
 The results folder's atomic writes are tested in tests/test_results.py.
 """
@@ -204,3 +205,14 @@ def test_no_world_writable_folder_and_no_fixed_temporary_paths():
         for line in path.read_text().splitlines():
             if not line.lstrip().startswith("#"):
                 assert not fixed.search(line), (path.name, line)
+
+
+def test_a_port_block_stays_below_the_ephemeral_range():
+    """Outgoing connections take ephemeral ports: a block reaching into that range once lost a
+    SuperNode its port (the sites deployment waited 900 s for a node that never started)."""
+    start = local.ephemeral_low()
+    for _ in range(20):
+        base = local.free_port_block(low=start - 100, high=start + 5000)
+        assert start - 100 <= base and base + 40 <= start
+    with pytest.raises(RuntimeError, match="below the ephemeral range"):
+        local.free_port_block(low=start, high=start + 5000)

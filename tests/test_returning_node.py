@@ -318,6 +318,15 @@ def test_the_roster_takes_returning_nodes_in_once_and_leaves_out_every_other_cla
     assert (roster.node_ids, roster.claimants, rejected) == ([10, 20, 30], {40: facts(1)}, 0)
     assert roster.left_out == {40: "partition 1 is served by node 20"}
     assert roster.vacant() == [3]  # of num-partitions 4: the health line names it
+    # one node cannot make the federation larger than the others say, nor unbounded
+    assert Roster([1, 2], {1: facts(0), 2: {**facts(1), "num-partitions": 10**6}}).vacant() == [
+        2,
+        3,
+    ]
+    huge = AnsweringGrid({1: facts(0), 2: {**facts(1), "num-partitions": 10**6 + 1}})
+    assert Roster.query(huge, "test", 1)[0].left_out == {
+        2: "num-partitions=1000001 is above 1,000,000"
+    }
     grid.asked.clear()
     assert roster.refresh(grid, "test", 2) == ([], 0) and grid.asked == []  # no change: no message
 

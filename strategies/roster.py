@@ -225,12 +225,12 @@ class Roster:
             [facts[n][PARTITION_ID] for n in order],
         )
         roster = cls(order, {n: facts[n] for n in order}, claimants, left_out)
-        if roster.vacant():
+        if vacant := roster.vacant():
             log(
                 WARNING,
                 "%s: no node serves partitions %s; the run goes on without them",
                 label,
-                roster.vacant(),
+                vacant,
             )
         return roster, rejected
 

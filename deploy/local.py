@@ -293,6 +293,7 @@ class Deployment:
     max_object_bytes: int = MAX_OBJECT_BYTES  # the largest push-object body the perimeter forwards
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     killed: set[str] = field(default_factory=set)  # processes stopped on purpose (``kill``)
+    may_exit: set[str] = field(default_factory=set)  # processes meant to exit (refused nodes)
     node_ids: dict[str, int] = field(default_factory=dict)  # registered key name -> node id
 
     def __post_init__(self) -> None:
@@ -511,6 +512,8 @@ class Deployment:
         if self.auth:
             key = self.register(name) if registered else make_node_key(self.keys, name)
             args += ["--auth-supernode-private-key", str(key)]
+        if not registered:  # the SuperLink refuses it: its exit is what the caller expects
+            self.may_exit.add(name)
         if self.star is not None:
             args = [*self.star.exec_prefix(self.star.node(index)), *args]
         if warm:  # its Runtime API is plain HTTP on loopback, as in subprocess isolation
@@ -540,7 +543,11 @@ class Deployment:
     def check_alive(self) -> None:
         """ProcessExited naming each process that exited unasked (not through ``kill``), with
         the last lines of its log."""
-        dead = {n: code for n, code in self.exited().items() if n not in self.killed}
+        dead = {
+            n: code
+            for n, code in self.exited().items()
+            if n not in self.killed and n not in self.may_exit
+        }
         if dead:
             raise ProcessExited(
                 "; ".join(
@@ -621,8 +628,10 @@ class Deployment:
         """Wait until every run in ``run_ids`` has finished; their final statuses.
 
         Each run's log is streamed (``flwr log <id> --stream``, which ends when the run does) into
-        ``logs/<id>.log`` of the work directory, so nothing polls meanwhile (a ``flwr`` command
-        costs about 1 s of CPU); then Flower's run list is polled until all are finished."""
+        ``logs/<id>.log`` of the work directory, so no ``flwr`` command polls meanwhile (one
+        costs about 1 s of CPU); then Flower's run list is polled until all are finished.
+        ``ProcessExited`` as soon as a process of the deployment exits unasked (``check_alive``:
+        a SuperNode that could not start would otherwise leave its runs waiting for it)."""
         deadline = time.monotonic() + timeout
         logs = self.workdir / "logs"
         logs.mkdir(exist_ok=True)
@@ -642,10 +651,12 @@ class Deployment:
                 )
         try:
             for stream in streams:
-                try:
-                    stream.wait(max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    break
+                while stream.poll() is None and time.monotonic() < deadline:
+                    self.check_alive()
+                    try:
+                        stream.wait(min(2.0, max(0.1, deadline - time.monotonic())))
+                    except subprocess.TimeoutExpired:
+                        pass
         finally:
             for stream in streams:
                 if stream.poll() is None:
@@ -657,6 +668,7 @@ class Deployment:
                 return {r: statuses[r] for r in run_ids}
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"runs still going after {timeout} s: {statuses}")
+            self.check_alive()
             time.sleep(2)
 
     def runs(self) -> str:

@@ -21,6 +21,7 @@ from run_config.keys import (
     at_least,
     build,
     finite_above,
+    finite_at_least,
     read_key,
     read_keys,
     require,
@@ -73,6 +74,7 @@ MAY_CHANGE = (
     "reply-poll-interval",
     "min-replies",
     "min-nodes",
+    "join-timeout",
     "central-device",
 )
 
@@ -286,6 +288,18 @@ COMMON_KEYS = (
         field="min_nodes",
     ),
     Key(
+        "join-timeout",
+        float,
+        60.0,
+        "round 1: while fewer nodes are connected than the partitions the nodes declare and "
+        "some partition has no node, the server waits up to this many seconds for late nodes "
+        "(a site started after `min-nodes` were there, a SuperNode restarted during round 1) "
+        "and admits them; then the run goes on without the missing partitions (its health "
+        "line names them); 0 = no wait",
+        finite_at_least(0, "seconds"),
+        field="join_timeout",
+    ),
+    Key(
         "min-replies",
         int,
         0,
@@ -494,6 +508,7 @@ class RunSettings:
     seed: int = _DEFAULT["seed"]
     test_fraction: float = _DEFAULT["test_fraction"]  # offline tasks: share held out
     min_nodes: int = _DEFAULT["min_nodes"]
+    join_timeout: float = _DEFAULT["join_timeout"]  # seconds round 1 waits for late nodes
     min_replies: int = _DEFAULT["min_replies"]  # quorum of a round's training (0: none)
     output_dir: str = _DEFAULT["output_dir"]
     run_name: str = _DEFAULT["run_name"]

@@ -85,9 +85,9 @@ def plan_run(settings: RunSettings, sites: SiteAgreement | None = None) -> RunPl
         settings = replace(settings, central_evaluation=False)  # no test rows at the server
     algorithm = family_of(settings.algorithm).algorithm(settings.algorithm)
     strategy = strategy_for(settings, None if sites is None else sites.task)
-    strategy.pin_partitions(settings.pinned_partitions)
+    strategy.pin_partitions(settings.pinned_partitions, settings.join_timeout)
     if sites is not None:
-        strategy.admit_sites(sites.question, sites.left_out)
+        strategy.admit_sites(sites.question, sites.left_out, sites.vet)
     return RunPlan(settings, algorithm, strategy, sites)
 
 
@@ -217,13 +217,14 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
             stopped, cause = InvalidRunConfig(str(err)), f"refused once the nodes answered: {err}"
 
     summary = summarise(writer.rounds)
+    sites = None if plan.sites is None else plan.sites.record()  # with the late sites
     ended = outcome(
         writer.rounds,
         settings.num_rounds,
         num_nodes if strategy.roster is None else len(strategy.roster.node_ids),
         cause,
         isinstance(stopped, RunDiverged),
-        None if plan.sites is None else config["sites"],
+        sites,
         strategy.left_out(),
         strategy.vacant_partitions(),
     )
@@ -231,7 +232,7 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
         "server": device_facts(resolve_device(settings.central_device, "central-device")),
         "nodes": strategy.node_devices(),
     }
-    plots = writer.finish(summary, ended.record(), devices)
+    plots = writer.finish(summary, ended.record(), devices, sites, ended.nodes)
     exported = [write_atomic(out_dir / name, raw) for name, raw in strategy.exports().items()]
     log(INFO, "Final: %s", ", ".join(f"{k}={v}" for k, v in summary.items()))
     log(

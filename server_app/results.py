@@ -141,12 +141,15 @@ class ResultsWriter:
         summary: dict[str, Any],
         outcome: dict[str, Any] | None = None,
         devices: dict[str, Any] | None = None,
+        sites: dict[str, Any] | None = None,
+        num_nodes: int | None = None,
     ) -> list[Path]:
         """Write the summary, the run's ``outcome`` (config.json keeps it whole, the summary
-        its status and cause), the server's and the nodes' ``devices`` (config.json) and the
-        plots (and close the event files); return the plot paths."""
-        if outcome is not None or devices is not None:
-            extra = {"outcome": outcome, "devices": devices}
+        its status and cause), the server's and the nodes' ``devices``, the sites' record and
+        the number of nodes as the run ended (config.json: late nodes joined in round 1) and
+        the plots (and close the event files); return the plot paths."""
+        extra = {"outcome": outcome, "devices": devices, "sites": sites, "num_nodes": num_nodes}
+        if any(v is not None for v in extra.values()):
             self.config = {**self.config, **{k: v for k, v in extra.items() if v is not None}}
             self._write_json("config.json", self.config)
         if outcome is not None:

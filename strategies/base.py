@@ -41,7 +41,7 @@ from functions.errors import DecodeError
 from functions.protocol import CONFIG, EVALUATE_FIRST, EVALUATION, PARTITION_ID
 from strategies.evaluation import EvaluationSums, combine_evaluation_sums
 from strategies.node_book import NodeBook, NodeSlot
-from strategies.roster import Admission, Roster, devices
+from strategies.roster import Admission, Roster, Vet, devices
 from strategies.sampling import Sampler
 from strategies.screening import Screened, screen_replies
 from strategies.state_codec import (
@@ -90,16 +90,22 @@ class FederatedStrategy(Strategy):
     _asked_to_evaluate: frozenset[int] = frozenset()  # nodes asked, with their train message,
     # for the last round's evaluation (``evaluate-first``)
 
-    def pin_partitions(self, pinned: dict[int, int]) -> None:
+    def pin_partitions(self, pinned: dict[int, int], join_timeout: float = 0.0) -> None:
         """Only node ``n`` may serve partition ``pinned[n]``; with a map, a node that claims
         another partition, or is not in it, is refused (``node-partitions``, for SuperNodes with
-        authentication, whose node ids are fixed at registration)."""
-        self.admission = replace(self.admission, pinned=dict(pinned))
+        authentication, whose node ids are fixed at registration). Round 1 waits up to
+        ``join_timeout`` seconds for late nodes (``join-timeout``, ``strategies.roster``)."""
+        self.admission = replace(self.admission, pinned=dict(pinned), join_timeout=join_timeout)
 
-    def admit_sites(self, question: Callable[[], RecordDict], left_out: Mapping[int, str]) -> None:
-        """Sites' own data: every ``query.node`` carries ``question`` (the agreed schema), and
-        the nodes of ``left_out`` (refused by the agreement) never enter the roster."""
-        self.admission = replace(self.admission, question=question, left_out=dict(left_out))
+    def admit_sites(
+        self, question: Callable[[], RecordDict], left_out: Mapping[int, str], vet: Vet
+    ) -> None:
+        """Sites' own data: every ``query.node`` carries ``question`` (the agreed schema), the
+        nodes of ``left_out`` (refused by the agreement) never enter the roster, and a node the
+        agreement did not see is first vetted by ``vet``."""
+        self.admission = replace(
+            self.admission, question=question, left_out=dict(left_out), vet=vet
+        )
         self.per_site = True
 
     # -- the round lifecycle ----------------------------------------------------------------------

@@ -9,8 +9,16 @@ a failure of that round, and is not asked again under that node id (it never tra
 anything). A partition is served by one node only: a second node that claims it is a
 *claimant*, left out of the run (logged, not counted). Every node left out is kept with its
 reason (``Roster.left_out``), and the partitions no node serves are known (``vacant``): the
-run's health line names both. The roster is fixed at round 1: a node that answers later for a
-vacant partition (it was slow, or its SuperNode restarted during round 1) stays out.
+run's health line names both.
+
+Round 1 admits late nodes: while some partition of the federation has no node, every node that
+connected after the first question is asked too, and while fewer nodes are connected than the
+federation has partitions, the server waits up to ``join-timeout`` seconds for more (a site
+started after ``min-nodes`` were there, a SuperNode restarted during round 1). Then the roster
+is fixed: a node that comes later for a vacant partition stays out (each family sets itself up
+on the round-1 roster: FedFW's sizes, the histogram sketches, FedFun's graph).
+With sites' own data a node the schema agreement did not see is first vetted as the agreement
+would have (``Admission.vet``: its file's facts against the agreed schema and the other sites).
 
 A restarted SuperNode gets a new node id. At the start of every later round ``refresh`` compares
 Flower's connected node ids with the roster (no message when nothing changed): a new id is asked
@@ -22,6 +30,7 @@ the new id (``FederatedStrategy.rebind``), where the node counts as one that los
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -39,18 +48,29 @@ from tasks.devices import DEVICE_FACTS
 
 Facts = dict[str, int | float | str]
 V = TypeVar("V")
+Vet = Callable[[Grid, list[int]], tuple[dict[int, str], int]]
+
+
+def none_refused(grid: Grid, node_ids: list[int]) -> tuple[dict[int, str], int]:
+    """The vetting of runs without an agreement: every node may be asked."""
+    return {}, 0
 
 
 @dataclass(frozen=True)
 class Admission:
     """Who may enter the roster, and what ``query.node`` carries: ``pinned`` (node id -> the
     partition it alone may serve, from ``node-partitions``), ``left_out`` (node id -> why it is
-    not admitted: a site refused by the schema agreement) and ``question`` (the content of every
-    ``query.node``: with sites' own data, the agreed schema)."""
+    not admitted: a site refused by the schema agreement), ``question`` (the content of every
+    ``query.node``: with sites' own data, the agreed schema), ``vet`` (called with the nodes
+    about to be asked: the refused ones with the reason, and how many of them count as
+    failures; with sites' own data, the agreement's check of nodes it did not see) and
+    ``join_timeout`` (seconds round 1 waits for late nodes while partitions have none)."""
 
     pinned: Mapping[int, int] = field(default_factory=dict)
     left_out: Mapping[int, str] = field(default_factory=dict)
     question: Callable[[], RecordDict] = RecordDict
+    vet: Vet = none_refused
+    join_timeout: float = 0.0
 
 
 CLAIMANTS = "claimants"  # checkpoint keys: the claimants' ids, and their facts under claimant/
@@ -87,9 +107,10 @@ def _facts(reply: Message) -> Facts:
 def _ask(
     grid: Grid, label: str, server_round: int, node_ids: list[int], admission: Admission
 ) -> tuple[dict[int, Facts], int, dict[int, str]]:
-    """``query.node`` to ``node_ids`` (but those ``admission`` leaves out): the usable answers,
-    how many replies were dropped (error replies are counted by the metered grid), and why
-    each other asked node has no usable answer."""
+    """``query.node`` to ``node_ids`` (but those ``admission`` leaves out or its vetting
+    refuses): the usable answers that agree with the pins, how many replies were dropped or
+    refused (error replies are counted by the metered grid), and why each other asked node has
+    no usable answer."""
     for node in node_ids:
         if node in admission.left_out:
             log(
@@ -100,20 +121,98 @@ def _ask(
                 node,
                 admission.left_out[node],
             )
+    vetted, rejected = admission.vet(grid, [n for n in node_ids if n not in admission.left_out])
     questions = [
         Message(admission.question(), node, QUERY_NODE, group_id=str(server_round))
         for node in node_ids
-        if node not in admission.left_out
+        if node not in admission.left_out and node not in vetted
     ]
     screened = screen_replies(
         label, server_round, grid.send_and_receive(questions), _facts, node_ids
     )
+    answers = screened.accepted
+    refused = refuse_unpinned(label, server_round, answers, admission.pinned)
+    for node in refused:
+        del answers[node]
     unanswered = {
         m.metadata.dst_node_id: screened.reasons.get(m.metadata.dst_node_id, NO_ANSWER)
         for m in questions
-        if m.metadata.dst_node_id not in screened.accepted
+        if m.metadata.dst_node_id not in answers and m.metadata.dst_node_id not in refused
     }
-    return screened.accepted, screened.rejected, unanswered
+    for node, reason in unanswered.items():
+        log(
+            WARNING,
+            "%s round %d: node %s gave no usable answer to %s; it is left out: %s",
+            label,
+            server_round,
+            node,
+            QUERY_NODE,
+            reason,
+        )
+    unanswered.update(vetted)  # the vetting and the pins said why themselves
+    unanswered.update(refused)
+    return answers, rejected + screened.rejected + len(refused), unanswered
+
+
+def federation(facts: Iterable[Facts]) -> tuple[int, list[int]]:
+    """The federation's size, the ``num-partitions`` most nodes declared (the smaller on a tie:
+    one node cannot make a federation larger than the others say; 0 without nodes), and its
+    partitions that none of ``facts``' nodes serves."""
+    facts = list(facts)
+    declared = Counter(int(f[NUM_PARTITIONS]) for f in facts)
+    if not declared:
+        return 0, []
+    total = max(declared, key=lambda count: (declared[count], -count))
+    served = {f[PARTITION_ID] for f in facts}
+    return total, [p for p in range(total) if p not in served]
+
+
+def _late_nodes(
+    grid: Grid,
+    label: str,
+    server_round: int,
+    admission: Admission,
+    asked: set[int],
+    answers: dict[int, Facts],
+) -> tuple[list[int], dict[int, Facts], int, dict[int, str]]:
+    """Round 1's wait for late nodes (see the module docstring): the node ids asked after the
+    first question, their usable answers, how many were unusable or refused, and why the
+    others have none."""
+    deadline = time.monotonic() + admission.join_timeout
+    late: list[int] = []
+    found: dict[int, Facts] = {}
+    rejected, reasons = 0, {}
+    said = -1.0
+    while True:
+        total, vacant = federation([*answers.values(), *found.values()])
+        connected = set(grid.get_node_ids())
+        new = sorted(connected - asked)
+        if vacant and new:
+            log(INFO, "%s round %d: asking the late nodes %s", label, server_round, new)
+            usable, dropped, unusable = _ask(grid, label, server_round, new, admission)
+            asked.update(new)
+            late += new
+            found.update(usable)
+            rejected += dropped
+            reasons.update(unusable)
+            continue
+        left = deadline - time.monotonic()
+        if not vacant or len(connected) >= total or left <= 0:
+            return late, found, rejected, reasons
+        if said < 0 or said - left >= 10:
+            said = left
+            log(
+                INFO,
+                "%s round %d: %d of %d nodes connected, no node for partitions %s; waiting "
+                "up to %.0f s more for late nodes (join-timeout)",
+                label,
+                server_round,
+                len(connected),
+                total,
+                vacant,
+                left,
+            )
+        time.sleep(min(1.0, left))
 
 
 def refuse_unpinned(
@@ -162,37 +261,26 @@ class Roster:
         """The partitions of the federation that no node of the run serves: 0 .. the
         ``num-partitions`` most of its nodes declared (the smaller on a tie: one node cannot
         make a federation larger than the others say)."""
-        declared = Counter(int(f[NUM_PARTITIONS]) for f in self.facts.values())
-        if not declared:
-            return []
-        total = max(declared, key=lambda count: (declared[count], -count))
-        served = {f[PARTITION_ID] for f in self.facts.values()}
-        return [p for p in range(total) if p not in served]
+        return federation(self.facts.values())[1]
 
     @classmethod
     def query(
         cls, grid: Grid, label: str, server_round: int, admission: Admission = Admission()
     ) -> tuple[Roster, int]:
         """Ask every connected node; return the roster and how many answers were unusable or
-        refused (a claim against ``admission.pinned``)."""
+        refused (a claim against ``admission.pinned``, or its vetting); round 1 waits for late
+        nodes (the module docstring)."""
         node_ids = sorted(grid.get_node_ids())
         answers, rejected, left_out = _ask(grid, label, server_round, node_ids, admission)
-        pinned = admission.pinned
+        late, found, dropped, unusable = _late_nodes(
+            grid, label, server_round, admission, set(node_ids), answers
+        )
+        node_ids += late
+        answers.update(found)
+        left_out.update(unusable)
+        rejected += dropped
         facts: dict[int, Facts] = {}
         claimants: dict[int, Facts | None] = {n: None for n in node_ids if n not in answers}
-        for node in left_out:
-            log(
-                WARNING,
-                "%s round %d: node %s gave no usable answer to %s; it is left out",
-                label,
-                server_round,
-                node,
-                QUERY_NODE,
-            )
-        for node, reason in refuse_unpinned(label, server_round, answers, pinned).items():
-            del answers[node]
-            claimants[node], left_out[node] = None, reason
-            rejected += 1
         if not answers:
             raise RuntimeError(
                 f"{label}: no node gave a usable answer to {QUERY_NODE}; nothing to train with"
@@ -243,15 +331,11 @@ class Roster:
         connected = set(grid.get_node_ids())
         self.claimants = {n: f for n, f in self.claimants.items() if n in connected}
         new = sorted(connected.difference(self.node_ids, self.claimants))
-        rejected, refused, unanswered = 0, {}, {}
+        rejected, unanswered = 0, {}
         if new:
             answers, rejected, unanswered = _ask(grid, label, server_round, new, admission)
-            refused = refuse_unpinned(label, server_round, answers, admission.pinned)
-            for node in refused:
-                del answers[node]
-                rejected += 1
             self.claimants.update({n: answers.get(n) for n in new})
-            self.left_out.update({**unanswered, **refused})
+            self.left_out.update(unanswered)
         owner = {f[PARTITION_ID]: n for n, f in self.facts.items()}
         rebinds = []
         usable = [n for n, f in self.claimants.items() if f is not None]
@@ -293,16 +377,6 @@ class Roster:
                 old,
                 pid,
             )
-        for node in unanswered:
-            if node in self.claimants:
-                log(
-                    WARNING,
-                    "%s round %d: node %s gave no usable answer to %s; it is left out",
-                    label,
-                    server_round,
-                    node,
-                    QUERY_NODE,
-                )
         position = {n: i for i, n in enumerate(self.node_ids)}
         return sorted(rebinds, key=lambda pair: position[pair[1]]), rejected
 

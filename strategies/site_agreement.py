@@ -17,6 +17,12 @@ every ``query.node`` (each node keeps the schema in its state and reads its data
 ``SiteAgreement.left_out`` names every other node with its reason, which the roster leaves out.
 Sums are added in partition order, so the same files give the same schema on every engine.
 
+A node the agreement did not see (it connected late, during round 1's wait for late nodes, or a
+SuperNode came back under a new node id) is vetted before the roster asks it anything else
+(``SiteAgreement.vet``): its facts against the agreed schema and the agreed sites' scales, as a
+resumed run judges its sites; it is never asked for sums (the agreed moments stay the first
+sites').
+
 A resumed run keeps the schema its checkpoint was trained under (``kept``): step 2 then only
 checks each node's facts against it (``misfit``), and step 3 sends it, fitted, to the agreeing
 nodes, which keep it (the resumed run does not ask its roster's nodes again) and send no sums.
@@ -77,6 +83,8 @@ class SiteAgreement:
     schema: Schema
     task: TaskData
     partitions: dict[int, int]  # node id -> partition id of every node that agreed
+    settings: RunSettings  # the run's: the sites' spec, the reply timeout
+    facts: dict[int, dict]  # node id -> its file's facts, of every node that agreed
     left_out: dict[int, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)  # implausible but kept (data.strict off)
 
@@ -84,12 +92,54 @@ class SiteAgreement:
         """The content of a ``query.node``: the fitted schema."""
         return RecordDict({SITE: ConfigRecord({SITE_SCHEMA: self.schema.to_json()})})
 
+    def vet(self, grid: Grid, node_ids: list[int]) -> tuple[dict[int, str], int]:
+        """The nodes of ``node_ids`` the agreement has not seen (they connected after it: late
+        in round 1, or a SuperNode back under a new node id) asked their facts and judged as a
+        resumed run judges its sites: the agreed schema must fit their file (``misfit``), and
+        their columns' scales are compared with the agreed sites' (``plausibility``). Returns
+        the refused with the reason (kept in ``left_out``) and how many replies count as
+        failures (those dropped or refused; errors and silence the grid counts); the others
+        join ``partitions``, with their warnings."""
+        new = [n for n in node_ids if n not in self.partitions and n not in self.left_out]
+        if not new:
+            return {}, 0
+        spec = self.settings.site
+        answers, refused, failures = _exchange(
+            grid, self.settings, QUERY_FACTS, {n: RecordDict() for n in new}, _facts_decoder(spec)
+        )
+        for node in sorted(answers):
+            if reason := misfit(self.schema, answers[node][1]):
+                refused[node] = reason
+        fitting = {n: f for n, (_, f) in answers.items() if n not in refused}
+        strict, doubts = judged(spec, plausibility(spec, {**self.facts, **fitting}))
+        refused.update({n: r for n, r in strict.items() if n in fitting})
+        failures += sum(1 for n in answers if n in refused)
+        for node in sorted(refused):
+            log(
+                WARNING,
+                "%s: node %s, which connected after the agreement, is refused: %s",
+                LABEL,
+                node,
+                refused[node],
+            )
+        for node in sorted(fitting):
+            if node in refused:
+                continue
+            self.partitions[node] = answers[node][0]
+            self.facts[node] = fitting[node]
+            for doubt in doubts.get(node, []):
+                line = f"node {node} (partition {answers[node][0]}): {doubt}"
+                log(WARNING, "%s: %s", LABEL, line)
+                self.warnings.append(line)
+        self.left_out.update(refused)
+        return refused, failures
+
     def record(self) -> dict[str, Any]:
         """What config.json keeps: the schema, the partitions that took part, who was left out
         and why, and what looked implausible about the sites kept."""
         return {
             "schema": json.loads(self.schema.to_json()),
-            "partitions": sorted(self.partitions.values()),
+            "partitions": sorted(set(self.partitions.values())),
             "left-out": {str(node): reason for node, reason in self.left_out.items()},
             "warnings": list(self.warnings),
         }
@@ -112,9 +162,10 @@ def _exchange(
     message_type: str,
     contents: dict[int, RecordDict],
     decode: Callable[[Message], Any],
-) -> tuple[dict[int, Any], dict[int, str]]:
-    """Send each node its content; the decoded answers, and the reason of every node whose
-    answer was an error, was unusable, or did not come."""
+) -> tuple[dict[int, Any], dict[int, str], int]:
+    """Send each node its content; the decoded answers, the reason of every node whose
+    answer was an error, was unusable, or did not come, and how many were unusable (errors
+    and silence the metered grid counts itself)."""
     questions = [
         Message(content, node, message_type, group_id=str(ROUND))
         for node, content in contents.items()
@@ -130,7 +181,7 @@ def _exchange(
     for node in contents:
         if node not in screened.accepted and node not in failed:
             failed[node] = f"no {message_type} answer within reply-timeout"
-    return screened.accepted, failed
+    return screened.accepted, failed, screened.rejected
 
 
 def _contested(answers: dict[int, tuple[int, dict]], pinned: dict[int, int]) -> dict[int, str]:
@@ -152,6 +203,22 @@ def _contested(answers: dict[int, tuple[int, dict]], pinned: dict[int, int]) -> 
     return refused
 
 
+def _facts_decoder(spec: SiteSpec) -> Callable[[Message], tuple[int, dict]]:
+    """The decoder of ``query.facts`` answers: (the partition id, the checked facts)."""
+
+    def facts_of(reply: Message) -> tuple[int, dict]:
+        record, payload = _json_field(reply, SITE_FACTS)
+        partition = record.get(PARTITION_ID)
+        if type(partition) is not int or partition < 0:
+            raise DecodeError(f"{PARTITION_ID}={partition!r} is not a non-negative int")
+        try:
+            return partition, check_facts(payload, spec)
+        except SiteDataError as err:
+            raise DecodeError(str(err)) from None
+
+    return facts_of
+
+
 def _no_site(what: str, left_out: dict[int, str]) -> SiteDataError:
     """The run's end when no site is left: ``what`` happened, and every node's reason."""
     reasons = "; ".join(f"node {n}: {r}" for n, r in left_out.items())
@@ -165,19 +232,8 @@ def agree_sites(grid: Grid, settings: RunSettings, kept: Schema | None = None) -
     resumed, under it); ``SiteDataError`` when no node agrees."""
     spec: SiteSpec = settings.site
     nodes = sorted(grid.get_node_ids())
-
-    def facts_of(reply: Message) -> tuple[int, dict]:
-        record, payload = _json_field(reply, SITE_FACTS)
-        partition = record.get(PARTITION_ID)
-        if type(partition) is not int or partition < 0:
-            raise DecodeError(f"{PARTITION_ID}={partition!r} is not a non-negative int")
-        try:
-            return partition, check_facts(payload, spec)
-        except SiteDataError as err:
-            raise DecodeError(str(err)) from None
-
-    answers, left_out = _exchange(
-        grid, settings, QUERY_FACTS, {n: RecordDict() for n in nodes}, facts_of
+    answers, left_out, _ = _exchange(
+        grid, settings, QUERY_FACTS, {n: RecordDict() for n in nodes}, _facts_decoder(spec)
     )
     left_out.update(_contested(answers, settings.pinned_partitions))
     answers = {n: a for n, a in answers.items() if n not in left_out}
@@ -236,7 +292,7 @@ def agree_sites(grid: Grid, settings: RunSettings, kept: Schema | None = None) -
         except SiteDataError as err:
             raise DecodeError(str(err)) from None
 
-    sums, failed = _exchange(grid, settings, QUERY_MOMENTS, contents, moments_of)
+    sums, failed, _ = _exchange(grid, settings, QUERY_MOMENTS, contents, moments_of)
     left_out.update({n: r for n, r in failed.items() if n not in left_out})
     agreed = [n for n in order if n not in left_out]
     if not agreed:
@@ -259,6 +315,8 @@ def agree_sites(grid: Grid, settings: RunSettings, kept: Schema | None = None) -
         fitted,
         task,
         {n: answers[n][0] for n in agreed},
+        settings,
+        {n: answers[n][1] for n in agreed},
         left_out,
         [line for n in agreed for line in warnings.get(n, [])],
     )

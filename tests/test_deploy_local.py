@@ -125,6 +125,24 @@ def test_a_process_stopped_on_purpose_is_no_failure(tmp_path):
         deployment.stop()
 
 
+def test_the_wait_for_runs_ends_when_a_process_exits_unasked(tmp_path):
+    """A SuperNode that dies while runs wait for it is named at once (not after the timeout);
+    one meant to exit (refused by the SuperLink) is no failure."""
+    deployment = Deployment(tmp_path)
+    deployment._in_link = lambda args: ["sleep", "60"]  # a run's log stream that never ends
+    try:
+        deployment._start("supernode-0", ["sleep", "60"])
+        deployment._start("intruder", ["sh", "-c", "exit 0"])
+        deployment.may_exit.add("intruder")
+        deployment._start("supernode-1", ["sh", "-c", "sleep 1; echo 'bind: in use'; exit 2"])
+        started = time.monotonic()
+        with pytest.raises(ProcessExited, match="supernode-1 exited with code 2 .*bind: in use"):
+            deployment.wait_for_runs(["1"], timeout=120)
+        assert time.monotonic() - started < 30
+    finally:
+        deployment.stop()
+
+
 def test_the_wait_for_the_next_line_checks_the_processes_meanwhile():
     lines: queue.Queue[str | None] = queue.Queue()
     checks = []

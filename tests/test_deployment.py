@@ -1,6 +1,8 @@
 """Flower's deployment engine for real, on loopback: a SuperLink with TLS and SuperNode
 authentication, three registered SuperNodes and one that is not (refused), every landed family
-run for two rounds through ``flwr run``, and a run that loses a SuperNode mid-way and completes.
+run for two rounds through ``flwr run`` (the third SuperNode started once the jobs are under
+way: round 1 waits for it and it trains from round 1), and a run that loses a SuperNode mid-way
+and completes.
 
 Every process is started and stopped by PID (``deploy.local.Deployment``); ports are loopback
 only; the work directories are pytest's temporary ones.
@@ -36,7 +38,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.serial]  # stage 2, one at a time
 NODES = 3
 # no federated evaluation: a SuperNode handles one message at a time, each in a ClientApp
 # process, so every message saved is time saved
-COMMON = "num-server-rounds=2 min-nodes=3 reply-timeout=300"
+# the third SuperNode starts once the jobs are under way: round 1 of each waits for it
+# (join-timeout; the SuperNode's start beside the other deployment took seconds, not minutes)
+COMMON = "num-server-rounds=2 min-nodes=2 join-timeout=240 reply-timeout=300"
+LATE_NODE = NODES - 1
 FAMILIES = {
     "fedavg": "algorithm='fedavg' task='digits' local-steps=5",
     "fedfw": "algorithm='fedfw' task='synthetic' fedfw.federated-eval=false",
@@ -159,7 +164,7 @@ def deployment(tmp_path_factory, killed):  # killed: started first, so the runs 
     )
     try:
         d.start_superlink()
-        for i in range(NODES):
+        for i in range(NODES - 1):  # LATE_NODE's starts with the families' jobs
             d.start_supernode(i, NODES)
         intruder = d.start_supernode(
             0, NODES, registered=False, name="intruder", slot=NODES, warm=False
@@ -184,6 +189,11 @@ def test_every_family_runs_two_rounds_over_tls(deployment, app):
         [f"{FAMILIES[name]} {COMMON} output-dir='{results}' run-name='{name}'" for name in names],
         app,
     )
+    deadline = time.monotonic() + 300
+    while not any((results / name / "config.json").exists() for name in names):
+        assert time.monotonic() < deadline, "no job started"
+        time.sleep(0.5)
+    deployment.start_supernode(LATE_NODE, NODES)  # a site that comes after min-nodes
     statuses = deployment.wait_for_runs(run_ids, timeout=900)
     assert set(statuses.values()) == {"finished:completed"}, statuses
     for name in FAMILIES:
@@ -191,6 +201,11 @@ def test_every_family_runs_two_rounds_over_tls(deployment, app):
         assert [r["round"] for r in done] == [0, 1, 2], name
         assert all(r["failures"] == 0 for r in done[1:]), (name, done)
         assert done[-1]["bytes_up"] > 0 and done[-1]["bytes_down"] > 0
+        outcome = json.loads((results / name / "config.json").read_text())["outcome"]
+        assert (outcome["nodes"], outcome["vacant"], outcome["left_out"]) == (NODES, [], {})
+    logs = [(deployment.workdir / "logs" / f"{i}.log").read_text() for i in run_ids]
+    # at least the first job had asked the first two before the late one connected
+    assert any("asking the late nodes" in log for log in logs)
 
 
 def test_the_deployment_gives_the_in_process_engine_s_numbers(deployment, tmp_path):

@@ -83,13 +83,15 @@ def failing_after_admission(message, context):
 
 
 def with_a_failing_node(tmp_path: Path) -> list[dict]:
-    """The reference: the honest nodes and one admitted node whose every reply is an error."""
+    """The reference: the honest nodes and one admitted node whose every reply is an error (of
+    the deployment's five partitions; nobody comes for the fifth: no wait for it)."""
     return run_app(
         tmp_path,
         HONEST + 1,
         [*honest_configs(PARTITIONS), {"num-partitions": PARTITIONS, "failing": 1}],
         client=failing_after_admission,
         **parse_overrides(CONFIG),
+        **{"join-timeout": 0.0},
     ).rows
 
 
@@ -151,7 +153,10 @@ def _claimant_first(tmp_path: Path, pinned: bool) -> tuple[list[dict], list[dict
         **parse_overrides(CONFIG),
         **(extra if pinned else {}),
     ).rows
-    alone = run_app(tmp_path / "alone", HONEST, honest, **parse_overrides(CONFIG)).rows
+    # the honest nodes of a federation of HONEST + 1 alone: nobody comes, no wait
+    alone = run_app(
+        tmp_path / "alone", HONEST, honest, **parse_overrides(CONFIG), **{"join-timeout": 0.0}
+    ).rows
     return hostile, alone
 
 

@@ -1,0 +1,203 @@
+"""Round 1 admits nodes that connect late (``join-timeout``, ``strategies.roster``): a site
+started after ``min-nodes`` were there trains from round 1 instead of being left out for the
+whole run; without it (or when it does not come in time) the run goes on and its health line
+names the missing partition. With sites' own data a node the schema agreement did not see is
+vetted first, as the agreement would have (``SiteAgreement.vet``): a file the agreed schema does
+not fit, or whose scales are implausible beside the agreed sites' (``data.strict``), never
+trains.
+
+In-process engine: ``LateGrid`` hides one node until ``delay`` seconds after the first
+``query.node`` was sent (as a SuperNode that connects then)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Iterable
+
+import pandas as pd
+import pytest
+
+from client_app.app import app as client_app
+from server_app.app import main as server_main
+from strategies.roster import Admission, Roster
+from tasks import site_files
+from testing.inprocess_grid import LocalGrid, run_config, server_context
+from tests.helpers import RUN_NAME, train_messages
+from tests.test_returning_node import AnsweringGrid, facts
+
+NODES, LATE = 4, 3
+FAST = {"algorithm": "fedavg", "task": "synthetic", "num-server-rounds": 2, "min-nodes": 3}
+PENGUINS = {
+    "task": "site",
+    "data.label": "species",
+    "data.categorical": "sex",
+    "num-server-rounds": 1,
+    "algorithm": "ffgb",
+    "ffgb.learner": "tree",
+    "min-nodes": 2,
+}
+
+
+class LateGrid(LocalGrid):
+    """A LocalGrid whose node of partition ``late`` connects ``delay`` seconds after the first
+    message of type ``after`` was sent (never, for an infinite delay)."""
+
+    def __init__(self, *args, late: int, delay: float, after: str = "query.node", **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.late = self.partition_node(late)
+        self.node_ids.remove(self.late)
+        self.delay, self.after, self.asked_at = delay, after, math.inf
+
+    def get_node_ids(self) -> Iterable[int]:
+        ids = list(super().get_node_ids())
+        if self.asked_at == math.inf and any(
+            m.metadata.message_type == self.after for m in self.down
+        ):
+            self.asked_at = time.monotonic()
+        if self.late not in ids and time.monotonic() - self.asked_at >= self.delay:
+            self.node_ids.append(self.late)
+            ids.append(self.late)
+        return ids
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache():
+    site_files._CACHE.clear()
+
+
+def late_run(
+    tmp_path, delay: float, num_nodes: int = NODES, node_configs=None, after="query.node", **keys
+):
+    """The run (its grid, config.json and rows, seconds) with partition ``num_nodes - 1``'s
+    node late (``LateGrid``)."""
+    config = run_config(**{"output-dir": str(tmp_path), "run-name": RUN_NAME, **keys})
+    grid = LateGrid(
+        client_app, config, num_nodes, node_configs, late=num_nodes - 1, delay=delay, after=after
+    )
+    started = time.monotonic()
+    server_main(grid, server_context(config))
+    out = tmp_path / RUN_NAME
+    record = json.loads((out / "config.json").read_text())
+    rows = json.loads((out / "metrics.json").read_text())["rounds"]
+    return grid, record, rows, time.monotonic() - started
+
+
+@pytest.mark.parametrize("delay, join_timeout", [(0.0, 0.0), (1.5, 30.0)])
+def test_a_node_that_connects_during_round_1_trains_from_round_1(
+    tmp_path, caplog, delay, join_timeout
+):
+    caplog.set_level(logging.INFO, logger="flwr")
+    grid, record, rows, _ = late_run(tmp_path, delay, **FAST, **{"join-timeout": join_timeout})
+    outcome = record["outcome"]
+    assert outcome["nodes"] == NODES and outcome["vacant"] == [] and outcome["left_out"] == {}
+    assert record["num_nodes"] == NODES  # in the run, not the three connected at its start
+    assert f"{NODES} nodes, 0 left out" in outcome["line"]
+    assert len(train_messages(grid, grid.late)) == 2  # rounds 1 and 2
+    assert all(r["failures"] == 0 for r in rows)
+    waited = [r.getMessage() for r in caplog.records if "waiting up to" in r.getMessage()]
+    # asked at once when it is there after the first question; waited for when it is not
+    assert bool(waited) == (delay > 0), waited
+    if waited:
+        assert f"3 of {NODES} nodes connected, no node for partitions [{LATE}]" in waited[0]
+    asked = [r.getMessage() for r in caplog.records if "asking the late nodes" in r.getMessage()]
+    assert asked == [f"FedAvg round 1: asking the late nodes [{grid.late}]"]
+
+
+def test_without_join_timeout_a_late_node_stays_out_and_the_health_line_says_so(tmp_path):
+    # it connects once round 1's train messages are out (and a moment after the first question)
+    grid, record, rows, _ = late_run(tmp_path, 0.0, after="train", **FAST, **{"join-timeout": 0.0})
+    outcome = record["outcome"]
+    assert outcome["nodes"] == NODES - 1 and outcome["vacant"] == [LATE]
+    # it connected before round 2: asked then, and refused as a claim the run never had
+    assert outcome["left_out"] == {str(grid.late): f"no node of the run had partition {LATE}"}
+    assert f"no node for partition {LATE}" in outcome["line"]
+    assert train_messages(grid, grid.late) == []
+    assert rows[-1]["round"] == 2
+
+
+def test_the_wait_ends_at_join_timeout_when_nobody_comes(tmp_path):
+    grid, record, _, seconds = late_run(tmp_path, math.inf, **FAST, **{"join-timeout": 2.0})
+    assert record["outcome"]["vacant"] == [LATE] and record["outcome"]["left_out"] == {}
+    assert grid.late not in grid.node_ids
+    assert seconds >= 2.0
+
+
+def test_the_roster_does_not_wait_when_every_partition_s_node_is_connected(caplog):
+    """A connected node that gives no usable answer: waiting would bring nobody."""
+    caplog.set_level(logging.INFO, logger="flwr")
+    grid = AnsweringGrid({10: facts(0), 20: facts(1), 30: facts(2), 40: None})
+    started = time.monotonic()
+    roster, rejected = Roster.query(grid, "test", 1, Admission(join_timeout=600.0))
+    assert time.monotonic() - started < 5 and roster.vacant() == [3] and rejected == 1
+    assert not any("waiting up to" in r.getMessage() for r in caplog.records)
+
+
+def test_a_vetted_node_is_refused_before_it_is_asked():
+    grid = AnsweringGrid({10: facts(0), 20: facts(1)})
+    vetted = []
+
+    def vet(_grid, node_ids: list[int]) -> tuple[dict[int, str], int]:
+        vetted.extend(node_ids)
+        return {20: "its file does not fit the agreed schema"}, 1
+
+    roster, rejected = Roster.query(grid, "test", 1, Admission(vet=vet))
+    assert vetted == [10, 20] and grid.asked == [10] and rejected == 1
+    assert roster.node_ids == [10]
+    assert roster.left_out == {20: "its file does not fit the agreed schema"}
+
+
+def late_site(tmp_path, penguins, frame: pd.DataFrame | None, **keys):
+    """The penguins' sites 0 and 1 agree the schema; site 2 (Torgersen) connects when round 1
+    asks them (``frame``: its file instead of the bundled one)."""
+    configs = None
+    if frame is not None:
+        frame.to_csv(tmp_path / "late.csv", index=False)
+        configs = [{}, {}, {"dataset-path": str(tmp_path / "late.csv")}]
+    return late_run(
+        tmp_path,
+        0.0,
+        3,
+        configs,
+        **{**PENGUINS, "dataset-path": f"{penguins}/{{partition-id}}.csv", **keys},
+    )
+
+
+def test_a_late_site_is_vetted_by_the_agreement_and_trains(tmp_path, penguins):
+    grid, record, rows, _ = late_site(tmp_path, penguins, None)
+    asked = [m.metadata.message_type for m in grid.down if m.metadata.dst_node_id == grid.late]
+    assert asked[:2] == ["query.facts", "query.node"]  # vetted, then asked who it is
+    assert "query.moments" not in asked  # the agreed sums are the first two sites'
+    assert record["sites"]["partitions"] == [0, 1, 2] and record["sites"]["left-out"] == {}
+    assert record["outcome"]["nodes"] == 3 and record["outcome"]["vacant"] == []
+    assert len(train_messages(grid, grid.late)) == 1
+    assert "site2_test_accuracy" in rows[-1]
+
+
+def test_a_late_site_the_agreed_schema_does_not_fit_never_trains(tmp_path, penguins):
+    frame = pd.read_csv(penguins / "2.csv").drop(columns="year")
+    grid, record, rows, _ = late_site(tmp_path, penguins, frame)
+    asked = [m.metadata.message_type for m in grid.down if m.metadata.dst_node_id == grid.late]
+    assert asked == ["query.facts"]  # never asked query.node, never trained
+    reason = "no column 'year' (the run's schema has it)"
+    assert record["sites"]["partitions"] == [0, 1]
+    assert record["sites"]["left-out"] == {str(grid.late): reason}
+    assert record["outcome"]["left_out"] == {str(grid.late): reason}
+    assert record["outcome"]["vacant"] == [2]
+    assert rows[1]["failures"] == 1  # round 1 counts the refused answer
+
+
+def test_a_late_site_s_implausible_scales_are_said_as_the_agreement_says_them(tmp_path, penguins):
+    """Grams at two sites and kilograms at the late one (``data.scale-factor`` 100: more than
+    100 times apart): a warning (``data.strict`` off), in the record and the health line's
+    count."""
+    frame = pd.read_csv(penguins / "2.csv")
+    kilograms = frame.assign(body_mass_g=frame.body_mass_g / 1000)
+    grid, record, _, _ = late_site(tmp_path, penguins, kilograms, **{"data.scale-factor": 100.0})
+    (warning,) = [w for w in record["sites"]["warnings"] if "body_mass_g" in w]
+    assert warning.startswith(f"node {grid.late} (partition 2): column 'body_mass_g'")
+    assert "another unit?" in warning
+    assert len(train_messages(grid, grid.late)) == 1
+    assert warning in record["outcome"]["warnings"]

@@ -201,3 +201,43 @@ def test_a_late_site_s_implausible_scales_are_said_as_the_agreement_says_them(tm
     assert "another unit?" in warning
     assert len(train_messages(grid, grid.late)) == 1
     assert warning in record["outcome"]["warnings"]
+
+
+@pytest.mark.parametrize("fits", [True, False], ids=["same-file", "misfit"])
+def test_a_site_back_under_a_new_node_id_is_vetted_before_it_takes_its_place(
+    tmp_path, penguins, fits
+):
+    """Site 2's SuperNode restarts during the run (a new node id): the agreement did not see
+    that id, so its facts are checked first; with its file it takes its place, with a file
+    the schema does not fit it stays out and the run goes on with two sites."""
+    config = run_config(
+        **{
+            **PENGUINS,
+            "num-server-rounds": 3,
+            "dataset-path": f"{penguins}/{{partition-id}}.csv",
+            "output-dir": str(tmp_path),
+            "run-name": RUN_NAME,
+        }
+    )
+    grid = LocalGrid(client_app, config, 3)
+    old = grid.partition_node(2)
+    grid.leave(old, from_round=2)  # gone before round 1's training
+    new = grid.join(2, from_round=3)  # back (a new id) by round 3
+    if not fits:
+        pd.read_csv(penguins / "2.csv").drop(columns="year").to_csv(tmp_path / "2.csv", index=False)
+        grid.contexts[new].node_config["dataset-path"] = str(tmp_path / "2.csv")
+    server_main(grid, server_context(config))
+    record = json.loads((tmp_path / RUN_NAME / "config.json").read_text())
+    rows = json.loads((tmp_path / RUN_NAME / "metrics.json").read_text())["rounds"]
+    asked = [m.metadata.message_type for m in grid.down if m.metadata.dst_node_id == new]
+    assert asked[:1] == ["query.facts"]
+    if fits:
+        assert asked[1] == "query.node" and train_messages(grid, new)
+        assert [r["participants"] for r in rows[1:]] == [2, 2, 3]
+        assert record["outcome"]["left_out"] == {} and record["outcome"]["nodes"] == 3
+    else:
+        assert asked == ["query.facts"]
+        assert [r["participants"] for r in rows[1:]] == [2, 2, 2]
+        reason = "no column 'year' (the run's schema has it)"
+        assert record["outcome"]["left_out"] == {str(new): reason}
+        assert record["sites"]["left-out"] == {str(new): reason}

@@ -14,9 +14,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from server_app.results import LABEL_KEYS, LABEL_UNITS, METRIC_KEYS
+from strategies.roster import partitions_named
 
 COMPLETED, FAILED = "completed", "failed"
-VACANT_LISTED = 10  # the vacant partitions the line names; config.json's outcome holds them all
 
 
 def in_label_units(row: dict[str, Any], scale: float) -> dict[str, float]:
@@ -77,11 +77,9 @@ class Outcome:
             )
         )
         if self.vacant:
-            listed = ", ".join(map(str, self.vacant[:VACANT_LISTED]))
-            more = len(self.vacant) - VACANT_LISTED
             parts.append(
-                f"no node for partition{'s' * (len(self.vacant) != 1)} {listed}"
-                + (f" and {more} more" if more > 0 else "")
+                f"no node for partition{'s' * (len(self.vacant) != 1)} "
+                + partitions_named(self.vacant)
             )
         parts.append(f"{len(self.warnings)} warning{'s' * (len(self.warnings) != 1)}")
         parts.append("diverged" if self.diverged else "not diverged")

@@ -154,6 +154,14 @@ def _ask(
     return answers, rejected + screened.rejected + len(refused), unanswered
 
 
+def partitions_named(partitions: list[int], shown: int = 10) -> str:
+    """``partitions`` as a log or health line names them: the first ``shown``, and how many
+    more (a federation may declare up to ``MAX_PARTITIONS``)."""
+    listed = ", ".join(map(str, partitions[:shown]))
+    more = len(partitions) - shown
+    return listed + (f" and {more} more" if more > 0 else "")
+
+
 def federation(facts: Iterable[Facts]) -> tuple[int, list[int]]:
     """The federation's size, the ``num-partitions`` most nodes declared (the smaller on a tie:
     one node cannot make a federation larger than the others say; 0 without nodes), and its
@@ -187,7 +195,8 @@ def _late_nodes(
         total, vacant = federation([*answers.values(), *found.values()])
         connected = set(grid.get_node_ids())
         new = sorted(connected - asked)
-        if vacant and new:
+        if vacant and new and (not late or time.monotonic() < deadline):  # bounded: new ids
+            # may keep coming (without authentication anyone may connect)
             log(INFO, "%s round %d: asking the late nodes %s", label, server_round, new)
             usable, dropped, unusable = _ask(grid, label, server_round, new, admission)
             asked.update(new)
@@ -209,7 +218,7 @@ def _late_nodes(
                 server_round,
                 len(connected),
                 total,
-                vacant,
+                partitions_named(vacant),
                 left,
             )
         time.sleep(min(1.0, left))
@@ -318,7 +327,7 @@ class Roster:
                 WARNING,
                 "%s: no node serves partitions %s; the run goes on without them",
                 label,
-                vacant,
+                partitions_named(vacant),
             )
         return roster, rejected
 

@@ -101,7 +101,7 @@ def test_a_node_that_connects_during_round_1_trains_from_round_1(
     # asked at once when it is there after the first question; waited for when it is not
     assert bool(waited) == (delay > 0), waited
     if waited:
-        assert f"3 of {NODES} nodes connected, no node for partitions [{LATE}]" in waited[0]
+        assert f"3 of {NODES} nodes connected, no node for partitions {LATE};" in waited[0]
     asked = [r.getMessage() for r in caplog.records if "asking the late nodes" in r.getMessage()]
     assert asked == [f"FedAvg round 1: asking the late nodes [{grid.late}]"]
 
@@ -133,6 +133,25 @@ def test_the_roster_does_not_wait_when_every_partition_s_node_is_connected(caplo
     roster, rejected = Roster.query(grid, "test", 1, Admission(join_timeout=600.0))
     assert time.monotonic() - started < 5 and roster.vacant() == [3] and rejected == 1
     assert not any("waiting up to" in r.getMessage() for r in caplog.records)
+
+
+class FloodGrid(AnsweringGrid):
+    """A new node id at every look at the connected nodes, each claiming partition 0 (served),
+    so partition 3 stays vacant: what anyone could do to a SuperLink without authentication."""
+
+    def get_node_ids(self) -> list[int]:
+        node = max(self.connected) + 1
+        self.answers[node], self.connected = facts(0), self.connected | {node}
+        return super().get_node_ids()
+
+
+def test_the_wait_for_late_nodes_ends_at_join_timeout_however_many_keep_coming():
+    grid = FloodGrid({10: facts(0), 20: facts(1), 30: facts(2)})
+    started = time.monotonic()
+    roster, _ = Roster.query(grid, "test", 1, Admission(join_timeout=1.0))
+    assert time.monotonic() - started < 10
+    assert roster.node_ids == [10, 20, 30] and roster.vacant() == [3]
+    assert all(r == "partition 0 is served by node 10" for r in roster.left_out.values())
 
 
 def test_a_vetted_node_is_refused_before_it_is_asked():

@@ -32,7 +32,7 @@ The transform, and with it every round after the resumption, is the uninterrupte
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
 from typing import Any
@@ -107,13 +107,11 @@ class SiteAgreement:
         answers, refused, failures = _exchange(
             grid, self.settings, QUERY_FACTS, {n: RecordDict() for n in new}, _facts_decoder(spec)
         )
-        for node in sorted(answers):
-            if reason := misfit(self.schema, answers[node][1]):
-                refused[node] = reason
-        fitting = {n: f for n, (_, f) in answers.items() if n not in refused}
-        strict, doubts = judged(spec, plausibility(spec, {**self.facts, **fitting}))
-        refused.update({n: r for n, r in strict.items() if n in fitting})
-        failures += sum(1 for n in answers if n in refused)
+        judgement = _under_kept(
+            spec, self.schema, {n: answers[n][1] for n in sorted(answers)}, self.facts
+        )
+        refused.update(judgement.refused)
+        failures += len(judgement.refused)
         for node in sorted(refused):
             log(
                 WARNING,
@@ -122,12 +120,11 @@ class SiteAgreement:
                 node,
                 refused[node],
             )
-        for node in sorted(fitting):
+        for node in sorted(answers):
             if node in refused:
                 continue
-            self.partitions[node] = answers[node][0]
-            self.facts[node] = fitting[node]
-            for doubt in doubts.get(node, []):
+            self.partitions[node], self.facts[node] = answers[node]
+            for doubt in judgement.warnings.get(node, []):
                 line = f"node {node} (partition {answers[node][0]}): {doubt}"
                 log(WARNING, "%s: %s", LABEL, line)
                 self.warnings.append(line)
@@ -219,6 +216,26 @@ def _facts_decoder(spec: SiteSpec) -> Callable[[Message], tuple[int, dict]]:
     return facts_of
 
 
+def _under_kept(
+    spec: SiteSpec,
+    schema: Schema,
+    facts: dict[int, dict],
+    beside: Mapping[int, dict] | None = None,
+) -> Agreement:
+    """Nodes' ``facts`` judged under a ``schema`` kept as it is (a resumed run's; the agreed
+    one, for nodes the agreement did not see): refused where it does not fit them
+    (``misfit``), and those that fit judged for plausibility among themselves and ``beside``
+    (the sites already agreed; their own verdicts are not this judgement's)."""
+    misfits = {n: reason for n, f in facts.items() if (reason := misfit(schema, f))}
+    fitting = {n: f for n, f in facts.items() if n not in misfits}
+    strict, warnings = judged(spec, plausibility(spec, {**(beside or {}), **fitting}))
+    return Agreement(
+        schema,
+        {**misfits, **{n: r for n, r in strict.items() if n in fitting}},
+        {n: w for n, w in warnings.items() if n in fitting},
+    )
+
+
 def _no_site(what: str, left_out: dict[int, str]) -> SiteDataError:
     """The run's end when no site is left: ``what`` happened, and every node's reason."""
     reasons = "; ".join(f"node {n}: {r}" for n, r in left_out.items())
@@ -246,11 +263,7 @@ def agree_sites(grid: Grid, settings: RunSettings, kept: Schema | None = None) -
         except SiteDataError as err:  # every describing node refused: its reasons and ours
             raise _no_site(str(err), left_out) from None
     else:  # the kept schema, and what is implausible about the sites that fit it
-        misfits = {n: reason for n in order if (reason := misfit(kept, answers[n][1]))}
-        strict, warnings = judged(
-            spec, plausibility(spec, {n: answers[n][1] for n in order if n not in misfits})
-        )
-        agreement = Agreement(kept, {**misfits, **strict}, warnings)
+        agreement = _under_kept(spec, kept, {n: answers[n][1] for n in order})
     for node, reason in agreement.refused.items():
         log(
             WARNING,

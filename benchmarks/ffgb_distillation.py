@@ -92,8 +92,8 @@ def plot(results: dict, path) -> None:
 def main() -> None:
     args = parser(__doc__.splitlines()[0]).parse_args()
     start = time.perf_counter()
-    rounds = 2 if args.quick else 20  # of plain FFGB; the others get its models budget
-    ffgb = {**FFGB, "ffgb.oracle-steps": 50} if args.quick else FFGB
+    rounds = 1 if args.quick else 20  # of plain FFGB; the others get its models budget
+    ffgb = {**FFGB, "ffgb.oracle-steps": 5} if args.quick else FFGB
     k = ffgb["ffgb.local-steps"]
     jobs = {"ffgb": {**ffgb, "num-server-rounds": rounds}}
     for name, extra in DISTILLED.items():

@@ -10,7 +10,7 @@ a round, FedAvg 2). Each cell reports FFGB's test accuracy at its last round aga
 the same models exchanged and at the same bytes (payload of all messages, both directions).
 
     python -m benchmarks.ffgb_figure1            # full (about 20 min on 2 cores)
-    python -m benchmarks.ffgb_figure1 --quick    # a smoke run: 4 and 10 clients, 50 steps a fit
+    python -m benchmarks.ffgb_figure1 --quick    # a smoke run: 4 and 10 clients, 5 steps a fit
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ ROUNDS = {10: 10, 56: 3}  # FFGB rounds per cell (full run), by number of client
 # --quick: a smoke run of every code path; 56 clients would cost 84 FedAvg rounds of 56 clients
 # (1-2 minutes each) per FFGB round, so it runs 4 clients (2 rounds) and 10 (1 round) instead
 QUICK_ROUNDS = {4: 2, 10: 1}
-QUICK_ORACLE_STEPS = 50
+QUICK_ORACLE_STEPS = 5
 
 
 def cell_name(task: str, s: float, nodes: int) -> str:

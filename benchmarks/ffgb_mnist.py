@@ -113,10 +113,10 @@ def plot(results: dict, main: list[str], fig2: dict[str, list[str]], path) -> No
 def main() -> None:
     args = parser(__doc__.splitlines()[0]).parse_args()
     start = time.perf_counter()
-    rounds = 2 if args.quick else 20
-    fig2_rounds, fig2_steps = (2, 20) if args.quick else (6, 100)
+    rounds = 1 if args.quick else 20
+    fig2_rounds, fig2_steps = (2, 5) if args.quick else (6, 100)
     k_values = QUICK_K_VALUES if args.quick else K_VALUES
-    ffgb = {**FFGB, "ffgb.oracle-steps": 50} if args.quick else FFGB
+    ffgb = {**FFGB, "ffgb.oracle-steps": 5} if args.quick else FFGB
     per_round = NODES * ffgb["ffgb.local-steps"] // 2  # FedAvg rounds per FFGB round
     main_jobs = {
         "ffgb-K3": {**ffgb, "num-server-rounds": rounds},

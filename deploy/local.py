@@ -14,7 +14,9 @@ are 127.0.0.1, localhost and any ``--host``) and ECDSA P-384 SuperNode keys are 
 key is registered with ``flwr supernode register`` before its SuperNode
 starts. ``Deployment`` is what the deployment tests drive: they add an unregistered SuperNode,
 kill nodes mid-run, give a node extra ``--node-config`` (a hostile peer) and submit jobs from
-another app directory (``app_copy``: a FAB whose ClientApp may be a test wrapper). ``warm=True``
+another app directory (``app_copy``: a FAB whose ClientApp may be a test wrapper). Jobs are
+submitted from a copy of the project's app files in the work directory (``app_files``, removed by
+``stop``): ``flwr run .`` would walk every file of the checkout's .venv first. ``warm=True``
 (``--warm``) runs the SuperLink and each SuperNode with ``--isolation process`` and
 ``deploy.warm_superexec``, which forks every ServerApp and ClientApp process from a parent that
 has imported torch and the app's libraries once, instead of starting a fresh interpreter per run
@@ -180,6 +182,8 @@ APP_COPY_IGNORE = (
     "build",
     "dist",
     "*.egg-info",
+    "sites",
+    ".whl",
 )
 
 
@@ -310,6 +314,7 @@ class Deployment:
         self.address = f"127.0.0.1:{self.base_port}"
         self.proxy_port = self.base_port + 5  # the perimeter's, when there is one
         self.proxy: Perimeter | None = None
+        self._app: Path | None = None
         if self.star is not None:
             self.hosts = [*self.hosts, *self.star.link_addresses()]
 
@@ -557,8 +562,16 @@ class Deployment:
                 )
             )
 
+    def app_files(self) -> Path:
+        """This project's app files, copied once into the work directory (``app_copy``): what
+        a job submits unless it names another app. The same FAB as the checkout's, without
+        ``flwr run`` walking the checkout's .venv (about 5 s a submission)."""
+        if self._app is None:
+            self._app = app_copy(self.workdir / "app")
+        return self._app
+
     def flwr_run(
-        self, run_config: str, timeout: float = 600.0, app: Path = PROJECT
+        self, run_config: str, timeout: float = 600.0, app: Path | None = None
     ) -> subprocess.CompletedProcess:
         """Submit a job with ``flwr run <app> deploy --stream`` and wait for it to end."""
         return subprocess.run(
@@ -566,7 +579,7 @@ class Deployment:
                 [
                     str(BIN / "flwr"),
                     "run",
-                    str(app),
+                    str(app or self.app_files()),
                     CONNECTION,
                     "--stream",
                     "--run-config",
@@ -580,12 +593,12 @@ class Deployment:
             timeout=timeout,
         )
 
-    def _run_args(self, run_config: str, app: Path) -> list[str]:
+    def _run_args(self, run_config: str, app: Path | None) -> list[str]:
         return self._in_link(
             [
                 str(BIN / "flwr"),
                 "run",
-                str(app),
+                str(app or self.app_files()),
                 CONNECTION,
                 "--format",
                 "json",
@@ -594,13 +607,14 @@ class Deployment:
             ]
         )
 
-    def submit(self, run_config: str, app: Path = PROJECT) -> str:
+    def submit(self, run_config: str, app: Path | None = None) -> str:
         """Start a job without waiting for it (``flwr run <app> ... --format json``); its run
-        id. ``app``: the app directory whose FAB is built (default: this project)."""
+        id. ``app``: the app directory whose FAB is built (default: this project's,
+        ``app_files``)."""
         done = run_checked(self._run_args(run_config, app), env=self.env, cwd=PROJECT)
         return json.loads(done.stdout)["run-id"]
 
-    def submit_all(self, run_configs: list[str], app: Path = PROJECT) -> list[str]:
+    def submit_all(self, run_configs: list[str], app: Path | None = None) -> list[str]:
         """``submit`` each job, the ``flwr run`` commands side by side; the run ids in order."""
         started = [
             subprocess.Popen(
@@ -712,7 +726,7 @@ class Deployment:
 
     def stop(self) -> None:
         """SIGTERM then SIGKILL every process this object started (their process groups), and
-        the perimeter's nginx."""
+        the perimeter's nginx; remove the app copy (``app_files``)."""
         for process in self.processes.values():
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGTERM)
@@ -725,6 +739,9 @@ class Deployment:
                 process.wait()
         if self.proxy is not None:
             self.proxy.stop()
+        if self._app is not None:
+            shutil.rmtree(self._app, ignore_errors=True)
+            self._app = None
 
 
 def new_workdir(path: Path | None) -> Path:

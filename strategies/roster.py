@@ -48,10 +48,10 @@ from tasks.devices import DEVICE_FACTS
 
 Facts = dict[str, int | float | str]
 V = TypeVar("V")
-Vet = Callable[[Grid, list[int]], tuple[dict[int, str], int]]
+Vet = Callable[[Grid, list[int], int], tuple[dict[int, str], int]]
 
 
-def none_refused(grid: Grid, node_ids: list[int]) -> tuple[dict[int, str], int]:
+def none_refused(grid: Grid, node_ids: list[int], server_round: int) -> tuple[dict[int, str], int]:
     """The vetting of runs without an agreement: every node may be asked."""
     return {}, 0
 
@@ -121,7 +121,9 @@ def _ask(
                 node,
                 admission.left_out[node],
             )
-    vetted, rejected = admission.vet(grid, [n for n in node_ids if n not in admission.left_out])
+    vetted, rejected = admission.vet(
+        grid, [n for n in node_ids if n not in admission.left_out], server_round
+    )
     questions = [
         Message(admission.question(), node, QUERY_NODE, group_id=str(server_round))
         for node in node_ids

@@ -92,20 +92,26 @@ class SiteAgreement:
         """The content of a ``query.node``: the fitted schema."""
         return RecordDict({SITE: ConfigRecord({SITE_SCHEMA: self.schema.to_json()})})
 
-    def vet(self, grid: Grid, node_ids: list[int]) -> tuple[dict[int, str], int]:
+    def vet(self, grid: Grid, node_ids: list[int], server_round: int) -> tuple[dict[int, str], int]:
         """The nodes of ``node_ids`` the agreement has not seen (they connected after it: late
         in round 1, or a SuperNode back under a new node id) asked their facts and judged as a
         resumed run judges its sites: the agreed schema must fit their file (``misfit``), and
         their columns' scales are compared with the agreed sites' (``plausibility``). Returns
         the refused with the reason (kept in ``left_out``) and how many replies count as
         failures (those dropped or refused; errors and silence the grid counts); the others
-        join ``partitions``, with their warnings."""
+        join ``partitions``, with their warnings. ``server_round``: the round that asks them
+        (the messages' group id and the log's label)."""
         new = [n for n in node_ids if n not in self.partitions and n not in self.left_out]
         if not new:
             return {}, 0
         spec = self.settings.site
         answers, refused, failures = _exchange(
-            grid, self.settings, QUERY_FACTS, {n: RecordDict() for n in new}, _facts_decoder(spec)
+            grid,
+            self.settings,
+            QUERY_FACTS,
+            {n: RecordDict() for n in new},
+            _facts_decoder(spec),
+            server_round,
         )
         judgement = _under_kept(
             spec, self.schema, {n: answers[n][1] for n in sorted(answers)}, self.facts
@@ -159,16 +165,18 @@ def _exchange(
     message_type: str,
     contents: dict[int, RecordDict],
     decode: Callable[[Message], Any],
+    server_round: int = ROUND,
 ) -> tuple[dict[int, Any], dict[int, str], int]:
     """Send each node its content; the decoded answers, the reason of every node whose
     answer was an error, was unusable, or did not come, and how many were unusable (errors
-    and silence the metered grid counts itself)."""
+    and silence the metered grid counts itself). ``server_round``: the messages' group id and
+    the log's round (the agreement's own exchanges come before round 1)."""
     questions = [
-        Message(content, node, message_type, group_id=str(ROUND))
+        Message(content, node, message_type, group_id=str(server_round))
         for node, content in contents.items()
     ]
     replies = list(grid.send_and_receive(questions, timeout=settings.reply_timeout))
-    screened = screen_replies(LABEL, ROUND, replies, decode, set(contents))
+    screened = screen_replies(LABEL, server_round, replies, decode, set(contents))
     failed = {
         node: f"its {message_type} answer was an error: {screened.reasons[node]}"
         for node in screened.errors

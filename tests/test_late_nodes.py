@@ -158,7 +158,8 @@ def test_a_vetted_node_is_refused_before_it_is_asked():
     grid = AnsweringGrid({10: facts(0), 20: facts(1)})
     vetted = []
 
-    def vet(_grid, node_ids: list[int]) -> tuple[dict[int, str], int]:
+    def vet(_grid, node_ids: list[int], server_round: int) -> tuple[dict[int, str], int]:
+        assert server_round == 1
         vetted.extend(node_ids)
         return {20: "its file does not fit the agreed schema"}, 1
 
@@ -186,8 +187,10 @@ def late_site(tmp_path, penguins, frame: pd.DataFrame | None, **keys):
 
 def test_a_late_site_is_vetted_by_the_agreement_and_trains(tmp_path, penguins):
     grid, record, rows, _ = late_site(tmp_path, penguins, None)
-    asked = [m.metadata.message_type for m in grid.down if m.metadata.dst_node_id == grid.late]
+    late = [m.metadata for m in grid.down if m.metadata.dst_node_id == grid.late]
+    asked = [m.message_type for m in late]
     assert asked[:2] == ["query.facts", "query.node"]  # vetted, then asked who it is
+    assert [m.group_id for m in late[:2]] == ["1", "1"]  # round 1's, not the agreement's 0
     assert "query.moments" not in asked  # the agreed sums are the first two sites'
     assert record["sites"]["partitions"] == [0, 1, 2] and record["sites"]["left-out"] == {}
     assert record["outcome"]["nodes"] == 3 and record["outcome"]["vacant"] == []

@@ -12,12 +12,19 @@ import subprocess
 
 import pytest
 
+from deploy.local import app_copy
 from run_config.declared import parse_overrides
 from testing.inprocess_grid import PROJECT_ROOT
 from testing.simulation_link import BIN, flwr_run, simulation_superlink
 from tests.helpers import RUN_NAME, run_app
 
 pytestmark = [pytest.mark.e2e, pytest.mark.serial]  # stage 2, one at a time
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    """The app files every run submits (the checkout's FAB, built without walking its .venv)."""
+    return app_copy(tmp_path_factory.mktemp("app") / "app")
 
 
 @pytest.fixture
@@ -42,13 +49,13 @@ def run_statuses(env: dict, connection: str) -> list[str]:
 
 
 @pytest.mark.parametrize("algorithm", ["ffgb", "fedavg"])
-def test_flwr_run_simulation_writes_results(superlink, tmp_path, algorithm):
+def test_flwr_run_simulation_writes_results(superlink, app, tmp_path, algorithm):
     """The default job, and FedAvg: both with their evaluation riding on the next round's
     training (``eval-with-train``), so round 1's nodes' figures come with round 2's replies."""
     env, connection = superlink
     out = tmp_path / "results"
     config = f"algorithm='{algorithm}' num-server-rounds=2 output-dir='{out}' run-name='sim'"
-    completed = flwr_run(env, connection, 3, config, timeout=400)
+    completed = flwr_run(env, connection, 3, config, timeout=400, app=app)
     log = completed.stdout + completed.stderr
     assert completed.returncode == 0, log[-3000:]
     assert "[results] round 2/2" in log, log[-3000:]
@@ -71,15 +78,16 @@ def test_flwr_run_simulation_writes_results(superlink, tmp_path, algorithm):
     [
         ("algorithm='fedfw' fedfw.radius=-1", "fedfw.radius=-1.0 is not valid"),
         ("eval-with-train=false fraction-train=0.5", "eval-with-train=False is not"),
-        ("algorithm='fedprox' eval-with-train=false fraction-train=0.5", "eval-with-train=False"),
-    ],
+    ],  # every family's refusals: in-process (tests/test_evaluation_with_training.py)
 )
-def test_an_invalid_run_config_fails_the_run_before_training(superlink, tmp_path, config, said):
+def test_an_invalid_run_config_fails_the_run_before_training(
+    superlink, app, tmp_path, config, said
+):
     """Inside the ServerApp a bad value (or one that would change nothing) stops the run before
     training, and Flower records the run as failed (not completed), with the reason."""
     env, connection = superlink
     completed = flwr_run(
-        env, connection, 2, f"{config} output-dir='{tmp_path / 'results'}'", timeout=400
+        env, connection, 2, f"{config} output-dir='{tmp_path / 'results'}'", timeout=400, app=app
     )
     log = completed.stdout + completed.stderr
     assert f"Invalid run config: {said}" in log, log[-3000:]
@@ -90,13 +98,13 @@ def test_an_invalid_run_config_fails_the_run_before_training(superlink, tmp_path
 HIST = "algorithm='fedxgb-hist' task='wine' num-server-rounds=2 fedxgb-hist.max-depth=3"
 
 
-def test_fedxgb_hist_through_ray_grows_the_in_process_engine_s_trees(superlink, tmp_path):
+def test_fedxgb_hist_through_ray_grows_the_in_process_engine_s_trees(superlink, app, tmp_path):
     """Its levels are exchanges the strategy drives through the grid itself: on Ray's engine
     they give the same booster, round for round, as on the in-process engine."""
     env, connection = superlink
     out = tmp_path / "results"
     completed = flwr_run(
-        env, connection, 3, f"{HIST} output-dir='{out}' run-name='hist'", timeout=400
+        env, connection, 3, f"{HIST} output-dir='{out}' run-name='hist'", timeout=400, app=app
     )
     log = completed.stdout + completed.stderr
     assert completed.returncode == 0 and "[results] round 2/2" in log, log[-3000:]
@@ -111,7 +119,7 @@ def test_fedxgb_hist_through_ray_grows_the_in_process_engine_s_trees(superlink, 
     ).read_bytes()
 
 
-def test_fedxgb_hist_s_mid_run_refusal_fails_the_ray_run_in_one_sentence(superlink, tmp_path):
+def test_fedxgb_hist_s_mid_run_refusal_fails_the_ray_run_in_one_sentence(superlink, app, tmp_path):
     """Bins too many for ``max-histogram-bytes`` are known only once the nodes' sketches are
     in: through Ray, too, the run stops before its first round, Flower records it as failed and
     config.json's outcome names the bound (tests/test_fedxgb_hist.py: the in-process engine)."""
@@ -123,6 +131,7 @@ def test_fedxgb_hist_s_mid_run_refusal_fails_the_ray_run_in_one_sentence(superli
         3,
         f"{HIST} fedxgb-hist.max-histogram-bytes=2048 output-dir='{out}' run-name='bound'",
         timeout=400,
+        app=app,
     )
     log = completed.stdout + completed.stderr
     assert "lower fedxgb-hist.max-depth or max-bin" in log, log[-3000:]

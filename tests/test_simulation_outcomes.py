@@ -22,6 +22,7 @@ import sys
 import pandas as pd
 import pytest
 
+from deploy.local import app_copy
 from tasks.sites import write_sites
 from testing.inprocess_grid import PROJECT_ROOT
 from testing.simulation_link import flwr_run as run_on_link
@@ -62,17 +63,19 @@ def bad_sites(folder):
 
 @pytest.fixture(scope="module")
 def link(tmp_path_factory):
-    """A simulation SuperLink for the module: (env, connection, its log file)."""
+    """A simulation SuperLink for the module: (env, connection, its log file, the app files
+    the runs submit)."""
     folder = tmp_path_factory.mktemp("link")
+    app = app_copy(folder / "app")
     with simulation_superlink(folder / "flwr-home", folder / "superlink.log") as (env, name):
-        yield env, name, folder / "superlink.log"
+        yield env, name, folder / "superlink.log", app
 
 
 def flwr_run(link, nodes: int, run_config: str) -> str:
-    """``flwr run . --stream`` on the module's SuperLink; its output (it exits 0 whatever
+    """``flwr run <app> --stream`` on the module's SuperLink; its output (it exits 0 whatever
     became of the run)."""
-    env, connection, _ = link
-    completed = run_on_link(env, connection, nodes, run_config)
+    env, connection, _, app = link
+    completed = run_on_link(env, connection, nodes, run_config, app=app)
     return completed.stdout + completed.stderr
 
 
@@ -132,7 +135,7 @@ def test_a_diverging_run_fails_in_one_line_and_run_status_says_so(tmp_path, link
     assert metrics["summary"]["status"] == "failed" and metrics["rounds"][0]["round"] == 0
     outcome = json.loads((out / "div" / "config.json").read_text())["outcome"]
     assert outcome["diverged"] and outcome["line"] == health
-    env, connection, _ = link
+    env, connection, _, _ = link
     status = subprocess.run(
         [sys.executable, "-m", "server_app.run_status", "--output-dir", str(out), connection],
         cwd=PROJECT_ROOT,

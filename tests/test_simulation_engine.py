@@ -1,13 +1,13 @@
 """`flwr run .` through Flower's real simulation engine (SuperLink + Ray), on loopback.
 
-The test starts its own SuperLink in a new process group, with a temporary FLWR_HOME
-and free ports, and stops that whole group (by its PID) whatever happens
-(``testing.simulation_link``).
-"""
+The module starts one SuperLink for its tests in a new process group, with a temporary
+FLWR_HOME and free ports, and stops that whole group (by its PID) whatever happens
+(``testing.simulation_link``); each test checks the status of its own run (by its run id)."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 
 import pytest
@@ -27,15 +27,19 @@ def app(tmp_path_factory):
     return app_copy(tmp_path_factory.mktemp("app") / "app")
 
 
-@pytest.fixture
-def superlink(tmp_path):
-    """A simulation SuperLink on loopback with its own FLWR_HOME; yields (env, connection name)."""
-    with simulation_superlink(tmp_path / "flwr-home", tmp_path / "superlink.log") as link:
+@pytest.fixture(scope="module")
+def superlink(tmp_path_factory):
+    """A simulation SuperLink on loopback with its own FLWR_HOME, serving every test of the
+    module; yields (env, connection name)."""
+    folder = tmp_path_factory.mktemp("link")
+    with simulation_superlink(folder / "flwr-home", folder / "superlink.log") as link:
         yield link
 
 
-def run_statuses(env: dict, connection: str) -> list[str]:
-    """The status of every run the SuperLink knows (``flwr ls --format json``)."""
+def run_status(env: dict, connection: str, output: str) -> str:
+    """The status the SuperLink keeps (``flwr ls --format json``) of the run that ``flwr run``
+    reported starting in ``output``."""
+    (run_id,) = re.findall(r"Successfully started run (\d+)", output)
     listed = subprocess.run(
         [str(BIN / "flwr"), "ls", connection, "--format", "json"],
         cwd=PROJECT_ROOT,
@@ -45,7 +49,8 @@ def run_statuses(env: dict, connection: str) -> list[str]:
         timeout=60,
         check=False,
     )
-    return [r["status"] for r in json.loads(listed.stdout)["runs"]]
+    (status,) = [r["status"] for r in json.loads(listed.stdout)["runs"] if r["run-id"] == run_id]
+    return status
 
 
 @pytest.mark.parametrize("algorithm", ["ffgb", "fedavg"])
@@ -92,7 +97,7 @@ def test_an_invalid_run_config_fails_the_run_before_training(
     log = completed.stdout + completed.stderr
     assert f"Invalid run config: {said}" in log, log[-3000:]
     assert "[results]" not in log
-    assert run_statuses(env, connection) == ["finished:failed"]
+    assert run_status(env, connection, log) == "finished:failed"
 
 
 HIST = "algorithm='fedxgb-hist' task='wine' num-server-rounds=2 fedxgb-hist.max-depth=3"
@@ -139,4 +144,4 @@ def test_fedxgb_hist_s_mid_run_refusal_fails_the_ray_run_in_one_sentence(superli
     outcome = json.loads((out / "bound" / "config.json").read_text())["outcome"]
     assert outcome["status"] == "failed" and outcome["rounds"] == 0, outcome
     assert outcome["cause"].startswith("refused once the nodes answered: one level's histograms")
-    assert run_statuses(env, connection) == ["finished:failed"]
+    assert run_status(env, connection, log) == "finished:failed"

@@ -202,7 +202,7 @@ def main() -> None:
     args = parser(__doc__.splitlines()[0]).parse_args()
     start = time.perf_counter()
     quick = args.quick
-    digits_rounds, reg_rounds = (2, 2) if quick else (15, 10)
+    digits_rounds, reg_rounds = (2, 1) if quick else (15, 10)
     tasks = ("lipschitz",) if quick else REGRESSION_TASKS  # --quick: the check's task only
     steps = {"ffgb.oracle-steps": 5} if quick else {}
     k = FFGB_L["ffgb.local-steps"]

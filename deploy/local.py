@@ -165,33 +165,23 @@ def make_node_key(directory: Path, name: str) -> Path:
     return path
 
 
-# what an app copy leaves out: the virtual environment, version control, caches and results
-# (``flwr run`` walks every file of the directory it is given before it applies .gitignore:
-# about 5 s of CPU per submission for this checkout, most of it in .venv)
-APP_COPY_IGNORE = (
-    ".venv",
-    ".git",
-    "__pycache__",
-    "*.pyc",
-    ".pytest_cache",
-    ".hypothesis",
-    ".ruff_cache",
-    ".import_linter_cache",
-    ".flwr-home",
-    "results",
-    "build",
-    "dist",
-    "*.egg-info",
-    "sites",
-    ".whl",
-)
+def app_copy_ignored() -> tuple[str, ...]:
+    """What an app copy leaves out: version control and the names the project's .gitignore
+    lists (its virtual environment, caches, results, sites' files). ``flwr run`` walks every file
+    of the directory it is given before it applies .gitignore: about 5 s of CPU per submission
+    for the checkout, most of it in .venv. Its FAB applies .gitignore again, so a pattern the
+    copy keeps costs only the copying."""
+    gitignore = PROJECT / ".gitignore"
+    lines = gitignore.read_text().splitlines() if gitignore.is_file() else []
+    names = [line.strip().rstrip("/") for line in lines]
+    return (".git", *(n for n in names if n and not n.startswith("#")))
 
 
 def app_copy(destination: Path, clientapp: str | None = None) -> Path:
     """A copy of this project's app files at ``destination`` to submit with ``flwr run``: the
     same FAB, built in a fraction of the time. ``clientapp``: another
     ``[tool.flwr.app.components] clientapp`` (e.g. a test wrapper of the real one)."""
-    shutil.copytree(PROJECT, destination, ignore=shutil.ignore_patterns(*APP_COPY_IGNORE))
+    shutil.copytree(PROJECT, destination, ignore=shutil.ignore_patterns(*app_copy_ignored()))
     if clientapp is not None:
         pyproject = destination / "pyproject.toml"
         text, count = re.subn(

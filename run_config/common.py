@@ -361,6 +361,15 @@ COMMON_KEYS = (
         field="tensorboard",
     ),
     Key(
+        "plots",
+        bool,
+        True,
+        "draw the PNG plots in the results folder when the run ends (about 0.5 s of CPU a run); "
+        "`false` for sweeps of many runs (`python -m server_app.compare` draws runs' "
+        "metrics.json later)",
+        field="plots",
+    ),
+    Key(
         "central-device",
         str,
         "auto",
@@ -516,6 +525,7 @@ class RunSettings:
     git_commit: str = _DEFAULT["git_commit"]
     central_evaluation: bool = _DEFAULT["central_evaluation"]
     tensorboard: bool = _DEFAULT["tensorboard"]  # TensorBoard event files beside the rows
+    plots: bool = _DEFAULT["plots"]  # PNG plots in the results folder at the run's end
     central_device: str = _DEFAULT["central_device"]  # torch device of central evaluation
     reply_timeout: float = _DEFAULT["reply_timeout"]  # seconds a round waits for replies
     reply_poll_interval: float = _DEFAULT["reply_poll_interval"]  # seconds between pulls

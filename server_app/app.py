@@ -167,7 +167,9 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
         context.run_id,
     )
     events = EventLog(out_dir, settings.raw, rows) if settings.tensorboard else None
-    writer = ResultsWriter(out_dir, config, rows, plot_title(settings, num_nodes), events)
+    writer = ResultsWriter(
+        out_dir, config, rows, plot_title(settings, num_nodes), events, settings.plots
+    )
     log(
         INFO,
         "Running %s (%s) on task %s with %d nodes; results -> %s",

@@ -93,9 +93,12 @@ class ResultsWriter:
         rounds: Sequence[dict[str, Any]] = (),
         title: str = "",
         events: EventLog | None = None,
+        plots: bool = True,
     ) -> None:
-        """``events``: TensorBoard's copy of every row (``server_app.event_log``), or none."""
+        """``events``: TensorBoard's copy of every row (``server_app.event_log``), or none;
+        ``plots``: draw the PNG plots at ``finish`` (run config ``plots``)."""
         self.directory, self.title, self.events = directory, title, events
+        self.plots = plots
         self.config = config
         self.rounds: list[dict[str, Any]] = list(rounds)
         directory.mkdir(parents=True, exist_ok=True)
@@ -146,8 +149,8 @@ class ResultsWriter:
     ) -> list[Path]:
         """Write the summary, the run's ``outcome`` (config.json keeps it whole, the summary
         its status and cause), the server's and the nodes' ``devices``, the sites' record and
-        the number of nodes as the run ended (config.json: late nodes joined in round 1) and
-        the plots (and close the event files); return the plot paths."""
+        the number of nodes as the run ended (config.json: late nodes joined in round 1) and,
+        unless they are off, the plots (and close the event files); return the plot paths."""
         extra = {"outcome": outcome, "devices": devices, "sites": sites, "num_nodes": num_nodes}
         if any(v is not None for v in extra.values()):
             self.config = {**self.config, **{k: v for k, v in extra.items() if v is not None}}
@@ -157,7 +160,7 @@ class ResultsWriter:
         self._write_json("metrics.json", {"rounds": self.rounds, "summary": summary})
         if self.events is not None:
             self.events.close()
-        return write_plots(self.directory, self.rounds, self.title)
+        return write_plots(self.directory, self.rounds, self.title) if self.plots else []
 
 
 def summarise(rounds: list[dict]) -> dict:

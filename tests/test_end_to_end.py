@@ -52,7 +52,7 @@ def test_the_default_job_is_ffgb_on_digits(tmp_path):
 
 
 def test_fedavg_digits_writes_the_results_contract(tmp_path):
-    grid, out = run_job(tmp_path, **{"num-server-rounds": 3})
+    grid, out = run_job(tmp_path, **{"num-server-rounds": 3, "plots": True})
     metrics = read_metrics(out)
     rows = metrics["rounds"]
     assert [r["round"] for r in rows] == [0, 1, 2, 3]
@@ -68,6 +68,17 @@ def test_fedavg_digits_writes_the_results_contract(tmp_path):
     assert (out / "test_accuracy_vs_round.png").stat().st_size > 1000
     assert (out / "test_accuracy_vs_bytes.png").stat().st_size > 1000
     assert metrics["summary"]["final_test_accuracy"] == rows[-1]["test_accuracy"]
+
+
+def test_plots_false_writes_every_result_but_the_plots(tmp_path):
+    """The in-process tests' default (``testing.inprocess_grid.run_config``): no PNG, the rest of
+    the results folder as with plots."""
+    _, out = run_job(tmp_path, **{"num-server-rounds": 1, "plots": False})
+    assert not list(out.glob("*.png"))
+    assert {"config.json", "metrics.json", "metrics.csv", "checkpoint.pb"} <= {
+        p.name for p in out.iterdir()
+    }
+    assert json.loads((out / "config.json").read_text())["run_config"]["plots"] is False
 
 
 def test_bytes_are_exactly_the_payload_sent(tmp_path):

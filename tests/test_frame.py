@@ -57,7 +57,12 @@ def test_nodes_with_their_own_models_report_mean_min_max(tmp_path, test_algorith
     run = run_app(
         tmp_path,
         5,
-        **{"algorithm": "test-local", "num-server-rounds": 3, "partitioning": "label-sort"},
+        **{
+            "algorithm": "test-local",
+            "num-server-rounds": 3,
+            "partitioning": "label-sort",
+            "plots": True,
+        },
     )
     rows = run.rows
     assert "test_accuracy" not in rows[-1] and "test_accuracy_mean" in rows[-1]

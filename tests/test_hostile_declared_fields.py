@@ -219,9 +219,8 @@ def comparable(rows: list[dict]) -> list[dict]:
 
 
 @pytest.fixture(autouse=True)
-def quiet(caplog, monkeypatch):
+def quiet(caplog):
     caplog.set_level(logging.ERROR, logger="flwr")  # every dropped reply logs a warning
-    monkeypatch.setattr("server_app.results.write_plots", lambda *args, **kwargs: [])
 
 
 ANSWERS = {"query.node", "query.bounds", "query.sketch"}

@@ -59,7 +59,7 @@ def sites_record(run) -> dict:
     "algorithm, keys", FAMILIES, ids=[f"{a}-{k.get('ffgb.learner', '')}" for a, k in FAMILIES]
 )
 def test_every_family_trains_on_the_sites_files(tmp_path, penguins, algorithm, keys):
-    run = site_run(tmp_path, penguins, algorithm=algorithm, **keys)
+    run = site_run(tmp_path, penguins, algorithm=algorithm, plots=True, **keys)
     record = sites_record(run)
     assert record["partitions"] == [0, 1, 2] and record["left-out"] == {}
     assert [c["name"] for c in record["schema"]["columns"]] == [

@@ -12,21 +12,26 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# the benchmarks that run their jobs through ``benchmarks.common.run_jobs`` run them in their
+# own process (``--workers 1``: a worker process would spend about 7 s of CPU starting up), but
+# for one that keeps its default pool of 2 worker processes
+ONE_WORKER = ["--workers", "1"]
+POOLED = "fedfw_table3"
 QUICK = [
     ("ensemble_eval", []),
-    ("fedfun_tables", []),
-    ("fedfw_downlink", []),
+    ("fedfun_tables", ONE_WORKER),
+    ("fedfw_downlink", ONE_WORKER),
     ("fedfw_l1_optimum", []),
-    ("fedfw_participation", []),
-    ("fedfw_seeds", []),
-    ("fedfw_table1", []),
+    ("fedfw_participation", ONE_WORKER),
+    ("fedfw_seeds", ONE_WORKER),
+    ("fedfw_table1", ONE_WORKER),
     ("fedfw_table3", []),
-    ("fedfw_wire", []),
+    ("fedfw_wire", ONE_WORKER),
     ("learner_decode", []),
-    ("ffgb_distillation", []),
-    ("ffgb_figure1", []),
-    ("ffgb_heterogeneous", []),
-    ("ffgb_mnist", []),
+    ("ffgb_distillation", ONE_WORKER),
+    ("ffgb_figure1", ONE_WORKER),
+    ("ffgb_heterogeneous", ONE_WORKER),
+    ("ffgb_mnist", ONE_WORKER),
     ("oracle_speed", []),
     ("tree_fit", []),
     # two of its workloads (tests/test_benchmark_devices.py checks every one's run config)
@@ -39,6 +44,16 @@ def test_the_list_names_every_benchmark_with_a_quick_version():
         path.stem for path in (ROOT / "benchmarks").glob("*.py") if "args.quick" in path.read_text()
     }
     assert with_quick == {name for name, _ in QUICK}
+
+
+def test_every_benchmark_with_jobs_runs_them_in_its_own_process_but_one_in_a_pool():
+    with_jobs = {
+        path.stem
+        for path in (ROOT / "benchmarks").glob("*.py")
+        if "run_jobs(" in path.read_text() and path.stem != "common"
+    }
+    assert POOLED in with_jobs
+    assert {name for name, args in QUICK if args == ONE_WORKER} == with_jobs - {POOLED}
 
 
 @pytest.mark.e2e

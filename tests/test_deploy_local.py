@@ -215,8 +215,8 @@ def test_a_sigterm_stops_every_process_it_started(tmp_path):
     )
     started: dict[int, str] = {}
     try:
-        for line in process.stdout:  # until the first round is done
-            if "[results] round 1/" in line:
+        for line in process.stdout:  # until the run's ServerApp has evaluated round 0
+            if "[results] round 0/" in line:
                 break
         started = _descendants(process.pid)
         assert len(started) >= 3, "no SuperLink and SuperNodes under deploy.local"

@@ -11,8 +11,10 @@ Two jobs side by side on one warm deployment (``deploy.warm_superexec``): FedFW 
 exact) and FFGB. A ServerApp is a process forked by the SuperLink's warm SuperExec, found
 through /proc (a child of that SuperExec, itself a child of the SuperLink process this test
 started). The resumed jobs are submitted as soon as the ServerApps are dead, as an operator
-restarting them would; Flower marks a killed run ``finished:failed`` only when its heartbeats
-are overdue (2 x 30 s), which is waited for alongside the resumed runs.
+restarting them would. Flower marks a killed run ``finished:failed`` only when its heartbeats
+are overdue (2 x 30 s, ``HEARTBEAT_DEFAULT_INTERVAL``); that is not waited for (about 45 s
+idle): a killed run must not have completed, and the resumed runs complete beside it while
+Flower may still list it as running.
 
 Known: FFGB's resumed rows after the checkpoint differ from the uninterrupted run's by about
 1e-9 relative (oracle_error, test_loss). A node brought up to date gets the whole ensemble at
@@ -154,7 +156,8 @@ def resumed(tmp_path_factory):
         again = dict(
             zip(JOBS, d.submit_all([f"{job[n]} resume-from='{results / n}'" for n in JOBS], app))
         )
-        statuses = d.wait_for_runs([*killed.values(), *again.values()], timeout=600)
+        d.wait_for_runs(list(again.values()), timeout=600)
+        statuses = d.statuses()  # the killed runs' too, as they stand
     finally:
         d.stop()
     return {
@@ -174,7 +177,8 @@ def test_a_killed_server_app_resumed_in_a_deployment_equals_an_uninterrupted_run
     resumed, tmp_path, name
 ):
     run = resumed[name]
-    assert (run["killed"], run["resumed"]) == ("finished:failed", "finished:completed"), run
+    assert run["resumed"] == "finished:completed", run
+    assert run["killed"] in ("running", "finished:failed"), run  # failed once overdue
     assert f"Resuming after round {run['after']} of {ROUNDS}" in run["log"], run["log"][-3000:]
     whole = run_app(tmp_path, NODES, **parse_overrides(config(name))).rows
     rows_equal(run["rows"], whole, run["after"], FFGB_REL if name == "ffgb" else 1e-12)

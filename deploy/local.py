@@ -623,6 +623,11 @@ class Deployment:
                 raise RuntimeError(f"flwr run failed ({process.returncode}):\n{out}{err}")
         return [json.loads(out)["run-id"] for _, out, _ in outputs]
 
+    def stop_run(self, run_id: str) -> None:
+        """``flwr stop``: Flower marks the run ``finished:stopped`` at once (an operator's first
+        step when its ServerApp died; see docs/deployment.md)."""
+        self._flwr("stop", str(run_id), CONNECTION, "--format", "json")
+
     def statuses(self) -> dict[str, str]:
         """Run id -> Flower's status text (e.g. ``finished:completed``)."""
         done = self._flwr("list", CONNECTION, "--format", "json")

@@ -57,7 +57,7 @@ def main() -> None:
     p.add_argument("--iterations", type=int, default=4000)
     args = p.parse_args()
     start = time.perf_counter()
-    iterations = 200 if args.quick else args.iterations
+    iterations = 20 if args.quick else args.iterations  # --quick: a smoke run of the report
     rows = []
     for scaling in ("unit", "centred", "standardised"):
         out = solve(scaling, iterations)

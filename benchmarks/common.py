@@ -160,15 +160,11 @@ def run_jobs(
 def _results(specs: list[dict], out_dir: str, workers: int) -> Iterator[dict]:
     """Each spec's result as it finishes: in this process with one worker, else in a pool."""
     if workers <= 1:
-        for spec in specs:
-            yield _run_in_this_process(spec, out_dir)
-        return
-    if not specs:
-        return
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
-        futures = [pool.submit(_run_in_this_process, spec, out_dir) for spec in specs]
-        for future in as_completed(futures):
-            yield future.result()
+        yield from (_run_in_this_process(spec, out_dir) for spec in specs)
+    elif specs:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+            futures = [pool.submit(_run_in_this_process, spec, out_dir) for spec in specs]
+            yield from (future.result() for future in as_completed(futures))
 
 
 def available_algorithms() -> list[str]:

@@ -1,4 +1,4 @@
-"""`flwr run .` through Flower's real simulation engine (SuperLink + Ray), on loopback.
+"""`flwr run` of the app through Flower's real simulation engine (SuperLink + Ray), on loopback.
 
 The module starts one SuperLink for its tests in a new process group, with a temporary
 FLWR_HOME and free ports, and stops that whole group (by its PID) whatever happens

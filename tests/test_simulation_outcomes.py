@@ -1,4 +1,4 @@
-"""How runs end through `flwr run .` on Flower's simulation engine (Ray), which fails differently
+"""How runs end through `flwr run` on Flower's simulation engine (Ray), which fails differently
 from the in-process engine:
 
 - sites' bad files, where a ClientApp's exception would travel wrapped in Ray's traceback: every

@@ -75,12 +75,13 @@ def on_device(
     """``make(array)`` (a CPU tensor; default: sharing the array's memory) on ``device``. On an
     accelerator the copy is made once per array, device and ``make`` and cached while the array
     lives; on the CPU nothing is cached (``make`` is as cheap as it was before devices)."""
+    writable = array if array.flags.writeable else array.copy()  # torch warns on read-only
     if device.type == "cpu":
-        return make(array if array.flags.writeable else array.copy())  # torch warns on read-only
+        return make(writable)
     key = (id(array), str(device), getattr(make, "__qualname__", repr(make)))
     copy = _COPIES.get(key)
     if copy is None:
-        copy = make(array).to(device)
+        copy = make(writable).to(device)
         _COPIES[key] = copy
         weakref.finalize(array, _COPIES.pop, key, None)
     return copy

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Issue 37's GPU checks in one call of the device tool (benchmarks/README.md, section 9):
 #   run(command="bash benchmarks/device_check.sh", carry=[".whl"], timeout_s=540)
-# Runs the rows of issue 37's MLP targets by default; all is written under $OUT through tee alone, so a
+# Issue 37's MLP target rows by default; all is written under $OUT through tee alone, so a
 # call that hits its limit still returns what it had. Needs the wheels of section 9 in .whl/
 # (git-ignored: `bash benchmarks/device_wheels.sh` downloads them; the device machine has torch but
 # no flwr: installed when flwr does not import).

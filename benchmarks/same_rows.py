@@ -6,18 +6,23 @@ bit. This writes the rows of 22 small configurations (every registered algorithm
 trees, with distillation and in one shot, FedFW's compact downlink), in-process, 4 nodes, half of
 them per round, 4 rounds, and compares two such files (wall times left out).
 
-    python -m benchmarks.same_rows write rows.json          # about 8 min on 2 cores
+    python -m benchmarks.same_rows write rows.json          # 30-50 s on 2 cores (2026-11-28)
     python -m benchmarks.same_rows compare benchmarks/results/same_rows.json rows.json
 
 ``compare`` prints each configuration as identical or not, and the first cells that differ;
-exit 1 if any does. ``benchmarks/results/same_rows.json`` holds the rows of the commit named in
-benchmarks/README.md.
+exit 1 if any does. A file also records the environment that wrote it (``_environment``: Python,
+the numeric packages' versions, torch's threads): rows are bit for bit only within one, and
+``compare`` says where two files' environments differ (a rebuilt venv moved 15 of the 22
+configurations in their last bits, 2026-11-28). ``benchmarks/results/same_rows.json`` holds
+the rows of the commit named in benchmarks/README.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
+import platform
 import sys
 import tempfile
 from pathlib import Path
@@ -55,6 +60,32 @@ EXTRA = {
 }
 
 
+ENVIRONMENT = "_environment"  # the key of the writer's environment, beside the configurations
+# name -> the module whose __version__ it is (xgboost installs as xgboost-cpu or xgboost)
+PACKAGES = {
+    "flwr": "flwr",
+    "torch": "torch",
+    "numpy": "numpy",
+    "scipy": "scipy",
+    "scikit-learn": "sklearn",
+    "xgboost": "xgboost",
+    "POT": "ot",
+}
+
+
+def environment() -> dict[str, str]:
+    """What a run's floats depend on besides the code: Python, packages, torch's threads."""
+    import torch
+
+    found = {"python": platform.python_version(), "torch threads": str(torch.get_num_threads())}
+    for name, module in PACKAGES.items():
+        try:
+            found[name] = str(importlib.import_module(module).__version__)
+        except ImportError:
+            found[name] = "absent"
+    return found
+
+
 def cases() -> dict[str, dict[str, Any]]:
     from run_config.families import algorithm_names
 
@@ -78,7 +109,7 @@ def rows_of(case: dict[str, Any]) -> list[dict[str, Any]]:
 
 def write(out: Path, names: list[str]) -> None:
     chosen = {name: case for name, case in cases().items() if not names or name in names}
-    found = {}
+    found: dict[str, Any] = {ENVIRONMENT: environment()}
     for name, case in chosen.items():
         found[name] = rows_of(case)
         out.write_text(json.dumps(found, indent=1, sort_keys=True))  # after each, kept if cut
@@ -88,6 +119,17 @@ def write(out: Path, names: list[str]) -> None:
 def compare(a: Path, b: Path) -> int:
     """0 when every configuration in both files has the same rows, else 1."""
     first, second = json.loads(a.read_text()), json.loads(b.read_text())
+    envs = first.pop(ENVIRONMENT, None), second.pop(ENVIRONMENT, None)
+    if None in envs:
+        print(f"environment: not recorded in {a if envs[0] is None else b}")
+    elif envs[0] != envs[1]:
+        keys = sorted(set(envs[0]) | set(envs[1]))
+        moved = [
+            f"{k} {envs[0].get(k)} -> {envs[1].get(k)}"
+            for k in keys
+            if envs[0].get(k) != envs[1].get(k)
+        ]
+        print(f"environment differs ({', '.join(moved)}): floats may differ in their last bits")
     status = 0
     for name in sorted(set(first) & set(second)):
         if first[name] == second[name]:

@@ -103,7 +103,8 @@ def in_process(config: str, rounds: int) -> list[float]:
 
 def deployed(way: str, jobs: dict[str, str], rounds: int, workdir: Path) -> dict[str, Any]:
     """Each job on one TLS + authentication deployment set up ``way``; seconds per round."""
-    from deploy.local import Deployment, app_copy, free_port_block
+    from deploy.app_files import app_copy
+    from deploy.local import Deployment, free_port_block
 
     way_options = DEPLOYMENTS[way]
     options = dict(way_options["options"])
@@ -141,7 +142,7 @@ def simulated(jobs: dict[str, str], rounds: int, workdir: Path) -> dict[str, Any
     round."""
     import subprocess
 
-    from deploy.local import app_copy
+    from deploy.app_files import app_copy
     from testing.simulation_link import BIN, simulation_superlink
 
     app = app_copy(workdir / "simulation" / "app")

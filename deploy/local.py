@@ -54,6 +54,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from deploy.app_files import app_copy
 from deploy.netns import Star
 from deploy.perimeter import MAX_OBJECT_BYTES, Perimeter
 from server_app.preflight import EXIT_INVALID, check
@@ -163,37 +164,6 @@ def make_node_key(directory: Path, name: str) -> Path:
     )
     Path(f"{path}.pub").write_bytes(public + b"\n")
     return path
-
-
-def app_copy_ignored() -> tuple[str, ...]:
-    """What an app copy leaves out: version control and the names the project's .gitignore
-    lists (its virtual environment, caches, results, sites' files). ``flwr run`` walks every file
-    of the directory it is given before it applies .gitignore: about 5 s of CPU per submission
-    for the checkout, most of it in .venv. Its FAB applies .gitignore again, so a pattern the
-    copy keeps costs only the copying."""
-    gitignore = PROJECT / ".gitignore"
-    lines = gitignore.read_text().splitlines() if gitignore.is_file() else []
-    names = [line.strip().rstrip("/") for line in lines]
-    return (".git", *(n for n in names if n and not n.startswith("#")))
-
-
-def app_copy(destination: Path, clientapp: str | None = None) -> Path:
-    """A copy of this project's app files at ``destination`` to submit with ``flwr run``: the
-    same FAB, built in a fraction of the time. ``clientapp``: another
-    ``[tool.flwr.app.components] clientapp`` (e.g. a test wrapper of the real one)."""
-    shutil.copytree(PROJECT, destination, ignore=shutil.ignore_patterns(*app_copy_ignored()))
-    if clientapp is not None:
-        pyproject = destination / "pyproject.toml"
-        text, count = re.subn(
-            r'^clientapp = ".*"$',
-            f'clientapp = "{clientapp}"',
-            pyproject.read_text(),
-            flags=re.MULTILINE,
-        )
-        if count != 1:
-            raise ValueError(f"{pyproject}: expected one clientapp component, found {count}")
-        pyproject.write_text(text)
-    return destination
 
 
 def ephemeral_low() -> int:
@@ -554,8 +524,8 @@ class Deployment:
 
     def app_files(self) -> Path:
         """This project's app files, copied once into the work directory (``app_copy``): what
-        a job submits unless it names another app. The same FAB as the checkout's, without
-        ``flwr run`` walking the checkout's .venv (about 5 s a submission)."""
+        a job submits unless it names another app (``deploy.app_files``: the same FAB as the
+        checkout's, without ``flwr run`` walking the checkout's .venv)."""
         if self._app is None:
             self._app = app_copy(self.workdir / "app")
         return self._app

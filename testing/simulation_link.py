@@ -165,7 +165,7 @@ def flwr_run(
 ) -> subprocess.CompletedProcess:
     """``flwr run <app> --stream`` on a simulation SuperLink with ``nodes`` SuperNodes
     (``cpus`` CPUs each); its output in ``stdout`` and ``stderr`` (it exits 0 whatever became
-    of the run). ``app``: the checkout, or a copy of its app files (``deploy.local.app_copy``:
+    of the run). ``app``: the checkout, or a copy of its app files (``deploy.app_files.app_copy``:
     the same FAB, built without walking the checkout's .venv, about 5 s a run)."""
     return subprocess.run(
         [

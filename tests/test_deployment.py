@@ -16,8 +16,8 @@ keeps Flower's default ``--isolation subprocess`` (the SuperLink's or SuperNode'
 starts a fresh process per run or message) for its SuperLink and for the SuperNode that is
 killed; its two survivors are warm, so their replies beat the 30 s ``reply-timeout`` however
 busy the machine. Jobs are submitted from a copy of the project's app files
-(``deploy.local.app_copy``: the same FAB; ``flwr run .`` spends about 5 s walking the checkout's
-.venv).
+(``deploy.app_files.app_copy``: the same FAB; ``flwr run .`` spends seconds walking the
+checkout's .venv).
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy.local import Deployment, app_copy, free_port_block
+from deploy.app_files import app_copy
+from deploy.local import Deployment, free_port_block
 from run_config.declared import parse_overrides
 from tests.helpers import run_app
 

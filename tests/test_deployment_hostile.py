@@ -40,7 +40,8 @@ from pathlib import Path
 import pytest
 
 from client_app.app import app as client_app
-from deploy.local import Deployment, app_copy, free_port_block
+from deploy.app_files import app_copy
+from deploy.local import Deployment, free_port_block
 from run_config.declared import parse_overrides
 from testing.hostile_clientapp import HUGE_ARRAY_BYTES, HUGE_CONFIG_BYTES
 from testing.hostile_clientapp import app as hostile_app

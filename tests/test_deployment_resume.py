@@ -34,7 +34,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy.local import Deployment, app_copy, free_port_block
+from deploy.app_files import app_copy
+from deploy.local import Deployment, free_port_block
 from run_config.declared import parse_overrides
 from server_app.checkpoint import FILE_NAME, read_checkpoint
 from tests.helpers import run_app

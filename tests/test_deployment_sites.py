@@ -16,7 +16,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from deploy.local import Deployment, app_copy, free_port_block
+from deploy.app_files import app_copy
+from deploy.local import Deployment, free_port_block
 from run_config.declared import parse_overrides
 from tasks.sites import write_sites
 from tests.helpers import run_app

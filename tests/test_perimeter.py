@@ -25,15 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from deploy.local import (
-    BIN,
-    PROJECT,
-    Deployment,
-    app_copy,
-    free_port_block,
-    make_certificates,
-    make_node_key,
-)
+from deploy.app_files import app_copy
+from deploy.local import BIN, PROJECT, Deployment, free_port_block, make_certificates, make_node_key
 from deploy.perimeter import (
     FLEET_PATHS,
     MAX_CALL_BYTES,

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from deploy.local import app_copy
+from deploy.app_files import app_copy
 from run_config.declared import parse_overrides
 from testing.inprocess_grid import PROJECT_ROOT
 from testing.simulation_link import BIN, flwr_run, simulation_superlink

@@ -22,7 +22,7 @@ import sys
 import pandas as pd
 import pytest
 
-from deploy.local import app_copy
+from deploy.app_files import app_copy
 from tasks.sites import write_sites
 from testing.inprocess_grid import PROJECT_ROOT
 from testing.simulation_link import flwr_run as run_on_link

@@ -4,6 +4,8 @@ checkout's FAB, and its command replaces its folder and refuses the checkout its
 from __future__ import annotations
 
 import hashlib
+import os
+from pathlib import Path
 
 import pytest
 from flwr.cli.build import build_fab_from_files
@@ -20,16 +22,17 @@ def fab_digest(files: dict) -> str:
 
 def test_a_copy_builds_the_checkout_s_fab(tmp_path):
     copy = app_files.app_copy(tmp_path / "app")
-    # the checkout's files as flwr run would collect them, .venv and .git left out here only
-    # to keep the test fast: the FAB drops them anyway (.gitignore)
+    # the checkout's files as flwr run collects them, but for .venv and .git, left out here
+    # only to keep the test fast: the FAB leaves them out too (the whole checkout's FAB,
+    # build_fab_from_disk, had the copy's sha256, 2026-11-28)
     ignored = app_files.app_copy_ignored()
-    checkout = {
-        path.relative_to(app_files.PROJECT).as_posix(): path
-        for path in app_files.PROJECT.rglob("*")
-        if path.is_file()
-        and not path.is_symlink()
-        and not any(part in (".git", ".venv") for part in path.relative_to(app_files.PROJECT).parts)
-    }
+    checkout = {}
+    for folder, subfolders, names in os.walk(app_files.PROJECT):
+        subfolders[:] = [d for d in subfolders if d not in (".git", ".venv")]
+        for name in names:
+            path = Path(folder) / name
+            if not path.is_symlink():
+                checkout[path.relative_to(app_files.PROJECT).as_posix()] = path
     copied = {p.relative_to(copy).as_posix(): p for p in copy.rglob("*") if p.is_file()}
     assert ".venv" in ignored and "pyproject.toml" in copied
     assert not any(name.startswith((".git/", ".venv/")) for name in copied)

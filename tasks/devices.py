@@ -67,6 +67,11 @@ def device_facts(device: torch.device) -> dict[str, str]:
     return dict(zip(DEVICE_FACTS, values, strict=True))
 
 
+def _writable(array: np.ndarray) -> np.ndarray:
+    """``array``, or a copy where it is read-only (torch warns on a tensor sharing it)."""
+    return array if array.flags.writeable else array.copy()
+
+
 def on_device(
     array: np.ndarray,
     device: torch.device,
@@ -75,13 +80,12 @@ def on_device(
     """``make(array)`` (a CPU tensor; default: sharing the array's memory) on ``device``. On an
     accelerator the copy is made once per array, device and ``make`` and cached while the array
     lives; on the CPU nothing is cached (``make`` is as cheap as it was before devices)."""
-    writable = array if array.flags.writeable else array.copy()  # torch warns on read-only
     if device.type == "cpu":
-        return make(writable)
+        return make(_writable(array))
     key = (id(array), str(device), getattr(make, "__qualname__", repr(make)))
     copy = _COPIES.get(key)
     if copy is None:
-        copy = make(writable).to(device)
+        copy = make(_writable(array)).to(device)
         _COPIES[key] = copy
         weakref.finalize(array, _COPIES.pop, key, None)
     return copy

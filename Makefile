@@ -26,8 +26,8 @@ install: $(VENV)/.installed
 GIT_COMMIT := $(shell git rev-parse HEAD 2>/dev/null)
 
 # preflight validates the run config in seconds, before any engine starts (exit 2 if invalid)
-# `flwr run .` would walk every file of the checkout, .venv's too (9 s on 2 cores), before it
-# applies .gitignore: the job is submitted from a copy of the app files (the same FAB)
+# `flwr run .` would walk every file of the checkout, .venv's too (seconds: benchmarks.fab_build),
+# before it applies .gitignore: the job is submitted from a copy of the app files (the same FAB)
 run: $(VENV)/.installed
 	$(PY) -m server_app.preflight --nodes $(NODES) "$(RUN_CONFIG)"
 	$(PY) -m deploy.app_files build/app

@@ -2,9 +2,10 @@
 checkout's, without Flower walking the checkout's virtual environment.
 
 ``flwr run <dir>`` collects every file under ``<dir>`` (``flwr.cli.utils.collect_files``,
-flwr 1.41) before it applies .gitignore: for this checkout, .venv's some 50,000 files, 8.8 s
-on 2 cores against 0.17 s for a copy and its FAB (2026-11-28). ``make run``, ``deploy.local``,
-the tests and the benchmarks submit a copy. Its own module so that ``make run`` makes the copy
+flwr 1.41) before it applies .gitignore: for this checkout, .venv's some 50,000 files, seconds
+against a fraction of one for a copy and its FAB (``python -m benchmarks.fab_build``,
+benchmarks/results/fab_build.md). ``make run``, ``deploy.local``, the tests and the benchmarks
+submit a copy. Its own module so that ``make run`` makes the copy
 without importing flwr, torch or the app.
 
     python -m deploy.app_files build/app     # replaces build/app

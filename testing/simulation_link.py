@@ -166,7 +166,7 @@ def flwr_run(
     """``flwr run <app> --stream`` on a simulation SuperLink with ``nodes`` SuperNodes
     (``cpus`` CPUs each); its output in ``stdout`` and ``stderr`` (it exits 0 whatever became
     of the run). ``app``: the checkout, or a copy of its app files (``deploy.app_files.app_copy``:
-    the same FAB, built without walking the checkout's .venv: 8.8 s on 2 cores)."""
+    the same FAB, without the seconds of walking the checkout's .venv: ``benchmarks.fab_build``)."""
     return subprocess.run(
         [
             str(BIN / "flwr"),

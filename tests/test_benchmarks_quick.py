@@ -19,6 +19,7 @@ ONE_WORKER = ["--workers", "1"]
 POOLED = "fedfw_table3"
 QUICK = [
     ("ensemble_eval", []),
+    ("fab_build", []),
     ("fedfun_tables", ONE_WORKER),
     ("fedfw_downlink", ONE_WORKER),
     ("fedfw_l1_optimum", []),

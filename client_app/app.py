@@ -13,7 +13,7 @@ import os
 from logging import ERROR, WARNING
 
 import torch
-from flwr.app import Context, Error, Message
+from flwr.app import Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common.constant import ErrorCode
 from flwr.common.logger import log
@@ -21,10 +21,13 @@ from flwr.common.logger import log
 from client_app.job import ClientJob
 from client_app.node_state import LostStateError
 from client_app.registry import handlers_for, message_types
+from client_app.secure_sum import HANDLERS as SECURE_SUM_HANDLERS
+from client_app.secure_sum import masked_reply
 from client_app.setup import node_setup
 from client_app.site_data import SITE_HANDLERS, agreed_schema
 from functions.errors import DecodeError, one_sentence
 from functions.packed_records import pack_content, unpack_content
+from functions.secure_sum import SECAGG
 from tasks.errors import ConfigError
 from tasks.site_errors import SiteDataError
 
@@ -60,27 +63,37 @@ def handle(message: Message, context: Context) -> Message:
 
 def answer(message: Message, context: Context) -> Message:
     """Run the procedure that the run's algorithm registered for this message type, on the
-    node's setup (built on the run's first message to this node, then reused)."""
+    node's setup (built on the run's first message to this node, then reused). The stages of a
+    secure sum are answered by ``client_app.secure_sum``, whatever the family, and a family's
+    message that carries a ``secagg`` record has its reply masked there."""
+    message_type = message.metadata.message_type
+    if message_type in SECURE_SUM_HANDLERS:
+        handler = SECURE_SUM_HANDLERS[message_type]
+        return Message(handler(message.content, context.state), reply_to=message)
+    if SECAGG in message.content:
+        reply = masked_reply(
+            message.content,
+            context.state,
+            lambda content: _family_reply(message_type, content, context),
+        )
+        return Message(reply, reply_to=message)
+    return Message(_family_reply(message_type, message.content, context), reply_to=message)
+
+
+def _family_reply(message_type: str, content: RecordDict, context: Context) -> RecordDict:
+    """The reply content of the run's family (or of the sites' agreement) to ``content``."""
     setup = node_setup(context)
     settings = setup.settings
-    message_type = message.metadata.message_type
     if settings.sites and message_type in SITE_HANDLERS:
-        return Message(
-            SITE_HANDLERS[message_type](setup, message.content, context.state), reply_to=message
-        )
+        return SITE_HANDLERS[message_type](setup, content, context.state)
     procedure = handlers_for(settings.algorithm).get(message_type)
     if procedure is None:
         raise ConfigError(
             f"algorithm {settings.algorithm!r} does not handle {message_type!r} messages"
         )
-    data = (
-        setup.site_data(agreed_schema(message.content, context.state))
-        if settings.sites
-        else setup.data
-    )
+    data = setup.site_data(agreed_schema(content, context.state)) if settings.sites else setup.data
     setup.device  # resolved for every message: a device this machine lacks fails them all
-    job = ClientJob(message.content, context.state, data, setup)
-    return Message(procedure(job), reply_to=message)
+    return procedure(ClientJob(content, context.state, data, setup))
 
 
 def _register(message_type: str) -> None:
@@ -90,5 +103,5 @@ def _register(message_type: str) -> None:
     (decorator(action) if action else decorator())(handle)
 
 
-for _message_type in (*message_types(), *SITE_HANDLERS):
+for _message_type in (*message_types(), *SITE_HANDLERS, *SECURE_SUM_HANDLERS):
     _register(_message_type)

@@ -22,13 +22,22 @@ from client_app.node_state import LostStateError
 from functions.bins import BinLayout
 from functions.boosters import BoosterSpec, read_booster
 from functions.errors import DecodeError
-from functions.histograms import histogram_record, read_growing, read_layout, sketch_record
+from functions.histograms import (
+    dense_histogram_record,
+    grid_record,
+    histogram_record,
+    read_growing,
+    read_layout,
+    sketch_record,
+)
 from functions.protocol import (
     ARRAYS,
     CONFIG,
+    DENSE_HISTOGRAMS,
     EVALUATE,
     EVALUATE_FIRST,
     EVALUATION,
+    GRID_CELLS,
     GROWING,
     HISTOGRAMS,
     LAYOUT,
@@ -39,7 +48,13 @@ from functions.protocol import (
     SKETCH,
     TRAIN,
 )
-from oracles.hist_xgboost import column_sketch, gradients, histograms, merge_small_slots
+from oracles.hist_xgboost import (
+    column_sketch,
+    gradients,
+    grid_counts,
+    histograms,
+    merge_small_slots,
+)
 from oracles.xgboost_local import outputs
 from run_config.fedxgb_hist import FedXgbHistSettings
 
@@ -53,16 +68,24 @@ def _rows(x: np.ndarray) -> np.ndarray:
 
 
 def sketch(job: Job) -> RecordDict:
-    """The node's quantiles of each training column, their counts and its rows."""
+    """The node's quantiles of each training column, their counts and its rows; or, asked for
+    the grid (``fedxgb-hist.bins='grid'``), its counts in each cell of the fixed grid."""
     x = _rows(job.data.x_train)
+    config = job.content.get(CONFIG)
+    cells = config.get(GRID_CELLS) if config is not None else None
+    if cells is not None:
+        if cells != job.family.sketch_size:
+            raise DecodeError(f"{GRID_CELLS}={cells!r}, not the run's {job.family.sketch_size}")
+        return RecordDict({SKETCH: grid_record(grid_counts(x, cells), len(x))})
     points, counts = column_sketch(x, job.family.sketch_size)
     return RecordDict({SKETCH: sketch_record(points, counts, len(x))})
 
 
 def train(job: Job) -> RecordDict:
     """The histograms of the open leaves over this node's rows, at the global booster's
-    gradients. When a round's first level asks (``evaluate-first``), the booster it brings
-    (the last round's) is evaluated too, as ``evaluate`` would."""
+    gradients: the occupied slots, or every slot when they go into a secure sum
+    (``dense-histograms``). When a round's first level asks (``evaluate-first``), the booster
+    it brings (the last round's) is evaluated too, as ``evaluate`` would."""
     hist, data = job.family, job.data
     spec = hist.spec(data.task)
     x = _rows(data.x_train)
@@ -71,7 +94,8 @@ def train(job: Job) -> RecordDict:
     g, h = gradients(hist.objective(data.task), margins, data.y_train)
     sums = histograms(layout, bins, g, h, trees, leaves)
     merge_small_slots(layout, *sums, hist.min_bin_count)
-    reply = RecordDict({HISTOGRAMS: histogram_record(*sums)})
+    dense = job.content[CONFIG].get(DENSE_HISTOGRAMS, False) is True  # a secure sum's
+    reply = RecordDict({HISTOGRAMS: (dense_histogram_record if dense else histogram_record)(*sums)})
     if EVALUATE_FIRST in job.content[CONFIG]:
         if raw is None:  # only a round's first level, which carries the booster, asks
             raise DecodeError(f"{EVALUATE_FIRST} came without the booster to evaluate")

@@ -78,6 +78,28 @@ def read_sketch(record: object, num_features: int, size: int) -> Sketch:
     return Sketch(points, counts, rows)
 
 
+def grid_record(counts: np.ndarray, rows: int) -> ArrayRecord:
+    """A node's grid counts, flat (``fedxgb-hist.bins='grid'``), and its rows."""
+    return arrays_to_record(
+        {"cells": counts.ravel().astype(np.int64), "rows": np.array([rows], np.int64)}
+    )
+
+
+def read_grid(
+    record: object, num_features: int, cells: int, most_rows: int
+) -> tuple[np.ndarray, int]:
+    """Grid counts (d, cells) and rows from a node, or their secure sum: none negative, no
+    column counting more than ``rows``, which is at most ``most_rows``."""
+    arrays = record_to_arrays(record, max_bytes=8 * (num_features * cells + 1))
+    _exact(arrays, ("cells", "rows"), "grid")
+    counts = _typed(arrays["cells"], "int64", (num_features * cells,), "cells")
+    rows = int(_typed(arrays["rows"], "int64", (1,), "rows")[0])
+    counts = counts.reshape(num_features, cells)
+    if not 1 <= rows <= most_rows or np.any(counts < 0) or np.any(counts.sum(axis=1) > rows):
+        raise DecodeError(f"grid counts must be >= 0 and count at most the rows ({rows})")
+    return counts, rows
+
+
 # -- the bins: server to node ------------------------------------------------------------------
 def layout_record(layout: BinLayout) -> ArrayRecord:
     sizes = np.array([len(e) for e in layout.edges], np.int64)
@@ -186,6 +208,35 @@ def histogram_record(grad: np.ndarray, hess: np.ndarray, count: np.ndarray) -> A
             "count": count.ravel()[index].astype(np.int32),
         }
     )
+
+
+def dense_histogram_record(grad: np.ndarray, hess: np.ndarray, count: np.ndarray) -> ArrayRecord:
+    """(M, S) histograms with every slot, flat: what a secure sum adds up (which slots a node
+    occupies would otherwise show)."""
+    return arrays_to_record(
+        {
+            "grad": grad.ravel().astype(np.float64),
+            "hess": hess.ravel().astype(np.float64),
+            "count": count.ravel().astype(np.int64),
+        }
+    )
+
+
+def check_summed(
+    grad: np.ndarray, hess: np.ndarray, count: np.ndarray, layout: BinLayout, rows: int
+) -> None:
+    """``DecodeError`` unless securely summed (leaves, slots) histograms could be sums of
+    nodes' histograms: finite, hessians and counts not negative (to the fixed point's
+    rounding), every feature of a leaf counting the same rows, at most ``rows`` in all."""
+    if not (np.all(np.isfinite(grad)) and np.all(np.isfinite(hess))):
+        raise NonFiniteError("grad/hess: hold NaN or inf")
+    if np.any(count < 0) or np.any(hess < -1e-9 * max(1.0, float(np.max(hess, initial=0)))):
+        raise DecodeError("a negative count or hessian sum")
+    per_feature = np.add.reduceat(count, layout.offsets[:-1], axis=1)
+    if np.any(per_feature != per_feature[:, :1]):
+        raise DecodeError("the features of a leaf count different rows")
+    if np.any(per_feature[:, 0] > rows):
+        raise DecodeError(f"a leaf counts more than the {rows} rows of the nodes")
 
 
 @dataclass(frozen=True)

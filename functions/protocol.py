@@ -79,10 +79,13 @@ REPLICA_ARRAYS = "fedfw.replica-arrays"  # ArrayRecord: every x_i and the sum (r
 # -- FedFun family (strategies.fedfun relays; functions.node_models encodes) -----------------
 QUERY_BOUNDS = "query.bounds"  # once per run: the node's per-feature min/max and sample count
 QUERY_SKETCH = "query.sketch"  # fedxgb-hist, once per run: the node's quantiles per column
-SKETCH = "sketch"  # its ArrayRecord: "points" (d, size), "counts" (d,), "rows" (1,)
+SKETCH = "sketch"  # its ArrayRecord: "points" (d, size), "counts" (d,), "rows" (1,); or, asked
+# with GRID_CELLS in its config, "cells" (d * GRID_CELLS,) and "rows" (1,): its grid counts
+GRID_CELLS = "grid-cells"
 LAYOUT = "layout"  # fedxgb-hist: the agreed bin edges, "edges" (flat) and "sizes" (d,)
 GROWING = "growing"  # fedxgb-hist: the trees being grown and the open leaves
 HISTOGRAMS = "histograms"  # fedxgb-hist's reply: "grad", "hess", "count", (open leaves, slots)
+DENSE_HISTOGRAMS = "dense-histograms"  # train config: every slot, for a secure sum
 BOUNDS = "fedfun.bounds"  # ArrayRecord: "lower", "upper" (float64, features) - reply and setup
 SETUP = "fedfun.setup"  # ConfigRecord: the run's agreed facts a node keeps (total samples)
 INITIAL = "initial"  # train config: round 0, local training only

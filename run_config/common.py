@@ -438,6 +438,29 @@ COMMON_KEYS = (
         "`ffgb.one-shot`)",
         field="eval_with_train",
     ),
+    Key(
+        "secure-aggregation",
+        bool,
+        False,
+        "`fedxgb-hist`, FedAvg, FedProx, projected FedAvg: the server learns only the sum of "
+        "the nodes' replies (their histograms, or their sample-weighted models and sample "
+        "counts), never one node's: SecAgg+ with pairwise and self masks and Shamir shares, so "
+        "nodes may drop mid-exchange while a majority of each one's neighbours remains; "
+        "three more exchanges a sum (docs/privacy.md)",
+        field="secure_aggregation",
+    ),
+    Key(
+        "secure-aggregation.bound",
+        float,
+        1024.0,
+        "with `secure-aggregation`: the largest magnitude of a value a node sums, before "
+        "weighting: a model weight (FedAvg family), a regression label (`fedxgb-hist`, whose "
+        "gradients it bounds with the booster's margins); a node holding a larger one refuses "
+        "its reply (nothing is clipped); it sets the fixed point's resolution",
+        finite_above(0),
+        field="secure_bound",
+        when=When("secure-aggregation", (True,)),
+    ),
     Key("local-epochs", int, 1, "FedAvg/FedProx local epochs", at_least(0), field="local_epochs"),
     Key(
         "local-steps",
@@ -532,6 +555,8 @@ class RunSettings:
     node_partitions: str = _DEFAULT["node_partitions"]  # "NODE_ID:PARTITION,...": pins
     fraction_train: float = _DEFAULT["fraction_train"]
     eval_with_train: bool = _DEFAULT["eval_with_train"]  # evaluation rides on the next training
+    secure_aggregation: bool = _DEFAULT["secure_aggregation"]  # the server learns only sums
+    secure_bound: float = _DEFAULT["secure_bound"]  # |value| a node may sum
     local_epochs: int = _DEFAULT["local_epochs"]
     local_steps: int = _DEFAULT["local_steps"]
     batch_size: int = _DEFAULT["batch_size"]

@@ -13,6 +13,7 @@ from run_config.family import (
     LOCAL_SGD,
     MODEL,
     SAMPLED,
+    SECURE_SUM,
     Algorithm,
     Family,
     require_fusable,
@@ -37,6 +38,6 @@ FEDAVG: Family[ConstraintSet | None, None] = Family(
         Algorithm(PROJECTED, "FedAvg whose average is projected onto D", tables=(DOMAIN,)),
     ),
     fedavg_settings,
-    reads=(*MODEL, *LOCAL_SGD, *SAMPLED, *FUSED_EVALUATION),
+    reads=(*MODEL, *LOCAL_SGD, *SAMPLED, *FUSED_EVALUATION, *SECURE_SUM),
     steps=("learning-rate",),
 )

@@ -13,8 +13,15 @@ from functions.protocol import EVALUATE, QUERY_NODE, QUERY_SKETCH, TRAIN
 from oracles.functional_losses import CROSS_ENTROPY, SQUARE, PointwiseLoss
 from oracles.hist_xgboost import LOGISTIC, SOFTMAX, SQUARED, TreeParams
 from run_config.common import RunSettings
-from run_config.family import FUSED_EVALUATION, Algorithm, Family, Table, require_fusable
-from run_config.keys import Key, at_least, build, read_keys, within
+from run_config.family import (
+    FUSED_EVALUATION,
+    SECURE_SUM,
+    Algorithm,
+    Family,
+    Table,
+    require_fusable,
+)
+from run_config.keys import Key, OneOf, at_least, build, read_keys, require, within
 from tasks.datasets import TaskData
 from tasks.errors import ConfigError
 
@@ -68,8 +75,20 @@ FEDXGB_HIST_KEYS = (
         "fedxgb-hist.sketch-size",
         int,
         1024,
-        "quantiles of each column a node sends once to agree the bin edges (no row leaves it)",
+        "the size of each column's summary a node sends once to agree the bin edges: its "
+        "quantiles (`bins='sketch'`: with fewer rows, its values themselves) or the cells of "
+        "the fixed grid (`bins='grid'`)",
         within(2, 65536),
+    ),
+    Key(
+        "fedxgb-hist.bins",
+        str,
+        "sketch",
+        "how the bin edges are agreed: `sketch` (each node's quantiles, merged) or `grid` "
+        "(each node counts its values in the cells of a fixed grid, equal in arctan(value); "
+        "the edges are quantiles of the counts summed over the nodes, securely with "
+        "`secure-aggregation`, which needs it)",
+        OneOf(("sketch", "grid")),
     ),
     Key(
         "fedxgb-hist.min-bin-count",
@@ -115,11 +134,14 @@ class FedXgbHistSettings:
     min_child_weight: float
     max_bin: int
     sketch_size: int
+    bins: str
     min_bin_count: int
     max_histogram_bytes: int
     max_booster_bytes: int
     federated_eval: bool
     eval_with_train: bool = True  # round t's evaluation rides on round t + 1's root level
+    secure_aggregation: bool = False  # histograms summed by a secure sum (no node's read)
+    secure_bound: float = 1024.0  # regression: the largest |label| a node may hold
 
     def tree_params(self) -> TreeParams:
         return TreeParams(
@@ -157,8 +179,17 @@ def fedxgb_hist_settings(settings: RunSettings) -> FedXgbHistSettings:
         read_keys(settings.raw, FEDXGB_HIST_KEYS),
         FEDXGB_HIST_KEYS,
         eval_with_train=settings.eval_with_train,
+        secure_aggregation=settings.secure_aggregation,
+        secure_bound=settings.secure_bound,
     )
     require_fusable(out.eval_with_train, out.federated_eval, "fedxgb-hist.federated-eval is true")
+    require(
+        out.bins == "grid" or not out.secure_aggregation,
+        "fedxgb-hist.bins",
+        out.bins,
+        "'grid' with secure-aggregation=true (a sketch is each node's quantiles: its values, "
+        "which no secure sum hides)",
+    )
     return out
 
 
@@ -187,6 +218,7 @@ FEDXGB_HIST: Family[FedXgbHistSettings, None] = Family(
     ),
     fedxgb_hist_settings,
     tables=(FEDXGB_HIST_TABLE,),
+    reads=SECURE_SUM,
     steps=("fedxgb-hist.eta",),
     message_types=(TRAIN, EVALUATE, QUERY_NODE, QUERY_SKETCH),
 )

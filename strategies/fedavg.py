@@ -10,6 +10,11 @@ which rides on the next round's train messages when every node trains (``eval-wi
 FedProx is FedAvg whose train config carries ``proximal-mu`` (all that Flower's ``FedProx`` adds);
 it is written as that one key here because the node sampling replaces FedAvg's ``configure_train``.
 Projected FedAvg replaces the average by proj_D of the sample-weighted mean (``oracles``).
+
+With ``secure-aggregation`` the round's training is a secure sum (``strategies.secure_sum``):
+every node sends its sample count, its model and its training loss each multiplied by that count,
+masked, and the server learns only their sums over the nodes, from which it takes the mean
+(exact in float64 to the fixed point's resolution, then float32 as every global model).
 """
 
 from __future__ import annotations
@@ -35,15 +40,21 @@ from functions.protocol import (
     PROXIMAL_MU,
     SERVER_ROUND,
 )
-from oracles.douglas_rachford import projected_average
+from functions.secure_sum import SumField
+from oracles.douglas_rachford import project_params, projected_average
 from run_config.common import RunSettings
 from run_config.fedavg import PROJECTED
 from run_config.fedfw import ConstraintSet, constraint_set
+from strategies.base import Diverged
 from strategies.evaluation import checked_count, checked_metrics, example_limit
 from strategies.sampling import Sampler
 from strategies.screening import exact_records
+from strategies.secure_sum import SecureAggregator, SecureOutcome
 from strategies.torch_model import TorchGlobal, TorchModelStrategy
 from tasks.datasets import TaskData
+
+LOSS_BOUND = 1e6  # the largest mean local training loss a node sends into a secure sum
+WEIGHT = f"{METRICS}/{NUM_EXAMPLES}"
 
 
 @dataclass(frozen=True)
@@ -70,7 +81,10 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
         seed: int,
         fraction_train: float,
         eval_with_train: bool,
+        secure_bound: float | None = None,
     ) -> None:
+        """``secure_bound``: with secure aggregation, the largest |weight| a node may send
+        (None: plain replies)."""
         FedAvg.__init__(
             self,
             fraction_train=fraction_train,
@@ -85,6 +99,10 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
         self.model, self.start = model, start
         self.sampler = Sampler(fraction_train, seed)
         self.eval_with_train = eval_with_train
+        self.secure_bound = secure_bound
+        self.secure = None if secure_bound is None else SecureAggregator(self.label, seed)
+        self.outcome: SecureOutcome | None = None  # this round's secure sum
+        self.asked, self.evaluations_asked = 0, frozenset()  # ... its nodes, those evaluating
 
     # -- the global function --------------------------------------------------------------
     def initial_arrays(self) -> ArrayRecord:
@@ -118,7 +136,45 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
             len(self.book.node_ids),
         )
         record = RecordDict({ARRAYS: arrays, CONFIG: self._train_config(config, server_round)})
-        return self._construct_messages(record, nodes, MessageType.TRAIN)
+        messages = self._construct_messages(record, nodes, MessageType.TRAIN)
+        if self.secure is None:
+            return messages
+        self.asked = len(nodes)
+        self.evaluations_asked = frozenset(nodes if EVALUATE_FIRST in record[CONFIG] else ())
+        self.outcome = self.secure.exchange(
+            grid, server_round, messages, self._secure_fields(), WEIGHT
+        )
+        return []
+
+    def _secure_fields(self) -> list[SumField]:
+        """What a node sends into the round's secure sum, each times its sample count: its
+        model's tensors, its training loss, and the count itself."""
+        most = example_limit(self.model.task)
+        weights = [
+            SumField(ARRAYS, name, int(np.prod(shape, dtype=np.int64)), self.secure_bound * most)
+            for name, shape in zip(self.layout.names, self.layout.shapes)
+        ]
+        return [
+            *weights,
+            SumField(METRICS, LOCAL_TRAIN_LOSS, 1, LOSS_BOUND * most),
+            SumField(METRICS, NUM_EXAMPLES, 1, float(most), integer=True),
+        ]
+
+    def own_exchange(self) -> tuple[int, int] | None:
+        """With secure aggregation: the nodes asked, and those in the round's sum."""
+        if self.outcome is None:
+            return None
+        return self.asked, len(self.outcome.contributors)
+
+    def aggregate_train(
+        self, server_round: int, replies: Iterable[Message]
+    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """With secure aggregation the replies are the secure sum's (their masked records
+        taken out: what is left is an evaluation riding on them)."""
+        if self.outcome is not None:
+            replies = list(self.outcome.replies.values())
+            self._asked_to_evaluate = self.evaluations_asked
+        return super().aggregate_train(server_round, replies)
 
     def _checked_model(self, reply: Message) -> CheckedModel:
         """The reply's model (the run's names and shapes, finite float32) and its sample count."""
@@ -134,7 +190,10 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
     def aggregate(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, dict[str, float]]:
-        """The average of the replies that pass the checks; bad ones are dropped and counted."""
+        """The average of the replies that pass the checks; bad ones are dropped and counted.
+        With secure aggregation, the mean from the round's secure sum."""
+        if self.outcome is not None:
+            return self._secure_aggregate(server_round)
         good = list(self.screen(server_round, replies, self._checked_model).values())
         metrics = {"participants": len(good)}
         if not good:
@@ -147,6 +206,33 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
     ) -> tuple[ArrayRecord, MetricRecord]:
         """Flower's FedAvg aggregation over the checked replies, in node order."""
         return FedAvg.aggregate_train(self, server_round, [c.reply for c in good])
+
+    def _secure_aggregate(self, server_round: int) -> tuple[ArrayRecord | None, dict[str, float]]:
+        """The sample-weighted mean model and training loss from the round's secure sum;
+        nothing when there is none (the global model stays; ``Diverged`` when every node
+        refused NaN or inf values)."""
+        outcome, self.outcome = self.outcome, None
+        self.count_failures(outcome.failures)
+        self._accepted = frozenset(outcome.contributors)
+        if outcome.error:
+            if outcome.nonfinite and len(outcome.nonfinite) == self.asked:
+                raise Diverged(server_round, f"every node's model held NaN or inf: {outcome.error}")
+            return None, {"participants": 0}
+        sums = outcome.sums
+        weight = float(sums[WEIGHT][0])
+        mean = [
+            sums[f"{ARRAYS}/{name}"].reshape(shape) / weight
+            for name, shape in zip(self.layout.names, self.layout.shapes)
+        ]
+        loss = float(sums[f"{METRICS}/{LOCAL_TRAIN_LOSS}"][0]) / weight
+        return params_to_record(self.layout, self._server_step(mean)), {
+            "participants": len(outcome.contributors),
+            LOCAL_TRAIN_LOSS: loss,
+        }
+
+    def _server_step(self, mean: Params) -> Params:
+        """What the global model becomes from the nodes' mean: the mean itself."""
+        return mean
 
     # -- evaluation -------------------------------------------------------------------------
     @property
@@ -217,6 +303,10 @@ class ProjectedFedAvg(CheckedFedAvg):
         metrics = self.train_metrics_aggr_fn([c.reply.content for c in good], self.weighted_by_key)
         return params_to_record(self.layout, average), metrics
 
+    def _server_step(self, mean: Params) -> Params:
+        """proj_D of the nodes' mean."""
+        return project_params(self.domain.constraint, mean, self.domain.scope)
+
 
 def _fedavg_options(settings: RunSettings, model: TorchGlobal, start: ArrayRecord) -> dict:
     return {
@@ -225,6 +315,7 @@ def _fedavg_options(settings: RunSettings, model: TorchGlobal, start: ArrayRecor
         "seed": settings.seed,
         "fraction_train": settings.fraction_train,
         "eval_with_train": settings.eval_with_train,
+        "secure_bound": settings.secure_bound if settings.secure_aggregation else None,
     }
 
 

@@ -35,16 +35,21 @@ from functions.boosters import Booster, encode_booster
 from functions.errors import DecodeError
 from functions.histograms import (
     Sketch,
+    check_summed,
     checked_layout,
     growing_record,
     layout_record,
+    read_grid,
     read_histograms,
     read_sketch,
 )
+from functions.params import arrays_to_record
 from functions.protocol import (
     ARRAYS,
     CONFIG,
+    DENSE_HISTOGRAMS,
     EVALUATE_FIRST,
+    GRID_CELLS,
     GROWING,
     HISTOGRAMS,
     LAYOUT,
@@ -53,12 +58,16 @@ from functions.protocol import (
     SKETCH,
     TRAIN,
 )
-from oracles.hist_xgboost import grow_iteration, merge_sketches
+from functions.secure_sum import SumField
+from oracles.hist_xgboost import SQUARED, grid_edges, grow_iteration, merge_sketches
 from oracles.xgboost_local import INSTALL, available
 from run_config.common import RunSettings
 from run_config.fedxgb_hist import FedXgbHistSettings, check_task, fedxgb_hist_settings
+from strategies.base import Diverged
+from strategies.evaluation import example_limit
 from strategies.fedxgb import StoredBooster, XgbStrategy
 from strategies.screening import exact_records, screen_replies
+from strategies.secure_sum import SecureAggregator, SecureOutcome
 from strategies.state_codec import POSITIONS, checks
 from tasks.datasets import TaskData
 from tasks.errors import ConfigError
@@ -85,10 +94,13 @@ class FedXgbHist(XgbStrategy):
     label = "FedXgbHist"
     State = FedXgbHistState
 
-    def __init__(self, hist: FedXgbHistSettings, task: TaskData, central_evaluation: bool) -> None:
+    def __init__(
+        self, hist: FedXgbHistSettings, task: TaskData, central_evaluation: bool, seed: int = 0
+    ) -> None:
         super().__init__(hist, task, central_evaluation)
         self.hist, self.params = hist, hist.tree_params()
         self.objective = hist.objective(task)
+        self.secure = SecureAggregator(self.label, seed) if hist.secure_aggregation else None
         self.layout: BinLayout | None = None
         self.rows = np.zeros(0, np.int64)  # each roster position's training rows (-1: unknown)
         self.levels = self.participants = self.asked = self.answered = 0
@@ -113,6 +125,12 @@ class FedXgbHist(XgbStrategy):
         bins = None if self.layout is None else [len(e) + 1 for e in self.layout.edges]
         return {**super().description(), "objective": self.objective, "bins": bins}
 
+    def on_rebind(self, old: int, new: int) -> None:
+        """A node that lost its state holds no secure-aggregation key: it is set up again."""
+        if self.secure is not None:
+            self.secure.forget(old)
+            self.secure.forget(new)
+
     def _construct_messages(
         self, record: RecordDict, node_ids: list[int], message_type: str
     ) -> list[Message]:
@@ -128,24 +146,65 @@ class FedXgbHist(XgbStrategy):
         self._check_histogram_size()
 
     def _agree_edges(self, grid: Grid, server_round: int) -> BinLayout:
-        sketches = self._sketches(grid, server_round, self.book.node_ids)
-        if not sketches:
-            raise RuntimeError(f"{self.label}: no node sent a usable sketch; no bins to agree")
-        edges = merge_sketches(
-            [s.points for s in sketches.values()],
-            [s.counts for s in sketches.values()],
-            self.hist.max_bin,
-        )
+        if self.hist.bins == "grid":
+            counts, nodes = self._grid(grid, server_round, self.book.node_ids)
+            edges, source = grid_edges(counts, self.hist.max_bin), "grid counts"
+        else:
+            sketches = self._sketches(grid, server_round, self.book.node_ids)
+            if not sketches:
+                raise RuntimeError(f"{self.label}: no node sent a usable sketch; no bins to agree")
+            edges = merge_sketches(
+                [s.points for s in sketches.values()],
+                [s.counts for s in sketches.values()],
+                self.hist.max_bin,
+            )
+            nodes, source = len(sketches), "sketches"
         layout = BinLayout(tuple(edges))
         log(
             INFO,
-            "%s: bin edges agreed from %d nodes' sketches: %d features, %d bins in all",
+            "%s: bin edges agreed from %d nodes' %s: %d features, %d bins in all",
             self.label,
-            len(sketches),
+            nodes,
+            source,
             layout.num_features,
             layout.num_slots - layout.num_features,
         )
         return layout
+
+    def _grid(self, grid: Grid, server_round: int, nodes: list[int]) -> tuple[np.ndarray, int]:
+        """The nodes' grid counts summed (securely with ``secure-aggregation``) and how many
+        nodes are in the sum. Each node's rows are kept: with a secure sum, only their bound."""
+        d, cells, most = self.spec.num_feature, self.hist.sketch_size, example_limit(self.task)
+        content = RecordDict({CONFIG: ConfigRecord({GRID_CELLS: cells})})
+        messages = [Message(content, n, QUERY_SKETCH, group_id=str(server_round)) for n in nodes]
+        if self.secure is not None:
+            fields = [
+                SumField(SKETCH, "cells", d * cells, most, integer=True),
+                SumField(SKETCH, "rows", 1, most, integer=True),
+            ]
+            outcome = self.secure.exchange(grid, server_round, messages, fields)
+            self.count_failures(outcome.failures)
+            if outcome.error:
+                raise RuntimeError(f"{self.label}: no bins to agree: {outcome.error}")
+            self.rows[:] = most  # every node's, as far as the server knows
+            summed = arrays_to_record({k: outcome.sums[f"{SKETCH}/{k}"] for k in ("cells", "rows")})
+            counts = read_grid(summed, d, cells, most * len(outcome.contributors))[0]
+            return counts, len(outcome.contributors)
+
+        def decode(reply: Message) -> tuple[np.ndarray, int]:
+            record = exact_records(reply.content, {SKETCH: ArrayRecord})[SKETCH]
+            return read_grid(record, d, cells, most)
+
+        screened = screen_replies(
+            self.label, server_round, grid.send_and_receive(messages), decode, nodes
+        )
+        self.count_failures(screened.rejected)
+        answers = screened.in_order(nodes)
+        if not answers:
+            raise RuntimeError(f"{self.label}: no node sent usable grid counts; no bins to agree")
+        for node, (_, rows) in answers.items():
+            self.rows[self.book.position(node)] = rows
+        return sum(counts for counts, _ in answers.values()), len(answers)
 
     def _sketches(self, grid: Grid, server_round: int, nodes: list[int]) -> dict[int, Sketch]:
         """Ask ``nodes`` for their sketches; the usable ones, in roster order (each node's rows
@@ -194,7 +253,9 @@ class FedXgbHist(XgbStrategy):
         self.levels, self.participants, self.dropped_reason = 0, 0, ""
         self.asked, self.answered = len(nodes), 0
         unknown = [n for n in nodes if self.rows[self.book.position(n)] < 0]
-        if unknown:  # a resumed run, or a node that came back under a new id
+        if unknown and self.hist.bins == "grid":  # a node the agreement missed: its rows
+            self._grid(grid, server_round, unknown)
+        elif unknown:  # a resumed run, or a node that came back under a new id
             self._sketches(grid, server_round, unknown)
         members: list[int] = []
 
@@ -264,7 +325,11 @@ class FedXgbHist(XgbStrategy):
             if due is not None:
                 content[CONFIG][EVALUATE_FIRST] = due
         self.levels += 1
+        if self.secure is not None:
+            content[CONFIG][DENSE_HISTOGRAMS] = True
         messages = [Message(content, n, TRAIN, group_id=str(server_round)) for n in nodes]
+        if self.secure is not None:
+            return self._secure_level(grid, server_round, messages, len(leaves), root)
         replies = list(grid.send_and_receive(messages))
         if not root or due is None:
             return self.sum_level(server_round, replies, len(leaves))
@@ -290,6 +355,63 @@ class FedXgbHist(XgbStrategy):
                 due,
                 self._evaluation_figures(accepted, len(nodes) - len(accepted)),
             )
+
+    def _secure_level(
+        self, grid: Grid, server_round: int, messages: list[Message], leaves: int, root: bool
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int]]:
+        """One level's histograms summed by a secure sum (``secure-aggregation``): the server
+        reads the sums and who is in them, never a node's. At the root, the evaluations that
+        rode on it are the contributors' (a bad one no longer drops their histograms, which
+        are in the sum)."""
+        size = leaves * self.layout.num_slots
+        rows = int(self.rows.max())
+        gradient, hessian = self._gradient_bounds()
+        fields = [
+            SumField(HISTOGRAMS, "grad", size, rows * gradient),
+            SumField(HISTOGRAMS, "hess", size, rows * hessian),
+            SumField(HISTOGRAMS, "count", size, rows, integer=True),
+        ]
+        outcome = self.secure.exchange(grid, server_round, messages, fields)
+        self.count_failures(outcome.failures)
+        if root and self.evaluation_due is not None:
+            self._secure_evaluations(outcome, [m.metadata.dst_node_id for m in messages])
+        level = self.levels - 1
+        if outcome.error:
+            if len(outcome.nonfinite) == len(messages):
+                raise Diverged(
+                    server_round, f"every node's histograms at level {level}: NaN or inf"
+                )
+            raise IterationDropped(f"no secure sum at level {level}: {outcome.error}")
+        sums = [
+            outcome.sums[f"{HISTOGRAMS}/{n}"].reshape(leaves, -1) for n in ("grad", "hess", "count")
+        ]
+        total = int(self.rows[[self.book.position(n) for n in outcome.contributors]].sum())
+        try:
+            check_summed(*sums, self.layout, total)
+        except DecodeError as err:
+            raise IterationDropped(f"the secure sum at level {level} holds no histograms: {err}")
+        return (*sums, outcome.contributors)
+
+    def _secure_evaluations(self, outcome: SecureOutcome, nodes: list[int]) -> None:
+        """Round ``evaluation_due``'s figures from the evaluations that rode on the root
+        level's replies of the nodes in the sum."""
+        due, self.evaluation_due, self._asked_to_evaluate = (
+            self.evaluation_due,
+            None,
+            frozenset(nodes),
+        )
+        _, evaluations = self._split_evaluations(due, list(outcome.replies.values()))
+        accepted = {n: evaluations[n] for n in outcome.contributors if n in evaluations}
+        self.late_evaluation = (due, self._evaluation_figures(accepted, len(nodes) - len(accepted)))
+
+    def _gradient_bounds(self) -> tuple[float, float]:
+        """The largest |gradient| and hessian of one row: 1 and 1 for the logistic and the
+        softmax; for the squared error the booster's largest |margin| plus the declared bound
+        on a label (``secure-aggregation.bound``), and 1."""
+        if self.objective != SQUARED:
+            return 1.0, 1.0
+        leaves = [np.abs(t.split_condition[t.left < 0]).max() for t in self.booster.trees]
+        return float(sum(leaves)) + abs(self.spec.base_score) + self.hist.secure_bound, 1.0
 
     def sum_level(
         self, server_round: int, replies: Iterable[Message], leaves: int
@@ -367,4 +489,6 @@ def build_fedxgb_hist(settings: RunSettings, task: TaskData) -> FedXgbHist:
     if not available():
         raise ConfigError(f"algorithm={settings.algorithm!r} needs the xgboost package: {INSTALL}")
     check_task(task)
-    return FedXgbHist(fedxgb_hist_settings(settings), task, settings.central_evaluation)
+    return FedXgbHist(
+        fedxgb_hist_settings(settings), task, settings.central_evaluation, settings.seed
+    )

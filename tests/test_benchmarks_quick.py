@@ -34,6 +34,7 @@ QUICK = [
     ("ffgb_heterogeneous", ONE_WORKER),
     ("ffgb_mnist", ONE_WORKER),
     ("oracle_speed", []),
+    ("privacy", []),
     ("tree_fit", []),
     # two of its workloads (tests/test_benchmark_devices.py checks every one's run config)
     ("devices", ["--devices", "cpu", "--only", "the default job|FedFW"]),

@@ -81,12 +81,13 @@ def text(value: Any) -> str:
 
 
 def site_facts(table: SiteTable, spec: SiteSpec) -> dict[str, Any]:
-    """What a node discloses about its file (no rows): the row count, the kind and missing count
-    of every reported column (the label and ``spec.features``, or every column when no features
-    are declared), each numeric column's range and magnitude (the median of its absolute
-    values: how the server finds a site in other units), each categorical column's values, and the
-    label's values (with counts only if ``spec.label_counts``). ``SiteDataError`` names the file
-    and the column of any fault (a missing column, text in a declared numeric column)."""
+    """What a node discloses about its file (no rows, and no value of a row): the row count,
+    the kind and missing count of every reported column (the label and ``spec.features``, or
+    every column when no features are declared), each numeric column's range and magnitude
+    coarsened (``outside``, ``binade``: how the server finds a site in other units), each
+    categorical column's values, and the label's values (with counts only if
+    ``spec.label_counts``). ``SiteDataError`` names the file and the column of any fault (a
+    missing column, text in a declared numeric column)."""
     frame = table.frame
     wanted = [spec.label, *spec.features] if spec.features else list(frame.columns)
     for name in [spec.label, *spec.features, *spec.categorical]:
@@ -118,9 +119,9 @@ def site_facts(table: SiteTable, spec: SiteSpec) -> dict[str, Any]:
         present = values[~np.isnan(values)]
         facts["columns"][name] = NUMERIC
         facts["ranges"][name] = (
-            [float(present.min()), float(present.max())] if present.size else None
+            list(outside(float(present.min()), float(present.max()))) if present.size else None
         )
-        facts["scales"][name] = float(np.median(np.abs(present))) if present.size else None
+        facts["scales"][name] = binade(float(np.median(np.abs(present)))) if present.size else None
     if facts["missing"][spec.label]:
         raise SiteDataError(
             f"{table.path}: the label column {spec.label!r} is missing in "
@@ -130,6 +131,32 @@ def site_facts(table: SiteTable, spec: SiteSpec) -> dict[str, Any]:
         counts = frame[spec.label].map(text).value_counts()
         facts["label-counts"] = {str(k): int(v) for k, v in sorted(counts.items())}
     return facts
+
+
+SMALLEST = 2.0**-30  # the finest power of two a coarsened range ends at (then 0)
+
+
+def outside(low: float, high: float) -> tuple[float, float]:
+    """The interval of 0 and signed powers of two that holds ``[low, high]`` with neither end
+    touching it: a range the server can check sums against that states no value of a row."""
+
+    def above(v: float) -> float:  # the least 0 or signed power of two strictly above v
+        if v < 0:
+            return -below(-v)
+        return SMALLEST if v < SMALLEST else 2.0 ** (math.floor(math.log2(v)) + 1)
+
+    def below(v: float) -> float:  # the greatest such value strictly below v
+        if v <= 0:
+            return -above(-v)
+        return 0.0 if v <= SMALLEST else 2.0 ** (math.ceil(math.log2(v)) - 1)
+
+    return below(low), above(high)
+
+
+def binade(magnitude: float) -> float:
+    """``magnitude`` as the geometric middle of its power-of-two interval (0 stays 0): within a
+    factor of sqrt(2) of it, which tells units apart, and no row's value."""
+    return 0.0 if magnitude == 0 else 2.0 ** (math.floor(math.log2(magnitude)) + 0.5)
 
 
 @dataclass(frozen=True)

@@ -70,15 +70,15 @@ def poisoned(moments: dict, column: str, triple) -> dict:
 
 MASS = "body_mass_g"
 POISONS = [  # (the moments of body_mass_g given its honest [count, sum, sum of squares], fault)
-    (lambda n, s, q: [n, 1e300, q], "mean 1.961e+298 outside the range [2900, 4700] it reported"),
+    (lambda n, s, q: [n, 1e300, q], "mean 1.961e+298 outside the range [2048, 8192] it reported"),
     (
         lambda n, s, q: [n, s, 1e300],
-        "variance 1.961e+298 outside [0, 8.1e+05], what values in "
-        "the range [2900, 4700] it reported can have",
+        "variance 1.961e+298 outside [0, 9.437e+06], what values in "
+        "the range [2048, 8192] it reported can have",
     ),
-    (lambda n, s, q: [n, s * 1e6, q * 1e12], "mean 3.706e+09 outside the range [2900, 4700]"),
+    (lambda n, s, q: [n, s * 1e6, q * 1e12], "mean 3.706e+09 outside the range [2048, 8192]"),
     (lambda n, s, q: [0, s, q], "sums 189025 and 7.10503e+08 over 0 values"),
-    (lambda n, s, q: [n, s, s * s / n * 0.5], "variance -6.869e+06 outside [0, 8.1e+05]"),
+    (lambda n, s, q: [n, s, s * s / n * 0.5], "variance -6.869e+06 outside [0, 9.437e+06]"),
     (lambda n, s, q: [n + 10**6, s, q], "a count of 1.00005e+06, not a whole number in [0, 51]"),
     (lambda n, s, q: [n + 0.5, s, q], "a count of 51.5, not a whole number"),
 ]
@@ -164,7 +164,7 @@ def test_the_poisoned_site_is_left_out_and_the_others_standardise_as_alone(
     assert reason.startswith(
         f"its query.moments answer was refused: moments of '{MASS}': " + fault.split(" ")[0]
     )  # its training rows' figures, then the range
-    assert "the range [2900, 4700] it reported" in reason and record["partitions"] == [0, 1]
+    assert "the range [2048, 8192] it reported" in reason and record["partitions"] == [0, 1]
     honest = {p: facts_of(penguins, p) for p in range(2)}  # what the two alone agree
     schema = agree(SPEC, honest).schema
     # their training rows: the share the node holds out for testing is not summed
@@ -226,8 +226,8 @@ def test_a_site_in_other_units_is_warned_of_and_refused_under_strict(tmp_path, m
     mass = [w for w in warned["warnings"] if MASS in w]
     assert (
         len(mass) == 1
-        and "(partition 2): column 'body_mass_g' has median |value| 3.925e+09 "
-        "here against 4300 at the other sites (their median), more than "
+        and "(partition 2): column 'body_mass_g' has median |value| 3.037e+09 "
+        "here against 5793 at the other sites (their median), more than "
         "data.scale-factor=1000 times apart: another unit?"
         in mass[0]
     )

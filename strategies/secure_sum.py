@@ -277,8 +277,8 @@ class _Sum:
         nodes = [m.metadata.dst_node_id for m in messages]
         prepared, self.owner.prepared = self.owner.prepared, None
         if prepared is not None and prepared.serves(nodes):
-            keying = prepared
-            keying.keyed = {n: k for n, k in prepared.keyed.items() if n in nodes}
+            keying = prepared  # its keys in its members' order, whatever order they came in
+            keying.keyed = {n: prepared.keyed[n] for n in prepared.members if n in nodes}
         else:
             self._setup([n for n in nodes if n not in self.owner.sealing])
             keying = self.owner.keying([n for n in nodes if n in self.owner.sealing])
@@ -292,7 +292,7 @@ class _Sum:
         seeds, keys = self._unmask(vectors, dropped)
         total = self._unmasked(vectors, dropped, seeds, keys, layout.length)
         self.out.sums = layout.split(total)
-        self.out.contributors = list(vectors)
+        self.out.contributors = [n for n in nodes if n in vectors]
 
     def _enough(self, nodes: list[int], stage: str) -> None:
         if len(nodes) < 2:

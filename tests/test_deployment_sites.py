@@ -1,8 +1,9 @@
 """Sites' own files through Flower's deployment engine, on loopback: a SuperLink with TLS and
 SuperNode authentication and three SuperNodes, each given only its own CSV (node config
 ``dataset-path``; one with its columns in another order, one with extra missing values), run
-FFGB with trees and FedFW for two rounds through ``flwr run``; the per-site metrics are in the
-results and equal, round by round, those of the in-process engine on the same files and seed.
+FFGB with trees, FedFW, and fedxgb-hist and FedAvg with secure aggregation for two rounds
+through ``flwr run``; the per-site metrics are in the results and equal, round by round, those
+of the in-process engine on the same files and seed.
 
 Every process is started and stopped by PID (``deploy.local.Deployment``); the files and work
 directories are pytest's temporary ones.
@@ -32,6 +33,10 @@ SITE = (
 JOBS = {
     "ffgb-trees": "algorithm='ffgb' ffgb.learner='tree'",
     "fedfw": "algorithm='fedfw'",
+    # secure sums: each node's secrets kept in its SuperNode between the stages
+    "fedxgb-hist-secure": "algorithm='fedxgb-hist' fedxgb-hist.bins='grid' "
+    "fedxgb-hist.max-depth=3 secure-aggregation=true",
+    "fedavg-secure": "algorithm='fedavg' secure-aggregation=true",
 }
 
 

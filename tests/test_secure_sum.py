@@ -296,3 +296,20 @@ def test_a_node_never_gives_both_shares_of_one_neighbour_and_answers_unmask_once
     assert unmask(fine, state)[SECAGG][SHARES] == [b"a", b"b", b"c"]
     with pytest.raises(Exception, match="no masked vector"):
         unmask(fine, state)
+
+
+class Reversed(RecordingGrid):
+    """Replies in the reverse order of the messages, as an engine may deliver them."""
+
+    def pull_messages(self, message_ids):
+        return list(reversed(list(super().pull_messages(message_ids))))
+
+
+def test_contributors_come_in_the_messages_order_whatever_order_replies_arrive_in():
+    grid = Reversed(LocalGrid(toy_app(), {}, 4))
+    aggregator = SecureAggregator("test", seed=0)
+    nodes = list(grid.get_node_ids())
+    for _ in range(2):  # the second sum runs on keys its first unmask brought, out of order
+        messages = [Message(RecordDict(), n, "train", group_id="1") for n in nodes]
+        outcome = aggregator.exchange(grid, 1, messages, FIELDS)
+        assert outcome.contributors == nodes

@@ -118,6 +118,34 @@ def test_fedxgb_hist_through_ray_grows_the_in_process_engine_s_trees(superlink, 
     ).read_bytes()
 
 
+SECURE = {
+    "fedxgb-hist": f"{HIST} fedxgb-hist.bins='grid' secure-aggregation=true",
+    "fedavg": "algorithm='fedavg' num-server-rounds=2 secure-aggregation=true",
+}
+
+
+@pytest.mark.parametrize("name", SECURE)
+def test_secure_aggregation_through_ray_equals_the_in_process_engine(
+    superlink, app, tmp_path, name
+):
+    """A secure sum's stages keep each node's secrets in its Context.state between messages:
+    through Ray's engine too, the sums (and so the rows) are the in-process engine's."""
+    env, connection = superlink
+    out = tmp_path / "results"
+    completed = flwr_run(
+        env, connection, 3, f"{SECURE[name]} output-dir='{out}' run-name='secure'", app=app
+    )
+    log = completed.stdout + completed.stderr
+    assert completed.returncode == 0 and "[results] round 2/2" in log, log[-3000:]
+    rows = json.loads((out / "secure" / "metrics.json").read_text())["rounds"]
+    local = run_app(tmp_path / "local", 3, **parse_overrides(SECURE[name])).rows
+    keys = ("test_accuracy", "test_loss", "train_loss", "failures", "participants")
+    assert [{k: r.get(k) for k in keys} for r in rows] == [
+        {k: r.get(k) for k in keys} for r in local
+    ]
+    assert rows[-1]["participants"] == 3
+
+
 def test_fedxgb_hist_s_mid_run_refusal_fails_the_ray_run_in_one_sentence(superlink, app, tmp_path):
     """Bins too many for ``max-histogram-bytes`` are known only once the nodes' sketches are
     in: through Ray, too, the run stops before its first round, Flower records it as failed and

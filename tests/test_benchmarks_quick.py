@@ -35,6 +35,7 @@ QUICK = [
     ("ffgb_mnist", ONE_WORKER),
     ("oracle_speed", []),
     ("privacy", []),
+    ("privacy_dlg", []),
     ("secure_cost", []),
     ("tree_fit", []),
     # two of its workloads (tests/test_benchmark_devices.py checks every one's run config)

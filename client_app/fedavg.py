@@ -1,8 +1,18 @@
-"""Client half of FedAvg, FedProx and projected FedAvg: local SGD from the received model."""
+"""Client half of FedAvg, FedProx and projected FedAvg: local SGD from the received model.
+
+With differential privacy (``dp.noise-multiplier``) the node clips its update (its model less
+the received one) to ``dp.clipping-norm`` (Flower's ``compute_clip_model_update``) and, when the
+server asks (``dp-noise-std``: under secure aggregation), adds its share of the Gaussian noise,
+drawn from the OS's randomness: the server must not be able to draw it again.
+"""
 
 from __future__ import annotations
 
-from flwr.app import ArrayRecord, MetricRecord, RecordDict
+import secrets
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
+from flwr.supercore.differential_privacy import compute_clip_model_update
 
 from client_app.evaluation import evaluation_sums
 from client_app.job import ClientJob
@@ -11,6 +21,7 @@ from client_app.node_info import describe_node
 from functions.protocol import (
     ARRAYS,
     CONFIG,
+    DP_NOISE_STD,
     EVALUATE,
     EVALUATE_FIRST,
     EVALUATION,
@@ -45,15 +56,35 @@ def train(job: Job) -> RecordDict:
     )
     seed = s.seed * 100_003 + int(config.get(SERVER_ROUND, 0)) * 1_009 + data.partition_id
     loss = train_sgd(model, data.x_train, data.y_train, data.task.kind, sgd, seed)
+    arrays = ArrayRecord(model.cpu().state_dict())
+    if s.node_dp is not None:
+        arrays = _private(arrays, job.content[ARRAYS], s.node_dp.clipping_norm, config)
     reply = RecordDict(
         {
-            ARRAYS: ArrayRecord(model.cpu().state_dict()),
+            ARRAYS: arrays,
             METRICS: MetricRecord({LOCAL_TRAIN_LOSS: loss, NUM_EXAMPLES: len(data.y_train)}),
         }
     )
     if evaluation is not None:
         reply[EVALUATION] = evaluation
     return reply
+
+
+def _private(
+    trained: ArrayRecord, received: ArrayRecord, clipping_norm: float, config
+) -> ArrayRecord:
+    """The received model plus the node's update clipped to ``clipping_norm``, plus, when the
+    server asks for it, the node's share of the noise."""
+    local = [a.numpy().astype(np.float64) for a in trained.values()]
+    start = [a.numpy().astype(np.float64) for a in received.values()]
+    compute_clip_model_update(local, start, clipping_norm)
+    std = float(config.get(DP_NOISE_STD, 0.0))
+    if std > 0:
+        rng = np.random.default_rng(secrets.randbits(128))
+        local = [a + rng.normal(0.0, std, a.shape) for a in local]
+    return ArrayRecord(
+        {k: Array(a.astype(np.float32)) for k, a in zip(trained.keys(), local, strict=True)}
+    )
 
 
 def evaluate(job: Job) -> RecordDict:

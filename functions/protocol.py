@@ -48,6 +48,7 @@ EVALUATION = "evaluation"  # ... before it trains: its train reply's MetricRecor
 # -- FedAvg, FedProx, projected FedAvg (Flower's FedAvg keys) --------------------------------
 ARRAYS = "arrays"
 PROXIMAL_MU = "proximal-mu"
+DP_NOISE_STD = "dp-noise-std"  # train config: the Gaussian noise a node adds to its update
 LOCAL_TRAIN_LOSS = "local_train_loss"  # mean loss over the local SGD steps of a round
 
 # -- FedFW family ----------------------------------------------------------------------------

@@ -461,6 +461,39 @@ COMMON_KEYS = (
         field="secure_bound",
         when=When("secure-aggregation", (True,)),
     ),
+    Key(
+        "dp.noise-multiplier",
+        float,
+        0.0,
+        "FedAvg, FedProx, projected FedAvg: client-level differential privacy (DP-FedAvg, "
+        "McMahan et al. 2018) with this Gaussian noise multiplier z: every node clips its "
+        "update to `dp.clipping-norm` C, the mean is unweighted and gets noise of standard "
+        "deviation z C / m over the m nodes in it (added by the server; with "
+        "`secure-aggregation`, by the nodes, each its share, so the server never sees the "
+        "noiseless sum); an accountant (Renyi DP, Flower's on dp-accounting) gives the run's "
+        "epsilon at `dp.delta` each round (`dp_epsilon`, config.json, the health line); 0 = off",
+        finite_at_least(0),
+        field="dp_noise_multiplier",
+    ),
+    Key(
+        "dp.clipping-norm",
+        float,
+        1.0,
+        "with `dp.noise-multiplier`: the L2 norm C a node's update (its model less the global "
+        "one) is clipped to",
+        finite_above(0),
+        field="dp_clipping_norm",
+        when=When("dp.noise-multiplier", (0.0,), unless=True),
+    ),
+    Key(
+        "dp.delta",
+        float,
+        1e-5,
+        "with `dp.noise-multiplier`: the delta at which the run's epsilon is given",
+        within(0, 1, "()"),
+        field="dp_delta",
+        when=When("dp.noise-multiplier", (0.0,), unless=True),
+    ),
     Key("local-epochs", int, 1, "FedAvg/FedProx local epochs", at_least(0), field="local_epochs"),
     Key(
         "local-steps",
@@ -514,6 +547,15 @@ _DEFAULT = {key.field: key.default for key in COMMON_KEYS}
 
 
 @dataclass(frozen=True)
+class NodeDP:
+    """Client-level differential privacy of the nodes' updates (the ``dp.*`` keys)."""
+
+    noise_multiplier: float
+    clipping_norm: float
+    delta: float
+
+
+@dataclass(frozen=True)
 class RunSettings:
     """The common run-config keys, validated; ``raw`` keeps every key for the family parsers.
     Every default is the key's in ``COMMON_KEYS``."""
@@ -557,6 +599,9 @@ class RunSettings:
     eval_with_train: bool = _DEFAULT["eval_with_train"]  # evaluation rides on the next training
     secure_aggregation: bool = _DEFAULT["secure_aggregation"]  # the server learns only sums
     secure_bound: float = _DEFAULT["secure_bound"]  # |value| a node may sum
+    dp_noise_multiplier: float = _DEFAULT["dp_noise_multiplier"]  # 0: no differential privacy
+    dp_clipping_norm: float = _DEFAULT["dp_clipping_norm"]
+    dp_delta: float = _DEFAULT["dp_delta"]
     local_epochs: int = _DEFAULT["local_epochs"]
     local_steps: int = _DEFAULT["local_steps"]
     batch_size: int = _DEFAULT["batch_size"]
@@ -620,6 +665,13 @@ class RunSettings:
             self.data_strict,
             self.data_scale_factor,
         )
+
+    @property
+    def node_dp(self) -> NodeDP | None:
+        """The ``dp.*`` keys, or None when ``dp.noise-multiplier`` is 0."""
+        if self.dp_noise_multiplier <= 0:
+            return None
+        return NodeDP(self.dp_noise_multiplier, self.dp_clipping_norm, self.dp_delta)
 
     @property
     def pinned_partitions(self) -> dict[int, int]:

@@ -12,6 +12,7 @@ from run_config.family import (
     FUSED_EVALUATION,
     LOCAL_SGD,
     MODEL,
+    NODE_DP,
     SAMPLED,
     SECURE_SUM,
     Algorithm,
@@ -38,6 +39,6 @@ FEDAVG: Family[ConstraintSet | None, None] = Family(
         Algorithm(PROJECTED, "FedAvg whose average is projected onto D", tables=(DOMAIN,)),
     ),
     fedavg_settings,
-    reads=(*MODEL, *LOCAL_SGD, *SAMPLED, *FUSED_EVALUATION, *SECURE_SUM),
+    reads=(*MODEL, *LOCAL_SGD, *SAMPLED, *FUSED_EVALUATION, *SECURE_SUM, *NODE_DP),
     steps=("learning-rate",),
 )

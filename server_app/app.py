@@ -229,6 +229,7 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
         sites,
         strategy.left_out(),
         strategy.vacant_partitions(),
+        strategy.privacy(),
     )
     devices = {
         "server": device_facts(resolve_device(settings.central_device, "central-device")),

@@ -56,6 +56,7 @@ class Outcome:
     best: float | None = None
     best_round: int | None = None
     vacant: list[int] = field(default_factory=list)  # partitions no node of the run served
+    privacy: dict[str, Any] | None = None  # the differential-privacy budget spent
 
     def line(self) -> str:
         """The health line."""
@@ -83,6 +84,11 @@ class Outcome:
             )
         parts.append(f"{len(self.warnings)} warning{'s' * (len(self.warnings) != 1)}")
         parts.append("diverged" if self.diverged else "not diverged")
+        if self.privacy is not None:
+            parts.append(
+                f"differential privacy epsilon {self.privacy['epsilon']:.4g} at delta "
+                f"{self.privacy['delta']:g} ({self.privacy['releases']} releases)"
+            )
         if self.metric:
             parts.append(
                 f"{self.metric} final {_figure(self.final)}, best "
@@ -126,11 +132,12 @@ def outcome(
     sites: dict[str, Any] | None = None,
     left_out: dict[str, str] | None = None,
     vacant: list[int] | None = None,
+    privacy: dict[str, Any] | None = None,
 ) -> Outcome:
     """The outcome of a run whose results are ``rows`` (round 0 first), ``cause`` the one
     sentence of a failure (empty: completed); ``sites``: config.json's record of the sites'
     agreement; ``left_out`` (node id -> reason) and ``vacant``: the nodes the roster left out
-    and the partitions no node served."""
+    and the partitions no node served; ``privacy``: the differential-privacy budget spent."""
     metric, final, best, best_round = headline(rows)
     completed = max((r["round"] for r in rows if not nonfinite(r)), default=0)
     return Outcome(
@@ -148,4 +155,5 @@ def outcome(
         best,
         best_round,
         list(vacant or []),
+        privacy,
     )

@@ -363,6 +363,12 @@ class FederatedStrategy(Strategy):
         """What the global function is (model, size), for the run's config.json."""
         return {}
 
+    def privacy(self) -> dict[str, Any] | None:
+        """The run's differential-privacy budget so far (``strategies.privacy_budget``'s
+        record: epsilon, delta, releases), for config.json and the health line; None without
+        differential privacy."""
+        return None
+
     def left_out(self) -> dict[str, str]:
         """Every node the roster left out, with the reason, for the run's health line (the
         sites' agreement names the nodes it refused itself)."""

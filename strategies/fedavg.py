@@ -15,6 +15,14 @@ With ``secure-aggregation`` the round's training is a secure sum (``strategies.s
 every node sends its sample count, its model and its training loss each multiplied by that count,
 masked, and the server learns only their sums over the nodes, from which it takes the mean
 (exact in float64 to the fixed point's resolution, then float32 as every global model).
+
+With ``dp.noise-multiplier`` z > 0, client-level differential privacy (DP-FedAvg, McMahan et al.
+2018, as Flower's ``DifferentialPrivacyClientSideFixedClipping``): every node clips its update to
+the norm C, the mean of the m models is unweighted, and Gaussian noise of standard deviation
+z C / m is added to it: by the server from the run's seed, or with secure aggregation by the
+nodes (each N(0, (z C)^2 / n) of the n asked, from the OS's randomness), so the server never
+sees the noiseless sum. Flower's Renyi-DP accountant gives the run's epsilon
+(``strategies.privacy_budget``).
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from logging import INFO
+from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
@@ -33,6 +42,7 @@ from functions.params import Params, params_to_record, record_to_params
 from functions.protocol import (
     ARRAYS,
     CONFIG,
+    DP_NOISE_STD,
     EVALUATE_FIRST,
     LOCAL_TRAIN_LOSS,
     METRICS,
@@ -42,11 +52,12 @@ from functions.protocol import (
 )
 from functions.secure_sum import SumField
 from oracles.douglas_rachford import project_params, projected_average
-from run_config.common import RunSettings
+from run_config.common import NodeDP, RunSettings
 from run_config.fedavg import PROJECTED
 from run_config.fedfw import ConstraintSet, constraint_set
 from strategies.base import Diverged
 from strategies.evaluation import checked_count, checked_metrics, example_limit
+from strategies.privacy_budget import PrivacyBudget, Releases
 from strategies.sampling import Sampler
 from strategies.screening import exact_records
 from strategies.secure_sum import SecureAggregator, SecureOutcome
@@ -82,9 +93,10 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
         fraction_train: float,
         eval_with_train: bool,
         secure_bound: float | None = None,
+        dp: NodeDP | None = None,
     ) -> None:
         """``secure_bound``: with secure aggregation, the largest |weight| a node may send
-        (None: plain replies)."""
+        (None: plain replies); ``dp``: client-level differential privacy (None: none)."""
         FedAvg.__init__(
             self,
             fraction_train=fraction_train,
@@ -103,6 +115,9 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
         self.secure = None if secure_bound is None else SecureAggregator(self.label, seed)
         self.outcome: SecureOutcome | None = None  # this round's secure sum
         self.asked, self.evaluations_asked = 0, frozenset()  # ... its nodes, those evaluating
+        self.seed, self.dp = seed, dp
+        self.budget = None if dp is None else PrivacyBudget(dp.delta, "a node's data")
+        self.State = None if dp is None else Releases  # a run with DP continues its budget
 
     # -- the global function --------------------------------------------------------------
     def initial_arrays(self) -> ArrayRecord:
@@ -117,6 +132,12 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
         if self.evaluation_due is not None:
             config[EVALUATE_FIRST] = self.evaluation_due
         return config
+
+    def _noise_shares(self, config: ConfigRecord, nodes: int) -> None:
+        """With differential privacy under secure aggregation: the noise each of ``nodes``
+        adds, so that their sum carries N(0, (z C)^2)."""
+        if self.dp is not None and self.secure is not None:
+            config[DP_NOISE_STD] = self.dp.noise_multiplier * self.dp.clipping_norm / nodes**0.5
 
     def train_messages(
         self,
@@ -136,20 +157,22 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
             len(self.book.node_ids),
         )
         record = RecordDict({ARRAYS: arrays, CONFIG: self._train_config(config, server_round)})
+        self._noise_shares(record[CONFIG], len(nodes))
         messages = self._construct_messages(record, nodes, MessageType.TRAIN)
         if self.secure is None:
             return messages
         self.asked = len(nodes)
         self.evaluations_asked = frozenset(nodes if EVALUATE_FIRST in record[CONFIG] else ())
         self.outcome = self.secure.exchange(
-            grid, server_round, messages, self._secure_fields(), WEIGHT
+            grid, server_round, messages, self._secure_fields(), "" if self.dp else WEIGHT
         )
         return []
 
     def _secure_fields(self) -> list[SumField]:
-        """What a node sends into the round's secure sum, each times its sample count: its
-        model's tensors, its training loss, and the count itself."""
-        most = example_limit(self.model.task)
+        """What a node sends into the round's secure sum, each times its sample count (with
+        differential privacy, unweighted): its model's tensors, its training loss, and the
+        count itself."""
+        most = 1 if self.dp is not None else example_limit(self.model.task)
         weights = [
             SumField(ARRAYS, name, int(np.prod(shape, dtype=np.int64)), self.secure_bound * most)
             for name, shape in zip(self.layout.names, self.layout.shapes)
@@ -157,7 +180,7 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
         return [
             *weights,
             SumField(METRICS, LOCAL_TRAIN_LOSS, 1, LOSS_BOUND * most),
-            SumField(METRICS, NUM_EXAMPLES, 1, float(most), integer=True),
+            SumField(METRICS, NUM_EXAMPLES, 1, float(example_limit(self.model.task)), integer=True),
         ]
 
     def own_exchange(self) -> tuple[int, int] | None:
@@ -198,8 +221,26 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
         metrics = {"participants": len(good)}
         if not good:
             return None, metrics  # Flower keeps the previous global model
+        if self.dp is not None:
+            return self._private_average(good, server_round)
         arrays, train_metrics = self._average(good, server_round)
         return arrays, {**metrics, **train_metrics}
+
+    def _private_average(
+        self, good: list[CheckedModel], server_round: int
+    ) -> tuple[ArrayRecord, dict[str, float]]:
+        """Differential privacy, plain replies: the unweighted mean of the (clipped) models
+        with Gaussian noise of standard deviation z C / m from the run's seed, then the
+        server's step; the release counted."""
+        m = len(good)
+        mean = [sum(c.model[k] for c in good) / m for k in range(len(self.layout.names))]
+        rng = np.random.default_rng([self.seed, server_round, 7])
+        std = self.dp.noise_multiplier * self.dp.clipping_norm / m
+        noisy = [a + rng.normal(0.0, std, a.shape) for a in mean]
+        loss = float(np.mean([c.reply.content[METRICS][LOCAL_TRAIN_LOSS] for c in good]))
+        epsilon = self.budget.release(self.dp.noise_multiplier, m)
+        metrics = {"participants": m, LOCAL_TRAIN_LOSS: loss, "dp_epsilon": epsilon}
+        return params_to_record(self.layout, self._server_step(noisy)), metrics
 
     def _average(
         self, good: list[CheckedModel], server_round: int
@@ -218,21 +259,32 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
             if outcome.nonfinite and len(outcome.nonfinite) == self.asked:
                 raise Diverged(server_round, f"every node's model held NaN or inf: {outcome.error}")
             return None, {"participants": 0}
-        sums = outcome.sums
-        weight = float(sums[WEIGHT][0])
+        sums, m = outcome.sums, len(outcome.contributors)
+        weight = float(m if self.dp is not None else sums[WEIGHT][0])
         mean = [
             sums[f"{ARRAYS}/{name}"].reshape(shape) / weight
             for name, shape in zip(self.layout.names, self.layout.shapes)
         ]
         loss = float(sums[f"{METRICS}/{LOCAL_TRAIN_LOSS}"][0]) / weight
-        return params_to_record(self.layout, self._server_step(mean)), {
-            "participants": len(outcome.contributors),
-            LOCAL_TRAIN_LOSS: loss,
-        }
+        metrics = {"participants": m, LOCAL_TRAIN_LOSS: loss}
+        if self.dp is not None:  # the m noise shares of n: z sqrt(m / n) times C
+            multiplier = self.dp.noise_multiplier * (m / self.asked) ** 0.5
+            metrics["dp_epsilon"] = self.budget.release(multiplier, m)
+        return params_to_record(self.layout, self._server_step(mean)), metrics
 
     def _server_step(self, mean: Params) -> Params:
         """What the global model becomes from the nodes' mean: the mean itself."""
         return mean
+
+    # -- differential privacy ---------------------------------------------------------------
+    def privacy(self) -> dict[str, Any] | None:
+        return None if self.budget is None else self.budget.record()
+
+    def family_state(self) -> Releases | None:
+        return None if self.budget is None else self.budget.state()
+
+    def load_family_state(self, state: Releases) -> None:
+        self.budget.load(state)
 
     # -- evaluation -------------------------------------------------------------------------
     @property
@@ -316,6 +368,7 @@ def _fedavg_options(settings: RunSettings, model: TorchGlobal, start: ArrayRecor
         "fraction_train": settings.fraction_train,
         "eval_with_train": settings.eval_with_train,
         "secure_bound": settings.secure_bound if settings.secure_aggregation else None,
+        "dp": settings.node_dp,
     }
 
 

@@ -34,6 +34,7 @@ QUICK = [
     ("ffgb_heterogeneous", ONE_WORKER),
     ("ffgb_mnist", ONE_WORKER),
     ("oracle_speed", []),
+    ("dp_tradeoff", ONE_WORKER),
     ("privacy", []),
     ("privacy_dlg", []),
     ("secure_cost", []),

@@ -99,7 +99,7 @@ CURVE_ROUNDS = (1, 2, 5, 10, 20)  # the rounds of the per-round table
 class Dataset:
     """A table and how it is cut into sites."""
 
-    source: str  # penguins, cars, breast-cancer, diabetes, synth50k
+    source: str  # penguins, cars, breast-cancer, diabetes, synth50k, synth300k, synth1m
     scheme: str  # natural, label, dirichlet, dirichlet-shift
     nodes: int
     alpha: float = DIRICHLET_ALPHA
@@ -120,8 +120,11 @@ DATASETS = {
     "synth50k": Dataset("synth50k", "dirichlet-shift", 10),
     # the time per tree at scale (issue 38): run on its own, not in the default grid
     "synth1m": Dataset("synth1m", "dirichlet-shift", 10),
+    # secure aggregation's cost at scale (benchmarks.secure_cost): not in the default grid
+    "synth300k-3": Dataset("synth300k", "dirichlet-shift", 3),
 }
-DEFAULT_DATASETS = [name for name in DATASETS if name != "synth1m"]
+DEFAULT_DATASETS = [name for name in DATASETS if name not in ("synth1m", "synth300k-3")]
+SYNTH_ROWS = {"synth50k": 50_000, "synth300k": 300_000, "synth1m": 1_000_000}
 REGRESSION = tuple(name for name, d in DATASETS.items() if d.source in ("cars", "diabetes"))
 
 _SITES = {f.name: f for f in FAMILIES}
@@ -171,7 +174,7 @@ def load_table(source: str) -> tuple[pd.DataFrame, str, str, np.ndarray]:
         frame = bunch.data.assign(progression=bunch.target.astype(float))
         return frame, "progression", "regression", frame["progression"].to_numpy()
     x, codes = datasets.make_classification(
-        n_samples=1_000_000 if source == "synth1m" else 50_000,
+        n_samples=SYNTH_ROWS[source],
         n_features=20,
         n_informative=10,
         n_redundant=5,

@@ -8,10 +8,10 @@ the exchanges with the nodes a round; then the ratio of each secure figure to th
 Both runs of a pair must end with the same figures (the booster, or FedAvg's mean to float32
 rounding): the table says so.
 
-The large table is scikit-learn's ``make_classification`` (300,000 rows, 20 features, 10
-informative, 3 classes, seed 0), cut over 3 sites by a Dirichlet draw over the labels (alpha
-0.5) with each site's features shifted (``benchmarks.boosting``'s ``dirichlet-shift``); each
-site holds out a fifth of its rows, so about 240,000 rows train.
+The large table is ``benchmarks.boosting``'s ``synth300k-3``: scikit-learn's
+``make_classification`` (300,000 rows, 20 features, 10 informative, 3 classes, seed 0), cut over
+3 sites by a Dirichlet draw over the labels (alpha 0.5) with each site's features shifted
+(``dirichlet-shift``); each site holds out a fifth of its rows, so about 240,000 rows train.
 
     python -m benchmarks.secure_cost            # about 10 min on 2 cores
     python -m benchmarks.secure_cost --quick    # the penguins only, 2 rounds
@@ -32,8 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from benchmarks.boosting import write_raw
 from benchmarks.common import md_table, parser, results_dir, write_report
 from server_app.grid_wrapper import GridWrapper
 
@@ -78,30 +77,6 @@ class CountingGrid(GridWrapper):
 
     def send_and_receive(self, messages: Iterable, *, timeout: float | None = None):
         return list(self.pull_messages(list(self.push_messages(messages))))
-
-
-def write_large(folder: Path) -> None:
-    """The large table's three sites as Parquet files ``0.parquet``..``2.parquet``."""
-    import pandas as pd
-    from sklearn.datasets import make_classification
-
-    from tasks.partitioning import partition
-
-    x, y = make_classification(
-        n_samples=300_000,
-        n_features=20,
-        n_informative=10,
-        n_redundant=5,
-        n_classes=3,
-        n_clusters_per_class=2,
-        random_state=0,
-    )
-    parts = partition("dirichlet", 3, y, seed=0, alpha=0.5)
-    shifts = np.random.default_rng([0, 3]).normal(0.0, 0.5, size=(3, x.shape[1]))
-    folder.mkdir(parents=True, exist_ok=True)
-    for pid, rows in enumerate(parts):
-        frame = pd.DataFrame(x[rows] + shifts[pid], columns=[f"x{i:02d}" for i in range(20)])
-        frame.assign(y=[f"class{c}" for c in y[rows]]).to_parquet(folder / f"{pid}.parquet")
 
 
 def run(case: Case, secure: bool, paths: dict[str, str], out: Path) -> dict[str, Any]:
@@ -180,8 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         write_sites("penguins", work / "penguins")
         paths = {"penguins": str(work / "penguins" / "{partition-id}.csv")}
         if any(c.table == "large" for c in cases):
-            write_large(work / "large")
-            paths["large"] = str(work / "large" / "{partition-id}.parquet")
+            write_raw("synth300k-3", work / "large", seed=0)
+            paths["large"] = str(work / "large" / "{partition-id}.csv")
         # torch's first steps in a process take a second: spent before anything is timed
         run(Case("warm-up", "penguins", {"algorithm": "fedavg", **TORCH}, 1), False, paths, work)
         for case in cases:

@@ -4,7 +4,8 @@
 - ``query.facts``: the facts of the node's own file (``tasks.site_schema.site_facts``: no rows),
   with its partition id, and the row count of its test file if it has one.
 - ``query.moments``: under the schema the server sends, the sums of the node's training rows
-  (and its test file, if it has one, checked against the schema); or, when the server refuses
+  (and its test file, if it has one, checked against the schema), as arrays into a secure sum
+  when the server asks (``secure``: ``secure-aggregation``); or, when the server refuses
   the node, the reason, which the node logs. A resumed run sends the schema its checkpoint
   keeps, already fitted: the node keeps it as from a ``query.node`` (a resumed run does not ask
   its roster's nodes again) and sends no sums.
@@ -22,7 +23,7 @@ from __future__ import annotations
 import json
 from logging import WARNING
 
-from flwr.app import ConfigRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 from flwr.common.logger import log
 
 from client_app.setup import NodeSetup, partition_of
@@ -31,14 +32,16 @@ from functions.protocol import (
     QUERY_FACTS,
     QUERY_MOMENTS,
     SITE,
+    SITE_ARRAYS,
     SITE_FACTS,
     SITE_MOMENTS,
     SITE_REFUSED,
     SITE_SCHEMA,
+    SITE_SECURE,
 )
 from tasks.site_data import read_own, read_test, training_rows
 from tasks.site_files import SiteDataError, SiteTable
-from tasks.site_schema import Schema, check_table, site_facts, site_moments
+from tasks.site_schema import Schema, check_table, moment_arrays, site_facts, site_moments
 
 
 def _site_record(content: RecordDict) -> ConfigRecord:
@@ -90,6 +93,9 @@ def sum_rows(setup: NodeSetup, content: RecordDict, state: RecordDict) -> Record
         table, setup.node_config, setup.site_share, partition_id, setup.settings.seed
     )
     moments = site_moments(table, schema, train)
+    if record.get(SITE_SECURE) is True:  # into a secure sum: arrays the node's half masks
+        arrays = moment_arrays(moments, schema)
+        return RecordDict({SITE_ARRAYS: ArrayRecord({k: Array(v) for k, v in arrays.items()})})
     return RecordDict({SITE: ConfigRecord({SITE_MOMENTS: json.dumps(moments)})})
 
 

@@ -18,6 +18,8 @@ SITE_FACTS = "facts"  # JSON (tasks.site_schema.site_facts)
 SITE_MOMENTS = "moments"  # JSON (tasks.site_schema.site_moments)
 SITE_SCHEMA = "schema"  # JSON (tasks.site_schema.Schema)
 SITE_REFUSED = "refused"  # why the server leaves the node out
+SITE_SECURE = "secure"  # query.moments: the sums go into a secure sum, as arrays
+SITE_ARRAYS = "site-moments"  # ArrayRecord: a node's moments as arrays (tasks.site_schema)
 
 # -- every instruction ----------------------------------------------------------------------
 CONFIG = "config"  # the ConfigRecord of an instruction

@@ -200,15 +200,20 @@ class SecureOutcome:
     error: str = ""
 
 
+STREAM = 1 << 40  # sums a stream may number: a node refuses a sum not after its last one
+
+
 class SecureAggregator:
     """Runs secure sums for one strategy: keeps each node's sealing key for the run, numbers
     the sums and holds the next sum's keys. ``seed`` draws each sum's neighbourhoods (what is
-    summed does not depend on it)."""
+    summed does not depend on it). A run's aggregators that follow one another (the sites'
+    agreement's, then the strategy's) number their sums in ``stream`` 0, then 1, so that each
+    sum's number is after every earlier one's, as a node requires."""
 
-    def __init__(self, label: str, seed: int) -> None:
+    def __init__(self, label: str, seed: int, stream: int = 1) -> None:
         self.label, self.seed = label, seed
         self.sealing: dict[int, bytes] = {}  # node id -> its public sealing key
-        self.last_sum = 0
+        self.last_sum = stream * STREAM
         self.prepared: Keying | None = None  # the next sum's keys, made during the last unmask
 
     def forget(self, node: int) -> None:

@@ -10,7 +10,9 @@ sums, never rows.
    refused with the reason, which it is told in the next exchange.
 3. ``query.moments`` to every node that answered: the schema to the agreeing ones, which answer
    their training rows' sums, and the reason to the refused ones, which log it. The summed
-   moments fix the imputation and scaling (``with_moments``).
+   moments fix the imputation and scaling (``with_moments``). With ``secure-aggregation`` the
+   agreeing nodes' sums are one secure sum (``strategies.secure_sum``): the server checks the
+   sum against the sites' facts taken together (``pooled_facts``), never one site's sums.
 
 The nodes that agreed become the run's federation: ``SiteAgreement.question`` is the content of
 every ``query.node`` (each node keeps the schema in its state and reads its data under it), and
@@ -47,14 +49,18 @@ from functions.protocol import (
     QUERY_FACTS,
     QUERY_MOMENTS,
     SITE,
+    SITE_ARRAYS,
     SITE_FACTS,
     SITE_MOMENTS,
     SITE_REFUSED,
     SITE_SCHEMA,
+    SITE_SECURE,
 )
+from functions.secure_sum import SumField
 from run_config.common import RunSettings
 from strategies.roster import refuse_unpinned
 from strategies.screening import exact_records, screen_replies
+from strategies.secure_sum import SecureAggregator
 from tasks.datasets import TaskData
 from tasks.site_data import server_task
 from tasks.site_files import SiteDataError
@@ -67,7 +73,10 @@ from tasks.site_schema import (
     check_moments,
     judged,
     misfit,
+    moment_bounds,
+    moments_of_arrays,
     plausibility,
+    pooled_facts,
     with_moments,
 )
 
@@ -252,6 +261,47 @@ def _no_site(what: str, left_out: dict[int, str]) -> SiteDataError:
     )
 
 
+def _secure_moments(
+    grid: Grid,
+    settings: RunSettings,
+    schema: Schema,
+    contents: dict[int, RecordDict],
+    answers: dict[int, tuple[int, dict]],
+) -> tuple[dict, dict[int, str]]:
+    """The agreeing nodes' moments as one secure sum, checked against their facts pooled
+    (``SiteDataError`` when the sum could not come from them: no node can be singled out);
+    the nodes not in the sum, with the reason."""
+    for content in contents.values():
+        content[SITE][SITE_SECURE] = True
+    facts = {n: answers[n][1] for n in contents}
+    most = max(f["rows"] for f in facts.values())
+    fields = [
+        SumField(SITE_ARRAYS, name, size, bound, integer=name.startswith(("n/", "c/", "rows")))
+        for name, (size, bound) in moment_bounds(schema, pooled_facts(facts.values()), most).items()
+    ]
+    messages = [
+        Message(content, node, QUERY_MOMENTS, group_id=str(ROUND))
+        for node, content in contents.items()
+    ]
+    aggregator = SecureAggregator(LABEL, settings.seed, stream=0)  # before the strategy's
+    outcome = aggregator.exchange(grid, ROUND, messages, fields)
+    missed = {
+        n: f"its {QUERY_MOMENTS} answer is not in the secure sum: {outcome.reasons[n]}"
+        for n in contents
+        if n not in outcome.contributors
+    }
+    if outcome.error:
+        raise SiteDataError(f"no secure sum of the sites' moments: {outcome.error}")
+    summed = {f.name: outcome.sums[f.key] for f in fields}
+    payload = moments_of_arrays(summed, schema)
+    try:
+        return check_moments(
+            payload, schema, pooled_facts(facts[n] for n in outcome.contributors)
+        ), missed
+    except SiteDataError as err:
+        raise SiteDataError(f"the sites' summed moments do not fit their facts: {err}") from None
+
+
 def agree_sites(grid: Grid, settings: RunSettings, kept: Schema | None = None) -> SiteAgreement:
     """Run both exchanges with every connected node (with ``kept``, the schema of the run being
     resumed, under it); ``SiteDataError`` when no node agrees."""
@@ -313,12 +363,18 @@ def agree_sites(grid: Grid, settings: RunSettings, kept: Schema | None = None) -
         except SiteDataError as err:
             raise DecodeError(str(err)) from None
 
-    sums, failed, _ = _exchange(grid, settings, QUERY_MOMENTS, contents, moments_of)
+    secure = settings.secure_aggregation and kept is None
+    asked = {n: c for n, c in contents.items() if not secure or n in agreement.refused}
+    sums, failed, _ = _exchange(grid, settings, QUERY_MOMENTS, asked, moments_of)
+    if secure:
+        agreeing = {n: c for n, c in contents.items() if n not in agreement.refused}
+        summed, missed = _secure_moments(grid, settings, schema, agreeing, answers)
+        sums, failed = {**sums, 0: summed}, {**failed, **missed}
     left_out.update({n: r for n, r in failed.items() if n not in left_out})
     agreed = [n for n in order if n not in left_out]
     if not agreed:
         raise _no_site("no site agreed the schema", left_out)
-    fitted = kept or with_moments(schema, {n: sums[n] for n in agreed})
+    fitted = kept or with_moments(schema, {0: sums[0]} if secure else {n: sums[n] for n in agreed})
     largest = max(rows[n] + answers[n][1].get("test-rows", 0) for n in agreed)
     task = server_task(fitted, largest, settings.server_test_path)
     log(

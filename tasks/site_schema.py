@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -623,6 +623,87 @@ def site_moments(table: SiteTable, schema: Schema, rows: np.ndarray) -> dict[str
         y = numeric_column(table, schema.label)[rows]
         moments["target"] = [float(y.size), float(y.sum()), float(np.square(y).sum())]
     return moments
+
+
+def moment_arrays(moments: Mapping[str, Any], schema: Schema) -> dict[str, np.ndarray]:
+    """A node's ``site_moments`` as arrays in the schema's order, to be summed securely
+    (``moment_bounds`` gives each one's bound): the rows, each numeric column's (and a
+    regression label's) count, sum and sum of squares (``n/``, ``s/``, ``q/`` and its name), each
+    categorical column's counts (``c/``)."""
+    triples = {c.name: moments["numeric"][c.name] for c in schema.columns if c.categories is None}
+    if schema.kind == REGRESSION:
+        triples[schema.label] = moments["target"]
+    arrays = {"rows": np.array([moments["rows"]], np.float64)}
+    for name, triple in triples.items():
+        for kind, value in zip("nsq", triple):
+            arrays[f"{kind}/{name}"] = np.array([value], np.float64)
+    for column in schema.columns:
+        if column.categories is not None:
+            arrays[f"c/{column.name}"] = np.array(moments["categories"][column.name], np.float64)
+    return arrays
+
+
+def moment_bounds(
+    schema: Schema, facts: Mapping[str, Any], rows: int
+) -> dict[str, tuple[int, float]]:
+    """Each of ``moment_arrays``' size and the largest magnitude it can hold on a node of at
+    most ``rows`` rows whose values lie in the ranges of ``facts``: counts ``rows``, sums
+    ``rows`` times the range's largest magnitude, sums of squares ``rows`` times its square."""
+    names = [c.name for c in schema.columns if c.categories is None]
+    names += [schema.label] if schema.kind == REGRESSION else []
+    bounds = {"rows": (1, float(rows))}
+    for name in names:
+        span = facts["ranges"].get(name) or [0.0, 0.0]
+        largest = max(abs(span[0]), abs(span[1]), 1.0)
+        bounds |= {
+            f"n/{name}": (1, float(rows)),
+            f"s/{name}": (1, rows * largest),
+            f"q/{name}": (1, rows * largest**2),
+        }
+    for column in schema.columns:
+        if column.categories is not None:
+            bounds[f"c/{column.name}"] = (len(column.categories), float(rows))
+    return bounds
+
+
+def moments_of_arrays(arrays: Mapping[str, np.ndarray], schema: Schema) -> dict[str, Any]:
+    """``moment_arrays``' inverse: the moments' JSON form (for ``check_moments``)."""
+
+    def triple(name: str) -> list[float]:
+        n, first, second = (float(arrays[f"{k}/{name}"][0]) for k in "nsq")
+        return [float(round(n)), first, second]
+
+    moments: dict[str, Any] = {
+        "rows": int(round(float(arrays["rows"][0]))),
+        "numeric": {c.name: triple(c.name) for c in schema.columns if c.categories is None},
+        "categories": {
+            c.name: [int(round(float(v))) for v in arrays[f"c/{c.name}"]]
+            for c in schema.columns
+            if c.categories is not None
+        },
+    }
+    if schema.kind == REGRESSION:
+        moments["target"] = triple(schema.label)
+    return moments
+
+
+def pooled_facts(facts: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The facts of several sites taken as one: rows and missing counts added, ranges joined,
+    categories united (what a secure sum of their moments is checked against)."""
+    facts = list(facts)
+    ranges: dict[str, list | None] = {}
+    for name in facts[0]["ranges"]:
+        spans = [f["ranges"][name] for f in facts if f["ranges"].get(name) is not None]
+        ranges[name] = [min(r[0] for r in spans), max(r[1] for r in spans)] if spans else None
+    return {
+        "rows": sum(f["rows"] for f in facts),
+        "missing": {n: sum(f["missing"][n] for f in facts) for n in facts[0]["missing"]},
+        "ranges": ranges,
+        "categories": {
+            n: sorted(set().union(*(f["categories"].get(n, []) for f in facts)))
+            for n in facts[0]["categories"]
+        },
+    }
 
 
 def with_moments(schema: Schema, moments: Mapping[int, Mapping[str, Any]]) -> Schema:

@@ -19,7 +19,9 @@ from functions.protocol import (
     HISTOGRAMS,
     METRICS,
     NUM_EXAMPLES,
+    QUERY_MOMENTS,
     QUERY_SKETCH,
+    SITE,
     SKETCH,
     TRAIN,
 )
@@ -179,3 +181,41 @@ def test_secure_aggregation_is_refused_where_it_has_no_effect_or_a_sketch_would_
     )
     with pytest.raises(ConfigError, match="fedxgb-hist.bins='sketch' is not valid"):
         fedxgb_hist_settings(settings)
+
+
+def schema_of(tmp_path, name: str) -> dict:
+    return json.loads((tmp_path / name / "config.json").read_text())["sites"]["schema"]
+
+
+def test_the_sites_moments_are_one_secure_sum_and_fit_the_same_schema(tmp_path, penguins):
+    common = {**HIST, "num-server-rounds": 1}
+    plain = run(tmp_path, penguins, "plain", **common)
+    secure = run(tmp_path, penguins, "secure", **common, **{"secure-aggregation": True})
+    assert all(SITE in r.content for r in plain.replies(QUERY_MOMENTS))
+    moments = secure.replies(QUERY_MOMENTS)
+    assert len(moments) == 3 and all(set(r.content) == {MASKED} for r in moments)
+    a, b = schema_of(tmp_path, "plain"), schema_of(tmp_path, "secure")
+    assert [c["name"] for c in a["columns"]] == [c["name"] for c in b["columns"]]
+    for x, y in zip(a["columns"], b["columns"]):
+        assert y["mean"] == pytest.approx(x["mean"], rel=1e-12, abs=1e-12)
+        assert y["std"] == pytest.approx(x["std"], rel=1e-12)
+        assert y["mode"] == x["mode"]
+
+
+def test_poisoned_moments_fail_the_agreement_in_one_sentence(tmp_path, penguins, monkeypatch):
+    """A node that sends sums its values cannot give (within the bound the server declared,
+    so its masked vector is well formed) poisons the secure sum, and the server cannot tell
+    whose sums are wrong: the agreement stops the run, naming the column and the fault."""
+    import client_app.site_data as site_data
+
+    honest = site_data.moment_arrays
+
+    def poisoned(moments, schema):
+        arrays = honest(moments, schema)
+        if moments["rows"] == 99:  # Dream's training rows
+            arrays["s/body_mass_g"] = arrays["s/body_mass_g"] * 3  # within the bound
+        return arrays
+
+    monkeypatch.setattr(site_data, "moment_arrays", poisoned)
+    with pytest.raises(Exception, match="summed moments do not fit their facts: moments of"):
+        run(tmp_path, penguins, "poisoned", **HIST, **{"secure-aggregation": True})

@@ -12,6 +12,8 @@ than that unless a leaf holds fewer); evaluation is the XGBoost baselines' (``cl
 
 from __future__ import annotations
 
+import secrets
+
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
@@ -30,10 +32,12 @@ from functions.histograms import (
     read_layout,
     sketch_record,
 )
+from functions.params import arrays_to_record
 from functions.protocol import (
     ARRAYS,
     CONFIG,
     DENSE_HISTOGRAMS,
+    DP_NOISE_STD,
     EVALUATE,
     EVALUATE_FIRST,
     EVALUATION,
@@ -69,14 +73,20 @@ def _rows(x: np.ndarray) -> np.ndarray:
 
 def sketch(job: Job) -> RecordDict:
     """The node's quantiles of each training column, their counts and its rows; or, asked for
-    the grid (``fedxgb-hist.bins='grid'``), its counts in each cell of the fixed grid."""
+    the grid (``fedxgb-hist.bins='grid'``), its counts in each cell of the fixed grid, with its
+    share of the noise when the server asks (``dp-noise-std``)."""
     x = _rows(job.data.x_train)
     config = job.content.get(CONFIG)
     cells = config.get(GRID_CELLS) if config is not None else None
     if cells is not None:
         if cells != job.family.sketch_size:
             raise DecodeError(f"{GRID_CELLS}={cells!r}, not the run's {job.family.sketch_size}")
-        return RecordDict({SKETCH: grid_record(grid_counts(x, cells), len(x))})
+        counts, rows = grid_counts(x, cells), np.array([len(x)])
+        std = _noise_std(config)
+        if std:
+            counts, rows = _with_noise([counts, rows], std)
+            return RecordDict({SKETCH: arrays_to_record({"cells": counts.ravel(), "rows": rows})})
+        return RecordDict({SKETCH: grid_record(counts, len(x))})
     points, counts = column_sketch(x, job.family.sketch_size)
     return RecordDict({SKETCH: sketch_record(points, counts, len(x))})
 
@@ -94,8 +104,15 @@ def train(job: Job) -> RecordDict:
     g, h = gradients(hist.objective(data.task), margins, data.y_train)
     sums = histograms(layout, bins, g, h, trees, leaves)
     merge_small_slots(layout, *sums, hist.min_bin_count)
-    dense = job.content[CONFIG].get(DENSE_HISTOGRAMS, False) is True  # a secure sum's
-    reply = RecordDict({HISTOGRAMS: (dense_histogram_record if dense else histogram_record)(*sums)})
+    config = job.content[CONFIG]
+    dense = config.get(DENSE_HISTOGRAMS, False) is True  # a secure sum's
+    std = _noise_std(config)
+    if dense and std:  # its share of the noise, every slot, counts too
+        noisy = _with_noise(list(sums), std)
+        record = arrays_to_record(dict(zip(("grad", "hess", "count"), (a.ravel() for a in noisy))))
+    else:
+        record = (dense_histogram_record if dense else histogram_record)(*sums)
+    reply = RecordDict({HISTOGRAMS: record})
     if EVALUATE_FIRST in job.content[CONFIG]:
         if raw is None:  # only a round's first level, which carries the booster, asks
             raise DecodeError(f"{EVALUATE_FIRST} came without the booster to evaluate")
@@ -103,6 +120,21 @@ def train(job: Job) -> RecordDict:
             raw, spec, hist.loss(data.task), data, margins.astype(np.float64)
         )[METRICS]
     return reply
+
+
+def _noise_std(config: ConfigRecord) -> float:
+    """The noise the server asks this node to add (``dp-noise-std``: 0 for none)."""
+    std = config.get(DP_NOISE_STD, 0.0)
+    if not isinstance(std, float) or not 0.0 <= std < float("inf"):
+        raise DecodeError(f"{DP_NOISE_STD}={std!r} is not a standard deviation")
+    return std
+
+
+def _with_noise(arrays: list[np.ndarray], std: float) -> list[np.ndarray]:
+    """``arrays`` in float64 with Gaussian noise of ``std``, from the OS's randomness: the
+    server must not be able to draw it again."""
+    rng = np.random.default_rng(secrets.randbits(128))
+    return [np.asarray(a, np.float64) + rng.normal(0.0, std, np.shape(a)) for a in arrays]
 
 
 def _round_start(

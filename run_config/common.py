@@ -465,13 +465,16 @@ COMMON_KEYS = (
         "dp.noise-multiplier",
         float,
         0.0,
-        "FedAvg, FedProx, projected FedAvg: client-level differential privacy (DP-FedAvg, "
-        "McMahan et al. 2018) with this Gaussian noise multiplier z: every node clips its "
-        "update to `dp.clipping-norm` C, the mean is unweighted and gets noise of standard "
-        "deviation z C / m over the m nodes in it (added by the server; with "
-        "`secure-aggregation`, by the nodes, each its share, so the server never sees the "
-        "noiseless sum); an accountant (Renyi DP, Flower's on dp-accounting) gives the run's "
-        "epsilon at `dp.delta` each round (`dp_epsilon`, config.json, the health line); 0 = off",
+        "differential privacy with this Gaussian noise multiplier z (0 = off). FedAvg, "
+        "FedProx, projected FedAvg: client level (DP-FedAvg, McMahan et al. 2018): every node "
+        "clips its update to `dp.clipping-norm` C, the mean is unweighted and gets noise of "
+        "standard deviation z C / m over its m nodes. `fedxgb-hist` (with "
+        "`fedxgb-hist.bins='grid'`, classification): row level: every summed release (the grid "
+        "counts, each tree level's histograms) gets noise of z times a row's L2 sensitivity. "
+        "The server adds the noise, or with `secure-aggregation` the nodes, each its share, so "
+        "the server never sees a noiseless sum; an accountant (Renyi DP, Flower's on "
+        "dp-accounting) gives the run's epsilon at `dp.delta` (`dp_epsilon` each round, "
+        "config.json, the health line)",
         finite_at_least(0),
         field="dp_noise_multiplier",
     ),
@@ -479,8 +482,8 @@ COMMON_KEYS = (
         "dp.clipping-norm",
         float,
         1.0,
-        "with `dp.noise-multiplier`: the L2 norm C a node's update (its model less the global "
-        "one) is clipped to",
+        "with `dp.noise-multiplier`, FedAvg, FedProx, projected FedAvg: the L2 norm C a "
+        "node's update (its model less the global one) is clipped to",
         finite_above(0),
         field="dp_clipping_norm",
         when=When("dp.noise-multiplier", (0.0,), unless=True),

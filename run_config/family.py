@@ -34,6 +34,7 @@ SAMPLED = ("fraction-train",)
 FUSED_EVALUATION = ("eval-with-train",)  # families whose evaluation can ride on training
 SECURE_SUM = ("secure-aggregation", "secure-aggregation.bound")  # servers that need only sums
 NODE_DP = ("dp.noise-multiplier", "dp.clipping-norm", "dp.delta")  # client-level DP of updates
+ROW_DP = ("dp.noise-multiplier", "dp.delta")  # row-level DP of sums bounded by construction
 
 
 def require_fusable(eval_with_train: bool, fusable: bool, when: str) -> None:

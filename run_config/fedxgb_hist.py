@@ -15,6 +15,7 @@ from oracles.hist_xgboost import LOGISTIC, SOFTMAX, SQUARED, TreeParams
 from run_config.common import RunSettings
 from run_config.family import (
     FUSED_EVALUATION,
+    ROW_DP,
     SECURE_SUM,
     Algorithm,
     Family,
@@ -142,6 +143,8 @@ class FedXgbHistSettings:
     eval_with_train: bool = True  # round t's evaluation rides on round t + 1's root level
     secure_aggregation: bool = False  # histograms summed by a secure sum (no node's read)
     secure_bound: float = 1024.0  # regression: the largest |label| a node may hold
+    dp_noise_multiplier: float = 0.0  # row-level differential privacy (0: none)
+    dp_delta: float = 1e-5
 
     def tree_params(self) -> TreeParams:
         return TreeParams(
@@ -181,6 +184,8 @@ def fedxgb_hist_settings(settings: RunSettings) -> FedXgbHistSettings:
         eval_with_train=settings.eval_with_train,
         secure_aggregation=settings.secure_aggregation,
         secure_bound=settings.secure_bound,
+        dp_noise_multiplier=settings.dp_noise_multiplier,
+        dp_delta=settings.dp_delta,
     )
     require_fusable(out.eval_with_train, out.federated_eval, "fedxgb-hist.federated-eval is true")
     require(
@@ -189,6 +194,13 @@ def fedxgb_hist_settings(settings: RunSettings) -> FedXgbHistSettings:
         out.bins,
         "'grid' with secure-aggregation=true (a sketch is each node's quantiles: its values, "
         "which no secure sum hides)",
+    )
+    require(
+        out.bins == "grid" or out.dp_noise_multiplier == 0,
+        "fedxgb-hist.bins",
+        out.bins,
+        "'grid' with dp.noise-multiplier (a sketch is each node's quantiles, which no noise "
+        "on sums protects)",
     )
     return out
 
@@ -218,7 +230,7 @@ FEDXGB_HIST: Family[FedXgbHistSettings, None] = Family(
     ),
     fedxgb_hist_settings,
     tables=(FEDXGB_HIST_TABLE,),
-    reads=SECURE_SUM,
+    reads=(*SECURE_SUM, *ROW_DP),
     steps=("fedxgb-hist.eta",),
     message_types=(TRAIN, EVALUATE, QUERY_NODE, QUERY_SKETCH),
 )

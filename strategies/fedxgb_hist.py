@@ -3,7 +3,8 @@ gradient histograms, so the booster is the one XGBoost would train on every node
 
 Before round 1 every node sends a quantile sketch of each column (``query.sketch``); the server
 merges them into the bin edges of the run (``oracles.hist_xgboost.merge_sketches``) and keeps
-them for the run (and its checkpoint). A round is one boosting iteration: one tree, or one per
+them for the run (and its checkpoint). With ``fedxgb-hist.bins='grid'`` each node sends its
+counts on a fixed grid instead, and the edges are quantiles of their sum (``grid_edges``). A round is one boosting iteration: one tree, or one per
 class, grown depth-wise. Each level sends every node the trees so far (the first level also the
 booster and the edges, whose margins and bins a node keeps for the others) and sums the
 histograms of the open leaves that come back (below the root only the smaller child of each
@@ -16,6 +17,10 @@ The nodes whose root histograms were summed are the iteration's: if one of them 
 dropped at a deeper level, the iteration's trees would mix sums over different rows, so the
 iteration is dropped (the booster stays as it was, the round says why) and the next round starts
 again from the root with the nodes that answer.
+
+With ``secure-aggregation`` the grid counts and every level's histograms (every slot) are secure
+sums (``strategies.secure_sum``): the server reads the sums, never a node's. With
+``dp.noise-multiplier`` every such release carries Gaussian noise (``strategies.hist_noise``).
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from functions.protocol import (
     ARRAYS,
     CONFIG,
     DENSE_HISTOGRAMS,
+    DP_NOISE_STD,
     EVALUATE_FIRST,
     GRID_CELLS,
     GROWING,
@@ -66,6 +72,8 @@ from run_config.fedxgb_hist import FedXgbHistSettings, check_task, fedxgb_hist_s
 from strategies.base import Diverged
 from strategies.evaluation import example_limit
 from strategies.fedxgb import StoredBooster, XgbStrategy
+from strategies.hist_noise import MARGIN, HistogramNoise, cleaned, noisy_counts
+from strategies.privacy_budget import Releases
 from strategies.screening import exact_records, screen_replies
 from strategies.secure_sum import SecureAggregator, SecureOutcome
 from strategies.state_codec import POSITIONS, checks
@@ -88,6 +96,14 @@ class FedXgbHistState:
     rows: np.ndarray = field(metadata=checks("int64", shape=(POSITIONS,)))
 
 
+@dataclass
+class FedXgbHistPrivateState(FedXgbHistState):
+    """With differential privacy, also the releases of its budget (``Releases``)."""
+
+    multipliers: np.ndarray = field(metadata=checks(shape=(None,)))
+    sizes: np.ndarray = field(metadata=checks("int64", shape=(None,)))
+
+
 class FedXgbHist(XgbStrategy):
     """Histogram-based federated XGBoost (see the module docstring)."""
 
@@ -101,6 +117,17 @@ class FedXgbHist(XgbStrategy):
         self.hist, self.params = hist, hist.tree_params()
         self.objective = hist.objective(task)
         self.secure = SecureAggregator(self.label, seed) if hist.secure_aggregation else None
+        self.seed = seed
+        self.noise = None
+        if hist.dp_noise_multiplier > 0:
+            self.noise = HistogramNoise.of(
+                hist.dp_noise_multiplier,
+                hist.dp_delta,
+                self.objective,
+                self.spec.outputs,
+                self.spec.num_feature,
+            )
+            self.State = FedXgbHistPrivateState
         self.layout: BinLayout | None = None
         self.rows = np.zeros(0, np.int64)  # each roster position's training rows (-1: unknown)
         self.levels = self.participants = self.asked = self.answered = 0
@@ -172,24 +199,31 @@ class FedXgbHist(XgbStrategy):
         return layout
 
     def _grid(self, grid: Grid, server_round: int, nodes: list[int]) -> tuple[np.ndarray, int]:
-        """The nodes' grid counts summed (securely with ``secure-aggregation``) and how many
-        nodes are in the sum. Each node's rows are kept: with a secure sum, only their bound."""
+        """The nodes' grid counts summed (securely with ``secure-aggregation``; with noise under
+        ``dp.noise-multiplier``) and how many nodes are in the sum. Each node's rows are kept:
+        with a secure sum, only their bound."""
         d, cells, most = self.spec.num_feature, self.hist.sketch_size, example_limit(self.task)
         content = RecordDict({CONFIG: ConfigRecord({GRID_CELLS: cells})})
         messages = [Message(content, n, QUERY_SKETCH, group_id=str(server_round)) for n in nodes]
         if self.secure is not None:
+            share = 0.0 if self.noise is None else self.noise.share(self.noise.grid, len(nodes))
+            if share:
+                content[CONFIG][DP_NOISE_STD] = share
             fields = [
-                SumField(SKETCH, "cells", d * cells, most, integer=True),
-                SumField(SKETCH, "rows", 1, most, integer=True),
+                SumField(SKETCH, "cells", d * cells, most + MARGIN * share, integer=not share),
+                SumField(SKETCH, "rows", 1, most + MARGIN * share, integer=not share),
             ]
             outcome = self.secure.exchange(grid, server_round, messages, fields)
             self.count_failures(outcome.failures)
             if outcome.error:
                 raise RuntimeError(f"{self.label}: no bins to agree: {outcome.error}")
             self.rows[:] = most  # every node's, as far as the server knows
-            summed = arrays_to_record({k: outcome.sums[f"{SKETCH}/{k}"] for k in ("cells", "rows")})
-            counts = read_grid(summed, d, cells, most * len(outcome.contributors))[0]
-            return counts, len(outcome.contributors)
+            sums = {k: noisy_counts(outcome.sums[f"{SKETCH}/{k}"]) for k in ("cells", "rows")}
+            if self.noise is not None:
+                self.noise.release(True, len(outcome.contributors), len(nodes))
+                return sums["cells"].reshape(d, cells), len(outcome.contributors)
+            counts = read_grid(arrays_to_record(sums), d, cells, most * len(outcome.contributors))
+            return counts[0], len(outcome.contributors)
 
         def decode(reply: Message) -> tuple[np.ndarray, int]:
             record = exact_records(reply.content, {SKETCH: ArrayRecord})[SKETCH]
@@ -204,7 +238,12 @@ class FedXgbHist(XgbStrategy):
             raise RuntimeError(f"{self.label}: no node sent usable grid counts; no bins to agree")
         for node, (_, rows) in answers.items():
             self.rows[self.book.position(node)] = rows
-        return sum(counts for counts, _ in answers.values()), len(answers)
+        counts = sum(counts for counts, _ in answers.values())
+        if self.noise is not None:  # the server's noise on the plain sum
+            rng = np.random.default_rng([self.seed, server_round, 0])
+            counts = noisy_counts(self.noise.central([counts], self.noise.grid, rng)[0])
+            self.noise.release(False, len(answers), len(nodes))
+        return counts, len(answers)
 
     def _sketches(self, grid: Grid, server_round: int, nodes: list[int]) -> dict[int, Sketch]:
         """Ask ``nodes`` for their sketches; the usable ones, in roster order (each node's rows
@@ -366,15 +405,20 @@ class FedXgbHist(XgbStrategy):
         size = leaves * self.layout.num_slots
         rows = int(self.rows.max())
         gradient, hessian = self._gradient_bounds()
+        nodes = [m.metadata.dst_node_id for m in messages]
+        share = 0.0 if self.noise is None else self.noise.share(self.noise.levels, len(nodes))
+        if share:
+            messages[0].content[CONFIG][DP_NOISE_STD] = share  # one content for all
+        margin = MARGIN * share
         fields = [
-            SumField(HISTOGRAMS, "grad", size, rows * gradient),
-            SumField(HISTOGRAMS, "hess", size, rows * hessian),
-            SumField(HISTOGRAMS, "count", size, rows, integer=True),
+            SumField(HISTOGRAMS, "grad", size, rows * gradient + margin),
+            SumField(HISTOGRAMS, "hess", size, rows * hessian + margin),
+            SumField(HISTOGRAMS, "count", size, rows + margin, integer=not share),
         ]
         outcome = self.secure.exchange(grid, server_round, messages, fields)
         self.count_failures(outcome.failures)
         if root and self.evaluation_due is not None:
-            self._secure_evaluations(outcome, [m.metadata.dst_node_id for m in messages])
+            self._secure_evaluations(outcome, nodes)
         level = self.levels - 1
         if outcome.error:
             if len(outcome.nonfinite) == len(messages):
@@ -385,6 +429,9 @@ class FedXgbHist(XgbStrategy):
         sums = [
             outcome.sums[f"{HISTOGRAMS}/{n}"].reshape(leaves, -1) for n in ("grad", "hess", "count")
         ]
+        if self.noise is not None:
+            self.noise.release(True, len(outcome.contributors), len(nodes))
+            return (*cleaned(*sums), outcome.contributors)
         total = int(self.rows[[self.book.position(n) for n in outcome.contributors]].sum())
         try:
             check_summed(*sums, self.layout, total)
@@ -426,6 +473,12 @@ class FedXgbHist(XgbStrategy):
         for histograms in good.values():
             histograms.add_to(totals)
         grad, hess, count = (a.reshape(leaves, -1) for a in totals)
+        if self.noise is not None:  # the server's noise on the plain sums
+            rng = np.random.default_rng([self.seed, server_round, self.levels])
+            grad, hess, count = cleaned(
+                *self.noise.central([grad, hess, count], self.noise.levels, rng)
+            )
+            self.noise.release(False, len(good), self.asked)
         return grad, hess, count, list(good)
 
     def _histograms(self, reply: Message, leaves: int):
@@ -457,19 +510,30 @@ class FedXgbHist(XgbStrategy):
             "iteration_dropped": int(bool(self.dropped_reason)),
             **self._metrics(),
         }
+        if self.noise is not None:
+            metrics["dp_epsilon"] = self.noise.budget.epsilon()
         return None, metrics
+
+    def privacy(self) -> dict[str, Any] | None:
+        return None if self.noise is None else self.noise.budget.record()
 
     # -- state ----------------------------------------------------------------------------------
     def family_state(self) -> FedXgbHistState:
         edges = self.layout.edges if self.layout is not None else ()
-        return FedXgbHistState(
+        state = (
             StoredBooster(self.booster),
             np.concatenate([*edges, np.zeros(0)]).astype(np.float64),
             np.array([len(e) for e in edges], np.int64),
             self.rows,
         )
+        if self.noise is None:
+            return FedXgbHistState(*state)
+        releases = self.noise.budget.state()
+        return FedXgbHistPrivateState(*state, releases.multipliers, releases.sizes)
 
     def load_family_state(self, state: FedXgbHistState) -> None:
+        if isinstance(state, FedXgbHistPrivateState):
+            self.noise.budget.load(Releases(state.multipliers, state.sizes))
         self._hold(state.booster.booster)
         if np.any(state.rows < -1):
             raise DecodeError("rows: a node's training rows below -1 (unknown)")
@@ -489,6 +553,10 @@ def build_fedxgb_hist(settings: RunSettings, task: TaskData) -> FedXgbHist:
     if not available():
         raise ConfigError(f"algorithm={settings.algorithm!r} needs the xgboost package: {INSTALL}")
     check_task(task)
-    return FedXgbHist(
-        fedxgb_hist_settings(settings), task, settings.central_evaluation, settings.seed
-    )
+    hist = fedxgb_hist_settings(settings)
+    if hist.dp_noise_multiplier > 0 and hist.objective(task) == SQUARED:
+        raise ConfigError(
+            "dp.noise-multiplier with algorithm='fedxgb-hist' needs a classification task: a "
+            "squared error's gradients have no bound, and so no sensitivity"
+        )
+    return FedXgbHist(hist, task, settings.central_evaluation, settings.seed)

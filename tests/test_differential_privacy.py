@@ -139,3 +139,52 @@ def test_dp_keys_without_noise_are_refused():
         run_config(**{"algorithm": "ffgb", "dp.noise-multiplier": 1.0})
     )
     assert "dp.noise-multiplier" in inert_keys(settings)
+
+
+# -- fedxgb-hist: row-level noise on every summed release -------------------------------------
+HIST = {
+    "algorithm": "fedxgb-hist",
+    "task": "breast-cancer",
+    "fedxgb-hist.bins": "grid",
+    "fedxgb-hist.max-depth": 3,
+    "num-server-rounds": 3,
+    "tensorboard": False,
+}
+
+
+def releases_of(rows: list[dict]) -> int:
+    """The grid counts' release, then one a tree level."""
+    return 1 + sum(r["histogram_levels"] for r in rows[1:])
+
+
+@pytest.mark.parametrize("secure", [False, True], ids=["server-noise", "node-shares"])
+def test_fedxgb_hist_releases_noisy_sums_and_counts_each(tmp_path, secure):
+    z = 0.05  # on 455 rows, more noise leaves little of the trees (benchmarks.dp_tradeoff)
+    config = {**HIST, "dp.noise-multiplier": z, "secure-aggregation": secure}
+    run = run_app(tmp_path / "hist", 3, **config)
+    rows = run.rows
+    expected = epsilon([z] * releases_of(rows), [3] * releases_of(rows))
+    assert rows[-1]["dp_epsilon"] == pytest.approx(expected)
+    assert rows[-1]["test_accuracy"] > 0.75
+    trains = [m for m in run.grid.down if m.metadata.message_type == TRAIN]
+    stds = [m.content[CONFIG].get(DP_NOISE_STD) for m in trains]
+    if secure:  # each node's share of z times a level's sensitivity sqrt(K d (2 + 1/16))
+        share = z * (30 * (2 + 0.25**2)) ** 0.5 / 3**0.5
+        assert stds == pytest.approx([share] * len(stds))
+    else:
+        assert set(stds) == {None}
+        again = run_app(tmp_path / "again", 3, **config).rows
+        assert again[-1]["test_accuracy"] == rows[-1]["test_accuracy"]  # seeded noise
+
+
+def test_fedxgb_hist_dp_needs_grid_bins_and_a_classification(tmp_path):
+    from run_config.fedxgb_hist import fedxgb_hist_settings
+    from tasks.errors import ConfigError
+
+    settings = RunSettings.from_run_config(
+        run_config(**{"algorithm": "fedxgb-hist", "dp.noise-multiplier": 1.0})
+    )
+    with pytest.raises(ConfigError, match="'grid' with dp.noise-multiplier"):
+        fedxgb_hist_settings(settings)
+    with pytest.raises(Exception, match="needs a classification task"):
+        run_app(tmp_path, 2, **{**HIST, "task": "diabetes", "dp.noise-multiplier": 1.0})

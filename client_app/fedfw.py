@@ -7,6 +7,7 @@ on x_i; ``sync`` restores x_i after a lost state.
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import replace
 
 import numpy as np
@@ -48,7 +49,7 @@ from functions.protocol import (
     XBAR,
 )
 from oracles.frank_wolfe import FWClientState, apply_step, fedfw_client_step
-from oracles.torch_grad import loss_and_grad
+from oracles.torch_grad import clipped_mean_grad, loss_and_grad
 from run_config.fedfw import FedFWSettings
 from tasks.federation import LocalData
 
@@ -94,6 +95,22 @@ def _steps(
     return [(t, None)]
 
 
+def _gradient(job: Job, model, x: Params, index: np.ndarray | None) -> Params:
+    """grad f_i at ``x`` on the node's rows (or ``index``); with differential privacy
+    (``dp.noise-multiplier`` z, ``dp.clipping-norm`` C) the mean of the rows' gradients each
+    clipped to C, with Gaussian noise of z C / b for its b rows, from the OS's randomness."""
+    data, dp = job.data, job.settings.node_dp
+    if dp is None:
+        return loss_and_grad(model, x, data.x_train, data.y_train, data.task.kind, index)[1]
+    rows = len(data.y_train) if index is None else len(index)
+    grad = clipped_mean_grad(
+        model, x, data.x_train, data.y_train, data.task.kind, dp.clipping_norm, index
+    )
+    rng = np.random.default_rng(secrets.randbits(128))
+    std = dp.noise_multiplier * dp.clipping_norm / rows
+    return [g + rng.normal(0.0, std, g.shape) for g in grad]
+
+
 def train(job: Job) -> RecordDict:
     """Frank-Wolfe steps s_i = LMO(g_i) over the node's D_i (one, or one per minibatch of the
     local pass); reply with every s_i encoded. When the server asks (``evaluate-first``), the
@@ -111,7 +128,7 @@ def train(job: Job) -> RecordDict:
     constraint = job.overrides  # this node's D_i
     points = []
     for step, index in _steps(fw, data, t, job.settings.seed):
-        _, grad = loss_and_grad(model, state.x, data.x_train, data.y_train, data.task.kind, index)
+        grad = _gradient(job, model, state.x, index)
         s, advanced = fedfw_client_step(
             fw.variant, state, xbar, grad, step, fw.schedule, n, constraint, fw.scope
         )

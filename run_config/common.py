@@ -468,7 +468,10 @@ COMMON_KEYS = (
         "differential privacy with this Gaussian noise multiplier z (0 = off). FedAvg, "
         "FedProx, projected FedAvg: client level (DP-FedAvg, McMahan et al. 2018): every node "
         "clips its update to `dp.clipping-norm` C, the mean is unweighted and gets noise of "
-        "standard deviation z C / m over its m nodes. `fedxgb-hist` (with "
+        "standard deviation z C / m over its m nodes. FedFW family: row level: a node's "
+        "gradient is the mean of its b rows' gradients each clipped to C, with noise of "
+        "z C / b, before the linear minimisation (its output is post-processing; for the l1 "
+        "ball, report-noisy-max with Gaussian noise). `fedxgb-hist` (with "
         "`fedxgb-hist.bins='grid'`, classification): row level: every summed release (the grid "
         "counts, each tree level's histograms) gets noise of z times a row's L2 sensitivity. "
         "The server adds the noise, or with `secure-aggregation` the nodes, each its share, so "
@@ -482,8 +485,9 @@ COMMON_KEYS = (
         "dp.clipping-norm",
         float,
         1.0,
-        "with `dp.noise-multiplier`, FedAvg, FedProx, projected FedAvg: the L2 norm C a "
-        "node's update (its model less the global one) is clipped to",
+        "with `dp.noise-multiplier`: the L2 norm C a node's update (its model less the global "
+        "one: FedAvg, FedProx, projected FedAvg) or each row's gradient (FedFW family) is "
+        "clipped to",
         finite_above(0),
         field="dp_clipping_norm",
         when=When("dp.noise-multiplier", (0.0,), unless=True),

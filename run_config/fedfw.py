@@ -12,7 +12,15 @@ from oracles.frank_wolfe import VARIANTS
 from oracles.lmo import CONSTRAINT_NAMES, SCOPES, Constraint, make_constraint
 from oracles.schedules import SCHEDULE_NAMES, FWSchedule, make_schedule
 from run_config.common import RunSettings
-from run_config.family import FUSED_EVALUATION, MODEL, Algorithm, Family, Table, require_fusable
+from run_config.family import (
+    FUSED_EVALUATION,
+    MODEL,
+    NODE_DP,
+    Algorithm,
+    Family,
+    Table,
+    require_fusable,
+)
 from run_config.keys import Key, OneOf, at_least, build, finite_at_least, read_keys, require, within
 from run_config.node_keys import NodeKey
 from tasks.datasets import DEFAULT_MODELS, SITE_TASK
@@ -243,6 +251,12 @@ def fedfw_settings(settings: RunSettings) -> FedFWSettings:
         out.federated_eval and not out.gap and out.participation >= 1,
         "fedfw.federated-eval is true, fedfw.gap is false and fedfw.participation is 1",
     )
+    require(
+        not (out.gap and settings.node_dp is not None),
+        "fedfw.gap",
+        out.gap,
+        "false with dp.noise-multiplier (the FW gap sends every node's gradient in plain)",
+    )
     return out
 
 
@@ -284,7 +298,7 @@ FEDFW: Family[FedFWSettings, Constraint] = Family(
     ),
     fedfw_settings,
     tables=(DOMAIN, FEDFW_TABLE),
-    reads=(*MODEL, *FUSED_EVALUATION),
+    reads=(*MODEL, *FUSED_EVALUATION, *NODE_DP),
     steps=("fedfw.schedule", "fedfw.lambda0"),
     node_keys=(
         NodeKey(

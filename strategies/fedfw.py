@@ -20,7 +20,7 @@ the mirror's mean of the x_i; such a node is then re-synced with x-bar in float6
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from logging import INFO, WARNING
 from typing import Any, ClassVar
 
@@ -69,13 +69,14 @@ from functions.protocol import (
 from oracles.fedfw_mirror import ConsensusMirror, mean_step
 from oracles.frank_wolfe import fw_gap
 from oracles.lmo import Constraint, lmo_per_tensor, make_constraint, smallest_set
-from run_config.common import RunSettings
+from run_config.common import NodeDP, RunSettings
 from run_config.fedfw import ConstraintSet, FedFWSettings, fedfw_settings
 from strategies.evaluation import EvaluationSums, combine_evaluation_sums, decode_evaluation_sums
 from strategies.node_book import NodeSlot, dense_restart
+from strategies.privacy_budget import PrivacyBudget, Releases
 from strategies.sampling import BERNOULLI, Sampler
 from strategies.screening import Screened, exact_records
-from strategies.state_codec import LAYOUT, POSITIONS
+from strategies.state_codec import LAYOUT, POSITIONS, checks
 from strategies.torch_model import TorchGlobal, TorchModelStrategy
 from tasks.datasets import TaskData
 
@@ -145,6 +146,14 @@ class FedFWState:
     history: UpdateHistory
 
 
+@dataclass
+class FedFWPrivateState(FedFWState):
+    """With differential privacy, also the releases of its budget (``Releases``)."""
+
+    multipliers: np.ndarray = field(metadata=checks(shape=(None,)))
+    sizes: np.ndarray = field(metadata=checks("int64", shape=(None,)))
+
+
 class FedFWStrategy(TorchModelStrategy):
     """FedFW family on Flower's Message API, with partial participation and per-node D_i.
 
@@ -154,9 +163,16 @@ class FedFWStrategy(TorchModelStrategy):
     slot = FedFWSlot
     State = FedFWState
 
-    def __init__(self, fw: FedFWSettings, model: TorchGlobal, x0: Params, seed: int) -> None:
-        """``x0``: x^1 of every client, already in D and float32-exact (``projected_start``)."""
+    def __init__(
+        self, fw: FedFWSettings, model: TorchGlobal, x0: Params, seed: int, dp: NodeDP | None = None
+    ) -> None:
+        """``x0``: x^1 of every client, already in D and float32-exact (``projected_start``);
+        ``dp``: the nodes' noisy gradients (None: exact), whose releases the server counts."""
         self.fw, self.model, self.x0 = fw, model, x0
+        self.dp = dp
+        self.budget = None if dp is None else PrivacyBudget(dp.delta, "a row")
+        if dp is not None:
+            self.State = FedFWPrivateState
         self.sampler = Sampler(fw.participation, seed, BERNOULLI)
         self.mirror: ConsensusMirror | None = None
         self.xbar: Params = []  # the run's x-bar (float64), what every node rebuilds
@@ -424,7 +440,14 @@ class FedFWStrategy(TorchModelStrategy):
             "lambda": self.fw.schedule.lam(server_round),
             "consensus_distance": self.mirror.consensus_distance(),
         }
+        if self.budget is not None:  # a row's node took its steps, each a noisy gradient
+            steps = max((self.local_steps[position(n)] for n in self._asked), default=1)
+            count = steps if self.fw.local_pass else 1
+            metrics["dp_epsilon"] = self.budget.release(self.dp.noise_multiplier, 1, count)
         return params_to_record(self.layout, self.xbar), metrics
+
+    def privacy(self) -> dict[str, Any] | None:
+        return None if self.budget is None else self.budget.record()
 
     def _next_xbar(self, sent: RoundPoints) -> Params:
         """x-bar after a round in which every node's point was accepted: the recursion, from
@@ -519,15 +542,21 @@ class FedFWStrategy(TorchModelStrategy):
         if self.mirror is None:
             return None
         points, total = self.mirror.state()
-        return FedFWState(
+        state = (
             points,
             total,
             self.xbar,
             Downlink(self.compact, self.version),
             UpdateHistory(len(self.book.node_ids), tuple(self.history)),
         )
+        if self.budget is None:
+            return FedFWState(*state)
+        releases = self.budget.state()
+        return FedFWPrivateState(*state, releases.multipliers, releases.sizes)
 
     def load_family_state(self, state: FedFWState) -> None:
+        if isinstance(state, FedFWPrivateState):
+            self.budget.load(Releases(state.multipliers, state.sizes))
         self.mirror = ConsensusMirror.restore(state.mirror, state.mirror_sum)
         self.xbar = state.xbar
         self._fix_node_sets()
@@ -541,4 +570,4 @@ def build_fedfw(settings: RunSettings, task: TaskData) -> FedFWStrategy:
     fw = fedfw_settings(settings)
     model = TorchGlobal(settings, task)
     x0 = model.projected_start(ConstraintSet(fw.constraint, fw.scope))
-    return FedFWStrategy(fw, model, x0, settings.seed)
+    return FedFWStrategy(fw, model, x0, settings.seed, settings.node_dp)

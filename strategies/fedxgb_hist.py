@@ -4,12 +4,14 @@ gradient histograms, so the booster is the one XGBoost would train on every node
 Before round 1 every node sends a quantile sketch of each column (``query.sketch``); the server
 merges them into the bin edges of the run (``oracles.hist_xgboost.merge_sketches``) and keeps
 them for the run (and its checkpoint). With ``fedxgb-hist.bins='grid'`` each node sends its
-counts on a fixed grid instead, and the edges are quantiles of their sum (``grid_edges``). A round is one boosting iteration: one tree, or one per
-class, grown depth-wise. Each level sends every node the trees so far (the first level also the
-booster and the edges, whose margins and bins a node keeps for the others) and sums the
-histograms of the open leaves that come back (below the root only the smaller child of each
-split is asked for: the other is the parent's minus it); the server picks each split and leaf
-weight by XGBoost's rules (``oracles.hist_xgboost``). The level messages go out from
+counts on a fixed grid instead, and the edges are quantiles of their sum (``grid_edges``).
+
+A round is one boosting iteration: one tree, or one per class, grown depth-wise. Each level
+sends every node the trees so far (the first level also the booster and the edges, whose
+margins and bins a node keeps for the others) and sums the histograms of the open leaves that
+come back (below the root only the smaller child of each split is asked for: the other is the
+parent's minus it); the server picks each split and leaf weight by XGBoost's rules
+(``oracles.hist_xgboost``). The level messages go out from
 ``train_messages`` through the grid itself, so the round's template gets no train message of
 its own; ``aggregate`` reports what the levels did.
 

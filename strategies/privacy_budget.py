@@ -10,6 +10,7 @@ the epsilon is the one of every round releasing, whoever was sampled.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,11 +44,11 @@ class PrivacyBudget:
         self.multipliers: list[float] = []
         self.sizes: list[int] = []
 
-    def release(self, multiplier: float, size: int) -> float:
-        """Count one Gaussian release of noise ``multiplier`` over ``size`` nodes; the
+    def release(self, multiplier: float, size: int, count: int = 1) -> float:
+        """Count ``count`` Gaussian releases of noise ``multiplier`` over ``size`` nodes; the
         epsilon spent so far."""
-        self.multipliers.append(float(multiplier))
-        self.sizes.append(int(size))
+        self.multipliers += [float(multiplier)] * count
+        self.sizes += [int(size)] * count
         return self.epsilon()
 
     def epsilon(self) -> float:
@@ -63,8 +64,9 @@ class PrivacyBudget:
                 SamplingMethod.NO_AMPLIFICATION,
             )
         )
-        for multiplier, size in zip(self.multipliers, self.sizes):
-            accountant.compose(GaussianPrivacyEvent(multiplier, size, population))
+        events = Counter(zip(self.multipliers, self.sizes))
+        for (multiplier, size), count in events.items():
+            accountant.compose(GaussianPrivacyEvent(multiplier, size, population), count)
         return float(accountant.get_epsilon(self.delta))
 
     def record(self) -> dict[str, Any]:

@@ -7,6 +7,7 @@ accountant gives for its releases, continued across a resume.
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -188,3 +189,45 @@ def test_fedxgb_hist_dp_needs_grid_bins_and_a_classification(tmp_path):
         fedxgb_hist_settings(settings)
     with pytest.raises(Exception, match="needs a classification task"):
         run_app(tmp_path, 2, **{**HIST, "task": "diabetes", "dp.noise-multiplier": 1.0})
+
+
+# -- FedFW: a noisy gradient into the linear minimisation ---------------------------------------
+def test_a_row_s_clipped_gradient_is_the_gradient_when_nothing_is_clipped_and_at_most_c():
+    from oracles.torch_grad import clipped_mean_grad, loss_and_grad
+    from tasks.datasets import load_task
+    from tasks.models import model_for
+
+    task = load_task("digits")
+    model = model_for("mlp", task, 0)
+    params = [v.detach().numpy().astype(np.float64) for v in model.state_dict().values()]
+    x, y = task.x_train[:40], task.y_train[:40]
+    exact = loss_and_grad(model, params, x, y, task.kind)[1]
+    unclipped = clipped_mean_grad(model, params, x, y, task.kind, 1e9)
+    assert max(np.abs(a - b).max() for a, b in zip(exact, unclipped)) < 1e-6
+    one = clipped_mean_grad(model, params, x[:1], y[:1], task.kind, 0.05)
+    assert norm(one) == pytest.approx(0.05, rel=1e-5)  # one row's gradient, clipped to C
+
+
+FW = {"algorithm": "fedfw", "task": "synthetic", "synthetic.samples": 600, "tensorboard": False}
+
+
+@pytest.mark.parametrize("local_pass", [False, True], ids=["one-step", "local-pass"])
+def test_fedfw_counts_one_release_a_noisy_gradient(tmp_path, local_pass):
+    config = {**FW, **DP, "num-server-rounds": 3, "fedfw.local-pass": local_pass}
+    rows = run_app(tmp_path / "fw", NODES, **config).rows
+    steps = -(-(480 // NODES) // 64) if local_pass else 1  # a local pass: one a minibatch of 64
+    assert [r["dp_epsilon"] for r in rows[1:]] == pytest.approx(
+        [epsilon([1.0] * (steps * r), [1] * (steps * r)) for r in (1, 2, 3)]
+    )
+    assert all(math.isfinite(r["test_loss"]) for r in rows)
+
+
+def test_fedfw_refuses_the_gap_with_dp():
+    from run_config.fedfw import fedfw_settings
+    from tasks.errors import ConfigError
+
+    settings = RunSettings.from_run_config(
+        run_config(**{**FW, **DP, "fedfw.gap": True})
+    )
+    with pytest.raises(ConfigError, match="fedfw.gap=True is not valid"):
+        fedfw_settings(settings)

@@ -498,10 +498,21 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter() - began
     info = machine_info()
     meta = {"command": command_line(), "wall_s": wall, "machine": info}
-    (out / "privacy_dlg.json").write_text(json.dumps({**meta, **results}, indent=1) + "\n")
+    (out / "privacy_dlg.json").write_text(json.dumps(rounded({**meta, **results})) + "\n")
     title = "DLG on what a node sends: FedAvg's update, FedFW's extreme points, FFGB's learner"
     write_report(out / "privacy_dlg.md", title, wall, report(results, "privacy_dlg.png"), info=info)
     return 0
+
+
+def rounded(value: object, digits: int = 4) -> object:
+    """``value`` with every float rounded to ``digits`` decimals: the curves' JSON, compact."""
+    if isinstance(value, float):
+        return round(value, digits)
+    if isinstance(value, dict):
+        return {k: rounded(v, digits) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [rounded(v, digits) for v in value]
+    return value
 
 
 if __name__ == "__main__":

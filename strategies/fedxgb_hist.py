@@ -28,7 +28,7 @@ sums (``strategies.secure_sum``): the server reads the sums, never a node's. Wit
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from logging import INFO, WARNING
 from typing import Any
 
@@ -130,6 +130,8 @@ class FedXgbHist(XgbStrategy):
                 self.spec.num_feature,
             )
             self.State = FedXgbHistPrivateState
+            least = max(self.params.min_child_weight, self.noise.least_hessian(hist.max_bin))
+            self.params = replace(self.params, min_child_weight=least)
         self.layout: BinLayout | None = None
         self.rows = np.zeros(0, np.int64)  # each roster position's training rows (-1: unknown)
         self.levels = self.participants = self.asked = self.answered = 0

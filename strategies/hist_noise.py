@@ -11,7 +11,9 @@ server's, from the run's seed, or under secure aggregation the nodes' shares (ea
 asked adds z s / sqrt(n), from the OS's randomness), so the server never sees a noiseless sum;
 a node that drops takes its share with it, and the release is counted at z sqrt(m / n). What
 is released is then cleaned for the tree rules: counts rounded and made non-negative, hessians
-non-negative. The nodes' evaluation figures, which ride beside the histograms, are not covered.
+non-negative, and a child must hold a hessian sum clear of the noise to split off
+(``least_hessian``). The nodes' evaluation figures, which ride beside the histograms, are not
+covered.
 """
 
 from __future__ import annotations
@@ -43,6 +45,13 @@ class HistogramNoise:
         hessian = 0.25 if objective == LOGISTIC else 0.5
         levels = math.sqrt(trees * features * (2.0 + hessian**2))
         return cls(multiplier, levels, math.sqrt(features), PrivacyBudget(delta, "a row"))
+
+    def least_hessian(self, max_bin: int) -> float:
+        """The hessian sum a child needs to split off (``min_child_weight``) so that it stands
+        3 noise standard deviations clear of the noise a split's sum carries (a cumulative sum
+        over up to ``max_bin`` noisy slots): a noise-sized leaf would carry a noise-sized weight,
+        and the margins of a few such rounds overflow the softmax."""
+        return 3.0 * self.multiplier * self.levels * math.sqrt(max_bin)
 
     def share(self, sensitivity: float, nodes: int) -> float:
         """The standard deviation each of ``nodes`` adds to its part of a secure sum."""

@@ -287,7 +287,7 @@ class _Sum:
         else:
             self._setup([n for n in nodes if n not in self.owner.sealing])
             keying = self.owner.keying([n for n in nodes if n in self.owner.sealing])
-            self._enough(keying.members, "set up")
+            self._enough(keying.members, "could be set up for")
             keying.keyed = self._keys(keying)
         self.keying = keying
         layout = SumLayout.of(fields, len(keying.keyed), weight)
@@ -302,8 +302,8 @@ class _Sum:
     def _enough(self, nodes: list[int], stage: str) -> None:
         if len(nodes) < 2:
             raise SecureSumFailed(
-                f"{len(nodes)} node(s) {stage} a vector of secure sum {self.owner.last_sum}: "
-                "it reveals nothing of fewer than 2 nodes"
+                f"only {len(nodes)} node(s) {stage} secure sum {self.owner.last_sum}: a sum of "
+                "fewer than 2 nodes would be a node's own"
             )
 
     # -- the stages ----------------------------------------------------------------------------
@@ -371,7 +371,7 @@ class _Sum:
 
         vectors = self._send(sent, decode, list(keyed))
         self.out.replies = {n: self.out.replies[n] for n in vectors}
-        self._enough(list(vectors), "sent")
+        self._enough(list(vectors), "sent a vector to")
         return vectors
 
     def _holder(self, owner: int, holder: int) -> int:

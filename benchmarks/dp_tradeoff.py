@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cases = [(s, z) for s in settings for z in multipliers]
     jobs = [job(a, n, s, z, rounds_of(a), sites) for (a, n, s), z in cases]
-    results = run_jobs(jobs, runs, args.workers)
+    results = run_jobs(jobs, runs, args.workers, reuse=args.reuse)
     records = []
     for (algorithm, nodes, secure), z in cases:
         name = job(algorithm, nodes, secure, z, rounds_of(algorithm), sites).name
@@ -108,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
                 "z": z,
                 "epsilon": rows[-1].get("dp_epsilon"),
                 "test_accuracy": rows[-1]["test_accuracy"],
+                "test_loss": rows[-1]["test_loss"],
+                "halfway_accuracy": rows[len(rows) // 2]["test_accuracy"],
             }
         )
     out = results_dir(args.quick)
@@ -115,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / "dp_tradeoff.json").write_text(json.dumps(records, indent=1) + "\n")
     headers = ["algorithm", "nodes", "rounds", "noise added by", "z", "epsilon (delta 1e-5)"]
     table = md_table(
-        [*headers, "test accuracy"],
+        [*headers, "test accuracy", "test loss", "accuracy halfway"],
         [
             [
                 r["algorithm"],
@@ -125,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"{r['z']:g}",
                 "no DP" if r["epsilon"] is None else f"{r['epsilon']:.3g}",
                 f"{r['test_accuracy']:.3f}",
+                f"{r['test_loss']:.3f}",
+                f"{r['halfway_accuracy']:.3f}",
             ]
             for r in records
         ],

@@ -226,8 +226,6 @@ def test_fedfw_refuses_the_gap_with_dp():
     from run_config.fedfw import fedfw_settings
     from tasks.errors import ConfigError
 
-    settings = RunSettings.from_run_config(
-        run_config(**{**FW, **DP, "fedfw.gap": True})
-    )
+    settings = RunSettings.from_run_config(run_config(**{**FW, **DP, "fedfw.gap": True}))
     with pytest.raises(ConfigError, match="fedfw.gap=True is not valid"):
         fedfw_settings(settings)

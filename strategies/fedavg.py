@@ -44,6 +44,7 @@ from functions.protocol import (
     CONFIG,
     DP_NOISE_STD,
     EVALUATE_FIRST,
+    EVALUATION,
     LOCAL_TRAIN_LOSS,
     METRICS,
     NUM_EXAMPLES,
@@ -164,9 +165,23 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
         self.asked = len(nodes)
         self.evaluations_asked = frozenset(nodes if EVALUATE_FIRST in record[CONFIG] else ())
         self.outcome = self.secure.exchange(
-            grid, server_round, messages, self._secure_fields(), "" if self.dp else WEIGHT
+            grid,
+            server_round,
+            messages,
+            self._secure_fields(),
+            "" if self.dp else WEIGHT,
+            self._riding_only,
         )
         return []
+
+    def _riding_only(self, reply: Message) -> None:
+        """What a secure reply may hold besides its masked vector: the evaluation it was asked
+        for, checked (``DecodeError`` otherwise, which drops the reply whole)."""
+        node = reply.metadata.src_node_id
+        kinds = {EVALUATION: MetricRecord} if node in self.evaluations_asked else {}
+        record = exact_records(reply.content, kinds).get(EVALUATION)
+        if record is not None:
+            self.check_late_evaluation(record, node)
 
     def _secure_fields(self) -> list[SumField]:
         """What a node sends into the round's secure sum, each times its sample count (with

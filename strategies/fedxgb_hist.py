@@ -29,11 +29,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from logging import INFO, WARNING
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
@@ -57,6 +58,7 @@ from functions.protocol import (
     DENSE_HISTOGRAMS,
     DP_NOISE_STD,
     EVALUATE_FIRST,
+    EVALUATION,
     GRID_CELLS,
     GROWING,
     HISTOGRAMS,
@@ -419,7 +421,10 @@ class FedXgbHist(XgbStrategy):
             SumField(HISTOGRAMS, "hess", size, rows * hessian + margin),
             SumField(HISTOGRAMS, "count", size, rows + margin, integer=not share),
         ]
-        outcome = self.secure.exchange(grid, server_round, messages, fields)
+        asked = root and self.evaluation_due is not None
+        outcome = self.secure.exchange(
+            grid, server_round, messages, fields, check=partial(self._riding_only, asked)
+        )
         self.count_failures(outcome.failures)
         if root and self.evaluation_due is not None:
             self._secure_evaluations(outcome, nodes)
@@ -442,6 +447,14 @@ class FedXgbHist(XgbStrategy):
         except DecodeError as err:
             raise IterationDropped(f"the secure sum at level {level} holds no histograms: {err}")
         return (*sums, outcome.contributors)
+
+    def _riding_only(self, asked: bool, reply: Message) -> None:
+        """What a secure level's reply may hold besides its masked vector: the evaluation the
+        root level asked for, checked (``DecodeError`` otherwise: the reply is dropped whole)."""
+        kinds = {EVALUATION: MetricRecord} if asked else {}
+        record = exact_records(reply.content, kinds).get(EVALUATION)
+        if record is not None:
+            self.check_late_evaluation(record, reply.metadata.src_node_id)
 
     def _secure_evaluations(self, outcome: SecureOutcome, nodes: list[int]) -> None:
         """Round ``evaluation_due``'s figures from the evaluations that rode on the root

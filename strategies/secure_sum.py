@@ -22,7 +22,7 @@ and skips its own ``keys`` exchange.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from logging import WARNING
 
@@ -235,13 +235,17 @@ class SecureAggregator:
         messages: Sequence[Message],
         fields: Sequence[SumField],
         weight: str = "",
+        check: Callable[[Message], None] | None = None,
     ) -> SecureOutcome:
         """Send ``messages`` (one per node, the family's own) as a secure sum of ``fields``
         (weighted by the field ``weight``, if given): the outcome's ``sums`` hold the sum over
-        the nodes in ``contributors``; ``error`` says why there is none."""
+        the nodes in ``contributors``; ``error`` says why there is none. ``check`` judges what
+        a reply holds besides its masked vector (an evaluation riding on it) before the vector
+        is taken: a reply it refuses is dropped whole, as a plain reply would be (without it,
+        a reply must hold nothing else)."""
         out = SecureOutcome()
         try:
-            _Sum(self, grid, server_round, out).run(list(messages), fields, weight)
+            _Sum(self, grid, server_round, out, check).run(list(messages), fields, weight)
         except SecureSumFailed as err:
             out.error, out.sums, out.contributors = str(err), {}, []
             log(WARNING, "%s round %d: no secure sum: %s", self.label, server_round, err)
@@ -252,9 +256,15 @@ class _Sum:
     """One secure sum's stages (``SecureAggregator.exchange``)."""
 
     def __init__(
-        self, owner: SecureAggregator, grid: Grid, server_round: int, out: SecureOutcome
+        self,
+        owner: SecureAggregator,
+        grid: Grid,
+        server_round: int,
+        out: SecureOutcome,
+        check: Callable[[Message], None] | None,
     ) -> None:
         self.owner, self.grid, self.server_round, self.out = owner, grid, server_round, out
+        self.check = check
 
     def _send(self, messages: list[Message], decode, nodes: list[int]) -> dict:
         """Send ``messages``; the decoded replies of ``nodes`` that passed, in their order,
@@ -366,6 +376,7 @@ class _Sum:
             if set(arrays) != {VECTOR} or vector.dtype != np.uint64 or vector.shape != shape:
                 raise DecodeError(f"secagg: the masked vector must be uint64 {shape} alone")
             del reply.content[MASKED]
+            (self.check or _nothing_else)(reply)
             self.out.replies[reply.metadata.src_node_id] = reply
             return vector
 
@@ -434,8 +445,9 @@ class _Sum:
             if NEXT in content:
                 try:
                     following.keyed[node] = following.read_keys(content[NEXT], node)
-                except DecodeError:
-                    pass  # the next sum asks for its keys apart
+                except DecodeError as err:  # the next sum asks for its keys apart
+                    self.out.failures += 1
+                    log(WARNING, "%s: node %s's next keys dropped: %s", self.owner.label, node, err)
             return seeds_of, values
 
         contents = {n: RecordDict({SECAGG: r, NEXT: asks[n]}) for n, r in requests.items()}
@@ -493,6 +505,11 @@ class _Sum:
                     pairwise = mask(agree(private, keyed[other].masking_key, purpose), length)
                     total -= pairwise if q > p else -pairwise
         return total
+
+
+def _nothing_else(reply: Message) -> None:
+    """A secure reply without records beside its masked vector (``DecodeError`` otherwise)."""
+    exact_records(reply.content, {})
 
 
 def _bytes(record: ConfigRecord, key: str, size: int) -> bytes:

@@ -31,6 +31,7 @@ from client_app.app import app as client_app
 from client_app.registry import message_types
 from functions.packed_records import pack_content, unpack_content
 from functions.records import array_data_bytes, payload_bytes
+from functions.secure_sum import STAGES
 from testing.inprocess_grid import counting, round_of
 from tests.helpers import run_app
 
@@ -88,6 +89,13 @@ RUNS = {  # every family, and FFGB's distillation and one-shot phases
         "num-server-rounds": 3,
     },
     "ffgb-one-shot": {"algorithm": "ffgb-l", "ffgb.one-shot": True, "ffgb.eta0": 1.0},
+    # every stage of the secure sums too (their replies' records, masked vectors, shares)
+    "fedavg-secure": {"algorithm": "fedavg", "secure-aggregation": True},
+    "fedxgb-hist-secure": {
+        "algorithm": "fedxgb-hist",
+        "secure-aggregation": True,
+        "fedxgb-hist.bins": "grid",
+    },
 }
 
 
@@ -225,15 +233,21 @@ def quiet(caplog):
 
 
 ANSWERS = {"query.node", "query.bounds", "query.sketch"}
-CASES = [(name, "every reply after admission") for name in sorted(RUNS)] + [
-    (name, "its query answers") for name in ("fedavg", "ffgb", "fedfun", "fedfw", "fedxgb-hist")
-]
+SECURE_STAGES = {  # one stage at a time: a node dropped at one is not asked the next
+    f"its {kind} replies": {kind} for kind in ("train", *STAGES[1:])
+}
+CASES = (
+    [(name, "every reply after admission") for name in sorted(RUNS)]
+    + [(name, "its query answers") for name in ("fedavg", "ffgb", "fedfun", "fedfw", "fedxgb-hist")]
+    + [(name, which) for name in ("fedavg-secure", "fedxgb-hist-secure") for which in SECURE_STAGES]
+)
 
 
 @pytest.mark.parametrize(("run_name", "which"), CASES)
 def test_mutated_declared_fields_are_a_missing_reply(tmp_path, run_name, which):
     config = counting({**FAST, **RUNS[run_name]})
-    types = ANSWERS if which == "its query answers" else set(message_types()) - {"query.node"}
+    every = {*message_types(), *STAGES} - {"query.node"}
+    types = ANSWERS if which == "its query answers" else SECURE_STAGES.get(which, every)
     seed = sorted(RUNS).index(run_name)
     hostile, missing = NodeOfPartition(types, seed), NodeOfPartition(types, seed, mutate=False)
     bad = run_app(tmp_path / "bad", NODES, client=hostile, **config)

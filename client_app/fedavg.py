@@ -8,8 +8,6 @@ drawn from the OS's randomness: the server must not be able to draw it again.
 
 from __future__ import annotations
 
-import secrets
-
 import numpy as np
 from flwr.app import Array, ArrayRecord, MetricRecord, RecordDict
 from flwr.supercore.differential_privacy import compute_clip_model_update
@@ -18,6 +16,7 @@ from client_app.evaluation import evaluation_sums
 from client_app.job import ClientJob
 from client_app.models import model_from_arrays
 from client_app.node_info import describe_node
+from client_app.private_noise import with_noise
 from functions.protocol import (
     ARRAYS,
     CONFIG,
@@ -80,8 +79,7 @@ def _private(
     compute_clip_model_update(local, start, clipping_norm)
     std = float(config.get(DP_NOISE_STD, 0.0))
     if std > 0:
-        rng = np.random.default_rng(secrets.randbits(128))
-        local = [a + rng.normal(0.0, std, a.shape) for a in local]
+        local = with_noise(local, std)
     return ArrayRecord(
         {k: Array(a.astype(np.float32)) for k, a in zip(trained.keys(), local, strict=True)}
     )

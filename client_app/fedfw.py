@@ -7,7 +7,6 @@ on x_i; ``sync`` restores x_i after a lost state.
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import replace
 
 import numpy as np
@@ -25,6 +24,7 @@ from client_app.node_state import (
     records_params,
     restart_point,
 )
+from client_app.private_noise import with_noise
 from functions.extreme_points import decode_model_point, encode_model_point, join_points
 from functions.params import ParamLayout, Params, arrays_to_record, record_to_params
 from functions.protocol import (
@@ -106,9 +106,7 @@ def _gradient(job: Job, model, x: Params, index: np.ndarray | None) -> Params:
     grad = clipped_mean_grad(
         model, x, data.x_train, data.y_train, data.task.kind, dp.clipping_norm, index
     )
-    rng = np.random.default_rng(secrets.randbits(128))
-    std = dp.noise_multiplier * dp.clipping_norm / rows
-    return [g + rng.normal(0.0, std, g.shape) for g in grad]
+    return with_noise(grad, dp.noise_multiplier * dp.clipping_norm / rows)
 
 
 def train(job: Job) -> RecordDict:

@@ -12,8 +12,6 @@ than that unless a leaf holds fewer); evaluation is the XGBoost baselines' (``cl
 
 from __future__ import annotations
 
-import secrets
-
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
@@ -21,6 +19,7 @@ from client_app.fedxgb import booster_evaluation
 from client_app.job import ClientJob
 from client_app.node_info import describe_node
 from client_app.node_state import LostStateError
+from client_app.private_noise import with_noise
 from functions.bins import BinLayout
 from functions.boosters import BoosterSpec, read_booster
 from functions.errors import DecodeError
@@ -84,7 +83,7 @@ def sketch(job: Job) -> RecordDict:
         counts, rows = grid_counts(x, cells), np.array([len(x)])
         std = _noise_std(config)
         if std:
-            counts, rows = _with_noise([counts, rows], std)
+            counts, rows = with_noise([counts, rows], std)
             return RecordDict({SKETCH: arrays_to_record({"cells": counts.ravel(), "rows": rows})})
         return RecordDict({SKETCH: grid_record(counts, len(x))})
     points, counts = column_sketch(x, job.family.sketch_size)
@@ -108,7 +107,7 @@ def train(job: Job) -> RecordDict:
     dense = config.get(DENSE_HISTOGRAMS, False) is True  # a secure sum's
     std = _noise_std(config)
     if dense and std:  # its share of the noise, every slot, counts too
-        noisy = _with_noise(list(sums), std)
+        noisy = with_noise(list(sums), std)
         record = arrays_to_record(dict(zip(("grad", "hess", "count"), (a.ravel() for a in noisy))))
     else:
         record = (dense_histogram_record if dense else histogram_record)(*sums)
@@ -128,13 +127,6 @@ def _noise_std(config: ConfigRecord) -> float:
     if not isinstance(std, float) or not 0.0 <= std < float("inf"):
         raise DecodeError(f"{DP_NOISE_STD}={std!r} is not a standard deviation")
     return std
-
-
-def _with_noise(arrays: list[np.ndarray], std: float) -> list[np.ndarray]:
-    """``arrays`` in float64 with Gaussian noise of ``std``, from the OS's randomness: the
-    server must not be able to draw it again."""
-    rng = np.random.default_rng(secrets.randbits(128))
-    return [np.asarray(a, np.float64) + rng.normal(0.0, std, np.shape(a)) for a in arrays]
 
 
 def _round_start(

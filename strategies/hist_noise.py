@@ -76,7 +76,7 @@ def cleaned(
     return (
         np.asarray(grad, np.float64),
         np.maximum(np.asarray(hess, np.float64), 0.0),
-        np.maximum(np.rint(count), 0).astype(np.int64),
+        noisy_counts(count),
     )
 
 

@@ -24,7 +24,13 @@ from client_app.evaluation import evaluate_xbar, sums_at
 from client_app.job import ClientJob
 from client_app.models import new_model
 from client_app.node_info import describe_node
-from client_app.node_state import PendingStore, params_records, records_params, restart_point
+from client_app.node_state import (
+    PendingStore,
+    held_change,
+    params_records,
+    records_params,
+    restart_point,
+)
 from functions.params import ParamLayout, Params, params_to_record, record_to_params
 from functions.protocol import (
     CONFIG,
@@ -32,9 +38,12 @@ from functions.protocol import (
     EVALUATE,
     EVALUATE_FIRST,
     EVALUATION,
+    HELD_CHANGE,
     LAST_ACCEPTED,
     QUERY_NODE,
     SERVER_ROUND,
+    SYNC,
+    SYNC_NONE,
     TRAIN,
     XBAR,
 )
@@ -48,9 +57,13 @@ STORE = PendingStore("feddr")
 
 
 def _current_state(job: Job, layout: ParamLayout, xbar: Params) -> DRClientState:
-    """Commit or drop the pending step; a node without state starts at the server's point."""
-    records = STORE.resolve(job.state, job.content[CONFIG][LAST_ACCEPTED])
-    if records is not None:
+    """Commit or drop the pending step; a node without state starts at the server's point, as
+    does every node it tells to with secure aggregation (a restart at consensus,
+    ``strategies.held_sum``)."""
+    config = job.content[CONFIG]
+    records = STORE.resolve(job.state, config[LAST_ACCEPTED])
+    restarts = job.settings.secure_aggregation and config[SYNC] != SYNC_NONE
+    if records is not None and not restarts:
         return DRClientState(**records_params(layout, records))
     return feddr_client_init(restart_point(job.content, layout, xbar, DR_XHAT))
 
@@ -75,7 +88,8 @@ def gradient_oracle(
 
 
 def train(job: Job) -> RecordDict:
-    """One FedDR client update at the received x-bar; reply with x_hat_i (dense float32).
+    """One FedDR client update at the received x-bar; reply with x_hat_i (dense float32), or
+    with secure aggregation its change (float64).
     When the server asks (``evaluate-first``), the evaluation sums at x-bar too, computed
     before the update."""
     dr, config = job.family, job.content[CONFIG]
@@ -95,7 +109,10 @@ def train(job: Job) -> RecordDict:
         dr.lr,
     )
     STORE.stage(job.state, _records(layout, state), _records(layout, pending), t)
-    reply = RecordDict({DR_XHAT: params_to_record(layout, pending.x_hat)})
+    if job.settings.secure_aggregation:  # the change of x_hat_i, for the round's secure sum
+        reply = RecordDict({HELD_CHANGE: held_change(layout, state.x_hat, pending.x_hat)})
+    else:
+        reply = RecordDict({DR_XHAT: params_to_record(layout, pending.x_hat)})
     if evaluation is not None:
         reply[EVALUATION] = evaluation
     return reply

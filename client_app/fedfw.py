@@ -20,6 +20,7 @@ from client_app.node_info import node_facts
 from client_app.node_state import (
     LostStateError,
     PendingStore,
+    held_change,
     params_records,
     records_params,
     restart_point,
@@ -36,6 +37,7 @@ from functions.protocol import (
     FW_GAP,
     FW_POINT,
     FW_RESTART,
+    HELD_CHANGE,
     LAST_ACCEPTED,
     LOCAL_STEPS,
     NODE,
@@ -111,8 +113,9 @@ def _gradient(job: Job, model, x: Params, index: np.ndarray | None) -> Params:
 
 def train(job: Job) -> RecordDict:
     """Frank-Wolfe steps s_i = LMO(g_i) over the node's D_i (one, or one per minibatch of the
-    local pass); reply with every s_i encoded. When the server asks (``evaluate-first``), the
-    evaluation sums at the received x-bar too, computed before the steps."""
+    local pass); reply with every s_i encoded, or with secure aggregation the change of x_i.
+    When the server asks (``evaluate-first``), the evaluation sums at the received x-bar too,
+    computed before the steps."""
     fw = job.family
     config, data = job.content[CONFIG], job.data
     model = new_model(job.settings, data.task, job.device)
@@ -135,8 +138,11 @@ def train(job: Job) -> RecordDict:
         s_wire = decode_model_point(constraint, points[-1], layout.shapes, fw.scope)
         state = replace(advanced, x=apply_step(state.x, s_wire, fw.schedule.eta(step)))
     STORE.stage(job.state, _records(layout, start), _records(layout, state), t)
-    encoded = join_points(points) if fw.local_pass else points[0]
-    reply = RecordDict({FW_POINT: arrays_to_record(encoded)})
+    if job.settings.secure_aggregation:  # the change of x_i, for the round's secure sum
+        reply = RecordDict({HELD_CHANGE: held_change(layout, start.x, state.x)})
+    else:
+        encoded = join_points(points) if fw.local_pass else points[0]
+        reply = RecordDict({FW_POINT: arrays_to_record(encoded)})
     if evaluation is not None:
         reply[EVALUATION] = evaluation
     return reply

@@ -87,6 +87,11 @@ def records_params(layout: ParamLayout, records: Mapping[str, Record]) -> dict[s
     return {name: record_to_params(record, layout) for name, record in records.items()}
 
 
+def held_change(layout: ParamLayout, before: Params, after: Params) -> ArrayRecord:
+    """The change of a vector the node holds (float64), which it sends into a secure sum."""
+    return params_to_record(layout, [a - b for a, b in zip(after, before)], dtype=np.float64)
+
+
 def restart_point(content: RecordDict, layout: ParamLayout, xbar: Params, point_key: str) -> Params:
     """Where a node without state restarts, as the server's ``sync`` says."""
     sync = content[CONFIG][SYNC]

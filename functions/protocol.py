@@ -66,6 +66,9 @@ LOCAL_STEPS = "fw-local-steps"  # query.node extra: FW steps per round (FedFW's 
 # -- FedDR -----------------------------------------------------------------------------------
 DR_XHAT = "xhat"  # x_hat_i (also the sync value of a re-sent one)
 
+# -- FedFW and FedDR with secure aggregation ---------------------------------------------------
+HELD_CHANGE = "held-change"  # the round's change of what a node holds (x_i, x_hat_i), summed
+
 # -- FFGB family -----------------------------------------------------------------------------
 DELTA = "delta"  # ConfigRecord: an ensemble delta's header and learner specs (functions.ensembles)
 DELTA_ARRAYS = "delta-arrays"  # ArrayRecord: its packed arrays
@@ -80,7 +83,7 @@ REPLICA = "fedfw.replica"  # ConfigRecord: version and the roster's D_i (first c
 REPLICA_ARRAYS = "fedfw.replica-arrays"  # ArrayRecord: every x_i and the sum (re-sync only)
 
 # -- FedFun family (strategies.fedfun relays; functions.node_models encodes) -----------------
-QUERY_BOUNDS = "query.bounds"  # once per run: the node's per-feature min/max and sample count
+QUERY_BOUNDS = "query.bounds"  # once per run: per feature a power-of-two range, sample count
 QUERY_SKETCH = "query.sketch"  # fedxgb-hist, once per run: the node's quantiles per column
 SKETCH = "sketch"  # its ArrayRecord: "points" (d, size), "counts" (d,), "rows" (1,); or, asked
 # with GRID_CELLS in its config, "cells" (d * GRID_CELLS,) and "rows" (1,): its grid counts

@@ -442,11 +442,13 @@ COMMON_KEYS = (
         "secure-aggregation",
         bool,
         False,
-        "`fedxgb-hist`, FedAvg, FedProx, projected FedAvg: the server learns only the sum of "
-        "the nodes' replies (their histograms, or their sample-weighted models and sample "
-        "counts), never one node's: SecAgg+ with pairwise and self masks and Shamir shares, so "
-        "nodes may drop mid-exchange while a majority of each one's neighbours remains; "
-        "three more exchanges a sum (docs/privacy.md)",
+        "`fedxgb-hist`, FedAvg, FedProx, projected FedAvg, FedFW family, FedDR: the server "
+        "learns only the sum of the nodes' replies (their histograms, their sample-weighted "
+        "models and sample counts, or the changes of their x_i or x_hat_i), never one node's: "
+        "SecAgg+ with pairwise and self masks and Shamir shares, so nodes may drop "
+        "mid-exchange while a majority of each one's neighbours remains; one more exchange a "
+        "sum (docs/privacy.md). FedFW, FedDR: a node that lost its state restarts every node "
+        "at x-bar",
         field="secure_aggregation",
     ),
     Key(
@@ -455,8 +457,10 @@ COMMON_KEYS = (
         1024.0,
         "with `secure-aggregation`: the largest magnitude of a value a node sums, before "
         "weighting: a model weight (FedAvg family), a regression label (`fedxgb-hist`, whose "
-        "gradients it bounds with the booster's margins); a node holding a larger one refuses "
-        "its reply (nothing is clipped); it sets the fixed point's resolution",
+        "gradients it bounds with the booster's margins), the change of an element of x_hat_i "
+        "in a round (FedDR; FedFW's changes are bounded by the nodes' sets); a node holding a "
+        "larger one refuses its reply (nothing is clipped); it sets the fixed point's "
+        "resolution",
         finite_above(0),
         field="secure_bound",
         when=When("secure-aggregation", (True,)),

@@ -10,7 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from run_config.common import RunSettings
-from run_config.family import FUSED_EVALUATION, MODEL, Algorithm, Family, Table, require_fusable
+from run_config.family import (
+    FUSED_EVALUATION,
+    MODEL,
+    SECURE_SUM,
+    Algorithm,
+    Family,
+    Table,
+    require_fusable,
+)
 from run_config.fedfw import DOMAIN, ConstraintSet, constraint_set
 from run_config.keys import Key, at_least, build, finite_above, read_keys, within
 
@@ -85,6 +93,6 @@ FEDDR: Family[FedDRSettings, None] = Family(
     (Algorithm("feddr", "FedDR, Douglas-Rachford splitting, x-bar projected onto D"),),
     feddr_settings,
     tables=(DOMAIN, FEDDR_TABLE),
-    reads=(*MODEL, *FUSED_EVALUATION),
+    reads=(*MODEL, *FUSED_EVALUATION, *SECURE_SUM),
     steps=("feddr.lr", "feddr.eta"),
 )

@@ -257,6 +257,20 @@ def fedfw_settings(settings: RunSettings) -> FedFWSettings:
         out.gap,
         "false with dp.noise-multiplier (the FW gap sends every node's gradient in plain)",
     )
+    if settings.secure_aggregation:
+        require(
+            not out.gap,
+            "fedfw.gap",
+            out.gap,
+            "false with secure-aggregation (the FW gap sends every node's gradient in plain)",
+        )
+        require(
+            downlink != "compact",
+            "fedfw.downlink",
+            downlink,
+            "'dense' or 'auto' with secure-aggregation (the compact downlink relays every "
+            "node's points)",
+        )
     return out
 
 
@@ -298,7 +312,7 @@ FEDFW: Family[FedFWSettings, Constraint] = Family(
     ),
     fedfw_settings,
     tables=(DOMAIN, FEDFW_TABLE),
-    reads=(*MODEL, *FUSED_EVALUATION, *NODE_DP),
+    reads=(*MODEL, *FUSED_EVALUATION, *NODE_DP, "secure-aggregation"),
     steps=("fedfw.schedule", "fedfw.lambda0"),
     node_keys=(
         NodeKey(

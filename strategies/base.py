@@ -31,7 +31,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp import Grid
@@ -53,6 +53,10 @@ from strategies.state_codec import (
     rng_record,
 )
 from tasks.evaluation import CLASSIFICATION
+
+if TYPE_CHECKING:
+    from strategies.secure_sum import SecureOutcome
+    from strategies.secure_training import SecureTraining
 
 T = TypeVar("T")
 _RNG, _ROSTER, _BOOK = "rng", "roster", "book"
@@ -83,6 +87,7 @@ class FederatedStrategy(Strategy):
     num_rounds: int = 0  # the run's rounds (``strategy_for`` sets them; fuses_evaluation)
     evaluation_due: int | None = None  # the round whose evaluation rides on this round's training
     late_evaluation: tuple[int, MetricRecord] | None = None  # (round, its evaluation), once done
+    secure_training: SecureTraining | None = None  # set: the training rounds are secure sums
     _failures: int = 0  # found this round before the replies' screening
     _finite_drops: int = 0  # replies dropped this round before the family's screen, not for
     # NaN or inf (a bad evaluation riding on them): the round has not diverged if any was
@@ -155,7 +160,22 @@ class FederatedStrategy(Strategy):
     def own_exchange(self) -> tuple[int, int] | None:
         """(nodes asked, nodes whose answer was used) of this round's training when the family
         exchanges with its nodes itself from ``train_messages`` (fedxgb-hist's tree levels), so
-        ``min-replies`` counts those; None: the round's train messages are the template's."""
+        ``min-replies`` counts those, as it does a round run as a secure sum
+        (``secure_training``); None: the round's train messages are the template's."""
+        return None if self.secure_training is None else self.secure_training.counts()
+
+    def secure_outcome(self, server_round: int) -> SecureOutcome | None:
+        """The round's secure sum (``secure_training``), its failures counted and its nodes the
+        round's accepted ones; None when there is none (``Diverged`` when every node asked
+        refused its reply for NaN or inf values)."""
+        training = self.secure_training
+        outcome = training.take()
+        self.count_failures(outcome.failures)
+        self._accepted = frozenset(outcome.contributors)
+        if not outcome.error:
+            return outcome
+        if outcome.nonfinite and len(outcome.nonfinite) == training.asked:
+            raise Diverged(server_round, f"every node's reply held NaN or inf: {outcome.error}")
         return None
 
     def count_failures(self, count: int) -> None:
@@ -189,8 +209,12 @@ class FederatedStrategy(Strategy):
         round's evaluation rode on this round's messages (``evaluation_due``), each reply's
         ``evaluation`` record is taken out and checked first (``_split_evaluations``), and the
         evaluations of the nodes whose training the family accepted make that round's
-        (``late_evaluation``)."""
+        (``late_evaluation``). A round run as a secure sum (``secure_training``) has its
+        replies from the sum (their masked records taken out)."""
         replies = list(replies)
+        if self.secure_training is not None and self.secure_training.outcome is not None:
+            replies = list(self.secure_training.outcome.replies.values())
+            self._asked_to_evaluate = self.secure_training.evaluating
         due, self.evaluation_due = self.evaluation_due, None
         evaluations: dict[int, Any] = {}
         if due is not None:

@@ -44,7 +44,6 @@ from functions.protocol import (
     CONFIG,
     DP_NOISE_STD,
     EVALUATE_FIRST,
-    EVALUATION,
     LOCAL_TRAIN_LOSS,
     METRICS,
     NUM_EXAMPLES,
@@ -56,12 +55,11 @@ from oracles.douglas_rachford import project_params, projected_average
 from run_config.common import NodeDP, RunSettings
 from run_config.fedavg import PROJECTED
 from run_config.fedfw import ConstraintSet, constraint_set
-from strategies.base import Diverged
 from strategies.evaluation import checked_count, checked_metrics, example_limit
 from strategies.privacy_budget import PrivacyBudget, Releases
 from strategies.sampling import Sampler
 from strategies.screening import exact_records
-from strategies.secure_sum import SecureAggregator, SecureOutcome
+from strategies.secure_training import SecureTraining
 from strategies.torch_model import TorchGlobal, TorchModelStrategy
 from tasks.datasets import TaskData
 
@@ -113,9 +111,8 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
         self.sampler = Sampler(fraction_train, seed)
         self.eval_with_train = eval_with_train
         self.secure_bound = secure_bound
-        self.secure = None if secure_bound is None else SecureAggregator(self.label, seed)
-        self.outcome: SecureOutcome | None = None  # this round's secure sum
-        self.asked, self.evaluations_asked = 0, frozenset()  # ... its nodes, those evaluating
+        if secure_bound is not None:
+            self.secure_training = SecureTraining(self.label, seed)
         self.seed, self.dp = seed, dp
         self.budget = None if dp is None else PrivacyBudget(dp.delta, "a node's data")
         self.State = None if dp is None else Releases  # a run with DP continues its budget
@@ -137,7 +134,7 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
     def _noise_shares(self, config: ConfigRecord, nodes: int) -> None:
         """With differential privacy under secure aggregation: the noise each of ``nodes``
         adds, so that their sum carries N(0, (z C)^2)."""
-        if self.dp is not None and self.secure is not None:
+        if self.dp is not None and self.secure_training is not None:
             config[DP_NOISE_STD] = self.dp.noise_multiplier * self.dp.clipping_norm / nodes**0.5
 
     def train_messages(
@@ -160,28 +157,17 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
         record = RecordDict({ARRAYS: arrays, CONFIG: self._train_config(config, server_round)})
         self._noise_shares(record[CONFIG], len(nodes))
         messages = self._construct_messages(record, nodes, MessageType.TRAIN)
-        if self.secure is None:
+        if self.secure_training is None:
             return messages
-        self.asked = len(nodes)
-        self.evaluations_asked = frozenset(nodes if EVALUATE_FIRST in record[CONFIG] else ())
-        self.outcome = self.secure.exchange(
+        self.secure_training.run(
             grid,
             server_round,
             messages,
             self._secure_fields(),
+            self.check_late_evaluation,
             "" if self.dp else WEIGHT,
-            self._riding_only,
         )
         return []
-
-    def _riding_only(self, reply: Message) -> None:
-        """What a secure reply may hold besides its masked vector: the evaluation it was asked
-        for, checked (``DecodeError`` otherwise, which drops the reply whole)."""
-        node = reply.metadata.src_node_id
-        kinds = {EVALUATION: MetricRecord} if node in self.evaluations_asked else {}
-        record = exact_records(reply.content, kinds).get(EVALUATION)
-        if record is not None:
-            self.check_late_evaluation(record, node)
 
     def _secure_fields(self) -> list[SumField]:
         """What a node sends into the round's secure sum, each times its sample count (with
@@ -197,22 +183,6 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
             SumField(METRICS, LOCAL_TRAIN_LOSS, 1, LOSS_BOUND * most),
             SumField(METRICS, NUM_EXAMPLES, 1, float(example_limit(self.model.task)), integer=True),
         ]
-
-    def own_exchange(self) -> tuple[int, int] | None:
-        """With secure aggregation: the nodes asked, and those in the round's sum."""
-        if self.outcome is None:
-            return None
-        return self.asked, len(self.outcome.contributors)
-
-    def aggregate_train(
-        self, server_round: int, replies: Iterable[Message]
-    ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """With secure aggregation the replies are the secure sum's (their masked records
-        taken out: what is left is an evaluation riding on them)."""
-        if self.outcome is not None:
-            replies = list(self.outcome.replies.values())
-            self._asked_to_evaluate = self.evaluations_asked
-        return super().aggregate_train(server_round, replies)
 
     def _checked_model(self, reply: Message) -> CheckedModel:
         """The reply's model (the run's names and shapes, finite float32) and its sample count."""
@@ -230,7 +200,7 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
     ) -> tuple[ArrayRecord | None, dict[str, float]]:
         """The average of the replies that pass the checks; bad ones are dropped and counted.
         With secure aggregation, the mean from the round's secure sum."""
-        if self.outcome is not None:
+        if self.secure_training is not None:
             return self._secure_aggregate(server_round)
         good = list(self.screen(server_round, replies, self._checked_model).values())
         metrics = {"participants": len(good)}
@@ -267,12 +237,8 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
         """The sample-weighted mean model and training loss from the round's secure sum;
         nothing when there is none (the global model stays; ``Diverged`` when every node
         refused NaN or inf values)."""
-        outcome, self.outcome = self.outcome, None
-        self.count_failures(outcome.failures)
-        self._accepted = frozenset(outcome.contributors)
-        if outcome.error:
-            if outcome.nonfinite and len(outcome.nonfinite) == self.asked:
-                raise Diverged(server_round, f"every node's model held NaN or inf: {outcome.error}")
+        outcome = self.secure_outcome(server_round)
+        if outcome is None:
             return None, {"participants": 0}
         sums, m = outcome.sums, len(outcome.contributors)
         weight = float(m if self.dp is not None else sums[WEIGHT][0])
@@ -283,7 +249,7 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
         loss = float(sums[f"{METRICS}/{LOCAL_TRAIN_LOSS}"][0]) / weight
         metrics = {"participants": m, LOCAL_TRAIN_LOSS: loss}
         if self.dp is not None:  # the m noise shares of n: z sqrt(m / n) times C
-            multiplier = self.dp.noise_multiplier * (m / self.asked) ** 0.5
+            multiplier = self.dp.noise_multiplier * (m / self.secure_training.asked) ** 0.5
             metrics["dp_epsilon"] = self.budget.release(multiplier, m)
         return params_to_record(self.layout, self._server_step(mean)), metrics
 

@@ -6,13 +6,17 @@ sets x-bar = proj_D(mean_i x_hat_i) over all nodes. D is read from the ``fedfw.*
 ``algorithm='feddr' fedfw.constraint='l1' fedfw.radius=10`` solves the same problem as FedFW.
 A rejected x_hat_i is not accepted: the server keeps the node's previous one, and the node,
 told by ``last-accepted``, drops its pending step (see ``client_app.feddr``).
+
+With ``secure-aggregation`` the server keeps no x_hat_i: each node sends the change of its x_hat_i
+in the round into a secure sum, and x-bar is proj_D of their mean from the running sum
+(``strategies.held_sum``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from logging import INFO
+from logging import INFO, WARNING
 from typing import Any
 
 import numpy as np
@@ -21,13 +25,15 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from functions.params import Params, params_to_record, record_to_params
-from functions.protocol import DR_XHAT, EVALUATE_FIRST, XBAR
-from oracles.douglas_rachford import FedDRServer
+from functions.protocol import DR_XHAT, EVALUATE_FIRST, SYNC_NONE, XBAR
+from oracles.douglas_rachford import FedDRServer, project_params
 from run_config.common import RunSettings
 from run_config.feddr import FedDRSettings, feddr_settings
+from strategies.held_sum import HeldSum, change_fields
 from strategies.node_book import dense_restart
 from strategies.sampling import Sampler
 from strategies.screening import exact_records
+from strategies.secure_training import SecureTraining
 from strategies.state_codec import LAYOUT
 from strategies.torch_model import TorchGlobal, TorchModelStrategy
 from tasks.datasets import TaskData
@@ -41,6 +47,14 @@ class FedDRState:
     x_hats: dict[int, Params]
 
 
+@dataclass
+class FedDRSecureState:
+    """With secure aggregation, what FedDR continues from: x-bar, where every node restarts at
+    consensus (``strategies.held_sum``)."""
+
+    xbar: Params
+
+
 class FedDRStrategy(TorchModelStrategy):
     """FedDR on Flower's Message API: per-node sync, reply validation, partial participation.
 
@@ -50,11 +64,25 @@ class FedDRStrategy(TorchModelStrategy):
     label = "FedDR"
     State = FedDRState
 
-    def __init__(self, dr: FedDRSettings, model: TorchGlobal, x0: Params, seed: int) -> None:
+    def __init__(
+        self,
+        dr: FedDRSettings,
+        model: TorchGlobal,
+        x0: Params,
+        seed: int,
+        secure_bound: float | None = None,
+    ) -> None:
+        """``secure_bound``: with secure aggregation, the largest change of an element of
+        x_hat_i in a round (None: plain replies)."""
         self.dr, self.model, self.x0 = dr, model, x0
         self.xbar = x0
         self.sampler = Sampler(dr.participation, seed)
         self.server: FedDRServer | None = None
+        self.held: HeldSum | None = None  # with secure aggregation: the sum of the x_hat_i
+        self.secure_bound = secure_bound
+        if secure_bound is not None:
+            self.secure_training = SecureTraining(self.label, seed)
+            self.State = FedDRSecureState
 
     def initial_arrays(self) -> ArrayRecord:
         """x-bar^0: the model's initial weights projected onto D (float32-exact)."""
@@ -79,7 +107,10 @@ class FedDRStrategy(TorchModelStrategy):
 
     def on_roster(self, grid: Grid, server_round: int) -> None:
         """Every x_hat_i starts at x^0 (``feddr_client_init``)."""
-        self.server = FedDRServer(self.x0, range(len(self.book.node_ids)))
+        if self.secure_training is not None:
+            self.held = HeldSum(self.x0, len(self.book.node_ids))
+        else:
+            self.server = FedDRServer(self.x0, range(len(self.book.node_ids)))
 
     # -- training ----------------------------------------------------------------
     def train_messages(
@@ -96,7 +127,11 @@ class FedDRStrategy(TorchModelStrategy):
         due = {} if self.evaluation_due is None else {EVALUATE_FIRST: self.evaluation_due}
 
         def restart(node: int) -> tuple[str, dict]:
-            x_hat = self.server.x_hat_of(self.book.position(node))
+            position = self.book.position(node)
+            if self.held is None:
+                x_hat = self.server.x_hat_of(position)
+            elif (x_hat := self.held.restart_of(position)) is None:  # it steps from its own
+                return SYNC_NONE, {}
             return dense_restart(self.layout, self.xbar, x_hat, DR_XHAT)
 
         messages = [
@@ -109,14 +144,32 @@ class FedDRStrategy(TorchModelStrategy):
             len(nodes),
             len(self.book.node_ids),
         )
-        return messages
+        if self.secure_training is None:
+            return messages
+        self.secure_training.run(
+            grid,
+            server_round,
+            messages,
+            change_fields(self.layout, self.secure_bound),
+            self.check_late_evaluation,
+        )
+        return []
 
     def aggregate(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, dict[str, float]]:
-        """Keep the valid x_hat_i, then x-bar = proj_D(mean of every node's last x_hat_i)."""
-        received = self.screen(server_round, replies, self._checked_x_hat)
+        """Keep the valid x_hat_i, then x-bar = proj_D(mean of every node's last x_hat_i)
+        (with secure aggregation, from their running sum)."""
         domain = self.dr.domain
+        if self.held is not None:
+            outcome = self.secure_outcome(server_round)
+            contributors = [] if outcome is None else outcome.contributors
+            if contributors:
+                self.held.add(outcome.sums, self.layout, map(self.book.position, contributors))
+                self.xbar = project_params(domain.constraint, self.held.mean, domain.scope)
+            self.book.accept(server_round, contributors)
+            return params_to_record(self.layout, self.xbar), {"participants": len(contributors)}
+        received = self.screen(server_round, replies, self._checked_x_hat)
         self.xbar = self.server.aggregate(
             {self.book.position(n): x for n, x in received.items()}, domain.constraint, domain.scope
         )
@@ -151,12 +204,28 @@ class FedDRStrategy(TorchModelStrategy):
     def state_context(self) -> dict[str, Any]:
         return {**super().state_context(), LAYOUT: self.layout}
 
-    def family_state(self) -> FedDRState | None:
+    def on_rebind(self, old: int, new: int) -> None:
+        """With secure aggregation a node that lost its x_hat_i cannot get it back (the server
+        never held it): every node restarts at x-bar (``strategies.held_sum``), and the node is
+        set up again for the secure sums."""
+        if self.held is None:
+            return
+        self.held.restart(self.xbar)
+        self.book.lost(self.book.node_ids)
+        self.secure_training.forget(old)
+        log(WARNING, "FedDR: node %s lost its x_hat_i; every node restarts at x-bar", old)
+
+    def family_state(self) -> FedDRState | FedDRSecureState | None:
+        if self.held is not None:
+            return FedDRSecureState(self.xbar)
         return None if self.server is None else FedDRState(self.xbar, self.server.x_hats())
 
-    def load_family_state(self, state: FedDRState) -> None:
+    def load_family_state(self, state: FedDRState | FedDRSecureState) -> None:
         self.xbar = state.xbar
-        self.server = FedDRServer.restore(state.x_hats)
+        if isinstance(state, FedDRSecureState):
+            self.held = HeldSum(state.xbar, len(self.book.node_ids))
+        else:
+            self.server = FedDRServer.restore(state.x_hats)
 
 
 def build_feddr(settings: RunSettings, task: TaskData) -> FedDRStrategy:
@@ -164,4 +233,5 @@ def build_feddr(settings: RunSettings, task: TaskData) -> FedDRStrategy:
     dr = feddr_settings(settings)
     model = TorchGlobal(settings, task)
     x0 = model.projected_start(dr.domain)
-    return FedDRStrategy(dr, model, x0, settings.seed)
+    bound = settings.secure_bound if settings.secure_aggregation else None
+    return FedDRStrategy(dr, model, x0, settings.seed, bound)

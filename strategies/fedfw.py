@@ -15,6 +15,10 @@ accepted advances x-bar by Algorithm 1's recursion x-bar <- (1 - eta_t) x-bar + 
 (``mean_step`` on ``sum_round``), on the server and, under the compact downlink, on every
 node, which then holds x-bar alone (O(model)) instead of the mirror. Any other round sets x-bar to
 the mirror's mean of the x_i; such a node is then re-synced with x-bar in float64.
+
+With ``secure-aggregation`` the server keeps no x_i: each node sends the change of its x_i in the
+round into a secure sum, and x-bar is the mean of the nodes' x_i from their running sum
+(``strategies.held_sum``); the downlink is dense (the compact one relays every node's points).
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ from functions.protocol import (
     RADIUS,
     REPLICA,
     REPLICA_ARRAYS,
+    SYNC_NONE,
     UPDATE_ARRAYS,
     UPDATES,
     XBAR,
@@ -72,10 +77,12 @@ from oracles.lmo import Constraint, lmo_per_tensor, make_constraint, smallest_se
 from run_config.common import NodeDP, RunSettings
 from run_config.fedfw import ConstraintSet, FedFWSettings, fedfw_settings
 from strategies.evaluation import EvaluationSums, combine_evaluation_sums, decode_evaluation_sums
+from strategies.held_sum import HeldSum, change_fields
 from strategies.node_book import NodeSlot, dense_restart
 from strategies.privacy_budget import PrivacyBudget, Releases
 from strategies.sampling import BERNOULLI, Sampler
 from strategies.screening import Screened, exact_records
+from strategies.secure_training import SecureTraining
 from strategies.state_codec import LAYOUT, POSITIONS, checks
 from strategies.torch_model import TorchGlobal, TorchModelStrategy
 from tasks.datasets import TaskData
@@ -147,6 +154,15 @@ class FedFWState:
 
 
 @dataclass
+class FedFWSecureState:
+    """With secure aggregation, what FedFW continues from: x-bar (the nodes restart there at
+    consensus, ``strategies.held_sum``), and with differential privacy its budget's releases."""
+
+    xbar: Params
+    releases: Releases | None = None
+
+
+@dataclass
 class FedFWPrivateState(FedFWState):
     """With differential privacy, also the releases of its budget (``Releases``)."""
 
@@ -164,15 +180,26 @@ class FedFWStrategy(TorchModelStrategy):
     State = FedFWState
 
     def __init__(
-        self, fw: FedFWSettings, model: TorchGlobal, x0: Params, seed: int, dp: NodeDP | None = None
+        self,
+        fw: FedFWSettings,
+        model: TorchGlobal,
+        x0: Params,
+        seed: int,
+        dp: NodeDP | None = None,
+        secure: bool = False,
     ) -> None:
         """``x0``: x^1 of every client, already in D and float32-exact (``projected_start``);
-        ``dp``: the nodes' noisy gradients (None: exact), whose releases the server counts."""
+        ``dp``: the nodes' noisy gradients (None: exact), whose releases the server counts;
+        ``secure``: the rounds are secure sums of the nodes' changes of x_i."""
         self.fw, self.model, self.x0 = fw, model, x0
         self.dp = dp
         self.budget = None if dp is None else PrivacyBudget(dp.delta, "a row")
         if dp is not None:
             self.State = FedFWPrivateState
+        self.held: HeldSum | None = None  # with secure aggregation: the sum of the x_i
+        if secure:
+            self.secure_training = SecureTraining(self.label, seed)
+            self.State = FedFWSecureState
         self.sampler = Sampler(fw.participation, seed, BERNOULLI)
         self.mirror: ConsensusMirror | None = None
         self.xbar: Params = []  # the run's x-bar (float64), what every node rebuilds
@@ -213,6 +240,10 @@ class FedFWStrategy(TorchModelStrategy):
     def on_roster(self, grid: Grid, server_round: int) -> None:
         """Each node's D_i from its query.node answer; every x_i starts at x^1."""
         self._fix_node_sets()
+        if self.secure_training is not None:
+            self.held = HeldSum(self.x0, len(self.book.node_ids))
+            self.xbar, self.compact = self.held.mean, False
+            return
         self.mirror = ConsensusMirror(self.x0, range(len(self.book.node_ids)))
         self.xbar = self.mirror.x_bar
         if self.fw.downlink == "auto":
@@ -309,7 +340,11 @@ class FedFWStrategy(TorchModelStrategy):
         dense = params_to_record(self.layout, xbar)
 
         def restart(node: int) -> tuple[str, dict]:
-            x_i = self.mirror.x_of(self.book.position(node))
+            position = self.book.position(node)
+            if self.held is None:
+                x_i = self.mirror.x_of(position)
+            elif (x_i := self.held.restart_of(position)) is None:  # it steps from its own x_i
+                return SYNC_NONE, {}
             return dense_restart(self.layout, xbar, x_i, FW_RESTART)
 
         due = {} if self.evaluation_due is None else {EVALUATE_FIRST: self.evaluation_due}
@@ -331,7 +366,17 @@ class FedFWStrategy(TorchModelStrategy):
             len(nodes),
             len(self.book.node_ids),
         )
-        return messages
+        if self.secure_training is None:
+            return messages
+        bound = 2 * max(float(c.radius) for c in self.node_sets)  # x_i and x_i' both in D_i
+        self.secure_training.run(
+            grid,
+            server_round,
+            messages,
+            change_fields(self.layout, bound),
+            self.check_late_evaluation,
+        )
+        return []
 
     def _downlink(self, node: int, dense: ArrayRecord) -> dict:
         """What ``node`` needs to know x-bar: the dense x-bar, or (compact) the points it has not
@@ -408,6 +453,8 @@ class FedFWStrategy(TorchModelStrategy):
     def aggregate(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, dict[str, float]]:
+        if self.held is not None:
+            return self._secure_aggregate(server_round)
         checked = self.screen(server_round, replies, self._checked_point)
         self._forget_replicas(
             [n for n in self._asked if n not in checked and self.book[n].needs_sync]
@@ -435,16 +482,48 @@ class FedFWStrategy(TorchModelStrategy):
         self._round_updates, self._mean_resync = {}, None  # the history moved on
         self.book.accept(server_round, points)
         metrics = {
-            "participants": len(points),  # error replies add to the failures
-            "eta": eta,
-            "lambda": self.fw.schedule.lam(server_round),
+            **self._round_metrics(server_round, len(points)),  # errors add to the failures
             "consensus_distance": self.mirror.consensus_distance(),
         }
-        if self.budget is not None:  # a row's node took its steps, each a noisy gradient
+        return params_to_record(self.layout, self.xbar), metrics
+
+    def _secure_aggregate(self, server_round: int) -> tuple[ArrayRecord, dict[str, float]]:
+        """x-bar from the running sum of the x_i, with the round's secure sum of the changes
+        of the nodes in it (x-bar stays when there is none)."""
+        outcome = self.secure_outcome(server_round)
+        contributors = [] if outcome is None else outcome.contributors
+        if contributors:
+            self.held.add(outcome.sums, self.layout, map(self.book.position, contributors))
+            self.xbar = self.held.mean
+        self.book.accept(server_round, contributors)
+        metrics = self._round_metrics(server_round, len(contributors))
+        return params_to_record(self.layout, self.xbar), metrics
+
+    def _round_metrics(self, server_round: int, participants: int) -> dict[str, float]:
+        """The round's step size and penalty, its participants, and with differential privacy
+        the run's epsilon (a row's node took its steps, each a noisy gradient)."""
+        metrics = {
+            "participants": participants,
+            "eta": self.fw.schedule.eta(server_round),
+            "lambda": self.fw.schedule.lam(server_round),
+        }
+        if self.budget is not None:
+            position = self.book.position
             steps = max((self.local_steps[position(n)] for n in self._asked), default=1)
             count = steps if self.fw.local_pass else 1
             metrics["dp_epsilon"] = self.budget.release(self.dp.noise_multiplier, 1, count)
-        return params_to_record(self.layout, self.xbar), metrics
+        return metrics
+
+    def on_rebind(self, old: int, new: int) -> None:
+        """With secure aggregation a node that lost its x_i cannot get it back (the server never
+        held it): every node restarts at x-bar (``strategies.held_sum``), and the node is set
+        up again for the secure sums."""
+        if self.held is None:
+            return
+        self.held.restart(self.xbar)
+        self.book.lost(self.book.node_ids)
+        self.secure_training.forget(old)
+        log(WARNING, "FedFW: node %s lost its x_i; every node restarts at x-bar", old)
 
     def privacy(self) -> dict[str, Any] | None:
         return None if self.budget is None else self.budget.record()
@@ -538,7 +617,10 @@ class FedFWStrategy(TorchModelStrategy):
     def state_context(self) -> dict[str, Any]:
         return {**super().state_context(), LAYOUT: self.layout, ETA: self.fw.schedule.eta}
 
-    def family_state(self) -> FedFWState | None:
+    def family_state(self) -> FedFWState | FedFWSecureState | None:
+        if self.held is not None:
+            releases = None if self.budget is None else self.budget.state()
+            return FedFWSecureState(self.xbar, releases)
         if self.mirror is None:
             return None
         points, total = self.mirror.state()
@@ -554,7 +636,15 @@ class FedFWStrategy(TorchModelStrategy):
         releases = self.budget.state()
         return FedFWPrivateState(*state, releases.multipliers, releases.sizes)
 
-    def load_family_state(self, state: FedFWState) -> None:
+    def load_family_state(self, state: FedFWState | FedFWSecureState) -> None:
+        if isinstance(state, FedFWSecureState):
+            if state.releases is not None:
+                self.budget.load(state.releases)
+            self._fix_node_sets()
+            self.xbar = state.xbar
+            self.held = HeldSum(state.xbar, len(self.book.node_ids))
+            self.compact = False
+            return
         if isinstance(state, FedFWPrivateState):
             self.budget.load(Releases(state.multipliers, state.sizes))
         self.mirror = ConsensusMirror.restore(state.mirror, state.mirror_sum)
@@ -570,4 +660,6 @@ def build_fedfw(settings: RunSettings, task: TaskData) -> FedFWStrategy:
     fw = fedfw_settings(settings)
     model = TorchGlobal(settings, task)
     x0 = model.projected_start(ConstraintSet(fw.constraint, fw.scope))
-    return FedFWStrategy(fw, model, x0, settings.seed, settings.node_dp)
+    return FedFWStrategy(
+        fw, model, x0, settings.seed, settings.node_dp, settings.secure_aggregation
+    )

@@ -1,7 +1,7 @@
 """Sites' own files through Flower's deployment engine, on loopback: a SuperLink with TLS and
 SuperNode authentication and three SuperNodes, each given only its own CSV (node config
 ``dataset-path``; one with its columns in another order, one with extra missing values), run
-FFGB with trees, FedFW, and fedxgb-hist and FedAvg with secure aggregation for two rounds
+FFGB with trees, FedFW, and fedxgb-hist, FedAvg and FedFW+ with secure aggregation for two rounds
 through ``flwr run``; the per-site metrics are in the results and equal, round by round, those
 of the in-process engine on the same files and seed.
 
@@ -37,6 +37,7 @@ JOBS = {
     "fedxgb-hist-secure": "algorithm='fedxgb-hist' fedxgb-hist.bins='grid' "
     "fedxgb-hist.max-depth=3 secure-aggregation=true",
     "fedavg-secure": "algorithm='fedavg' secure-aggregation=true",
+    "fedfw-secure": "algorithm='fedfw-plus' secure-aggregation=true",
 }
 
 

@@ -121,6 +121,8 @@ def test_fedxgb_hist_through_ray_grows_the_in_process_engine_s_trees(superlink, 
 SECURE = {
     "fedxgb-hist": f"{HIST} fedxgb-hist.bins='grid' secure-aggregation=true",
     "fedavg": "algorithm='fedavg' num-server-rounds=2 secure-aggregation=true",
+    "fedfw-plus": "algorithm='fedfw-plus' num-server-rounds=2 secure-aggregation=true",
+    "feddr": "algorithm='feddr' num-server-rounds=2 secure-aggregation=true",
 }
 
 

@@ -13,7 +13,7 @@ The large table is ``benchmarks.boosting``'s ``synth300k-3``: scikit-learn's
 3 sites by a Dirichlet draw over the labels (alpha 0.5) with each site's features shifted
 (``dirichlet-shift``); each site holds out a fifth of its rows, so about 240,000 rows train.
 
-    python -m benchmarks.secure_cost            # about 10 min on 2 cores
+    python -m benchmarks.secure_cost            # about 1 min on 2 cores
     python -m benchmarks.secure_cost --quick    # the penguins only, 2 rounds
 
 Writes ``results/secure_cost.md`` and ``results/secure_cost.json``.

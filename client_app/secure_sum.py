@@ -2,8 +2,9 @@
 
 Whatever family runs, the node answers ``setup``, ``keys`` and ``unmask`` here, and a family's
 own message that carries a ``secagg`` record has its reply masked here (``masked_reply``) after
-the family computed it. What the node keeps between the stages (its sealing key for the run,
-the sum's masking key, self-mask seed and the shares it holds) lives in its ``Context.state``.
+the family computed it. What the node keeps between the stages (its sealing key for the run and
+the keys it agreed with its neighbours' sealing keys, the sum's masking key, self-mask seed and
+the shares it holds) lives in its ``Context.state``.
 
 An honest node checks every request before it answers, so a curious server cannot make it give
 away more than the protocol does: it never returns shares of one neighbour's self-mask seed and
@@ -26,7 +27,7 @@ from functions.secagg_crypto import (
     MASK_PURPOSE,
     SEED_BYTES,
     SHARE_PURPOSE,
-    agree,
+    agreements,
     digest,
     mask,
     new_key_pair,
@@ -57,7 +58,6 @@ from functions.secure_sum import (
     SEED_SHARE_COMMITMENTS,
     SETUP,
     SHARES,
-    SOURCES,
     SUM,
     THRESHOLD,
     UNMASK,
@@ -68,6 +68,7 @@ from functions.secure_sum import (
 )
 
 STATE = "secagg"  # the node's ConfigRecord in Context.state
+RUN_KEYS = ("sealing-private", "sealing-public", "paired", "pair-keys")  # kept between sums
 _HEADER = struct.Struct("<qii")  # a sealed share's header: sum, source, destination
 _SEED_SHARE = share_bytes(SEED_BYTES)
 
@@ -100,6 +101,15 @@ def setup(content: RecordDict, state: RecordDict) -> RecordDict:
     return RecordDict({SECAGG: ConfigRecord({SEALING_KEY: own["sealing-public"]})})
 
 
+def sealing_pair(state: RecordDict) -> tuple[bytes, bytes]:
+    """The node's sealing key pair for the run (private, public), made by ``setup``; a node
+    that lost its state holds none (``LostStateError``)."""
+    own = _state(state)
+    if "sealing-private" not in own:
+        raise LostStateError("this node holds no sealing key; the server will set it up again")
+    return own["sealing-private"], own["sealing-public"]
+
+
 def keys(content: RecordDict, state: RecordDict) -> RecordDict:
     """A fresh masking key pair and self-mask seed for the sum (``sum_keys``)."""
     return RecordDict({SECAGG: sum_keys(_request(content), state)})
@@ -124,16 +134,14 @@ def sum_keys(request: ConfigRecord, state: RecordDict) -> ConfigRecord:
         raise DecodeError("secagg: the node is listed among its own neighbours")
     sealing = byte_strings(request, NEIGHBOUR_KEYS, len(neighbours), KEY_BYTES)
     threshold = _threshold(request, len(neighbours) + 1)
+    pair_keys = _pair_keys(own, sealing)
     private, public = new_key_pair()
     seed = os.urandom(SEED_BYTES)
     seed_shares = split_secret(seed, threshold, len(neighbours) + 1)
     key_shares = split_secret(private, threshold, len(neighbours) + 1)
     sealed = [
-        seal(
-            agree(own["sealing-private"], key, SHARE_PURPOSE),
-            _HEADER.pack(sum_id, me, other) + seed_share + key_share,
-        )
-        for other, key, seed_share, key_share in zip(neighbours, sealing, seed_shares, key_shares)
+        seal(key, _HEADER.pack(sum_id, me, other) + seed_share + key_share)
+        for other, key, seed_share, key_share in zip(neighbours, pair_keys, seed_shares, key_shares)
     ]
     own.update(
         {
@@ -141,7 +149,7 @@ def sum_keys(request: ConfigRecord, state: RecordDict) -> ConfigRecord:
             ME: me,
             THRESHOLD: threshold,
             "neighbours": neighbours,
-            "neighbour-sealing": sealing,
+            "neighbour-pair-keys": pair_keys,
             "masking-private": private,
             "seed": seed,
             "held-owners": [me],
@@ -161,6 +169,19 @@ def sum_keys(request: ConfigRecord, state: RecordDict) -> ConfigRecord:
             KEY_SHARE_COMMITMENTS: [digest(s) for s in key_shares],
         }
     )
+
+
+def _pair_keys(own: ConfigRecord, sealing: list[bytes]) -> list[bytes]:
+    """The keys that seal shares between this node and the owners of ``sealing`` (their
+    sealing keys for the run): a pair's key is the same all run, so it is agreed once and kept
+    (for the latest sum's neighbours) instead of on every sum, twice (sealing, then opening)."""
+    known = dict(zip(own.get("paired", []), own.get("pair-keys", [])))
+    new = list(dict.fromkeys(key for key in sealing if key not in known))
+    if new:
+        known.update(zip(new, agreements(own["sealing-private"], new, SHARE_PURPOSE)))
+    pair_keys = [known[key] for key in sealing]
+    own["paired"], own["pair-keys"] = sealing, pair_keys
+    return pair_keys
 
 
 def _threshold(request: ConfigRecord, holders: int) -> int:
@@ -198,13 +219,16 @@ def masked_reply(
     if len(neighbours) + 1 < own[THRESHOLD]:
         raise DecodeError("secagg: fewer neighbours left than the threshold")
     masking = byte_strings(request, NEIGHBOUR_KEYS, len(neighbours), KEY_BYTES)
-    _hold_shares(own, request, sum_id, me)
+    _hold_shares(own, byte_strings(request, SEALED, len(neighbours)), neighbours, sum_id)
     reply = answer(content)
     vector = layout.take(reply)
     vector += mask(own["seed"], len(vector))
-    for other, key in zip(neighbours, masking):
-        pairwise = mask(agree(own["masking-private"], key, _mask_purpose(sum_id)), len(vector))
-        vector += pairwise if me > other else -pairwise
+    pair_seeds = agreements(own["masking-private"], masking, _mask_purpose(sum_id))
+    for other, pair_seed in zip(neighbours, pair_seeds):
+        if me > other:
+            vector += mask(pair_seed, len(vector))
+        else:
+            vector -= mask(pair_seed, len(vector))
     own["stage"] = MASKED
     own["vector-neighbours"] = neighbours
     reply[MASKED] = ArrayRecord({VECTOR: Array(vector)})
@@ -215,16 +239,14 @@ def _mask_purpose(sum_id: int) -> bytes:
     return MASK_PURPOSE + sum_id.to_bytes(8, "little")
 
 
-def _hold_shares(own: ConfigRecord, request: ConfigRecord, sum_id: int, me: int) -> None:
-    """Open the shares sealed to this node by its neighbours and keep them."""
-    sources = positions(request, SOURCES, MAX_NODES_IN_SUM)
-    sealed = byte_strings(request, SEALED, len(sources))
-    keys_of = dict(zip(own["neighbours"], own["neighbour-sealing"]))
+def _hold_shares(own: ConfigRecord, sealed: list[bytes], sources: list[int], sum_id: int) -> None:
+    """Open the shares sealed to this node by its neighbours ``sources`` (among those it shared
+    keys with) and keep them."""
+    me = own[ME]
+    keys_of = dict(zip(own["neighbours"], own["neighbour-pair-keys"]))
     owners, seeds, masking = [me], [own["held-seed"][0]], [own["held-key"][0]]
     for source, token in zip(sources, sealed):
-        if source not in keys_of:
-            raise DecodeError(f"secagg: shares from position {source}, not a neighbour")
-        plain = unseal(agree(own["sealing-private"], keys_of[source], SHARE_PURPOSE), token)
+        plain = unseal(keys_of[source], token)
         if len(plain) != _HEADER.size + _SEED_SHARE + share_bytes(KEY_BYTES):
             raise DecodeError(f"secagg: the shares from position {source} are malformed")
         if _HEADER.unpack_from(plain) != (sum_id, source, me):
@@ -261,9 +283,7 @@ def unmask(content: RecordDict, state: RecordDict) -> RecordDict:
     owners = sorted(set(alive) | {me})
     shares = [own["held-seed"][held[p]] for p in owners]
     shares += [own["held-key"][held[p]] for p in dropped]
-    state[STATE] = ConfigRecord(
-        {k: own[k] for k in ("sealing-private", "sealing-public")} | {"answered": sum_id}
-    )
+    state[STATE] = ConfigRecord({k: own[k] for k in RUN_KEYS if k in own} | {"answered": sum_id})
     reply = RecordDict(
         {SECAGG: ConfigRecord({SUM: sum_id, OWNERS: [*owners, *dropped], SHARES: shares})}
     )

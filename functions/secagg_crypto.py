@@ -19,6 +19,7 @@ as its 256-bit key. Every function that takes bytes received from elsewhere rais
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 
 import numpy as np
 from Crypto.Protocol.SecretSharing import Shamir
@@ -57,25 +58,32 @@ def _private(raw: bytes) -> X25519PrivateKey:
     return X25519PrivateKey.from_private_bytes(raw)
 
 
-def agree(private: bytes, public: bytes, purpose: bytes) -> bytes:
-    """The 32-byte key that the owners of ``private`` and of ``public``'s private key share, for
-    ``purpose`` (X25519, then HKDF-SHA256 with ``purpose`` as its info)."""
-    if not isinstance(public, bytes) or len(public) != KEY_BYTES:
+def agreements(private: bytes, publics: Sequence[bytes], purpose: bytes) -> list[bytes]:
+    """The 32-byte key that the owner of ``private`` shares with the owner of each of
+    ``publics``, for ``purpose`` (X25519, then HKDF-SHA256 with ``purpose`` as its info); the
+    private key is loaded once, which costs as much as an exchange."""
+    if any(not isinstance(p, bytes) or len(p) != KEY_BYTES for p in publics):
         raise DecodeError(f"a public key must be {KEY_BYTES} bytes")
-    try:
-        secret = _private(private).exchange(X25519PublicKey.from_public_bytes(public))
-    except (ValueError, InvalidKey) as err:  # e.g. a low-order point: an all-zero secret
-        raise DecodeError(f"unusable public key: {err}") from None
-    return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=purpose).derive(secret)
+    key = _private(private)
+    derived = []
+    for public in publics:
+        try:
+            secret = key.exchange(X25519PublicKey.from_public_bytes(public))
+        except (ValueError, InvalidKey) as err:  # e.g. a low-order point: an all-zero secret
+            raise DecodeError(f"unusable public key: {err}") from None
+        hkdf = HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=purpose)
+        derived.append(hkdf.derive(secret))
+    return derived
 
 
 def mask(seed: bytes, length: int) -> np.ndarray:
     """``length`` uint64 words of the AES-CTR keystream keyed by ``seed`` (16 or 32 bytes:
-    AES-128 or AES-256): a mask that only the holders of ``seed`` can reproduce."""
+    AES-128 or AES-256): a mask that only the holders of ``seed`` can reproduce (read-only:
+    callers add it to or subtract it from their own vector)."""
     if len(seed) not in (SEED_BYTES, KEY_BYTES):
         raise DecodeError(f"a mask seed must be {SEED_BYTES} or {KEY_BYTES} bytes")
     encryptor = Cipher(algorithms.AES(seed), modes.CTR(bytes(16))).encryptor()
-    return np.frombuffer(encryptor.update(bytes(8 * length)), dtype=np.uint64).copy()
+    return np.frombuffer(encryptor.update(bytes(8 * length)), dtype=np.uint64)
 
 
 def seal(key: bytes, plaintext: bytes) -> bytes:
@@ -109,18 +117,30 @@ def split_secret(secret: bytes, threshold: int, count: int) -> list[bytes]:
     return [bytes([parts[0][0]]) + b"".join(p[1] for p in parts) for parts in zip(*chunks)]
 
 
-def join_shares(shares: list[bytes], secret_bytes: int) -> bytes:
-    """The ``secret_bytes``-long secret that ``shares`` rebuild (distinct indices, well
-    formed); ``DecodeError`` otherwise. Shares that are not all of one secret rebuild another
-    value: callers check it against a commitment."""
+def join_shares(shares: list[bytes], threshold: int, secret_bytes: int) -> bytes:
+    """The ``secret_bytes``-long secret that ``threshold`` of ``shares`` (distinct indices,
+    well formed, at least ``threshold`` of them) rebuild; ``DecodeError`` otherwise. Shares that
+    are not all of one secret rebuild another value: callers check it against a commitment.
+
+    Any ``threshold`` of them rebuild the same secret; the work differs. pycryptodome's
+    ``combine`` weighs each share by the inverse of its index's differences (XOR in GF(2^128))
+    from the others' indices, a bit-by-bit product and inversion in Python unless that inverse
+    is 1: indices 2m and 2m + 1 differ by 1, so with a threshold of 2 such a pair is used when
+    there is one."""
     size = share_bytes(secret_bytes)
-    if not shares or any(not isinstance(s, bytes) or len(s) != size for s in shares):
-        raise DecodeError(f"every share must be {size} bytes")
+    if len(shares) < threshold or any(not isinstance(s, bytes) or len(s) != size for s in shares):
+        raise DecodeError(f"at least {threshold} shares, each of {size} bytes")
     if len({s[0] for s in shares}) != len(shares) or any(s[0] == 0 for s in shares):
         raise DecodeError("two shares with the same index, or an index 0")
+    chosen = shares[:threshold]
+    if threshold == 2:
+        by_index = {s[0]: s for s in shares}
+        pair = next((i for i in sorted(by_index) if i % 2 == 0 and i + 1 in by_index), None)
+        if pair is not None:
+            chosen = [by_index[pair], by_index[pair + 1]]
     try:
         return b"".join(
-            Shamir.combine([(s[0], s[1 + i : 1 + i + CHUNK]) for s in shares], ssss=False)
+            Shamir.combine([(s[0], s[1 + i : 1 + i + CHUNK]) for s in chosen], ssss=False)
             for i in range(0, secret_bytes, CHUNK)
         )
     except ValueError as err:

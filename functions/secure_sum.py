@@ -25,6 +25,7 @@ scale's resolution.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -57,8 +58,7 @@ THRESHOLD = "threshold"  # shares that rebuild a secret
 SEALING_KEY = "sealing-key"  # setup reply
 MASKING_KEY = "masking-key"  # keys reply: the sum's public masking key
 DESTINATIONS = "destinations"  # keys reply: the neighbour each sealed share is for
-SEALED = "sealed"  # keys reply: sealed shares; vector request: those for this node
-SOURCES = "sources"  # vector request: whose sealed shares these are
+SEALED = "sealed"  # keys reply: sealed shares; vector request: those for this node (by neighbour)
 SEED_COMMITMENT = "seed-commitment"  # keys reply: SHA-256 of the self-mask seed
 SEED_SHARE_COMMITMENTS = "seed-share-commitments"  # keys reply: per holder, neighbours then self
 KEY_SHARE_COMMITMENTS = "key-share-commitments"
@@ -66,9 +66,10 @@ ALIVE = "alive"  # unmask request: neighbours whose vectors arrived (their seeds
 DROPPED = "dropped"  # unmask request: neighbours that dropped (their masking keys' shares)
 OWNERS = "owners"  # unmask reply: whose secret each share is
 SHARES = "shares"
-FIELD_RECORDS, FIELD_NAMES, FIELD_SIZES = "field-records", "field-names", "field-sizes"
-FIELD_BOUNDS, FIELD_BITS, FIELD_INTEGER = "field-bounds", "field-bits", "field-integer"
+LAYOUT = "layout"  # vector request: the summed fields (``SumLayout.to_config``), as JSON
+LAYOUT_COLUMNS = ("records", "names", "sizes", "bounds", "bits", "integer")  # a list each
 WEIGHT = "weight"  # "record/name" of the field every other field is multiplied by ("": none)
+MAX_LAYOUT_CHARS = 1 << 20  # a layout's JSON: far beyond any family's
 
 RING_BITS = 62  # the sum of every node's bound, scaled, stays below 2^62 (63 bits signed)
 MIN_BITS = 20  # a float field is resolved to 2^-20 or finer (else its bound is refused)
@@ -135,34 +136,30 @@ class SumLayout:
         return sum(f.size for f in self.fields)
 
     def to_config(self) -> dict:
-        """The layout as the secagg record's lists."""
-        return {
-            FIELD_RECORDS: [f.record for f in self.fields],
-            FIELD_NAMES: [f.name for f in self.fields],
-            FIELD_SIZES: [f.size for f in self.fields],
-            FIELD_BOUNDS: [float(f.bound) for f in self.fields],
-            FIELD_BITS: list(self.bits),
-            FIELD_INTEGER: [f.integer for f in self.fields],
-            WEIGHT: self.weight,
-        }
+        """The layout as the secagg record's ``layout``: one JSON text of a list per column and
+        the weight, since each item of a record is encoded, hashed and metered on its own."""
+        columns = (
+            [f.record for f in self.fields],
+            [f.name for f in self.fields],
+            [f.size for f in self.fields],
+            [float(f.bound) for f in self.fields],
+            list(self.bits),
+            [f.integer for f in self.fields],
+        )
+        declared = {**dict(zip(LAYOUT_COLUMNS, columns)), WEIGHT: self.weight}
+        return {LAYOUT: json.dumps(declared, separators=(",", ":"))}
 
     @classmethod
     def from_config(cls, config: Mapping) -> SumLayout:
         """The layout a request declares, checked (``DecodeError`` otherwise)."""
+        text = config.get(LAYOUT)
         try:
-            columns = [
-                list(config[k])
-                for k in (
-                    FIELD_RECORDS,
-                    FIELD_NAMES,
-                    FIELD_SIZES,
-                    FIELD_BOUNDS,
-                    FIELD_BITS,
-                    FIELD_INTEGER,
-                )
-            ]
-            weight = config[WEIGHT]
-        except (KeyError, TypeError):
+            if not isinstance(text, str) or len(text) > MAX_LAYOUT_CHARS:
+                raise TypeError
+            declared = json.loads(text)
+            columns = [list(declared[k]) for k in LAYOUT_COLUMNS]
+            weight = declared[WEIGHT]
+        except (KeyError, TypeError, ValueError, RecursionError):
             raise DecodeError("secagg: the request declares no complete field layout") from None
         if len({len(c) for c in columns}) != 1 or not columns[0]:
             raise DecodeError("secagg: the field layout's lists differ in length or are empty")
@@ -196,26 +193,39 @@ class SumLayout:
     # -- a node's side -----------------------------------------------------------------------
     def take(self, content: RecordDict) -> np.ndarray:
         """The fields of a reply's ``content`` (removed from it: records left empty go too),
-        weighted, checked against their bounds and encoded: one uint64 vector."""
+        weighted, checked against their bounds and encoded: one uint64 vector. An integer
+        field that is not weighted and holds integers is encoded as it is, without a float
+        round trip."""
         values = {f.key: _take(content, f) for f in self.fields}
-        weight = values[self.weight][0] if self.weight else 1.0
-        parts = []
+        weight = values[self.weight][0] if self.weight else None
+        out, start = np.empty(self.length, np.int64), 0
         for field, bits in zip(self.fields, self.bits):
             value = values[field.key]
-            if field.key != self.weight:
-                value = value * weight
-            if not np.all(np.isfinite(value)):
-                raise NonFiniteError(f"secure sum: {field.key} {NONFINITE}")
-            largest = float(np.max(np.abs(value))) if value.size else 0.0
-            if largest > field.bound:
-                raise DecodeError(
-                    f"secure sum: {field.key} holds {largest:.6g}, beyond the bound "
-                    f"{field.bound:.6g} the server declared (nothing is clipped)"
-                )
-            if field.integer and not np.array_equal(value, np.round(value)):
-                raise DecodeError(f"secure sum: {field.key} must hold integers")
-            parts.append(np.rint(np.ldexp(value, bits)).astype(np.int64))
-        return np.concatenate(parts).view(np.uint64)
+            weighted = weight is not None and field.key != self.weight
+            if field.integer and not weighted and value.dtype.kind in "iu":
+                largest = max(-int(value.min()), int(value.max())) if value.size else 0
+                self._bounded(field, largest)
+                out[start : start + field.size] = value
+            else:
+                value = value.astype(np.float64, copy=False)
+                if weighted:
+                    value = value * weight
+                if not np.all(np.isfinite(value)):
+                    raise NonFiniteError(f"secure sum: {field.key} {NONFINITE}")
+                self._bounded(field, float(np.max(np.abs(value))) if value.size else 0.0)
+                if field.integer and not np.array_equal(value, np.round(value)):
+                    raise DecodeError(f"secure sum: {field.key} must hold integers")
+                out[start : start + field.size] = np.rint(np.ldexp(value, bits))
+            start += field.size
+        return out.view(np.uint64)
+
+    @staticmethod
+    def _bounded(field: SumField, largest: float) -> None:
+        if largest > field.bound:
+            raise DecodeError(
+                f"secure sum: {field.key} holds {largest:.6g}, beyond the bound "
+                f"{field.bound:.6g} the server declared (nothing is clipped)"
+            )
 
     # -- the server's side ---------------------------------------------------------------------
     def split(self, total: np.ndarray) -> dict[str, np.ndarray]:
@@ -235,10 +245,10 @@ class SumLayout:
 def _take(content: RecordDict, field: SumField) -> np.ndarray:
     record = content.get(field.record)
     if isinstance(record, ArrayRecord) and field.name in record:
-        value = record[field.name].numpy().astype(np.float64).ravel()
+        value = record[field.name].numpy().ravel()
         del record[field.name]
     elif isinstance(record, MetricRecord) and field.name in record:
-        value = np.asarray(record[field.name], dtype=np.float64).ravel()
+        value = np.asarray(record[field.name]).ravel()
         del record[field.name]
     else:
         raise DecodeError(f"secure sum: the reply holds no {field.key} to sum")

@@ -38,7 +38,7 @@ from functions.secagg_crypto import (
     KEY_BYTES,
     MASK_PURPOSE,
     SEED_BYTES,
-    agree,
+    agreements,
     digest,
     join_shares,
     mask,
@@ -67,7 +67,6 @@ from functions.secure_sum import (
     SEED_SHARE_COMMITMENTS,
     SETUP,
     SHARES,
-    SOURCES,
     SUM,
     THRESHOLD,
     UNMASK,
@@ -221,6 +220,16 @@ class SecureAggregator:
         self.sealing.pop(node, None)
         self.prepared = None
 
+    def set_up(self, grid: Grid, server_round: int, nodes: Sequence[int]) -> int:
+        """The setup stage alone, for the nodes of ``nodes`` without a sealing key (a relay
+        whose nodes seal to each other, ``functions.sealed_relay``); returns how many replies
+        were dropped as malformed (a node that failed keeps no key)."""
+        out = SecureOutcome()
+        _Sum(self, grid, server_round, out, None)._setup(
+            [n for n in nodes if n not in self.sealing]
+        )
+        return out.failures
+
     def keying(self, members: list[int]) -> Keying:
         """A new sum's number, graph and threshold over ``members``."""
         self.last_sum += 1
@@ -347,7 +356,7 @@ class _Sum:
         shared keys, their masking keys, the shares sealed to it, the layout); the masked
         vectors of the replies that passed, each reply's other records kept in ``replies``."""
         keying, keyed = self.keying, self.keying.keyed
-        position, sent = keying.position, []
+        position, sent, declared = keying.position, [], layout.to_config()
         for message in messages:
             node = message.metadata.dst_node_id
             p = position[node]
@@ -357,9 +366,8 @@ class _Sum:
                     SUM: keying.sum_id,
                     NEIGHBOURS: neighbours,
                     NEIGHBOUR_KEYS: [keyed[keying.members[q]].masking_key for q in neighbours],
-                    SOURCES: neighbours,
                     SEALED: [keyed[keying.members[q]].sealed[p] for q in neighbours],
-                    **layout.to_config(),
+                    **declared,
                 }
             )
             content = RecordDict({**message.content, SECAGG: record})
@@ -465,13 +473,18 @@ class _Sum:
 
     def _secret(self, shares: list[bytes], owner: int, size: int) -> bytes:
         threshold = self.keying.threshold
+        kind = "self-mask seed" if size == SEED_BYTES else "masking key"
         if len(shares) < threshold:
-            kind = "self-mask seed" if size == SEED_BYTES else "masking key"
             raise SecureSumFailed(
                 f"node {self.keying.members[owner]}'s {kind} cannot be rebuilt: {len(shares)} "
                 f"of its share holders answered, {threshold} needed"
             )
-        return join_shares(shares[:threshold], size)
+        try:
+            return join_shares(shares, threshold, size)
+        except DecodeError as err:  # shares its dealer committed to with repeated indices
+            raise SecureSumFailed(
+                f"node {self.keying.members[owner]}'s {kind} cannot be rebuilt: {err}"
+            ) from None
 
     def _unmasked(
         self,
@@ -499,11 +512,13 @@ class _Sum:
             private = self._secret(keys[p], p, KEY_BYTES)
             if public_of(private) != keyed[node].masking_key:
                 raise SecureSumFailed(f"node {node}'s shares do not rebuild its masking key")
-            for q in keying.graph[p]:
-                other = keying.members[q]
-                if other in vectors:
-                    pairwise = mask(agree(private, keyed[other].masking_key, purpose), length)
-                    total -= pairwise if q > p else -pairwise
+            alive = [q for q in keying.graph[p] if keying.members[q] in vectors]
+            publics = [keyed[keying.members[q]].masking_key for q in alive]
+            for q, pair_seed in zip(alive, agreements(private, publics, purpose)):
+                if q > p:
+                    total -= mask(pair_seed, length)
+                else:
+                    total += mask(pair_seed, length)
         return total
 
 

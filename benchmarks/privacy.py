@@ -11,8 +11,9 @@ score, FedFun's domain box, the run config) whatever it can, per family and site
   with an exact feature value of the row (fedxgb-hist's histograms; KDDT's pure leaves);
 - **single-row**: histogram slots at the root, or tree leaves, that hold one row (each gives
   that row's gradient: its label, or its residual);
-- **facts**: the exact row values the schema agreement's facts state (each numeric column's
-  min, max, and median |value| when that is a row's), with FedFun's ``query.bounds``.
+- **facts**: the row values among those the schema agreement's facts and FedFun's
+  ``query.bounds`` state (each range's ends, and a column's magnitude where it could be a row's
+  value); coarsened to powers of two, they state none.
 
 The runs use the real ServerApp and ClientApp on the in-process engine, recorded by
 ``testing.recording_grid.RecordingGrid``; each site's own file is read only to score. A case is
@@ -361,8 +362,8 @@ def ffgb_findings(view: ServerView, node: int, found: Findings) -> None:
 
 def fedfun_findings(view: ServerView, node: int, found: Findings) -> None:
     """FedFun with KDDTs: every split is a smoothed row's box edge (value = threshold ± radius
-    in the agreed cube), labelled where the leaves on that side are pure; ``query.bounds``
-    states each feature's min and max."""
+    in the agreed cube), labelled where the leaves on that side are pure; the ends of each
+    feature's range in ``query.bounds`` are claimed as facts."""
     for e in view.of_type(node, QUERY_BOUNDS):
         for f, pair in enumerate(attacks.bounds_values(_arrays(e.reply.content, BOUNDS))):
             if f in view.numeric:
@@ -546,8 +547,10 @@ the share of its training rows whose label the server recovers together with an 
 the row; *single-row*, root histogram slots (fedxgb-hist, round 1) or tree leaves (fedxgb-bagging:
 where the hessian sums count rows; FFGB: the first learner of round 1, Newton leaves) holding one
 row, each revealing that row's label or residual (not counted in *labels*: the row's value is
-not exact); *facts*, exact values the agreement's facts (and FedFun's `query.bounds`) state, of
-the file's present numeric values (features, and the label for regression), train and test rows.
+not exact); *facts*, the file's values among those the agreement's facts (and FedFun's
+`query.bounds`) state, each range's ends and a magnitude that could be a row's (coarsened to
+powers of two: none), of the file's present numeric values (features, and the label for
+regression), train and test rows.
 
 - fedxgb-hist: the sketch of a column with fewer rows than `sketch-size` holds every rank, so
   it is the column; a slot's class counts are count / K - grad sum at round 1 (every row at the
@@ -565,7 +568,9 @@ the file's present numeric values (features, and the label for regression), trai
 - FedFun KDDT: a threshold is the edge of a smoothed row's box, the row's value ± the kernel
   radius (the server knows the cube map and the radius); both are claimed, one recovered at most.
   A node's tree is fitted to its neighbours' leaves too, so its thresholds also carry their
-  values: a value found may be a neighbour's that this site shares.
+  values: a value found may be a neighbour's that this site shares. `query.bounds` states each
+  feature's range as the powers of two just outside it (no row's value); the agreed box, their
+  union, is the cube map the attack uses.
 - Networks (FFGB MLP, FedAvg, FedFW): exact values are not the measure (see
   `benchmarks.privacy_dlg`); their facts are the agreement's, as every family's.
 """

@@ -511,10 +511,10 @@ def _preorder(left: np.ndarray, right: np.ndarray) -> list[int] | None:
 
 # -- facts: the schema agreement's and FedFun's bounds ----------------------------------------
 def facts_values(facts: object) -> dict[str, list[float]]:
-    """The row values a site's ``query.facts`` reply states (``tasks.site_schema.site_facts``):
-    each numeric column's min and max, and its median |value| when the column has an odd
-    number of present values (a row's) and one sign (then it is the value); {} for anything
-    else."""
+    """The values a site's ``query.facts`` reply states that could be a row's
+    (``tasks.site_schema.site_facts``), claimed as such: each numeric column's range ends, and
+    its magnitude when the column has an odd number of present values and one sign (an exact
+    median |value| would be a row's); {} for anything else."""
     try:
         ranges, scales = facts["ranges"], facts["scales"]
         rows, missing = int(facts["rows"]), facts["missing"]
@@ -534,8 +534,9 @@ def facts_values(facts: object) -> dict[str, list[float]]:
 
 
 def bounds_values(arrays: Arrays) -> list[tuple[float, float]]:
-    """Each feature's (min, max) over the node's training rows from a ``query.bounds`` reply
-    (``lower``, ``upper``: FedFun's agreed box is their union); [] for any other record."""
+    """Each feature's range ends as a ``query.bounds`` reply states them (``lower``, ``upper``:
+    the node's range widened to powers of two, FedFun's agreed box their union), claimed as row
+    values; [] for any other record."""
     if set(arrays) != {"lower", "upper"}:
         return []
     lower, upper = np.asarray(arrays["lower"]), np.asarray(arrays["upper"])

@@ -1,12 +1,18 @@
 """Client half of FedFun (FSR) and its decentralised baselines: a node with its own model.
 
-A node keeps, in its Context.state, the agreed domain, its own models by version (the last one
-the server accepted and the one it just sent) and its neighbours' latest models with their
-versions. Each message lists every neighbour model the node should hold and carries only the
-changed ones; a node that lacks one (it lost its state, or missed a message) answers with an
-error and the server sends everything next time. Training runs one local step
-(``oracles.fedfun_local``); evaluation measures the node's own model and its disagreement with
-its neighbours.
+Before round 0 a node states each feature's range widened to the powers of two just outside it
+(``query.bounds``: no row's value), from which the server agrees the domain. A node keeps, in
+its Context.state, the agreed domain, its own models by version (the last one the server
+accepted and the one it just sent) and its neighbours' latest models with their versions. Each
+message lists every neighbour model the node should hold and carries only the changed ones; a
+node that lacks one (it lost its state, or missed a message) answers with an error and the
+server sends everything next time. Training runs one local step (``oracles.fedfun_local``);
+evaluation measures the node's own model and its disagreement with its neighbours.
+
+With ``relay-encryption`` the node seals its new model to the vertices the message names (itself
+and its neighbours, with their public sealing keys) and opens the sealed models it receives
+(``functions.sealed_relay``) before anything else reads them; the server never holds a model in
+the clear.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from flwr.app import ConfigRecord, MetricRecord, RecordDict
 from client_app.job import ClientJob
 from client_app.node_info import describe_node
 from client_app.node_state import LostStateError
+from client_app.secure_sum import sealing_pair
+from functions.errors import DecodeError
 from functions.kddt import squared_distance
 from functions.networks import NetworkSpec
 from functions.node_models import (
@@ -27,6 +35,7 @@ from functions.node_models import (
     decode_node_model,
     encode_node_model,
     reprefixed,
+    require_unit_cube,
     torch_function,
 )
 from functions.params import arrays_to_record, record_to_arrays
@@ -48,6 +57,7 @@ from functions.protocol import (
     OWN_PREFIX,
     QUERY_BOUNDS,
     QUERY_NODE,
+    RELAY_KEYS,
     REPLY_PREFIX,
     SERVER_ROUND,
     SETUP,
@@ -57,6 +67,7 @@ from functions.protocol import (
     TRAIN_EXAMPLES,
     neighbour_prefix,
 )
+from functions.sealed_relay import BOX, open_model, seal_model
 from oracles.domain import UnitCube
 from oracles.fedfun_local import (
     FSR,
@@ -71,6 +82,7 @@ from oracles.fedfun_local import (
 )
 from oracles.fsr_network import monte_carlo_distance, penalty_weights
 from run_config.fedfun import FedFunSettings, max_leaves, model_limits
+from tasks.site_schema import outside
 
 Job = ClientJob[FedFunSettings, tuple[str, tuple[int, ...]]]  # overrides: learner, widths
 
@@ -135,6 +147,42 @@ def _store_own(job: Job, model: NodeModel, version: int) -> None:
     job.state[OWN] = ConfigRecord({"versions": sorted(set(held) | {version})})
 
 
+def _open_sealed(job: Job, limits: ModelLimits) -> None:
+    """The message's sealed models opened in place, under their prefixes, for the code that
+    reads plain ones (which validates them)."""
+    config = dict(job.content[MODELS])
+    arrays = record_to_arrays(job.content[MODEL_ARRAYS])
+    prefixes = sorted({k[: -len(BOX)] for k in config if k.endswith(BOX)})
+    if not prefixes:
+        return
+    private, _ = sealing_pair(job.state)
+    for prefix in prefixes:
+        sealed, _ = reprefixed(config, {}, prefix, "")
+        opened = open_model(sealed, job.data.partition_id, private, limits.max_bytes)
+        config = {k: v for k, v in config.items() if not k.startswith(prefix)}
+        c, a = reprefixed(*opened, REPLY_PREFIX, prefix)
+        config.update(c)
+        arrays.update(a)
+    job.content[MODELS], job.content[MODEL_ARRAYS] = ConfigRecord(config), arrays_to_record(arrays)
+
+
+def _sealed(job: Job, config: dict, arrays: dict) -> dict:
+    """The node's new model (keys under ``REPLY_PREFIX``) sealed to the vertices the message
+    names, itself among them, under the same prefix."""
+    keys = job.content[RELAY_KEYS]
+    vertices, publics = keys.get("vertices"), keys.get("keys")
+    if (
+        not isinstance(vertices, list)
+        or not isinstance(publics, list)
+        or len(vertices) != len(publics)
+        or job.data.partition_id not in vertices
+    ):
+        raise DecodeError(f"{RELAY_KEYS}: the vertices to seal to, this node's among them")
+    private, public = sealing_pair(job.state)
+    sealed = seal_model(config, arrays, private, public, dict(zip(vertices, publics)))
+    return {REPLY_PREFIX + k: v for k, v in sealed.items()}
+
+
 def _neighbours(job: Job, limits: ModelLimits) -> dict[int, NodeModel]:
     """Every listed neighbour's model: sent now, or held from before at the listed version."""
     listing, state = job.content[NEIGHBOURS], job.state
@@ -153,7 +201,7 @@ def _neighbours(job: Job, limits: ModelLimits) -> dict[int, NodeModel]:
         else:
             raise LostStateError(f"the model of neighbour {vertex} (round {version}) is not held")
         c, a = reprefixed(*source, prefix, prefix)
-        models[vertex] = decode_node_model(c, a, prefix, limits)
+        models[vertex] = require_unit_cube(decode_node_model(c, a, prefix, limits))
         config.update(c)
         arrays.update(a)
     state[NBR] = ConfigRecord({"ids": list(listing["ids"]), "versions": list(listing["versions"])})
@@ -203,6 +251,7 @@ def train(job: Job) -> RecordDict:
     fedfun = job.family
     limits = model_limits(fedfun, job.data.task)
     cube, samples = _domain(job, fedfun)
+    _open_sealed(job, limits)
     own = _own_model(job, limits)
     neighbours = _neighbours(job, limits)
     config = job.content[CONFIG]
@@ -224,6 +273,8 @@ def train(job: Job) -> RecordDict:
     _keep_own(job, [int(config["own-version"])])
     _store_own(job, model, version)
     reply_config, reply_arrays = encode_node_model(model, REPLY_PREFIX)
+    if job.settings.relay_encryption:
+        reply_config, reply_arrays = _sealed(job, reply_config, reply_arrays), {}
     loss = _squared_error(model, problem)
     reply = RecordDict(
         {
@@ -267,6 +318,7 @@ def evaluate(job: Job) -> RecordDict:
     partition, and its squared distance to each neighbour's (``_figures``)."""
     limits = model_limits(job.family, job.data.task)
     cube, _ = _domain(job, job.family)
+    _open_sealed(job, limits)
     figures = _figures(job, cube, _own_model(job, limits), _neighbours(job, limits))
     return RecordDict({METRICS: figures})
 
@@ -299,11 +351,16 @@ def _figures(
 
 
 def bounds(job: Job) -> RecordDict:
-    """``query.bounds``: this node's per-feature min and max and its number of samples."""
+    """``query.bounds``: each feature's range over this node's training rows, widened to the
+    powers of two just outside it (``tasks.site_schema.outside``: no end is a row's value), and
+    its number of samples."""
     x = job.data.x_train.reshape(len(job.data.x_train), -1).astype(np.float64)
+    ends = np.array(
+        [outside(float(low), float(high)) for low, high in zip(x.min(axis=0), x.max(axis=0))]
+    )
     return RecordDict(
         {
-            BOUNDS: arrays_to_record({"lower": x.min(axis=0), "upper": x.max(axis=0)}),
+            BOUNDS: arrays_to_record({"lower": ends[:, 0], "upper": ends[:, 1]}),
             METRICS: MetricRecord({TRAIN_EXAMPLES: len(x)}),
         }
     )

@@ -138,6 +138,19 @@ def _fisher(
     return fisher
 
 
+def require_unit_cube(model: NodeModel) -> NodeModel:
+    """``model``, unless it is a KDDT on another domain than the unit cube, where every node maps
+    the agreed box and fits its trees (its neighbours could not evaluate it: ``DecodeError``)."""
+    if model.kind == TREE and not (
+        np.all(model.function.lower == 0) and np.all(model.function.upper == 1)
+    ):
+        raise DecodeError(
+            "a KDDT on another domain than the agreed one, the unit cube of "
+            "the agreed box (its neighbours could not evaluate it)"
+        )
+    return model
+
+
 def reprefixed(
     config: Mapping[str, object], arrays: Mapping[str, np.ndarray], old: str, new: str
 ) -> tuple[Config, dict[str, np.ndarray]]:

@@ -113,3 +113,4 @@ def neighbour_prefix(partition_id: int) -> str:
 
 
 REPLY_PREFIX = "self/"  # where a node puts its new model in a train reply
+RELAY_KEYS = "relay-keys"  # train config: the vertices a node seals its model to, their keys

@@ -452,6 +452,16 @@ COMMON_KEYS = (
         field="secure_aggregation",
     ),
     Key(
+        "relay-encryption",
+        bool,
+        False,
+        "FedFun family: every node seals its model to its neighbours and itself (X25519 key "
+        "agreement, Fernet), so the server stores and forwards ciphertext only and the nodes "
+        "validate what they open; a node back with new keys (a restarted SuperNode, a resumed "
+        "run) fits its model afresh, as in round 0 (docs/privacy.md)",
+        field="relay_encryption",
+    ),
+    Key(
         "secure-aggregation.bound",
         float,
         1024.0,
@@ -610,6 +620,7 @@ class RunSettings:
     eval_with_train: bool = _DEFAULT["eval_with_train"]  # evaluation rides on the next training
     secure_aggregation: bool = _DEFAULT["secure_aggregation"]  # the server learns only sums
     secure_bound: float = _DEFAULT["secure_bound"]  # |value| a node may sum
+    relay_encryption: bool = _DEFAULT["relay_encryption"]  # relayed models sealed node to node
     dp_noise_multiplier: float = _DEFAULT["dp_noise_multiplier"]  # 0: no differential privacy
     dp_clipping_norm: float = _DEFAULT["dp_clipping_norm"]
     dp_delta: float = _DEFAULT["dp_delta"]

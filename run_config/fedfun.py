@@ -319,7 +319,7 @@ FEDFUN: Family[FedFunSettings, tuple[str, tuple[int, ...]]] = Family(
     ),
     fedfun_settings,
     tables=(FEDFUN_TABLE,),
-    reads=FUSED_EVALUATION,
+    reads=(*FUSED_EVALUATION, "relay-encryption"),
     steps=("fedfun.lr", "fedfun.step"),
     message_types=RELAY_MESSAGES,
     node_keys=(

@@ -1,9 +1,13 @@
-"""The federation's bounding box, agreed from the nodes' own min/max (FedFun's domain).
+"""The federation's bounding box, agreed from the nodes' coarsened ranges (FedFun's domain).
 
 FedFun measures disagreement over a box domain and scales it to the unit cube (appendix B). The
-paper computes the box from pooled data up front; here each node reports only its per-feature
-minimum, maximum and sample count in one ``query.bounds`` round, and the server combines them.
-What a node reveals is exactly that: two numbers per feature and its size.
+paper computes the box from pooled data up front; here each node reports, in one
+``query.bounds`` round, each feature's range widened to the signed powers of two (or 0) just
+outside it (``tasks.site_schema.outside``, as the sites' facts) and its sample count, and the
+server takes the union. What a node reveals is exactly that: per feature, a power-of-two
+interval that holds its values with neither end a row's value, and its size. The box holds
+every training row, and each of its ends is within a factor of two of the pooled data's (an end
+under 2^-30 in magnitude becomes 0 or ±2^-30), so the data fill part of the unit cube, not all.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from strategies.screening import exact_records, screen_replies
 
 @dataclass(frozen=True)
 class NodeBounds:
-    """One node's answer."""
+    """One node's answer: its coarsened range per feature and its sample count."""
 
     lower: np.ndarray
     upper: np.ndarray

@@ -9,6 +9,12 @@ relayed). With federated evaluation on, the evaluate message already carries the
 neighbour models, so the node measures its disagreement with them and the next train message
 sends nothing twice. Metrics: the spread of the node models' accuracies (mean, min, max) and
 ``consensus_distance``, the mean squared function-space distance between neighbours.
+
+With ``relay-encryption`` each node seals its model to its neighbours and itself
+(``functions.sealed_relay``, under the sealing keys of the secure sums' setup stage), and the
+server checks, stores and forwards ciphertext only: the nodes validate what they open. A node that
+comes back with new keys (a restarted SuperNode, a resumed run) cannot open what was sealed to its
+old ones: it fits its model afresh, as in round 0, and is sent only neighbour models sealed since.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from functions.errors import DecodeError
-from functions.node_models import TREE, decode_node_model
+from functions.node_models import decode_node_model, reprefixed, require_unit_cube
 from functions.params import arrays_to_record, record_to_arrays
 from functions.protocol import (
     BOUNDS,
@@ -43,6 +49,7 @@ from functions.protocol import (
     NUM_PARTITIONS,
     OWN_PREFIX,
     PARTITION_ID,
+    RELAY_KEYS,
     REPLY_PREFIX,
     SERVER_ROUND,
     SETUP,
@@ -51,6 +58,7 @@ from functions.protocol import (
     TRAIN_ACCURACY,
     TRAIN_EXAMPLES,
 )
+from functions.sealed_relay import check_sealed
 from oracles.graphs import Graph, make_graph
 from run_config.common import RunSettings
 from run_config.fedfun import FSR, FedFunSettings, fedfun_settings, model_limits
@@ -59,6 +67,7 @@ from strategies.bounds import AgreedBounds, query_bounds
 from strategies.evaluation import checked_count, checked_metrics, example_limit, spread_over_nodes
 from strategies.relay import LIMITS, RelayBook, RelayState, model_records
 from strategies.screening import Screened, exact_records
+from strategies.secure_sum import SecureAggregator
 from strategies.state_codec import checks
 from tasks.datasets import TaskData
 from tasks.errors import ConfigError
@@ -85,12 +94,19 @@ class FedFunStrategy(FederatedStrategy):
     label = "FedFun"
     State = FedFunState
 
-    def __init__(self, fedfun: FedFunSettings, task: TaskData, seed: int) -> None:
+    def __init__(
+        self, fedfun: FedFunSettings, task: TaskData, seed: int, encrypted: bool = False
+    ) -> None:
+        """``encrypted``: the nodes seal their models to each other (``relay-encryption``)."""
         self.fedfun, self.task, self.seed = fedfun, task, seed
         self.limits = model_limits(fedfun, task)
         self.relay: RelayBook | None = None
         self.bounds: AgreedBounds | None = None
         self._evaluating: list[int] = []  # the nodes of the current evaluate exchange
+        self.keys = SecureAggregator(self.label, seed) if encrypted else None  # sealing keys
+        self.key_round: dict[int, int] = {}  # vertex -> the round its node's keys date from
+        self._rekeyed: set[int] = set()  # vertices whose node has new keys from the next round
+        self._recipients: dict[int, list[int]] = {}  # node -> the vertices it seals its model to
 
     # -- set-up ---------------------------------------------------------------------------------
     def graph_for(self, n: int) -> Graph:
@@ -162,6 +178,7 @@ class FedFunStrategy(FederatedStrategy):
             self.label,
             self.bounds.samples,
         )
+        self._set_up_keys(grid, 0)
         replies = grid.send_and_receive(
             [self._message(node, 0, TRAIN, initial=True) for node in self.book.node_ids]
         )
@@ -177,8 +194,37 @@ class FedFunStrategy(FederatedStrategy):
 
     def on_rebind(self, old: int, new: int) -> None:
         """The returning node serves the same vertex and holds nothing: its next message
-        carries the domain, its own last model and all its neighbours' models."""
+        carries the domain, its own last model and all its neighbours' models (with relay
+        encryption: those sealed to its new keys; it is set up again)."""
         self.relay.forget_deliveries(self.vertex(new))
+        if self.keys is not None:
+            self.keys.forget(old)
+            self._rekeyed.add(self.vertex(new))
+
+    # -- sealing keys ---------------------------------------------------------------------------
+    def _set_up_keys(self, grid: Grid, server_round: int) -> None:
+        """With relay encryption: the sealing keys of the nodes that have none (the secure
+        sums' setup stage); a node's keys date from this round."""
+        if self.keys is None:
+            return
+        self.count_failures(self.keys.set_up(grid, server_round, self.book.node_ids))
+        for vertex in self._rekeyed:
+            self.key_round[vertex] = server_round
+        self._rekeyed.clear()
+
+    def _own_version(self, vertex: int) -> int:
+        """The round of ``vertex``'s last accepted model that its node can open; -1: none."""
+        version = self.relay.own_version(vertex)
+        return version if version >= self.key_round.get(vertex, 0) else -1
+
+    def _key_record(self, node: int, vertex: int) -> ConfigRecord:
+        """The vertices ``node`` seals its next model to (itself, then its neighbours that
+        have keys) and their public sealing keys."""
+        nodes = {self.vertex(n): n for n in self.book.node_ids if n in self.keys.sealing}
+        recipients = [j for j in (vertex, *self.relay.graph.neighbours(vertex)) if j in nodes]
+        self._recipients[node] = recipients
+        keys = [self.keys.sealing[nodes[j]] for j in recipients]
+        return ConfigRecord({"vertices": recipients, "keys": keys})
 
     # -- messages -------------------------------------------------------------------------------
     def _message(self, node: int, server_round: int, kind: str, initial: bool = False) -> Message:
@@ -188,24 +234,27 @@ class FedFunStrategy(FederatedStrategy):
         and the node has a model to evaluate (the nodes an evaluate exchange would ask)."""
         vertex, relay = self.vertex(node), self.relay
         everything = self.book[node].needs_sync
-        listing, send = relay.outgoing(vertex, everything)
+        listing, send = relay.outgoing(vertex, everything, self.key_round.get(vertex, 0))
         models = relay.neighbour_models(send)
+        own = self._own_version(vertex)
         config = {
             SERVER_ROUND: server_round,
-            "own-version": relay.own_version(vertex),
+            "own-version": own,
             "gamma": self.fedfun.gamma_for(relay.graph.spectral_norm()),
             "degree": relay.graph.degree(vertex),
             INITIAL: initial,
         }
-        if kind == TRAIN and self.evaluation_due is not None and vertex in relay.latest:
+        if kind == TRAIN and self.evaluation_due is not None and own >= 0:
             config[EVALUATE_FIRST] = self.evaluation_due  # as its evaluate message would go
         content = RecordDict({CONFIG: ConfigRecord(config), NEIGHBOURS: ConfigRecord(listing)})
+        if kind == TRAIN and self.keys is not None:
+            content[RELAY_KEYS] = self._key_record(node, vertex)
         if everything:
             content[SETUP] = ConfigRecord({TRAIN_EXAMPLES: self.bounds.samples})
             content[BOUNDS] = arrays_to_record(
                 {"lower": self.bounds.lower, "upper": self.bounds.upper}
             )
-            if vertex in relay.latest:
+            if own >= 0:
                 models[OWN_PREFIX] = relay.latest[vertex]
         content[MODELS], content[MODEL_ARRAYS] = model_records(models)
         relay.mark_delivered(vertex, send, everything)
@@ -221,6 +270,7 @@ class FedFunStrategy(FederatedStrategy):
         grid: Grid,
     ) -> Iterable[Message]:
         """Every node (no sampling): the neighbours' models it lacks."""
+        self._set_up_keys(grid, server_round)
         log(
             INFO,
             "%s round %d: relaying neighbour models to %d nodes",
@@ -232,6 +282,7 @@ class FedFunStrategy(FederatedStrategy):
 
     # -- replies --------------------------------------------------------------------------------
     def _checked_model(self, reply: Message) -> tuple[dict, dict, dict[str, float]]:
+        """The reply's model (sealed: its form only), its local loss and sample count."""
         records = exact_records(
             reply.content, {MODELS: ConfigRecord, MODEL_ARRAYS: ArrayRecord, METRICS: MetricRecord}
         )
@@ -239,14 +290,17 @@ class FedFunStrategy(FederatedStrategy):
         arrays = record_to_arrays(records[MODEL_ARRAYS], self.limits.max_bytes)
         if any(not k.startswith(REPLY_PREFIX) for k in [*config, *arrays]):
             raise DecodeError(f"a model key is not under {REPLY_PREFIX!r}")
-        model = decode_node_model(config, arrays, REPLY_PREFIX, self.limits)
-        if model.kind == TREE and not (
-            np.all(model.function.lower == 0) and np.all(model.function.upper == 1)
-        ):
-            # every node maps the agreed box to the unit cube and fits its KDDT there
-            raise DecodeError(
-                "a KDDT on another domain than the agreed one, the unit cube of "
-                "the agreed box (its neighbours could not evaluate it)"
+        if self.keys is None:
+            require_unit_cube(decode_node_model(config, arrays, REPLY_PREFIX, self.limits))
+        elif arrays:
+            raise DecodeError("a sealed model carries no arrays of its own")
+        else:
+            node = reply.metadata.src_node_id
+            check_sealed(
+                reprefixed(config, {}, REPLY_PREFIX, "")[0],
+                self._recipients.get(node, []),
+                self.keys.sealing.get(node, b""),
+                self.limits.max_bytes,
             )
         metrics = checked_metrics(records[METRICS], [LOSS, TRAIN_EXAMPLES])
         checked_count(metrics, TRAIN_EXAMPLES, example_limit(self.task), 1)
@@ -294,7 +348,7 @@ class FedFunStrategy(FederatedStrategy):
         self._evaluating = []
         if not self.fedfun.federated_eval or self.defers_evaluation(server_round):
             return []
-        self._evaluating = [n for n in self.book.node_ids if self.vertex(n) in self.relay.latest]
+        self._evaluating = [n for n in self.book.node_ids if self._own_version(self.vertex(n)) >= 0]
         return [self._message(node, server_round, EVALUATE) for node in self._evaluating]
 
     def on_evaluation_screened(self, screened: Screened) -> None:
@@ -375,4 +429,4 @@ def build_fedfun(settings: RunSettings, task: TaskData) -> FedFunStrategy:
         raise ConfigError(
             "fedfun.delta must be > 0 with fedfun.learner='tree' (the KDDT's kernel needs a radius)"
         )
-    return FedFunStrategy(fedfun, task, settings.seed)
+    return FedFunStrategy(fedfun, task, settings.seed, settings.relay_encryption)

@@ -22,6 +22,7 @@ from functions.errors import DecodeError
 from functions.node_models import Config, decode_node_model, reprefixed
 from functions.params import arrays_to_record, record_to_arrays
 from functions.protocol import neighbour_prefix
+from functions.sealed_relay import check_sealed_form, is_sealed
 from oracles.graphs import Graph
 from strategies.state_codec import LIMITS, checks
 
@@ -39,8 +40,8 @@ class StoredModel:
 class RelayModels:
     """Every vertex's latest model with its version, in the models' own wire form (a
     ``state_codec.Wire``): keys under ``v<vertex>/``, read back through the replies' decoder
-    (``decode_node_model`` under the context's ``LIMITS``), so a checkpoint holds only models a
-    node could have sent."""
+    (``decode_node_model`` under the context's ``LIMITS``; a sealed model's form,
+    ``functions.sealed_relay``), so a checkpoint holds only models a node could have sent."""
 
     RECORDS: ClassVar[dict[str, type]] = {"": ConfigRecord, "arrays": ArrayRecord}
     latest: dict[int, StoredModel]
@@ -74,7 +75,10 @@ class RelayModels:
             raise DecodeError(f"relay models: keys of no listed vertex {stray[:3]}")
         latest = {}
         for vertex, version, prefix in zip(vertices, versions, prefixes):
-            decode_node_model(config, arrays, prefix, context[LIMITS])
+            if is_sealed(config, prefix):
+                check_sealed_form(reprefixed(config, {}, prefix, "")[0], context[LIMITS].max_bytes)
+            else:
+                decode_node_model(config, arrays, prefix, context[LIMITS])
             latest[vertex] = StoredModel(*reprefixed(config, arrays, prefix, ""), version)
         return cls(latest)
 
@@ -123,13 +127,17 @@ class RelayBook:
         stored = self.latest.get(vertex)
         return -1 if stored is None else stored.version
 
-    def neighbours_with_models(self, vertex: int) -> list[int]:
-        return [j for j in self.graph.neighbours(vertex) if j in self.latest]
-
-    def outgoing(self, vertex: int, everything: bool) -> tuple[dict[str, list[int]], list[int]]:
-        """The neighbour listing for ``vertex`` (ids and versions of every neighbour model it
-        should hold) and which of those models to send: the changed ones, or all of them."""
-        listed = self.neighbours_with_models(vertex)
+    def outgoing(
+        self, vertex: int, everything: bool, since: int = -1
+    ) -> tuple[dict[str, list[int]], list[int]]:
+        """The neighbour listing for ``vertex`` (ids and versions of every neighbour model of
+        round ``since`` or later it should hold) and which of those models to send: the
+        changed ones, or all of them."""
+        listed = [
+            j
+            for j in self.graph.neighbours(vertex)
+            if j in self.latest and self.latest[j].version >= since
+        ]
         held = self.delivered[vertex]
         send = [j for j in listed if everything or held.get(j) != self.latest[j].version]
         return {"ids": listed, "versions": [self.latest[j].version for j in listed]}, send

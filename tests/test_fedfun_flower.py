@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import logging
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from flwr.app import ConfigRecord
 
 from client_app.app import app as client_app
+from client_app.fedfun import bounds
 from functions.node_models import ModelLimits, decode_node_model
 from functions.params import record_to_arrays
-from functions.protocol import MODEL_ARRAYS, MODELS, NEIGHBOURS, OWN_PREFIX, neighbour_prefix
+from functions.protocol import (
+    BOUNDS,
+    METRICS,
+    MODEL_ARRAYS,
+    MODELS,
+    NEIGHBOURS,
+    OWN_PREFIX,
+    TRAIN_EXAMPLES,
+    neighbour_prefix,
+)
 from oracles.graphs import make_graph
 from run_config.common import RunSettings
 from server_app.app import InvalidRunConfig
@@ -42,6 +53,11 @@ def messages_to(run, node: int, kind: str) -> list:
 
 def vertex_of(run, node: int) -> int:
     return run.grid.contexts[node].node_config["partition-id"]
+
+
+def coarse(ends: np.ndarray) -> bool:
+    """Whether every value is 0 or a signed power of two."""
+    return bool(np.all((ends == 0) | (np.abs(np.frexp(ends)[0]) == 0.5)))
 
 
 def sent_vertices(message) -> set[int]:
@@ -77,6 +93,8 @@ def test_the_relay_sends_each_node_exactly_its_neighbours_changed_models(tmp_pat
         # round 0 and rounds 1-3; an evaluate exchange after round 3 only, or after each
         assert len(train) == 4 and len(evaluate) == (1 if rides else 3)
         assert sent_vertices(train[0]) == set() and not train[0].content[NEIGHBOURS]["ids"]
+        box = record_to_arrays(train[0].content[BOUNDS])  # the agreed domain: coarse ends
+        assert coarse(box["lower"]) and coarse(box["upper"])
         assert sent_vertices(train[1]) == neighbours  # the h^0 of every neighbour
         carriers = [*train[2:], *evaluate] if rides else evaluate
         for message in carriers:  # each round's new models
@@ -90,6 +108,20 @@ def test_the_relay_sends_each_node_exactly_its_neighbours_changed_models(tmp_pat
         0.0 <= r["test_accuracy_min"] <= r["test_accuracy_mean"] <= r["test_accuracy_max"] <= 1.0
         for r in rows[1:]
     )
+
+
+def test_a_node_states_its_ranges_as_the_powers_of_two_just_outside_them():
+    """query.bounds: each feature's range widened to 0 or signed powers of two, neither end
+    touching it (no end is a row's value, not even a value that is itself a power of two)."""
+    x = np.array([[-1.5, 0.0, 4.0, 3.0, 1e-12], [0.3, 2.0, 7.9, 3.0, 1e-12]], np.float32)
+    reply = bounds(SimpleNamespace(data=SimpleNamespace(x_train=x)))
+    box = record_to_arrays(reply[BOUNDS])
+    tiny = 2.0**-30
+    assert box["lower"].tolist() == [-2.0, -tiny, 2.0, 2.0, 0.0]
+    assert box["upper"].tolist() == [0.5, 4.0, 8.0, 4.0, tiny]
+    assert box["lower"].dtype == np.float64 and coarse(box["lower"]) and coarse(box["upper"])
+    assert np.all(box["lower"] < x.min(axis=0)) and np.all(x.max(axis=0) < box["upper"])
+    assert reply[METRICS][TRAIN_EXAMPLES] == 2
 
 
 def test_without_federated_evaluation_train_messages_carry_the_changed_models(tmp_path):
@@ -157,6 +189,8 @@ def test_a_tree_node_and_network_nodes_are_neighbours(tmp_path):
 @pytest.mark.parametrize("algorithm", ["psr", "dfedavgm", "dfedfish", "dfeddf"])
 @pytest.mark.e2e
 def test_the_baselines_run_on_the_relay(tmp_path, algorithm):
+    """Each baseline learns on the relay: in 3 rounds, as DFedAvgM's SGD needs a third on the
+    agreed box (its powers of two leave the data part of the unit cube)."""
     rows = run_app(
         tmp_path,
         3,
@@ -164,7 +198,7 @@ def test_the_baselines_run_on_the_relay(tmp_path, algorithm):
             **FAST,
             "algorithm": algorithm,
             "partitioning": "iid",
-            "num-server-rounds": 2,
+            "num-server-rounds": 3,
             "fedfun.distill-steps": 10,
         },
     ).rows

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from logging import INFO, WARNING
+from logging import INFO
 from typing import Any
 
 import numpy as np
@@ -25,17 +25,17 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from functions.params import Params, params_to_record, record_to_params
-from functions.protocol import DR_XHAT, EVALUATE_FIRST, SYNC_NONE, XBAR
+from functions.protocol import DR_XHAT, EVALUATE_FIRST, XBAR
 from oracles.douglas_rachford import FedDRServer, project_params
 from run_config.common import RunSettings
 from run_config.feddr import FedDRSettings, feddr_settings
-from strategies.held_sum import HeldSum, change_fields
-from strategies.node_book import dense_restart
+from strategies.held_sum import HeldSum
+from strategies.held_vectors import HeldVectorStrategy
 from strategies.sampling import Sampler
 from strategies.screening import exact_records
 from strategies.secure_training import SecureTraining
 from strategies.state_codec import LAYOUT
-from strategies.torch_model import TorchGlobal, TorchModelStrategy
+from strategies.torch_model import TorchGlobal
 from tasks.datasets import TaskData
 
 
@@ -55,13 +55,14 @@ class FedDRSecureState:
     xbar: Params
 
 
-class FedDRStrategy(TorchModelStrategy):
+class FedDRStrategy(HeldVectorStrategy):
     """FedDR on Flower's Message API: per-node sync, reply validation, partial participation.
 
     Every node's last x_hat_i is kept by roster position (``FedDRServer``), so a returning node
     finds its partition's x_hat_i where its slot is."""
 
     label = "FedDR"
+    held_name = "x_hat_i"
     State = FedDRState
 
     def __init__(
@@ -78,7 +79,6 @@ class FedDRStrategy(TorchModelStrategy):
         self.xbar = x0
         self.sampler = Sampler(dr.participation, seed)
         self.server: FedDRServer | None = None
-        self.held: HeldSum | None = None  # with secure aggregation: the sum of the x_hat_i
         self.secure_bound = secure_bound
         if secure_bound is not None:
             self.secure_training = SecureTraining(self.label, seed)
@@ -127,12 +127,7 @@ class FedDRStrategy(TorchModelStrategy):
         due = {} if self.evaluation_due is None else {EVALUATE_FIRST: self.evaluation_due}
 
         def restart(node: int) -> tuple[str, dict]:
-            position = self.book.position(node)
-            if self.held is None:
-                x_hat = self.server.x_hat_of(position)
-            elif (x_hat := self.held.restart_of(position)) is None:  # it steps from its own
-                return SYNC_NONE, {}
-            return dense_restart(self.layout, self.xbar, x_hat, DR_XHAT)
+            return self.restart(node, self.xbar, lambda p: self.server.x_hat_of(p), DR_XHAT)
 
         messages = [
             self.book.train_message(node, server_round, content, restart, **due) for node in nodes
@@ -144,16 +139,7 @@ class FedDRStrategy(TorchModelStrategy):
             len(nodes),
             len(self.book.node_ids),
         )
-        if self.secure_training is None:
-            return messages
-        self.secure_training.run(
-            grid,
-            server_round,
-            messages,
-            change_fields(self.layout, self.secure_bound),
-            self.check_late_evaluation,
-        )
-        return []
+        return self.as_secure_sum(grid, server_round, messages, self.secure_bound)
 
     def aggregate(
         self, server_round: int, replies: Iterable[Message]
@@ -162,13 +148,10 @@ class FedDRStrategy(TorchModelStrategy):
         (with secure aggregation, from their running sum)."""
         domain = self.dr.domain
         if self.held is not None:
-            outcome = self.secure_outcome(server_round)
-            contributors = [] if outcome is None else outcome.contributors
-            if contributors:
-                self.held.add(outcome.sums, self.layout, map(self.book.position, contributors))
+            participants = self.add_secure_round(server_round)
+            if participants:
                 self.xbar = project_params(domain.constraint, self.held.mean, domain.scope)
-            self.book.accept(server_round, contributors)
-            return params_to_record(self.layout, self.xbar), {"participants": len(contributors)}
+            return params_to_record(self.layout, self.xbar), {"participants": participants}
         received = self.screen(server_round, replies, self._checked_x_hat)
         self.xbar = self.server.aggregate(
             {self.book.position(n): x for n, x in received.items()}, domain.constraint, domain.scope
@@ -203,17 +186,6 @@ class FedDRStrategy(TorchModelStrategy):
     # -- state -----------------------------------------------------------------------
     def state_context(self) -> dict[str, Any]:
         return {**super().state_context(), LAYOUT: self.layout}
-
-    def on_rebind(self, old: int, new: int) -> None:
-        """With secure aggregation a node that lost its x_hat_i cannot get it back (the server
-        never held it): every node restarts at x-bar (``strategies.held_sum``), and the node is
-        set up again for the secure sums."""
-        if self.held is None:
-            return
-        self.held.restart(self.xbar)
-        self.book.lost(self.book.node_ids)
-        self.secure_training.forget(old)
-        log(WARNING, "FedDR: node %s lost its x_hat_i; every node restarts at x-bar", old)
 
     def family_state(self) -> FedDRState | FedDRSecureState | None:
         if self.held is not None:

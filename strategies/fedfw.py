@@ -66,7 +66,6 @@ from functions.protocol import (
     RADIUS,
     REPLICA,
     REPLICA_ARRAYS,
-    SYNC_NONE,
     UPDATE_ARRAYS,
     UPDATES,
     XBAR,
@@ -77,14 +76,15 @@ from oracles.lmo import Constraint, lmo_per_tensor, make_constraint, smallest_se
 from run_config.common import NodeDP, RunSettings
 from run_config.fedfw import ConstraintSet, FedFWSettings, fedfw_settings
 from strategies.evaluation import EvaluationSums, combine_evaluation_sums, decode_evaluation_sums
-from strategies.held_sum import HeldSum, change_fields
-from strategies.node_book import NodeSlot, dense_restart
+from strategies.held_sum import HeldSum
+from strategies.held_vectors import HeldVectorStrategy
+from strategies.node_book import NodeSlot
 from strategies.privacy_budget import PrivacyBudget, Releases
 from strategies.sampling import BERNOULLI, Sampler
 from strategies.screening import Screened, exact_records
 from strategies.secure_training import SecureTraining
 from strategies.state_codec import LAYOUT, POSITIONS, checks
-from strategies.torch_model import TorchGlobal, TorchModelStrategy
+from strategies.torch_model import TorchGlobal
 from tasks.datasets import TaskData
 
 MAX_LOCAL_STEPS = 10_000  # bounds a local pass's points, hence the memory a reply may take
@@ -170,12 +170,13 @@ class FedFWPrivateState(FedFWState):
     sizes: np.ndarray = field(metadata=checks("int64", shape=(None,)))
 
 
-class FedFWStrategy(TorchModelStrategy):
+class FedFWStrategy(HeldVectorStrategy):
     """FedFW family on Flower's Message API, with partial participation and per-node D_i.
 
     The mirror's x_i, each node's D_i and its local pass's K are kept by roster position."""
 
     label = "FedFW"
+    held_name = "x_i"
     slot = FedFWSlot
     State = FedFWState
 
@@ -196,7 +197,6 @@ class FedFWStrategy(TorchModelStrategy):
         self.budget = None if dp is None else PrivacyBudget(dp.delta, "a row")
         if dp is not None:
             self.State = FedFWPrivateState
-        self.held: HeldSum | None = None  # with secure aggregation: the sum of the x_i
         if secure:
             self.secure_training = SecureTraining(self.label, seed)
             self.State = FedFWSecureState
@@ -340,12 +340,7 @@ class FedFWStrategy(TorchModelStrategy):
         dense = params_to_record(self.layout, xbar)
 
         def restart(node: int) -> tuple[str, dict]:
-            position = self.book.position(node)
-            if self.held is None:
-                x_i = self.mirror.x_of(position)
-            elif (x_i := self.held.restart_of(position)) is None:  # it steps from its own x_i
-                return SYNC_NONE, {}
-            return dense_restart(self.layout, xbar, x_i, FW_RESTART)
+            return self.restart(node, xbar, lambda p: self.mirror.x_of(p), FW_RESTART)
 
         due = {} if self.evaluation_due is None else {EVALUATE_FIRST: self.evaluation_due}
         messages = [
@@ -366,17 +361,8 @@ class FedFWStrategy(TorchModelStrategy):
             len(nodes),
             len(self.book.node_ids),
         )
-        if self.secure_training is None:
-            return messages
         bound = 2 * max(float(c.radius) for c in self.node_sets)  # x_i and x_i' both in D_i
-        self.secure_training.run(
-            grid,
-            server_round,
-            messages,
-            change_fields(self.layout, bound),
-            self.check_late_evaluation,
-        )
-        return []
+        return self.as_secure_sum(grid, server_round, messages, bound)
 
     def _downlink(self, node: int, dense: ArrayRecord) -> dict:
         """What ``node`` needs to know x-bar: the dense x-bar, or (compact) the points it has not
@@ -490,14 +476,11 @@ class FedFWStrategy(TorchModelStrategy):
     def _secure_aggregate(self, server_round: int) -> tuple[ArrayRecord, dict[str, float]]:
         """x-bar from the running sum of the x_i, with the round's secure sum of the changes
         of the nodes in it (x-bar stays when there is none)."""
-        outcome = self.secure_outcome(server_round)
-        contributors = [] if outcome is None else outcome.contributors
-        if contributors:
-            self.held.add(outcome.sums, self.layout, map(self.book.position, contributors))
-            self.xbar = self.held.mean
-        self.book.accept(server_round, contributors)
-        metrics = self._round_metrics(server_round, len(contributors))
-        return params_to_record(self.layout, self.xbar), metrics
+        participants = self.add_secure_round(server_round)
+        self.xbar = self.held.mean
+        return params_to_record(self.layout, self.xbar), self._round_metrics(
+            server_round, participants
+        )
 
     def _round_metrics(self, server_round: int, participants: int) -> dict[str, float]:
         """The round's step size and penalty, its participants, and with differential privacy
@@ -513,17 +496,6 @@ class FedFWStrategy(TorchModelStrategy):
             count = steps if self.fw.local_pass else 1
             metrics["dp_epsilon"] = self.budget.release(self.dp.noise_multiplier, 1, count)
         return metrics
-
-    def on_rebind(self, old: int, new: int) -> None:
-        """With secure aggregation a node that lost its x_i cannot get it back (the server never
-        held it): every node restarts at x-bar (``strategies.held_sum``), and the node is set
-        up again for the secure sums."""
-        if self.held is None:
-            return
-        self.held.restart(self.xbar)
-        self.book.lost(self.book.node_ids)
-        self.secure_training.forget(old)
-        log(WARNING, "FedFW: node %s lost its x_i; every node restarts at x-bar", old)
 
     def privacy(self) -> dict[str, Any] | None:
         return None if self.budget is None else self.budget.record()

@@ -38,7 +38,7 @@ from server_app.checkpoint import read_checkpoint
 from testing.inprocess_grid import LocalGrid, round_of, run_config, server_context
 from testing.recording_grid import RecordingGrid
 from tests.helpers import RUN_NAME
-from tests.test_checkpoints import CrashingGrid, ServerCrash
+from tests.test_checkpoints import crashed_before
 
 NODES, ROUNDS = 4, 5
 SMALL = {
@@ -135,13 +135,7 @@ def test_a_node_back_with_new_keys_fits_afresh_and_gets_only_what_it_can_open(tm
 
 def test_a_resumed_encrypted_run_starts_its_nodes_afresh_and_completes(tmp_path):
     config = config_for(tmp_path, **ENCRYPTED)
-    grid = CrashingGrid(client_app, config, NODES)
-    grid.crash_at = 3
-    with pytest.raises(ServerCrash):
-        run(grid, server_context(config))
-    grid.crash_at = None
-    for context in grid.contexts.values():  # the resumed run is a new Flower run
-        context.state = RecordDict()
+    grid = crashed_before(config, 3, NODES)
     run(grid, server_context(config), resume_from=tmp_path / RUN_NAME)
     resumed = [m for m in grid.down if m.metadata.message_type == TRAIN and round_of(m) == 3]
     assert {m.content["config"]["own-version"] for m in resumed} == {-1}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from flwr.app import Message, RecordDict
+from flwr.app import Message
 
 from client_app.app import app as client_app
 from client_app.feddr import STORE as FEDDR_STORE
@@ -29,7 +29,7 @@ from tasks.errors import ConfigError
 from testing.inprocess_grid import LocalGrid, round_of, run_config, server_context
 from testing.recording_grid import RecordingGrid
 from tests.helpers import RUN_NAME
-from tests.test_checkpoints import CrashingGrid, ServerCrash
+from tests.test_checkpoints import crashed_before
 
 NODES, ROUNDS = 6, 5
 SMALL = {"task": "synthetic", "num-server-rounds": ROUNDS, "fedfw.radius": 5.0}
@@ -139,13 +139,7 @@ def test_a_node_that_lost_its_state_restarts_every_node_at_x_bar(tmp_path, case)
 
 def test_a_resumed_secure_run_restarts_at_x_bar_and_keeps_x_bar_the_nodes_mean(tmp_path):
     config = config_for(tmp_path, "fedfw-plus-pass", **SECURE)
-    grid = CrashingGrid(client_app, config, NODES)
-    grid.crash_at = 3
-    with pytest.raises(ServerCrash):
-        run(grid, server_context(config))
-    grid.crash_at = None
-    for context in grid.contexts.values():  # the resumed run is a new Flower run
-        context.state = RecordDict()
+    grid = crashed_before(config, 3, NODES)
     run(grid, server_context(config), resume_from=tmp_path / RUN_NAME)
     assert len(rows_of(tmp_path)) == ROUNDS + 1
     restarts = [m for m in grid.down if m.metadata.message_type == TRAIN and round_of(m) == 3]

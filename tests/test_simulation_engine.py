@@ -123,6 +123,9 @@ SECURE = {
     "fedavg": "algorithm='fedavg' num-server-rounds=2 secure-aggregation=true",
     "fedfw-plus": "algorithm='fedfw-plus' num-server-rounds=2 secure-aggregation=true",
     "feddr": "algorithm='feddr' num-server-rounds=2 secure-aggregation=true",
+    # not a sum: FedFun's models sealed node to node, with the same sealing keys
+    "fedfun-sealed": "algorithm='fedfun' task='wine' num-server-rounds=2 fedfun.hidden='8' "
+    "fedfun.initial-steps=20 fedfun.local-steps=5 relay-encryption=true",
 }
 
 
@@ -130,8 +133,9 @@ SECURE = {
 def test_secure_aggregation_through_ray_equals_the_in_process_engine(
     superlink, app, tmp_path, name
 ):
-    """A secure sum's stages keep each node's secrets in its Context.state between messages:
-    through Ray's engine too, the sums (and so the rows) are the in-process engine's."""
+    """A secure sum's stages, and an encrypted relay's sealing keys, keep each node's secrets in
+    its Context.state between messages: through Ray's engine too, the sums and the opened models
+    (and so the rows) are the in-process engine's."""
     env, connection = superlink
     out = tmp_path / "results"
     completed = flwr_run(
@@ -142,6 +146,7 @@ def test_secure_aggregation_through_ray_equals_the_in_process_engine(
     rows = json.loads((out / "secure" / "metrics.json").read_text())["rounds"]
     local = run_app(tmp_path / "local", 3, **parse_overrides(SECURE[name])).rows
     keys = ("test_accuracy", "test_loss", "train_loss", "failures", "participants")
+    keys += ("test_accuracy_mean", "consensus_distance")
     assert [{k: r.get(k) for k in keys} for r in rows] == [
         {k: r.get(k) for k in keys} for r in local
     ]

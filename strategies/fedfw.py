@@ -361,7 +361,8 @@ class FedFWStrategy(HeldVectorStrategy):
             len(nodes),
             len(self.book.node_ids),
         )
-        bound = 2 * max(float(c.radius) for c in self.node_sets)  # x_i and x_i' both in D_i
+        # x_i and x_i' both in D_i, whose points' coordinates are float32: within 2^-24 of r
+        bound = 2 * max(float(c.radius) for c in self.node_sets) * (1 + 1e-6)
         return self.as_secure_sum(grid, server_round, messages, bound)
 
     def _downlink(self, node: int, dense: ArrayRecord) -> dict:

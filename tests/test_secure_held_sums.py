@@ -43,6 +43,8 @@ CASES = {
     },
     "fedfw-sto-sampled": {"algorithm": "fedfw-sto", "fedfw.participation": 0.7},
     "feddr": {"algorithm": "feddr", "feddr.participation": 0.7},
+    # eta_1 = 1: a change as large as the set allows (0.1 is not a float32)
+    "fedfw-one-round": {"algorithm": "fedfw", "num-server-rounds": 1, "fedfw.radius": 0.1},
 }
 SECURE = {"secure-aggregation": True}
 

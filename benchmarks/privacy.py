@@ -13,14 +13,17 @@ score, FedFun's domain box, the run config) whatever it can, per family and site
   that row's gradient: its label, or its residual);
 - **facts**: the row values among those the schema agreement's facts and FedFun's
   ``query.bounds`` state (each range's ends, and a column's magnitude where it could be a row's
-  value); coarsened to powers of two, they state none.
+  value); coarsened to powers of two, they state none;
+- **replies read**: the node's training replies whose own content the family's attack decodes
+  (histograms, trees, a model, FedFW's points, FedDR's x_hat_i), of those that came: what every
+  attack, and gradient inversion, starts from.
 
 The runs use the real ServerApp and ClientApp on the in-process engine, recorded by
 ``testing.recording_grid.RecordingGrid``; each site's own file is read only to score. A case is
-one line of ``CASES``; an attack recovers nothing from a record it does not know (a secure
-sum's masked vector). A
-family whose exchange carries no exact value (networks) reports its facts only (Deep Leakage
-from Gradients: ``benchmarks.privacy_dlg``).
+one line of ``CASES``, a protection a case of its own beside the plain one; an attack recovers
+nothing from a record it does not know (a secure sum's masked vector, a sealed model). A family
+whose exchange carries no exact value (networks) reports the replies read and its facts only
+(Deep Leakage from Gradients: ``benchmarks.privacy_dlg``).
 
     python -m benchmarks.privacy            # 3 rounds, both tables
     python -m benchmarks.privacy --quick    # 1 round, the penguins sites
@@ -35,8 +38,9 @@ import json
 import logging
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -59,6 +63,8 @@ from functions.protocol import (
     CONFIG,
     DELTA,
     DELTA_ARRAYS,
+    DR_XHAT,
+    FW_POINT,
     GROWING,
     HISTOGRAMS,
     LAYOUT,
@@ -114,10 +120,19 @@ CASES = (
     Case("fedxgb-bagging", "fedxgb-bagging"),
     Case("FFGB, trees", "ffgb", {"ffgb.learner": "tree"}),
     Case("FedFun, KDDT", "fedfun", {"fedfun.learner": "tree"}, ("penguins",)),
+    Case(
+        "FedFun, KDDT, relay encryption",
+        "fedfun",
+        {"fedfun.learner": "tree", "relay-encryption": True},
+        ("penguins",),
+    ),
     Case("FFGB, MLP", "ffgb", exact=False),
     Case("FedAvg", "fedavg", exact=False),
     Case("FedAvg, secure aggregation", "fedavg", {"secure-aggregation": True}, exact=False),
     Case("FedFW", "fedfw", exact=False),
+    Case("FedFW, secure aggregation", "fedfw", {"secure-aggregation": True}, exact=False),
+    Case("FedDR", "feddr", exact=False),
+    Case("FedDR, secure aggregation", "feddr", {"secure-aggregation": True}, exact=False),
 )
 
 
@@ -245,12 +260,14 @@ class ServerView:
 class Findings:
     """What the attacks recovered about one site, in its own units: value claims per numeric
     column (alternatives each), labelled claims ((column, value, label) alternatives, rows),
-    single-row slots or leaves (None: no attack applies), and stated values per column name."""
+    single-row slots or leaves (None: no attack applies), stated values per column name, and
+    the training replies whose content the family's attack decoded (None: it has none)."""
 
     values: list[tuple[int, tuple[float, ...]]] = field(default_factory=list)
     labelled: list[tuple[tuple[tuple[int, float, float], ...], int]] = field(default_factory=list)
     single: int | None = None
     facts: dict[str, set[float]] = field(default_factory=dict)
+    read: int | None = None
 
     def disclose(self, name: str, values: Sequence[float]) -> None:
         self.facts.setdefault(name, set()).update(v for v in values if np.isfinite(v))
@@ -279,7 +296,7 @@ def hist_findings(view: ServerView, node: int, found: Findings) -> None:
                 found.values.append((column, (float(v),)))
     objective = attacks.objective_of(view.schema.num_classes)
     merged = int(view.config.get("fedxgb-hist.min-bin-count", 0)) > 1
-    layout, start, claims, level, found.single = None, None, [], 0, 0
+    layout, start, claims, level, found.single, found.read = None, None, [], 0, 0, 0
     for e in view.of_type(node, TRAIN):
         sent = e.sent.content
         if LAYOUT in sent:  # a round's root: the booster and the edges come with it
@@ -289,6 +306,7 @@ def hist_findings(view: ServerView, node: int, found: Findings) -> None:
         if layout is None:
             continue
         reply = _arrays(e.reply.content, HISTOGRAMS)
+        found.read += attacks.read_histograms(reply, layout, len(leaves)) is not None
         server_round = int(_config(sent, CONFIG).get(SERVER_ROUND, 0))
         if server_round == 1 and level == 0:
             found.single = attacks.single_row_slots(reply, layout, len(leaves))
@@ -327,9 +345,10 @@ def bagging_findings(view: ServerView, node: int, found: Findings) -> None:
     row's hessian is known (squared error; a classification's first round)."""
     conditions: dict[int, set[float]] = {}
     classes = view.schema.num_classes
-    found.single = 0
+    found.single, found.read = 0, 0
     for e in view.of_type(node, TRAIN):
         model = _booster_json(e.reply.content)
+        found.read += bool(attacks.xgboost_trees(model))
         for f, values in attacks.xgboost_conditions(model).items():
             conditions.setdefault(f, set()).update(values)
         if not classes:
@@ -341,19 +360,20 @@ def bagging_findings(view: ServerView, node: int, found: Findings) -> None:
 
 
 def ffgb_findings(view: ServerView, node: int, found: Findings) -> None:
-    """FFGB with trees: thresholds are midpoints of two values (nothing exact); with Newton
-    leaves and classes, the first learner of round 1 gives its leaves' rows."""
+    """FFGB: every reply's learners, as the server decodes them. Tree thresholds are midpoints
+    of two values (nothing exact); with Newton leaves and classes, the first learner of round 1
+    gives its leaves' rows."""
     classes = view.schema.num_classes
     newton = view.config.get("ffgb.tree-leaves", "auto") in ("auto", "newton")
-    if not classes or not newton:
-        return
-    found.single = 0
+    found.read = 0
+    if classes and newton:
+        found.single = 0
     for e in view.of_type(node, TRAIN):
-        if int(_config(e.sent.content, CONFIG).get(SERVER_ROUND, 0)) != 1:
-            continue
         reply = e.reply.content
         trees = attacks.first_trees(_config(reply, DELTA), _arrays(reply, DELTA_ARRAYS))
-        if trees and isinstance(trees[0], TreeArrays):
+        found.read += bool(trees)
+        first = int(_config(e.sent.content, CONFIG).get(SERVER_ROUND, 0)) == 1
+        if found.single is not None and first and trees and isinstance(trees[0], TreeArrays):
             tree = trees[0]
             found.single += attacks.single_row_tree_leaves(
                 tree.children_left, tree.children_right, tree.value, 1 / classes, view.rows(node)
@@ -361,9 +381,10 @@ def ffgb_findings(view: ServerView, node: int, found: Findings) -> None:
 
 
 def fedfun_findings(view: ServerView, node: int, found: Findings) -> None:
-    """FedFun with KDDTs: every split is a smoothed row's box edge (value = threshold ± radius
-    in the agreed cube), labelled where the leaves on that side are pure; the ends of each
-    feature's range in ``query.bounds`` are claimed as facts."""
+    """FedFun with KDDTs: every split of a node's own model, where its reply holds it in the
+    clear (sealed, ``relay-encryption``, it holds none), is a smoothed row's box edge (value =
+    threshold ± radius in the agreed cube), labelled where the leaves on that side are pure;
+    the ends of each feature's range in ``query.bounds`` are claimed as facts."""
     for e in view.of_type(node, QUERY_BOUNDS):
         for f, pair in enumerate(attacks.bounds_values(_arrays(e.reply.content, BOUNDS))):
             if f in view.numeric:
@@ -372,12 +393,15 @@ def fedfun_findings(view: ServerView, node: int, found: Findings) -> None:
     delta = float(view.config.get("fedfun.delta", 0.0))
     box: dict[str, np.ndarray] = {}
     seen_values, seen_labels = set(), set()
+    found.read = 0
     for e in view.of_type(node, TRAIN):
         box = _arrays(e.sent.content, BOUNDS) or box
+        model = _arrays(e.reply.content, MODEL_ARRAYS)
+        found.read += attacks.kddt_arrays(model, REPLY_PREFIX) is not None
         if set(box) != {"lower", "upper"}:
             continue
         splits = attacks.kddt_splits(
-            _arrays(e.reply.content, MODEL_ARRAYS),
+            model,
             REPLY_PREFIX,
             delta / (1 + 2 * delta),
             view.schema.kind != REGRESSION,
@@ -399,11 +423,23 @@ def fedfun_findings(view: ServerView, node: int, found: Findings) -> None:
     found.labelled += [(claim, 1) for claim in sorted(seen_labels)]
 
 
-FAMILY_ATTACKS = {
+def vector_findings(record: str, view: ServerView, node: int, found: Findings) -> None:
+    """A network family whose node sends one vector under ``record`` (FedAvg's model, FedFW's
+    points s_i, FedDR's x_hat_i): the replies that hold it in the clear. No exact value travels
+    in it; gradient inversion starts from it (``benchmarks.privacy_dlg``)."""
+    replies = view.of_type(node, TRAIN)
+    found.read = sum(attacks.plain_vector(_arrays(e.reply.content, record)) for e in replies)
+
+
+Attack = Callable[[ServerView, int, Findings], None]
+FAMILY_ATTACKS: dict[str, Attack] = {
     "fedxgb-hist": hist_findings,
     "fedxgb-bagging": bagging_findings,
     "ffgb": ffgb_findings,
     "fedfun": fedfun_findings,
+    "fedavg": partial(vector_findings, ARRAYS),
+    "fedfw": partial(vector_findings, FW_POINT),
+    "feddr": partial(vector_findings, DR_XHAT),
 }
 
 
@@ -449,8 +485,9 @@ def site_truth(path: Path, schema: Schema, settings: RunSettings, partition: int
     return SiteTruth(tuple(names), x[train], y[train], columns)
 
 
-def score(found: Findings, truth: SiteTruth, exact: bool) -> dict[str, Any]:
-    """The site's figures: values, labels, single-row, facts (recovered, out of)."""
+def score(found: Findings, truth: SiteTruth, exact: bool, replies: int) -> dict[str, Any]:
+    """The site's figures: values, labels, single-row, facts (recovered, out of), and the
+    replies read of the node's ``replies`` training replies."""
     values = sum(
         attacks.recovered([alt for c, alt in found.values if c == column], truth.x[:, column])
         for column in range(truth.x.shape[1])
@@ -474,6 +511,8 @@ def score(found: Findings, truth: SiteTruth, exact: bool) -> dict[str, Any]:
         "single_row": found.single if exact else None,
         "facts": facts,
         "file_values": int(sum(np.sum(~np.isnan(c)) for c in truth.columns.values())),
+        "replies_read": found.read,
+        "replies": replies,
     }
 
 
@@ -497,7 +536,8 @@ def run_case(case: Case, table: str, folder: Path, rounds: int, out: Path) -> di
     for node, partition in sorted(view.partitions.items(), key=lambda item: item[1]):
         found = findings(view, node, case.algorithm)
         truth = site_truth(folder / f"{partition}.csv", view.schema, settings, partition)
-        figures[names[partition]] = score(found, truth, case.exact)
+        replies = len(view.of_type(node, TRAIN))
+        figures[names[partition]] = score(found, truth, case.exact, replies)
     return figures
 
 
@@ -514,6 +554,7 @@ def table_rows(results: Mapping[str, Mapping[str, Mapping[str, dict]]]) -> list[
     for case, tables in results.items():
         for table, sites in tables.items():
             for site, f in sites.items():
+                read = f["replies_read"]
                 rows.append(
                     [
                         case,
@@ -523,6 +564,7 @@ def table_rows(results: Mapping[str, Mapping[str, Mapping[str, dict]]]) -> list[
                         share(f["labels"], f["rows"]),
                         NONE if f["single_row"] is None else f["single_row"],
                         f"{f['facts']} of {f['file_values']}",
+                        NONE if read is None else f"{read} of {f['replies']}",
                     ]
                 )
     return rows
@@ -550,7 +592,9 @@ row, each revealing that row's label or residual (not counted in *labels*: the r
 not exact); *facts*, the file's values among those the agreement's facts (and FedFun's
 `query.bounds`) state, each range's ends and a magnitude that could be a row's (coarsened to
 powers of two: none), of the file's present numeric values (features, and the label for
-regression), train and test rows.
+regression), train and test rows; *replies read*, the node's training replies whose own content
+(histograms, trees, a model, FedFW's points s_i, FedDR's x_hat_i) the family's attack decodes,
+of those that came: what every attack here, and gradient inversion, starts from.
 
 - fedxgb-hist: the sketch of a column with fewer rows than `sketch-size` holds every rank, so
   it is the column; a slot's class counts are count / K - grad sum at round 1 (every row at the
@@ -570,9 +614,13 @@ regression), train and test rows.
   A node's tree is fitted to its neighbours' leaves too, so its thresholds also carry their
   values: a value found may be a neighbour's that this site shares. `query.bounds` states each
   feature's range as the powers of two just outside it (no row's value); the agreed box, their
-  union, is the cube map the attack uses.
-- Networks (FFGB MLP, FedAvg, FedFW): exact values are not the measure (see
+  union, is the cube map the attack uses. With `relay-encryption` a node's model travels
+  sealed to its neighbours and itself: the reply holds ciphertext and no tree to read.
+- Networks (FFGB MLP, FedAvg, FedFW, FedDR): exact values are not the measure (see
   `benchmarks.privacy_dlg`); their facts are the agreement's, as every family's.
+- `secure-aggregation`: a node's training reply is its masked vector in a secure sum (FedAvg's
+  model, fedxgb-hist's histograms, the change of FedFW's x_i and of FedDR's x_hat_i), under the
+  sum's own record: the family's record, which the attack reads, is not in it.
 """
 
 
@@ -608,7 +656,16 @@ def main(argv: list[str] | None = None) -> int:
         "results": results,
     }
     (out / "privacy.json").write_text(json.dumps(payload, indent=1) + "\n")
-    headers = ["case", "site", "training rows", "values", "labels", "single-row", "facts"]
+    headers = [
+        "case",
+        "site",
+        "training rows",
+        "values",
+        "labels",
+        "single-row",
+        "facts",
+        "replies read",
+    ]
     write_report(
         out / "privacy.md",
         "What a curious server reads back about each site",

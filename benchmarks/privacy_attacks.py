@@ -6,7 +6,8 @@ Each attack is a pure function over one reply's arrays (or JSON) and returns wha
 the numbers the site trained on (standardised values, float32 as they travelled); ``decoded``
 maps them back to the site's own units, and ``recovered`` and ``labelled_rows`` score them
 against the site's file. An attack meeting a record it does not recognise (other names, shapes or
-dtypes: a masked vector of secure aggregation) recovers nothing; it never raises on a reply.
+dtypes: a masked vector of secure aggregation, a sealed model of relay encryption) recovers
+nothing; it never raises on a reply.
 """
 
 from __future__ import annotations
@@ -452,21 +453,29 @@ class KddtSplit:
 KDDT_FIELDS = ("children_left", "children_right", "feature", "threshold", "value")
 
 
+def kddt_arrays(arrays: Arrays, prefix: str) -> tuple[np.ndarray, ...] | None:
+    """The KDDT under ``prefix`` in a reply's arrays (``functions.kddt``), its ``KDDT_FIELDS``
+    in order; None for any other record (a sealed model, ``relay-encryption``, has no arrays)."""
+    try:
+        fields = tuple(np.asarray(arrays[prefix + name]) for name in KDDT_FIELDS)
+    except KeyError:
+        return None
+    if any(a.ndim == 0 or len(a) != len(fields[0]) for a in fields) or fields[-1].ndim != 2:
+        return None
+    return fields
+
+
 def kddt_splits(
     arrays: Arrays, prefix: str, radius: float, classification: bool
 ) -> list[KddtSplit]:
-    """The splits of the KDDT under ``prefix`` in a reply's arrays (``functions.kddt``), each
+    """The splits of the KDDT under ``prefix`` in a reply's arrays (``kddt_arrays``), each
     read as ``KddtSplit``; [] for any other record. ``radius``: the box kernel's, in cube units
     (``UnitCube.radius``)."""
-    try:
-        left, right, feature, threshold, value = (
-            np.asarray(arrays[prefix + name]) for name in KDDT_FIELDS
-        )
-    except KeyError:
+    tree = kddt_arrays(arrays, prefix)
+    if tree is None:
         return []
+    left, right, feature, threshold, value = tree
     n = len(left)
-    if any(len(a) != n for a in (right, feature, threshold, value)) or value.ndim != 2:
-        return []
     pure = _pure_subtrees(left, right, value) if classification else np.full(n, np.nan)
     splits = []
     for i in np.flatnonzero(left >= 0):
@@ -552,3 +561,14 @@ def first_trees(config: Mapping[str, object], arrays: Arrays) -> list:
         return list(unpack_delta(config, arrays).learners)
     except (DecodeError, TypeError, ValueError):
         return []
+
+
+# -- a network's vector -----------------------------------------------------------------------
+def plain_vector(arrays: Arrays) -> bool:
+    """Whether a reply's record, under the name its family sends a node's vector by (a model's
+    weights, FedFW's encoded extreme points, FedDR's x_hat_i), holds that vector in the clear:
+    at least one array, every one of numbers and none empty. Gradient inversion
+    (``benchmarks.privacy_dlg``) starts from it. Sent into a secure sum, the vector travels
+    masked under the sum's own record, and the family's record is absent."""
+    values = [np.asarray(a) for a in arrays.values()]
+    return bool(values) and all(a.dtype.kind in "biuf" and a.size > 0 for a in values)

@@ -231,6 +231,8 @@ def test_a_masked_reply_recovers_nothing():
     assert attacks.facts_values(MASKED) == {}
     assert attacks.xgboost_conditions(MASKED) == {}
     assert attacks.first_trees({}, MASKED) == []
+    assert attacks.kddt_arrays(MASKED, "self/") is None
+    assert not attacks.plain_vector({})  # the family's record absent: the vector went masked
 
 
 # -- a real run -------------------------------------------------------------------------------
@@ -245,3 +247,28 @@ def test_a_fedxgb_hist_round_on_the_penguins_sites_reveals_every_value(penguins,
         # fewer rows than the 1,024 quantiles: the sketch is the column
         assert figures["values"] == figures["numeric_values"] > 0
         assert figures["labels"] >= 0.99 * figures["rows"]
+
+
+@pytest.mark.parametrize(
+    ("plain", "protected"),
+    [
+        ("FedFW", "FedFW, secure aggregation"),
+        ("FedFun, KDDT", "FedFun, KDDT, relay encryption"),
+    ],
+)
+def test_a_secure_fedfw_run_and_a_sealed_fedfun_run_give_the_attacks_nothing(
+    plain, protected, penguins, tmp_path
+):
+    from benchmarks.privacy import CASES, run_case
+
+    cases = {case.name: case for case in CASES}
+    before = run_case(cases[plain], "penguins", penguins, 2, tmp_path)
+    after = run_case(cases[protected], "penguins", penguins, 2, tmp_path)
+    for site, figures in after.items():
+        # in plain the server reads every training reply (FedFun's KDDTs give values too)
+        assert before[site]["replies_read"] == before[site]["replies"] > 0
+        assert before[site]["values"] is None or before[site]["values"] > 0
+        # protected, as many replies come and the attacks read none of them
+        assert figures["replies_read"] == 0 < figures["replies"] == before[site]["replies"]
+        assert not figures["values"] and not figures["labels"]
+        assert figures["facts"] == before[site]["facts"] == 0

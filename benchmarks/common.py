@@ -148,9 +148,10 @@ def run_jobs(
     for result in _results(todo, str(out_dir), workers):
         results[result["name"]] = result
         last = result["rows"][-1]
+        # FedFun's rows give the mean of the node models' accuracies
+        accuracy = last.get("test_accuracy", last.get("test_accuracy_mean", float("nan")))
         print(
-            f"  {result['name']:<48} {result['wall_s']:6.1f} s  "
-            f"acc={last.get('test_accuracy', float('nan')):.4f}  "
+            f"  {result['name']:<48} {result['wall_s']:6.1f} s  acc={accuracy:.4f}  "
             f"train_loss={last.get('train_loss', float('nan')):.4f}",
             flush=True,
         )

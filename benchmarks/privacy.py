@@ -119,6 +119,11 @@ CASES = (
     ),
     Case("fedxgb-bagging", "fedxgb-bagging"),
     Case("FFGB, trees", "ffgb", {"ffgb.learner": "tree"}),
+    Case(
+        "FFGB, trees, relay encryption",
+        "ffgb",
+        {"ffgb.learner": "tree", "relay-encryption": True, "central-evaluation": False},
+    ),
     Case("FedFun, KDDT", "fedfun", {"fedfun.learner": "tree"}, ("penguins",)),
     Case(
         "FedFun, KDDT, relay encryption",
@@ -608,7 +613,9 @@ of those that came: what every attack here, and gradient inversion, starts from.
 - fedxgb-bagging: split conditions are the node's own cut points, its values; a leaf's
   `sum_hessian` counts its rows where every row's hessian is known.
 - FFGB trees: thresholds are midpoints of two training values (scikit-learn's CART), never
-  claimed as values; Newton leaf values give each leaf's rows and class counts in round 1.
+  claimed as values; Newton leaf values give each leaf's rows and class counts in round 1. With
+  `relay-encryption` each learner travels sealed under the nodes' group key: the reply holds
+  ciphertext (and the schedule's weights) and no tree to read.
 - FedFun KDDT: a threshold is the edge of a smoothed row's box, the row's value ± the kernel
   radius (the server knows the cube map and the radius); both are claimed, one recovered at most.
   A node's tree is fitted to its neighbours' leaves too, so its thresholds also carry their

@@ -23,6 +23,7 @@ import numpy as np
 from functions.bins import BinLayout
 from functions.ensembles import unpack_delta
 from functions.errors import DecodeError
+from functions.sealed_learners import SealedLearner
 from functions.trees import LEAF
 from oracles.hist_xgboost import LOGISTIC, SOFTMAX, SQUARED, column_sketch
 
@@ -555,12 +556,14 @@ def bounds_values(arrays: Arrays) -> list[tuple[float, float]]:
 
 
 def first_trees(config: Mapping[str, object], arrays: Arrays) -> list:
-    """The learners of an FFGB ``delta`` reply (``functions.ensembles``), as the server decodes
-    them; [] when it does not decode."""
+    """The learners of an FFGB ``delta`` reply (``functions.ensembles``) that the server can
+    read, as it decodes them; [] when it does not decode. A sealed learner (``relay-encryption``)
+    is ciphertext: none."""
     try:
-        return list(unpack_delta(config, arrays).learners)
+        learners = unpack_delta(config, arrays).learners
     except (DecodeError, TypeError, ValueError):
         return []
+    return [h for h in learners if not isinstance(h, SealedLearner)]
 
 
 # -- a network's vector -----------------------------------------------------------------------

@@ -18,6 +18,7 @@ from flwr.clientapp import ClientApp
 from flwr.common.constant import ErrorCode
 from flwr.common.logger import log
 
+from client_app import group_key
 from client_app.job import ClientJob
 from client_app.node_state import LostStateError
 from client_app.registry import handlers_for, message_types
@@ -27,7 +28,7 @@ from client_app.setup import node_setup
 from client_app.site_data import SITE_HANDLERS, agreed_schema
 from functions.errors import DecodeError, one_sentence
 from functions.packed_records import pack_content, unpack_content
-from functions.secure_sum import SECAGG
+from functions.secure_sum import GROUP, SECAGG
 from tasks.errors import ConfigError
 from tasks.site_errors import SiteDataError
 
@@ -36,6 +37,7 @@ from tasks.site_errors import SiteDataError
 torch.set_num_threads(int(os.environ.get("FL_TORCH_THREADS", "1")))
 
 app = ClientApp()
+STAGE_HANDLERS = {**SECURE_SUM_HANDLERS, GROUP: group_key.answer}  # whatever the family
 
 # what the node's data, the run config or a received record can be faulted for
 EXPECTED_FAILURES = (SiteDataError, ConfigError, DecodeError, LostStateError)
@@ -64,11 +66,12 @@ def handle(message: Message, context: Context) -> Message:
 def answer(message: Message, context: Context) -> Message:
     """Run the procedure that the run's algorithm registered for this message type, on the
     node's setup (built on the run's first message to this node, then reused). The stages of a
-    secure sum are answered by ``client_app.secure_sum``, whatever the family, and a family's
+    secure sum are answered by ``client_app.secure_sum`` (a relay's group key by
+    ``client_app.group_key``), whatever the family, and a family's
     message that carries a ``secagg`` record has its reply masked there."""
     message_type = message.metadata.message_type
-    if message_type in SECURE_SUM_HANDLERS:
-        handler = SECURE_SUM_HANDLERS[message_type]
+    if message_type in STAGE_HANDLERS:
+        handler = STAGE_HANDLERS[message_type]
         return Message(handler(message.content, context.state), reply_to=message)
     if SECAGG in message.content:
         reply = masked_reply(
@@ -103,5 +106,5 @@ def _register(message_type: str) -> None:
     (decorator(action) if action else decorator())(handle)
 
 
-for _message_type in (*message_types(), *SITE_HANDLERS, *SECURE_SUM_HANDLERS):
+for _message_type in (*message_types(), *SITE_HANDLERS, *STAGE_HANDLERS):
     _register(_message_type)

@@ -6,6 +6,8 @@ shard, at a version, and applies each delta the server sends (only the learners 
 learners: the server does not send a node back what it sent (the paper's (N - 1) K down), but
 says how they entered the average (``own_count``, ``own_factor``). A delta the node cannot apply
 (it lost its state, or missed a message) is an error reply; the server then sends everything.
+With ``relay-encryption`` the node opens the learners it receives and seals those it sends under
+the run's group key (``client_app.group_key``, ``functions.learner_sealing``).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import numpy as np
 from flwr.app import ConfigRecord, MetricRecord, RecordDict
 
 from client_app.ffgb_l_fits import fits_key, kept_fits
+from client_app.group_key import message_key
 from client_app.job import ClientJob
 from client_app.node_info import describe_node
 from client_app.node_state import LostStateError
@@ -27,6 +30,7 @@ from functions.ensembles import (
     weighted_sum,
 )
 from functions.errors import DecodeError
+from functions.learner_sealing import open_learners, seal_learners
 from functions.learners import learner_spec
 from functions.params import arrays_to_record, record_to_arrays
 from functions.protocol import (
@@ -79,8 +83,15 @@ def _flat(x: np.ndarray) -> np.ndarray:
 
 
 def _read_delta(job: Job, model: BoostingModel) -> Delta:
+    """The message's delta; with relay encryption its learners opened under the group key and
+    checked as the server checks a plain reply's."""
     config, arrays = job.content[DELTA], job.content[DELTA_ARRAYS]
-    return unpack_delta(dict(config), record_to_arrays(arrays), model.limits)
+    delta = unpack_delta(dict(config), record_to_arrays(arrays), model.limits)
+    if not job.family.relay_encryption:
+        return delta
+    return open_learners(
+        delta, message_key(job.content, job.state), model.limits, model.check_learner
+    )
 
 
 def _own_values(job: Job, delta: Delta) -> dict[str, np.ndarray] | None:
@@ -294,6 +305,8 @@ def _train(job: Job, model: BoostingModel, version: int, values: dict[str, np.nd
         int(_flat(data.x_train).shape[1]),
         data.task.num_outputs,
     )
+    if ffgb.relay_encryption:
+        reply = seal_learners(reply, message_key(job.content, job.state))
     config, arrays = pack_delta(reply)
     return RecordDict(
         {

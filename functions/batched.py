@@ -23,6 +23,7 @@ from functions.convnets import ConvNet, ConvNetSpec
 from functions.forest import add_weighted
 from functions.learners import Learner, learner_spec, same_spec_runs
 from functions.networks import Network, NetworkSpec
+from functions.sealed_learners import SealedSpec
 from functions.trees import TreeSpec
 
 CPU = torch.device("cpu")
@@ -57,6 +58,8 @@ def weighted_sum(
                 f"learner {start} maps {spec.n_features} -> {spec.n_outputs}, "
                 f"expected {x.shape[1]} -> {n_outputs}"
             )
+        if isinstance(spec, SealedSpec):
+            raise ValueError(f"learner {start} is sealed: only the nodes can open and evaluate it")
         if isinstance(spec, TreeSpec):
             add_weighted(out, learners[start:stop], weights[start:stop], x)
         else:

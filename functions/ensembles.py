@@ -46,6 +46,13 @@ from functions.limits import Limits
 from functions.networks import NetworkSpec, pack_modules, unpack_modules
 from functions.params import arrays_to_record
 from functions.records import payload_bytes
+from functions.sealed_learners import (
+    SEALED_KIND,
+    SealedSpec,
+    join_packed_sealed,
+    pack_sealed,
+    unpack_sealed,
+)
 from functions.trees import TreeSpec
 
 FORMAT = 2
@@ -381,7 +388,7 @@ def pack_delta(
         prefix, group = f"g{i}.", delta.learners[start:stop]
         spec = learner_spec(group[0])
         config[prefix + "count"] = stop - start
-        if isinstance(spec, TreeSpec):
+        if isinstance(spec, (TreeSpec, SealedSpec)):
             config[prefix + "kind"] = spec.kind
         else:
             module = networks if isinstance(spec, NetworkSpec) else convnets
@@ -398,6 +405,8 @@ def _pack_group(group: Sequence[Learner], prefix: str) -> dict[str, np.ndarray]:
     spec = learner_spec(group[0])
     if isinstance(spec, TreeSpec):
         return pack_trees(group, prefix)
+    if isinstance(spec, SealedSpec):
+        return pack_sealed(group, prefix)
     return pack_modules(group, spec.array_shapes(), prefix)
 
 
@@ -407,6 +416,8 @@ def _join_packs(
     """``_pack_group`` of a run of learners, from each learner's own pack."""
     if isinstance(spec, TreeSpec):
         return join_packed_trees(packs, prefix)
+    if isinstance(spec, SealedSpec):
+        return join_packed_sealed(packs, prefix)
     return {prefix + name: np.concatenate([pack[name] for pack in packs]) for name in packs[0]}
 
 
@@ -545,6 +556,11 @@ def _decode_group(
                     f"{sorted(arrays)}"
                 )
             return unpack_trees(arrays, "", count, n_features, n_outputs, limits.max_nodes)
+        if kind == SEALED_KIND:
+            if set(fields) != {"kind"}:
+                raise DecodeError(f"sealed: expected config keys ['kind'], got {sorted(fields)}")
+            spec = SealedSpec(n_features, n_outputs)
+            return unpack_sealed(arrays, count, spec, limits.sealed_bytes())
         if kind == NetworkSpec.kind:
             spec = networks.decode_spec(fields, "", limits.max_params)
             load = partial(networks.Network, spec)

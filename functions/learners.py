@@ -1,4 +1,5 @@
-"""The weak-learner kinds an ensemble holds (trees, MLPs, CNNs): their specs and construction."""
+"""The weak-learner kinds an ensemble holds (trees, MLPs, CNNs, and on the server of an encrypted
+relay sealed ones): their specs and construction."""
 
 from __future__ import annotations
 
@@ -7,17 +8,18 @@ from collections.abc import Sequence
 from functions import convnets, networks
 from functions.convnets import ConvNet, ConvNetSpec
 from functions.networks import Network, NetworkSpec
+from functions.sealed_learners import SealedLearner, SealedSpec
 from functions.trees import TreeArrays, TreeSpec
 
-Learner = TreeArrays | Network | ConvNet
-LearnerSpec = TreeSpec | NetworkSpec | ConvNetSpec
+Learner = TreeArrays | Network | ConvNet | SealedLearner
+LearnerSpec = TreeSpec | NetworkSpec | ConvNetSpec | SealedSpec
 KINDS = ("tree", "mlp", "cnn")
 
 
 def learner_spec(learner: Learner) -> LearnerSpec:
     """The frozen spec of a learner (equal specs = same architecture, inputs and outputs)."""
-    if not isinstance(learner, (TreeArrays, Network, ConvNet)):
-        raise TypeError(f"not a learner kind (tree, mlp, cnn): {type(learner).__name__}")
+    if not isinstance(learner, (TreeArrays, Network, ConvNet, SealedLearner)):
+        raise TypeError(f"not a learner kind (tree, mlp, cnn, sealed): {type(learner).__name__}")
     return learner.spec
 
 

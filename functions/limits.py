@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+CONFIG_BYTES = 1 << 12  # a learner's config values and record framing, beyond any spec's
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -22,3 +24,9 @@ class Limits:
         nodes (feature, threshold, size and values)."""
         per_learner = 1 + max(self.max_params, self.max_nodes * (3 + self.max_outputs))
         return 8 * (count * per_learner + self.max_outputs)
+
+    def sealed_bytes(self) -> int:
+        """An upper bound on one sealed learner's ciphertext: a lone learner's wire form within
+        these limits (its arrays, and its config values and framing) as a Fernet token, which is
+        the plaintext in base64 (4/3) with a header of 57 bytes."""
+        return 2 * (self.delta_bytes(1) + CONFIG_BYTES) + 1024

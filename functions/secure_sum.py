@@ -40,6 +40,8 @@ SETUP = "train.secagg_setup"  # once per run and node: its public key for sealed
 KEYS = "train.secagg_keys"  # per sum: a masking key, and sealed shares of it and the self-mask
 UNMASK = "train.secagg_unmask"  # per sum: shares that remove the masks
 STAGES = (SETUP, KEYS, UNMASK)
+GROUP = "train.secagg_group"  # a relay's group key (FFGB): made by one node, wrapped to others'
+# sealing keys by a node that holds it (``strategies.group_key``)
 
 # -- records -------------------------------------------------------------------------------------
 SECAGG = "secagg"  # ConfigRecord of every stage (requests and replies)
@@ -69,6 +71,12 @@ SHARES = "shares"
 LAYOUT = "layout"  # vector request: the summed fields (``SumLayout.to_config``), as JSON
 LAYOUT_COLUMNS = ("records", "names", "sizes", "bounds", "bits", "integer")  # a list each
 WEIGHT = "weight"  # "record/name" of the field every other field is multiplied by ("": none)
+RECIPIENT_KEYS = "recipient-keys"  # group request: the sealing keys to wrap the group key to
+CREATE = "create"  # group request: make a fresh group key (nothing is sealed under one yet)
+WRAP_FROM, WRAP = "wrap-from", "wrap"  # the group key wrapped to a node: the wrapper's sealing
+# key and the Fernet token (group request: the asked node's own; ``GROUP_KEY`` of a message)
+WRAPS = "wraps"  # group reply: one wrap per recipient key, in order
+GROUP_KEY = "group-key"  # ConfigRecord of a family's message: the recipient's wrap
 MAX_LAYOUT_CHARS = 1 << 20  # a layout's JSON: far beyond any family's
 
 RING_BITS = 62  # the sum of every node's bound, scaled, stays below 2^62 (63 bits signed)

@@ -9,15 +9,16 @@ inputs and outputs; their shape is fitted, up to ``tree_depth``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from functions.convnets import ConvNetSpec
-from functions.learners import LearnerSpec
+from functions.errors import DecodeError
+from functions.learners import LearnerSpec, learner_spec
 from functions.limits import Limits
 from functions.networks import NetworkSpec
-from functions.trees import TreeSpec
+from functions.trees import TreeArrays, TreeSpec
 from oracles.boosting import Clipping
 from oracles.functional_losses import CROSS_ENTROPY, SQUARE, PointwiseLoss
 from tasks.datasets import TaskData
@@ -45,6 +46,23 @@ class BoostingModel:
     def describe(self) -> str:
         """The learner, for logs."""
         return f"tree of depth {self.tree_depth}" if self.trees else str(self.spec)
+
+    def check_learner(self, learner: object) -> None:
+        """The run's architecture (and FFGB.C's clipping bound G2), nothing larger: what the
+        server checks of a reply's learners, and a node of the ones it opens (an encrypted
+        relay's); ``DecodeError`` otherwise."""
+        clipping = self.clipping
+        if self.trees:
+            if not isinstance(learner, TreeArrays) or learner.depth > self.tree_depth:
+                raise DecodeError(f"expected a tree of depth <= {self.tree_depth}")
+            if clipping is not None and np.abs(learner.value).max() > clipping.learner_bound:
+                raise DecodeError(f"a leaf value exceeds G2 = {clipping.learner_bound}")
+            return
+        expected = self.spec
+        if clipping is not None:
+            expected = replace(expected, output_bound=float(clipping.learner_bound))
+        if learner_spec(learner) != expected:
+            raise DecodeError(f"a learner is not the run's {expected}")
 
 
 def learner_architecture(learner: str, hidden: int, task: TaskData) -> LearnerSpec:

@@ -458,7 +458,12 @@ COMMON_KEYS = (
         "FedFun family: every node seals its model to its neighbours and itself (X25519 key "
         "agreement, Fernet), so the server stores and forwards ciphertext only and the nodes "
         "validate what they open; a node back with new keys (a restarted SuperNode, a resumed "
-        "run) fits its model afresh, as in round 0 (docs/privacy.md)",
+        "run) fits its model afresh, as in round 0. FFGB, FFGB.C: the nodes seal their "
+        "learners under a group key that one node makes and nodes that hold it wrap to the "
+        "others' keys; the server keeps the ensemble sealed, so it needs "
+        "`central-evaluation=false` (federated evaluation gives the metrics), and refuses "
+        "`ffgb.one-shot` and `ffgb.distill-every`; a resumed run needs a node that kept the key "
+        "(docs/privacy.md)",
         field="relay_encryption",
     ),
     Key(

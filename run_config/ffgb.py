@@ -302,6 +302,7 @@ class FFGBSettings:
     extension: str = UPPER  # FFGB.L's u_i: eq. 17 (upper) or the midpoint interpolant
     downlink: str = AUTO  # per-node, shared or auto (by the round's recipients)
     eval_with_train: bool = True  # round t's evaluation rides on round t + 1's train messages
+    relay_encryption: bool = False  # learners sealed node to node under a group key
 
     def shares_downlink(self, recipients: int) -> bool:
         """Whether a round with ``recipients`` nodes sends one shared delta (``ffgb.downlink``)."""
@@ -406,6 +407,7 @@ def ffgb_settings(settings: RunSettings) -> FFGBSettings:
         mu=0.0 if variant == "ffgb-l" else mu,
         distill_steps=v["ffgb.distill-steps"] or oracle.steps,
         eval_with_train=settings.eval_with_train,
+        relay_encryption=settings.relay_encryption,
     )
     require(
         not (out.one_shot and (variant != "ffgb-l" or out.distill != NONE or out.distill_every)),
@@ -418,6 +420,8 @@ def ffgb_settings(settings: RunSettings) -> FFGBSettings:
         out.federated_eval and not out.one_shot and settings.fraction_train >= 1,
         "ffgb.federated-eval is true, fraction-train is 1 and ffgb.one-shot is false",
     )
+    if out.relay_encryption:
+        _check_relay_encryption(out, settings)
     require(
         not (out.distill_every and learner == "tree"),
         "ffgb.distill-every",
@@ -425,6 +429,17 @@ def ffgb_settings(settings: RunSettings) -> FFGBSettings:
         "0 with tree learners (FedAvg distils into a network)",
     )
     return out
+
+
+def _check_relay_encryption(ffgb: FFGBSettings, settings: RunSettings) -> None:
+    """With sealed learners the server cannot evaluate f or average a student: central
+    evaluation, global distillation and FFGB.L's one shot (whose server combines the pool) are
+    refused, and federated evaluation gives the metrics."""
+    why = "with relay-encryption (the server holds the learners sealed)"
+    require(not settings.central_evaluation, "central-evaluation", True, f"false {why}")
+    require(ffgb.federated_eval, "ffgb.federated-eval", False, f"true {why}")
+    require(not ffgb.one_shot, "ffgb.one-shot", True, f"false {why}")
+    require(ffgb.distill_every == 0, "ffgb.distill-every", ffgb.distill_every, f"0 {why}")
 
 
 def auto_extension(extension: str, lipschitz: float) -> str:
@@ -476,6 +491,6 @@ FFGB: Family[FFGBSettings, None] = Family(
     ),
     ffgb_settings,
     tables=(FFGB_TABLE,),
-    reads=(*SAMPLED, *FUSED_EVALUATION),
+    reads=(*SAMPLED, *FUSED_EVALUATION, "relay-encryption"),
     steps=("ffgb.eta0", "ffgb.schedule", "ffgb.oracle-lr"),
 )

@@ -9,6 +9,11 @@ weights), the boosting rounds (``RoundBoosting`` here, or FFGB.L in one shot,
 (``strategies.ffgb_distillation``). The average is over the replies that pass, in partition
 order (appendix F: m of N nodes per round with ``fraction-train``). The server keeps its test-set
 predictions, updated from each round's new learners only.
+
+With ``relay-encryption`` the nodes seal their learners under a group key the server never holds
+(``strategies.group_key``, ``functions.learner_sealing``): the ensemble holds sealed learners,
+which the sync counts, weights, relays and checkpoints as any, and the metrics come from
+federated evaluation.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from functions.protocol import (
     STUDENT_ARRAYS,
     TRAIN,
 )
+from functions.secure_sum import GROUP_KEY
 from oracles.distillation import NONE
 from run_config.common import RunSettings
 from run_config.ffgb import DISTILL, FFGBSettings, check_task, ffgb_settings
@@ -52,6 +58,7 @@ from strategies.evaluation import (
 from strategies.ffgb_distillation import SPEC, GlobalDistillation, StoredStudent
 from strategies.ffgb_one_shot import OneShotBoosting
 from strategies.ffgb_replies import CheckedIncrement, FFGBReplies
+from strategies.group_key import GroupKey
 from strategies.node_book import NodeBook
 from strategies.sampling import Sampler
 from strategies.screening import Screened
@@ -148,6 +155,7 @@ class FFGBStrategy(FederatedStrategy):
             self.replies.spec, n_features, task.num_outputs, ffgb.distill_rounds
         )
         self.learners_up = self.learners_down = 0
+        self.group = GroupKey(self.label, seed) if ffgb.relay_encryption else None
 
     @property
     def ensemble(self) -> Ensemble:
@@ -207,6 +215,8 @@ class FFGBStrategy(FederatedStrategy):
         )
         if kind == TRAIN and self.evaluation_due is not None:
             content[CONFIG][EVALUATE_FIRST] = self.evaluation_due
+        if self.group is not None:
+            content[GROUP_KEY] = self.group.record(node)
         if student:
             content[STUDENT], content[STUDENT_ARRAYS] = self.distillation.records()
             self.learners_down += 1
@@ -230,6 +240,7 @@ class FFGBStrategy(FederatedStrategy):
             self.distillation.begin(index, self.sampler.rng)
         else:
             nodes = self.boosting.recipients(server_round, nodes, self.book)
+        nodes = self._keyed(grid, server_round, nodes)
         log(
             INFO,
             "%s round %d: %d of %d nodes %s; ensemble of %d learners",
@@ -242,6 +253,23 @@ class FFGBStrategy(FederatedStrategy):
         )
         share = self.ffgb.shares_downlink(len(nodes))
         return [self._message(node, server_round, TRAIN, share, distilling) for node in nodes]
+
+    def _keyed(self, grid: Grid, server_round: int, nodes: list[int]) -> list[int]:
+        """With relay encryption, those of ``nodes`` that hold the group key (``GroupKey``; a
+        node that may have lost its state is asked its sealing key again); else ``nodes``."""
+        if self.group is None:
+            return nodes
+        for node in nodes:
+            if self.book[node].needs_sync:
+                self.group.forget(node)
+        ready, failures = self.group.set_up(grid, server_round, nodes, self.ensemble.version == 0)
+        self.count_failures(failures)
+        return ready
+
+    def on_rebind(self, old: int, new: int) -> None:
+        """A node that comes back is asked its sealing key again (relay encryption)."""
+        if self.group is not None:
+            self.group.forget(old)
 
     def aggregate(
         self, server_round: int, replies: Iterable[Message]
@@ -316,6 +344,8 @@ class FFGBStrategy(FederatedStrategy):
         if self.defers_evaluation(server_round):
             return []
         nodes = self.boosting.evaluation_nodes(server_round, self.book)
+        if self.group is not None:  # keys are set up with the training, whose figures count it
+            nodes = [node for node in nodes if self.group.holds(node)]
         share = self.ffgb.shares_downlink(len(nodes))
         return [self._message(node, server_round, EVALUATE, share) for node in nodes]
 

@@ -8,9 +8,8 @@ header is read and compared before any array of the reply is decoded.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 
 from functions.ensembles import Delta, read_header, read_lone_learner, unpack_delta
@@ -27,7 +26,7 @@ from functions.protocol import (
     STUDENT_ARRAYS,
     TRAIN_EXAMPLES,
 )
-from functions.trees import TreeArrays
+from functions.sealed_learners import SealedLearner, SealedSpec
 from oracles.boosting import AVERAGE, DESCENT, round_coefficients
 from oracles.distillation import NONE, distilled_coefficients
 from run_config.ffgb import FFGBSettings
@@ -61,6 +60,16 @@ class FFGBReplies:
         self.ffgb, self.task = ffgb, task
         self.model = ffgb.model(task)
         self.spec, self.limits = self.model.spec, self.model.limits
+        # with relay encryption the learners are sealed: their nodes check what they open
+        self.sealed = SealedSpec(self.spec.n_features, self.spec.n_outputs)
+
+    def check_learner(self, learner: object) -> None:
+        """The run's architecture (``BoostingModel.check_learner``), or with relay encryption
+        a sealed learner of the run's inputs and outputs."""
+        if not self.ffgb.relay_encryption:
+            self.model.check_learner(learner)
+        elif not isinstance(learner, SealedLearner) or learner.spec != self.sealed:
+            raise DecodeError("expected sealed learners (relay-encryption)")
 
     def coefficients(self, t: int) -> tuple[float, list[float]]:
         """(scale, weights) of a reply in boosting round t (0-based)."""
@@ -70,20 +79,12 @@ class FFGBReplies:
             return scale, weights
         return distilled_coefficients(self.ffgb.distill, scale, weights)
 
-    def check_learner(self, learner: object) -> None:
-        """The run's architecture (and FFGB.C's clipping bound G2), nothing larger."""
-        clipping = self.model.clipping
-        if self.model.trees:
-            if not isinstance(learner, TreeArrays) or learner.depth > self.ffgb.tree_depth:
-                raise DecodeError(f"expected a tree of depth <= {self.ffgb.tree_depth}")
-            if clipping is not None and np.abs(learner.value).max() > clipping.learner_bound:
-                raise DecodeError(f"a leaf value exceeds G2 = {clipping.learner_bound}")
-            return
-        expected = self.spec
-        if clipping is not None:
-            expected = replace(expected, output_bound=float(clipping.learner_bound))
-        if learner_spec(learner) != expected:
-            raise DecodeError(f"a learner is not the run's {expected}")
+    def _array_bytes(self, count: int) -> int:
+        """The most array bytes a reply of ``count`` learners may hold (a sealed learner: its
+        ciphertext, its length and its weight)."""
+        if not self.ffgb.relay_encryption:
+            return self.limits.delta_bytes(count)
+        return count * (self.limits.sealed_bytes() + 16) + self.limits.delta_bytes(0)
 
     def increment(self, reply: Message, version: int, t: int) -> CheckedIncrement:
         """A boosting reply of round t (0-based) on the server's ``version``."""
@@ -97,7 +98,7 @@ class FFGBReplies:
         scale, weights = self.coefficients(t)
         if header.count != len(weights):
             raise DecodeError(f"{header.count} learners, expected {len(weights)}")
-        arrays = record_to_arrays(records[DELTA_ARRAYS], self.limits.delta_bytes(header.count))
+        arrays = record_to_arrays(records[DELTA_ARRAYS], self._array_bytes(header.count))
         delta = unpack_delta(config, arrays, self.limits)
         if delta.scale != scale or list(delta.weights) != weights:
             raise DecodeError("scale or weights do not match the step sizes of the round")

@@ -38,6 +38,9 @@ JOBS = {
     "fedxgb-hist.max-depth=3 secure-aggregation=true",
     "fedavg-secure": "algorithm='fedavg' secure-aggregation=true",
     "fedfw-secure": "algorithm='fedfw-plus' secure-aggregation=true",
+    # the group key made by one SuperNode, wrapped to the others; learners sealed under it
+    "ffgb-sealed": "algorithm='ffgb' ffgb.learner='tree' central-evaluation=false "
+    "relay-encryption=true",
 }
 
 

@@ -31,7 +31,7 @@ from client_app.app import app as client_app
 from client_app.registry import message_types
 from functions.packed_records import pack_content, unpack_content
 from functions.records import array_data_bytes, payload_bytes
-from functions.secure_sum import STAGES
+from functions.secure_sum import GROUP, STAGES
 from testing.inprocess_grid import counting, round_of
 from tests.helpers import run_app
 
@@ -97,8 +97,9 @@ RUNS = {  # every family, and FFGB's distillation and one-shot phases
         "fedxgb-hist.bins": "grid",
     },
     "fedfw-secure": {"algorithm": "fedfw", "secure-aggregation": True, "fedfw.gap": False},
+    "ffgb-sealed": {"algorithm": "ffgb", "relay-encryption": True},
 }
-ADDED = ("fedfw-secure",)  # after the others in the seeds' order
+ADDED = ("fedfw-secure", "ffgb-sealed")  # after the others in the seeds' order
 
 
 # -- mutations of declared fields ----------------------------------------------------------------
@@ -257,7 +258,7 @@ CASES = (
 @pytest.mark.parametrize(("run_name", "which"), CASES)
 def test_mutated_declared_fields_are_a_missing_reply(tmp_path, run_name, which):
     config = counting({**FAST, **RUNS[run_name]})
-    every = {*message_types(), *STAGES} - {"query.node"}
+    every = {*message_types(), *STAGES, GROUP} - {"query.node"}
     types = ANSWERS if which == "its query answers" else SECURE_STAGES.get(which, every)
     seed = SEEDS.index(run_name)
     hostile, missing = NodeOfPartition(types, seed), NodeOfPartition(types, seed, mutate=False)

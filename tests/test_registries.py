@@ -12,6 +12,7 @@ from client_app.app import app as client_app
 from client_app.job import ClientJob
 from client_app.registry import CLIENT_HALVES, message_types
 from client_app.site_data import SITE_HANDLERS
+from functions.secure_sum import GROUP
 from functions.secure_sum import STAGES as SECURE_SUM_STAGES
 from run_config.families import FAMILIES, algorithm_names, family_of
 from strategies.registry import STRATEGIES
@@ -37,8 +38,8 @@ def test_the_client_half_answers_every_message_type_the_family_declares():
 def test_the_client_app_dispatches_every_registered_message_type():
     # Flower keeps no public list; it files "train" as "train.default"
     registered = set(client_app._registered_funcs)
-    # and the sites' schema agreement, and the stages of a secure sum
-    expected = (*message_types(), *SITE_HANDLERS, *SECURE_SUM_STAGES)
+    # and the sites' schema agreement, the stages of a secure sum and a relay's group key
+    expected = (*message_types(), *SITE_HANDLERS, *SECURE_SUM_STAGES, GROUP)
     assert {t if "." in t else f"{t}.default" for t in expected} == registered
 
 

@@ -126,6 +126,9 @@ SECURE = {
     # not a sum: FedFun's models sealed node to node, with the same sealing keys
     "fedfun-sealed": "algorithm='fedfun' task='wine' num-server-rounds=2 fedfun.hidden='8' "
     "fedfun.initial-steps=20 fedfun.local-steps=5 relay-encryption=true",
+    # FFGB's learners sealed under a group key that one node makes and wraps to the others
+    "ffgb-sealed": "algorithm='ffgb' task='wine' ffgb.learner='tree' num-server-rounds=2 "
+    "central-evaluation=false relay-encryption=true",
 }
 
 

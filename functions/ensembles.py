@@ -560,7 +560,7 @@ def _decode_group(
             if set(fields) != {"kind"}:
                 raise DecodeError(f"sealed: expected config keys ['kind'], got {sorted(fields)}")
             spec = SealedSpec(n_features, n_outputs)
-            return unpack_sealed(arrays, count, spec, limits.sealed_bytes())
+            return unpack_sealed(arrays, count, spec, limits.sealed_bytes)
         if kind == NetworkSpec.kind:
             spec = networks.decode_spec(fields, "", limits.max_params)
             load = partial(networks.Network, spec)

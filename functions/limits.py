@@ -25,8 +25,7 @@ class Limits:
         per_learner = 1 + max(self.max_params, self.max_nodes * (3 + self.max_outputs))
         return 8 * (count * per_learner + self.max_outputs)
 
-    def sealed_bytes(self) -> int:
-        """An upper bound on one sealed learner's ciphertext: a lone learner's wire form within
-        these limits (its arrays, and its config values and framing) as a Fernet token, which is
-        the plaintext in base64 (4/3) with a header of 57 bytes."""
-        return 2 * (self.delta_bytes(1) + CONFIG_BYTES) + 1024
+    def sealed_bytes(self, count: int) -> int:
+        """An upper bound on a sealed box of ``count`` learners: their wire form within these
+        limits (arrays, config values and framing) and AES-GCM's nonce and tag."""
+        return self.delta_bytes(count) + CONFIG_BYTES + 64

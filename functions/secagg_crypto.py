@@ -1,6 +1,8 @@
 """The cryptographic primitives of secure aggregation, all from kept libraries: X25519 key
 agreement and HKDF (``cryptography``), authenticated encryption of shares (Fernet, through
-Flower's ``flwr.common.secure_aggregation.crypto.symmetric_encryption``), Shamir secret sharing
+Flower's ``flwr.common.secure_aggregation.crypto.symmetric_encryption``) and of relayed learners
+(AES-256-GCM, ``cryptography``: binary, so a box is its plaintext plus 28 bytes where a Fernet
+token is base64, 4/3 of it), Shamir secret sharing
 (pycryptodome's, which Flower's ``crypto.shamir`` wraps), SHA-256 commitments, and the masks'
 generator: the AES-256-CTR keystream of a 32-byte seed (``cryptography``).
 
@@ -19,15 +21,17 @@ as its 256-bit key. Every function that takes bytes received from elsewhere rais
 from __future__ import annotations
 
 import base64
+import os
 from collections.abc import Sequence
 
 import numpy as np
 from Crypto.Protocol.SecretSharing import Shamir
-from cryptography.exceptions import InvalidKey
+from cryptography.exceptions import InvalidKey, InvalidTag
 from cryptography.fernet import InvalidToken
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from flwr.common.secure_aggregation.crypto.symmetric_encryption import decrypt, encrypt
 
@@ -35,6 +39,7 @@ from functions.errors import DecodeError
 
 KEY_BYTES = 32  # an X25519 key, a derived key
 SEED_BYTES = 16  # a self-mask seed: an AES-128 key
+NONCE_BYTES = 12  # an AES-GCM box's nonce, drawn at random (its tag is 16 bytes)
 CHUNK = 16  # pycryptodome's Shamir shares 16-byte secrets
 DIGEST_BYTES = 32  # SHA-256
 MASK_PURPOSE = b"flower-beyond-averaging secure-sum mask"
@@ -98,6 +103,24 @@ def unseal(key: bytes, token: bytes) -> bytes:
         return decrypt(base64.urlsafe_b64encode(key), token)
     except (InvalidToken, TypeError, ValueError):
         raise DecodeError("a sealed share that does not open with the pair's key") from None
+
+
+def box(key: bytes, plaintext: bytes, context: bytes) -> bytes:
+    """``plaintext`` encrypted and authenticated under the 32-byte ``key`` and bound to
+    ``context`` (AES-256-GCM: a random nonce, the ciphertext, the tag)."""
+    nonce = os.urandom(NONCE_BYTES)
+    return nonce + AESGCM(key).encrypt(nonce, plaintext, context)
+
+
+def unbox(key: bytes, sealed: bytes, context: bytes) -> bytes:
+    """What ``box`` boxed under ``key`` with ``context``; ``DecodeError`` when it was not, or
+    was altered."""
+    if not isinstance(sealed, bytes) or len(sealed) < NONCE_BYTES + 16:
+        raise DecodeError("a box too short to hold a nonce and a tag")
+    try:
+        return AESGCM(key).decrypt(sealed[:NONCE_BYTES], sealed[NONCE_BYTES:], context)
+    except (InvalidTag, TypeError, ValueError):
+        raise DecodeError("a box that does not open with the key") from None
 
 
 def share_bytes(secret_bytes: int) -> int:

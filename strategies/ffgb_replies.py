@@ -26,7 +26,7 @@ from functions.protocol import (
     STUDENT_ARRAYS,
     TRAIN_EXAMPLES,
 )
-from functions.sealed_learners import SealedLearner, SealedSpec
+from functions.sealed_learners import SealedLearner, SealedSpec, spans
 from oracles.boosting import AVERAGE, DESCENT, round_coefficients
 from oracles.distillation import NONE, distilled_coefficients
 from run_config.ffgb import FFGBSettings
@@ -80,11 +80,11 @@ class FFGBReplies:
         return distilled_coefficients(self.ffgb.distill, scale, weights)
 
     def _array_bytes(self, count: int) -> int:
-        """The most array bytes a reply of ``count`` learners may hold (a sealed learner: its
-        ciphertext, its length and its weight)."""
+        """The most array bytes a reply of ``count`` learners may hold (sealed: their box, and
+        a length and a weight each)."""
         if not self.ffgb.relay_encryption:
             return self.limits.delta_bytes(count)
-        return count * (self.limits.sealed_bytes() + 16) + self.limits.delta_bytes(0)
+        return self.limits.sealed_bytes(count) + 16 * count + self.limits.delta_bytes(0)
 
     def increment(self, reply: Message, version: int, t: int) -> CheckedIncrement:
         """A boosting reply of round t (0-based) on the server's ``version``."""
@@ -104,6 +104,8 @@ class FFGBReplies:
             raise DecodeError("scale or weights do not match the step sizes of the round")
         for learner in delta.learners:
             self.check_learner(learner)
+        if self.ffgb.relay_encryption and len(spans(delta.learners)) != 1:
+            raise DecodeError("expected the reply's learners sealed in one box")
         distilled = self.ffgb.distill != NONE
         errors = checked_metrics(
             records[METRICS], [ORACLE_ERROR, DISTILL_ERROR] if distilled else [ORACLE_ERROR]

@@ -13,6 +13,8 @@ server checks a plain one, and the server decodes a sealed group within its limi
 from __future__ import annotations
 
 import json
+import zlib
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +30,7 @@ from functions.learner_sealing import open_learners, seal_learners
 from functions.limits import Limits
 from functions.protocol import DELTA, EVALUATE, TRAIN
 from functions.sealed_learners import SEALED_KIND
+from functions.secagg_crypto import box
 from functions.secure_sum import (
     CREATE,
     GROUP,
@@ -262,10 +265,21 @@ def test_a_sealed_delta_travels_and_opens_to_the_same_learners():
     assert (opened.since, opened.scale, opened.weights) == (5, 0.9, (0.1,) * 3)
     with pytest.raises(DecodeError, match="does not open"):
         open_learners(received, bytes(32), limits, never_refuse)
+    assert arrays["g0.lengths"].tolist()[1:] == [0, 0]  # one box for the reply's learners
     with pytest.raises(DecodeError, match="not sealed"):
         open_learners(a_delta(learners), key, limits, never_refuse)
     with pytest.raises(DecodeError, match="tree"):  # deeper than the run allows
         open_learners(seal_learners(a_delta(tree_learners(5)), key), key, limits, never_refuse)
+
+    bomb = box(key, zlib.compress(bytes(1 << 24)), b"ffgb learners 4 -> 2")
+    bombed = replace(received.learners[0], box=bomb)
+    with pytest.raises(DecodeError, match="inflates beyond"):
+        open_learners(
+            replace(received, learners=(bombed,), weights=(0.1,)), key, limits, never_refuse
+        )
+    other = replace(received, n_features=5)  # a box bound to 4 inputs
+    with pytest.raises(DecodeError, match="does not open"):
+        open_learners(other, key, limits, never_refuse)
 
     def refuse(learner) -> None:
         raise DecodeError("expected a tree of depth <= 1")
@@ -278,7 +292,8 @@ def test_a_sealed_delta_travels_and_opens_to_the_same_learners():
     "change, words",
     [
         (lambda a: {**a, "g0.lengths": a["g0.lengths"] + 1}, "sealed boxes"),
-        (lambda a: {**a, "g0.lengths": -a["g0.lengths"]}, "each in"),
+        (lambda a: {**a, "g0.lengths": -a["g0.lengths"]}, "each at least 0"),
+        (lambda a: {**a, "g0.lengths": np.roll(a["g0.lengths"], 1)}, "the first above 0"),
         (lambda a: {**a, "g0.lengths": a["g0.lengths"].astype(np.int32)}, "int64"),
         (lambda a: {**a, "g0.extra": a["g0.lengths"]}, "expected arrays"),
     ],

@@ -98,8 +98,9 @@ RUNS = {  # every family, and FFGB's distillation and one-shot phases
     },
     "fedfw-secure": {"algorithm": "fedfw", "secure-aggregation": True, "fedfw.gap": False},
     "ffgb-sealed": {"algorithm": "ffgb", "relay-encryption": True},
+    "fedfun-sealed": {"algorithm": "fedfun", "relay-encryption": True},
 }
-ADDED = ("fedfw-secure", "ffgb-sealed")  # after the others in the seeds' order
+ADDED = ("fedfw-secure", "ffgb-sealed", "fedfun-sealed")  # after the others in the seeds' order
 
 
 # -- mutations of declared fields ----------------------------------------------------------------
@@ -201,6 +202,9 @@ class NodeOfPartition:
         if not self.mutate:
             self.hits.append((kind, round_of(message)))
             raise RuntimeError("no reply")
+        if reply.has_error():  # the node could not answer (it holds no key the server has)
+            self.hits.append((kind, round_of(message), "error reply"))
+            return reply
         content = unpack_content(reply.content)  # a node that speaks the wire format
         change = self.rng.choice(mutations_for(content))
         self.hits.append((kind, round_of(message), change.__name__))

@@ -1,16 +1,22 @@
 """Client half of ``fedxgb-hist``: a node's quantile sketch once, then per level of every tree
 its histograms of gradient and hessian sums over its own rows (``oracles.hist_xgboost``).
 
-A node keeps only its margins, the bin edges and its rows' bins between the levels of a round:
-an iteration's first train message carries the checked global booster, whose margins
-(XGBoost's own prediction, so the gradients are XGBoost's) the node keeps for the deeper
-levels, and the agreed edges, from which it bins its rows once; every train message carries
-the trees being grown, from which the node finds the leaf of each row.
+A node keeps only its margins and gradients, the bin edges and its rows' bins between the levels
+of a round: an iteration's first train message carries the checked global booster, whose
+margins (XGBoost's own prediction, or the last round's plus the new trees' leaf values, which is
+the same sum) give the gradients the node keeps for the deeper levels, and the agreed edges,
+from which it bins its rows once a run (the bins are kept with the edges' digest, and binned
+again only when the edges change); every train message carries the trees being grown, from
+which the node finds the leaf of each row (walking on from the node each row reached at the
+level before, which it keeps with that level's trees).
 Only sums over its rows leave it (with ``fedxgb-hist.min-bin-count``, none over fewer rows
 than that unless a leaf holds fewer); evaluation is the XGBoost baselines' (``client_app.fedxgb``).
 """
 
 from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
@@ -20,8 +26,8 @@ from client_app.job import ClientJob
 from client_app.node_info import describe_node
 from client_app.node_state import LostStateError
 from client_app.private_noise import with_noise
-from functions.bins import BinLayout
-from functions.boosters import BoosterSpec, read_booster
+from functions.bins import BinLayout, GrowingTree
+from functions.boosters import Booster, BoosterSpec, read_booster
 from functions.errors import DecodeError
 from functions.histograms import (
     dense_histogram_record,
@@ -51,12 +57,15 @@ from functions.protocol import (
     SKETCH,
     TRAIN,
 )
+from functions.xgboost_trees import Tree
+from oracles.hist_kernels import add_trees
 from oracles.hist_xgboost import (
     column_sketch,
     gradients,
     grid_counts,
     histograms,
     merge_small_slots,
+    row_nodes,
 )
 from oracles.xgboost_local import outputs
 from run_config.fedxgb_hist import FedXgbHistSettings
@@ -64,6 +73,10 @@ from run_config.fedxgb_hist import FedXgbHistSettings
 Job = ClientJob[FedXgbHistSettings, None]
 # what a node keeps in its Context.state between the levels of a round
 KEPT, EDGES, KEPT_ROUND = "fedxgb-hist.kept", "fedxgb-hist.edges", "fedxgb-hist.round"
+DIGEST = "edges-digest"  # in KEPT_ROUND: the edges the kept bins are of
+TREES, APPLIED = "trees", "trees-digest"  # in KEPT_ROUND: the booster's trees the margins are of
+NODES, NODES_TREES = "fedxgb-hist.nodes", "fedxgb-hist.nodes-trees"  # each row's node, and the
+# trees of the level it was found at (a deeper level of the same trees walks on from there)
 
 
 def _rows(x: np.ndarray) -> np.ndarray:
@@ -98,10 +111,12 @@ def train(job: Job) -> RecordDict:
     hist, data = job.family, job.data
     spec = hist.spec(data.task)
     x = _rows(data.x_train)
-    margins, layout, bins, raw = _round_start(job, spec, x)
+    margins, layout, bins, (g, h), raw = _round_start(job, spec, x)
     trees, leaves = read_growing(job.content[GROWING], layout, spec.outputs, hist.max_depth)
-    g, h = gradients(hist.objective(data.task), margins, data.y_train)
-    sums = histograms(layout, bins, g, h, trees, leaves)
+    nodes = row_nodes(layout, bins, trees, _kept_nodes(job, layout, trees))
+    job.state[NODES] = ArrayRecord({"nodes": Array(nodes)})
+    job.state[NODES_TREES] = job.content[GROWING]
+    sums = histograms(layout, bins, g, h, trees, leaves, nodes)
     merge_small_slots(layout, *sums, hist.min_bin_count)
     config = job.content[CONFIG]
     dense = config.get(DENSE_HISTOGRAMS, False) is True  # a secure sum's
@@ -113,12 +128,24 @@ def train(job: Job) -> RecordDict:
         record = (dense_histogram_record if dense else histogram_record)(*sums)
     reply = RecordDict({HISTOGRAMS: record})
     if EVALUATE_FIRST in job.content[CONFIG]:
-        if raw is None:  # only a round's first level, which carries the booster, asks
+        if raw is None or margins is None:  # only a round's first level, with the booster, asks
             raise DecodeError(f"{EVALUATE_FIRST} came without the booster to evaluate")
         reply[EVALUATION] = booster_evaluation(
             raw, spec, hist.loss(data.task), data, margins.astype(np.float64)
         )[METRICS]
     return reply
+
+
+def _kept_nodes(job: Job, layout: BinLayout, trees: Sequence[GrowingTree]) -> np.ndarray | None:
+    """Each row's node at this round's last level, when the node kept them and these trees
+    extend that level's (``GrowingTree.extends``); None: walk from the roots."""
+    if NODES not in job.state or NODES_TREES not in job.state:
+        return None
+    spec = job.family.spec(job.data.task)
+    kept, _ = read_growing(job.state[NODES_TREES], layout, spec.outputs, job.family.max_depth)
+    if len(kept) != len(trees) or not all(t.extends(k) for t, k in zip(trees, kept)):
+        return None
+    return job.state[NODES]["nodes"].numpy()
 
 
 def _noise_std(config: ConfigRecord) -> float:
@@ -131,29 +158,88 @@ def _noise_std(config: ConfigRecord) -> float:
 
 def _round_start(
     job: Job, spec: BoosterSpec, x: np.ndarray
-) -> tuple[np.ndarray, BinLayout, np.ndarray, bytes | None]:
-    """The booster's margins on the node's rows, the bin edges, the rows' bins and the checked
-    booster (None at the deeper levels): read and computed at a round's first level, which
-    carries the booster and the edges (the margins by XGBoost's prediction, exact in float32),
-    and kept in the node's state for the deeper levels, which carry neither;
-    ``LostStateError`` when the node holds none of this round (it restarted mid-iteration: the
-    server drops the iteration and starts again)."""
+) -> tuple[np.ndarray | None, BinLayout, np.ndarray, tuple[np.ndarray, np.ndarray], bytes | None]:
+    """The booster's margins on the node's rows (None at the deeper levels), the bin edges, the
+    rows' bins, their gradients and hessians and the checked booster (None at the deeper
+    levels): read and computed at a round's first level, which carries the booster and the
+    edges (the margins by XGBoost's prediction, exact in float32), and kept in the node's state
+    for the deeper levels, which carry neither; ``LostStateError`` when the node holds none of
+    this round (it restarted mid-iteration: the server drops the iteration and starts again)."""
     server_round = int(job.content[CONFIG][SERVER_ROUND])
     if ARRAYS in job.content:
         layout = read_layout(job.content[LAYOUT], spec.num_feature, job.family.max_bin)
-        raw = read_booster(job.content[ARRAYS], spec)[1]
-        margins = outputs(raw, x).astype(np.float32)
-        bins = layout.bins(x).astype(np.uint16)  # at most max-bin (<= 1024) + 1
-        job.state[KEPT] = ArrayRecord({"margins": Array(margins), "bins": Array(bins)})
+        booster, raw = read_booster(job.content[ARRAYS], spec)
+        margins, applied = _margins(job, booster, raw, x)
+        g, h = gradients(job.family.objective(job.data.task), margins, job.data.y_train)
+        digest = _digest(layout)
+        kept = job.state.get(KEPT_ROUND)
+        if kept is not None and kept.get(DIGEST) == digest:  # the run's edges: binned already
+            bins = job.state[KEPT]["bins"].numpy()
+        else:
+            bins = layout.bins(x).astype(np.uint16)  # at most max-bin (<= 1024) + 1
+        job.state[KEPT] = ArrayRecord(
+            {"grad": Array(g), "hess": Array(h), "bins": Array(bins), "margins": Array(margins)}
+        )
+        for key in (NODES, NODES_TREES):  # a new iteration's trees start at their roots
+            if key in job.state:
+                del job.state[key]
         job.state[EDGES] = job.content[LAYOUT]
-        job.state[KEPT_ROUND] = ConfigRecord({SERVER_ROUND: server_round})
-        return margins, layout, bins, raw
+        job.state[KEPT_ROUND] = ConfigRecord(
+            {
+                SERVER_ROUND: server_round,
+                DIGEST: digest,
+                TREES: len(booster.trees),
+                APPLIED: applied,
+            }
+        )
+        return margins, layout, bins, (g, h), raw
     kept = job.state.get(KEPT_ROUND)
     if kept is None or int(kept[SERVER_ROUND]) != server_round:
-        raise LostStateError(f"this node holds no margins of round {server_round}")
+        raise LostStateError(f"this node holds no gradients of round {server_round}")
     layout = read_layout(job.state[EDGES], spec.num_feature, job.family.max_bin)
     arrays = job.state[KEPT]
-    return arrays["margins"].numpy(), layout, arrays["bins"].numpy(), None
+    gradients_ = (arrays["grad"].numpy(), arrays["hess"].numpy())
+    return None, layout, arrays["bins"].numpy(), gradients_, None
+
+
+def _margins(job: Job, booster: Booster, raw: bytes, x: np.ndarray) -> tuple[np.ndarray, bytes]:
+    """The booster's margins on the node's rows (float32) and the digest of its trees: the
+    margins kept from the last round plus the new trees' leaf values when the booster's first
+    trees are the ones they were of (``oracles.hist_kernels.add_trees``: XGBoost's own sum,
+    bit for bit), else XGBoost's prediction of the whole booster."""
+    kept = job.state.get(KEPT_ROUND)
+    held = int(kept.get(TREES, -1)) if kept is not None else -1
+    if 0 <= held <= len(booster.trees) and kept.get(APPLIED) == _trees_digest(booster.trees[:held]):
+        margins = job.state[KEPT]["margins"].numpy().copy()
+        add_trees(margins, x, booster.trees[held:], held)
+    else:
+        margins = outputs(raw, x).astype(np.float32)
+    return margins, _trees_digest(booster.trees)
+
+
+def _trees_digest(trees: Sequence[Tree]) -> bytes:
+    """SHA-256 of the trees' arrays in order."""
+    sha = hashlib.sha256()
+    for tree in trees:
+        for array in (
+            tree.left,
+            tree.right,
+            tree.split_index,
+            tree.split_condition,
+            tree.default_left,
+        ):
+            sha.update(np.ascontiguousarray(array).tobytes())
+    return sha.digest()
+
+
+def _digest(layout: BinLayout) -> bytes:
+    """SHA-256 of the bin edges: the same edges (every round of a run) bin the rows alike."""
+    sha = hashlib.sha256()
+    for edges in layout.edges:
+        sha.update(
+            len(edges).to_bytes(8, "little") + np.ascontiguousarray(edges, np.float32).tobytes()
+        )
+    return sha.digest()
 
 
 def evaluate(job: Job) -> RecordDict:

@@ -70,19 +70,19 @@ class GrowingTree:
         one = np.zeros(1, np.int64)
         return GrowingTree(one, one.copy(), one.copy(), one - 1, one - 1)
 
-    def leaf_of(self, bins: np.ndarray, missing: np.ndarray) -> np.ndarray:
-        """The node each row ends in; ``missing``: each feature's missing slot."""
-        node = np.zeros(len(bins), np.int64)
-        for _ in range(len(self.left)):
-            inner = self.left[node] >= 0
-            if not inner.any():
-                break
-            rows = np.flatnonzero(inner)
-            at = node[rows]
-            f = self.feature[at]
-            b = bins[rows, f]
-            go_left = np.where(
-                b == missing[f], self.default_left[at] == 1, b < self.first_right[at]
-            )
-            node[rows] = np.where(go_left, self.left[at], self.right[at])
-        return node
+    def extends(self, earlier: GrowingTree) -> bool:
+        """Whether this tree is ``earlier`` with some of its leaves split: every node that was
+        split is split alike, so a row's node in ``earlier`` is above its leaf here."""
+        size = len(earlier.left)
+        if len(self.left) < size:
+            return False
+        inner = earlier.left >= 0
+        mine = (self.feature, self.first_right, self.default_left, self.left, self.right)
+        theirs = (
+            earlier.feature,
+            earlier.first_right,
+            earlier.default_left,
+            earlier.left,
+            earlier.right,
+        )
+        return all(np.array_equal(a[:size][inner], b[inner]) for a, b in zip(mine, theirs))

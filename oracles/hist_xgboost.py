@@ -38,6 +38,7 @@ import numpy as np
 
 from functions.bins import BinLayout, GrowingTree
 from functions.xgboost_trees import Tree
+from oracles.hist_kernels import add_rows, leaf_nodes, search_splits
 
 SQUARED, LOGISTIC, SOFTMAX = "reg:squarederror", "binary:logistic", "multi:softprob"
 RT_EPS = 1e-6  # XGBoost's kRtEps: the least loss change that splits a node
@@ -162,6 +163,25 @@ def gradients(objective: str, margins: np.ndarray, y: np.ndarray) -> tuple[np.nd
     return g, h
 
 
+def row_nodes(
+    layout: BinLayout,
+    bins: np.ndarray,
+    trees: Sequence[GrowingTree],
+    start: np.ndarray | None = None,
+) -> np.ndarray:
+    """(n, K) the node each row ends in, in each of ``trees``; ``start``: each row's node at an
+    earlier level of the same trees (``GrowingTree.extends``), walked down from (a level's
+    splits cost one step a row, not the tree's depth)."""
+    missing = np.asarray([len(e) + 1 for e in layout.edges], np.int64)
+    return np.stack(
+        [
+            leaf_nodes(tree, bins, missing, None if start is None else start[:, k])
+            for k, tree in enumerate(trees)
+        ],
+        axis=1,
+    ).reshape(len(bins), len(trees))
+
+
 def histograms(
     layout: BinLayout,
     bins: np.ndarray,
@@ -169,36 +189,24 @@ def histograms(
     h: np.ndarray,
     trees: Sequence[GrowingTree],
     open_leaves: Sequence[tuple[int, int]],
+    nodes: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The node's sums over its rows of gradient, hessian and count per (open leaf, slot):
-    (M, S) float64, float64 and int64 for the M ``open_leaves`` ((tree, node) pairs)."""
-    n, d = bins.shape
-    slots = bins + layout.offsets[:-1][None, :]
-    missing = np.asarray([len(e) + 1 for e in layout.edges])
-    size = layout.num_slots
-    grad = np.zeros((len(open_leaves), size))
-    hess = np.zeros((len(open_leaves), size))
-    count = np.zeros((len(open_leaves), size), np.int64)
+    (M, S) float64, float64 and int64 for the M ``open_leaves`` ((tree, node) pairs); ``nodes``:
+    each row's node in each tree (``row_nodes``, found here when not given). The sums are a
+    compiled loop (``oracles.hist_kernels``)."""
+    if nodes is None:
+        nodes = row_nodes(layout, bins, trees)
+    sums = np.zeros((len(open_leaves), layout.num_slots, 3))
     by_tree: dict[int, list[tuple[int, int]]] = {}
     for m, (k, node) in enumerate(open_leaves):
         by_tree.setdefault(k, []).append((m, node))
     for k, wanted in by_tree.items():
-        leaf = trees[k].leaf_of(bins, missing)
-        position = np.full(len(trees[k].left), -1)
+        position = np.full(len(trees[k].left), -1, np.int64)
         for m, node in wanted:
             position[node] = m
-        row_m = position[leaf]
-        rows = np.flatnonzero(row_m >= 0)
-        index = (row_m[rows, None] * size + slots[rows]).ravel()
-        total = len(open_leaves) * size
-        grad += np.bincount(index, np.repeat(g[rows, k].astype(np.float64), d), total).reshape(
-            grad.shape
-        )
-        hess += np.bincount(index, np.repeat(h[rows, k].astype(np.float64), d), total).reshape(
-            hess.shape
-        )
-        count += np.bincount(index, minlength=total).reshape(count.shape)
-    return grad, hess, count
+        add_rows(layout, bins, position[nodes[:, k]], g[:, k], h[:, k], sums)
+    return sums[:, :, 0].copy(), sums[:, :, 1].copy(), sums[:, :, 2].astype(np.int64)
 
 
 def merge_small_slots(
@@ -235,14 +243,6 @@ def merge_small_slots(
 
 
 # -- the server's part -------------------------------------------------------------------------
-def _gain(params: TreeParams, g: np.ndarray, h: np.ndarray) -> np.ndarray:
-    """XGBoost's float32 ``CalcGainGivenWeight`` without constraints: G^2 / (H + lambda)."""
-    lam = float(F32(params.reg_lambda))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        value = (g * g).astype(F32) / (h + lam).astype(F32)
-    return np.where(h <= 0, F32(0), value).astype(F32)
-
-
 def leaf_weight(params: TreeParams, g: float, h: float) -> np.float32:
     """XGBoost's ``CalcWeight``: -G / (H + lambda), 0 below ``min_child_weight``."""
     if h < F32(params.min_child_weight) or h <= 0:
@@ -263,56 +263,41 @@ class Split:
     right: tuple[float, float]
 
 
-def best_split(
+def best_splits(
     layout: BinLayout,
     params: TreeParams,
+    builders: Sequence[TreeBuilder],
     grad: np.ndarray,
     hess: np.ndarray,
     count: np.ndarray,
-    parent: tuple[float, float],
     present: np.ndarray,
-) -> Split | None:
-    """XGBoost's choice for one open leaf from its summed histogram row (see the module
-    docstring), or None when no candidate changes the loss by more than 0; ``present``: the
-    slots any training row occupies (the root's counts), for the thresholds."""
-    pg, ph = parent
-    root_gain = _gain(params, np.array([pg]), np.array([ph]))[0]
-    mcw = float(F32(params.min_child_weight))
-    best: Split | None = None
-    best_loss = F32(0)
-    for f in range(layout.num_features):
-        start, nb = int(layout.offsets[f]), len(layout.edges[f]) + 1
-        g, h = grad[start : start + nb], hess[start : start + nb]
-        has_missing = count[start + nb] > 0
-        for backward in (False, True) if has_missing else (False,):
-            if backward:  # right = bins >= j, for j = nb-1 .. 0; missing left
-                rg, rh = np.cumsum(g[::-1]), np.cumsum(h[::-1])
-                lg, lh = pg - rg, ph - rh
-            else:  # left = bins <= j, for j = 0 .. nb-1; missing right
-                lg, lh = np.cumsum(g), np.cumsum(h)
-                rg, rh = pg - lg, ph - lh
-            valid = (lh >= mcw) & (rh >= mcw)
-            loss = (_gain(params, lg, lh) + _gain(params, rg, rh)).astype(F32) - root_gain
-            loss = np.where(valid & np.isfinite(loss), loss, -np.inf).astype(F32)
-            j = int(np.argmax(loss))  # the first of equal ones, as XGBoost's strict update
-            if not loss[j] > best_loss:
-                continue
-            best_loss = loss[j]
-            if backward:
-                b = nb - 1 - j  # the lowest bin going right
-                first_right = b
-            else:
-                occupied = np.flatnonzero(present[start + j + 1 : start + nb])
-                first_right = j + 1 + int(occupied[0]) if len(occupied) else nb
-            best = Split(
-                f,
-                first_right,
-                backward,
-                float(loss[j]),
-                (float(lg[j]), float(lh[j])),
-                (float(rg[j]), float(rh[j])),
-            )
-    return best
+) -> list[Split | None]:
+    """XGBoost's choice for each open leaf of ``builders`` (in ``open_leaves`` order) from its
+    summed histogram row (see the module docstring), None where no candidate changes the loss by
+    more than 0; ``present``: the slots any training row occupies (the root's counts), for the
+    thresholds. The search is a compiled loop (``oracles.hist_kernels.search_splits``)."""
+    parents = np.array([b.sums[node] for b in builders for node in b.open], np.float64)
+    ints, losses, sums = search_splits(
+        layout,
+        *(np.ascontiguousarray(a) for a in (grad, hess, count)),
+        parents.reshape(-1, 2),
+        present,
+        float(F32(params.reg_lambda)),
+        float(F32(params.min_child_weight)),
+    )
+    return [
+        Split(
+            int(f),
+            int(first_right),
+            bool(backward),
+            float(losses[m]),
+            (float(sums[m, 0]), float(sums[m, 1])),
+            (float(sums[m, 2]), float(sums[m, 3])),
+        )
+        if found
+        else None
+        for m, (f, first_right, backward, found) in enumerate(ints)
+    ]
 
 
 def splits_apply(split: Split | None, params: TreeParams, depth: int) -> bool:
@@ -400,11 +385,12 @@ def grow_level(
 ) -> list[tuple[int, int]]:
     """Split every open leaf of ``builders`` from the summed histograms (rows in the order of
     ``open_leaves(builders)``); returns the new open leaves (the children that may split)."""
+    splits = best_splits(layout, params, builders, grad, hess, count, present)
     m = 0
     for builder in builders:
         opened = []
         for node in builder.open:
-            s = best_split(layout, params, grad[m], hess[m], count[m], builder.sums[node], present)
+            s = splits[m]
             m += 1
             if splits_apply(s, params, builder.depth[node]):
                 builder.split(node, s)

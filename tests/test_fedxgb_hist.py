@@ -17,6 +17,7 @@ import re
 import numpy as np
 import pytest
 
+import client_app.fedxgb_hist as fedxgb_hist_client
 from client_app.app import app as client_app
 from functions.bins import BinLayout, GrowingTree
 from functions.boosters import Booster, BoosterSpec, encode_booster
@@ -24,6 +25,7 @@ from functions.errors import DecodeError
 from functions.histograms import histogram_record, read_histograms, read_sketch, sketch_record
 from functions.params import arrays_to_record
 from functions.protocol import HISTOGRAMS
+from oracles.hist_kernels import leaf_nodes
 from oracles.hist_xgboost import (
     LOGISTIC,
     SOFTMAX,
@@ -168,7 +170,9 @@ def test_below_the_root_only_the_smaller_child_of_each_split_is_asked_for():
                 trees[k].right[parent] if trees[k].left[parent] == node else trees[k].left[parent]
             )
             rows = [
-                np.sum(trees[k].leaf_of(bins, np.array([len(e) + 1 for e in layout.edges])) == n)
+                np.sum(
+                    leaf_nodes(trees[k], bins, np.array([len(e) + 1 for e in layout.edges])) == n
+                )
                 for n in (node, sibling)
                 for _, bins, _, _ in local
             ]
@@ -296,8 +300,14 @@ def trained(path, num_nodes: int, **overrides):
     ("task", "objective"),
     [("wine", SOFTMAX), ("breast-cancer", LOGISTIC), ("diabetes", SQUARED)],
 )
-def test_a_run_trains_the_pooled_xgboost_model(tmp_path, task, objective):
+def test_a_run_trains_the_pooled_xgboost_model(tmp_path, monkeypatch, task, objective):
+    predicted = []  # a node predicts the whole booster once: later rounds add the new trees
+    whole = fedxgb_hist_client.outputs
+    monkeypatch.setattr(
+        fedxgb_hist_client, "outputs", lambda raw, x: predicted.append(len(x)) or whole(raw, x)
+    )
     rows = run_app(tmp_path, 3, task=task, **RUN).rows
+    assert len(predicted) == 3
     assert all(r["failures"] == 0 for r in rows[1:])
     assert [r["histogram_levels"] for r in rows[1:]] == [3, 3, 3]
     strategy = trained(tmp_path / RUN_NAME, 3, task=task)
@@ -412,7 +422,7 @@ def test_a_node_that_lost_its_margins_mid_round_drops_the_iteration(tmp_path, ca
 
     run = run_app(tmp_path, 3, client=forgetting, **RUN, task="wine")
     assert [r["iteration_dropped"] for r in run.rows[1:]] == [0, 1, 0]
-    assert any("holds no margins of round 2" in r.getMessage() for r in caplog.records)
+    assert any("holds no gradients of round 2" in r.getMessage() for r in caplog.records)
     train = [m for m in run.grid.down if m.metadata.message_type == "train"]
     with_booster = [m for m in train if "arrays" in m.content]
     assert len(with_booster) == 3 * 3 and len(train) > len(with_booster)  # once a round a node

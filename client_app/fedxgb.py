@@ -87,10 +87,12 @@ def booster_evaluation(
     loss: PointwiseLoss,
     data: LocalData,
     train_outputs: np.ndarray | None = None,
+    test_outputs: np.ndarray | None = None,
 ) -> RecordDict:
     """The evaluate reply of a checked booster ``raw``: its loss sums (and correct count) on the
-    node's test shard and training data, scored on its class margins; ``train_outputs``: the
-    booster's ``outputs`` on the training rows when the caller has them already."""
+    node's test shard and training data, scored on its class margins; ``train_outputs``,
+    ``test_outputs``: the booster's ``outputs`` on the training rows and the test shard when the
+    caller has them already."""
 
     def scored(
         x: np.ndarray, y: np.ndarray, raw_outputs: np.ndarray | None = None
@@ -99,7 +101,7 @@ def booster_evaluation(
             raw_outputs = outputs(raw, _flat(x))
         return loss.sums(class_margins(spec, raw_outputs), y)
 
-    test_loss, correct = scored(data.x_test, data.y_test)
+    test_loss, correct = scored(data.x_test, data.y_test, test_outputs)
     train_loss, _ = scored(data.x_train, data.y_train, train_outputs)
     record = MetricRecord(
         {

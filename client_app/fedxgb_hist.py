@@ -131,7 +131,12 @@ def train(job: Job) -> RecordDict:
         if raw is None or margins is None:  # only a round's first level, with the booster, asks
             raise DecodeError(f"{EVALUATE_FIRST} came without the booster to evaluate")
         reply[EVALUATION] = booster_evaluation(
-            raw, spec, hist.loss(data.task), data, margins.astype(np.float64)
+            raw,
+            spec,
+            hist.loss(data.task),
+            data,
+            margins["train"].astype(np.float64),
+            margins["test"].astype(np.float64),
         )[METRICS]
     return reply
 
@@ -158,19 +163,22 @@ def _noise_std(config: ConfigRecord) -> float:
 
 def _round_start(
     job: Job, spec: BoosterSpec, x: np.ndarray
-) -> tuple[np.ndarray | None, BinLayout, np.ndarray, tuple[np.ndarray, np.ndarray], bytes | None]:
-    """The booster's margins on the node's rows (None at the deeper levels), the bin edges, the
-    rows' bins, their gradients and hessians and the checked booster (None at the deeper
-    levels): read and computed at a round's first level, which carries the booster and the
-    edges (the margins by XGBoost's prediction, exact in float32), and kept in the node's state
-    for the deeper levels, which carry neither; ``LostStateError`` when the node holds none of
-    this round (it restarted mid-iteration: the server drops the iteration and starts again)."""
+) -> tuple[
+    dict[str, np.ndarray] | None, BinLayout, np.ndarray, tuple[np.ndarray, np.ndarray], bytes | None
+]:
+    """The booster's margins on the node's training rows and test shard (None at the deeper
+    levels), the bin edges, the rows' bins, their gradients and hessians and the checked
+    booster (None at the deeper levels): read and computed at a round's first level, which
+    carries the booster and the edges (the margins as XGBoost's prediction gives them, exact in
+    float32), and kept in the node's state for the deeper levels, which carry neither;
+    ``LostStateError`` when the node holds none of this round (it restarted mid-iteration: the
+    server drops the iteration and starts again)."""
     server_round = int(job.content[CONFIG][SERVER_ROUND])
     if ARRAYS in job.content:
         layout = read_layout(job.content[LAYOUT], spec.num_feature, job.family.max_bin)
         booster, raw = read_booster(job.content[ARRAYS], spec)
-        margins, applied = _margins(job, booster, raw, x)
-        g, h = gradients(job.family.objective(job.data.task), margins, job.data.y_train)
+        margins, applied = _margins(job, booster, raw, {"train": x, "test": _rows(job.data.x_test)})
+        g, h = gradients(job.family.objective(job.data.task), margins["train"], job.data.y_train)
         digest = _digest(layout)
         kept = job.state.get(KEPT_ROUND)
         if kept is not None and kept.get(DIGEST) == digest:  # the run's edges: binned already
@@ -178,7 +186,12 @@ def _round_start(
         else:
             bins = layout.bins(x).astype(np.uint16)  # at most max-bin (<= 1024) + 1
         job.state[KEPT] = ArrayRecord(
-            {"grad": Array(g), "hess": Array(h), "bins": Array(bins), "margins": Array(margins)}
+            {
+                "grad": Array(g),
+                "hess": Array(h),
+                "bins": Array(bins),
+                **{f"margins-{name}": Array(m) for name, m in margins.items()},
+            }
         )
         for key in (NODES, NODES_TREES):  # a new iteration's trees start at their roots
             if key in job.state:
@@ -202,18 +215,23 @@ def _round_start(
     return None, layout, arrays["bins"].numpy(), gradients_, None
 
 
-def _margins(job: Job, booster: Booster, raw: bytes, x: np.ndarray) -> tuple[np.ndarray, bytes]:
-    """The booster's margins on the node's rows (float32) and the digest of its trees: the
-    margins kept from the last round plus the new trees' leaf values when the booster's first
-    trees are the ones they were of (``oracles.hist_kernels.add_trees``: XGBoost's own sum,
-    bit for bit), else XGBoost's prediction of the whole booster."""
+def _margins(
+    job: Job, booster: Booster, raw: bytes, rows: dict[str, np.ndarray]
+) -> tuple[dict[str, np.ndarray], bytes]:
+    """The booster's margins (float32) on each set of the node's ``rows`` (its training rows
+    and test shard) and the digest of its trees: the margins kept from the last round plus the
+    new trees' leaf values when the booster's first trees are the ones they were of
+    (``oracles.hist_kernels.add_trees``: XGBoost's own sum, bit for bit), else XGBoost's
+    prediction of the whole booster."""
     kept = job.state.get(KEPT_ROUND)
     held = int(kept.get(TREES, -1)) if kept is not None else -1
+    margins = {}
     if 0 <= held <= len(booster.trees) and kept.get(APPLIED) == _trees_digest(booster.trees[:held]):
-        margins = job.state[KEPT]["margins"].numpy().copy()
-        add_trees(margins, x, booster.trees[held:], held)
+        for name, x in rows.items():
+            margins[name] = job.state[KEPT][f"margins-{name}"].numpy().copy()
+            add_trees(margins[name], x, booster.trees[held:], held)
     else:
-        margins = outputs(raw, x).astype(np.float32)
+        margins = {name: outputs(raw, x).astype(np.float32) for name, x in rows.items()}
     return margins, _trees_digest(booster.trees)
 
 

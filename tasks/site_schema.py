@@ -80,6 +80,14 @@ def text(value: Any) -> str:
     return str(value)
 
 
+def texts(column: pd.Series) -> pd.Series:
+    """``text`` of every value of a column (missing values stay missing), computed once per
+    distinct value: a column of a million rows holds few categories or labels."""
+    codes, uniques = pd.factorize(column, use_na_sentinel=True)
+    names = np.array([text(u) for u in uniques] + [None], dtype=object)
+    return pd.Series(names[codes], index=column.index, dtype=object)
+
+
 def site_facts(table: SiteTable, spec: SiteSpec) -> dict[str, Any]:
     """What a node discloses about its file (no rows, and no value of a row): the row count,
     the kind and missing count of every reported column (the label and ``spec.features``, or
@@ -107,7 +115,7 @@ def site_facts(table: SiteTable, spec: SiteSpec) -> dict[str, Any]:
         column = frame[name]
         facts["missing"][name] = int(column.isna().sum())
         if spec.kind_of(name, column) == CATEGORICAL:
-            values = sorted({text(v) for v in column.dropna()})
+            values = sorted(set(texts(column.dropna())))
             if len(values) > MAX_FACT_CATEGORIES:
                 raise SiteDataError(
                     f"{table.path}: column {name!r} has {len(values)} distinct "
@@ -128,7 +136,7 @@ def site_facts(table: SiteTable, spec: SiteSpec) -> dict[str, Any]:
             f"{facts['missing'][spec.label]} row(s)"
         )
     if spec.kind == CLASSIFICATION and spec.label_counts:
-        counts = frame[spec.label].map(text).value_counts()
+        counts = texts(frame[spec.label]).value_counts()
         facts["label-counts"] = {str(k): int(v) for k, v in sorted(counts.items())}
     return facts
 
@@ -616,7 +624,7 @@ def site_moments(table: SiteTable, schema: Schema, rows: np.ndarray) -> dict[str
                 float(np.square(present).sum()),
             ]
         else:
-            counts = frame[column.name].dropna().map(text).value_counts()
+            counts = texts(frame[column.name].dropna()).value_counts()
             categories[column.name] = [int(counts.get(c, 0)) for c in column.categories]
     moments: dict[str, Any] = {"rows": len(rows), "numeric": numeric, "categories": categories}
     if schema.kind == REGRESSION:
@@ -856,10 +864,15 @@ def check_table(table: SiteTable, schema: Schema) -> None:
         if column.categories is None:
             numeric_column(table, column.name)
         else:
-            present = table.frame[column.name].dropna().map(text).unique()
+            present = texts(table.frame[column.name].dropna()).unique()
             _unknown(table, column.name, present, column.categories)
     if schema.kind == CLASSIFICATION:
-        _unknown(table, schema.label, table.frame[schema.label].map(text).unique(), schema.classes)
+        labels = texts(table.frame[schema.label])
+        if labels.isna().any():
+            raise SiteDataError(
+                f"{table.path}: the label column {schema.label!r} has missing values"
+            )
+        _unknown(table, schema.label, labels.unique(), schema.classes)
     elif np.isnan(numeric_column(table, schema.label)).any():
         raise SiteDataError(f"{table.path}: the label column {schema.label!r} has missing values")
 
@@ -875,7 +888,7 @@ def transform(table: SiteTable, schema: Schema) -> tuple[np.ndarray, np.ndarray]
             values = np.where(np.isnan(values), column.mean, values)
             blocks.append(((values - column.mean) / column.std)[:, None])
             continue
-        cells = frame[column.name].map(text, na_action="ignore").fillna(column.mode)
+        cells = texts(frame[column.name]).fillna(column.mode)
         index = {c: i for i, c in enumerate(column.categories)}
         onehot = np.zeros((len(frame), len(column.categories)))
         onehot[np.arange(len(frame)), cells.map(index).to_numpy(dtype=np.int64)] = 1.0
@@ -883,6 +896,6 @@ def transform(table: SiteTable, schema: Schema) -> tuple[np.ndarray, np.ndarray]
     x = np.ascontiguousarray(np.hstack(blocks), dtype=np.float32)
     if schema.kind == CLASSIFICATION:
         index = {c: i for i, c in enumerate(schema.classes)}
-        return x, frame[schema.label].map(text).map(index).to_numpy(dtype=np.int64)
+        return x, texts(frame[schema.label]).map(index).to_numpy(dtype=np.int64)
     y = numeric_column(table, schema.label)
     return x, ((y - schema.target[0]) / schema.target[1]).astype(np.float32)

@@ -301,13 +301,14 @@ def trained(path, num_nodes: int, **overrides):
     [("wine", SOFTMAX), ("breast-cancer", LOGISTIC), ("diabetes", SQUARED)],
 )
 def test_a_run_trains_the_pooled_xgboost_model(tmp_path, monkeypatch, task, objective):
-    predicted = []  # a node predicts the whole booster once: later rounds add the new trees
+    predicted = []  # a node predicts the whole booster once (train rows, test shard): later
+    # rounds add the new trees
     whole = fedxgb_hist_client.outputs
     monkeypatch.setattr(
         fedxgb_hist_client, "outputs", lambda raw, x: predicted.append(len(x)) or whole(raw, x)
     )
     rows = run_app(tmp_path, 3, task=task, **RUN).rows
-    assert len(predicted) == 3
+    assert len(predicted) == 3 * 2
     assert all(r["failures"] == 0 for r in rows[1:])
     assert [r["histogram_levels"] for r in rows[1:]] == [3, 3, 3]
     strategy = trained(tmp_path / RUN_NAME, 3, task=task)

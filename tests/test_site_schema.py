@@ -22,6 +22,8 @@ from tasks.site_schema import (
     check_moments,
     site_facts,
     site_moments,
+    text,
+    texts,
     transform,
     with_moments,
 )
@@ -181,3 +183,11 @@ def test_hostile_facts_and_moments_are_refused(tmp_path):
     ):
         with pytest.raises(SiteDataError, match="moments"):
             check_moments(bad, agreement.schema, good)
+
+
+def test_texts_of_a_column_are_each_values_text_and_keep_missing_values_missing():
+    column = pd.Series([3.0, "a", np.nan, 3.5, "a", None, 7.0, "3"], dtype=object)
+    got = texts(column)
+    assert list(got.index) == list(column.index)
+    for value, name in zip(column, got, strict=True):
+        assert name == (None if pd.isna(value) else text(value))

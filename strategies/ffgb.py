@@ -262,7 +262,9 @@ class FFGBStrategy(FederatedStrategy):
         for node in nodes:
             if self.book[node].needs_sync:
                 self.group.forget(node)
-        ready, failures = self.group.set_up(grid, server_round, nodes, self.ensemble.version == 0)
+        ready, failures = self.group.set_up(
+            grid, server_round, nodes, self.book.node_ids, self.ensemble.version == 0
+        )
         self.count_failures(failures)
         return ready
 

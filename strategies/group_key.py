@@ -62,32 +62,37 @@ class GroupKey:
         return ConfigRecord({WRAP_FROM: source, WRAP: wrap})
 
     def set_up(
-        self, grid: Grid, server_round: int, nodes: Sequence[int], may_create: bool
+        self,
+        grid: Grid,
+        server_round: int,
+        nodes: Sequence[int],
+        members: Sequence[int],
+        may_create: bool,
     ) -> tuple[list[int], int]:
-        """Sealing keys for the ``nodes`` that have none, then a wrap for each that lacks
-        one (``may_create``: nothing is sealed yet, so a node may make the key). Returns the
-        nodes that hold a wrap and how many replies were dropped as malformed; ConfigError if
-        no node holds one once something is sealed."""
+        """Sealing keys for the ``nodes`` of the round that have none, then a wrap for each
+        that lacks one, from a node of the federation (``members``) that holds the key (or,
+        with ``may_create``, when nothing is sealed yet and no node holds a key, made by one of
+        ``nodes``). Returns the nodes that hold a wrap and how many replies were dropped as
+        malformed; ConfigError if no node of the federation holds one once something is
+        sealed."""
         self._failures = self.aggregator.set_up(grid, server_round, nodes)
         sealing = self.aggregator.sealing
         keyed = [n for n in nodes if n in sealing]
-        lacking = [n for n in keyed if sealing[n] not in self.wraps]
-        if lacking and not any(self.holds(n) for n in nodes) and may_create:
+        lacking = [n for n in keyed if not self.holds(n)]
+        holders = [m for m in members if self.holds(m)]
+        if lacking and not holders and may_create:
             self.wraps.clear()
             for maker in keyed:  # one at a time: the first that answers makes the key
                 if self._ask(grid, server_round, [maker], keyed, create=True):
                     log(INFO, "%s: node %s made the relay's group key", self.label, maker)
                     break
-        elif lacking:
-            holders = [n for n in keyed if self.holds(n)]
-            others = [n for n in keyed if n not in holders]  # they may hold it still
-            first = (holders or others)[:1]
-            if not self._ask(grid, server_round, first, lacking):
-                rest = [n for n in (*holders, *others) if n not in first]
-                if rest:
-                    self._ask(grid, server_round, rest, lacking)
+        elif lacking:  # a holder wraps it; without one, a node may still hold it (a resume)
+            candidates = holders or [m for m in members if m in sealing]
+            first = candidates[:1]
+            if not self._ask(grid, server_round, first, lacking) and candidates[1:]:
+                self._ask(grid, server_round, candidates[1:], lacking)
         ready = [n for n in nodes if self.holds(n)]
-        if not ready and not may_create:
+        if not may_create and not any(self.holds(m) for m in members):
             raise ConfigError(
                 "relay-encryption: no node holds the group key the ensemble's learners are "
                 "sealed under (every node has new keys, as after a resumed simulation); the "

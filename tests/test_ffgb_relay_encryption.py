@@ -144,6 +144,23 @@ def test_a_node_back_with_new_keys_is_given_the_group_key_and_trains(tmp_path):
     assert rows[-1]["participants"] == NODES and rows[-1]["failures"] == 0
 
 
+def test_with_partial_participation_a_node_sampled_later_gets_the_key_from_a_holder(tmp_path):
+    """Half the nodes a round: the key is made for round 1's sample; a node first sampled later
+    is wrapped the key by a node of round 1's, which that round did not sample."""
+    config = config_for(tmp_path, **ENCRYPTED, **{"fraction-train": 0.5, "num-server-rounds": 5})
+    grid = RecordingGrid(LocalGrid(client_app, config, 4))
+    run(grid, server_context(config))
+    rows = rows_of(tmp_path)
+    assert [r["participants"] for r in rows[1:]] == [2] * 5
+    assert all(r["failures"] == 0 for r in rows)
+    trained = {
+        e.reply.metadata.src_node_id
+        for e in grid.exchanges
+        if e.sent.metadata.message_type == TRAIN and e.reply.has_content()
+    }
+    assert len(trained) == 4
+
+
 def test_a_resumed_run_whose_nodes_kept_their_state_goes_on(tmp_path):
     """The ServerApp dies before round 3; the SuperNodes live on (a deployment) and still hold
     the group key, which one of them wraps again for the resumed server's nodes."""

@@ -17,7 +17,8 @@ site's share is shown too) and the server's (summing, splits, leaves).
 The whole family through Flower's in-process engine on the same 10 sites (their CSV files,
 ``task='site'``, the sites one after another) is a row of its own (``--no-engine`` leaves it out).
 
-    python -m benchmarks.hist_time      # about 4 min on 2 cores
+    python -m benchmarks.hist_time          # about 4 min on 2 cores
+    python -m benchmarks.hist_time --quick  # synth50k's 10 sites, 2 iterations: seconds
 
 Writes ``results/hist_time.md``.
 """
@@ -34,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.boosting import DATASETS, SHIFT, load_table
-from benchmarks.common import RESULTS, md_table, parser, write_report
+from benchmarks.common import md_table, parser, results_dir, write_report
 from functions.bins import BinLayout
 from functions.boosters import Booster, BoosterSpec, encode_booster
 from oracles.hist_kernels import add_trees
@@ -52,9 +53,10 @@ from oracles.xgboost_local import outputs, xgboost_module
 from tasks.partitioning import partition
 
 
-def sites(seed: int = 0) -> tuple[list[tuple[np.ndarray, np.ndarray]], int]:
-    """synth1m's 10 shifted sites, as ``benchmarks.boosting`` cuts them, and its feature count."""
-    data = DATASETS["synth1m"]
+def sites(name: str, seed: int = 0) -> tuple[list[tuple[np.ndarray, np.ndarray]], int]:
+    """The 10 shifted sites of ``name`` (synth1m; synth50k for ``--quick``), as
+    ``benchmarks.boosting`` cuts them, and its feature count."""
+    data = DATASETS[name]
     frame, label, _, codes = load_table(data.source)
     x = frame.drop(columns=[label]).to_numpy(np.float32)
     parts = partition("dirichlet", data.nodes, codes, seed=seed, alpha=data.alpha)
@@ -64,8 +66,8 @@ def sites(seed: int = 0) -> tuple[list[tuple[np.ndarray, np.ndarray]], int]:
     ], x.shape[1]
 
 
-def in_process_rounds(rounds: int) -> tuple[float, float, float]:
-    """``fedxgb-hist`` through Flower's in-process engine on synth1m's 10 sites (their CSV files,
+def in_process_rounds(name: str, rounds: int) -> tuple[float, float, float]:
+    """``fedxgb-hist`` through Flower's in-process engine on the 10 sites of ``name`` (CSV files,
     ``task='site'``): the median seconds of a round after the first, the first's, and the final
     test accuracy."""
     from benchmarks.boosting import write_raw
@@ -75,7 +77,7 @@ def in_process_rounds(rounds: int) -> tuple[float, float, float]:
 
     with tempfile.TemporaryDirectory(prefix="hist-time-") as tmp:
         work = Path(tmp)
-        write_raw("synth1m", work / "sites", seed=0)
+        write_raw(name, work / "sites", seed=0)
         config = run_config(
             **{
                 "algorithm": "fedxgb-hist",
@@ -106,7 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     start = time.monotonic()
-    nodes, d = sites()
+    name = "synth50k" if args.quick else "synth1m"
+    iterations = 2 if args.quick else args.iterations
+    nodes, d = sites(name)
     params = TreeParams(max_depth=6)
     spec = BoosterSpec(3, d, 6, 1 << 30)
     xgb = xgboost_module()
@@ -118,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     binning = time.perf_counter() - t0
     pooled = []
     booster = None
-    for _ in range(args.iterations):
+    for _ in range(iterations):
         t0 = time.perf_counter()
         booster = xgb.train(model, matrix, num_boost_round=1, xgb_model=booster)
         pooled.append(time.perf_counter() - t0)
@@ -136,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     federated = Booster(spec)
     site_s, slowest_s, server_s = [], [], []
     margins: list[np.ndarray] = []  # each site's, carried from iteration to iteration
-    for _ in range(args.iterations):
+    for _ in range(iterations):
         raw = encode_booster(federated)
         per_site = np.zeros(len(nodes))
         kept = []
@@ -190,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         ],
     ]
     if args.engine:
-        engine_s, engine_first, engine_accuracy = in_process_rounds(args.iterations)
+        engine_s, engine_first, engine_accuracy = in_process_rounds(name, iterations)
         rows.append(
             [
                 "fedxgb-hist, in-process engine (Flower's messages; sites one after another)",
@@ -207,14 +211,14 @@ def main(argv: list[str] | None = None) -> int:
         "sites' part",
         "server's part",
         "bins, once (s)",
-        f"training accuracy after {args.iterations} (%)",
+        f"training accuracy after {iterations} (%)",
     ]
     write_report(
-        RESULTS / "hist_time.md",
-        "Time per boosting iteration on 1,000,000 rows: pooled XGBoost and fedxgb-hist",
+        results_dir(args.quick) / "hist_time.md",
+        f"Time per boosting iteration on {len(x):,} rows: pooled XGBoost and fedxgb-hist",
         time.monotonic() - start,
         md_table(headers, rows)
-        + f"\n\nMean over {args.iterations} iterations; {len(x):,} rows, {d} features, 3 classes. "
+        + f"\n\nMean over {iterations} iterations; {len(x):,} rows, {d} features, 3 classes. "
         f"The compiled loops' first use, once a process before the timing: {compile_s:.2f} s.",
     )
     return 0

@@ -28,6 +28,7 @@ QUICK = [
     ("fedfw_table1", ONE_WORKER),
     ("fedfw_table3", []),
     ("fedfw_wire", ONE_WORKER),
+    ("hist_time", []),
     ("learner_decode", []),
     ("ffgb_distillation", ONE_WORKER),
     ("ffgb_figure1", ONE_WORKER),

@@ -18,7 +18,7 @@ from flwr.app import ConfigRecord, RecordDict
 from client_app.node_state import LostStateError
 from client_app.secure_sum import sealing_pair
 from functions.errors import DecodeError
-from functions.secagg_crypto import KEY_BYTES, agreements, seal, unseal
+from functions.secagg_crypto import KEY_BYTES, MAX_WRAP_BYTES, agreements, seal, unseal
 from functions.secure_sum import (
     CREATE,
     GROUP_KEY,
@@ -33,7 +33,6 @@ from functions.secure_sum import (
 
 STATE = "secagg-group"  # the node's ConfigRecord in Context.state: the key and its wrap
 GROUP_PURPOSE = b"flower-beyond-averaging relay group key"
-MAX_WRAP_BYTES = 256  # a Fernet token of a 32-byte key is 140 bytes
 
 
 def answer(content: RecordDict, state: RecordDict) -> RecordDict:

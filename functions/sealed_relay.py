@@ -26,12 +26,11 @@ from google.protobuf.message import DecodeError as ProtoDecodeError
 
 from functions.errors import DecodeError
 from functions.params import arrays_to_record, record_to_arrays
-from functions.secagg_crypto import KEY_BYTES, agreements, seal, unseal
+from functions.secagg_crypto import KEY_BYTES, MAX_WRAP_BYTES, agreements, seal, unseal
 
 BOX, WRAPS, TO, FROM = "sealed-box", "sealed-wraps", "sealed-to", "sealed-from"
 SEALED_KEYS = (BOX, WRAPS, TO, FROM)
 PURPOSE = b"flower-beyond-averaging relayed model"
-MAX_WRAP_BYTES = 256  # a Fernet token of a 32-byte key is 140 bytes
 FERNET_OVERHEAD = 1024  # a token is its base64 plaintext (4/3) plus a header of 57 bytes
 
 Sealed = dict[str, bytes | list[bytes] | list[int]]

@@ -40,6 +40,7 @@ from functions.errors import DecodeError
 KEY_BYTES = 32  # an X25519 key, a derived key
 SEED_BYTES = 16  # a self-mask seed: an AES-128 key
 NONCE_BYTES = 12  # an AES-GCM box's nonce, drawn at random (its tag is 16 bytes)
+MAX_WRAP_BYTES = 256  # a key sealed to another (a Fernet token of 32 bytes is 140 bytes)
 CHUNK = 16  # pycryptodome's Shamir shares 16-byte secrets
 DIGEST_BYTES = 32  # SHA-256
 MASK_PURPOSE = b"flower-beyond-averaging secure-sum mask"

@@ -21,6 +21,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from functions.errors import DecodeError
+from functions.secagg_crypto import MAX_WRAP_BYTES
 from functions.secure_sum import (
     CREATE,
     GROUP,
@@ -34,8 +35,6 @@ from functions.secure_sum import (
 from strategies.screening import exact_records, screen_replies
 from strategies.secure_sum import SecureAggregator
 from tasks.errors import ConfigError
-
-MAX_WRAP_BYTES = 256  # a Fernet token of a 32-byte key is 140 bytes
 
 
 class GroupKey:
@@ -138,7 +137,9 @@ class GroupKey:
                 or len(wraps) != len(keys)
                 or any(not isinstance(w, bytes) or not 0 < len(w) <= MAX_WRAP_BYTES for w in wraps)
             ):
-                raise DecodeError(f"group: expected {len(keys)} wraps of at most 256 bytes")
+                raise DecodeError(
+                    f"group: expected {len(keys)} wraps of at most {MAX_WRAP_BYTES} bytes"
+                )
             return wraps
 
         screened = screen_replies(

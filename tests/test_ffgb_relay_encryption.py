@@ -12,7 +12,6 @@ server checks a plain one, and the server decodes a sealed group within its limi
 
 from __future__ import annotations
 
-import json
 import zlib
 from dataclasses import replace
 from pathlib import Path
@@ -52,6 +51,7 @@ from testing.inprocess_grid import LocalGrid, round_of, run_config, server_conte
 from testing.recording_grid import RecordingGrid
 from tests.helpers import RUN_NAME
 from tests.test_checkpoints import CrashingGrid, ServerCrash, crashed_before
+from tests.test_relay_encryption import ENCRYPTED, plain_and_sealed, rows_of
 
 NODES, ROUNDS = 3, 4
 SMALL = {
@@ -72,20 +72,10 @@ LEARNERS = {
         "num-server-rounds": 2,
     },
 }
-ENCRYPTED = {"relay-encryption": True}
-TRAFFIC = ("wall_time_s", "models_exchanged")
 
 
 def config_for(out: Path, **extra) -> dict:
     return run_config(**{"output-dir": str(out), "run-name": RUN_NAME, **SMALL, **extra})
-
-
-def rows_of(out: Path) -> list[dict]:
-    return json.loads((out / RUN_NAME / "metrics.json").read_text())["rounds"]
-
-
-def without_traffic(rows: list[dict]) -> list[dict]:
-    return [{k: v for k, v in r.items() if "bytes" not in k and k not in TRAFFIC} for r in rows]
 
 
 def learner_kinds(config: ConfigRecord | dict) -> set[str]:
@@ -97,16 +87,11 @@ def learner_kinds(config: ConfigRecord | dict) -> set[str]:
 def test_the_encrypted_relay_gives_the_plain_run_and_the_server_holds_only_ciphertext(
     tmp_path, learner
 ):
-    runs = {}
-    for name, extra in (("plain", {}), ("sealed", ENCRYPTED)):
-        config = config_for(tmp_path / name, **LEARNERS[learner], **extra)
-        grid = RecordingGrid(LocalGrid(client_app, config, NODES))
-        run(grid, server_context(config))
-        runs[name] = grid
-    plain, sealed = (without_traffic(rows_of(tmp_path / n)) for n in ("plain", "sealed"))
+    grid, plain, sealed = plain_and_sealed(
+        tmp_path, lambda out, **extra: config_for(out, **LEARNERS[learner], **extra), NODES
+    )
     assert sealed == plain
     assert sealed[-1]["participants"] == NODES and sealed[-1]["failures"] == 0
-    grid = runs["sealed"]
     replies = [r for r in grid.replies(TRAIN) if r.has_content()]
     assert len(replies) == NODES * sealed[-1]["round"]
     for reply in replies:

@@ -11,6 +11,7 @@ recipient list is refused.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +56,7 @@ LEARNERS = {
     "tree": {"task": "wine", "fedfun.learner": "tree", "fedfun.delta": 0.1, "num-server-rounds": 2},
 }
 ENCRYPTED = {"relay-encryption": True}
-TRAFFIC = ("wall_time_s",)
+TRAFFIC = ("wall_time_s", "models_exchanged")  # what a relay counts, not what it computes
 
 
 def config_for(out: Path, **extra) -> dict:
@@ -68,6 +69,20 @@ def rows_of(out: Path) -> list[dict]:
 
 def without_traffic(rows: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if "bytes" not in k and k not in TRAFFIC} for r in rows]
+
+
+def plain_and_sealed(
+    tmp_path: Path, config_of: Callable[..., dict], nodes: int
+) -> tuple[RecordingGrid, list[dict], list[dict]]:
+    """The run of ``config_of(out, **extra)`` plain and with ``relay-encryption``, in-process:
+    the sealed run's grid, every exchange recorded, and both runs' rows without their traffic."""
+    grids = {}
+    for name, extra in (("plain", {}), ("sealed", ENCRYPTED)):
+        config = config_of(tmp_path / name, **extra)
+        grids[name] = RecordingGrid(LocalGrid(client_app, config, nodes))
+        run(grids[name], server_context(config))
+    plain, sealed = (without_traffic(rows_of(tmp_path / n)) for n in ("plain", "sealed"))
+    return grids["sealed"], plain, sealed
 
 
 def assert_no_model_in_the_clear(content: RecordDict) -> None:
@@ -84,16 +99,11 @@ def assert_no_model_in_the_clear(content: RecordDict) -> None:
 def test_the_encrypted_relay_gives_the_plain_run_and_the_server_holds_only_ciphertext(
     tmp_path, learner
 ):
-    runs = {}
-    for name, extra in (("plain", {}), ("sealed", ENCRYPTED)):
-        config = config_for(tmp_path / name, **LEARNERS[learner], **extra)
-        grid = RecordingGrid(LocalGrid(client_app, config, NODES))
-        run(grid, server_context(config))
-        runs[name] = grid
-    plain, sealed = (without_traffic(rows_of(tmp_path / n)) for n in ("plain", "sealed"))
+    grid, plain, sealed = plain_and_sealed(
+        tmp_path, lambda out, **extra: config_for(out, **LEARNERS[learner], **extra), NODES
+    )
     assert sealed == plain
     assert sealed[-1]["participants"] == NODES and sealed[-1]["failures"] == 0
-    grid = runs["sealed"]
     replies = [r for r in grid.replies(TRAIN) if r.has_content()]
     assert len(replies) == NODES * (sealed[-1]["round"] + 1)
     for reply in replies:

@@ -74,7 +74,7 @@ Job = ClientJob[FedXgbHistSettings, None]
 # what a node keeps in its Context.state between the levels of a round
 KEPT, EDGES, KEPT_ROUND = "fedxgb-hist.kept", "fedxgb-hist.edges", "fedxgb-hist.round"
 DIGEST = "edges-digest"  # in KEPT_ROUND: the edges the kept bins are of
-TREES, APPLIED = "trees", "trees-digest"  # in KEPT_ROUND: the booster's trees the margins are of
+TREES, TREES_DIGEST = "trees", "trees-digest"  # in KEPT_ROUND: the trees the margins are of
 NODES, NODES_TREES = "fedxgb-hist.nodes", "fedxgb-hist.nodes-trees"  # each row's node, and the
 # trees of the level it was found at (a deeper level of the same trees walks on from there)
 
@@ -113,7 +113,7 @@ def train(job: Job) -> RecordDict:
     x = _rows(data.x_train)
     margins, layout, bins, (g, h), raw = _round_start(job, spec, x)
     trees, leaves = read_growing(job.content[GROWING], layout, spec.outputs, hist.max_depth)
-    nodes = row_nodes(layout, bins, trees, _kept_nodes(job, layout, trees))
+    nodes = row_nodes(layout, bins, trees, _kept_nodes(job, layout, trees, spec.outputs))
     job.state[NODES] = ArrayRecord({"nodes": Array(nodes)})
     job.state[NODES_TREES] = job.content[GROWING]
     sums = histograms(layout, bins, g, h, trees, leaves, nodes)
@@ -141,13 +141,14 @@ def train(job: Job) -> RecordDict:
     return reply
 
 
-def _kept_nodes(job: Job, layout: BinLayout, trees: Sequence[GrowingTree]) -> np.ndarray | None:
+def _kept_nodes(
+    job: Job, layout: BinLayout, trees: Sequence[GrowingTree], outputs: int
+) -> np.ndarray | None:
     """Each row's node at this round's last level, when the node kept them and these trees
     extend that level's (``GrowingTree.extends``); None: walk from the roots."""
     if NODES not in job.state or NODES_TREES not in job.state:
         return None
-    spec = job.family.spec(job.data.task)
-    kept, _ = read_growing(job.state[NODES_TREES], layout, spec.outputs, job.family.max_depth)
+    kept, _ = read_growing(job.state[NODES_TREES], layout, outputs, job.family.max_depth)
     if len(kept) != len(trees) or not all(t.extends(k) for t, k in zip(trees, kept)):
         return None
     return job.state[NODES]["nodes"].numpy()
@@ -177,9 +178,11 @@ def _round_start(
     if ARRAYS in job.content:
         layout = read_layout(job.content[LAYOUT], spec.num_feature, job.family.max_bin)
         booster, raw = read_booster(job.content[ARRAYS], spec)
-        margins, applied = _margins(job, booster, raw, {"train": x, "test": _rows(job.data.x_test)})
+        margins, trees_digest = _margins(
+            job, booster, raw, {"train": x, "test": _rows(job.data.x_test)}
+        )
         g, h = gradients(job.family.objective(job.data.task), margins["train"], job.data.y_train)
-        digest = _digest(layout)
+        digest = _edges_digest(layout)
         kept = job.state.get(KEPT_ROUND)
         if kept is not None and kept.get(DIGEST) == digest:  # the run's edges: binned already
             bins = job.state[KEPT]["bins"].numpy()
@@ -202,7 +205,7 @@ def _round_start(
                 SERVER_ROUND: server_round,
                 DIGEST: digest,
                 TREES: len(booster.trees),
-                APPLIED: applied,
+                TREES_DIGEST: trees_digest,
             }
         )
         return margins, layout, bins, (g, h), raw
@@ -226,7 +229,9 @@ def _margins(
     kept = job.state.get(KEPT_ROUND)
     held = int(kept.get(TREES, -1)) if kept is not None else -1
     margins = {}
-    if 0 <= held <= len(booster.trees) and kept.get(APPLIED) == _trees_digest(booster.trees[:held]):
+    if 0 <= held <= len(booster.trees) and kept.get(TREES_DIGEST) == _trees_digest(
+        booster.trees[:held]
+    ):
         for name, x in rows.items():
             margins[name] = job.state[KEPT][f"margins-{name}"].numpy().copy()
             add_trees(margins[name], x, booster.trees[held:], held)
@@ -250,7 +255,7 @@ def _trees_digest(trees: Sequence[Tree]) -> bytes:
     return sha.digest()
 
 
-def _digest(layout: BinLayout) -> bytes:
+def _edges_digest(layout: BinLayout) -> bytes:
     """SHA-256 of the bin edges: the same edges (every round of a run) bin the rows alike."""
     sha = hashlib.sha256()
     for edges in layout.edges:

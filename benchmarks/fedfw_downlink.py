@@ -22,8 +22,11 @@ CONSTRAINTS = ("l1", "box", "nuclear", "l2")
 MODES = ("dense", "compact", "auto")
 
 
-def _per_client_round(rows: list[dict], clients: int, key: str) -> float:
-    later = [r for r in rows if r["round"] >= 2]
+def _per_client_round(rows: list[dict], clients: int, key: str, steady: bool = False) -> float:
+    """Bytes per client and round over rounds 2 to the last (``steady``: to the one before it,
+    whose evaluation rides on the next train message instead of an evaluate exchange)."""
+    last = max(r["round"] for r in rows)
+    later = [r for r in rows if 2 <= r["round"] < last or (r["round"] == last and not steady)]
     return sum(r[key] for r in later) / (len(later) * clients)
 
 
@@ -76,6 +79,10 @@ def main() -> None:
             same = all(_metrics(rows[m]) == _metrics(rows["dense"]) for m in MODES)
             down = {m: _per_client_round(rows[m], n, "bytes_down") for m in MODES}
             up = _per_client_round(rows["dense"], n, "bytes_up")
+            steady = sum(
+                _per_client_round(rows["auto"], n, k, steady=True)
+                for k in ("bytes_up", "bytes_down")
+            )
             train_only = results[f"{c}-{n}-train-only"]["rows"]
             train_total = sum(
                 _per_client_round(train_only, n, k) for k in ("bytes_up", "bytes_down")
@@ -95,6 +102,7 @@ def main() -> None:
                     chose,
                     f"{up:,.0f}",
                     f"{up + down['auto']:,.0f}",
+                    f"{steady:,.0f}",
                     f"{train_total:,.0f}",
                     "yes" if same else "NO",
                 ]
@@ -102,7 +110,9 @@ def main() -> None:
     body = f"""\
 FedFW, MCLR on `synthetic` (610 parameters; dense x-bar 2,440 B), full participation,
 {rounds} rounds, federated evaluation on. Bytes are payload (array bytes in the records) per
-client and round, rounds 2-{rounds}; "down" counts the train and the evaluation message.
+client and round, rounds 2-{rounds}; "down" counts the train and the evaluation message. Each
+round's evaluation rides on the next round's train message, so a steady round (2-{rounds - 1})
+is one message each way; the last round adds an evaluate exchange of its own.
 
 {
         md_table(
@@ -115,6 +125,7 @@ client and round, rounds 2-{rounds}; "down" counts the train and the evaluation 
                 "auto chose",
                 "up B",
                 "total up + down (auto) B",
+                "a steady round: up + down (auto) B",
                 "training exchange only: up + down (auto, no fed. eval) B",
                 "same metrics",
             ],

@@ -31,6 +31,7 @@ from client_app.node_state import (
     records_params,
     restart_point,
 )
+from functions.acceptance import last_accepted, sync_value
 from functions.params import ParamLayout, Params, params_to_record, record_to_params
 from functions.protocol import (
     CONFIG,
@@ -39,10 +40,8 @@ from functions.protocol import (
     EVALUATE_FIRST,
     EVALUATION,
     HELD_CHANGE,
-    LAST_ACCEPTED,
     QUERY_NODE,
     SERVER_ROUND,
-    SYNC,
     SYNC_NONE,
     TRAIN,
     XBAR,
@@ -61,8 +60,8 @@ def _current_state(job: Job, layout: ParamLayout, xbar: Params) -> DRClientState
     does every node it tells to with secure aggregation (a restart at consensus,
     ``strategies.held_sum``)."""
     config = job.content[CONFIG]
-    records = STORE.resolve(job.state, config[LAST_ACCEPTED])
-    restarts = job.settings.secure_aggregation and config[SYNC] != SYNC_NONE
+    records = STORE.resolve(job.state, last_accepted(config))
+    restarts = job.settings.secure_aggregation and sync_value(config) != SYNC_NONE
     if records is not None and not restarts:
         return DRClientState(**records_params(layout, records))
     return feddr_client_init(restart_point(job.content, layout, xbar, DR_XHAT))

@@ -26,7 +26,9 @@ from client_app.node_state import (
     restart_point,
 )
 from client_app.private_noise import with_noise
+from functions.acceptance import last_accepted, sync_value
 from functions.extreme_points import decode_model_point, encode_model_point, join_points
+from functions.fedfw_downlink import header_through
 from functions.params import ParamLayout, Params, arrays_to_record, record_to_params
 from functions.protocol import (
     CONFIG,
@@ -38,14 +40,12 @@ from functions.protocol import (
     FW_POINT,
     FW_RESTART,
     HELD_CHANGE,
-    LAST_ACCEPTED,
     LOCAL_STEPS,
     NODE,
     NUM_CLIENTS,
     QUERY_NODE,
     RADIUS,
     SERVER_ROUND,
-    SYNC,
     SYNC_NONE,
     TRAIN,
     XBAR,
@@ -61,9 +61,9 @@ STORE = PendingStore("fedfw")
 def _current_state(job: Job, layout: ParamLayout, xbar: Params) -> FWClientState:
     """Commit or drop the pending step, then apply the server's sync instruction."""
     config = job.content[CONFIG]
-    records = STORE.resolve(job.state, config[LAST_ACCEPTED])
+    records = STORE.resolve(job.state, last_accepted(config))
     committed = None if records is None else FWClientState(**records_params(layout, records))
-    if config[SYNC] == SYNC_NONE:
+    if sync_value(config) == SYNC_NONE:
         if committed is None:
             raise LostStateError("no FedFW state on this node; the server will resend x_i")
         return committed
@@ -120,12 +120,14 @@ def train(job: Job) -> RecordDict:
     config, data = job.content[CONFIG], job.data
     model = new_model(job.settings, data.task, job.device)
     layout = ParamLayout.of_state_dict(model.state_dict())
-    xbar = compact_xbar(job, layout, fw)
-    if xbar is None:
-        xbar = record_to_params(job.content[XBAR], layout)
+    t = int(config[SERVER_ROUND])
+    compact = compact_xbar(job, layout, fw, header_through(TRAIN, t))
+    if compact is None:  # the dense x-bar, with the roster's size N
+        xbar, n = record_to_params(job.content[XBAR], layout), int(config[NUM_CLIENTS])
+    else:
+        xbar, n = compact
     evaluation = sums_at(model, xbar, data) if EVALUATE_FIRST in config else None
     start = state = _current_state(job, layout, xbar)
-    t, n = int(config[SERVER_ROUND]), int(config[NUM_CLIENTS])
     constraint = job.overrides  # this node's D_i
     points = []
     for step, index in _steps(fw, data, t, job.settings.seed):
@@ -151,9 +153,13 @@ def train(job: Job) -> RecordDict:
 def evaluate(job: Job) -> RecordDict:
     """Loss sums at x-bar, and grad f_i(x-bar) when the FW gap diagnostic is on."""
     fw = job.family
-    return evaluate_xbar(
-        job, bool(job.content[CONFIG][FW_GAP]), lambda j, layout: compact_xbar(j, layout, fw)
-    )
+    through = header_through(EVALUATE, int(job.content[CONFIG][SERVER_ROUND]))
+
+    def xbar(j: Job, layout: ParamLayout) -> Params | None:
+        compact = compact_xbar(j, layout, fw, through)
+        return None if compact is None else compact[0]
+
+    return evaluate_xbar(job, bool(job.content[CONFIG][FW_GAP]), xbar)
 
 
 def describe(job: Job) -> RecordDict:

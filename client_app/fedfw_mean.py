@@ -100,14 +100,18 @@ def _store(job: Job, state: MeanState) -> None:
     )
 
 
-def _follow(job: Job, layout: ParamLayout, fw: FedFWSettings, state: MeanState) -> None:
-    """Advance x-bar by the rounds the message carries, eta_t from the run's schedule."""
+def _follow(
+    job: Job, layout: ParamLayout, fw: FedFWSettings, state: MeanState, through: int
+) -> None:
+    """Advance x-bar by the rounds the message carries (up to ``through`` when its header is
+    left out), eta_t from the run's schedule."""
     count = state.sets.size
     since, updates = unpack_rounds(
         dict(job.content[UPDATES]),
         record_to_arrays(job.content[UPDATE_ARRAYS]),
         count,
         fw.schedule.eta,
+        through,
     )
     if since != state.version:
         raise LostStateError(
@@ -119,10 +123,11 @@ def _follow(job: Job, layout: ParamLayout, fw: FedFWSettings, state: MeanState) 
         state.version = update.round
 
 
-def mean_xbar(job: Job, layout: ParamLayout, fw: FedFWSettings) -> Params:
-    """x-bar after this message's rounds, float32-rounded; the node keeps the float64 one."""
+def mean_xbar(job: Job, layout: ParamLayout, fw: FedFWSettings, through: int) -> tuple[Params, int]:
+    """x-bar after this message's rounds, float32-rounded (the node keeps the float64 one), and
+    the roster's size N."""
     state = _received(job, layout) if REPLICA in job.content else _stored(job)
     if UPDATES in job.content:
-        _follow(job, layout, fw, state)
+        _follow(job, layout, fw, state, through)
     _store(job, state)
-    return [np.asarray(a, np.float32).astype(np.float64) for a in state.xbar]
+    return [np.asarray(a, np.float32).astype(np.float64) for a in state.xbar], state.sets.size

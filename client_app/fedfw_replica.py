@@ -75,15 +75,22 @@ def _store(job: Job, mirror: ConsensusMirror, meta: dict) -> None:
 
 
 def _apply_updates(
-    job: Job, layout: ParamLayout, fw: FedFWSettings, mirror: ConsensusMirror, meta: dict
+    job: Job,
+    layout: ParamLayout,
+    fw: FedFWSettings,
+    mirror: ConsensusMirror,
+    meta: dict,
+    through: int,
 ) -> None:
-    """Apply the rounds the message carries, with eta_t from the run's schedule (the server's)."""
+    """Apply the rounds the message carries (up to ``through`` when its header is left out),
+    with eta_t from the run's schedule (the server's)."""
     kinds, radii, scope = meta["kinds"], meta["radii"], fw.scope
     since, updates = unpack_updates(
         dict(job.content[UPDATES]),
         record_to_arrays(job.content[UPDATE_ARRAYS]),
         len(kinds),
         fw.schedule.eta,
+        through,
     )
     if since != meta["version"]:
         raise LostStateError(
@@ -102,15 +109,18 @@ def _apply_updates(
         meta["version"] = update.round
 
 
-def compact_xbar(job: Job, layout: ParamLayout, fw: FedFWSettings) -> Params | None:
-    """x-bar from the node's replica (updated by this message), float32-rounded; None when the
-    message carries the dense x-bar only (``fedfw.downlink`` dense)."""
+def compact_xbar(
+    job: Job, layout: ParamLayout, fw: FedFWSettings, through: int
+) -> tuple[Params, int] | None:
+    """x-bar from the node's replica (updated by this message, which brings it to round
+    ``through``), float32-rounded, and the roster's size N; None when the message carries the
+    dense x-bar only (``fedfw.downlink`` dense)."""
     if (
         MEAN in job.content[REPLICA]
         if REPLICA in job.content
         else UPDATES in job.content and MEAN_META in job.state
     ):
-        return mean_xbar(job, layout, fw)
+        return mean_xbar(job, layout, fw, through)
     if REPLICA in job.content:
         mirror, meta = _received(job, layout)
     elif UPDATES in job.content:
@@ -118,6 +128,6 @@ def compact_xbar(job: Job, layout: ParamLayout, fw: FedFWSettings) -> Params | N
     else:
         return None
     if UPDATES in job.content:  # first contact: x-bar^1 and every round since
-        _apply_updates(job, layout, fw, mirror, meta)
+        _apply_updates(job, layout, fw, mirror, meta, through)
     _store(job, mirror, meta)
-    return [np.asarray(a, np.float32).astype(np.float64) for a in mirror.x_bar]
+    return [np.asarray(a, np.float32).astype(np.float64) for a in mirror.x_bar], len(meta["kinds"])

@@ -20,6 +20,7 @@ from client_app.group_key import message_key
 from client_app.job import ClientJob
 from client_app.node_info import describe_node
 from client_app.node_state import LostStateError
+from functions.acceptance import last_accepted
 from functions.ensembles import (
     Delta,
     PredictionCache,
@@ -41,7 +42,6 @@ from functions.protocol import (
     EVALUATE,
     EVALUATE_FIRST,
     EVALUATION,
-    LAST_ACCEPTED,
     METRICS,
     NUM_EXAMPLES,
     ORACLE_ERROR,
@@ -99,7 +99,7 @@ def _own_values(job: Job, delta: Delta) -> dict[str, np.ndarray] | None:
     if delta.own_count == 0:
         return None
     own = job.state.get(OWN)
-    accepted = job.content[CONFIG][LAST_ACCEPTED]
+    accepted = last_accepted(job.content[CONFIG])
     if own is None or own["round"] != accepted or own["count"] != delta.own_count:
         raise LostStateError(
             f"the delta includes {delta.own_count} learners of this node from "

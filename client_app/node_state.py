@@ -15,8 +15,9 @@ from collections.abc import Mapping
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, RecordDict
 
+from functions.acceptance import sync_value
 from functions.params import ParamLayout, Params, params_to_record, record_to_params
-from functions.protocol import CONFIG, SYNC, SYNC_FROM_XBAR, SYNC_NONE
+from functions.protocol import CONFIG, SYNC_FROM_XBAR, SYNC_NONE
 
 Record = ArrayRecord | ConfigRecord
 
@@ -94,7 +95,7 @@ def held_change(layout: ParamLayout, before: Params, after: Params) -> ArrayReco
 
 def restart_point(content: RecordDict, layout: ParamLayout, xbar: Params, point_key: str) -> Params:
     """Where a node without state restarts, as the server's ``sync`` says."""
-    sync = content[CONFIG][SYNC]
+    sync = sync_value(content[CONFIG])
     if sync == SYNC_NONE:
         raise LostStateError("no state on this node; the server will resend its restart point")
     if sync == SYNC_FROM_XBAR:

@@ -3,7 +3,8 @@ instead of the dense x-bar, or, once, the whole mirror a node replicates.
 
 - updates: for each round after the node's version, the accepted points in roster order (the
   order the server applies them), each as the compact arrays its node sent
-  (``functions.extreme_points``: one 1-D array per field). Config: ``since``, ``rounds``; arrays
+  (``functions.extreme_points``: one 1-D array per field). Config: ``since``, ``rounds`` (left
+  out when they are the rounds just before the message's own: ``header_through``); arrays
   ``accepted`` (per round, a bitmap over the roster, ``np.packbits``, ceil(N / 8) bytes: who sent
   the points), and per round u and field f the round's points' values one after another
   (``{u}.{f}``) with the points' lengths (``{u}.{f}.len``, the smallest unsigned dtype: one
@@ -30,6 +31,7 @@ import numpy as np
 
 from functions.errors import DecodeError
 from functions.extreme_points import INDEX_FIELDS, Ball, sum_index_points, sum_model_points
+from functions.protocol import TRAIN
 
 Arrays = dict[str, np.ndarray]
 _FIELD_KEY = re.compile(r"^(\d{1,7})\.([a-z]+)(\.len)?$")
@@ -46,9 +48,13 @@ class RoundPoints:
     points: tuple[tuple[int, Arrays], ...]
 
 
-def pack_updates(since: int, updates: Sequence[RoundPoints], num_nodes: int) -> tuple[dict, Arrays]:
+def pack_updates(
+    since: int, updates: Sequence[RoundPoints], num_nodes: int, through: int | None = None
+) -> tuple[dict, Arrays]:
     """The header and arrays of ``updates``; ``ValueError`` unless each round's points are in
-    increasing roster order (the order the server applies them)."""
+    increasing roster order (the order the server applies them). The header is left out (an
+    empty config) when the updates are every round after ``since`` up to ``through``, the round
+    the message brings the node to (``header_through``): the node derives it from their count."""
     masks = []
     for update in updates:
         nodes = [i for i, _ in update.points]
@@ -57,7 +63,9 @@ def pack_updates(since: int, updates: Sequence[RoundPoints], num_nodes: int) -> 
         mask = np.zeros(num_nodes, dtype=bool)
         mask[nodes] = True
         masks.append(np.packbits(mask))
-    config = {"since": since, "rounds": [u.round for u in updates]}
+    rounds = [u.round for u in updates]
+    implied = through is not None and rounds == list(range(since + 1, through + 1))
+    config = {} if implied else {"since": since, "rounds": rounds}
     arrays = {"accepted": np.concatenate(masks) if masks else np.zeros(0, np.uint8)}
     for u, update in enumerate(updates):
         arrays |= _packed_fields(u, [point for _, point in update.points])
@@ -134,21 +142,33 @@ def _checked_fields(
     return checked
 
 
+def header_through(message_type: str, server_round: int) -> int:
+    """The round whose x-bar a message of ``message_type`` brings: round t's train message
+    x-bar^(t-1), its evaluate message x-bar^t. Both halves use it for ``pack_updates``' header."""
+    return server_round - 1 if message_type == TRAIN else server_round
+
+
 def unpack_rounds(
     config: Mapping[str, object],
     arrays: Mapping[str, np.ndarray],
     num_nodes: int,
     eta: Callable[[int], float],
+    through: int | None = None,
 ) -> tuple[int, list[PackedRound]]:
     """(since, rounds) still packed, each round's step size ``eta(round)``; ``DecodeError``
     unless rounds increase after ``since``, the bitmaps cover the roster with zero padding and
-    every accepted node's point has arrays."""
+    every accepted node's point has arrays. An empty header means the rounds up to ``through``,
+    as many as the bitmaps."""
+    width = -(-num_nodes // 8)
     try:
-        since, rounds = int(config["since"]), [int(r) for r in config["rounds"]]
         bitmaps = arrays["accepted"]
+        if config or through is None:
+            since, rounds = int(config["since"]), [int(r) for r in config["rounds"]]
+        else:
+            count = len(bitmaps) // max(width, 1)
+            since, rounds = through - count, list(range(through - count + 1, through + 1))
     except (KeyError, TypeError, ValueError) as err:
         raise DecodeError(f"bad FedFW update header: {err}") from None
-    width = -(-num_nodes // 8)
     if len(rounds) > _MAX_UPDATES or num_nodes < 1:
         raise DecodeError("a FedFW update lists too many rounds, or the roster is empty")
     if bitmaps.dtype != np.uint8 or bitmaps.shape != (width * len(rounds),):
@@ -183,9 +203,10 @@ def unpack_updates(
     arrays: Mapping[str, np.ndarray],
     num_nodes: int,
     eta: Callable[[int], float],
+    through: int | None = None,
 ) -> tuple[int, list[RoundPoints]]:
     """``unpack_rounds`` with each round's points split one by one."""
-    since, rounds = unpack_rounds(config, arrays, num_nodes, eta)
+    since, rounds = unpack_rounds(config, arrays, num_nodes, eta, through)
     return since, [RoundPoints(r.round, r.eta, r.points()) for r in rounds]
 
 

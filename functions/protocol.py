@@ -44,7 +44,7 @@ TEST_LOSS_SUM = "test-loss-sum"
 TEST_CORRECT_SUM = "test-correct-sum"
 TRAIN_LOSS_SUM = "train-loss-sum"
 TRAIN_EXAMPLES = "train-examples"
-EVALUATE_FIRST = "evaluate-first"  # train config: the round whose function the node evaluates
+EVALUATE_FIRST = "evaluate-first"  # train config (True): the node evaluates the function it gets
 EVALUATION = "evaluation"  # ... before it trains: its train reply's MetricRecord of the sums
 
 # -- FedAvg, FedProx, projected FedAvg (Flower's FedAvg keys) --------------------------------
@@ -89,6 +89,11 @@ SKETCH = "sketch"  # its ArrayRecord: "points" (d, size), "counts" (d,), "rows" 
 # with GRID_CELLS in its config, "cells" (d * GRID_CELLS,) and "rows" (1,): its grid counts
 GRID_CELLS = "grid-cells"
 LAYOUT = "layout"  # fedxgb-hist: the agreed bin edges, "edges" (flat) and "sizes" (d,)
+TREES_HELD = "trees-held"  # fedxgb-hist root config: the booster sent is the trees after the first
+# h, which the node holds (the whole booster when absent)
+TREES_DIGEST = (
+    "trees-digest"  # ... and those h trees' digest (functions.xgboost_trees.trees_digest)
+)
 GROWING = "growing"  # fedxgb-hist: the trees being grown and the open leaves
 HISTOGRAMS = "histograms"  # fedxgb-hist's reply: "grad", "hess", "count", (open leaves, slots)
 DENSE_HISTOGRAMS = "dense-histograms"  # train config: every slot, for a secure sum

@@ -128,7 +128,7 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
         when the last round's evaluation rides on this round's training."""
         config = ConfigRecord({**config, SERVER_ROUND: server_round})
         if self.evaluation_due is not None:
-            config[EVALUATE_FIRST] = self.evaluation_due
+            config[EVALUATE_FIRST] = True
         return config
 
     def _noise_shares(self, config: ConfigRecord, nodes: int) -> None:

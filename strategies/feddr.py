@@ -124,7 +124,7 @@ class FedDRStrategy(HeldVectorStrategy):
         """x-bar to the sampled nodes; a node that may hold nothing restarts from its x_hat_i;
         ``evaluate-first`` when the last round's evaluation rides on these messages."""
         content = {XBAR: params_to_record(self.layout, self.xbar)}
-        due = {} if self.evaluation_due is None else {EVALUATE_FIRST: self.evaluation_due}
+        due = {} if self.evaluation_due is None else {EVALUATE_FIRST: True}
 
         def restart(node: int) -> tuple[str, dict]:
             return self.restart(node, self.xbar, lambda p: self.server.x_hat_of(p), DR_XHAT)

@@ -245,7 +245,7 @@ class FedFunStrategy(FederatedStrategy):
             INITIAL: initial,
         }
         if kind == TRAIN and self.evaluation_due is not None and own >= 0:
-            config[EVALUATE_FIRST] = self.evaluation_due  # as its evaluate message would go
+            config[EVALUATE_FIRST] = True  # as its evaluate message would go
         content = RecordDict({CONFIG: ConfigRecord(config), NEIGHBOURS: ConfigRecord(listing)})
         if kind == TRAIN and self.keys is not None:
             content[RELAY_KEYS] = self._key_record(node, vertex)

@@ -39,6 +39,7 @@ from functions.fedfw_downlink import (
     Replica,
     RosterSets,
     RoundPoints,
+    header_through,
     pack_mean,
     pack_replica,
     pack_updates,
@@ -55,6 +56,7 @@ from functions.params import (
 )
 from functions.protocol import (
     CONSTRAINT,
+    EVALUATE,
     EVALUATE_FIRST,
     FW_GAP,
     FW_GRAD,
@@ -66,6 +68,7 @@ from functions.protocol import (
     RADIUS,
     REPLICA,
     REPLICA_ARRAYS,
+    TRAIN,
     UPDATE_ARRAYS,
     UPDATES,
     XBAR,
@@ -208,8 +211,9 @@ class FedFWStrategy(HeldVectorStrategy):
         self.node_sets: list[Constraint] = []  # D_i by position
         self.roster_sets = RosterSets((), None, 0)  # the same, as a node following x-bar keeps them
         self.replica_sets: tuple[tuple[str, ...], tuple[float, ...]] = ((), ())  # kinds, radii
-        self._round_updates: dict[int, dict] = {}  # packed updates by version held, until
-        # the history moves on (every message that needs them shares one copy)
+        # packed updates by (version held, version brought) until the history moves on (every
+        # message that needs them shares one copy)
+        self._round_updates: dict[tuple[int, int], dict] = {}
         self._mean_resync: dict | None = None  # the same, for x-bar's re-sync (recursive)
         self.local_steps: list[int] = []  # K of each node's local pass (1 without), by position
         self.gap_domain: Constraint | None = None  # D = the intersection of the D_i, if known
@@ -247,9 +251,12 @@ class FedFWStrategy(HeldVectorStrategy):
         self.mirror = ConsensusMirror(self.x0, range(len(self.book.node_ids)))
         self.xbar = self.mirror.x_bar
         if self.fw.downlink == "auto":
-            # a node gets each round's points once, but x-bar in every message it gets
+            # a node gets each round's points once, but x-bar in every message it gets: an
+            # evaluate message of its own unless the evaluation rides on training
             p = self.fw.participation
-            dense = 4 * self.layout.size * (p + (1 if self.fw.federated_eval else 0))
+            rides = self.evaluation_rides and p == 1.0  # with every node (fuses_evaluation)
+            evaluate = 1 if self.fw.federated_eval and not rides else 0
+            dense = 4 * self.layout.size * (p + evaluate)
             points = max(1.0, p * len(self.roster.node_ids)) * self._point_bytes()
             self.compact = points < dense
             log(
@@ -342,14 +349,16 @@ class FedFWStrategy(HeldVectorStrategy):
         def restart(node: int) -> tuple[str, dict]:
             return self.restart(node, xbar, lambda p: self.mirror.x_of(p), FW_RESTART)
 
-        due = {} if self.evaluation_due is None else {EVALUATE_FIRST: self.evaluation_due}
+        due = {} if self.evaluation_due is None else {EVALUATE_FIRST: True}
+        # a compact x-bar's node counts the roster in its replica
+        counts = {} if self.compact else {NUM_CLIENTS: len(self.book.node_ids)}
         messages = [
             self.book.train_message(
                 node,
                 server_round,
-                self._downlink(node, dense),
+                self._downlink(node, dense, header_through(TRAIN, server_round)),
                 restart,
-                **{NUM_CLIENTS: len(self.book.node_ids)},
+                **counts,
                 **due,
             )
             for node in nodes
@@ -365,10 +374,11 @@ class FedFWStrategy(HeldVectorStrategy):
         bound = 2 * max(float(c.radius) for c in self.node_sets) * (1 + 1e-6)
         return self.as_secure_sum(grid, server_round, messages, bound)
 
-    def _downlink(self, node: int, dense: ArrayRecord) -> dict:
+    def _downlink(self, node: int, dense: ArrayRecord, through: int) -> dict:
         """What ``node`` needs to know x-bar: the dense x-bar, or (compact) the points it has not
         applied, or x-bar^1 and the D_i on first contact, or the whole mirror after a loss
-        (with full participation: x-bar, in float64 after round 0)."""
+        (with full participation: x-bar, in float64 after round 0). ``through``: the round the
+        message brings x-bar to (``header_through``)."""
         if not self.compact:
             return {XBAR: dense}
         slot = self.book[node]
@@ -378,13 +388,13 @@ class FedFWStrategy(HeldVectorStrategy):
             if slot.fresh or since is None:
                 slot.fresh = False
                 return self._mean_start()
-            return self._updates_since(since)
+            return self._updates_since(since, through)
         if slot.fresh:  # x-bar^1 (float32-exact) and every round since
             slot.fresh = False
             config, _ = pack_replica(Replica(0, kinds, radii, (), []))
             content = {XBAR: params_to_record(self.layout, self.x0), REPLICA: ConfigRecord(config)}
             if self.version > 0:
-                content |= self._updates_since(0)
+                content |= self._updates_since(0, through)
             return content
         if since is None:
             points, total = self.mirror.state()
@@ -394,7 +404,7 @@ class FedFWStrategy(HeldVectorStrategy):
                 )
             )
             return {REPLICA: ConfigRecord(config), REPLICA_ARRAYS: arrays_to_record(arrays)}
-        return self._updates_since(since)
+        return self._updates_since(since, through)
 
     def _mean_start(self) -> dict:
         """x-bar for a node that follows x-bar's recursion: the dense x-bar^1 at round 0 (exact
@@ -411,18 +421,21 @@ class FedFWStrategy(HeldVectorStrategy):
             )
         return self._mean_resync
 
-    def _updates_since(self, since: int) -> dict:
+    def _updates_since(self, since: int, through: int) -> dict:
         """The rounds after ``since``, packed once a round for each ``since`` and shared by every
         message that needs them (the records are only read when a message is sent)."""
-        if since not in self._round_updates:
+        if (since, through) not in self._round_updates:
             config, arrays = pack_updates(
-                since, [u for u in self.history if u.round > since], len(self.book.node_ids)
+                since,
+                [u for u in self.history if u.round > since],
+                len(self.book.node_ids),
+                through,
             )
-            self._round_updates[since] = {
+            self._round_updates[since, through] = {
                 UPDATES: ConfigRecord(config),
                 UPDATE_ARRAYS: arrays_to_record(arrays),
             }
-        return self._round_updates[since]
+        return self._round_updates[since, through]
 
     def _forget_replicas(self, nodes: Iterable[int]) -> None:
         """Nodes whose reply was an error may have lost their replica: send them the mirror."""
@@ -549,7 +562,10 @@ class FedFWStrategy(HeldVectorStrategy):
         dense = params_to_record(self.layout, self.xbar)
         return [
             self.book.evaluate_message(
-                node, server_round, self._downlink(node, dense), **{FW_GAP: self.fw.gap}
+                node,
+                server_round,
+                self._downlink(node, dense, header_through(EVALUATE, server_round)),
+                **{FW_GAP: self.fw.gap},
             )
             for node in self.book.node_ids
         ]

@@ -137,7 +137,7 @@ class XgbStrategy(FederatedStrategy):
         the last round's evaluation rides on it."""
         config = ConfigRecord({SERVER_ROUND: server_round})
         if kind == TRAIN and self.evaluation_due is not None:
-            config[EVALUATE_FIRST] = self.evaluation_due
+            config[EVALUATE_FIRST] = True
         content = RecordDict({ARRAYS: self.record, CONFIG: config})
         return self._construct_messages(content, nodes, kind)
 

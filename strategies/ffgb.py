@@ -29,6 +29,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
+from functions.acceptance import acceptance_config
 from functions.ensembles import Ensemble, PredictionCache
 from functions.errors import DecodeError
 from functions.protocol import (
@@ -37,8 +38,6 @@ from functions.protocol import (
     DELTA_ARRAYS,
     EVALUATE,
     EVALUATE_FIRST,
-    LAST_ACCEPTED,
-    SERVER_ROUND,
     STUDENT,
     STUDENT_ARRAYS,
     TRAIN,
@@ -208,13 +207,11 @@ class FFGBStrategy(FederatedStrategy):
             {
                 DELTA: config,
                 DELTA_ARRAYS: arrays,
-                CONFIG: ConfigRecord(
-                    {SERVER_ROUND: server_round, LAST_ACCEPTED: slot.last_accepted}
-                ),
+                CONFIG: ConfigRecord(acceptance_config(server_round, slot.last_accepted)),
             }
         )
         if kind == TRAIN and self.evaluation_due is not None:
-            content[CONFIG][EVALUATE_FIRST] = self.evaluation_due
+            content[CONFIG][EVALUATE_FIRST] = True
         if self.group is not None:
             content[GROUP_KEY] = self.group.record(node)
         if student:

@@ -23,18 +23,10 @@ from typing import Generic, TypeVar
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
 
+from functions.acceptance import acceptance_config
 from functions.errors import DecodeError
 from functions.params import ParamLayout, Params, params_to_record
-from functions.protocol import (
-    CONFIG,
-    EVALUATE,
-    LAST_ACCEPTED,
-    SERVER_ROUND,
-    SYNC,
-    SYNC_FROM_XBAR,
-    SYNC_NONE,
-    TRAIN,
-)
+from functions.protocol import CONFIG, EVALUATE, SERVER_ROUND, SYNC_FROM_XBAR, SYNC_NONE, TRAIN
 from strategies.screening import Screened, screen_replies
 from strategies.state_codec import decode_rows, encode_rows
 
@@ -117,12 +109,7 @@ class NodeBook(Generic[S]):
             for key, record in extra.items():
                 records[key] = record
         records[CONFIG] = ConfigRecord(
-            {
-                SERVER_ROUND: server_round,
-                LAST_ACCEPTED: self.slots[node].last_accepted,
-                SYNC: sync,
-                **config,
-            }
+            {**acceptance_config(server_round, self.slots[node].last_accepted, sync), **config}
         )
         return Message(records, node, TRAIN, group_id=str(server_round))
 

@@ -104,8 +104,8 @@ def test_bytes_are_exactly_the_payload_sent(tmp_path):
 
 def test_bytes_with_the_evaluation_riding_on_training_are_exactly_the_payload_sent(tmp_path):
     """``eval-with-train`` (the default): round t + 1's train messages also carry
-    ``evaluate-first`` (an int) and their replies round t's five evaluation sums; the last round
-    keeps its evaluate exchange. The model goes down once a round instead of twice."""
+    ``evaluate-first`` (a bool, 1 B) and their replies round t's five evaluation sums; the last
+    round keeps its evaluate exchange. The model goes down once a round instead of twice."""
     grid, out = run_job(tmp_path, **{"num-server-rounds": 3})
     rows = read_metrics(out)["rounds"]
     per_model = model_bytes(grid)
@@ -113,7 +113,7 @@ def test_bytes_with_the_evaluation_riding_on_training_are_exactly_the_payload_se
     assert rows[1]["bytes_down_train"] == 4 * (per_model + 8)
     assert rows[1]["bytes_up_train"] == up_train
     for row in rows[2:]:
-        assert row["bytes_down_train"] == 4 * (per_model + 2 * 8)
+        assert row["bytes_down_train"] == 4 * (per_model + 8 + 1)
         assert row["bytes_up_train"] == up_train + sums
     assert rows[2]["bytes_down"] == rows[2]["bytes_down_train"]
     assert rows[2]["bytes_up"] == rows[2]["bytes_up_train"]

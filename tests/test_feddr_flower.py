@@ -11,6 +11,7 @@ from flwr.app import Array, ArrayRecord
 from client_app import feddr
 from client_app.app import app as client_app
 from client_app.registry import handlers_for
+from functions.acceptance import last_accepted, sync_value
 from oracles.douglas_rachford import project_params
 from oracles.lmo import make_constraint
 from server_app.app import InvalidRunConfig
@@ -69,7 +70,7 @@ def test_partial_participation_averages_over_all_nodes(tmp_path):
         # a node first sampled after round 1 starts its DR iteration at x^0, sent as "xhat"
         if first.content["config"]["server-round"] > 1:
             late_starters += 1
-            assert first.content["config"]["sync"] == "xhat"
+            assert sync_value(first.content["config"]) == "xhat"
             for sent, start in zip(first.content["xhat"].values(), x0):
                 np.testing.assert_array_equal(sent.numpy(), start)
     assert late_starters > 0
@@ -106,9 +107,13 @@ def test_a_bad_reply_is_dropped_and_the_node_resumes(tmp_path, monkeypatch, capl
         and reason in r.getMessage()
         for r in caplog.records
     )
-    assert [
-        m.content["config"]["last-accepted"] for m in train_messages(grid, grid.node_ids[0])
-    ] == [0, 1, 1, 3, 4]
+    assert [last_accepted(m.content["config"]) for m in train_messages(grid, grid.node_ids[0])] == [
+        0,
+        1,
+        1,
+        3,
+        4,
+    ]
     assert rows[-1]["test_accuracy"] > rows[0]["test_accuracy"] + 0.3
     assert_xbar_is_projected_mean(
         grid, [state_of(grid, n) for n in grid.node_ids], make_constraint("l1", 10.0)
@@ -135,7 +140,7 @@ def test_a_node_that_lost_its_state_restarts_at_its_last_accepted_x_hat(tmp_path
     # its round-3 answer is an error: round 2's evaluation, which rode on it, fails with it
     assert [r["failures"] for r in rows[1:]] == [0, 1, 1, 0, 0]
     messages = train_messages(grid, grid.node_ids[1])
-    assert [m.content["config"]["sync"] for m in messages] == [
+    assert [sync_value(m.content["config"]) for m in messages] == [
         "xbar",
         "none",
         "none",
@@ -143,7 +148,7 @@ def test_a_node_that_lost_its_state_restarts_at_its_last_accepted_x_hat(tmp_path
         "none",
     ]
     # it restarts at the x_hat the server accepted from it in round 2
-    assert messages[3].content["config"]["last-accepted"] == 2
+    assert last_accepted(messages[3].content["config"]) == 2
     for resent, accepted in zip(messages[3].content["xhat"].values(), sent_by_node_1[2]):
         np.testing.assert_array_equal(resent.numpy(), accepted)
     assert_xbar_is_projected_mean(

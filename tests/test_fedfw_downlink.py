@@ -14,12 +14,14 @@ from functions.errors import DecodeError
 from functions.fedfw_downlink import (
     Replica,
     RoundPoints,
+    header_through,
     pack_replica,
     pack_updates,
     unpack_replica,
     unpack_updates,
 )
-from functions.protocol import REPLICA_ARRAYS, UPDATES, XBAR
+from functions.params import record_to_arrays
+from functions.protocol import REPLICA_ARRAYS, UPDATE_ARRAYS, UPDATES, XBAR
 from server_app.checkpoint import read_checkpoint
 from tests.helpers import forgetting, run_app
 
@@ -103,8 +105,30 @@ def test_a_node_that_missed_rounds_gets_them_all_in_one_message(tmp_path):
             "fedfw.downlink": "compact",
         },
     )
-    spans = [len(m.content[UPDATES]["rounds"]) for m in run.grid.down if UPDATES in m.content]
+    spans = [  # a round's bitmap (ceil(4 / 8) = 1 B) for each round the message brings
+        len(m.content[UPDATE_ARRAYS]["accepted"].numpy())
+        for m in run.grid.down
+        if UPDATES in m.content
+    ]
     assert max(spans) >= 2 and all(r["failures"] == 0 for r in run.rows[1:])
+
+
+def test_a_steady_l1_round_is_at_most_100_bytes_a_node(tmp_path):
+    """10 nodes, full participation, the evaluation riding on training: from round 2 to the
+    one before the last, a node's round is its train message (ten 4-byte vertices, a 2-byte
+    bitmap, their 1-byte length, ``server-round``, ``evaluate-first``: 52 B) and its reply (its
+    vertex and the five evaluation sums: 44 B); ``since``, ``rounds``, ``last-accepted``,
+    ``sync`` and ``num-clients`` are implied."""
+    run = run_app(
+        tmp_path,
+        10,
+        **{"task": "synthetic", "algorithm": "fedfw", "fedfw.constraint": "l1"},
+        **{"num-server-rounds": 4, "fedfw.downlink": "auto", "central-evaluation": False},
+    )
+    steady = [r for r in run.rows if 2 <= r["round"] < 4]
+    assert [(r["bytes_down"], r["bytes_up"]) for r in steady] == [(10 * 52, 10 * 44)] * 2
+    trains = [m.content["config"] for m in run.grid.down if m.metadata.group_id == "3"]
+    assert {tuple(sorted(c)) for c in trains} == {("evaluate-first", "server-round")}
 
 
 @pytest.mark.e2e
@@ -202,6 +226,25 @@ def test_updates_round_trip():
         for u in updates
         for _, p in u.points
     )
+
+
+def test_the_header_is_left_out_only_when_the_node_can_derive_it():
+    """Rounds 4 and 5 after version 3, to a message that brings x-bar to round 5: the header is
+    implied by the two bitmaps; a gap (round 2, then 5) or another round brought keeps it."""
+    point = {"vertex": np.array([7], np.uint16)}
+    steady = [RoundPoints(r, 0.5, ((0, point), (1, point))) for r in (4, 5)]
+    config, arrays = pack_updates(3, steady, 9, through=5)
+    assert config == {}
+    since, updates = unpack_updates(config, arrays, 9, lambda r: 0.5, through=5)
+    assert since == 3 and [u.round for u in updates] == [4, 5]
+    assert pack_updates(3, steady, 9, through=6)[0] == {"since": 3, "rounds": [4, 5]}
+    assert pack_updates(1, _updates(), 3, through=5)[0] == {"since": 1, "rounds": [2, 5]}
+    assert pack_updates(5, [], 9, through=5)[0] == {}  # up to date: nothing to apply
+    assert unpack_updates({}, {"accepted": np.zeros(0, np.uint8)}, 9, ETAS.get, 5) == (5, [])
+    with pytest.raises(DecodeError, match="bitmaps"):  # a bitmap and a half: no round count
+        unpack_updates({}, {**arrays, "accepted": arrays["accepted"][:3]}, 9, ETAS.get, 5)
+    with pytest.raises(DecodeError, match="header"):  # the header is only implied to a node
+        unpack_updates({}, arrays, 9, ETAS.get)
 
 
 def test_points_of_other_fields_share_a_round():
@@ -347,5 +390,14 @@ def test_a_hundred_nodes_hold_the_servers_xbar_and_share_each_rounds_updates(tmp
             and m.metadata.message_type == "train"
             and m.metadata.group_id == str(server_round)
         ]
-        versions = {c[UPDATES]["since"] for c in sent}
+        versions = {
+            unpack_updates(
+                dict(c[UPDATES]),
+                record_to_arrays(c[UPDATE_ARRAYS]),
+                100,
+                lambda r: 1.0,
+                header_through("train", server_round),
+            )[0]
+            for c in sent
+        }
         assert len(sent) > len(versions) and len({id(c[UPDATES]) for c in sent}) == len(versions)

@@ -10,6 +10,7 @@ from flwr.app import ConfigRecord, MetricRecord, RecordDict
 
 from client_app.app import app as client_app
 from client_app.registry import handlers_for
+from functions.acceptance import last_accepted, sync_value
 from server_app.app import InvalidRunConfig
 from tests.helpers import forgetting, last_xbar, run_app, state_params, train_messages
 
@@ -118,8 +119,8 @@ def test_a_point_outside_the_declared_set_is_dropped_and_the_node_resynced(
     to_cheat = train_messages(grid, grid.node_ids[0])
     # never accepted: the node keeps its committed x_i = x^1 (no re-sync needed), every round
     # it is told its last accepted round is 0, and its state still matches the server's mirror
-    assert [m.content["config"]["sync"] for m in to_cheat] == ["xbar"] + ["none"] * 5
-    assert [m.content["config"]["last-accepted"] for m in to_cheat] == [0] * 6
+    assert [sync_value(m.content["config"]) for m in to_cheat] == ["xbar"] + ["none"] * 5
+    assert [last_accepted(m.content["config"]) for m in to_cheat] == [0] * 6
     x1 = [a.numpy() for a in to_cheat[0].content["xbar"].values()]
     committed = grid.contexts[grid.node_ids[0]].state["fedfw.x"]
     for kept, first in zip(committed.values(), x1):
@@ -143,7 +144,7 @@ def test_a_node_that_lost_its_state_is_resent_x_i(tmp_path):
     it its evaluation of round 2), then is resynced."""
     grid, rows = run_fw(tmp_path, num_nodes=4, client=forgetting(client_app, 1, 3))
     assert [r["failures"] for r in rows[1:]] == [0, 1, 1, 0, 0, 0]
-    syncs = [m.content["config"]["sync"] for m in train_messages(grid, grid.node_ids[1])]
+    syncs = [sync_value(m.content["config"]) for m in train_messages(grid, grid.node_ids[1])]
     assert syncs == ["xbar", "none", "none", "xi", "none", "none"]
     xbar = last_xbar(grid)
     xs = [client_x(grid, node) for node in grid.node_ids]

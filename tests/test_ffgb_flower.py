@@ -85,7 +85,7 @@ def test_evaluation_with_the_next_round_gives_every_figure_of_its_own_exchange(t
     asked = {
         (m.content[CONFIG][SERVER_ROUND], m.content[CONFIG].get(EVALUATE_FIRST)) for m in trains
     }
-    assert asked == {(1, None), (2, 1), (3, 2), (4, 3)}
+    assert asked == {(1, None), (2, True), (3, True), (4, True)}
     moved = {"models_exchanged", "wall_time_s"} | {k for k in own.rows[1] if "bytes" in k}
     for row, late in zip(own.rows, fused.rows, strict=True):
         assert "train_loss" in late or late["round"] == 0

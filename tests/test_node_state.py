@@ -6,6 +6,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 
 from client_app.node_state import PendingStore
+from functions.acceptance import last_accepted, sync_value
 from strategies.node_book import NodeBook
 from testing.inprocess_grid import enter_run
 
@@ -40,8 +41,8 @@ def test_each_node_gets_its_own_content_and_restart_records():
         for n in book.node_ids
     ]
     assert [m.content["delta"]["for"] for m in messages] == [11, 22, 33]
-    assert [m.content["config"]["sync"] for m in messages] == ["deltas", "none", "deltas"]
-    assert [m.content["config"]["last-accepted"] for m in messages] == [0, 1, 0]
+    assert [sync_value(m.content["config"]) for m in messages] == ["deltas", "none", "deltas"]
+    assert [last_accepted(m.content["config"]) for m in messages] == [0, 1, 0]
     assert "deltas" not in messages[1].content and messages[0].content["config"]["k"] == 1
 
 

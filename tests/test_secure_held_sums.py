@@ -19,7 +19,8 @@ from flwr.app import Message
 from client_app.app import app as client_app
 from client_app.feddr import STORE as FEDDR_STORE
 from client_app.fedfw import STORE as FEDFW_STORE
-from functions.protocol import DR_XHAT, FW_POINT, HELD_CHANGE, SYNC, SYNC_NONE, TRAIN
+from functions.acceptance import sync_value
+from functions.protocol import DR_XHAT, FW_POINT, HELD_CHANGE, SYNC_NONE, TRAIN
 from oracles.douglas_rachford import project_params
 from run_config.common import RunSettings
 from run_config.fedfw import constraint_set, fedfw_settings
@@ -132,7 +133,7 @@ def test_a_node_that_lost_its_state_restarts_every_node_at_x_bar(tmp_path, case)
     for message in grid.down:
         node = message.metadata.dst_node_id
         if message.metadata.message_type == TRAIN and round_of(message) >= 4:
-            first.setdefault(node, message.content["config"][SYNC])
+            first.setdefault(node, sync_value(message.content["config"]))
     assert new in first and all(sync != SYNC_NONE for sync in first.values())
     xbar, mean = mean_held(grid, config, case)
     for a, b in zip(xbar, mean):
@@ -145,7 +146,7 @@ def test_a_resumed_secure_run_restarts_at_x_bar_and_keeps_x_bar_the_nodes_mean(t
     run(grid, server_context(config), resume_from=tmp_path / RUN_NAME)
     assert len(rows_of(tmp_path)) == ROUNDS + 1
     restarts = [m for m in grid.down if m.metadata.message_type == TRAIN and round_of(m) == 3]
-    assert restarts and all(m.content["config"][SYNC] != SYNC_NONE for m in restarts)
+    assert restarts and all(sync_value(m.content["config"]) != SYNC_NONE for m in restarts)
     xbar, mean = mean_held(grid, config, "fedfw-plus-pass")
     for a, b in zip(xbar, mean):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)

@@ -383,20 +383,19 @@ _TREE_KEYS = {
 
 
 def _int_array(value: object, n: int, where: str) -> np.ndarray:
-    if not (
-        isinstance(value, list)
-        and len(value) == n
-        and all(type(v) is int for v in value)
-        and all(-ROOT_PARENT <= v <= ROOT_PARENT for v in value)
-    ):
+    if not (isinstance(value, list) and len(value) == n and set(map(type, value)) <= {int}):
         raise DecodeError(f"{where}: expected {n} integers")
-    return np.array(value, dtype=np.int64)
+    try:
+        array = np.array(value, dtype=np.int64)
+    except OverflowError:
+        array = None
+    if array is None or array.min() < -ROOT_PARENT or array.max() > ROOT_PARENT:
+        raise DecodeError(f"{where}: expected {n} integers")
+    return array
 
 
 def _float_array(value: object, n: int, where: str) -> np.ndarray:
-    if not (
-        isinstance(value, list) and len(value) == n and all(type(v) in (int, float) for v in value)
-    ):
+    if not (isinstance(value, list) and len(value) == n and set(map(type, value)) <= {int, float}):
         raise DecodeError(f"{where}: expected {n} numbers")
     with np.errstate(over="ignore"):
         array = np.array(value, dtype=np.float64).astype(np.float32)

@@ -53,11 +53,60 @@ def array_to_numpy(array: object, name: str) -> np.ndarray:
     Nothing is allocated before the bytes are bounded (``npy_data_bytes``: the .npy header must
     describe exactly the bytes that follow it, so the decoded array is never larger than what was
     received; numpy's loader would otherwise allocate whatever size a header declares before it
-    reads). Then Flower reads the bytes with ``np.load(allow_pickle=False)``. The dtype and shape
-    that ``Array`` declares beside its bytes are never used: callers check the decoded array.
+    reads). Then Flower reads the bytes with ``np.load(allow_pickle=False)``, unless they are
+    numpy's own encoding of the dtype and shape the ``Array`` declares (``_plain``), read
+    directly. Callers check the decoded array.
     """
+    plain = _plain(array)
+    if plain is not None:
+        return _from_plain(array, plain)
     npy_data_bytes(array, name)
     return _load(array, name)
+
+
+def _npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
+    """The .npy header (format 1.0) numpy's writer puts before a C-ordered array of ``dtype``
+    and ``shape``: what Flower's ``Array`` holds for every numpy array it is given."""
+    stream = io.BytesIO()
+    header = {"descr": npy_format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape}
+    npy_format.write_array_header_1_0(stream, header)
+    return stream.getvalue()
+
+
+def _plain(array: object) -> tuple[np.dtype, tuple[int, ...], int] | None:
+    """(dtype, shape, header length) when ``array``'s bytes are exactly the header numpy writes
+    for the numeric dtype and shape it declares, then that many bytes of data; None for
+    anything else, which the full reader handles (and refuses when malformed).
+
+    numpy's reader parses every header as Python literals (``ast.literal_eval``), most of the
+    time a small array takes to decode, and messages carry many small arrays; comparing the
+    bytes with the header numpy would write gives the same array without that parse."""
+    if not isinstance(array, Array) or array.stype != "numpy.ndarray":
+        return None
+    data, declared = array.data, array.shape
+    try:
+        dtype = np.dtype(array.dtype)
+        shape = tuple(int(d) for d in declared)
+    except Exception:  # a declared dtype or shape numpy does not know: the full reader decides
+        return None
+    if (
+        not isinstance(data, bytes)
+        or dtype.kind not in "biufc"
+        or dtype.fields is not None
+        or dtype.subdtype is not None
+        or any(type(d) is not int or d < 0 for d in declared)
+    ):
+        return None
+    header = _npy_header(dtype, shape)
+    if len(data) != len(header) + math.prod(shape) * dtype.itemsize or not data.startswith(header):
+        return None
+    return dtype, shape, len(header)
+
+
+def _from_plain(array: Array, plain: tuple[np.dtype, tuple[int, ...], int]) -> np.ndarray:
+    """A writable copy of the data of an array ``_plain`` accepted."""
+    dtype, shape, offset = plain
+    return np.frombuffer(array.data, dtype, offset=offset).reshape(shape).copy()
 
 
 def _load(array: Array, name: str) -> np.ndarray:
@@ -121,12 +170,18 @@ def record_to_arrays(record: object, max_bytes: int | None = None) -> dict[str, 
     header first, and a record whose arrays add up to more is refused before any is decoded."""
     if not isinstance(record, ArrayRecord):
         raise DecodeError(f"expected an ArrayRecord, got {type(record).__name__}")
-    sizes = {k: npy_data_bytes(v, k) for k, v in record.items()}
+    plain = {k: _plain(v) for k, v in record.items()}
+    sizes = {
+        k: npy_data_bytes(v, k) if plain[k] is None else len(v.data) - plain[k][2]
+        for k, v in record.items()
+    }
     if max_bytes is not None and sum(sizes.values()) > max_bytes:
         raise DecodeError(
             f"its arrays hold {sum(sizes.values())} bytes, more than the {max_bytes} the run allows"
         )
-    return {k: _load(v, k) for k, v in record.items()}
+    return {
+        k: _load(v, k) if plain[k] is None else _from_plain(v, plain[k]) for k, v in record.items()
+    }
 
 
 def record_to_params(record: object, layout: ParamLayout, dtype: type | None = None) -> Params:

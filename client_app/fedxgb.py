@@ -82,7 +82,7 @@ def evaluate(job: Job) -> RecordDict:
 
 
 def booster_evaluation(
-    raw: bytes,
+    raw: bytes | None,
     spec: BoosterSpec,
     loss: PointwiseLoss,
     data: LocalData,
@@ -92,12 +92,14 @@ def booster_evaluation(
     """The evaluate reply of a checked booster ``raw``: its loss sums (and correct count) on the
     node's test shard and training data, scored on its class margins; ``train_outputs``,
     ``test_outputs``: the booster's ``outputs`` on the training rows and the test shard when the
-    caller has them already."""
+    caller has them already (then ``raw`` may be None)."""
 
     def scored(
         x: np.ndarray, y: np.ndarray, raw_outputs: np.ndarray | None = None
     ) -> tuple[float, float | None]:
         if raw_outputs is None:
+            if raw is None:
+                raise ValueError("booster_evaluation needs the booster or its outputs")
             raw_outputs = outputs(raw, _flat(x))
         return loss.sums(class_margins(spec, raw_outputs), y)
 

@@ -2,11 +2,12 @@
 its histograms of gradient and hessian sums over its own rows (``oracles.hist_xgboost``).
 
 A node keeps only its margins and gradients, the bin edges and its rows' bins between the levels
-of a round: an iteration's first train message carries the checked global booster, whose
-margins (XGBoost's own prediction, or the last round's plus the new trees' leaf values, which is
-the same sum) give the gradients the node keeps for the deeper levels, and the agreed edges,
-from which it bins its rows once a run (the bins are kept with the edges' digest, and binned
-again only when the edges change); every train message carries the trees being grown, from
+of a round: an iteration's first train message carries the checked global booster (or, to a
+node that holds its first trees, only the others), whose margins (XGBoost's own prediction, or
+the last round's plus the new trees' leaf values, which is the same sum) give the gradients the
+node keeps for the deeper levels, and the agreed edges, from which it bins its rows once a run
+(the bins are kept with the edges' digest, and binned again only when the edges change); every
+train message carries the trees being grown, from
 which the node finds the leaf of each row (walking on from the node each row reached at the
 level before, which it keeps with that level's trees).
 Only sums over its rows leave it (with ``fedxgb-hist.min-bin-count``, none over fewer rows
@@ -27,7 +28,7 @@ from client_app.node_info import describe_node
 from client_app.node_state import LostStateError
 from client_app.private_noise import with_noise
 from functions.bins import BinLayout, GrowingTree
-from functions.boosters import Booster, BoosterSpec, read_booster
+from functions.boosters import BoosterSpec, read_booster
 from functions.errors import DecodeError
 from functions.histograms import (
     dense_histogram_record,
@@ -56,8 +57,10 @@ from functions.protocol import (
     SERVER_ROUND,
     SKETCH,
     TRAIN,
+    TREES_DIGEST,
+    TREES_HELD,
 )
-from functions.xgboost_trees import Tree
+from functions.xgboost_trees import trees_digest
 from oracles.hist_kernels import add_trees
 from oracles.hist_xgboost import (
     column_sketch,
@@ -74,7 +77,7 @@ Job = ClientJob[FedXgbHistSettings, None]
 # what a node keeps in its Context.state between the levels of a round
 KEPT, EDGES, KEPT_ROUND = "fedxgb-hist.kept", "fedxgb-hist.edges", "fedxgb-hist.round"
 DIGEST = "edges-digest"  # in KEPT_ROUND: the edges the kept bins are of
-TREES, TREES_DIGEST = "trees", "trees-digest"  # in KEPT_ROUND: the trees the margins are of
+TREES = "trees"  # in KEPT_ROUND: how many trees the margins are of (their digest: TREES_DIGEST)
 NODES, NODES_TREES = "fedxgb-hist.nodes", "fedxgb-hist.nodes-trees"  # each row's node, and the
 # trees of the level it was found at (a deeper level of the same trees walks on from there)
 
@@ -128,7 +131,7 @@ def train(job: Job) -> RecordDict:
         record = (dense_histogram_record if dense else histogram_record)(*sums)
     reply = RecordDict({HISTOGRAMS: record})
     if EVALUATE_FIRST in job.content[CONFIG]:
-        if raw is None or margins is None:  # only a round's first level, with the booster, asks
+        if margins is None:  # only a round's first level, with the booster, asks
             raise DecodeError(f"{EVALUATE_FIRST} came without the booster to evaluate")
         reply[EVALUATION] = booster_evaluation(
             raw,
@@ -177,9 +180,8 @@ def _round_start(
     server_round = int(job.content[CONFIG][SERVER_ROUND])
     if ARRAYS in job.content:
         layout = read_layout(job.content[LAYOUT], spec.num_feature, job.family.max_bin)
-        booster, raw = read_booster(job.content[ARRAYS], spec)
-        margins, trees_digest = _margins(
-            job, booster, raw, {"train": x, "test": _rows(job.data.x_test)}
+        margins, count, digest_of_trees, raw = _margins(
+            job, spec, {"train": x, "test": _rows(job.data.x_test)}
         )
         g, h = gradients(job.family.objective(job.data.task), margins["train"], job.data.y_train)
         digest = _edges_digest(layout)
@@ -204,8 +206,8 @@ def _round_start(
             {
                 SERVER_ROUND: server_round,
                 DIGEST: digest,
-                TREES: len(booster.trees),
-                TREES_DIGEST: trees_digest,
+                TREES: count,
+                TREES_DIGEST: digest_of_trees,
             }
         )
         return margins, layout, bins, (g, h), raw
@@ -219,40 +221,45 @@ def _round_start(
 
 
 def _margins(
-    job: Job, booster: Booster, raw: bytes, rows: dict[str, np.ndarray]
-) -> tuple[dict[str, np.ndarray], bytes]:
-    """The booster's margins (float32) on each set of the node's ``rows`` (its training rows
-    and test shard) and the digest of its trees: the margins kept from the last round plus the
-    new trees' leaf values when the booster's first trees are the ones they were of
-    (``oracles.hist_kernels.add_trees``: XGBoost's own sum, bit for bit), else XGBoost's
-    prediction of the whole booster."""
-    kept = job.state.get(KEPT_ROUND)
+    job: Job, spec: BoosterSpec, rows: dict[str, np.ndarray]
+) -> tuple[dict[str, np.ndarray], int, bytes, bytes | None]:
+    """The global booster's margins (float32) on each set of the node's ``rows`` (its training
+    rows and test shard), its tree count and digest (``trees_digest``), and its checked bytes
+    (None when the message brought only its last trees).
+
+    The margins kept from the last round plus the new trees' leaf values
+    (``oracles.hist_kernels.add_trees``: XGBoost's own sum, bit for bit) when the node holds
+    the booster's first trees: the server says so (``trees-held``, with their digest) and sends
+    only the others, or sends the whole booster whose first trees are the ones held; else
+    XGBoost's prediction of the whole booster. ``LostStateError`` when the server sent only the
+    last trees and the node does not hold the first: it is sent the whole booster next time."""
+    booster, raw = read_booster(job.content[ARRAYS], spec)
+    config, kept = job.content[CONFIG], job.state.get(KEPT_ROUND)
     held = int(kept.get(TREES, -1)) if kept is not None else -1
-    margins = {}
-    if 0 <= held <= len(booster.trees) and kept.get(TREES_DIGEST) == _trees_digest(
+    if TREES_HELD in config:
+        first = config[TREES_HELD]
+        if (
+            type(first) is not int
+            or first != held
+            or kept.get(TREES_DIGEST) != config.get(TREES_DIGEST)
+        ):
+            raise LostStateError(
+                f"this node does not hold the booster's first {first} trees; the server will "
+                "send the whole booster"
+            )
+        new, raw = booster.trees, None
+    elif 0 <= held <= len(booster.trees) and kept.get(TREES_DIGEST) == trees_digest(
         booster.trees[:held]
     ):
-        for name, x in rows.items():
-            margins[name] = job.state[KEPT][f"margins-{name}"].numpy().copy()
-            add_trees(margins[name], x, booster.trees[held:], held)
+        new = booster.trees[held:]
     else:
         margins = {name: outputs(raw, x).astype(np.float32) for name, x in rows.items()}
-    return margins, _trees_digest(booster.trees)
-
-
-def _trees_digest(trees: Sequence[Tree]) -> bytes:
-    """SHA-256 of the trees' arrays in order."""
-    sha = hashlib.sha256()
-    for tree in trees:
-        for array in (
-            tree.left,
-            tree.right,
-            tree.split_index,
-            tree.split_condition,
-            tree.default_left,
-        ):
-            sha.update(np.ascontiguousarray(array).tobytes())
-    return sha.digest()
+        return margins, len(booster.trees), trees_digest(booster.trees), raw
+    margins = {}
+    for name, x in rows.items():
+        margins[name] = job.state[KEPT][f"margins-{name}"].numpy().copy()
+        add_trees(margins[name], x, new, held)
+    return margins, held + len(new), trees_digest(new, kept[TREES_DIGEST]), raw
 
 
 def _edges_digest(layout: BinLayout) -> bytes:

@@ -4,6 +4,8 @@ builds; no Flower import, so solvers may use it."""
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -41,3 +43,23 @@ class Tree:
         parents[self.left[inner]] = inner
         parents[self.right[inner]] = inner
         return parents
+
+
+def trees_digest(trees: Sequence[Tree], start: bytes = b"") -> bytes:
+    """SHA-256 of ``trees``' structure and values (a leaf's value is its ``split_condition``),
+    chained one tree at a time from ``start``: the digest of a booster's first h trees continues
+    to that of all of them, so a node holding h trees and the server sending the rest compare
+    the same value however the trees reached the node."""
+    digest = start
+    for tree in trees:
+        sha = hashlib.sha256(digest)
+        for array in (
+            tree.left,
+            tree.right,
+            tree.split_index,
+            tree.split_condition,
+            tree.default_left,
+        ):
+            sha.update(np.ascontiguousarray(array).tobytes())
+        digest = sha.digest()
+    return digest

@@ -27,7 +27,7 @@ sums (``strategies.secure_sum``): the server reads the sums, never a node's. Wit
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import partial
 from logging import INFO, WARNING
@@ -39,7 +39,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from functions.bins import BinLayout, GrowingTree
-from functions.boosters import Booster, encode_booster
+from functions.boosters import Booster, encode_booster, raw_record
 from functions.errors import DecodeError
 from functions.histograms import (
     Sketch,
@@ -67,8 +67,11 @@ from functions.protocol import (
     SERVER_ROUND,
     SKETCH,
     TRAIN,
+    TREES_DIGEST,
+    TREES_HELD,
 )
 from functions.secure_sum import SumField
+from functions.xgboost_trees import trees_digest
 from oracles.hist_xgboost import SQUARED, grid_edges, grow_iteration, merge_sketches
 from oracles.xgboost_local import INSTALL, available
 from run_config.common import RunSettings
@@ -136,6 +139,10 @@ class FedXgbHist(XgbStrategy):
             self.params = replace(self.params, min_child_weight=least)
         self.layout: BinLayout | None = None
         self.rows = np.zeros(0, np.int64)  # each roster position's training rows (-1: unknown)
+        self.trees_held: dict[int, int] = {}  # by roster position: the booster's first trees
+        # the node holds (its margins are of them); a node not here is sent the whole booster
+        self._tails: dict[tuple[int, int], tuple[ArrayRecord, bytes]] = {}  # (held, trees): the
+        # trees after the held ones and the held ones' digest, encoded once (``_tail``)
         self.levels = self.participants = self.asked = self.answered = 0
         self.dropped_reason = ""
 
@@ -159,7 +166,9 @@ class FedXgbHist(XgbStrategy):
         return {**super().description(), "objective": self.objective, "bins": bins}
 
     def on_rebind(self, old: int, new: int) -> None:
-        """A node that lost its state holds no secure-aggregation key: it is set up again."""
+        """A node that lost its state holds no trees and no secure-aggregation key: it is sent
+        the whole booster and set up again."""
+        self.trees_held.pop(self.book.position(new), None)
         if self.secure is not None:
             self.secure.forget(old)
             self.secure.forget(new)
@@ -309,8 +318,10 @@ class FedXgbHist(XgbStrategy):
             if not members:
                 members.extend(sums[3])
                 self.answered = len(members)
+                self._held_after_root(nodes, members)
             elif sums[3] != members:
                 missing = sorted(set(members) - set(sums[3]))
+                self._held_after_root(missing, [])
                 raise IterationDropped(
                     f"node(s) {missing} answered the root but not level {self.levels - 1}"
                 )
@@ -365,20 +376,71 @@ class FedXgbHist(XgbStrategy):
         )
         root, due = self.levels == 0, self.evaluation_due
         if root:  # once a round: the nodes keep the margins and the edges
-            content[ARRAYS] = self.record
             content[LAYOUT] = layout_record(self.layout)
             if due is not None:
-                content[CONFIG][EVALUATE_FIRST] = due
+                content[CONFIG][EVALUATE_FIRST] = True
         self.levels += 1
         if self.secure is not None:
             content[CONFIG][DENSE_HISTOGRAMS] = True
-        messages = [Message(content, n, TRAIN, group_id=str(server_round)) for n in nodes]
+        shared = self._with_booster(content) if root else None
+        messages = [
+            Message(
+                shared(self.trees_held.get(self.book.position(n))) if root else content,
+                n,
+                TRAIN,
+                group_id=str(server_round),
+            )
+            for n in nodes
+        ]
         if self.secure is not None:
             return self._secure_level(grid, server_round, messages, len(leaves), root)
         replies = list(grid.send_and_receive(messages))
         if not root or due is None:
             return self.sum_level(server_round, replies, len(leaves))
         return self._root_with_evaluation(server_round, due, nodes, replies, len(leaves))
+
+    def _with_booster(self, content: RecordDict) -> Callable[[int | None], RecordDict]:
+        """The root's content for a node holding the booster's first h trees: the others
+        (``trees-held``, with the held trees' digest), or the whole booster when h is None;
+        one content for each h, shared by its nodes."""
+        contents: dict[int | None, RecordDict] = {}
+        count = len(self.booster.trees)
+
+        def of(held: int | None) -> RecordDict:
+            held = held if held is not None and held <= count else None
+            if held not in contents:
+                extra: dict[str, Any] = {}
+                record = self.record
+                if held is not None:
+                    record, digest = self._tail(held)
+                    extra = {TREES_HELD: held, TREES_DIGEST: digest}
+                contents[held] = RecordDict(
+                    {**content, ARRAYS: record, CONFIG: ConfigRecord({**content[CONFIG], **extra})}
+                )
+            return contents[held]
+
+        return of
+
+    def _tail(self, held: int) -> tuple[ArrayRecord, bytes]:
+        """The booster's trees after the first ``held`` (a booster of those alone) and the
+        digest of the first ``held``, encoded once for every node and round that needs them."""
+        trees = self.booster.trees
+        key = (held, len(trees))
+        if key not in self._tails:  # those of a smaller booster are done with
+            self._tails = {k: v for k, v in self._tails.items() if k[1] == len(trees)}
+            tail = encode_booster(Booster(self.spec, trees[held:]))
+            self._tails[key] = (raw_record(tail), trees_digest(trees[:held]))
+        return self._tails[key]
+
+    def _held_after_root(self, nodes: list[int], answered: list[int]) -> None:
+        """The root's booster is held by the nodes whose root histograms were summed; any other
+        node asked may hold anything, and is sent the whole booster next time."""
+        count, position = len(self.booster.trees), self.book.position
+        for node in nodes:
+            if node in answered:
+                self.trees_held[position(node)] = count
+            else:
+                self.trees_held.pop(position(node), None)
 
     def _root_with_evaluation(
         self, server_round: int, due: int, nodes: list[int], replies: list[Message], leaves: int

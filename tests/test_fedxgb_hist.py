@@ -20,7 +20,7 @@ import pytest
 import client_app.fedxgb_hist as fedxgb_hist_client
 from client_app.app import app as client_app
 from functions.bins import BinLayout, GrowingTree
-from functions.boosters import Booster, BoosterSpec, encode_booster
+from functions.boosters import Booster, BoosterSpec, encode_booster, record_raw
 from functions.errors import DecodeError
 from functions.histograms import histogram_record, read_histograms, read_sketch, sketch_record
 from functions.params import arrays_to_record
@@ -427,6 +427,47 @@ def test_a_node_that_lost_its_margins_mid_round_drops_the_iteration(tmp_path, ca
     train = [m for m in run.grid.down if m.metadata.message_type == "train"]
     with_booster = [m for m in train if "arrays" in m.content]
     assert len(with_booster) == 3 * 3 and len(train) > len(with_booster)  # once a round a node
+
+
+def _root_trees(message) -> tuple[int | None, int]:
+    """(trees the node is told it holds, trees the message brings) of a round's root."""
+    model = json.loads(record_raw(message.content["arrays"], 1 << 30))
+    trees = model["learner"]["gradient_booster"]["model"]["trees"]
+    return message.content["config"].get("trees-held"), len(trees)
+
+
+def test_a_node_holding_the_booster_is_sent_only_the_last_round_s_trees(tmp_path, caplog):
+    """Round t's root brings only round t - 1's trees (one a class) to a node that holds the
+    others; a node that lost everything between two rounds says so, sits the round out, and is
+    sent the whole booster the round after, from which it trains again."""
+
+    def forgetting(message, context):
+        if (
+            context.node_config["partition-id"] == 1
+            and "arrays" in message.content
+            and message.content["config"]["server-round"] == 3
+        ):
+            for key in list(context.state.keys()):
+                del context.state[key]
+        return client_app(message, context)
+
+    run = run_app(tmp_path, 3, client=forgetting, **{**RUN, "num-server-rounds": 4}, task="wine")
+    roots = [
+        m for m in run.grid.down if m.metadata.message_type == "train" and "arrays" in m.content
+    ]
+    by_round = {}
+    for m in roots:
+        by_round.setdefault(m.content["config"]["server-round"], []).append(_root_trees(m))
+    assert by_round == {
+        1: [(None, 0)] * 3,
+        2: [(0, 3)] * 3,
+        3: [(3, 3)] * 3,
+        4: [(6, 3), (None, 9), (6, 3)],
+    }
+    assert [r["participants"] for r in run.rows[1:]] == [3, 3, 2, 3]
+    assert any(
+        "does not hold the booster's first 3 trees" in r.getMessage() for r in caplog.records
+    )
 
 
 def test_bins_too_many_for_the_histogram_bound_fail_the_run_in_one_sentence(tmp_path):

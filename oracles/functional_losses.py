@@ -17,6 +17,7 @@ from scipy.special import log_softmax, softmax
 
 CROSS_ENTROPY = "cross-entropy"
 SQUARE = "square"
+_SEQUENTIAL = 8  # numpy adds fewer values along a row one after another (pairwise from 8)
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,10 @@ class PointwiseLoss:
     def values(self, f: np.ndarray, y: np.ndarray) -> np.ndarray:
         """The loss at every point (n,): cross-entropy, or the squared error summed over outputs."""
         if self.kind == CROSS_ENTROPY:
-            return -log_softmax(f, axis=1)[np.arange(len(f)), np.asarray(y, dtype=np.int64)]
+            rows, y = np.arange(len(f)), np.asarray(y, dtype=np.int64)
+            if f.shape[1] >= _SEQUENTIAL:  # numpy sums 8 or more values in another order
+                return -log_softmax(f, axis=1)[rows, y]
+            return -_log_softmax_at(f, y)
         return np.sum((f - self.targets(y)) ** 2, axis=1)
 
     def sums(self, f: np.ndarray, y: np.ndarray) -> tuple[float, float | None]:
@@ -65,3 +69,19 @@ class PointwiseLoss:
         if not self.num_classes:
             return loss, None
         return loss, float(np.sum(np.argmax(f, axis=1) == np.asarray(y))) if len(f) else 0.0
+
+
+def _log_softmax_at(f: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """log softmax(f)[j, y_j] for every row j, bit for bit scipy's ``log_softmax`` (f minus the
+    row's maximum, 0 where that is not finite, minus the log of the sum of the exponentials)
+    for fewer than ``_SEQUENTIAL`` columns, computed column by column: numpy's reductions along
+    a short row axis take several times longer than the exponentials themselves (the
+    evaluation of ``benchmarks.hist_time``'s rounds)."""
+    top = f[:, 0].copy()
+    for c in range(1, f.shape[1]):
+        np.maximum(top, f[:, c], out=top)
+    top[~np.isfinite(top)] = 0
+    total = np.zeros(len(f))
+    for c in range(f.shape[1]):
+        total += np.exp(f[:, c] - top)
+    return (f[np.arange(len(f)), y] - top) - np.log(total)

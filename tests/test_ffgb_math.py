@@ -387,3 +387,19 @@ def test_square_and_cross_entropy_gradients_are_the_pointwise_derivatives():
         )
         scale = 2.0 if loss.kind == SQUARE else 1.0  # the square loss reports ||f - y||^2
         assert np.allclose(scale * loss.gradient(f, y), numeric, atol=1e-5)
+
+
+@pytest.mark.parametrize("classes", [2, 3, 7, 10])
+def test_the_cross_entropy_is_scipy_s_log_softmax_bit_for_bit(classes):
+    """The loss a node reports, computed column by column, equals scipy's ``log_softmax`` at
+    the labels bit for bit (large, tiny, infinite and missing outputs included)."""
+    from scipy.special import log_softmax
+
+    rng = np.random.default_rng(classes)
+    f = rng.normal(size=(4_000, classes)) * rng.choice([1e-3, 1.0, 30.0, 1e3], size=(4_000, 1))
+    f[0, 0], f[1, 0], f[2, -1] = np.inf, -np.inf, np.nan
+    y = rng.integers(0, classes, len(f))
+    with np.errstate(all="ignore"):
+        expected = -log_softmax(f, axis=1)[np.arange(len(f)), y]
+        got = PointwiseLoss(CROSS_ENTROPY, classes).values(f, y)
+    np.testing.assert_array_equal(got, expected)

@@ -8,14 +8,17 @@ cut over 10 sites by Dirichlet over the labels and shifted per site (seed 0). Bo
 thread, depth 6, eta 0.3, the same base score, XGBoost's defaults otherwise; the federated side
 bins with the edges merged from the sites' sketches, XGBoost with its own (256 bins); each site
 bins its rows once a run, walks each row on from its node at the level before and carries its
-margins from iteration to iteration (adding the new trees' leaf values), as a node does. Per
+margins from iteration to iteration (adding the new trees' leaf values at each row's leaf,
+found from its node at the last level grown), as a node does. Per
 iteration (3 trees, one per class): the sites'
 part (margins, gradients, histograms;
 summed over the 10 sites, which would run in parallel on their own machines, so the slowest
 site's share is shown too) and the server's (summing, splits, leaves).
 
 The whole family through Flower's in-process engine on the same 10 sites (their CSV files,
-``task='site'``, the sites one after another) is a row of its own (``--no-engine`` leaves it out).
+``task='site'``, the sites one after another) is a row of its own, and again without the
+rounds' federated evaluation (each site's loss on its training rows and test shard, which
+XGBoost's iteration does not compute) (``--no-engine`` leaves both out).
 
     python -m benchmarks.hist_time          # about 4 min on 2 cores
     python -m benchmarks.hist_time --quick  # synth50k's 10 sites, 2 iterations: seconds
@@ -38,10 +41,11 @@ from benchmarks.boosting import DATASETS, SHIFT, load_table
 from benchmarks.common import md_table, parser, results_dir, write_report
 from functions.bins import BinLayout
 from functions.boosters import Booster, BoosterSpec, encode_booster
-from oracles.hist_kernels import add_trees
+from oracles.hist_kernels import add_leaves
 from oracles.hist_xgboost import (
     SOFTMAX,
     TreeParams,
+    carried_leaves,
     column_sketch,
     gradients,
     grow_iteration,
@@ -66,10 +70,12 @@ def sites(name: str, seed: int = 0) -> tuple[list[tuple[np.ndarray, np.ndarray]]
     ], x.shape[1]
 
 
-def in_process_rounds(name: str, rounds: int) -> tuple[float, float, float]:
+def in_process_rounds(
+    name: str, rounds: int, evaluate: bool = True
+) -> tuple[float, float, float | None]:
     """``fedxgb-hist`` through Flower's in-process engine on the 10 sites of ``name`` (CSV files,
     ``task='site'``): the median seconds of a round after the first, the first's, and the final
-    test accuracy."""
+    test accuracy (None without ``evaluate``: no federated evaluation)."""
     from benchmarks.boosting import write_raw
     from client_app.app import app as client_app
     from server_app.app import main as server_main
@@ -89,12 +95,13 @@ def in_process_rounds(name: str, rounds: int) -> tuple[float, float, float]:
                 "tensorboard": False,
                 "output-dir": str(work / "out"),
                 "run-name": "engine",
+                "fedxgb-hist.federated-eval": evaluate,
             }
         )
         server_main(LocalGrid(client_app, config, 10, keep_messages=False), server_context(config))
         recorded = json.loads((work / "out" / "engine" / "metrics.json").read_text())["rounds"]
     times = [b["wall_time_s"] - a["wall_time_s"] for a, b in zip(recorded, recorded[1:])]
-    return statistics.median(times[1:]), times[0], recorded[-1]["test_accuracy"]
+    return statistics.median(times[1:]), times[0], recorded[-1].get("test_accuracy")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     federated = Booster(spec)
     site_s, slowest_s, server_s = [], [], []
     margins: list[np.ndarray] = []  # each site's, carried from iteration to iteration
+    at: list[np.ndarray | None] = [None] * len(nodes)  # each row's node, level to level
+    grown: list = []  # the trees of the last level grown
     for _ in range(iterations):
         raw = encode_booster(federated)
         per_site = np.zeros(len(nodes))
@@ -148,15 +157,18 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             if len(margins) < len(nodes):  # the first iteration: XGBoost's prediction
                 margins.append(outputs(raw, x_).astype(np.float32))
-            else:  # then the new trees' leaf values, as a node adds them
-                add_trees(margins[i], x_, federated.trees[-3:], len(federated.trees) - 3)
+            else:  # then the new trees' leaf values from each row's node, as a node adds them
+                new, first = federated.trees[-3:], len(federated.trees) - 3
+                leaves = carried_leaves(layout, site_bins[i], new, grown, at[i])
+                add_leaves(margins[i], new, leaves, first)
             kept.append((site_bins[i], *gradients(SOFTMAX, margins[i], y_)))
             per_site[i] += time.perf_counter() - t0
         in_exchanges = 0.0
-        at: list[np.ndarray | None] = [None] * len(nodes)  # each row's node, level to level
+        at = [None] * len(nodes)
 
         def exchange(trees, leaves):
             nonlocal in_exchanges
+            grown[:] = trees
             parts = []
             for i, (bins, g, h) in enumerate(kept):
                 t0 = time.perf_counter()
@@ -194,17 +206,19 @@ def main(argv: list[str] | None = None) -> int:
         ],
     ]
     if args.engine:
-        engine_s, engine_first, engine_accuracy = in_process_rounds(name, iterations)
-        rows.append(
-            [
-                "fedxgb-hist, in-process engine (Flower's messages; sites one after another)",
-                f"{engine_s:.2f}",
-                "-",
-                "-",
-                f"{engine_first:.2f} (round 1: sketches, bins, keys)",
-                f"{100 * engine_accuracy:.1f} (test set)",
-            ]
-        )
+        for evaluate in (True, False):
+            engine_s, engine_first, engine_accuracy = in_process_rounds(name, iterations, evaluate)
+            rows.append(
+                [
+                    "fedxgb-hist, in-process engine (Flower's messages; sites one after another)"
+                    + ("" if evaluate else ", without the rounds' federated evaluation"),
+                    f"{engine_s:.2f}",
+                    "-",
+                    "-",
+                    f"{engine_first:.2f} (round 1: sketches, bins, keys)",
+                    "-" if engine_accuracy is None else f"{100 * engine_accuracy:.1f} (test set)",
+                ]
+            )
     headers = [
         "",
         "s / iteration (3 trees)",

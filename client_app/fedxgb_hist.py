@@ -17,7 +17,8 @@ than that unless a leaf holds fewer); evaluation is the XGBoost baselines' (``cl
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
@@ -60,9 +61,10 @@ from functions.protocol import (
     TREES_DIGEST,
     TREES_HELD,
 )
-from functions.xgboost_trees import trees_digest
-from oracles.hist_kernels import add_trees
+from functions.xgboost_trees import Tree, trees_digest
+from oracles.hist_kernels import add_leaves, add_trees
 from oracles.hist_xgboost import (
+    carried_leaves,
     column_sketch,
     gradients,
     grid_counts,
@@ -180,16 +182,19 @@ def _round_start(
     server_round = int(job.content[CONFIG][SERVER_ROUND])
     if ARRAYS in job.content:
         layout = read_layout(job.content[LAYOUT], spec.num_feature, job.family.max_bin)
-        margins, count, digest_of_trees, raw = _margins(
-            job, spec, {"train": x, "test": _rows(job.data.x_test)}
-        )
-        g, h = gradients(job.family.objective(job.data.task), margins["train"], job.data.y_train)
         digest = _edges_digest(layout)
         kept = job.state.get(KEPT_ROUND)
         if kept is not None and kept.get(DIGEST) == digest:  # the run's edges: binned already
             bins = job.state[KEPT]["bins"].numpy()
         else:
             bins = layout.bins(x).astype(np.uint16)  # at most max-bin (<= 1024) + 1
+        margins, count, digest_of_trees, raw = _margins(
+            job,
+            spec,
+            {"train": x, "test": _rows(job.data.x_test)},
+            partial(_carried_leaves, job, layout, bins, x, spec.outputs),
+        )
+        g, h = gradients(job.family.objective(job.data.task), margins["train"], job.data.y_train)
         job.state[KEPT] = ArrayRecord(
             {
                 "grad": Array(g),
@@ -220,8 +225,28 @@ def _round_start(
     return None, layout, arrays["bins"].numpy(), gradients_, None
 
 
+def _carried_leaves(
+    job: Job,
+    layout: BinLayout,
+    bins: np.ndarray,
+    x: np.ndarray,
+    outputs: int,
+    trees: Sequence[Tree],
+) -> np.ndarray | None:
+    """Each training row's leaf in ``trees`` when they are the last iteration's finished, from
+    the node the row reached at its last level (``hist_xgboost.carried_leaves``); None when the
+    node kept no such level, the trees are others, or a value is infinite."""
+    if NODES not in job.state or NODES_TREES not in job.state or np.isinf(x).any():
+        return None
+    kept, _ = read_growing(job.state[NODES_TREES], layout, outputs, job.family.max_depth)
+    return carried_leaves(layout, bins, trees, kept, job.state[NODES]["nodes"].numpy())
+
+
 def _margins(
-    job: Job, spec: BoosterSpec, rows: dict[str, np.ndarray]
+    job: Job,
+    spec: BoosterSpec,
+    rows: dict[str, np.ndarray],
+    train_leaves: Callable[[Sequence[Tree]], np.ndarray | None],
 ) -> tuple[dict[str, np.ndarray], int, bytes, bytes | None]:
     """The global booster's margins (float32) on each set of the node's ``rows`` (its training
     rows and test shard), its tree count and digest (``trees_digest``), and its checked bytes
@@ -230,9 +255,11 @@ def _margins(
     The margins kept from the last round plus the new trees' leaf values
     (``oracles.hist_kernels.add_trees``: XGBoost's own sum, bit for bit) when the node holds
     the booster's first trees: the server says so (``trees-held``, with their digest) and sends
-    only the others, or sends the whole booster whose first trees are the ones held; else
-    XGBoost's prediction of the whole booster. ``LostStateError`` when the server sent only the
-    last trees and the node does not hold the first: it is sent the whole booster next time."""
+    only the others, or sends the whole booster whose first trees are the ones held (the
+    training rows' leaves in the last iteration's trees from ``train_leaves`` when it knows
+    them, ``hist_kernels.add_leaves``); else XGBoost's prediction of the whole booster.
+    ``LostStateError`` when the server sent only the last trees and the node does not hold the
+    first: it is sent the whole booster next time."""
     booster, raw = read_booster(job.content[ARRAYS], spec)
     config, kept = job.content[CONFIG], job.state.get(KEPT_ROUND)
     held = int(kept.get(TREES, -1)) if kept is not None else -1
@@ -256,9 +283,13 @@ def _margins(
         margins = {name: outputs(raw, x).astype(np.float32) for name, x in rows.items()}
         return margins, len(booster.trees), trees_digest(booster.trees), raw
     margins = {}
+    leaves = train_leaves(new) if new else None
     for name, x in rows.items():
         margins[name] = job.state[KEPT][f"margins-{name}"].numpy().copy()
-        add_trees(margins[name], x, new, held)
+        if name == "train" and leaves is not None:
+            add_leaves(margins[name], new, leaves, held)
+        else:
+            add_trees(margins[name], x, new, held)
     return margins, held + len(new), trees_digest(new, kept[TREES_DIGEST]), raw
 
 

@@ -163,6 +163,61 @@ def gradients(objective: str, margins: np.ndarray, y: np.ndarray) -> tuple[np.nd
     return g, h
 
 
+def growing_of(layout: BinLayout, tree: Tree) -> GrowingTree | None:
+    """A finished tree (``TreeBuilder.to_tree``'s, raw thresholds) back in bin terms, so binned
+    rows walk it; None when a split's threshold is not the condition of one of the layout's
+    bins (``BinLayout.condition``)."""
+    inner = np.flatnonzero(tree.left >= 0)
+    feature = np.where(tree.left >= 0, tree.split_index, 0).astype(np.int64)
+    first_right = np.zeros(len(tree.left), np.int64)
+    for i in inner:
+        f, condition = int(feature[i]), tree.split_condition[i]
+        edges = layout.edges[f]
+        if condition == layout.condition(f, 0):
+            first_right[i] = 0
+        elif condition == layout.condition(f, len(edges) + 1):
+            first_right[i] = len(edges) + 1
+        else:
+            first_right[i] = int(np.searchsorted(edges, condition)) + 1
+        if layout.condition(f, int(first_right[i])) != condition:
+            return None
+    return GrowingTree(
+        feature,
+        first_right,
+        tree.default_left.astype(np.int64),
+        tree.left.astype(np.int64),
+        tree.right.astype(np.int64),
+    )
+
+
+def carried_leaves(
+    layout: BinLayout,
+    bins: np.ndarray,
+    trees: Sequence[Tree],
+    kept: Sequence[GrowingTree],
+    kept_nodes: np.ndarray,
+) -> np.ndarray | None:
+    """(n, K) each binned row's leaf in the finished ``trees``, walked on from ``kept_nodes``,
+    its node in the trees being grown at their last level (``kept``), which ``trees`` must
+    extend: a step or two a row where a walk from the roots costs the trees' depth (XGBoost
+    updates its predictions from its training's row partition likewise). None when ``trees``
+    are not ``kept`` finished. The leaf is the one a raw value reaches (a bin goes right from
+    the split's first bin exactly when its value is not below the threshold) for finite values
+    and NaN; not for infinities, which a caller leaves to ``hist_kernels.add_trees``."""
+    growing = [growing_of(layout, tree) for tree in trees]
+    if (
+        len(growing) != len(kept)
+        or kept_nodes.shape != (len(bins), len(kept))
+        or not all(g is not None and g.extends(k) for g, k in zip(growing, kept))
+        or not all(
+            0 <= kept_nodes[:, i].min(initial=0) and kept_nodes[:, i].max(initial=0) < len(k.left)
+            for i, k in enumerate(kept)
+        )
+    ):
+        return None
+    return row_nodes(layout, bins, growing, kept_nodes)
+
+
 def row_nodes(
     layout: BinLayout,
     bins: np.ndarray,

@@ -279,3 +279,56 @@ def test_margins_plus_the_new_trees_are_xgboost_s_prediction_bit_for_bit(objecti
             add_trees(margins, x, trees[held:], held)
         held = len(trees)
         np.testing.assert_array_equal(margins, outputs(raw, x).astype(np.float32))
+
+
+@pytest.mark.parametrize("outputs", [3, 1])
+def test_leaves_carried_from_the_last_level_give_the_walk_s_margins_bit_for_bit(outputs):
+    """Each iteration's finished trees, from each row's node at the last level grown
+    (``carried_leaves``), put every row in the leaf a walk of its raw values reaches (missing
+    values, thresholds on the edges themselves), so ``add_leaves`` adds what ``add_trees``
+    adds; trees that are not those grown say so."""
+    from oracles.hist_kernels import add_leaves, add_trees
+    from oracles.hist_xgboost import (
+        LOGISTIC,
+        SOFTMAX,
+        carried_leaves,
+        gradients,
+        grow_iteration,
+        row_nodes,
+    )
+
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=(4_000, 5)).astype(np.float32)
+    x[rng.random(x.shape) < 0.1] = np.nan
+    layout = BinLayout(tuple(np.unique(np.round(x[~np.isnan(x[:, f]), f], 1)) for f in range(5)))
+    x[:50, 0] = layout.edges[0][:50]  # values on the thresholds
+    bins = layout.bins(x).astype(np.uint16)
+    y = (np.nan_to_num(x[:, 0]) + rng.normal(size=len(x)) > 0).astype(int)
+    if outputs == 3:
+        y += np.nan_to_num(x[:, 1]) > 0.7
+    objective = SOFTMAX if outputs == 3 else LOGISTIC
+    params = TreeParams(max_depth=4)
+    margins = np.zeros((len(x), outputs), np.float32)
+    walked = margins.copy()
+    held, carried, first = 0, 0, []
+    for _ in range(4):
+        g, h = gradients(objective, margins, y)
+        last: dict = {}
+
+        def exchange(trees, leaves, g=g, h=h, last=last):
+            last["nodes"] = row_nodes(layout, bins, trees, last.get("nodes"))
+            last["trees"] = trees
+            return histograms(layout, bins, g, h, trees, leaves, last["nodes"])
+
+        finished = grow_iteration(layout, params, outputs, exchange)
+        first = first if held else finished
+        leaves = carried_leaves(layout, bins, finished, last["trees"], last["nodes"])
+        assert leaves is not None
+        add_leaves(margins, finished, leaves, held)
+        add_trees(walked, x, finished, held)
+        np.testing.assert_array_equal(margins, walked)
+        carried += 1
+        held += len(finished)
+    assert carried == 4
+    assert carried_leaves(layout, bins, first, last["trees"], last["nodes"]) is None
+    assert carried_leaves(layout, bins, finished, last["trees"], last["nodes"][:-1]) is None

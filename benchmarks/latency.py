@@ -19,6 +19,9 @@ Five ways to run each job, one after another (never two runs at once):
 - ``runbook``: the separate-machines runbook's setup (docs/deployment.md) on loopback: as
   ``deployed``, but the SuperNodes dial the nginx perimeter (``deploy.perimeter``) in front of
   the SuperLink, whose state is in a SQLite file (``--database``), as the runbook starts it.
+- ``namespaces``: the runbook's setup with the SuperLink (and its perimeter) and each SuperNode
+  in a network namespace of its own (``deploy.netns``, veth links, no shared loopback), warm
+  ClientApps in each node's namespace: the stand-in for separate machines (root only).
 
 A round's latency is the difference of consecutive ``wall_time_s`` in the run's
 ``metrics.json`` (the ServerApp's clock), averaged over rounds 2 to R (round 1 also starts the
@@ -33,6 +36,7 @@ Writes ``results/latency.md`` and ``results/latency.json``.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import tempfile
 import time
@@ -71,6 +75,11 @@ DEPLOYMENTS = {  # Deployment options and the ServerApp's reply-poll-interval
     # the separate-machines runbook (docs/deployment.md) on loopback: the SuperLink's state in
     # SQLite, the SuperNodes dialling the nginx perimeter, prompt waits and warm ClientApps
     "runbook": {"options": {"perimeter": True, "database": "state.db"}, "reply_poll": 0.1},
+    "namespaces": {
+        "options": {"perimeter": True, "database": "state.db"},
+        "reply_poll": 0.1,
+        "namespaces": True,
+    },
 }
 WAYS = ("in-process", "simulation", *DEPLOYMENTS)
 
@@ -105,11 +114,17 @@ def deployed(way: str, jobs: dict[str, str], rounds: int, workdir: Path) -> dict
     """Each job on one TLS + authentication deployment set up ``way``; seconds per round."""
     from deploy.app_files import app_copy
     from deploy.local import Deployment, free_port_block
+    from deploy.netns import Star
 
     way_options = DEPLOYMENTS[way]
     options = dict(way_options["options"])
     if "database" in options:
         options["database"] = workdir / way / options["database"]
+    star = None
+    if way_options.get("namespaces"):
+        if os.geteuid() != 0:
+            return {name: "needs root (network namespaces)" for name in jobs}
+        star = options["star"] = Star(f"flb{os.getpid() % 1000}", NODES)
     app = app_copy(workdir / way / "app")
     deployment = Deployment(
         workdir / way, tls=True, auth=True, base_port=free_port_block(), **options
@@ -117,10 +132,13 @@ def deployed(way: str, jobs: dict[str, str], rounds: int, workdir: Path) -> dict
     results = workdir / way / "results"
     out: dict[str, Any] = {}
     try:
+        if star is not None:
+            star.create()
         deployment.start_superlink()
         for i in range(NODES):
             deployment.start_supernode(i, NODES)
-            deployment.wait_for_port(deployment.base_port + 10 + 2 * i)  # raises if one exited
+            if star is None:  # a node's port is on its own namespace's loopback otherwise
+                deployment.wait_for_port(deployment.base_port + 10 + 2 * i)  # raises if it exited
         for name, config in jobs.items():
             text = (
                 f"{config} num-server-rounds={rounds} min-nodes={NODES} reply-timeout=600 "
@@ -134,6 +152,8 @@ def deployed(way: str, jobs: dict[str, str], rounds: int, workdir: Path) -> dict
             print(f"{way} {name}: {status} {out[name]}", flush=True)
     finally:
         deployment.stop()
+        if star is not None:
+            star.delete()
     return out
 
 
@@ -171,12 +191,12 @@ def mean(values: Any) -> float | None:
 def report(measured: dict[str, dict[str, Any]]) -> str:
     rows = []
     for name in measured["in-process"]:
-        local, simulation, flower, deployed, runbook = (mean(measured[w][name]) for w in WAYS)
-        values = (local, simulation, flower, deployed, runbook)
+        values = [mean(measured.get(w, {}).get(name)) for w in WAYS]
+        local, simulation, flower, deployed, runbook, namespaces = values
         shown = [("-" if v is None else f"{v:.2f}") for v in values]
         gaps = [
-            "-" if None in (simulation, way) else f"{way - simulation:+.2f}"
-            for way in (deployed, runbook)
+            "-" if None in (base, way) else f"{way - base:+.2f}"
+            for base, way in ((simulation, deployed), (simulation, runbook), (deployed, namespaces))
         ]
         ratio = "-" if None in (flower, deployed) else f"{flower / deployed:.1f}x"
         rows.append([name, *shown, *gaps, ratio])
@@ -188,8 +208,10 @@ def report(measured: dict[str, dict[str, Any]]) -> str:
             "deployment, Flower's parts s/round",
             "deployment, deploy.local s/round",
             "runbook on loopback s/round",
+            "runbook in network namespaces s/round",
             "deploy.local - simulation s",
             "runbook - simulation s",
+            "namespaces - deploy.local s",
             "Flower's parts / deploy.local",
         ],
         rows,

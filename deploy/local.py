@@ -17,7 +17,8 @@ kill nodes mid-run, give a node extra ``--node-config`` (a hostile peer) and sub
 another app directory (``app_copy``: a FAB whose ClientApp may be a test wrapper). Jobs are
 submitted from a copy of the project's app files in the work directory (``app_files``, removed by
 ``stop``): ``flwr run .`` would walk every file of the checkout's .venv first. ``warm=True``
-(``--warm``) runs the SuperLink and each SuperNode with ``--isolation process`` and
+(the default; ``--cold`` for Flower's own SuperExec) runs the SuperLink and each SuperNode, in
+its own network namespace with ``star``, with ``--isolation process`` and
 ``deploy.warm_superexec``, which forks every ServerApp and ClientApp process from a parent that
 has imported torch and the app's libraries once, instead of starting a fresh interpreter per run
 and per message (about 4 s of CPU each). ``perimeter=True`` (``--perimeter``, needs TLS) keeps
@@ -238,9 +239,8 @@ class Deployment:
     base_port: int = 39400
     hosts: list[str] = field(default_factory=list)
     star: Star | None = None  # separate hosts: each process in its own network namespace
-    # ServerApp and ClientApp processes forked from a warm parent (deploy.warm_superexec);
-    # None: warm, but for network namespaces, which it does not support
-    warm: bool | None = None
+    # ServerApp and ClientApp processes forked from a warm parent (deploy.warm_superexec)
+    warm: bool = True
     # seconds between a SuperExec's asks for a task (FLWR_SUPEREXEC_TASK_POLL_INTERVAL; Flower's
     # default is 1 s); None: Flower's default
     task_poll_interval: float | None = 0.1
@@ -261,8 +261,6 @@ class Deployment:
     node_ids: dict[str, int] = field(default_factory=dict)  # registered key name -> node id
 
     def __post_init__(self) -> None:
-        if self.warm is None:
-            self.warm = self.star is None
         if self.auth and not self.tls:
             raise ValueError("SuperNode authentication needs TLS (flwr 1.41)")
         if self.perimeter and not self.tls:
@@ -324,7 +322,11 @@ class Deployment:
 
     def _in_link(self, args: list[str]) -> list[str]:
         """``args`` run where the SuperLink runs (its namespace, if any)."""
-        return args if self.star is None else [*self.star.exec_prefix(self.star.link), *args]
+        return self._in(None if self.star is None else self.star.link, args)
+
+    def _in(self, namespace: str | None, args: list[str]) -> list[str]:
+        """``args`` run in network ``namespace`` (None: this one)."""
+        return args if namespace is None else [*self.star.exec_prefix(namespace), *args]
 
     def _flwr(self, *args: str) -> subprocess.CompletedProcess:
         """A ``flwr`` CLI command against this SuperLink."""
@@ -346,13 +348,12 @@ class Deployment:
 
     # -- processes ------------------------------------------------------------------------------
     def _with_warm_superexec(
-        self, args: list[str], runtime_port: int, preload: str, tls: bool
+        self, args: list[str], runtime_port: int, preload: str, tls: bool, namespace: str | None
     ) -> list[str]:
         """``args`` with ``--isolation process``, run by a shell that first starts
         ``deploy.warm_superexec`` for its Runtime API in the background: the two share the
-        process group (stopping or killing one stops both) and the SuperExec exits with it."""
-        if self.star is not None:
-            raise ValueError("warm SuperExecs are not supported with network namespaces")
+        process group (stopping or killing one stops both) and the SuperExec exits with it. In
+        network ``namespace`` the shell runs there, so both share its loopback."""
         superexec = [
             sys.executable,
             "-m",
@@ -367,7 +368,7 @@ class Deployment:
             f"cd {shlex.quote(str(PROJECT))} && {shlex.join(superexec)} --parent-pid $$ "
             f"& exec {shlex.join([*args, '--isolation', 'process'])}"
         )
-        return ["sh", "-c", script]
+        return self._in(namespace, ["sh", "-c", script])
 
     def start_superlink(self) -> None:
         """Fleet, Runtime and Control APIs all on base_port (flwr 1.41 serves them over one
@@ -379,23 +380,24 @@ class Deployment:
         p = self.base_port
         # in its own namespace the SuperLink listens on its links too, unless behind a perimeter
         host = "127.0.0.1" if self.star is None or self.perimeter else "0.0.0.0"
-        args = self._in_link(
-            [
-                str(BIN / "flower-superlink"),
-                *self._tls_flags(server=True),
-                "--disable-runtime-dependency-installation",
-                "--host",
-                host,
-                "--port",
-                str(p),
-                "--health-server-address",
-                f"127.0.0.1:{p + 1}",
-                *([] if self.database is None else ["--database", str(self.database)]),
-                *(["--enable-supernode-auth"] if self.auth else []),
-            ]
-        )
+        args = [
+            str(BIN / "flower-superlink"),
+            *self._tls_flags(server=True),
+            "--disable-runtime-dependency-installation",
+            "--host",
+            host,
+            "--port",
+            str(p),
+            "--health-server-address",
+            f"127.0.0.1:{p + 1}",
+            *([] if self.database is None else ["--database", str(self.database)]),
+            *(["--enable-supernode-auth"] if self.auth else []),
+        ]
+        link = None if self.star is None else self.star.link
         if self.warm:
-            args = self._with_warm_superexec(args, p, "server_app.app", self.tls)
+            args = self._with_warm_superexec(args, p, "server_app.app", self.tls, link)
+        else:
+            args = self._in(link, args)
         self._start("superlink", args)
         self.wait_for_port(p)
         if self.perimeter:
@@ -479,10 +481,11 @@ class Deployment:
             args += ["--auth-supernode-private-key", str(key)]
         if not registered:  # the SuperLink refuses it: its exit is what the caller expects
             self.may_exit.add(name)
-        if self.star is not None:
-            args = [*self.star.exec_prefix(self.star.node(index)), *args]
+        namespace = None if self.star is None else self.star.node(index)
         if warm:  # its Runtime API is plain HTTP on loopback, as in subprocess isolation
-            args = self._with_warm_superexec(args, port, "client_app.app", tls=False)
+            args = self._with_warm_superexec(args, port, "client_app.app", False, namespace)
+        else:
+            args = self._in(namespace, args)
         return self._start(name, args)
 
     def wait_for_port(self, port: int, timeout: float = 60.0) -> None:
@@ -753,8 +756,8 @@ def main(argv: list[str] | None = None) -> int:
         "--cold",
         action="store_true",
         help="Flower's own SuperExec: a fresh ServerApp or ClientApp process for each run or "
-        "message (default: forked from a warm parent, deploy.warm_superexec; network "
-        "namespaces are always cold)",
+        "message (default: forked from a warm parent, deploy.warm_superexec, in each "
+        "process's network namespace with --netns)",
     )
     parser.add_argument(
         "--flower-supernode",
@@ -799,7 +802,7 @@ def main(argv: list[str] | None = None) -> int:
         base_port=args.port,
         hosts=args.host,
         star=star,
-        warm=False if args.cold else None,
+        warm=not args.cold,
         database=args.database,
         perimeter=args.perimeter,
         **(

@@ -1,7 +1,8 @@
 """Opt-in (``FL_NETNS=1``, root): SuperLink and SuperNodes each in a network namespace of their
 own, linked by veth pairs, TLS and SuperNode authentication on: the closest one machine gets to
 SuperNodes on separate hosts. The namespaces share no loopback, so the SuperNodes can reach the
-SuperLink only over their links, by its certificate's addresses.
+SuperLink only over their links, by its certificate's addresses. The ServerApp and the
+ClientApps are forked warm (``deploy.warm_superexec``), each in its process's namespace.
 
     FL_NETNS=1 .venv/bin/python -m pytest tests/test_netns_deployment.py
 """
@@ -12,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -42,6 +44,18 @@ def reachable(star: Star, namespace: str, address: str) -> bool:
     return subprocess.run(probe, capture_output=True).returncode == 0
 
 
+def warm_superexec_in(namespace: str) -> bool:
+    """Whether a ``deploy.warm_superexec`` process runs in ``namespace``."""
+    pids = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True, text=True)
+    commands = []
+    for pid in pids.stdout.split():
+        try:
+            commands.append(Path(f"/proc/{pid}/cmdline").read_bytes())
+        except OSError:  # it exited meanwhile
+            continue
+    return any(b"deploy.warm_superexec" in command for command in commands)
+
+
 def test_supernodes_in_their_own_namespaces_train_over_tls(tmp_path):
     star = Star(f"flt{os.getpid() % 1000}", NODES)
     port = free_port_block()
@@ -64,6 +78,8 @@ def test_supernodes_in_their_own_namespaces_train_over_tls(tmp_path):
         assert [r["round"] for r in rows] == [0, 1, 2]
         assert all(r["failures"] == 0 and r["participants"] == NODES for r in rows[1:])
         assert rows[-1]["test_accuracy_mean"] > 0.5
+        for namespace in [star.link, *(star.node(i) for i in range(NODES))]:
+            assert warm_superexec_in(namespace)  # the ServerApp and ClientApps forked warm
     finally:
         deployment.stop()
         star.delete()

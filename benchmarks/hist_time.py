@@ -15,13 +15,15 @@ part (margins, gradients, histograms;
 summed over the 10 sites, which would run in parallel on their own machines, so the slowest
 site's share is shown too) and the server's (summing, splits, leaves).
 
-The whole family through Flower's in-process engine on the same 10 sites (their CSV files,
-``task='site'``, the sites one after another) is a row of its own, and again without the
-rounds' federated evaluation (each site's loss on its training rows and test shard, which
-XGBoost's iteration does not compute) (``--no-engine`` leaves both out).
+The whole family on the same 10 sites (their CSV files, written once, ``task='site'``) through
+Flower's in-process engine (the sites one after another) and through ``flwr run`` on Flower's
+simulation engine (Ray, 10 SuperNodes of one CPU, two at a time on 2 cores), each with and
+without the rounds' federated evaluation (each site's loss on its training rows and test
+shard, which XGBoost's iteration does not compute), with the bytes sent up a round
+(``--no-engine`` leaves these rows out, ``--no-simulation`` the simulation's).
 
-    python -m benchmarks.hist_time          # about 4 min on 2 cores
-    python -m benchmarks.hist_time --quick  # synth50k's 10 sites, 2 iterations: seconds
+    python -m benchmarks.hist_time          # about 8 min on 2 cores
+    python -m benchmarks.hist_time --quick  # synth50k's 10 sites, 2 iterations: about 2 min
 
 Writes ``results/hist_time.md``.
 """
@@ -70,38 +72,56 @@ def sites(name: str, seed: int = 0) -> tuple[list[tuple[np.ndarray, np.ndarray]]
     ], x.shape[1]
 
 
+def _site_config(sites: Path, rounds: int, evaluate: bool) -> dict[str, object]:
+    return {
+        "algorithm": "fedxgb-hist",
+        "task": "site",
+        "data.label": "y",
+        "dataset-path": str(sites / "{partition-id}.csv"),
+        "fedxgb-hist.max-depth": 6,
+        "num-server-rounds": rounds,
+        "tensorboard": False,
+        "fedxgb-hist.federated-eval": evaluate,
+    }
+
+
+def _round_figures(metrics: Path) -> tuple[float, float, float, float | None]:
+    """The median seconds of a round after the first, the first's, the mean MB sent up a
+    round after the first, and the final test accuracy (None without federated evaluation)."""
+    recorded = json.loads(metrics.read_text())["rounds"]
+    times = [b["wall_time_s"] - a["wall_time_s"] for a, b in zip(recorded, recorded[1:])]
+    up = statistics.mean(r["bytes_up"] for r in recorded[2:]) / 1e6
+    return statistics.median(times[1:]), times[0], up, recorded[-1].get("test_accuracy")
+
+
 def in_process_rounds(
-    name: str, rounds: int, evaluate: bool = True
-) -> tuple[float, float, float | None]:
-    """``fedxgb-hist`` through Flower's in-process engine on the 10 sites of ``name`` (CSV files,
-    ``task='site'``): the median seconds of a round after the first, the first's, and the final
-    test accuracy (None without ``evaluate``: no federated evaluation)."""
-    from benchmarks.boosting import write_raw
+    sites: Path, rounds: int, evaluate: bool, out: Path
+) -> tuple[float, float, float, float | None]:
+    """``fedxgb-hist`` through Flower's in-process engine on the sites' CSV files in ``sites``
+    (``task='site'``, the sites one after another): ``_round_figures``."""
     from client_app.app import app as client_app
     from server_app.app import main as server_main
     from testing.inprocess_grid import LocalGrid, run_config, server_context
 
-    with tempfile.TemporaryDirectory(prefix="hist-time-") as tmp:
-        work = Path(tmp)
-        write_raw(name, work / "sites", seed=0)
-        config = run_config(
-            **{
-                "algorithm": "fedxgb-hist",
-                "task": "site",
-                "data.label": "y",
-                "dataset-path": str(work / "sites" / "{partition-id}.csv"),
-                "fedxgb-hist.max-depth": 6,
-                "num-server-rounds": rounds,
-                "tensorboard": False,
-                "output-dir": str(work / "out"),
-                "run-name": "engine",
-                "fedxgb-hist.federated-eval": evaluate,
-            }
-        )
-        server_main(LocalGrid(client_app, config, 10, keep_messages=False), server_context(config))
-        recorded = json.loads((work / "out" / "engine" / "metrics.json").read_text())["rounds"]
-    times = [b["wall_time_s"] - a["wall_time_s"] for a, b in zip(recorded, recorded[1:])]
-    return statistics.median(times[1:]), times[0], recorded[-1].get("test_accuracy")
+    name = f"engine-{evaluate}"
+    config = run_config(
+        **{**_site_config(sites, rounds, evaluate), "output-dir": str(out), "run-name": name}
+    )
+    server_main(LocalGrid(client_app, config, 10, keep_messages=False), server_context(config))
+    return _round_figures(out / name / "metrics.json")
+
+
+def simulated_rounds(
+    sites: Path, rounds: int, evaluate: bool, out: Path
+) -> tuple[float, float, float, float | None] | str:
+    """The same through ``flwr run`` on Flower's simulation engine (Ray, 10 SuperNodes of one
+    CPU, as many side by side as there are cores): ``_round_figures``, or why there are none."""
+    from benchmarks.latency import flwr_run_simulated
+
+    name = f"simulation-{evaluate}"
+    config = {**_site_config(sites, rounds, evaluate), "output-dir": str(out), "run-name": name}
+    failed = flwr_run_simulated(config, 10, out / f"{name}-work")
+    return failed or _round_figures(out / name / "metrics.json")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,6 +132,12 @@ def main(argv: list[str] | None = None) -> int:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="also run the whole family through the in-process engine on the same sites",
+    )
+    p.add_argument(
+        "--simulation",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="and through `flwr run` on Flower's simulation engine (Ray)",
     )
     args = p.parse_args(argv)
     start = time.monotonic()
@@ -206,19 +232,43 @@ def main(argv: list[str] | None = None) -> int:
         ],
     ]
     if args.engine:
-        for evaluate in (True, False):
-            engine_s, engine_first, engine_accuracy = in_process_rounds(name, iterations, evaluate)
-            rows.append(
-                [
-                    "fedxgb-hist, in-process engine (Flower's messages; sites one after another)"
-                    + ("" if evaluate else ", without the rounds' federated evaluation"),
-                    f"{engine_s:.2f}",
-                    "-",
-                    "-",
-                    f"{engine_first:.2f} (round 1: sketches, bins, keys)",
-                    "-" if engine_accuracy is None else f"{100 * engine_accuracy:.1f} (test set)",
-                ]
-            )
+        from benchmarks.boosting import write_raw
+
+        with tempfile.TemporaryDirectory(prefix="hist-time-") as tmp:
+            work = Path(tmp)
+            write_raw(name, work / "sites", seed=0)  # once: every engine reads the same files
+            engines = [
+                (
+                    "in-process engine (Flower's messages; sites one after another)",
+                    in_process_rounds,
+                )
+            ]
+            if args.simulation:
+                engines.append(
+                    ("`flwr run`, simulation engine (Ray, 10 SuperNodes)", simulated_rounds)
+                )
+            for label, engine in engines:
+                for evaluate in (True, False):
+                    figures = engine(work / "sites", iterations, evaluate, work / "out")
+                    label_ = f"fedxgb-hist, {label}" + (
+                        "" if evaluate else ", without the rounds' federated evaluation"
+                    )
+                    if isinstance(figures, str):
+                        rows.append([label_, "-", "-", "-", figures, "-", "-"])
+                        continue
+                    seconds, first, up, accuracy = figures
+                    rows.append(
+                        [
+                            label_,
+                            f"{seconds:.2f}",
+                            "-",
+                            "-",
+                            f"{first:.2f} (round 1: sketches, bins, keys)",
+                            "-" if accuracy is None else f"{100 * accuracy:.1f} (test set)",
+                            f"{up:.1f}",
+                        ]
+                    )
+    rows = [row if len(row) == 7 else [*row, "-"] for row in rows]
     headers = [
         "",
         "s / iteration (3 trees)",
@@ -226,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         "server's part",
         "bins, once (s)",
         f"training accuracy after {iterations} (%)",
+        "MB up a round",
     ]
     write_report(
         results_dir(args.quick) / "hist_time.md",

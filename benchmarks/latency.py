@@ -160,28 +160,52 @@ def deployed(way: str, jobs: dict[str, str], rounds: int, workdir: Path) -> dict
 def simulated(jobs: dict[str, str], rounds: int, workdir: Path) -> dict[str, Any]:
     """Each job through ``flwr run`` on the simulation engine, 2 SuperNodes; seconds per
     round."""
+    from run_config.declared import parse_overrides
+
+    results = workdir / "simulation" / "results"
+    out: dict[str, Any] = {}
+    for name, config in jobs.items():
+        values = {
+            **parse_overrides(config),
+            "num-server-rounds": rounds,
+            "min-nodes": NODES,
+            "output-dir": str(results),
+            "run-name": name,
+        }
+        failed = flwr_run_simulated(values, NODES, workdir / "simulation" / name)
+        metrics = results / name / "metrics.json"
+        out[name] = failed or round_seconds(metrics)
+        print(f"simulation {name}: {out[name]}", flush=True)
+    return out
+
+
+def flwr_run_simulated(config: dict[str, Any], nodes: int, workdir: Path) -> str | None:
+    """``flwr run`` of a copy of the app with run config ``config`` on a simulation SuperLink
+    of its own (Ray, ``nodes`` SuperNodes of one CPU each); None when the run wrote its
+    metrics, else why not."""
     import subprocess
 
     from deploy.app_files import app_copy
     from testing.simulation_link import BIN, simulation_superlink
 
-    app = app_copy(workdir / "simulation" / "app")
-    results = workdir / "simulation" / "results"
-    out: dict[str, Any] = {}
-    with simulation_superlink(workdir / "simulation" / "flwr-home") as (env, connection):
-        for name, config in jobs.items():
-            text = (
-                f"{config} num-server-rounds={rounds} min-nodes={NODES} "
-                f"output-dir='{results}' run-name='{name}'"
-            )
-            federation = f"num-supernodes={NODES} client-resources-num-cpus=1"
-            command = [str(BIN / "flwr"), "run", str(app), connection, "--stream"]
-            command += ["--federation-config", federation, "--run-config", text]
-            subprocess.run(command, env=env, capture_output=True, timeout=1800, check=False)
-            metrics = results / name / "metrics.json"
-            out[name] = round_seconds(metrics) if metrics.exists() else "no metrics"
-            print(f"simulation {name}: {out[name]}", flush=True)
-    return out
+    app = app_copy(workdir / "app")
+    text = " ".join(f"{key}={_toml(value)}" for key, value in config.items())
+    with simulation_superlink(workdir / "flwr-home") as (env, connection):
+        federation = f"num-supernodes={nodes} client-resources-num-cpus=1"
+        command = [str(BIN / "flwr"), "run", str(app), connection, "--stream"]
+        command += ["--federation-config", federation, "--run-config", text]
+        done = subprocess.run(command, env=env, capture_output=True, timeout=3600, check=False)
+    metrics = Path(str(config["output-dir"])) / str(config["run-name"]) / "metrics.json"
+    return None if metrics.exists() else f"no metrics (flwr run exited {done.returncode})"
+
+
+def _toml(value: Any) -> str:
+    """A run-config value as ``--run-config`` reads it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return "'" + value + "'"
+    return repr(value)
 
 
 def mean(values: Any) -> float | None:

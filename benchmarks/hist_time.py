@@ -19,10 +19,12 @@ The whole family on the same 10 sites (their CSV files, written once, ``task='si
 Flower's in-process engine (the sites one after another) and through ``flwr run`` on Flower's
 simulation engine (Ray, 10 SuperNodes of one CPU, two at a time on 2 cores), each with and
 without the rounds' federated evaluation (each site's loss on its training rows and test
-shard, which XGBoost's iteration does not compute), with the bytes sent up a round
-(``--no-engine`` leaves these rows out, ``--no-simulation`` the simulation's).
+shard, which XGBoost's iteration does not compute), with the bytes sent up a round, and on a
+``deploy.local`` deployment (TLS, SuperNode authentication, warm apps, 10 SuperNodes on
+loopback; 3 rounds, with the evaluation only; not with ``--quick``) (``--no-engine`` leaves
+these rows out, ``--no-simulation`` and ``--no-deployment`` those two).
 
-    python -m benchmarks.hist_time          # about 8 min on 2 cores
+    python -m benchmarks.hist_time          # about 12 min on 2 cores
     python -m benchmarks.hist_time --quick  # synth50k's 10 sites, 2 iterations: about 2 min
 
 Writes ``results/hist_time.md``.
@@ -124,6 +126,20 @@ def simulated_rounds(
     return failed or _round_figures(out / name / "metrics.json")
 
 
+def deployed_rounds(
+    sites: Path, rounds: int, evaluate: bool, out: Path
+) -> tuple[float, float, float, float | None] | str:
+    """The same on a ``deploy.local`` deployment (TLS, SuperNode authentication, warm apps, 10
+    SuperNodes on loopback, as many training side by side as there are cores):
+    ``_round_figures``, or why there are none."""
+    from benchmarks.latency import deploy_local_run
+
+    name = f"deployed-{evaluate}"
+    config = {**_site_config(sites, rounds, evaluate), "output-dir": str(out), "run-name": name}
+    failed = deploy_local_run(config, 10, out / f"{name}-work")
+    return failed or _round_figures(out / name / "metrics.json")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__.split("\n")[0])
     p.add_argument("--iterations", type=int, default=5)
@@ -138,6 +154,12 @@ def main(argv: list[str] | None = None) -> int:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="and through `flwr run` on Flower's simulation engine (Ray)",
+    )
+    p.add_argument(
+        "--deployment",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="and on a deploy.local deployment (not with --quick)",
     )
     args = p.parse_args(argv)
     start = time.monotonic()
@@ -247,9 +269,15 @@ def main(argv: list[str] | None = None) -> int:
                 engines.append(
                     ("`flwr run`, simulation engine (Ray, 10 SuperNodes)", simulated_rounds)
                 )
+            if args.deployment and not args.quick:
+                engines.append(
+                    ("`deploy.local` (TLS, authentication, 10 SuperNodes)", deployed_rounds)
+                )
             for label, engine in engines:
-                for evaluate in (True, False):
-                    figures = engine(work / "sites", iterations, evaluate, work / "out")
+                deployed = engine is deployed_rounds  # minutes a round: 3 rounds, evaluated
+                for evaluate in (True,) if deployed else (True, False):
+                    rounds = min(iterations, 3) if deployed else iterations
+                    figures = engine(work / "sites", rounds, evaluate, work / "out")
                     label_ = f"fedxgb-hist, {label}" + (
                         "" if evaluate else ", without the rounds' federated evaluation"
                     )

@@ -199,6 +199,27 @@ def flwr_run_simulated(config: dict[str, Any], nodes: int, workdir: Path) -> str
     return None if metrics.exists() else f"no metrics (flwr run exited {done.returncode})"
 
 
+def deploy_local_run(config: dict[str, Any], nodes: int, workdir: Path) -> str | None:
+    """One job with run config ``config`` on a fresh ``deploy.local`` deployment of its own
+    (its defaults: TLS, SuperNode authentication, warm apps, ``nodes`` SuperNodes on loopback,
+    node i serving partition i); None when the run completed, else its status."""
+    from deploy.app_files import app_copy
+    from deploy.local import Deployment, free_port_block
+
+    app = app_copy(workdir / "app")
+    deployment = Deployment(workdir, tls=True, auth=True, base_port=free_port_block())
+    text = " ".join(f"{key}={_toml(value)}" for key, value in config.items())
+    try:
+        deployment.start_superlink()
+        for i in range(nodes):
+            deployment.start_supernode(i, nodes)
+        run_id = deployment.submit(f"{text} reply-timeout=3600 reply-poll-interval=0.1", app)
+        status = deployment.wait_for_runs([run_id], timeout=3600)[run_id]
+    finally:
+        deployment.stop()
+    return None if status == "finished:completed" else status
+
+
 def _toml(value: Any) -> str:
     """A run-config value as ``--run-config`` reads it."""
     if isinstance(value, bool):

@@ -87,18 +87,27 @@ def _site_config(sites: Path, rounds: int, evaluate: bool) -> dict[str, object]:
     }
 
 
-def _round_figures(metrics: Path) -> tuple[float, float, float, float | None]:
+Figures = tuple[float, float, float, float | None, int]
+
+
+def _round_figures(metrics: Path) -> Figures:
     """The median seconds of a round after the first, the first's, the mean MB sent up a
-    round after the first, and the final test accuracy (None without federated evaluation)."""
+    round after the first, the final test accuracy (None without federated evaluation) and
+    how many rounds' iterations were dropped."""
     recorded = json.loads(metrics.read_text())["rounds"]
     times = [b["wall_time_s"] - a["wall_time_s"] for a, b in zip(recorded, recorded[1:])]
     up = statistics.mean(r["bytes_up"] for r in recorded[2:]) / 1e6
-    return statistics.median(times[1:]), times[0], up, recorded[-1].get("test_accuracy")
+    dropped = sum(int(r.get("iteration_dropped", 0)) for r in recorded)
+    return (
+        statistics.median(times[1:]),
+        times[0],
+        up,
+        recorded[-1].get("test_accuracy"),
+        dropped,
+    )
 
 
-def in_process_rounds(
-    sites: Path, rounds: int, evaluate: bool, out: Path
-) -> tuple[float, float, float, float | None]:
+def in_process_rounds(sites: Path, rounds: int, evaluate: bool, out: Path) -> Figures:
     """``fedxgb-hist`` through Flower's in-process engine on the sites' CSV files in ``sites``
     (``task='site'``, the sites one after another): ``_round_figures``."""
     from client_app.app import app as client_app
@@ -113,9 +122,7 @@ def in_process_rounds(
     return _round_figures(out / name / "metrics.json")
 
 
-def simulated_rounds(
-    sites: Path, rounds: int, evaluate: bool, out: Path
-) -> tuple[float, float, float, float | None] | str:
+def simulated_rounds(sites: Path, rounds: int, evaluate: bool, out: Path) -> Figures | str:
     """The same through ``flwr run`` on Flower's simulation engine (Ray, 10 SuperNodes of one
     CPU, as many side by side as there are cores): ``_round_figures``, or why there are none."""
     from benchmarks.latency import flwr_run_simulated
@@ -126,9 +133,7 @@ def simulated_rounds(
     return failed or _round_figures(out / name / "metrics.json")
 
 
-def deployed_rounds(
-    sites: Path, rounds: int, evaluate: bool, out: Path
-) -> tuple[float, float, float, float | None] | str:
+def deployed_rounds(sites: Path, rounds: int, evaluate: bool, out: Path) -> Figures | str:
     """The same on a ``deploy.local`` deployment (TLS, SuperNode authentication, warm apps, 10
     SuperNodes on loopback, as many training side by side as there are cores):
     ``_round_figures``, or why there are none."""
@@ -282,9 +287,9 @@ def main(argv: list[str] | None = None) -> int:
                         "" if evaluate else ", without the rounds' federated evaluation"
                     )
                     if isinstance(figures, str):
-                        rows.append([label_, "-", "-", "-", figures, "-", "-"])
+                        rows.append([label_, "-", "-", "-", figures, "-", "-", "-"])
                         continue
-                    seconds, first, up, accuracy = figures
+                    seconds, first, up, accuracy, dropped = figures
                     rows.append(
                         [
                             label_,
@@ -294,9 +299,10 @@ def main(argv: list[str] | None = None) -> int:
                             f"{first:.2f} (round 1: sketches, bins, keys)",
                             "-" if accuracy is None else f"{100 * accuracy:.1f} (test set)",
                             f"{up:.1f}",
+                            str(dropped),
                         ]
                     )
-    rows = [row if len(row) == 7 else [*row, "-"] for row in rows]
+    rows = [row if len(row) == 8 else [*row, "-", "-"] for row in rows]
     headers = [
         "",
         "s / iteration (3 trees)",
@@ -305,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         "bins, once (s)",
         f"training accuracy after {iterations} (%)",
         "MB up a round",
+        "iterations dropped",
     ]
     write_report(
         results_dir(args.quick) / "hist_time.md",

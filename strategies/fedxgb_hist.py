@@ -141,8 +141,6 @@ class FedXgbHist(XgbStrategy):
         self.rows = np.zeros(0, np.int64)  # each roster position's training rows (-1: unknown)
         self.trees_held: dict[int, int] = {}  # by roster position: the booster's first trees
         # the node holds (its margins are of them); a node not here is sent the whole booster
-        self._tails: dict[tuple[int, int], tuple[ArrayRecord, bytes]] = {}  # (held, trees): the
-        # trees after the held ones and the held ones' digest, encoded once (``_tail``)
         self.levels = self.participants = self.asked = self.answered = 0
         self.dropped_reason = ""
 
@@ -402,7 +400,7 @@ class FedXgbHist(XgbStrategy):
     def _with_booster(self, content: RecordDict) -> Callable[[int | None], RecordDict]:
         """The root's content for a node holding the booster's first h trees: the others
         (``trees-held``, with the held trees' digest), or the whole booster when h is None;
-        one content for each h, shared by its nodes."""
+        one content for each h, encoded once and shared by its nodes."""
         contents: dict[int | None, RecordDict] = {}
         count = len(self.booster.trees)
 
@@ -411,26 +409,16 @@ class FedXgbHist(XgbStrategy):
             if held not in contents:
                 extra: dict[str, Any] = {}
                 record = self.record
-                if held is not None:
-                    record, digest = self._tail(held)
-                    extra = {TREES_HELD: held, TREES_DIGEST: digest}
+                if held is not None:  # a booster of the other trees alone
+                    trees = self.booster.trees
+                    record = raw_record(encode_booster(Booster(self.spec, trees[held:])))
+                    extra = {TREES_HELD: held, TREES_DIGEST: trees_digest(trees[:held])}
                 contents[held] = RecordDict(
                     {**content, ARRAYS: record, CONFIG: ConfigRecord({**content[CONFIG], **extra})}
                 )
             return contents[held]
 
         return of
-
-    def _tail(self, held: int) -> tuple[ArrayRecord, bytes]:
-        """The booster's trees after the first ``held`` (a booster of those alone) and the
-        digest of the first ``held``, encoded once for every node and round that needs them."""
-        trees = self.booster.trees
-        key = (held, len(trees))
-        if key not in self._tails:  # those of a smaller booster are done with
-            self._tails = {k: v for k, v in self._tails.items() if k[1] == len(trees)}
-            tail = encode_booster(Booster(self.spec, trees[held:]))
-            self._tails[key] = (raw_record(tail), trees_digest(trees[:held]))
-        return self._tails[key]
 
     def _held_after_root(self, nodes: list[int], answered: list[int]) -> None:
         """The root's booster is held by the nodes whose root histograms were summed; any other

@@ -99,7 +99,7 @@ CURVE_ROUNDS = (1, 2, 5, 10, 20)  # the rounds of the per-round table
 class Dataset:
     """A table and how it is cut into sites."""
 
-    source: str  # penguins, cars, breast-cancer, diabetes, synth50k, synth300k, synth1m
+    source: str  # penguins, cars, breast-cancer, diabetes, or a synthetic size (SYNTH_ROWS)
     scheme: str  # natural, label, dirichlet, dirichlet-shift
     nodes: int
     alpha: float = DIRICHLET_ALPHA
@@ -122,9 +122,19 @@ DATASETS = {
     "synth1m": Dataset("synth1m", "dirichlet-shift", 10),
     # secure aggregation's cost at scale (benchmarks.secure_cost): not in the default grid
     "synth300k-3": Dataset("synth300k", "dirichlet-shift", 3),
+    # benchmarks.hist_time's other sizes: not in the default grid
+    "synth250k-3": Dataset("synth250k", "dirichlet-shift", 3),
+    "synth10m": Dataset("synth10m", "dirichlet-shift", 10),
 }
-DEFAULT_DATASETS = [name for name in DATASETS if name not in ("synth1m", "synth300k-3")]
-SYNTH_ROWS = {"synth50k": 50_000, "synth300k": 300_000, "synth1m": 1_000_000}
+AT_SCALE = ("synth1m", "synth300k-3", "synth250k-3", "synth10m")  # each run on its own
+DEFAULT_DATASETS = [name for name in DATASETS if name not in AT_SCALE]
+SYNTH_ROWS = {
+    "synth50k": 50_000,
+    "synth250k": 250_000,
+    "synth300k": 300_000,
+    "synth1m": 1_000_000,
+    "synth10m": 10_000_000,
+}
 REGRESSION = tuple(name for name, d in DATASETS.items() if d.source in ("cars", "diabetes"))
 
 _SITES = {f.name: f for f in FAMILIES}

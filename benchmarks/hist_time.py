@@ -1,31 +1,41 @@
-"""Time per boosting iteration at scale: XGBoost ``hist`` on the pooled rows against the
-histogram protocol of ``fedxgb-hist`` (``oracles.hist_xgboost``) over 10 sites, side by side in
-one process, without Flower's messages (``benchmarks.boosting --datasets synth1m`` times the
-whole family through the in-process engine).
+"""Time per boosting iteration at scale: XGBoost ``hist`` on the pooled rows against
+``fedxgb-hist`` on the same rows cut into sites, side by side in one run, at several sizes.
 
-The table is ``benchmarks.boosting``'s ``synth1m`` (1,000,000 rows, 20 features, 3 classes),
-cut over 10 sites by Dirichlet over the labels and shifted per site (seed 0). Both sides use one
-thread, depth 6, eta 0.3, the same base score, XGBoost's defaults otherwise; the federated side
-bins with the edges merged from the sites' sketches, XGBoost with its own (256 bins); each site
-bins its rows once a run, walks each row on from its node at the level before and carries its
-margins from iteration to iteration (adding the new trees' leaf values at each row's leaf,
-found from its node at the last level grown), as a node does. Per
-iteration (3 trees, one per class): the sites'
-part (margins, gradients, histograms;
-summed over the 10 sites, which would run in parallel on their own machines, so the slowest
-site's share is shown too) and the server's (summing, splits, leaves).
+Sizes (``--sizes``; ``benchmarks.boosting``'s synthetic tables: 20 features, 3 classes, cut by
+Dirichlet over the labels and shifted per site, seed 0): ``250k`` (``synth250k-3``: 250,000
+rows over 3 sites), ``1m`` (``synth1m``: 1,000,000 rows over 10 sites) and ``10m``
+(``synth10m``: 10,000,000 rows over 10 sites; ``--large`` adds it, without the Ray and
+deployment rows). ``--quick``: ``synth50k`` (10 sites), 2 iterations.
 
-The whole family on the same 10 sites (their CSV files, written once, ``task='site'``) through
-Flower's in-process engine (the sites one after another) and through ``flwr run`` on Flower's
-simulation engine (Ray, 10 SuperNodes of one CPU, two at a time on 2 cores), each with and
-without the rounds' federated evaluation (each site's loss on its training rows and test
-shard, which XGBoost's iteration does not compute), with the bytes sent up a round, and on a
-``deploy.local`` deployment (TLS, SuperNode authentication, warm apps, 10 SuperNodes on
-loopback; 3 rounds, with the evaluation only; not with ``--quick``) (``--no-engine`` leaves
-these rows out, ``--no-simulation`` and ``--no-deployment`` those two).
+For each size:
 
-    python -m benchmarks.hist_time          # about 12 min on 2 cores
-    python -m benchmarks.hist_time --quick  # synth50k's 10 sites, 2 iterations: about 2 min
+- **XGBoost** ``hist`` on the pooled rows, one thread, depth 6, eta 0.3, XGBoost's defaults
+  otherwise (its own 256 bins);
+- **the protocol** (``oracles.hist_xgboost``) without Flower: the same trees, the bins from the
+  sites' merged sketches; each site bins its rows once a run, walks each row on from its node at
+  the level before and carries its margins from iteration to iteration, as a node does. The
+  sites' part (margins, gradients, histograms) is summed over the sites, which would run in
+  parallel on their own machines (the slowest site's share shown too); the server's part is
+  summing, splits and leaves;
+- **the whole family** on the sites' CSV files (written once, ``task='site'``) through Flower's
+  in-process engine (the sites one after another), ``flwr run`` on Flower's simulation engine
+  (Ray, one SuperNode of one CPU per site, as many side by side as there are cores) and a
+  ``deploy.local`` deployment (TLS, SuperNode authentication, warm apps, one SuperNode per site
+  on loopback; 3 rounds; not with ``--quick``), the first two with and without the rounds'
+  federated evaluation (each site's loss on its training rows and test shard, which XGBoost's
+  iteration does not compute). Each such round is split, from its metrics
+  (``exchange_time_s``) and the nodes' work log (``client_app.work_log``), into the server's
+  own part (the round less its exchanges), the nodes' family work and the rest of their
+  ClientApp (decoding, encoding, setup, reading the site's file where the app process is new),
+  summed over the sites, and what remains of the exchanges when the nodes' seconds are spread
+  over the sites that run at once (1 in-process, else as many as there are cores): Flower's
+  messages, the engine's transport of messages and node state, and waiting. The node state
+  column is the size of the state a node's ClientApp reads and writes with each message (what
+  Ray and a SuperNode move along with it).
+
+    python -m benchmarks.hist_time           # 250k and 1m: about 20 min on 2 cores
+    python -m benchmarks.hist_time --large   # and 10m: about 10 min more
+    python -m benchmarks.hist_time --quick   # synth50k, 2 iterations: about 2 min
 
 Writes ``results/hist_time.md``.
 """
@@ -34,15 +44,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks.boosting import DATASETS, SHIFT, load_table
+from benchmarks.boosting import DATASETS, SHIFT, load_table, write_raw
 from benchmarks.common import md_table, parser, results_dir, write_report
+from client_app import work_log
 from functions.bins import BinLayout
 from functions.boosters import Booster, BoosterSpec, encode_booster
 from oracles.hist_kernels import add_leaves
@@ -60,10 +74,28 @@ from oracles.hist_xgboost import (
 from oracles.xgboost_local import outputs, xgboost_module
 from tasks.partitioning import partition
 
+SIZES = {"250k": "synth250k-3", "1m": "synth1m", "10m": "synth10m"}
+LARGE = ("10m",)  # in-process only: Ray and a deployment would move 100 MB of state a message
+PARAMS = TreeParams(max_depth=6)
+HEADERS = [
+    "",
+    "s / iteration (3 trees)",
+    "sites' part: work (+ ClientApp)",
+    "server's part",
+    "Flower's messages, transport, waiting",
+    "node state (MB)",
+    "bins, once (s)",
+    "accuracy (%)",
+    "MB up a round",
+    "iterations dropped",
+]
 
-def sites(name: str, seed: int = 0) -> tuple[list[tuple[np.ndarray, np.ndarray]], int]:
-    """The 10 shifted sites of ``name`` (synth1m; synth50k for ``--quick``), as
-    ``benchmarks.boosting`` cuts them, and its feature count."""
+Site = tuple[np.ndarray, np.ndarray]
+
+
+def sites(name: str, seed: int = 0) -> tuple[list[Site], int]:
+    """The shifted sites of dataset ``name``, as ``benchmarks.boosting`` cuts them, and its
+    feature count."""
     data = DATASETS[name]
     frame, label, _, codes = load_table(data.source)
     x = frame.drop(columns=[label]).to_numpy(np.float32)
@@ -74,128 +106,44 @@ def sites(name: str, seed: int = 0) -> tuple[list[tuple[np.ndarray, np.ndarray]]
     ], x.shape[1]
 
 
-def _site_config(sites: Path, rounds: int, evaluate: bool) -> dict[str, object]:
-    return {
-        "algorithm": "fedxgb-hist",
-        "task": "site",
-        "data.label": "y",
-        "dataset-path": str(sites / "{partition-id}.csv"),
-        "fedxgb-hist.max-depth": 6,
-        "num-server-rounds": rounds,
-        "tensorboard": False,
-        "fedxgb-hist.federated-eval": evaluate,
-    }
-
-
-Figures = tuple[float, float, float, float | None, int]
-
-
-def _round_figures(metrics: Path) -> Figures:
-    """The median seconds of a round after the first, the first's, the mean MB sent up a
-    round after the first, the final test accuracy (None without federated evaluation) and
-    how many rounds' iterations were dropped."""
-    recorded = json.loads(metrics.read_text())["rounds"]
-    times = [b["wall_time_s"] - a["wall_time_s"] for a, b in zip(recorded, recorded[1:])]
-    up = statistics.mean(r["bytes_up"] for r in recorded[2:]) / 1e6
-    dropped = sum(int(r.get("iteration_dropped", 0)) for r in recorded)
-    return (
-        statistics.median(times[1:]),
-        times[0],
-        up,
-        recorded[-1].get("test_accuracy"),
-        dropped,
-    )
-
-
-def in_process_rounds(sites: Path, rounds: int, evaluate: bool, out: Path) -> Figures:
-    """``fedxgb-hist`` through Flower's in-process engine on the sites' CSV files in ``sites``
-    (``task='site'``, the sites one after another): ``_round_figures``."""
-    from client_app.app import app as client_app
-    from server_app.app import main as server_main
-    from testing.inprocess_grid import LocalGrid, run_config, server_context
-
-    name = f"engine-{evaluate}"
-    config = run_config(
-        **{**_site_config(sites, rounds, evaluate), "output-dir": str(out), "run-name": name}
-    )
-    server_main(LocalGrid(client_app, config, 10, keep_messages=False), server_context(config))
-    return _round_figures(out / name / "metrics.json")
-
-
-def simulated_rounds(sites: Path, rounds: int, evaluate: bool, out: Path) -> Figures | str:
-    """The same through ``flwr run`` on Flower's simulation engine (Ray, 10 SuperNodes of one
-    CPU, as many side by side as there are cores): ``_round_figures``, or why there are none."""
-    from benchmarks.latency import flwr_run_simulated
-
-    name = f"simulation-{evaluate}"
-    config = {**_site_config(sites, rounds, evaluate), "output-dir": str(out), "run-name": name}
-    failed = flwr_run_simulated(config, 10, out / f"{name}-work")
-    return failed or _round_figures(out / name / "metrics.json")
-
-
-def deployed_rounds(sites: Path, rounds: int, evaluate: bool, out: Path) -> Figures | str:
-    """The same on a ``deploy.local`` deployment (TLS, SuperNode authentication, warm apps, 10
-    SuperNodes on loopback, as many training side by side as there are cores):
-    ``_round_figures``, or why there are none."""
-    from benchmarks.latency import deploy_local_run
-
-    name = f"deployed-{evaluate}"
-    config = {**_site_config(sites, rounds, evaluate), "output-dir": str(out), "run-name": name}
-    failed = deploy_local_run(config, 10, out / f"{name}-work")
-    return failed or _round_figures(out / name / "metrics.json")
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = parser(__doc__.split("\n")[0])
-    p.add_argument("--iterations", type=int, default=5)
-    p.add_argument(
-        "--engine",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="also run the whole family through the in-process engine on the same sites",
-    )
-    p.add_argument(
-        "--simulation",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="and through `flwr run` on Flower's simulation engine (Ray)",
-    )
-    p.add_argument(
-        "--deployment",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="and on a deploy.local deployment (not with --quick)",
-    )
-    args = p.parse_args(argv)
-    start = time.monotonic()
-    name = "synth50k" if args.quick else "synth1m"
-    iterations = 2 if args.quick else args.iterations
-    nodes, d = sites(name)
-    params = TreeParams(max_depth=6)
-    spec = BoosterSpec(3, d, 6, 1 << 30)
+def pooled_row(nodes: list[Site], spec: BoosterSpec, iterations: int) -> list[str]:
+    """XGBoost ``hist`` on the pooled rows, one thread: its table row."""
     xgb = xgboost_module()
     x = np.concatenate([x for x, _ in nodes])
     y = np.concatenate([y for _, y in nodes])
-    model = {**spec.params(), **params.xgboost(), "tree_method": "hist", "nthread": 1}
+    model = {**spec.params(), **PARAMS.xgboost(), "tree_method": "hist", "nthread": 1}
     t0 = time.perf_counter()
     matrix = xgb.QuantileDMatrix(x, label=y, nthread=1)
     binning = time.perf_counter() - t0
-    pooled = []
-    booster = None
+    seconds, booster = [], None
     for _ in range(iterations):
         t0 = time.perf_counter()
         booster = xgb.train(model, matrix, num_boost_round=1, xgb_model=booster)
-        pooled.append(time.perf_counter() - t0)
+        seconds.append(time.perf_counter() - t0)
+    accuracy = float(np.mean(booster.predict(xgb.DMatrix(x)).argmax(1) == y))
+    return [
+        "XGBoost hist, pooled rows (one thread)",
+        f"{np.mean(seconds):.2f}",
+        *"----",
+        f"{binning:.2f} (QuantileDMatrix)",
+        f"{100 * accuracy:.1f} (training rows)",
+        "-",
+        "-",
+    ]
 
+
+def protocol_row(nodes: list[Site], spec: BoosterSpec, iterations: int) -> tuple[list[str], float]:
+    """The histogram protocol over the sites without Flower: its table row and the compiled
+    loops' first use (once a process, before the timing)."""
     t0 = time.perf_counter()
-    sketches = [column_sketch(x_, 1024) for x_, _ in nodes]
+    sketches = [column_sketch(x, 1024) for x, _ in nodes]
     layout = BinLayout(tuple(merge_sketches(*zip(*sketches), 256)))
-    site_bins = [layout.bins(x_).astype(np.uint16) for x_, _ in nodes]  # once a run, as a node
+    site_bins = [layout.bins(x).astype(np.uint16) for x, _ in nodes]  # once a run, as a node
     agree = time.perf_counter() - t0
-    t0 = time.perf_counter()  # the compiled loops, compiled once a process before any timing
+    t0 = time.perf_counter()
     small, small_y = site_bins[0][:1000], nodes[0][1][:1000]
     g, h = gradients(SOFTMAX, np.zeros((1000, 3), np.float32), small_y)
-    grow_iteration(layout, params, 3, lambda t, leaves: histograms(layout, small, g, h, t, leaves))
+    grow_iteration(layout, PARAMS, 3, lambda t, leaves: histograms(layout, small, g, h, t, leaves))
     compile_s = time.perf_counter() - t0
     federated = Booster(spec)
     site_s, slowest_s, server_s = [], [], []
@@ -206,15 +154,15 @@ def main(argv: list[str] | None = None) -> int:
         raw = encode_booster(federated)
         per_site = np.zeros(len(nodes))
         kept = []
-        for i, (x_, y_) in enumerate(nodes):
+        for i, (x, y) in enumerate(nodes):
             t0 = time.perf_counter()
             if len(margins) < len(nodes):  # the first iteration: XGBoost's prediction
-                margins.append(outputs(raw, x_).astype(np.float32))
+                margins.append(outputs(raw, x).astype(np.float32))
             else:  # then the new trees' leaf values from each row's node, as a node adds them
                 new, first = federated.trees[-3:], len(federated.trees) - 3
                 leaves = carried_leaves(layout, site_bins[i], new, grown, at[i])
                 add_leaves(margins[i], new, leaves, first)
-            kept.append((site_bins[i], *gradients(SOFTMAX, margins[i], y_)))
+            kept.append((site_bins[i], *gradients(SOFTMAX, margins[i], y)))
             per_site[i] += time.perf_counter() - t0
         in_exchanges = 0.0
         at = [None] * len(nodes)
@@ -233,93 +181,226 @@ def main(argv: list[str] | None = None) -> int:
             return tuple(sum(part) for part in zip(*parts))
 
         t0 = time.perf_counter()
-        trees = grow_iteration(layout, params, 3, exchange)
+        trees = grow_iteration(layout, PARAMS, 3, exchange)
         server_s.append(time.perf_counter() - t0 - in_exchanges)
         federated = Booster(spec, federated.trees + tuple(trees))
         site_s.append(float(per_site.sum()))
         slowest_s.append(float(per_site.max()))
-    accuracy_pooled = float(np.mean(booster.predict(xgb.DMatrix(x)).argmax(1) == y))
-    accuracy_federated = float(np.mean(outputs(encode_booster(federated), x).argmax(1) == y))
-    rows = [
-        [
-            "XGBoost hist, pooled rows (one thread)",
-            f"{np.mean(pooled):.2f}",
-            "-",
-            "-",
-            f"{binning:.2f} (QuantileDMatrix)",
-            f"{100 * accuracy_pooled:.1f}",
-        ],
-        [
-            "fedxgb-hist protocol, 10 sites",
-            f"{np.mean(site_s) + np.mean(server_s):.2f}",
-            f"{np.mean(site_s):.2f} (slowest site {np.mean(slowest_s):.2f})",
-            f"{np.mean(server_s):.2f}",
-            f"{agree:.2f} (sketches, merged; rows binned)",
-            f"{100 * accuracy_federated:.1f}",
-        ],
+    x = np.concatenate([x for x, _ in nodes])
+    y = np.concatenate([y for _, y in nodes])
+    accuracy = float(np.mean(outputs(encode_booster(federated), x).argmax(1) == y))
+    row = [
+        f"fedxgb-hist protocol, {len(nodes)} sites",
+        f"{np.mean(site_s) + np.mean(server_s):.2f}",
+        f"{np.mean(site_s):.2f} (slowest site {np.mean(slowest_s):.2f})",
+        f"{np.mean(server_s):.2f}",
+        "-",
+        "-",
+        f"{agree:.2f} (sketches, merged; rows binned)",
+        f"{100 * accuracy:.1f} (training rows)",
+        "-",
+        "-",
     ]
-    if args.engine:
-        from benchmarks.boosting import write_raw
+    return row, compile_s
 
-        with tempfile.TemporaryDirectory(prefix="hist-time-") as tmp:
-            work = Path(tmp)
-            write_raw(name, work / "sites", seed=0)  # once: every engine reads the same files
-            engines = [
-                (
-                    "in-process engine (Flower's messages; sites one after another)",
-                    in_process_rounds,
-                )
-            ]
-            if args.simulation:
-                engines.append(
-                    ("`flwr run`, simulation engine (Ray, 10 SuperNodes)", simulated_rounds)
-                )
-            if args.deployment and not args.quick:
-                engines.append(
-                    ("`deploy.local` (TLS, authentication, 10 SuperNodes)", deployed_rounds)
-                )
-            for label, engine in engines:
-                deployed = engine is deployed_rounds  # minutes a round: 3 rounds, evaluated
-                for evaluate in (True,) if deployed else (True, False):
-                    rounds = min(iterations, 3) if deployed else iterations
-                    figures = engine(work / "sites", rounds, evaluate, work / "out")
-                    label_ = f"fedxgb-hist, {label}" + (
-                        "" if evaluate else ", without the rounds' federated evaluation"
-                    )
-                    if isinstance(figures, str):
-                        rows.append([label_, "-", "-", "-", figures, "-", "-", "-"])
-                        continue
-                    seconds, first, up, accuracy, dropped = figures
-                    rows.append(
-                        [
-                            label_,
-                            f"{seconds:.2f}",
-                            "-",
-                            "-",
-                            f"{first:.2f} (round 1: sketches, bins, keys)",
-                            "-" if accuracy is None else f"{100 * accuracy:.1f} (test set)",
-                            f"{up:.1f}",
-                            str(dropped),
-                        ]
-                    )
-    rows = [row if len(row) == 8 else [*row, "-", "-"] for row in rows]
-    headers = [
-        "",
-        "s / iteration (3 trees)",
-        "sites' part",
-        "server's part",
-        "bins, once (s)",
-        f"training accuracy after {iterations} (%)",
-        "MB up a round",
-        "iterations dropped",
+
+@dataclass(frozen=True)
+class RoundSplit:
+    """A run's rounds after the first: the median seconds of one, the first's, and the means of
+    the split (see the module docstring), the MB sent up, the node state, the final test
+    accuracy (None without federated evaluation) and the iterations dropped."""
+
+    seconds: float
+    first: float
+    server: float
+    work: float
+    client_app: float
+    rest: float
+    state_mb: float
+    up_mb: float
+    accuracy: float | None
+    dropped: int
+
+    def row(self, label: str) -> list[str]:
+        return [
+            label,
+            f"{self.seconds:.2f}",
+            f"{self.work:.2f} (+{self.client_app:.2f})",
+            f"{self.server:.2f}",
+            f"{self.rest:.2f}",
+            f"{self.state_mb:.1f}",
+            f"{self.first:.2f} (round 1: sketches, bins, keys)",
+            "-" if self.accuracy is None else f"{100 * self.accuracy:.1f} (test set)",
+            f"{self.up_mb:.1f}",
+            str(self.dropped),
+        ]
+
+
+def round_split(metrics: Path, log: Path, parallel: int) -> RoundSplit:
+    """The ``RoundSplit`` of a run from its ``metrics.json`` and its nodes' work log;
+    ``parallel``: how many sites ran at once."""
+    recorded = json.loads(metrics.read_text())["rounds"]
+    times = [b["wall_time_s"] - a["wall_time_s"] for a, b in zip(recorded, recorded[1:])]
+    later = [r for r in recorded if r["round"] >= 2]
+    lines = [line for line in work_log.read(log) if str(line["round"]).isdigit()]
+    by_round = {r["round"]: [x for x in lines if int(x["round"]) == r["round"]] for r in later}
+    work = [sum(x["work_seconds"] for x in by_round[r["round"]]) for r in later]
+    app = [sum(x["seconds"] - x["work_seconds"] for x in by_round[r["round"]]) for r in later]
+    state = [x["state_bytes"] for x in lines if x["type"] == "train"]
+    return RoundSplit(
+        seconds=statistics.median(times[1:]),
+        first=times[0],
+        server=statistics.mean(b - a - r["exchange_time_s"] for a, b, r in _walls(recorded)),
+        work=statistics.mean(work),
+        client_app=statistics.mean(app),
+        rest=statistics.mean(
+            r["exchange_time_s"] - (w + a) / parallel for r, w, a in zip(later, work, app)
+        ),
+        state_mb=(statistics.mean(state) if state else 0.0) / 1e6,
+        up_mb=statistics.mean(r["bytes_up"] for r in later) / 1e6,
+        accuracy=recorded[-1].get("test_accuracy"),
+        dropped=sum(int(r.get("iteration_dropped", 0)) for r in recorded),
+    )
+
+
+def _walls(recorded: list[dict]) -> list[tuple[float, float, dict]]:
+    """(wall time before, wall time after, row) of each round after the first."""
+    return [(a["wall_time_s"], b["wall_time_s"], b) for a, b in zip(recorded, recorded[1:])][1:]
+
+
+def _config(sites: Path, rounds: int, evaluate: bool, out: Path, name: str) -> dict[str, object]:
+    return {
+        "algorithm": "fedxgb-hist",
+        "task": "site",
+        "data.label": "y",
+        "dataset-path": str(sites / "{partition-id}.csv"),
+        "fedxgb-hist.max-depth": 6,
+        "num-server-rounds": rounds,
+        "tensorboard": False,
+        "fedxgb-hist.federated-eval": evaluate,
+        "output-dir": str(out),
+        "run-name": name,
+    }
+
+
+def in_process(config: dict[str, object], nodes: int) -> str | None:
+    """``fedxgb-hist`` through Flower's in-process engine (the sites one after another)."""
+    from client_app.app import app as client_app
+    from server_app.app import main as server_main
+    from testing.inprocess_grid import LocalGrid, run_config, server_context
+
+    full = run_config(**config)
+    server_main(LocalGrid(client_app, full, nodes, keep_messages=False), server_context(full))
+    return None
+
+
+def simulated(config: dict[str, object], nodes: int) -> str | None:
+    """The same through ``flwr run`` on Flower's simulation engine (Ray, a SuperNode of one CPU
+    per site); None, or why it wrote no metrics."""
+    from benchmarks.latency import flwr_run_simulated
+
+    return flwr_run_simulated(config, nodes, Path(str(config["output-dir"])) / "work")
+
+
+def deployed(config: dict[str, object], nodes: int) -> str | None:
+    """The same on a ``deploy.local`` deployment (TLS, SuperNode authentication, warm apps, a
+    SuperNode per site on loopback); None, or its status."""
+    from benchmarks.latency import deploy_local_run
+
+    return deploy_local_run(config, nodes, Path(str(config["output-dir"])) / "work")
+
+
+Engine = Callable[[dict[str, object], int], str | None]
+
+
+def engine_rows(name: str, nodes: int, iterations: int, args: argparse.Namespace) -> list[list]:
+    """The family's rows through each engine on the sites of ``name`` (their CSV files)."""
+    engines: list[tuple[str, Engine, tuple[bool, ...], int, int]] = [
+        ("in-process engine", in_process, (True, False), iterations, 1)
     ]
+    parallel = min(os.cpu_count() or 1, nodes)
+    if args.simulation and name not in LARGE:
+        label = f"`flwr run`, simulation engine (Ray, {nodes} SuperNodes)"
+        engines.append((label, simulated, (True, False), iterations, parallel))
+    if args.deployment and not args.quick and name not in LARGE:
+        label = f"`deploy.local` (TLS, authentication, {nodes} SuperNodes)"
+        engines.append((label, deployed, (True,), min(iterations, 3), parallel))
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="hist-time-") as tmp:
+        work = Path(tmp)
+        write_raw(SIZES.get(name, name), work / "sites", seed=0)  # every engine reads these
+        for label, engine, evaluations, rounds, at_once in engines:
+            for evaluate in evaluations:
+                run = f"{engine.__name__}-{evaluate}"
+                out, log = work / run, work / f"{run}.jsonl"
+                label_ = f"fedxgb-hist, {label}" + ("" if evaluate else ", no federated evaluation")
+                os.environ[work_log.ENV] = str(log)  # the engines' node processes inherit it
+                try:
+                    failed = engine(_config(work / "sites", rounds, evaluate, out, run), nodes)
+                finally:
+                    del os.environ[work_log.ENV]
+                metrics = out / run / "metrics.json"
+                if failed or not metrics.exists():
+                    rows.append([label_, "-", "-", "-", "-", "-", failed or "no metrics", *"---"])
+                    continue
+                rows.append(round_split(metrics, log, at_once).row(label_))
+    return rows
+
+
+def size_section(name: str, iterations: int, args: argparse.Namespace) -> str:
+    """The table of one size, with its note."""
+    data = SIZES.get(name, name)
+    nodes, d = sites(data)
+    spec = BoosterSpec(3, d, 6, 1 << 30)
+    rows = [pooled_row(nodes, spec, iterations)]
+    row, compile_s = protocol_row(nodes, spec, iterations)
+    rows.append(row)
+    rows_count = sum(len(y) for _, y in nodes)
+    del nodes  # the engines read the sites' files
+    if args.engine:
+        rows += engine_rows(name, DATASETS[data].nodes, iterations, args)
+    return (
+        f"### {rows_count:,} rows over {DATASETS[data].nodes} sites ({data})\n\n"
+        + md_table(HEADERS, rows)
+        + f"\n\nMean over {iterations} iterations ({d} features, 3 classes); the engines' "
+        "figures over rounds 2 on (the median round, the split's means). The compiled loops' "
+        f"first use, once a process before the protocol's timing: {compile_s:.2f} s.\n"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = parser(__doc__.split("\n")[0])
+    p.add_argument("--iterations", type=int, default=5)
+    p.add_argument("--sizes", nargs="+", default=["250k", "1m"], choices=list(SIZES))
+    p.add_argument("--large", action="store_true", help="add the 10m size")
+    p.add_argument(
+        "--engine",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run the whole family through Flower's engines on the same sites",
+    )
+    p.add_argument(
+        "--simulation",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="and through `flwr run` on Flower's simulation engine (Ray)",
+    )
+    p.add_argument(
+        "--deployment",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="and on a deploy.local deployment (not with --quick)",
+    )
+    args = p.parse_args(argv)
+    start = time.monotonic()
+    sizes = ["synth50k"] if args.quick else [*args.sizes, *(["10m"] if args.large else [])]
+    iterations = 2 if args.quick else args.iterations
+    sections = [size_section(name, iterations, args) for name in dict.fromkeys(sizes)]
     write_report(
         results_dir(args.quick) / "hist_time.md",
-        f"Time per boosting iteration on {len(x):,} rows: pooled XGBoost and fedxgb-hist",
+        "Time per boosting iteration: pooled XGBoost and fedxgb-hist",
         time.monotonic() - start,
-        md_table(headers, rows)
-        + f"\n\nMean over {iterations} iterations; {len(x):,} rows, {d} features, 3 classes. "
-        f"The compiled loops' first use, once a process before the timing: {compile_s:.2f} s.",
+        "\n".join(sections),
     )
     return 0
 

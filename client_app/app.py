@@ -18,7 +18,7 @@ from flwr.clientapp import ClientApp
 from flwr.common.constant import ErrorCode
 from flwr.common.logger import log
 
-from client_app import group_key
+from client_app import group_key, work_log
 from client_app.job import ClientJob
 from client_app.node_state import LostStateError
 from client_app.registry import handlers_for, message_types
@@ -48,9 +48,10 @@ def handle(message: Message, context: Context) -> Message:
     docstring). Arrays travel packed both ways (``functions.packed_records``)."""
     message_type = message.metadata.message_type
     try:
-        message.content = unpack_content(message.content)
-        reply = answer(message, context)
-        reply.content = pack_content(reply.content)
+        with work_log.logged(message, context):
+            message.content = unpack_content(message.content)
+            reply = answer(message, context)
+            reply.content = pack_content(reply.content)
         return reply
     except EXPECTED_FAILURES as err:
         reason = one_sentence(err)
@@ -96,7 +97,8 @@ def _family_reply(message_type: str, content: RecordDict, context: Context) -> R
         )
     data = setup.site_data(agreed_schema(content, context.state)) if settings.sites else setup.data
     setup.device  # resolved for every message: a device this machine lacks fails them all
-    return procedure(ClientJob(content, context.state, data, setup))
+    with work_log.work():
+        return procedure(ClientJob(content, context.state, data, setup))
 
 
 def _register(message_type: str) -> None:

@@ -25,6 +25,8 @@ class TrafficCounters:
     wire_bytes_down: int = 0
     wire_bytes_up: int = 0
     failures: int = 0
+    exchanges: int = 0
+    exchange_seconds: float = 0.0  # waiting in exchanges: the nodes' work and the transport
 
 
 def own_pull_interval(grid: Grid, interval: float) -> float | None:
@@ -106,6 +108,7 @@ class MeteredGrid(GridWrapper):
         if not messages:
             return []
         self._count_down(messages)
+        started = time.monotonic()
         timeout = self.reply_timeout if timeout is None else timeout
         if self.poll_interval is None:
             replies = list(self._inner.send_and_receive(messages, timeout=timeout))
@@ -116,6 +119,8 @@ class MeteredGrid(GridWrapper):
             _name_the_lost_node(reply, sent_to)
         self._count_up(replies)
         self._counters.failures += max(0, len(messages) - len(replies))
+        self._counters.exchanges += 1
+        self._counters.exchange_seconds += time.monotonic() - started
         return replies
 
     def _push_and_pull(

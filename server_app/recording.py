@@ -143,6 +143,8 @@ class RoundRecorder:
             wire_bytes_up=traffic.wire_bytes_up,
             wire_bytes_down=traffic.wire_bytes_down,
             failures=traffic.failures + int(row.get("failures", 0)),
+            exchanges=traffic.exchanges,
+            exchange_time_s=round(traffic.exchange_seconds, 3),
             wall_time_s=round(time.monotonic() - self.start, 3),
         )
         bad = nonfinite(row)

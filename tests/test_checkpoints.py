@@ -16,6 +16,7 @@ from server_app.app import InvalidRunConfig, run
 from server_app.app import main as server_main
 from server_app.checkpoint import FILE_NAME, Checkpoint, read_checkpoint
 from server_app.recording import BelowQuorum
+from server_app.results import CLOCKS
 from testing.inprocess_grid import LocalGrid, counting, run_config, server_context
 from tests.helpers import RUN_NAME
 
@@ -76,7 +77,7 @@ def crashed_before(config: dict, server_round: int, num_nodes: int) -> CrashingG
 
 def rows_of(out_dir) -> list[dict]:
     rows = json.loads((out_dir / RUN_NAME / "metrics.json").read_text())["rounds"]
-    return [{k: v for k, v in r.items() if k != "wall_time_s"} for r in rows]
+    return [{k: v for k, v in r.items() if k not in CLOCKS} for r in rows]
 
 
 def is_traffic(key: str) -> bool:

@@ -43,6 +43,7 @@ from client_app.app import app as client_app
 from deploy.app_files import app_copy
 from deploy.local import Deployment, free_port_block
 from run_config.declared import parse_overrides
+from server_app.results import CLOCKS
 from testing.hostile_clientapp import HUGE_ARRAY_BYTES, HUGE_CONFIG_BYTES
 from testing.hostile_clientapp import app as hostile_app
 from tests.helpers import run_app
@@ -57,7 +58,7 @@ CONFIG = (
     "fedfw.federated-eval=false"
 )
 REASONS = {1: "NaN", 2: "outside D", 3: "dtype", 4: "expected records"}  # of the dropped replies
-DIFFERENT_BY_DESIGN = ("failures", "bytes", "wire_bytes", "wall_time_s")  # key prefixes
+DIFFERENT_BY_DESIGN = ("failures", "bytes", "wire_bytes", "exchange", *CLOCKS)  # key prefixes
 
 
 def comparable(rows: list[dict]) -> list[dict]:

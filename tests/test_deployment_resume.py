@@ -38,6 +38,7 @@ from deploy.app_files import app_copy
 from deploy.local import Deployment, free_port_block
 from run_config.declared import parse_overrides
 from server_app.checkpoint import FILE_NAME, read_checkpoint
+from server_app.results import CLOCKS
 from tests.helpers import run_app
 
 pytestmark = [pytest.mark.e2e, pytest.mark.serial]  # stage 2, one at a time
@@ -108,14 +109,14 @@ def saved_round(folder: Path) -> int:
 
 
 def rows_equal(got: list[dict], want: list[dict], after: int, late_rel: float = 1e-12) -> None:
-    """Every key but wall_time_s equal (rel 1e-12; ``late_rel`` for floats after the
+    """Every key but the clocks' equal (rel 1e-12; ``late_rel`` for floats after the
     checkpoint), but traffic after the checkpoint, which can only be larger; after it, no
     failure and every node taking part."""
     assert [r["round"] for r in got] == [r["round"] for r in want] == list(range(ROUNDS + 1))
     for a, b in zip(got, want):
         late = a["round"] > after
         assert a.keys() == b.keys(), a["round"]
-        keep = [k for k in a if k != "wall_time_s" and not (late and is_traffic(k))]
+        keep = [k for k in a if k not in CLOCKS and not (late and is_traffic(k))]
         exact = [k for k in keep if not isinstance(a[k], float)]
         assert {k: a[k] for k in exact} == {k: b[k] for k in exact}, a["round"]
         rel = late_rel if late else 1e-12

@@ -12,6 +12,7 @@ import torch
 
 from client_app.app import app as client_app
 from server_app.app import InvalidRunConfig, run
+from server_app.results import CLOCKS
 from tasks.devices import device_facts
 from testing.inprocess_grid import LocalGrid, run_config, server_context
 from tests.helpers import RUN_NAME, run_app
@@ -127,7 +128,7 @@ def test_same_seed_gives_same_numbers(tmp_path):
     _, second = run_job(tmp_path / "b", **{"num-server-rounds": 2})
 
     def strip(rows):
-        return [{k: v for k, v in r.items() if k != "wall_time_s"} for r in rows]
+        return [{k: v for k, v in r.items() if k not in CLOCKS} for r in rows]
 
     assert strip(read_metrics(first)["rounds"]) == strip(read_metrics(second)["rounds"])
     _, other = run_job(tmp_path / "c", **{"num-server-rounds": 2, "seed": 1})

@@ -23,13 +23,14 @@ from functions.fedfw_downlink import (
 from functions.params import record_to_arrays
 from functions.protocol import REPLICA_ARRAYS, UPDATE_ARRAYS, UPDATES, XBAR
 from server_app.checkpoint import read_checkpoint
+from server_app.results import CLOCKS
 from tests.helpers import forgetting, run_app
 
 BASE = {"task": "synthetic", "fedfw.participation": 0.5, "fedfw.constraint": "l1"}
 
 
 def _without_bytes(rows: list[dict]) -> list[dict]:
-    return [{k: v for k, v in r.items() if "bytes" not in k and k != "wall_time_s"} for r in rows]
+    return [{k: v for k, v in r.items() if "bytes" not in k and k not in CLOCKS} for r in rows]
 
 
 def _server_xbar(run) -> list[np.ndarray]:

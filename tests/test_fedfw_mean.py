@@ -23,6 +23,7 @@ from functions.fedfw_downlink import (
 from functions.protocol import FW_POINT, REPLICA_ARRAYS, UPDATES
 from oracles.lmo import Constraint, lmo_per_tensor
 from server_app.checkpoint import read_checkpoint
+from server_app.results import CLOCKS
 from tests.helpers import forgetting, run_app
 
 FULL = {
@@ -35,7 +36,7 @@ SHAPES = [(6, 5), (5,), (1,)]
 
 
 def _without_bytes(rows: list[dict]) -> list[dict]:
-    return [{k: v for k, v in r.items() if "bytes" not in k and k != "wall_time_s"} for r in rows]
+    return [{k: v for k, v in r.items() if "bytes" not in k and k not in CLOCKS} for r in rows]
 
 
 def _server_xbar(run) -> list[np.ndarray]:

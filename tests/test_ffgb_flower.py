@@ -19,6 +19,7 @@ from functions.protocol import CONFIG, DELTA, DELTA_ARRAYS, EVALUATE_FIRST, EVAL
 from functions.trees import from_sklearn
 from run_config.common import RunSettings
 from server_app.app import InvalidRunConfig
+from server_app.results import CLOCKS
 from strategies.registry import strategy_for
 from tasks.federation import local_data
 from testing.inprocess_grid import LocalGrid, run_config
@@ -86,7 +87,7 @@ def test_evaluation_with_the_next_round_gives_every_figure_of_its_own_exchange(t
         (m.content[CONFIG][SERVER_ROUND], m.content[CONFIG].get(EVALUATE_FIRST)) for m in trains
     }
     assert asked == {(1, None), (2, True), (3, True), (4, True)}
-    moved = {"models_exchanged", "wall_time_s"} | {k for k in own.rows[1] if "bytes" in k}
+    moved = {"models_exchanged", "exchanges", *CLOCKS} | {k for k in own.rows[1] if "bytes" in k}
     for row, late in zip(own.rows, fused.rows, strict=True):
         assert "train_loss" in late or late["round"] == 0
         assert {k: v for k, v in row.items() if k not in moved} == {
@@ -351,7 +352,9 @@ def test_a_train_reply_without_the_evaluation_asked_for_is_a_missing_reply(tmp_p
     gone = run_ffgb(tmp_path / "gone", client=failing, **{"num-server-rounds": 3})
     assert [r["failures"] for r in run.rows[1:]] == [1, 2, 1]  # round 1's evaluation; 2, 3
     assert [r["participants"] for r in run.rows[1:]] == [4, 3, 3]
-    unchanged = {"wall_time_s", "models_exchanged"} | {k for k in run.rows[1] if "bytes" in k}
+    unchanged = {*CLOCKS, "models_exchanged", "exchanges"} | {
+        k for k in run.rows[1] if "bytes" in k
+    }
     assert [{k: v for k, v in r.items() if k not in unchanged} for r in run.rows] == [
         {k: v for k, v in r.items() if k not in unchanged} for r in gone.rows
     ]

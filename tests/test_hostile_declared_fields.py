@@ -32,6 +32,7 @@ from client_app.registry import message_types
 from functions.packed_records import pack_content, unpack_content
 from functions.records import array_data_bytes, payload_bytes
 from functions.secure_sum import GROUP, STAGES
+from server_app.results import CLOCKS
 from testing.inprocess_grid import counting, round_of
 from tests.helpers import run_app
 
@@ -228,7 +229,7 @@ def comparable(rows: list[dict]) -> list[dict]:
         {
             k: v
             for k, v in r.items()
-            if not ("bytes" in k or k in ("models_exchanged", "wall_time_s"))
+            if not ("bytes" in k or k in ("models_exchanged", "exchanges", *CLOCKS))
         }
         for r in rows
     ]

@@ -8,6 +8,7 @@ import pytest
 
 from client_app.app import app as client_app
 from server_app.app import main as server_main
+from server_app.results import CLOCKS
 from testing.inprocess_grid import LocalGrid, counting, run_config, server_context
 
 PARTIAL = {
@@ -43,7 +44,7 @@ def rows_with_ids(out, algorithm: str, reverse: bool) -> tuple[list[dict], list[
         for m in grid.down
         if m.metadata.message_type == "train"
     ]
-    return [{k: v for k, v in r.items() if k != "wall_time_s"} for r in rows], trained
+    return [{k: v for k, v in r.items() if k not in CLOCKS} for r in rows], trained
 
 
 @pytest.mark.parametrize("algorithm", ["fedfw", "feddr", "fedavg", "fedprox", "fedavg-proj"])

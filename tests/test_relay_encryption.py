@@ -36,6 +36,7 @@ from run_config.common import RunSettings
 from run_config.families import inert_keys
 from server_app.app import run
 from server_app.checkpoint import read_checkpoint
+from server_app.results import CLOCKS
 from testing.inprocess_grid import LocalGrid, round_of, run_config, server_context
 from testing.recording_grid import RecordingGrid
 from tests.helpers import RUN_NAME
@@ -56,7 +57,7 @@ LEARNERS = {
     "tree": {"task": "wine", "fedfun.learner": "tree", "fedfun.delta": 0.1, "num-server-rounds": 2},
 }
 ENCRYPTED = {"relay-encryption": True}
-TRAFFIC = ("wall_time_s", "models_exchanged")  # what a relay counts, not what it computes
+TRAFFIC = (*CLOCKS, "models_exchanged", "exchanges")  # what a relay counts, not what it computes
 
 
 def config_for(out: Path, **extra) -> dict:

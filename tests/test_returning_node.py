@@ -38,6 +38,7 @@ from run_config.common import RunSettings
 from server_app.app import run
 from server_app.checkpoint import read_checkpoint
 from server_app.metered_grid import MeteredGrid
+from server_app.results import CLOCKS
 from strategies.roster import Roster
 from tasks.federation import local_data
 from testing.inprocess_grid import (
@@ -73,7 +74,7 @@ FAMILIES = {
     "fedfun": {},
     "fedxgb-hist": {"fedxgb-hist.max-depth": 3},
 }
-TRAFFIC = ("wall_time_s", "models_exchanged")  # and every *bytes* key
+TRAFFIC = (*CLOCKS, "models_exchanged", "exchanges")  # and every *bytes* key
 
 
 def config_for(out: Path, algorithm: str) -> dict:
@@ -274,7 +275,7 @@ def test_rebinds_and_claimants_survive_a_resume(tmp_path, algorithm):
         context.state = RecordDict()
     run(crashing, server_context(config), resume_from=tmp_path / "resumed" / RUN_NAME)
     resumed, uninterrupted = (
-        [{k: v for k, v in r.items() if k != "wall_time_s"} for r in rows_of(tmp_path / name)]
+        [{k: v for k, v in r.items() if k not in CLOCKS} for r in rows_of(tmp_path / name)]
         for name in ("resumed", "whole")
     )
     if algorithm != "feddr":

@@ -1,0 +1,73 @@
+"""An opt-in log of the messages a node answers, for benchmarks: how long each took in the
+ClientApp, how much of that was the family's own work, and how big the node's state was.
+
+Set ``FL_NODE_WORK_LOG`` to a file path and every ClientApp process that inherits it appends
+one JSON line per message (``O_APPEND``: whole lines from concurrent processes). The rest of a
+message's time (Flower's runtime, the engine's transport, waiting) is what the server waits for
+beyond it: ``benchmarks.hist_time`` splits a round so. Unset (the default), nothing is written.
+The file stays on the node's own machine and holds timings and sizes only, no data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from flwr.app import Context, Message
+
+from functions.records import payload_bytes
+
+ENV = "FL_NODE_WORK_LOG"
+_current = threading.local()  # the message being answered on this thread: its work seconds
+
+
+@contextmanager
+def logged(message: Message, context: Context) -> Iterator[None]:
+    """Time answering ``message`` (everything inside the block) and append its line."""
+    path = os.environ.get(ENV)
+    if not path:
+        yield
+        return
+    _current.work = 0.0
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        line = {
+            "run": message.metadata.run_id,
+            "node": message.metadata.dst_node_id,
+            "round": message.metadata.group_id,
+            "type": message.metadata.message_type,
+            "seconds": time.perf_counter() - started,
+            "work_seconds": _current.work,
+            "state_bytes": payload_bytes(context.state),
+        }
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, (json.dumps(line) + "\n").encode())
+        finally:
+            os.close(fd)
+
+
+@contextmanager
+def work() -> Iterator[None]:
+    """Count the block as the family's own work of the message being logged, if any."""
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        if hasattr(_current, "work"):
+            _current.work += time.perf_counter() - started
+
+
+def read(path: str | os.PathLike[str]) -> list[dict[str, object]]:
+    """The lines of a work log (none when it does not exist)."""
+    try:
+        text = open(path, encoding="utf-8").read()
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in text.splitlines() if line.strip()]

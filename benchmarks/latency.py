@@ -2,7 +2,8 @@
 deployment with TLS and SuperNode authentication (one SuperLink, 2 SuperNodes, on loopback),
 side by side in one run.
 
-Five ways to run each job, one after another (never two runs at once):
+Seven ways to run each job, one after another (never two runs at once); ``compose`` only when
+``--ways`` names it:
 
 - ``in-process``: the ServerApp and both ClientApps in this process (``testing.inprocess_grid``),
   the nodes one after the other;
@@ -22,6 +23,10 @@ Five ways to run each job, one after another (never two runs at once):
 - ``namespaces``: the runbook's setup with the SuperLink (and its perimeter) and each SuperNode
   in a network namespace of its own (``deploy.netns``, veth links, no shared loopback), warm
   ClientApps in each node's namespace: the stand-in for separate machines (root only).
+- ``compose``: docker/'s compose deployment with TLS, SuperNode authentication, the nginx
+  perimeter and warm SuperExecs (``compose.yml`` + ``compose.tls.yml`` +
+  ``compose.perimeter.yml`` + ``compose.warm.yml``, docker/README.md), each job through ``flwr
+  run`` against its SuperLink (needs a docker daemon and the README's images).
 
 A round's latency is the difference of consecutive ``wall_time_s`` in the run's
 ``metrics.json`` (the ServerApp's clock), averaged over rounds 2 to R (round 1 also starts the
@@ -43,7 +48,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS, md_table, parser, write_report
+from benchmarks.common import RESULTS, ROOT, md_table, parser, write_report
 
 # the default job (pyproject's defaults: FFGB, MLP learners, digits) and one job per family,
 # those of the deployment test
@@ -82,6 +87,13 @@ DEPLOYMENTS = {  # Deployment options and the ServerApp's reply-poll-interval
     },
 }
 WAYS = ("in-process", "simulation", *DEPLOYMENTS)
+DOCKER = ROOT / "docker"
+COMPOSE = (  # docker-compose, its project (not run-compose.sh's fl-beyond) and files
+    ("docker-compose", "-p", "fl-latency")
+    + ("-f", "compose.yml", "-f", "compose.tls.yml")
+    + ("-f", "compose.perimeter.yml", "-f", "compose.warm.yml")
+)
+COMPOSE_PORTS = (39401, 39402, 39403, 39405, 39410, 39411, 39412, 39420, 39421, 39422)
 
 
 def round_seconds(metrics: Path) -> list[float]:
@@ -155,6 +167,125 @@ def deployed(way: str, jobs: dict[str, str], rounds: int, workdir: Path) -> dict
         if star is not None:
             star.delete()
     return out
+
+
+def compose(jobs: dict[str, str], rounds: int, workdir: Path) -> dict[str, Any]:
+    """Each job on docker/'s compose deployment (TLS, SuperNode authentication, the nginx
+    perimeter, warm SuperExecs; 2 SuperNodes), submitted with ``flwr run`` as docker/README.md
+    does; seconds per round from the bind-mounted results folder. What containers add to the
+    same parts on loopback. A reason per job instead when docker or an image is missing."""
+    import subprocess
+
+    from deploy.app_files import app_copy
+
+    results, flwr = workdir / "compose" / "results", str(Path(sys.executable).parent / "flwr")
+    env = {**os.environ, **_compose_images(), "FL_RESULTS_DIR": str(results), "FLWR": flwr}
+    env |= {
+        "FLWR_HOME": str(workdir / "compose"),
+        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+    }
+    if why := _compose_missing(env):
+        return {name: why for name in jobs}
+    results.mkdir(parents=True, mode=0o750 if os.geteuid() == 0 else 0o700)
+    if os.geteuid() == 0:  # the containers' user (Flower's `app`) writes the results
+        os.chown(results, 49999, 49999)
+    else:  # the containers run as this user (docker/README.md, TLS section)
+        env |= {"FL_UID": str(os.getuid()), "FL_GID": str(os.getgid()), "FL_CONTAINER_HOME": "/tmp"}
+    (workdir / "compose" / "config.toml").write_text(
+        '[superlink]\ndefault = "docker-tls"\n\n[superlink.docker-tls]\naddress = '
+        f'"127.0.0.1:39401"\nroot-certificates = "{DOCKER / "certs" / "ca.crt"}"\n'
+    )
+    app = app_copy(workdir / "compose" / "app")
+
+    def sh(*command: str | Path, cwd: Path = ROOT) -> None:
+        subprocess.run(command, cwd=cwd, env=env, check=True, capture_output=True, timeout=600)
+
+    out: dict[str, Any] = {}
+    try:
+        sh(DOCKER / "certs.sh")
+        sh(*COMPOSE, "up", "-d", "--no-build", "superlink", "serverapp-superexec", cwd=DOCKER)
+        sh(DOCKER / "wait-ready.sh", "docker-tls", "0", "120")
+        for i in range(NODES):  # SuperNode authentication: register the nodes' keys first
+            sh(flwr, "supernode", "register", DOCKER / "keys" / f"supernode-{i}.pub", "docker-tls")
+        sh(*COMPOSE, "up", "-d", "--no-build", cwd=DOCKER)
+        sh(DOCKER / "wait-ready.sh", "docker-tls", str(NODES), "120")
+        for name, config in jobs.items():
+            text = (
+                f"{config} num-server-rounds={rounds} min-nodes={NODES} reply-timeout=600 "
+                f"reply-poll-interval=0.1 output-dir='/app/results' run-name='{name}'"
+            )
+            command = [flwr, "run", str(app), "docker-tls", "--stream", "--run-config", text]
+            done = subprocess.run(command, env=env, capture_output=True, timeout=1800)
+            metrics = results / name / "metrics.json"
+            out[name] = (
+                round_seconds(metrics)
+                if metrics.exists()
+                else f"no metrics (exit {done.returncode})"
+            )
+            print(f"compose {name}: {out[name]}", flush=True)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as error:
+        why = (error.stderr or b"").decode()[-200:].strip()
+        failed = f"{Path(str(error.cmd[0])).name} failed: {why}"
+        return {name: out.get(name, failed) for name in jobs}
+    finally:
+        subprocess.run(
+            [*COMPOSE, "down", "--remove-orphans"], cwd=DOCKER, env=env, capture_output=True
+        )
+    return out
+
+
+def _compose_images() -> dict[str, str]:
+    """The compose files' images: the environment's; else Flower's official SuperLink and
+    SuperNode images where present, the local stand-in of docker/README.md otherwise."""
+    images = {}
+    for role in ("superlink", "supernode"):
+        official = f"flwr/{role}:1.41.0"
+        fallback = (
+            "local/flwr:1.41.0" if _fails("docker", "image", "inspect", official) else official
+        )
+        images[f"{role.upper()}_IMAGE"] = os.environ.get(f"{role.upper()}_IMAGE", fallback)
+    images["SUPEREXEC_IMAGE"] = os.environ.get(
+        "SUPEREXEC_IMAGE", "beyond-averaging/superexec:latest"
+    )
+    images["PERIMETER_IMAGE"] = os.environ.get(
+        "PERIMETER_IMAGE", "beyond-averaging/perimeter:latest"
+    )
+    return images
+
+
+def _compose_missing(env: dict[str, str]) -> str | None:
+    """Why the compose deployment cannot start here (no daemon answering, a missing image or
+    tool, one of its host ports taken), or None."""
+    import shutil
+    import socket
+
+    def answers(port: int) -> bool:
+        with socket.socket() as probe:
+            return probe.connect_ex(("127.0.0.1", port)) == 0
+
+    if _fails("docker", "info"):
+        return "needs docker (no daemon answers)"
+    images = [
+        env[key]
+        for key in ("SUPERLINK_IMAGE", "SUPERNODE_IMAGE", "SUPEREXEC_IMAGE", "PERIMETER_IMAGE")
+    ]
+    if missing := [image for image in images if _fails("docker", "image", "inspect", image)]:
+        return f"needs the images of docker/README.md (missing: {', '.join(missing)})"
+    if shutil.which("docker-compose") is None:
+        return "needs docker-compose"
+    if busy := [port for port in COMPOSE_PORTS if answers(port)]:
+        return f"ports in use: {busy} (another compose deployment?)"
+    return None
+
+
+def _fails(*command: str) -> bool:
+    """Whether ``command`` exits non-zero, cannot start or takes over a minute."""
+    import subprocess
+
+    try:
+        return subprocess.run(command, capture_output=True, timeout=60).returncode != 0
+    except (OSError, subprocess.TimeoutExpired):
+        return True
 
 
 def simulated(jobs: dict[str, str], rounds: int, workdir: Path) -> dict[str, Any]:
@@ -245,6 +376,11 @@ def report(measured: dict[str, dict[str, Any]]) -> str:
         ]
         ratio = "-" if None in (flower, deployed) else f"{flower / deployed:.1f}x"
         rows.append([name, *shown, *gaps, ratio])
+        if "compose" in measured:  # a column only when asked for (--ways compose)
+            docker = mean(measured["compose"].get(name))
+            rows[-1] += ["-" if docker is None else f"{docker:.2f}"]
+            rows[-1] += ["-" if None in (deployed, docker) else f"{docker - deployed:+.2f}"]
+    compose_headers = ["docker compose, perimeter s/round", "compose - deploy.local s"]
     return md_table(
         [
             "job",
@@ -258,6 +394,7 @@ def report(measured: dict[str, dict[str, Any]]) -> str:
             "runbook - simulation s",
             "namespaces - deploy.local s",
             "Flower's parts / deploy.local",
+            *(compose_headers if "compose" in measured else []),
         ],
         rows,
     )
@@ -267,7 +404,9 @@ def main(argv: list[str] | None = None) -> int:
     p = parser(__doc__.split("\n")[0])
     p.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
     p.add_argument("--rounds", type=int, default=4)
-    p.add_argument("--ways", nargs="+", default=list(WAYS[1:]), choices=list(WAYS[1:]))
+    p.add_argument(
+        "--ways", nargs="+", default=list(WAYS[1:]), choices=[*WAYS[1:], "compose"]
+    )  # compose (docker) only when named
     p.add_argument(
         "--name", default="latency", help="results/NAME.md and .json (a partial run: another)"
     )
@@ -290,6 +429,8 @@ def main(argv: list[str] | None = None) -> int:
                 if way in args.ways
                 else {name: "not run" for name in jobs}
             )
+        if "compose" in args.ways:
+            measured["compose"] = compose(jobs, args.rounds, Path(tmp))
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{args.name}.json").write_text(json.dumps(measured, indent=1))
     write_report(

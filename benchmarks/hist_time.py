@@ -27,9 +27,11 @@ For each size:
   (``exchange_time_s``) and the nodes' work log (``client_app.work_log``), into the server's
   own part (the round less its exchanges), the nodes' family work and the rest of their
   ClientApp (decoding, encoding, setup, reading the site's file where the app process is new),
-  summed over the sites, and what remains of the exchanges when the nodes' seconds are spread
-  over the sites that run at once (1 in-process, else as many as there are cores): Flower's
-  messages, the engine's transport of messages and node state, and waiting. The node state
+  as CPU seconds summed over the sites (where many nodes share 2 cores their wall seconds
+  count the waits for a core), and what remains of the exchanges when the nodes' CPU seconds
+  are spread over the sites that run at once (1 in-process, else as many as there are cores):
+  Flower's messages, the engine's transport of messages and node state, and waiting. A run
+  that left a site out is no row (its figures would be those of fewer rows). The node state
   column is the size of the state a node's ClientApp reads and writes with each message (what
   Ray and a SuperNode move along with it).
 
@@ -75,6 +77,7 @@ from oracles.xgboost_local import outputs, xgboost_module
 from tasks.partitioning import partition
 
 SIZES = {"250k": "synth250k-3", "1m": "synth1m", "10m": "synth10m"}
+SITE_FILE_BYTES = 4 * 2**30  # the in-process nodes' dataset-max-bytes
 LARGE = ("10m",)  # in-process only: Ray and a deployment would move 100 MB of state a message
 PARAMS = TreeParams(max_depth=6)
 HEADERS = [
@@ -244,8 +247,10 @@ def round_split(metrics: Path, log: Path, parallel: int) -> RoundSplit:
     later = [r for r in recorded if r["round"] >= 2]
     lines = [line for line in work_log.read(log) if str(line["round"]).isdigit()]
     by_round = {r["round"]: [x for x in lines if int(x["round"]) == r["round"]] for r in later}
-    work = [sum(x["work_seconds"] for x in by_round[r["round"]]) for r in later]
-    app = [sum(x["seconds"] - x["work_seconds"] for x in by_round[r["round"]]) for r in later]
+    work = [sum(x["work_cpu_seconds"] for x in by_round[r["round"]]) for r in later]
+    app = [
+        sum(x["cpu_seconds"] - x["work_cpu_seconds"] for x in by_round[r["round"]]) for r in later
+    ]
     state = [x["state_bytes"] for x in lines if x["type"] == "train"]
     return RoundSplit(
         seconds=statistics.median(times[1:]),
@@ -290,7 +295,9 @@ def in_process(config: dict[str, object], nodes: int) -> str | None:
     from testing.inprocess_grid import LocalGrid, run_config, server_context
 
     full = run_config(**config)
-    server_main(LocalGrid(client_app, full, nodes, keep_messages=False), server_context(full))
+    sizes = [{"dataset-max-bytes": SITE_FILE_BYTES}] * nodes  # 10m's files pass 256 MiB
+    grid = LocalGrid(client_app, full, nodes, sizes, keep_messages=False)
+    server_main(grid, server_context(full))
     return None
 
 
@@ -311,6 +318,14 @@ def deployed(config: dict[str, object], nodes: int) -> str | None:
 
 
 Engine = Callable[[dict[str, object], int], str | None]
+
+
+def _left_out(config: Path) -> str | None:
+    """Why a finished run's figures are not the whole table's: the sites it left out."""
+    if not config.exists():
+        return None
+    left = json.loads(config.read_text()).get("sites", {}).get("left-out", {})
+    return f"{len(left)} sites left out: {next(iter(left.values()))}" if left else None
 
 
 def engine_rows(name: str, nodes: int, iterations: int, args: argparse.Namespace) -> list[list]:
@@ -340,6 +355,7 @@ def engine_rows(name: str, nodes: int, iterations: int, args: argparse.Namespace
                 finally:
                     del os.environ[work_log.ENV]
                 metrics = out / run / "metrics.json"
+                failed = failed or _left_out(out / run / "config.json")
                 if failed or not metrics.exists():
                     rows.append([label_, "-", "-", "-", "-", "-", failed or "no metrics", *"---"])
                     continue

@@ -1,5 +1,7 @@
 """An opt-in log of the messages a node answers, for benchmarks: how long each took in the
-ClientApp, how much of that was the family's own work, and how big the node's state was.
+ClientApp and how much CPU it used, how much of both was the family's own work, and how big the
+node's state was. The CPU seconds are the node's work where nodes share cores (a deployment of
+many SuperNodes on one machine), whose wall seconds also count the waits for a core.
 
 Set ``FL_NODE_WORK_LOG`` to a file path and every ClientApp process that inherits it appends
 one JSON line per message (``O_APPEND``: whole lines from concurrent processes). The rest of a
@@ -25,6 +27,11 @@ ENV = "FL_NODE_WORK_LOG"
 _current = threading.local()  # the message being answered on this thread: its work seconds
 
 
+def _clocks() -> tuple[float, float]:
+    """Wall and CPU (this process's) seconds, from arbitrary origins."""
+    return time.perf_counter(), time.process_time()
+
+
 @contextmanager
 def logged(message: Message, context: Context) -> Iterator[None]:
     """Time answering ``message`` (everything inside the block) and append its line."""
@@ -32,18 +39,21 @@ def logged(message: Message, context: Context) -> Iterator[None]:
     if not path:
         yield
         return
-    _current.work = 0.0
-    started = time.perf_counter()
+    _current.work = _current.work_cpu = 0.0
+    wall, cpu = _clocks()
     try:
         yield
     finally:
+        now_wall, now_cpu = _clocks()
         line = {
             "run": message.metadata.run_id,
             "node": message.metadata.dst_node_id,
             "round": message.metadata.group_id,
             "type": message.metadata.message_type,
-            "seconds": time.perf_counter() - started,
+            "seconds": now_wall - wall,
+            "cpu_seconds": now_cpu - cpu,
             "work_seconds": _current.work,
+            "work_cpu_seconds": _current.work_cpu,
             "state_bytes": payload_bytes(context.state),
         }
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -56,12 +66,14 @@ def logged(message: Message, context: Context) -> Iterator[None]:
 @contextmanager
 def work() -> Iterator[None]:
     """Count the block as the family's own work of the message being logged, if any."""
-    started = time.perf_counter()
+    wall, cpu = _clocks()
     try:
         yield
     finally:
         if hasattr(_current, "work"):
-            _current.work += time.perf_counter() - started
+            now_wall, now_cpu = _clocks()
+            _current.work += now_wall - wall
+            _current.work_cpu += now_cpu - cpu
 
 
 def read(path: str | os.PathLike[str]) -> list[dict[str, object]]:

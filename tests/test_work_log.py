@@ -25,6 +25,7 @@ def test_each_answered_message_has_a_line_and_rounds_their_exchange_time(tmp_pat
     assert {line["node"] for line in lines} == {m.metadata.dst_node_id for m in run.grid.down}
     for line in lines:
         assert 0.0 <= line["work_seconds"] <= line["seconds"]
+        assert 0.0 <= line["work_cpu_seconds"] <= line["cpu_seconds"] + 1e-3
     trained = [line for line in lines if line["type"] == "train"]
     assert trained and all(line["work_seconds"] > 0 for line in trained)
     assert max(line["state_bytes"] for line in trained) > 0  # the kept bins and gradients

@@ -58,7 +58,7 @@ test-e2e: $(VENV)/.installed
 	$(PY) -m pytest -m "e2e and not serial" --durations=10 -n $(TEST_WORKERS) --dist load
 	$(PY) -m pytest -m "e2e and serial" --durations=10
 
-# `flwr run .` leaves its local SuperLink running in the background (flwr 1.41 has no stop
+# `flwr run .` leaves its local SuperLink running in the background (flwr 1.41 and 1.42 have no stop
 # command); this stops the one that belongs to $FLWR_HOME (default ~/.flwr), by PID.
 stop:
 	@pids=$$(pgrep -f "flower-superlink .*$${FLWR_HOME:-$$HOME/.flwr}/local-superlink/"); \

@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 
 from benchmarks.common import Job, md_table, parser, results_dir, run_jobs, runs_dir, write_report
+from server_app.results import CLOCKS
 
 CONSTRAINTS = ("l1", "box", "nuclear", "l2")
 MODES = ("dense", "compact", "auto")
@@ -31,7 +32,7 @@ def _per_client_round(rows: list[dict], clients: int, key: str, steady: bool = F
 
 
 def _metrics(rows: list[dict]) -> list[dict]:
-    return [{k: v for k, v in r.items() if "bytes" not in k and k != "wall_time_s"} for r in rows]
+    return [{k: v for k, v in r.items() if "bytes" not in k and k not in CLOCKS} for r in rows]
 
 
 def main() -> None:

@@ -237,11 +237,13 @@ def compose(jobs: dict[str, str], rounds: int, workdir: Path) -> dict[str, Any]:
 def _compose_images() -> dict[str, str]:
     """The compose files' images: the environment's; else Flower's official SuperLink and
     SuperNode images where present, the local stand-in of docker/README.md otherwise."""
-    images = {}
+    from importlib.metadata import version
+
+    images, flwr = {}, version("flwr")  # the images of the flwr this project runs
     for role in ("superlink", "supernode"):
-        official = f"flwr/{role}:1.41.0"
+        official = f"flwr/{role}:{flwr}"
         fallback = (
-            "local/flwr:1.41.0" if _fails("docker", "image", "inspect", official) else official
+            f"local/flwr:{flwr}" if _fails("docker", "image", "inspect", official) else official
         )
         images[f"{role.upper()}_IMAGE"] = os.environ.get(f"{role.upper()}_IMAGE", fallback)
     images["SUPEREXEC_IMAGE"] = os.environ.get(

@@ -4,7 +4,7 @@ A refactor of the strategies, the codecs or the checkpoint must not change what 
 the same seed gives the same rows (accuracy, losses, bytes, failures, participants), bit for
 bit. This writes the rows of 22 small configurations (every registered algorithm, plus FFGB with
 trees, with distillation and in one shot, FedFW's compact downlink), in-process, 4 nodes, half of
-them per round, 4 rounds, and compares two such files (wall times left out).
+them per round, 4 rounds, and compares two such files (the clocks left out).
 
     python -m benchmarks.same_rows write rows.json          # 30-50 s on 2 cores (2026-11-28)
     python -m benchmarks.same_rows compare benchmarks/results/same_rows.json rows.json
@@ -93,9 +93,10 @@ def cases() -> dict[str, dict[str, Any]]:
 
 
 def rows_of(case: dict[str, Any]) -> list[dict[str, Any]]:
-    """The rows of one configuration, without wall times."""
+    """The rows of one configuration, without the clocks (``server_app.results.CLOCKS``)."""
     from client_app.app import app as client_app
     from server_app.app import run
+    from server_app.results import CLOCKS
     from testing.inprocess_grid import LocalGrid, counting, run_config, server_context
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -104,7 +105,7 @@ def rows_of(case: dict[str, Any]) -> list[dict[str, Any]]:
         )
         run(LocalGrid(client_app, config, 4, keep_messages=False), server_context(config))
         rows = json.loads((Path(tmp) / "rows" / "metrics.json").read_text())["rounds"]
-    return [{k: v for k, v in row.items() if k != "wall_time_s"} for row in rows]
+    return [{k: v for k, v in row.items() if k not in CLOCKS} for row in rows]
 
 
 def write(out: Path, names: list[str]) -> None:

@@ -10,15 +10,16 @@ every node in every round), runs
   SuperLink of our own (``testing.simulation_link``: new process group, temporary FLWR_HOME
   and Ray folder, free loopback ports; stopped by its PID, folders removed).
 
-Both results folders' ``metrics.json`` rows are compared round by round on every key both
-share but the clock (``wall_time_s``): the largest absolute difference per metric and whether
-every value agrees to 1e-9 relative. Each engine's wall time per round is the difference of
-the ServerApp's ``wall_time_s`` between rows (round 1 also builds the rosters and caches;
+Both results folders' ``metrics.json`` rows are compared round by round on every key both share
+but the clocks (``server_app.results.CLOCKS``): the largest absolute difference per metric and
+whether every value agrees to 1e-9 relative. Each engine's wall time per round is the difference
+of the ServerApp's ``wall_time_s`` between rows (round 1 also builds the rosters and caches;
 Ray's round 1 also starts its actors); ``run s`` is the whole command's wall time (for Ray:
 building the FAB, submitting it, starting Ray and the ServerApp).
 
     python -m benchmarks.scale_engines                   # fedavg, N = 100
     python -m benchmarks.scale_engines --family fedfw --nodes 10
+    python -m benchmarks.scale_engines --nodes 1000 --ray-nodes 2   # Ray across 2 Ray nodes
 
 Writes ``results/scale-engines.md`` and ``.json`` (``--name`` another name).
 """
@@ -26,6 +27,7 @@ Writes ``results/scale-engines.md`` and ``.json`` (``--name`` another name).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import shutil
@@ -38,8 +40,9 @@ from typing import Any
 
 from benchmarks.common import ROOT, md_table, write_report
 from benchmarks.scale import COMMON, FAMILIES, RESULTS
+from server_app.results import CLOCKS
 
-CLOCK_KEYS = ("wall_time_s",)  # the engines' clocks: timed, not compared
+CLOCK_KEYS = CLOCKS  # the engines' clocks: timed, not compared
 REL_TOL = 1e-9
 
 
@@ -141,14 +144,21 @@ def run_inprocess(family: str, nodes: int, folder: Path, timeout: float) -> dict
     return {"rows": rows, "run_s": wall, "scale": figures}
 
 
-def run_ray(family: str, nodes: int, folder: Path, timeout: float, cpus: float) -> dict[str, Any]:
-    """``flwr run .`` on Flower's simulation engine, against a SuperLink of our own."""
+def run_ray(
+    family: str, nodes: int, folder: Path, timeout: float, cpus: float, ray_nodes: int = 0
+) -> dict[str, Any]:
+    """``flwr run .`` on Flower's simulation engine, against a SuperLink of our own; with
+    ``ray_nodes``, its simulation joins a Ray cluster of that many Ray nodes of one CPU each
+    (``testing.ray_cluster``) instead of starting a Ray of its own."""
+    from testing.ray_cluster import ray_cluster
     from testing.simulation_link import federation_config, flwr_run, simulation_superlink
 
     config = {"output-dir": str(folder), "run-name": "ray", **COMMON, **FAMILIES[family]}
     home = Path(tempfile.mkdtemp(prefix="scale-engines-")) / "flwr-home"
     try:
-        with simulation_superlink(home) as (env, connection):
+        with contextlib.ExitStack() as stack:
+            address = stack.enter_context(ray_cluster((1,) * ray_nodes)) if ray_nodes else None
+            env, connection = stack.enter_context(simulation_superlink(home, None, address))
             start = time.perf_counter()
             done = flwr_run(env, connection, nodes, run_config_arg(config), timeout, cpus)
             wall = time.perf_counter() - start
@@ -162,6 +172,7 @@ def run_ray(family: str, nodes: int, folder: Path, timeout: float, cpus: float) 
         "rows": json.loads(metrics.read_text())["rounds"],
         "run_s": wall,
         "federation_config": federation_config(nodes, cpus),
+        "ray_nodes": ray_nodes,
     }
 
 
@@ -190,7 +201,13 @@ def report(result: dict[str, Any]) -> str:
         (
             f"{result['family']} ({run_config_arg(FAMILIES[result['family']])}) at N = "
             f"{result['nodes']}, run config `{run_config_arg(COMMON)}`; Ray with "
-            f"`{engines['ray']['federation_config']}`."
+            f"`{engines['ray']['federation_config']}`"
+            + (
+                f", across a Ray cluster of {engines['ray']['ray_nodes']} Ray nodes of one CPU"
+                if engines["ray"].get("ray_nodes")
+                else ""
+            )
+            + "."
         ),
         "",
         (
@@ -239,6 +256,13 @@ def main(argv: list[str] | None = None) -> int:
         default=1.0,
         help="client-resources-num-cpus of each Ray actor (default 1)",
     )
+    parser.add_argument(
+        "--ray-nodes",
+        type=int,
+        default=0,
+        help="run Ray's side on a cluster of this many Ray nodes of one CPU each, started "
+        "here (testing.ray_cluster); default 0: the simulation's own Ray",
+    )
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per engine")
     parser.add_argument(
         "--name",
@@ -261,7 +285,14 @@ def main(argv: list[str] | None = None) -> int:
             "inprocess": run_inprocess(
                 args.family, args.nodes, Path(tmp) / "inprocess", args.timeout
             ),
-            "ray": run_ray(args.family, args.nodes, Path(tmp) / "ray", args.timeout, args.ray_cpus),
+            "ray": run_ray(
+                args.family,
+                args.nodes,
+                Path(tmp) / "ray",
+                args.timeout,
+                args.ray_cpus,
+                args.ray_nodes,
+            ),
         }
     for engine in engines.values():
         engine["round_s"] = round_seconds(engine["rows"])

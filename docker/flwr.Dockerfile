@@ -6,11 +6,11 @@
 # python3-venv). Build context: docker/.
 #
 #   docker build --network host -f docker/flwr.Dockerfile \
-#     --build-arg PYTHON_IMAGE=local/debian-python:bookworm -t local/flwr:1.41.0 docker
+#     --build-arg PYTHON_IMAGE=local/debian-python:bookworm -t local/flwr:1.42.0 docker
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 FROM ${PYTHON_IMAGE}
 
-ARG FLWR_VERSION=1.41.0
+ARG FLWR_VERSION=1.42.0
 # Optional: a CA bundle for pip behind a TLS-intercepting proxy (run-compose.sh copies the
 # host's bundle to docker/build-ca/ca-certificates.crt; empty folder otherwise).
 COPY build-ca/ /tmp/build-ca/

@@ -58,7 +58,7 @@ PERIMETER="${FL_DOCKER_PERIMETER:-0}"
 WARM="${FL_DOCKER_WARM:-0}"
 [ "$PERIMETER" = 1 ] && TLS=1   # the perimeter terminates TLS
 PERIMETER_IMAGE="${PERIMETER_IMAGE:-beyond-averaging/perimeter:latest}"
-FLWR_VERSION=1.41.0
+FLWR_VERSION=1.42.0
 SUPEREXEC_IMAGE="${SUPEREXEC_IMAGE:-beyond-averaging/superexec:latest}"
 SUMMARY="$LOGDIR/summary.txt"
 DOCKERD_PID=""

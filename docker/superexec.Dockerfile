@@ -9,14 +9,14 @@
 #     docker build -f docker/superexec.Dockerfile -t beyond-averaging/superexec:latest docker
 #   Locally built base (no registry; see make-base.sh, flwr.Dockerfile):
 #     docker build --network host -f docker/superexec.Dockerfile \
-#       --build-arg BASE_IMAGE=local/flwr:1.41.0 \
+#       --build-arg BASE_IMAGE=local/flwr:1.42.0 \
 #       --build-arg TORCH_INDEX_URL=https://pypi.org/simple \
 #       --build-arg TORCH_FIND_LINKS=http://127.0.0.1:39499/ \
 #       --build-arg TORCH_SPEC=torch==2.13.0+cpu -t beyond-averaging/superexec:latest docker
 #   GPU nodes: a CUDA-enabled base and the CUDA wheel, e.g.
 #       --build-arg BASE_IMAGE=<flwr on nvidia/cuda base> \
 #       --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128
-ARG BASE_IMAGE=flwr/superexec:1.41.0
+ARG BASE_IMAGE=flwr/superexec:1.42.0
 FROM ${BASE_IMAGE}
 
 # torch first, from the CPU index unless overridden (a plain `pip install torch` from PyPI

@@ -32,7 +32,7 @@ from server_app.packed_grid import PackedGrid
 from server_app.recording import BelowQuorum, RecordedStrategy, RoundRecorder
 from server_app.results import ResultsWriter, summarise, write_atomic
 from server_app.resume import checked_checkpoint, restore
-from server_app.run_info import results_directory, run_config_record
+from server_app.run_info import flower_app, results_directory, run_config_record
 from strategies.base import Diverged, FederatedStrategy
 from strategies.registry import strategy_for
 from strategies.site_agreement import SiteAgreement, agree_sites
@@ -165,6 +165,7 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
         strategy.description(),
         None if plan.sites is None else plan.sites.record(),
         context.run_id,
+        flower_app(grid),
     )
     events = EventLog(out_dir, settings.raw, rows) if settings.tensorboard else None
     writer = ResultsWriter(

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from server_app.results import BYTES_AXIS, METRIC_KEYS, cumulative_traffic, summarise, write_atomic
+from server_app.run_info import code_of
 
 IGNORED = ("output-dir", "run-name", "git-commit", "resume-from")  # not what a run computes
 
@@ -32,11 +33,13 @@ class RunFolderError(ValueError):
 
 @dataclass(frozen=True)
 class FinishedRun:
-    """A results folder: its name, rows and run config."""
+    """A results folder: its name, rows, run config and the code that made it
+    (``run_info.code_of``)."""
 
     name: str
     rounds: list[dict[str, Any]]
     run_config: dict[str, Any]
+    code: str = "unknown"
 
 
 def read_run(folder: Path) -> FinishedRun:
@@ -57,7 +60,7 @@ def read_run(folder: Path) -> FinishedRun:
     run_config = config.get("run_config") if isinstance(config, dict) else None
     if not isinstance(run_config, dict):
         raise RunFolderError(f"{folder / 'config.json'}: expected a 'run_config' object")
-    return FinishedRun(folder.name, rounds, run_config)
+    return FinishedRun(folder.name, rounds, run_config, code_of(config))
 
 
 def _json(path: Path) -> Any:
@@ -98,13 +101,15 @@ def table(runs: list[FinishedRun], metric: str) -> str:
     """A markdown table: each run's final and best metric, rounds, MB moved (``summarise``, as
     its own metrics.json has them) and its values of the keys that differ."""
     differences = config_differences(runs)
-    head = ["run", f"final {metric}", f"best {metric}", "rounds", "MB moved", *differences]
+    head = ["run", "code", f"final {metric}", f"best {metric}", "rounds", "MB moved"]
+    head += list(differences)
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for i, run in enumerate(runs):
         summary = summarise(run.rounds)
         moved = (summary["bytes_up_total"] + summary["bytes_down_total"]) / 1e6
         cells = [
             run.name,
+            run.code,
             _figure(summary.get(f"final_{metric}")),
             _figure(summary.get(f"best_{metric}")),
             str(summary["rounds"]),

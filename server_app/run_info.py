@@ -8,6 +8,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from flwr.serverapp import Grid
+
 from run_config.common import RunSettings
 
 DEFAULT_OUTPUT_DIR = Path.home() / "flower-results"
@@ -59,16 +61,42 @@ def _git_commit() -> str | None:
     return out.stdout.strip() or None
 
 
+def flower_app(grid: Grid) -> dict[str, str] | None:
+    """The FAB Flower's engine runs (its id, version and SHA-256 hash), where the engine has one:
+    under plain ``flwr run`` the app has no ``.git``, and this is what names its code. None
+    in-process (``testing.inprocess_grid`` runs the checkout)."""
+    try:
+        run = grid.run
+    except NotImplementedError:
+        return None
+    if not getattr(run, "fab_hash", ""):
+        return None
+    return {"fab_id": run.fab_id, "fab_version": run.fab_version, "fab_hash": run.fab_hash}
+
+
+def code_of(config: dict[str, Any]) -> str:
+    """What names the code of a run from its config.json: its commit, else its FAB's hash (its
+    first 12 hex digits, with the app's id and version), else "unknown"."""
+    if config.get("git_commit"):
+        return str(config["git_commit"])
+    app = config.get("flower_app")
+    if isinstance(app, dict) and app.get("fab_hash"):
+        return f"FAB {str(app['fab_hash'])[:12]} ({app.get('fab_id')} {app.get('fab_version')})"
+    return "unknown"
+
+
 def run_config_record(
     settings: RunSettings,
     num_nodes: int,
     global_function: dict[str, Any],
     sites: dict[str, Any] | None = None,
     run_id: int | None = None,
+    app: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The contents of config.json (``sites``: with sites' own data, the agreed schema, the
     partitions that took part and every node left out with the reason; ``run_id``: Flower's,
-    by which ``server_app.run_status`` finds the folder of a run)."""
+    by which ``server_app.run_status`` finds the folder of a run; ``app``: the FAB the engine
+    runs, ``flower_app``)."""
     return {
         "flower_run_id": None if run_id is None else str(run_id),
         "run_config": dict(sorted(settings.raw.items())),
@@ -81,4 +109,5 @@ def run_config_record(
             "project": _version("flower-beyond-averaging"),
         },
         "git_commit": settings.git_commit or _git_commit(),
+        "flower_app": app,
     }

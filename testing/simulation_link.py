@@ -88,11 +88,13 @@ def _stop_stragglers(marker: str) -> None:
 
 @contextmanager
 def simulation_superlink(
-    home: Path, log_path: Path | None = None
+    home: Path, log_path: Path | None = None, ray_address: str | None = None
 ) -> Iterator[tuple[dict[str, str], str]]:
     """A simulation SuperLink with FLWR_HOME ``home`` (created, removed afterwards); yields the
     environment for ``flwr`` commands and the connection name. Its output goes to ``log_path``
-    (default: ``home``/superlink.log, removed with it)."""
+    (default: ``home``/superlink.log, removed with it). ``ray_address``: the head of a running
+    Ray cluster (``testing.ray_cluster``) its simulations join (``RAY_ADDRESS``, which
+    ``ray.init`` reads), instead of a Ray of their own."""
     home.mkdir(parents=True)
     # Ray's folder: short (its socket paths must fit 107 bytes) and ours alone
     ray_tmp = tempfile.mkdtemp(prefix="ray")
@@ -109,6 +111,8 @@ def simulation_superlink(
         "RAY_TMPDIR": ray_tmp,
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
     }
+    if ray_address is not None:
+        env["RAY_ADDRESS"] = ray_address
     log = open(log_path or home / "superlink.log", "w")  # closed below
     try:
         process = subprocess.Popen(

@@ -38,7 +38,7 @@ def test_runs_are_drawn_together_and_their_differences_tabled(two_runs, tmp_path
     assert header.split(" | ")[-1].strip(" |") == "learning-rate"  # the only key that differs
     rate = read_run(two_runs[0]).run_config["learning-rate"]
     assert [row.split(" | ")[-1].strip(" |") for row in (first, second)] == [str(rate), "0.1"]
-    moved = [float(row.split(" | ")[4]) for row in (first, second)]
+    moved = [float(row.split(" | ")[5]) for row in (first, second)]
     assert moved[1] < moved[0]  # the second moved fewer bytes
     assert (tmp_path / "c.png").stat().st_size > 1000
 
@@ -91,3 +91,15 @@ def test_round_0_is_drawn_at_zero_bytes_on_the_bytes_axis():
     shown = ax.transData.transform([(x, 0.5) for x in xs])[:, 0]
     assert all(a < b for a, b in zip(shown, shown[1:]))  # round 0 apart from round 1
     plt.close(fig)
+
+
+def test_each_run_is_named_by_its_commit_else_by_its_fab(two_runs, tmp_path):
+    """A run from a checkout shows its commit; one of plain ``flwr run`` (no .git in a FAB) its
+    FAB's hash, id and version (``config.json``'s ``flower_app``)."""
+    config = json.loads((two_runs[0] / "config.json").read_text())
+    assert read_run(two_runs[0]).code == (config["git_commit"] or "unknown")
+    fab = tmp_path / "fab"
+    shutil.copytree(two_runs[0], fab)
+    app = {"fab_id": "team/app", "fab_version": "1.2.0", "fab_hash": "ab" * 32}
+    (fab / "config.json").write_text(json.dumps({**config, "git_commit": None, "flower_app": app}))
+    assert read_run(fab).code == "FAB abababababab (team/app 1.2.0)"

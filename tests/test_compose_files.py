@@ -2,7 +2,7 @@
 
 Checks that need no tool: the files parse as YAML; every service uses host networking; the
 SuperNodes get distinct partition ids and loopback ports, and each SuperExec dials its own
-SuperLink / SuperNode; every command line is accepted by flwr 1.41's own argument parsers
+SuperLink / SuperNode; every command line is accepted by flwr 1.41's and 1.42's own argument parsers
 (Flower's upstream compose files still use pre-1.41 flags); the TLS overlay mounts the
 certificates its flags name and turns on SuperNode authentication; the perimeter overlay puts
 nginx (its configuration rendered by deploy.perimeter, checked with `nginx -t`) between the
@@ -222,7 +222,7 @@ def check_user(services: dict) -> None:
 
 
 def check_flags(services: dict, parsers: dict) -> None:
-    """flwr 1.41's own parsers accept every command line; no deprecated flag is used."""
+    """flwr 1.41's and 1.42's own parsers accept every command line; no deprecated flag is used."""
     for name, service in _flower(services).items():
         cmd = [str(a) for a in service["command"]]
         role = "superexec" if "superexec" in name else name.split("-")[0]

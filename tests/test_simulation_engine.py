@@ -67,7 +67,11 @@ def test_flwr_run_simulation_writes_results(superlink, app, tmp_path, algorithm)
     metrics = json.loads((out / "sim" / "metrics.json").read_text())
     assert [r["round"] for r in metrics["rounds"]] == [0, 1, 2]
     assert metrics["rounds"][-1]["test_accuracy"] > 0.8
-    assert json.loads((out / "sim" / "config.json").read_text())["num_nodes"] == 3
+    written = json.loads((out / "sim" / "config.json").read_text())
+    assert written["num_nodes"] == 3
+    app_ = written["flower_app"]  # the FAB names the code: it carries no .git
+    assert re.fullmatch("[0-9a-f]{64}", app_["fab_hash"]), app_
+    assert app_["fab_version"] == written["versions"]["project"]
     # determinism across engines: the in-process engine gives the same numbers, to the bit
     local = run_app(tmp_path / "local", 3, **{"algorithm": algorithm, "num-server-rounds": 2}).rows
     keys = ("test_accuracy", "test_loss", "oracle_error", "failures", "participants")

@@ -77,8 +77,8 @@ DOCKER_CONF = Path(__file__).resolve().parents[1] / "docker" / "nginx" / "perime
 
 TEMPLATE = """\
 # @HEADER@
-# The Fleet API of a Flower 1.41 SuperLink, and nothing else, for SuperNodes on other machines
-# (deploy/perimeter.py explains why and renders this file).
+# The Fleet API of a Flower 1.41 or 1.42 SuperLink, and nothing else, for SuperNodes on other
+# machines (deploy/perimeter.py explains why and renders this file).
 worker_processes 1;
 pid @PID@;
 error_log @ERROR_LOG@ warn;

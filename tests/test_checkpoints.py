@@ -81,8 +81,9 @@ def rows_of(out_dir) -> list[dict]:
 
 
 def is_traffic(key: str) -> bool:
-    """A row's count of what was sent (a resumed run re-sends every node what it held)."""
-    return "bytes" in key or key == "models_exchanged"
+    """A row's count of what was sent (a resumed run re-sends every node what it held, and a
+    resumed run of sites' own data asks them again)."""
+    return "bytes" in key or key in ("models_exchanged", "exchanges")
 
 
 def assert_resumed_equals(resumed: list[dict], uninterrupted: list[dict], after: int) -> None:

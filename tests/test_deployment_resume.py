@@ -40,6 +40,7 @@ from run_config.declared import parse_overrides
 from server_app.checkpoint import FILE_NAME, read_checkpoint
 from server_app.results import CLOCKS
 from tests.helpers import run_app
+from tests.test_checkpoints import is_traffic
 
 pytestmark = [pytest.mark.e2e, pytest.mark.serial]  # stage 2, one at a time
 
@@ -57,10 +58,6 @@ FFGB_REL = 1e-6  # FFGB after the checkpoint: the ensemble summed in another ord
 
 def config(name: str) -> str:
     return f"{JOBS[name]} {COMMON}"
-
-
-def is_traffic(key: str) -> bool:
-    return "bytes" in key or key == "models_exchanged"
 
 
 def children(pid: int) -> set[int]:

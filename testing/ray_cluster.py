@@ -10,6 +10,7 @@ command line names the cluster's own temporary folder, whatever happens. It neve
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -35,14 +36,16 @@ def ray_cluster(cpus: tuple[int, ...] = (1, 1), timeout: float = 120) -> Iterato
     logs = []
     try:
         for i, count in enumerate(cpus):
-            where = ["--head", f"--port={port}", f"--temp-dir={folder}"] if i == 0 else []
-            where += [] if i == 0 else [f"--address={address}"]
+            where = [f"--address={address}"]  # a dashboard is the head's only
+            if i == 0:
+                where = ["--head", f"--port={port}", f"--temp-dir={folder}"]
+                where += ["--include-dashboard=false"]
             log = open(Path(folder) / f"ray-start-{i}.log", "w")  # closed below
             logs.append(log)
             started.append(
                 subprocess.Popen(
                     [str(BIN / "ray"), "start", "--block", f"--num-cpus={count}", *where]
-                    + ["--node-ip-address=127.0.0.1", "--include-dashboard=false"],
+                    + ["--node-ip-address=127.0.0.1"],
                     env=env,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -60,6 +63,27 @@ def ray_cluster(cpus: tuple[int, ...] = (1, 1), timeout: float = 120) -> Iterato
         for log in logs:
             log.close()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def actor_nodes(address: str, actor_class: str = "ClientAppActor") -> set[str]:
+    """The Ray nodes that have hosted an actor of ``actor_class`` in the cluster at
+    ``address`` (Flower's simulation actors: where its ClientApps ran). Ray's public state API
+    (``ray.util.state``) needs the dashboard, which the cluster runs without: this reads the
+    GCS's actor table (``ray._private.state.actors``) in a child process."""
+    probe = (
+        "import json, sys, ray; from ray._private.state import actors; "
+        "ray.init(address=sys.argv[1], logging_level='ERROR'); "
+        "print(json.dumps(sorted({a['Address']['NodeID'] for a in actors().values() "
+        "if a['ActorClassName'] == sys.argv[2]})))"
+    )
+    done = subprocess.run(
+        [str(BIN / "python"), "-c", probe, address, actor_class],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return set(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def _wait_for_nodes(address: str, count: int, env: dict[str, str], timeout: float) -> None:

@@ -12,7 +12,7 @@ import pytest
 from deploy.app_files import app_copy
 from run_config.declared import parse_overrides
 from server_app.results import CLOCKS
-from testing.ray_cluster import ray_cluster
+from testing.ray_cluster import actor_nodes, ray_cluster
 from testing.simulation_link import flwr_run, simulation_superlink
 from tests.helpers import run_app
 
@@ -38,7 +38,7 @@ def cluster_link(tmp_path_factory):
     folder = tmp_path_factory.mktemp("cluster")
     with ray_cluster((1, 1)) as address:
         with simulation_superlink(folder / "flwr-home", folder / "link.log", address) as link:
-            yield link
+            yield address, link
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ def _computed(rows: list[dict]) -> list[dict]:
 
 @pytest.mark.parametrize("name", sorted(JOBS))
 def test_each_family_on_a_ray_cluster_gives_the_in_process_rows(cluster_link, app, tmp_path, name):
-    env, connection = cluster_link
+    address, (env, connection) = cluster_link
     out = tmp_path / "results"
     config = f"{JOBS[name]} num-server-rounds=2 output-dir='{out}' run-name='cluster'"
     done = flwr_run(env, connection, NODES, config, timeout=500, app=app)
@@ -64,3 +64,4 @@ def test_each_family_on_a_ray_cluster_gives_the_in_process_rows(cluster_link, ap
         tmp_path / "local", NODES, **parse_overrides(f"{JOBS[name]} num-server-rounds=2")
     )
     assert _computed(rows) == _computed(local.rows)
+    assert len(actor_nodes(address)) == 2  # the ClientApps ran on both Ray nodes

@@ -255,7 +255,7 @@ def round_split(metrics: Path, log: Path, parallel: int) -> RoundSplit:
     return RoundSplit(
         seconds=statistics.median(times[1:]),
         first=times[0],
-        server=statistics.mean(b - a - r["exchange_time_s"] for a, b, r in _walls(recorded)),
+        server=statistics.mean(t - r["exchange_time_s"] for t, r in zip(times[1:], later)),
         work=statistics.mean(work),
         client_app=statistics.mean(app),
         rest=statistics.mean(
@@ -266,11 +266,6 @@ def round_split(metrics: Path, log: Path, parallel: int) -> RoundSplit:
         accuracy=recorded[-1].get("test_accuracy"),
         dropped=sum(int(r.get("iteration_dropped", 0)) for r in recorded),
     )
-
-
-def _walls(recorded: list[dict]) -> list[tuple[float, float, dict]]:
-    """(wall time before, wall time after, row) of each round after the first."""
-    return [(a["wall_time_s"], b["wall_time_s"], b) for a, b in zip(recorded, recorded[1:])][1:]
 
 
 def _config(sites: Path, rounds: int, evaluate: bool, out: Path, name: str) -> dict[str, object]:
@@ -295,8 +290,8 @@ def in_process(config: dict[str, object], nodes: int) -> str | None:
     from testing.inprocess_grid import LocalGrid, run_config, server_context
 
     full = run_config(**config)
-    sizes = [{"dataset-max-bytes": SITE_FILE_BYTES}] * nodes  # 10m's files pass 256 MiB
-    grid = LocalGrid(client_app, full, nodes, sizes, keep_messages=False)
+    limits = [{"dataset-max-bytes": SITE_FILE_BYTES}] * nodes  # 10m's files pass 256 MiB
+    grid = LocalGrid(client_app, full, nodes, limits, keep_messages=False)
     server_main(grid, server_context(full))
     return None
 

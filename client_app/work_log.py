@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from flwr.app import Context, Message
 
@@ -79,7 +80,7 @@ def work() -> Iterator[None]:
 def read(path: str | os.PathLike[str]) -> list[dict[str, object]]:
     """The lines of a work log (none when it does not exist)."""
     try:
-        text = open(path, encoding="utf-8").read()
+        text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         return []
     return [json.loads(line) for line in text.splitlines() if line.strip()]

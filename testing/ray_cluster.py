@@ -26,7 +26,7 @@ from testing.simulation_link import BIN, _stop_stragglers, free_ports, stop_grou
 @contextmanager
 def ray_cluster(cpus: tuple[int, ...] = (1, 1), timeout: float = 120) -> Iterator[str]:
     """Ray nodes of ``cpus`` CPUs each (the first the head); yields the head's address, once
-    every node has joined (``ray.nodes()`` through ``ray status``)."""
+    every node has joined (``ray.nodes()``)."""
     folder = tempfile.mkdtemp(prefix="rayc")  # short: Ray's socket paths must fit 107 bytes
     (port,) = free_ports(1)
     address = f"127.0.0.1:{port}"
@@ -69,37 +69,22 @@ def actor_nodes(address: str, actor_class: str = "ClientAppActor") -> set[str]:
     """The Ray nodes that have hosted an actor of ``actor_class`` in the cluster at
     ``address`` (Flower's simulation actors: where its ClientApps ran). Ray's public state API
     (``ray.util.state``) needs the dashboard, which the cluster runs without: this reads the
-    GCS's actor table (``ray._private.state.actors``) in a child process."""
-    probe = (
-        "import json, sys, ray; from ray._private.state import actors; "
-        "ray.init(address=sys.argv[1], logging_level='ERROR'); "
-        "print(json.dumps(sorted({a['Address']['NodeID'] for a in actors().values() "
-        "if a['ActorClassName'] == sys.argv[2]})))"
+    GCS's actor table (``ray._private.state.actors``)."""
+    done = _ask(
+        address,
+        "from ray._private.state import actors; print(json.dumps(sorted({a['Address']"
+        "['NodeID'] for a in actors().values() if a['ActorClassName'] == sys.argv[2]})))",
+        actor_class,
     )
-    done = subprocess.run(
-        [str(BIN / "python"), "-c", probe, address, actor_class],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
+    done.check_returncode()
     return set(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 def _wait_for_nodes(address: str, count: int, env: dict[str, str], timeout: float) -> None:
     """Until ``count`` Ray nodes are alive in the cluster at ``address``."""
-    probe = "import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR'); "
-    probe += "print(sum(n['Alive'] for n in ray.nodes()))"
     deadline = time.monotonic() + timeout
     while True:
-        done = subprocess.run(
-            [str(BIN / "python"), "-c", probe, address],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+        done = _ask(address, "print(sum(n['Alive'] for n in ray.nodes()))", env=env)
         alive = int(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 else 0
         if alive >= count:
             return
@@ -108,3 +93,19 @@ def _wait_for_nodes(address: str, count: int, env: dict[str, str], timeout: floa
                 f"{alive} of {count} Ray nodes joined {address}: {done.stderr[-500:]}"
             )
         time.sleep(1)
+
+
+def _ask(
+    address: str, code: str, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Run ``code`` in a child Python connected to the cluster at ``address`` (``json``,
+    ``sys`` and ``ray`` imported; ``sys.argv[2:]`` = ``args``), so this process never joins it."""
+    prelude = "import json, sys, ray; ray.init(address=sys.argv[1], logging_level='ERROR'); "
+    return subprocess.run(
+        [str(BIN / "python"), "-c", prelude + code, address, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )

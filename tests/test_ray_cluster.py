@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from benchmarks.latency import FAMILIES
 from deploy.app_files import app_copy
 from run_config.declared import parse_overrides
 from server_app.results import CLOCKS
@@ -19,17 +20,7 @@ from tests.helpers import run_app
 pytestmark = [pytest.mark.e2e, pytest.mark.serial]  # stage 2, one at a time
 
 NODES = 3
-JOBS = {  # one short job per family (benchmarks.latency's), 2 rounds
-    "default": "",
-    "fedavg": "algorithm='fedavg' task='digits' local-steps=5",
-    "fedfw": "algorithm='fedfw' task='synthetic'",
-    "feddr": "algorithm='feddr' task='synthetic'",
-    "ffgb-trees": "algorithm='ffgb' task='digits' ffgb.learner='tree'",
-    "fedfun": "algorithm='fedfun' task='wine' fedfun.initial-steps=50 fedfun.local-steps=20 "
-    "fedfun.hidden='8' fedfun.penalty-samples=50",
-    "fedxgb": "algorithm='fedxgb-bagging' task='wine' fedxgb.max-depth=3",
-    "fedxgb-hist": "algorithm='fedxgb-hist' task='wine' fedxgb-hist.max-depth=3",
-}
+JOBS = FAMILIES  # one short job per family, benchmarks.latency's; 2 rounds here
 
 
 @pytest.fixture(scope="module")

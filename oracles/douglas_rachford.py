@@ -146,6 +146,18 @@ class FedDRServer:
             self._x_hats[cid] = [np.array(a, dtype=np.float64) for a in x_hat]
         return self
 
+    def add(self, client_id: int, x_hat: Params) -> None:
+        """A client that joined, its last x_hat_i ``x_hat`` (where it starts)."""
+        if client_id in self._x_hats:
+            raise KeyError(f"client {client_id} is already kept")
+        self._x_hats[client_id] = [np.array(a, dtype=np.float64) for a in x_hat]
+
+    def remove(self, client_id: int) -> None:
+        """A client that left: the mean is over the others from now on."""
+        if len(self._x_hats) == 1:
+            raise ValueError("FedDRServer keeps at least one client")
+        del self._x_hats[client_id]
+
     def x_hats(self) -> dict[int, Params]:
         """Every client's last x_hat_i (copies)."""
         return {cid: self.x_hat_of(cid) for cid in self._x_hats}

@@ -61,6 +61,21 @@ class ConsensusMirror:
         """A copy of client ``client_id``'s mirrored x_i."""
         return [a.copy() for a in self._points[client_id]]
 
+    def add(self, client_id: int, x: Params) -> None:
+        """A client that joined, with its x_i = ``x``."""
+        if client_id in self._points:
+            raise KeyError(f"client {client_id} is already mirrored")
+        self._points[client_id] = [np.array(a, dtype=np.float64) for a in x]
+        for k, a in enumerate(self._points[client_id]):
+            self._sum[k] = self._sum[k] + a
+
+    def remove(self, client_id: int) -> None:
+        """A client that left: x_bar is the mean of the others' x_i from now on."""
+        if len(self._points) == 1:
+            raise ValueError("ConsensusMirror keeps at least one client")
+        for k, a in enumerate(self._points.pop(client_id)):
+            self._sum[k] = self._sum[k] - a
+
     @property
     def x_bar(self) -> Params:
         """The consensus point (1/n) sum_i x_i, as fresh float64 arrays."""

@@ -300,6 +300,17 @@ COMMON_KEYS = (
         field="join_timeout",
     ),
     Key(
+        "leave-after",
+        int,
+        0,
+        "rounds in a row a node of the run may be disconnected before it leaves the run for "
+        "good: its partition is released, the family goes on without it, and a node that "
+        "connects later for that partition joins as a new node; 0 = never (an absent node "
+        "stays in the run, its messages counted as failures)",
+        at_least(0),
+        field="leave_after",
+    ),
+    Key(
         "min-replies",
         int,
         0,
@@ -609,6 +620,7 @@ class RunSettings:
     test_fraction: float = _DEFAULT["test_fraction"]  # offline tasks: share held out
     min_nodes: int = _DEFAULT["min_nodes"]
     join_timeout: float = _DEFAULT["join_timeout"]  # seconds round 1 waits for late nodes
+    leave_after: int = _DEFAULT["leave_after"]  # rounds away before a node leaves (0: never)
     min_replies: int = _DEFAULT["min_replies"]  # quorum of a round's training (0: none)
     output_dir: str = _DEFAULT["output_dir"]
     run_name: str = _DEFAULT["run_name"]

@@ -85,7 +85,7 @@ def plan_run(settings: RunSettings, sites: SiteAgreement | None = None) -> RunPl
         settings = replace(settings, central_evaluation=False)  # no test rows at the server
     algorithm = family_of(settings.algorithm).algorithm(settings.algorithm)
     strategy = strategy_for(settings, None if sites is None else sites.task)
-    strategy.pin_partitions(settings.pinned_partitions, settings.join_timeout)
+    strategy.pin_partitions(settings.pinned_partitions, settings.join_timeout, settings.leave_after)
     if sites is not None:
         strategy.admit_sites(sites.question, sites.left_out, sites.vet)
     return RunPlan(settings, algorithm, strategy, sites)
@@ -224,7 +224,7 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
     ended = outcome(
         writer.rounds,
         settings.num_rounds,
-        num_nodes if strategy.roster is None else len(strategy.roster.node_ids),
+        num_nodes if strategy.roster is None else len(strategy.roster.active),
         cause,
         isinstance(stopped, RunDiverged),
         sites,

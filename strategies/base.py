@@ -12,7 +12,10 @@ after the ServerApp stops.
    ``Admission``: its pins and, with sites' own data, the agreed schema and the refused sites) and
    gives each admitted node a slot (``NodeBook``); the family then sets itself up on the roster
    (``on_roster``). Every later round takes SuperNodes that came back under a new node id into
-   their partition's slot (``Roster.refresh`` and ``rebind``), as nodes that lost their state.
+   their partition's slot (``Roster.refresh`` and ``rebind``), as nodes that lost their state,
+   releases the nodes gone for ``leave-after`` rounds (``on_leave``: the family goes on without
+   them) and admits new nodes for free partitions at new positions (``on_join``: the family
+   takes them in; their first message brings them up to date, as a returning node's does).
 2. **sample**: the round's participants, by the one seeded ``Sampler`` (or every node).
 3. **messages**: the family's ``train_messages(round, nodes)``.
 
@@ -95,12 +98,21 @@ class FederatedStrategy(Strategy):
     _asked_to_evaluate: frozenset[int] = frozenset()  # nodes asked, with their train message,
     # for the last round's evaluation (``evaluate-first``)
 
-    def pin_partitions(self, pinned: dict[int, int], join_timeout: float = 0.0) -> None:
+    def pin_partitions(
+        self, pinned: dict[int, int], join_timeout: float = 0.0, leave_after: int = 0
+    ) -> None:
         """Only node ``n`` may serve partition ``pinned[n]``; with a map, a node that claims
         another partition, or is not in it, is refused (``node-partitions``, for SuperNodes with
         authentication, whose node ids are fixed at registration). Round 1 waits up to
-        ``join_timeout`` seconds for late nodes (``join-timeout``, ``strategies.roster``)."""
-        self.admission = replace(self.admission, pinned=dict(pinned), join_timeout=join_timeout)
+        ``join_timeout`` seconds for late nodes (``join-timeout``); a node not connected for
+        ``leave_after`` rounds in a row leaves the run (``leave-after``, 0: never;
+        ``strategies.roster``)."""
+        self.admission = replace(
+            self.admission,
+            pinned=dict(pinned),
+            join_timeout=join_timeout,
+            leave_after=leave_after,
+        )
 
     def admit_sites(
         self, question: Callable[[], RecordDict], left_out: Mapping[int, str], vet: Vet
@@ -131,20 +143,37 @@ class FederatedStrategy(Strategy):
         return messages
 
     def admit(self, grid: Grid, server_round: int) -> None:
-        """Round 1: the roster and the book, then ``on_roster``; later rounds: returning nodes."""
+        """Round 1: the roster and the book, then ``on_roster``; later rounds: the nodes that
+        left for good, returning nodes, then the nodes that joined (``Roster.refresh``)."""
         if self.roster is None:
             self.roster, failures = Roster.query(grid, self.label, server_round, self.admission)
             self.book = NodeBook(self.roster.node_ids, self.label, self.slot)
             self._failures += failures
             self.on_roster(grid, server_round)
             return
-        rebinds, rejected = self.roster.refresh(grid, self.label, server_round, self.admission)
+        changes, rejected = self.roster.refresh(grid, self.label, server_round, self.admission)
         self._failures += rejected
-        for old, new in rebinds:
+        for node in changes.left:
+            position = self.book.position(node)
+            self.book.release(node)
+            self.on_leave(node, position)
+        for old, new in changes.rebinds:
             self.rebind(old, new)
+        for node in changes.joined:
+            self.book.append(node)
+            self.on_join(node, grid, server_round)
 
     def on_roster(self, grid: Grid, server_round: int) -> None:
         """The family's set-up once the roster is known (round 1, before its messages)."""
+
+    def on_join(self, node: int, grid: Grid, server_round: int) -> None:
+        """The family takes in ``node``, which joined at the last position of the book (its
+        slot new, to be brought up to date by its first message); nothing by default (the
+        family keeps nothing per node beyond the slot)."""
+
+    def on_leave(self, node: int, position: int) -> None:
+        """The family goes on without ``node`` (at ``position``), which left for good; its slot
+        stays there under a tombstone id. Nothing by default."""
 
     @abstractmethod
     def train_messages(
@@ -407,7 +436,7 @@ class FederatedStrategy(Strategy):
         partition id in roster order, for the run's config.json."""
         if self.roster is None:
             return []
-        facts = [self.roster.facts[node] for node in self.roster.node_ids]
+        facts = [self.roster.facts[node] for node in self.roster.active]
         return [{PARTITION_ID: f[PARTITION_ID], **devices(f)} for f in facts]
 
     # -- checkpoint -------------------------------------------------------------------------------
@@ -449,7 +478,7 @@ class FederatedStrategy(Strategy):
     def state_context(self) -> dict[str, Any]:
         """What decoding the family's state needs besides its records (``state_codec``): the
         roster's number of positions; families add theirs (a ParamLayout, limits, ...)."""
-        return {POSITIONS: len(self.book.node_ids)}
+        return {POSITIONS: self.book.positions}
 
     def family_state(self) -> Any:
         """The family's ``State`` (called once the roster is known); None: nothing to save."""

@@ -24,12 +24,12 @@ from flwr.app import ArrayRecord, ConfigRecord, Message
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
+from functions.errors import DecodeError
 from functions.params import Params, params_to_record, record_to_params
 from functions.protocol import DR_XHAT, EVALUATE_FIRST, XBAR
 from oracles.douglas_rachford import FedDRServer, project_params
 from run_config.common import RunSettings
 from run_config.feddr import FedDRSettings, feddr_settings
-from strategies.held_sum import HeldSum
 from strategies.held_vectors import HeldVectorStrategy
 from strategies.sampling import Sampler
 from strategies.screening import exact_records
@@ -108,9 +108,24 @@ class FedDRStrategy(HeldVectorStrategy):
     def on_roster(self, grid: Grid, server_round: int) -> None:
         """Every x_hat_i starts at x^0 (``feddr_client_init``)."""
         if self.secure_training is not None:
-            self.held = HeldSum(self.x0, len(self.book.node_ids))
+            self.held = self.hold(self.x0)
         else:
-            self.server = FedDRServer(self.x0, range(len(self.book.node_ids)))
+            self.server = FedDRServer(self.x0, range(self.book.positions))
+
+    def on_join(self, node: int, grid: Grid, server_round: int) -> None:
+        """The new node's x_hat_i starts at x-bar (its first message syncs it there), so x-bar
+        stays until it steps; with secure aggregation every node restarts at x-bar."""
+        if self.server is not None:
+            self.server.add(self.book.position(node), self.xbar)
+        super().on_join(node, grid, server_round)
+
+    def on_leave(self, node: int, position: int) -> None:
+        """x-bar is the projected mean over the other nodes' x_hat_i from now on."""
+        if self.server is not None:
+            self.server.remove(position)
+            domain = self.dr.domain
+            self.xbar = self.server.aggregate({}, domain.constraint, domain.scope)
+        super().on_leave(node, position)
 
     # -- training ----------------------------------------------------------------
     def train_messages(
@@ -195,8 +210,13 @@ class FedDRStrategy(HeldVectorStrategy):
     def load_family_state(self, state: FedDRState | FedDRSecureState) -> None:
         self.xbar = state.xbar
         if isinstance(state, FedDRSecureState):
-            self.held = HeldSum(state.xbar, len(self.book.node_ids))
+            self.held = self.hold(state.xbar)
         else:
+            if sorted(state.x_hats) != self.book.active_positions:
+                raise DecodeError(
+                    f"x_hats at positions {sorted(state.x_hats)}, the run's nodes are at "
+                    f"{self.book.active_positions}"
+                )
             self.server = FedDRServer.restore(state.x_hats)
 
 

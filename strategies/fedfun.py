@@ -201,6 +201,19 @@ class FedFunStrategy(FederatedStrategy):
             self.keys.forget(old)
             self._rekeyed.add(self.vertex(new))
 
+    def on_join(self, node: int, grid: Grid, server_round: int) -> None:
+        """The new node's vertex has no model: its first message carries the domain and its
+        neighbours' models, and it fits its own first (as in round 0) before it trains."""
+        if self.keys is not None:
+            self._rekeyed.add(self.vertex(node))
+
+    def on_leave(self, node: int, position: int) -> None:
+        """Its vertex's model is no longer relayed; its neighbours go on without it."""
+        vertex = int(self.roster.facts[self.roster.node_ids[position]][PARTITION_ID])
+        self.relay.drop(vertex)
+        if self.keys is not None:
+            self.keys.forget(node)
+
     # -- sealing keys ---------------------------------------------------------------------------
     def _set_up_keys(self, grid: Grid, server_round: int) -> None:
         """With relay encryption: the sealing keys of the nodes that have none (the secure

@@ -16,6 +16,12 @@ accepted advances x-bar by Algorithm 1's recursion x-bar <- (1 - eta_t) x-bar + 
 node, which then holds x-bar alone (O(model)) instead of the mirror. Any other round sets x-bar to
 the mirror's mean of the x_i; such a node is then re-synced with x-bar in float64.
 
+A node that joins starts at x_i = x-bar (the mirror's mean stays), one that leaves takes its
+x_i out of the mirror: x-bar is the mean over the other nodes, and N (what a node's step is
+scaled by) is the run's nodes from then on. After either the downlink is dense and x-bar the
+mirror's mean for the rest of the run (the nodes' replicas and the recursion count a fixed
+roster).
+
 With ``secure-aggregation`` the server keeps no x_i: each node sends the change of its x_i in the
 round into a secure sum, and x-bar is the mean of the nodes' x_i from their running sum
 (``strategies.held_sum``); the downlink is dense (the compact one relays every node's points).
@@ -79,7 +85,6 @@ from oracles.lmo import Constraint, lmo_per_tensor, make_constraint, smallest_se
 from run_config.common import NodeDP, RunSettings
 from run_config.fedfw import ConstraintSet, FedFWSettings, fedfw_settings
 from strategies.evaluation import EvaluationSums, combine_evaluation_sums, decode_evaluation_sums
-from strategies.held_sum import HeldSum
 from strategies.held_vectors import HeldVectorStrategy
 from strategies.node_book import NodeSlot
 from strategies.privacy_budget import PrivacyBudget, Releases
@@ -137,10 +142,12 @@ class UpdateHistory:
 
 @dataclass
 class Downlink:
-    """Whether the downlink is compact, and the last round whose points entered the mirror."""
+    """Whether the downlink is compact, the last round whose points entered the mirror, and
+    whether x-bar follows Algorithm 1's recursion (until the roster changes)."""
 
     compact: bool
     version: int
+    recursive: bool
 
 
 @dataclass
@@ -245,10 +252,10 @@ class FedFWStrategy(HeldVectorStrategy):
         """Each node's D_i from its query.node answer; every x_i starts at x^1."""
         self._fix_node_sets()
         if self.secure_training is not None:
-            self.held = HeldSum(self.x0, len(self.book.node_ids))
+            self.held = self.hold(self.x0)
             self.xbar, self.compact = self.held.mean, False
             return
-        self.mirror = ConsensusMirror(self.x0, range(len(self.book.node_ids)))
+        self.mirror = ConsensusMirror(self.x0, range(self.book.positions))
         self.xbar = self.mirror.x_bar
         if self.fw.downlink == "auto":
             # a node gets each round's points once, but x-bar in every message it gets: an
@@ -286,8 +293,9 @@ class FedFWStrategy(HeldVectorStrategy):
             tuple(float(c.radius) for c in self.node_sets),
         )
         self.local_steps = [self._declared_steps(n) for n in self.roster.node_ids]
-        self.gap_domain = smallest_set(self.node_sets, list(self.layout.shapes), self.fw.scope)
-        sets = sorted({f"{c.kind}({c.radius:g})" for c in self.node_sets})
+        active = [self.node_sets[p] for p in self.book.active_positions]
+        self.gap_domain = smallest_set(active, list(self.layout.shapes), self.fw.scope)
+        sets = sorted({f"{c.kind}({c.radius:g})" for c in active})
         if self.gap_domain is None:
             log(
                 WARNING,
@@ -303,6 +311,31 @@ class FedFWStrategy(HeldVectorStrategy):
                 self.gap_domain.kind,
                 self.gap_domain.radius,
             )
+
+    def on_join(self, node: int, grid: Grid, server_round: int) -> None:
+        """The new node's D_i and K from its answer; its x_i starts at x-bar."""
+        self._fix_node_sets()
+        if self.mirror is not None:
+            self.mirror.add(self.book.position(node), self.xbar)
+            self._roster_changed()
+        super().on_join(node, grid, server_round)
+
+    def on_leave(self, node: int, position: int) -> None:
+        """x-bar is the mean of the other nodes' x_i from now on."""
+        self._fix_node_sets()
+        if self.mirror is not None:
+            self.mirror.remove(position)
+            self.xbar = self.mirror.x_bar
+            self._roster_changed()
+        super().on_leave(node, position)
+
+    def _roster_changed(self) -> None:
+        """The dense downlink and x-bar as the mirror's mean from now on (module docstring);
+        every node gets x-bar in its next message and keeps its x_i."""
+        if self.compact or self.recursive:
+            log(INFO, "FedFW: the roster changed; the downlink is dense from now on")
+        self.compact = self.recursive = False
+        self.history, self._round_updates, self._mean_resync = [], {}, None
 
     def _declared_steps(self, node: int) -> int:
         """The local pass's K a node declared (0, so its points are refused, when unusable)."""
@@ -428,7 +461,7 @@ class FedFWStrategy(HeldVectorStrategy):
             config, arrays = pack_updates(
                 since,
                 [u for u in self.history if u.round > since],
-                len(self.book.node_ids),
+                self.book.positions,
                 through,
             )
             self._round_updates[since, through] = {
@@ -617,8 +650,8 @@ class FedFWStrategy(HeldVectorStrategy):
             points,
             total,
             self.xbar,
-            Downlink(self.compact, self.version),
-            UpdateHistory(len(self.book.node_ids), tuple(self.history)),
+            Downlink(self.compact, self.version, self.recursive),
+            UpdateHistory(self.book.positions, tuple(self.history)),
         )
         if self.budget is None:
             return FedFWState(*state)
@@ -631,15 +664,21 @@ class FedFWStrategy(HeldVectorStrategy):
                 self.budget.load(state.releases)
             self._fix_node_sets()
             self.xbar = state.xbar
-            self.held = HeldSum(state.xbar, len(self.book.node_ids))
+            self.held = self.hold(state.xbar)
             self.compact = False
             return
         if isinstance(state, FedFWPrivateState):
             self.budget.load(Releases(state.multipliers, state.sizes))
+        if sorted(state.mirror) != self.book.active_positions:
+            raise DecodeError(
+                f"x_i at positions {sorted(state.mirror)}, the run's nodes are at "
+                f"{self.book.active_positions}"
+            )
         self.mirror = ConsensusMirror.restore(state.mirror, state.mirror_sum)
         self.xbar = state.xbar
         self._fix_node_sets()
         self.compact, self.version = state.downlink.compact, state.downlink.version
+        self.recursive = state.downlink.recursive and self.recursive
         self.history = list(state.history.rounds)
         self._round_updates, self._mean_resync = {}, None
 

@@ -171,6 +171,18 @@ class FedXgbHist(XgbStrategy):
             self.secure.forget(old)
             self.secure.forget(new)
 
+    def on_join(self, node: int, grid: Grid, server_round: int) -> None:
+        """Its rows are not known yet (its first round asks them, as of a node the agreement
+        missed); its first message brings the whole booster, so it takes part from this
+        round's trees on."""
+        self.rows = np.append(self.rows, np.int64(-1))
+
+    def on_leave(self, node: int, position: int) -> None:
+        """The next trees are grown from the other nodes' histograms."""
+        self.trees_held.pop(position, None)
+        if self.secure is not None:
+            self.secure.forget(node)
+
     def _construct_messages(
         self, record: RecordDict, node_ids: list[int], message_type: str
     ) -> list[Message]:
@@ -180,7 +192,7 @@ class FedXgbHist(XgbStrategy):
 
     # -- the edges, once ------------------------------------------------------------------------
     def on_roster(self, grid: Grid, server_round: int) -> None:
-        self.rows = np.full(len(self.book.node_ids), -1, np.int64)
+        self.rows = np.full(self.book.positions, -1, np.int64)
         if self.layout is None:
             self.layout = self._agree_edges(grid, server_round)
         self._check_histogram_size()

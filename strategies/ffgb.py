@@ -72,7 +72,8 @@ TEST_POINTS, OUTPUTS = "test-points", "outputs"  # state-decoding context: the t
 class FFGBState:
     """What an FFGB run continues from: the ensemble (its learners in segments), the learner
     counts behind ``models_exchanged``, the distillation's student and FedAvg rounds, the
-    central test-set values, and the one-shot pool's roster positions."""
+    central test-set values, and the one-shot pool's roster positions and those of the nodes
+    that joined since and have not fitted their learners yet."""
 
     ensemble: StoredEnsemble
     learners_up: int
@@ -81,6 +82,7 @@ class FFGBState:
     student: StoredStudent | None
     test_values: np.ndarray | None = field(metadata=checks(shape=(TEST_POINTS, OUTPUTS)))
     pool: tuple[int, ...] | None
+    joined: tuple[int, ...] | None
 
 
 class RoundBoosting:
@@ -107,11 +109,21 @@ class RoundBoosting:
     def evaluation_nodes(self, server_round: int, book: NodeBook) -> list[int]:
         return list(book.node_ids)
 
-    def state(self) -> None:
-        """Nothing besides the ensemble."""
+    def join(self, position: int) -> None:
+        """A node joined at ``position``: the next rounds' sampling takes it in."""
 
-    def load_state(self, pool: tuple[int, ...] | None, sync: EnsembleSync, positions: int) -> None:
-        if pool is not None:
+    def state(self) -> tuple[None, None]:
+        """Nothing besides the ensemble."""
+        return None, None
+
+    def load_state(
+        self,
+        pool: tuple[int, ...] | None,
+        joined: tuple[int, ...] | None,
+        sync: EnsembleSync,
+        positions: int,
+    ) -> None:
+        if pool is not None or joined is not None:
             raise DecodeError("pool: a one-shot state, loaded by a multi-round run")
 
 
@@ -270,6 +282,15 @@ class FFGBStrategy(FederatedStrategy):
         if self.group is not None:
             self.group.forget(old)
 
+    def on_join(self, node: int, grid: Grid, server_round: int) -> None:
+        """Its first message brings the whole ensemble (a new slot holds nothing)."""
+        self.boosting.join(self.book.position(node))
+
+    def on_leave(self, node: int, position: int) -> None:
+        """Its learners stay in f; with relay encryption its sealing key is dropped (it still
+        knows the group key: the key is not rotated)."""
+        self.on_rebind(node, node)
+
     def aggregate(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, dict[str, float]]:
@@ -396,7 +417,7 @@ class FFGBStrategy(FederatedStrategy):
             if student is None
             else StoredStudent(student, self.x_test.shape[1], self.task.num_outputs),
             None if self.test_cache is None else self.test_cache.values,
-            self.boosting.state(),
+            *self.boosting.state(),
         )
 
     def load_family_state(self, state: FFGBState) -> None:
@@ -413,7 +434,7 @@ class FFGBStrategy(FederatedStrategy):
             self.test_cache = PredictionCache(
                 self.x_test, self.ensemble.version, state.test_values, self.central_device
             )
-        self.boosting.load_state(state.pool, self.sync, len(self.book.node_ids))
+        self.boosting.load_state(state.pool, state.joined, self.sync, self.book.positions)
 
     def segment_names(self) -> list[str]:
         return self.sync.segment_names() if self.book is not None else []

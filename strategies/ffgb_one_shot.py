@@ -46,15 +46,21 @@ class OneShotBoosting:
         self.pool: dict[int, tuple] = {}  # roster position -> its K learners, in that order
         self.pool_test: np.ndarray | None = None  # (N K, n_test, outputs): each learner's values
         self.sampled: list[int] = []  # the positions of the current round's average
+        self.joined: set[int] = set()  # positions of nodes that joined, yet to fit learners
 
     def recipients(self, server_round: int, nodes: list[int], book: NodeBook) -> list[int]:
-        """Round 1: every node fits its learners; later rounds ask nobody. ``nodes`` are drawn
-        by the same sampler as the multi-round run's, and only enter the averages."""
+        """Round 1: every node fits its learners; later rounds ask only the nodes that joined
+        and have not fitted theirs yet. ``nodes`` are drawn by the same sampler as the
+        multi-round run's, and only enter the averages."""
         self.sampled = [book.position(node) for node in nodes]
-        if server_round > 1:
-            return []
-        log(INFO, "%s: every node fits its %d learners once", self.label, self.ffgb.local_steps)
-        return list(book.node_ids)
+        if server_round == 1:
+            log(INFO, "%s: every node fits its %d learners once", self.label, self.ffgb.local_steps)
+            return list(book.node_ids)
+        return [node for node in book.node_ids if book.position(node) in self.joined]
+
+    def join(self, position: int) -> None:
+        """A node joined at ``position``: it fits its learners in the next round."""
+        self.joined.add(position)
 
     def combine(
         self,
@@ -66,15 +72,15 @@ class OneShotBoosting:
     ) -> tuple[int, int]:
         """Round 1 fills the pool; every round then takes one step on its weights. Returns
         (participants, learners received)."""
-        received = 0
-        if server_round == 1:
-            self.pool = {
-                book.position(node): checked.delta.learners for node, checked in good.items()
-            }
-            received = sum(len(learners) for learners in self.pool.values())
-            self._cache_pool_predictions(len(book.node_ids))
+        new = {book.position(node): checked.delta.learners for node, checked in good.items()}
+        self.joined -= set(new)
+        received = sum(len(learners) for learners in new.values())
+        old = dict(zip(self._order(), sync.ensemble.weights))  # f's learners, as last built
+        if new:
+            self.pool = dict(sorted({**self.pool, **new}.items()))  # by position, as f's
+            self._cache_pool_predictions()
         members = [position for position in self.sampled if position in self.pool]
-        self._step(server_round - 1, members, len(book.node_ids), sync, test_cache)
+        self._step(server_round - 1, members, old, sync, test_cache)
         return len(members), received
 
     def evaluation_nodes(self, server_round: int, book: NodeBook) -> list[int]:
@@ -84,8 +90,8 @@ class OneShotBoosting:
         book.lost(book.node_ids)
         return list(book.node_ids)
 
-    def _cache_pool_predictions(self, positions: int) -> None:
-        learners = [h for position in range(positions) for h in self.pool.get(position, ())]
+    def _cache_pool_predictions(self) -> None:
+        learners = [h for pooled in self.pool.values() for h in pooled]  # f's order
         self.pool_test = (
             np.stack([weighted_sum([h], [1.0], self.x_test, self.n_outputs) for h in learners])
             if learners
@@ -96,18 +102,14 @@ class OneShotBoosting:
         self,
         t: int,
         members: list[int],
-        positions: int,
+        old: dict[tuple[int, int], float],
         sync: EnsembleSync,
         test_cache: PredictionCache | None,
     ) -> None:
-        """f^{t+1} = s_t f^t + the members' learners with weights w_{k,t} / |members|."""
+        """f^{t+1} = s_t f^t + the members' learners with weights w_{k,t} / |members|; ``old``:
+        f^t's weights by (position, k)."""
         scale, weights = round_coefficients(self.ffgb.steps.etas(t), 0.0, AVERAGE)
-        order = [
-            (position, k)
-            for position in range(positions)
-            for k in range(len(self.pool.get(position, ())))
-        ]
-        old = dict(zip(order, sync.ensemble.weights))
+        order = self._order()
         coefficients = [
             scale * old.get((position, k), 0.0)
             + (weights[k] / len(members) if position in members else 0.0)
@@ -119,17 +121,31 @@ class OneShotBoosting:
             values = np.einsum("l,lno->no", np.array(coefficients), self.pool_test)
             test_cache.values, test_cache.version = values, sync.ensemble.version
 
-    def state(self) -> tuple[int, ...]:
-        """The roster positions whose learners form the pool, in order."""
-        return tuple(self.pool)
+    def _order(self) -> list[tuple[int, int]]:
+        """(position, k) of every learner of the pool, in f's order (by position)."""
+        return [
+            (position, k) for position, learners in self.pool.items() for k in range(len(learners))
+        ]
 
-    def load_state(self, pool: tuple[int, ...] | None, sync: EnsembleSync, positions: int) -> None:
+    def state(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The roster positions whose learners form the pool, in order, and those of the nodes
+        that joined and have not fitted theirs."""
+        return tuple(self.pool), tuple(sorted(self.joined))
+
+    def load_state(
+        self,
+        pool: tuple[int, ...] | None,
+        joined: tuple[int, ...] | None,
+        sync: EnsembleSync,
+        positions: int,
+    ) -> None:
         """The pool back from the checkpoint's ensemble (K learners per position, in order)."""
         k = self.ffgb.local_steps
         if (
             pool is None
+            or joined is None
             or len(set(pool)) != len(pool)
-            or any(not 0 <= p < positions for p in pool)
+            or any(not 0 <= p < positions for p in (*pool, *joined))
             or len(sync.ensemble.learners) != len(pool) * k
         ):
             raise DecodeError(
@@ -137,5 +153,6 @@ class OneShotBoosting:
             )
         learners = iter(sync.ensemble.learners)
         self.pool = {position: tuple(next(learners) for _ in range(k)) for position in pool}
+        self.joined = set(joined)
         if self.pool:
-            self._cache_pool_predictions(positions)
+            self._cache_pool_predictions()

@@ -26,18 +26,19 @@ from functions.secure_sum import SumField
 
 
 class HeldSum:
-    """The sum over ``count`` roster positions of the vector each node holds, the restart
-    point, and the positions whose node has not stepped from it yet."""
+    """The sum over the nodes at roster ``positions`` of the vector each node holds, the
+    restart point, and the positions whose node has not stepped from it yet."""
 
-    def __init__(self, start: Params, count: int) -> None:
-        self.count = count
+    def __init__(self, start: Params, positions: Iterable[int]) -> None:
+        self.positions = frozenset(positions)
+        self.count = len(self.positions)
         self.restart(start)
 
     def restart(self, point: Params) -> None:
         """Every node starts again from ``point``: the sum is ``count`` times it."""
         self.point = [np.array(a, dtype=np.float64) for a in point]
         self.total = [a * self.count for a in self.point]
-        self.pending = set(range(self.count))
+        self.pending = set(self.positions)
 
     @property
     def mean(self) -> Params:

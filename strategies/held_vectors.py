@@ -2,7 +2,8 @@
 FedDR's x_hat_i) whose mean over all nodes the server needs. Without secure aggregation the
 family keeps every node's vector itself; with it, their running sum (``strategies.held_sum``),
 advanced by a secure sum of the round's changes, and a restart at consensus when a node lost
-its vector.
+its vector, joined or left (the server cannot take one node's vector out of the sum, nor knows
+it to put in a new node's).
 """
 
 from __future__ import annotations
@@ -62,19 +63,33 @@ class HeldVectorStrategy(TorchModelStrategy):
         self.book.accept(server_round, contributors)
         return len(contributors)
 
+    def hold(self, point: Params) -> HeldSum:
+        """With secure aggregation: the running sum of the run's nodes, all at ``point``."""
+        return HeldSum(point, self.book.active_positions)
+
     def on_rebind(self, old: int, new: int) -> None:
         """With secure aggregation a node that lost its vector cannot get it back (the server
         never held it): every node restarts at x-bar, and the node is set up again for the
         secure sums."""
-        if self.held is None:
-            return
-        self.held.restart(self.xbar)
+        if self.held is not None:
+            self.secure_training.forget(old)
+            self._restart_held(f"node {old} lost its {self.held_name}")
+
+    def _restart_held(self, why: str) -> None:
+        """With secure aggregation, every node of the run restarts at x-bar (``why``)."""
+        self.held = self.hold(self.xbar)
         self.book.lost(self.book.node_ids)
-        self.secure_training.forget(old)
-        log(
-            WARNING,
-            "%s: node %s lost its %s; every node restarts at x-bar",
-            self.label,
-            old,
-            self.held_name,
-        )
+        log(WARNING, "%s: %s; every node restarts at x-bar", self.label, why)
+
+    def on_join(self, node: int, grid: Grid, server_round: int) -> None:
+        """With secure aggregation every node restarts at x-bar, the new one with them (the
+        family keeps each node's vector itself otherwise, and adds the new one's there)."""
+        if self.held is not None:
+            self._restart_held(f"node {node} joined")
+
+    def on_leave(self, node: int, position: int) -> None:
+        """With secure aggregation every node restarts at x-bar (the sum cannot lose one
+        node's vector); the family drops the node's vector itself otherwise."""
+        if self.held is not None:
+            self.secure_training.forget(node)
+            self._restart_held(f"node {node} left")

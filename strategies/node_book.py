@@ -7,7 +7,9 @@ subclassing ``NodeSlot`` (what ensemble version a node holds, its D_i, ...). A r
 takes its partition's slot under its new id in one operation (``rebind``), where the slot's
 ``lose`` resets what a node that holds nothing cannot have. Everything a family keeps per
 partition outside the slots (a mirror, x_hat_i) is keyed by roster position, which a rebind
-does not change.
+does not change. A node that joins gets a new slot at the end (``append``); one that leaves for
+good keeps its slot, under its position's tombstone id (``release``), so positions never move:
+``node_ids`` are the run's nodes, ``positions`` how many places the order has.
 
 The book also builds messages that carry the slot's acceptance state and, when the node needs
 it, its restart records, and screens replies: an error reply marks the node for re-sync, a reply
@@ -27,6 +29,7 @@ from functions.acceptance import acceptance_config
 from functions.errors import DecodeError
 from functions.params import ParamLayout, Params, params_to_record
 from functions.protocol import CONFIG, EVALUATE, SERVER_ROUND, SYNC_FROM_XBAR, SYNC_NONE, TRAIN
+from strategies.roster import is_tombstone, tombstone
 from strategies.screening import Screened, screen_replies
 from strategies.state_codec import decode_rows, encode_rows
 
@@ -64,7 +67,18 @@ class NodeBook(Generic[S]):
 
     @property
     def node_ids(self) -> list[int]:
-        return list(self.slots)
+        """The run's nodes, in order (released positions left out)."""
+        return [n for n in self.slots if not is_tombstone(n)]
+
+    @property
+    def active_positions(self) -> list[int]:
+        """The positions of the run's nodes."""
+        return [self._position[n] for n in self.node_ids]
+
+    @property
+    def positions(self) -> int:
+        """How many places the order has: the run's nodes and the released ones."""
+        return len(self.slots)
 
     def __getitem__(self, node: int) -> S:
         return self.slots[node]
@@ -143,11 +157,22 @@ class NodeBook(Generic[S]):
         self._position = {n: i for i, n in enumerate(self.slots)}
         self.slots[new].lose()
 
+    def append(self, node: int) -> None:
+        """A node that joined: a new slot at the end of the order; it holds nothing yet."""
+        self.slots[node] = self.new_slot()
+        self._position[node] = len(self.slots) - 1
+
+    def release(self, node: int) -> None:
+        """A node that left for good: its slot stays in place under its position's tombstone."""
+        self.rebind(node, tombstone(self._position[node]))
+
     def evaluate_messages(
         self, server_round: int, content: Mapping[str, object], **config: float | str | bool
     ) -> list[Message]:
         """The same ``content`` to every node for federated evaluation."""
-        return [self.evaluate_message(node, server_round, content, **config) for node in self.slots]
+        return [
+            self.evaluate_message(node, server_round, content, **config) for node in self.node_ids
+        ]
 
     @staticmethod
     def evaluate_message(

@@ -152,6 +152,14 @@ class RelayBook:
         for j in sent:
             self.delivered[vertex][j] = self.latest[j].version
 
+    def drop(self, vertex: int) -> None:
+        """``vertex``'s node left the run: its model is no longer relayed (its neighbours go on
+        with the rest of their neighbourhood, as with a vertex that never had a node)."""
+        self.latest.pop(vertex, None)
+        self.delivered[vertex] = {}
+        for held in self.delivered.values():
+            held.pop(vertex, None)
+
     def forget_deliveries(self, vertex: int) -> None:
         """``vertex`` may hold nothing (no answer, an error): everything goes again next time."""
         self.delivered[vertex] = {}

@@ -15,10 +15,10 @@ Round 1 admits late nodes: while some partition of the federation has no node, e
 connected after the first question is asked too, and while fewer nodes are connected than the
 federation has partitions, the server waits up to ``join-timeout`` seconds for more (a site
 started after ``min-nodes`` were there, a SuperNode restarted during round 1). Then the roster
-is fixed: a node that comes later for a vacant partition stays out (each family sets itself up
-on the round-1 roster: FedFW's sizes, the histogram sketches, FedFun's graph).
-With sites' own data a node the schema agreement did not see is first vetted as the agreement
-would have (``Admission.vet``: its file's facts against the agreed schema and the other sites).
+is fixed for round 1; each family sets itself up on it (FedFW's sizes, the histogram sketches,
+FedFun's graph). With sites' own data a node the schema agreement did not see is first vetted as
+the agreement would have (``Admission.vet``: its file's facts against the agreed schema and the
+other sites).
 
 A restarted SuperNode gets a new node id. At the start of every later round ``refresh`` compares
 Flower's connected node ids with the roster (no message when nothing changed): a new id is asked
@@ -26,6 +26,15 @@ Flower's connected node ids with the roster (no message when nothing changed): a
 connected, and who declares the same facts, takes that node's place (same position in the order,
 so sampling and aggregation stay as they were). The strategy then moves its per-node books to
 the new id (``FederatedStrategy.rebind``), where the node counts as one that lost its state.
+
+Sites come and go. A claimant for a partition no node of the run serves (never served, or
+released) *joins*: it gets a new position at the end of the order (every other position stays),
+and the strategy brings it up to date and lets it train from that round on
+(``FederatedStrategy.on_join``). With ``leave-after`` = k > 0, a node of the run that is not
+connected at the start of k rounds in a row *leaves for good*: its position stays as a
+tombstone (id ``tombstone(position)``, negative, so a node id is never in two places) and its
+partition is released; the family goes on without it (``FederatedStrategy.on_leave``). A node
+that comes back for a released partition, under any id, joins again as a new node.
 """
 
 from __future__ import annotations
@@ -64,18 +73,21 @@ class Admission:
     ``query.node``: with sites' own data, the agreed schema), ``vet`` (called with the nodes
     about to be asked: the refused ones with the reason, and how many of them count as
     failures; with sites' own data, the agreement's check of nodes it did not see) and
-    ``join_timeout`` (seconds round 1 waits for late nodes while partitions have none)."""
+    ``join_timeout`` (seconds round 1 waits for late nodes while partitions have none) and
+    ``leave_after`` (rounds in a row a node may be away before it leaves the run; 0: never)."""
 
     pinned: Mapping[int, int] = field(default_factory=dict)
     left_out: Mapping[int, str] = field(default_factory=dict)
     question: Callable[[], RecordDict] = RecordDict
     vet: Vet = none_refused
     join_timeout: float = 0.0
+    leave_after: int = 0
 
 
 CLAIMANTS = "claimants"  # checkpoint keys: the claimants' ids, and their facts under claimant/
 CLAIMANT_PREFIX = "claimant/"
 LEFT_OUT_NODES, LEFT_OUT_REASONS = "left-out-nodes", "left-out-reasons"
+ABSENT = ABSENT_NODES, ABSENT_ROUNDS = "absent-nodes", "absent-rounds"
 MAX_PARTITIONS = 1_000_000  # a bound on a declared num-partitions (runs reach 1,000 nodes)
 NO_ANSWER = f"no answer to {QUERY_NODE} within reply-timeout"
 
@@ -251,6 +263,26 @@ def refuse_unpinned(
     return refused
 
 
+def tombstone(position: int) -> int:
+    """The id a released position keeps in the order: negative (no node id is), one per
+    position."""
+    return -1 - position
+
+
+def is_tombstone(node: int) -> bool:
+    return node < 0
+
+
+@dataclass(frozen=True)
+class Changes:
+    """What a round's ``refresh`` changed: (old, new) node ids rebound (roster order), the
+    nodes that joined (each appended, in this order) and those released (their ids before)."""
+
+    rebinds: list[tuple[int, int]] = field(default_factory=list)
+    joined: list[int] = field(default_factory=list)
+    left: list[int] = field(default_factory=list)
+
+
 def rekeyed(mapping: Mapping[int, V], old: int, new: int) -> dict[int, V]:
     """``mapping`` with key ``old`` renamed ``new`` in the same position (the order of per-node
     books decides sums and sampling)."""
@@ -267,12 +299,23 @@ class Roster:
     facts: dict[int, Facts]
     claimants: dict[int, Facts | None] = field(default_factory=dict)
     left_out: dict[int, str] = field(default_factory=dict)
+    absent: dict[int, int] = field(default_factory=dict)  # node -> rounds in a row not connected
+
+    @property
+    def active(self) -> list[int]:
+        """The nodes of the run, in order (the released positions left out)."""
+        return [n for n in self.node_ids if not is_tombstone(n)]
+
+    def size(self) -> int:
+        """The federation's number of partitions, as its nodes (released ones too) declare."""
+        return federation(self.facts.values())[0]
 
     def vacant(self) -> list[int]:
         """The partitions of the federation that no node of the run serves: 0 .. the
         ``num-partitions`` most of its nodes declared (the smaller on a tie: one node cannot
         make a federation larger than the others say)."""
-        return federation(self.facts.values())[1]
+        served = {self.facts[n][PARTITION_ID] for n in self.active}
+        return [p for p in range(self.size()) if p not in served]
 
     @classmethod
     def query(
@@ -334,12 +377,18 @@ class Roster:
         return roster, rejected
 
     def refresh(
-        self, grid: Grid, label: str, server_round: int, admission: Admission = Admission()
-    ) -> tuple[list[tuple[int, int]], int]:
-        """Take returning SuperNodes in: the (old, new) node ids rebound, in roster order, and how
-        many ``query.node`` answers were unusable or refused (``admission``, as in ``query``).
-        Only node ids never seen before are asked."""
+        self,
+        grid: Grid,
+        label: str,
+        server_round: int,
+        admission: Admission = Admission(),
+    ) -> tuple[Changes, int]:
+        """Take returning SuperNodes in, new ones for free partitions, and release the nodes
+        absent ``admission.leave_after`` rounds in a row (0: never): what changed
+        (``Changes``), and how many ``query.node`` answers were unusable or refused
+        (``admission``, as in ``query``). Only node ids never seen before are asked."""
         connected = set(grid.get_node_ids())
+        left = self._release_absent(connected, admission.leave_after, label, server_round)
         self.claimants = {n: f for n, f in self.claimants.items() if n in connected}
         new = sorted(connected.difference(self.node_ids, self.claimants))
         rejected, unanswered = 0, {}
@@ -347,15 +396,20 @@ class Roster:
             answers, rejected, unanswered = _ask(grid, label, server_round, new, admission)
             self.claimants.update({n: answers.get(n) for n in new})
             self.left_out.update(unanswered)
-        owner = {f[PARTITION_ID]: n for n, f in self.facts.items()}
-        rebinds = []
+        owner = {self.facts[n][PARTITION_ID]: n for n in self.active}
+        size = self.size()
+        rebinds, joined = [], []
         usable = [n for n, f in self.claimants.items() if f is not None]
         for node in sorted(usable, key=lambda n: (self.claimants[n][PARTITION_ID], n)):
             claim = self.claimants[node]
             pid, old = claim[PARTITION_ID], owner.get(claim[PARTITION_ID])
             reason = None
             if old is None:
-                reason = f"no node of the run had partition {pid}"
+                reason = self._join(node, claim, size, label, server_round)
+                if reason is None:
+                    owner[pid] = node
+                    joined.append(node)
+                    continue
             elif old in connected:
                 reason = f"partition {pid} is served by node {old}"
             elif place(claim) != place(self.facts[old]):
@@ -376,6 +430,7 @@ class Roster:
             self.left_out.pop(node, None)
             self.node_ids[self.node_ids.index(old)] = node
             self.facts = rekeyed(self.facts, old, node)
+            self.absent.pop(old, None)
             owner[pid] = node
             rebinds.append((old, node))
             log(
@@ -389,7 +444,63 @@ class Roster:
                 pid,
             )
         position = {n: i for i, n in enumerate(self.node_ids)}
-        return sorted(rebinds, key=lambda pair: position[pair[1]]), rejected
+        rebinds.sort(key=lambda pair: position[pair[1]])
+        return Changes(rebinds, joined, left), rejected
+
+    def _release_absent(
+        self, connected: set[int], leave_after: int, label: str, server_round: int
+    ) -> list[int]:
+        """Count each node's rounds in a row not connected; release those at ``leave_after``
+        (0: none): their positions become tombstones, their partitions free. The run keeps at
+        least one node (its last, which a family's state needs). The released node ids, in
+        order."""
+        self.absent = {n: self.absent.get(n, 0) + 1 for n in self.active if n not in connected}
+        if leave_after <= 0:
+            return []
+        left = [n for n in self.active if self.absent.get(n, 0) >= leave_after]
+        left = left[: len(self.active) - 1]
+        for node in left:
+            position, pid = self.node_ids.index(node), self.facts[node][PARTITION_ID]
+            self.node_ids[position] = tombstone(position)
+            self.facts = rekeyed(self.facts, node, tombstone(position))
+            del self.absent[node]
+            log(
+                WARNING,
+                "%s round %d: node %s (partition %d) was not connected for %d rounds "
+                "(leave-after); it leaves the run for good and partition %d is free",
+                label,
+                server_round,
+                node,
+                pid,
+                leave_after,
+                pid,
+            )
+        return left
+
+    def _join(
+        self, node: int, claim: Facts, size: int, label: str, server_round: int
+    ) -> str | None:
+        """Admit ``node`` for a partition no node of the run serves, at a new last position;
+        why not when its claim does not fit the federation (its declared size)."""
+        if claim[NUM_PARTITIONS] != size:
+            return (
+                f"it declares {NUM_PARTITIONS}={claim[NUM_PARTITIONS]}, the federation's "
+                f"nodes {size}"
+            )
+        del self.claimants[node]
+        self.left_out.pop(node, None)
+        self.node_ids.append(node)
+        self.facts[node] = claim
+        log(
+            INFO,
+            "%s round %d: node %s joins the run for partition %d (no node of the run serves "
+            "it); it is brought up to date and trains from this round",
+            label,
+            server_round,
+            node,
+            claim[PARTITION_ID],
+        )
+        return None
 
     # -- checkpoint -----------------------------------------------------------------------------
     def to_record(self) -> ConfigRecord:
@@ -401,6 +512,8 @@ class Roster:
                 CLAIMANTS: [str(n) for n in self.claimants],
                 LEFT_OUT_NODES: [str(n) for n in self.left_out],
                 LEFT_OUT_REASONS: list(self.left_out.values()),
+                ABSENT_NODES: [str(n) for n in self.absent],
+                ABSENT_ROUNDS: list(self.absent.values()),
             }
         )
         for node, facts in self.facts.items():
@@ -418,9 +531,10 @@ class Roster:
         left_out = dict(
             zip(map(int, record.get(LEFT_OUT_NODES, [])), record.get(LEFT_OUT_REASONS, []))
         )
+        absent = dict(zip(map(int, record.get(ABSENT_NODES, [])), record.get(ABSENT_ROUNDS, [])))
         facts: dict[int, Facts] = {}
         for key, value in record.items():
-            if key in ("node-ids", CLAIMANTS, LEFT_OUT_NODES, LEFT_OUT_REASONS):
+            if key in ("node-ids", CLAIMANTS, LEFT_OUT_NODES, LEFT_OUT_REASONS, *ABSENT):
                 continue
             book = facts
             if key.startswith(CLAIMANT_PREFIX):
@@ -429,7 +543,7 @@ class Roster:
             if book.get(int(node)) is None:
                 book[int(node)] = {}
             book[int(node)][name] = value
-        return cls(node_ids, facts, claimants, left_out)
+        return cls(node_ids, facts, claimants, left_out, absent)
 
 
 def moved(nodes: Iterable[int], old: int, new: int) -> list[int]:

@@ -376,7 +376,8 @@ def _params(record: ArrayRecord, context: Mapping[str, Any], where: str) -> Para
 
 
 def _by_position(record: ArrayRecord, context: Mapping[str, Any], where: str) -> dict[int, Params]:
-    """One Params per roster position 0 .. ``POSITIONS`` - 1, keys ``<position>/<tensor>``."""
+    """One Params per roster position 0 .. ``POSITIONS`` - 1 that has any, keys
+    ``<position>/<tensor>`` (a released position has none: ``strategies.roster``)."""
     positions = [str(p) for p in range(context[POSITIONS])]
     groups: dict[str, ArrayRecord] = {p: ArrayRecord() for p in positions}
     for key, array in record.items():
@@ -387,7 +388,9 @@ def _by_position(record: ArrayRecord, context: Mapping[str, Any], where: str) ->
                 f"of {len(positions)} positions"
             )
         groups[position][name] = array
-    return {int(p): _params(group, context, f"{where}[{p}]") for p, group in groups.items()}
+    return {
+        int(p): _params(group, context, f"{where}[{p}]") for p, group in groups.items() if group
+    }
 
 
 def _wire(

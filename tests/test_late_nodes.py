@@ -1,7 +1,7 @@
 """Round 1 admits nodes that connect late (``join-timeout``, ``strategies.roster``): a site
-started after ``min-nodes`` were there trains from round 1 instead of being left out for the
-whole run; without it (or when it does not come in time) the run goes on and its health line
-names the missing partition. With sites' own data a node the schema agreement did not see is
+started after ``min-nodes`` were there trains from round 1; without the wait it joins from the
+next round, and when it does not come at all the run goes on and its health line names the
+missing partition. With sites' own data a node the schema agreement did not see is
 vetted first, as the agreement would have (``SiteAgreement.vet``): a file the agreed schema does
 not fit, or whose scales are implausible beside the agreed sites' (``data.strict``), never
 trains.
@@ -106,16 +106,15 @@ def test_a_node_that_connects_during_round_1_trains_from_round_1(
     assert asked == [f"FedAvg round 1: asking the late nodes [{grid.late}]"]
 
 
-def test_without_join_timeout_a_late_node_stays_out_and_the_health_line_says_so(tmp_path):
+def test_without_join_timeout_a_late_node_joins_from_the_next_round(tmp_path):
     # it connects once round 1's train messages are out (and a moment after the first question)
     grid, record, rows, _ = late_run(tmp_path, 0.0, after="train", **FAST, **{"join-timeout": 0.0})
     outcome = record["outcome"]
-    assert outcome["nodes"] == NODES - 1 and outcome["vacant"] == [LATE]
-    # it connected before round 2: asked then, and refused as a claim the run never had
-    assert outcome["left_out"] == {str(grid.late): f"no node of the run had partition {LATE}"}
-    assert f"no node for partition {LATE}" in outcome["line"]
-    assert train_messages(grid, grid.late) == []
-    assert rows[-1]["round"] == 2
+    # it connected before round 2: asked then, and admitted for the partition nobody served
+    assert outcome["nodes"] == NODES and outcome["vacant"] == [] and outcome["left_out"] == {}
+    assert [m.content["config"]["server-round"] for m in train_messages(grid, grid.late)] == [2]
+    assert [r["participants"] for r in rows[1:]] == [NODES - 1, NODES]
+    assert all(r["failures"] == 0 for r in rows)
 
 
 def test_the_wait_ends_at_join_timeout_when_nobody_comes(tmp_path):
@@ -169,9 +168,10 @@ def test_a_vetted_node_is_refused_before_it_is_asked():
     assert roster.left_out == {20: "its file does not fit the agreed schema"}
 
 
-def late_site(tmp_path, penguins, frame: pd.DataFrame | None, **keys):
+def late_site(tmp_path, penguins, frame: pd.DataFrame | None, after="query.node", **keys):
     """The penguins' sites 0 and 1 agree the schema; site 2 (Torgersen) connects when round 1
-    asks them (``frame``: its file instead of the bundled one)."""
+    asks them, or once the first message of type ``after`` is out (``frame``: its file instead
+    of the bundled one)."""
     configs = None
     if frame is not None:
         frame.to_csv(tmp_path / "late.csv", index=False)
@@ -181,8 +181,26 @@ def late_site(tmp_path, penguins, frame: pd.DataFrame | None, **keys):
         0.0,
         3,
         configs,
+        after,
         **{**PENGUINS, "dataset-path": f"{penguins}/{{partition-id}}.csv", **keys},
     )
+
+
+@pytest.mark.parametrize("fits", [True, False], ids=["same-file", "misfit"])
+def test_a_site_that_connects_after_round_1_is_vetted_and_joins(tmp_path, penguins, fits):
+    frame = None if fits else pd.read_csv(penguins / "2.csv").drop(columns="year")
+    keys = {"num-server-rounds": 2, "join-timeout": 0.0}
+    grid, record, rows, _ = late_site(tmp_path, penguins, frame, after="train", **keys)
+    late = [m.metadata for m in grid.down if m.metadata.dst_node_id == grid.late]
+    assert [m.group_id for m in late[:1]] == ["2"]  # seen at round 2's refresh
+    if not fits:
+        assert [m.message_type for m in late] == ["query.facts"]
+        assert record["outcome"]["vacant"] == [2] and rows[2]["failures"] == 1
+        return
+    assert [m.message_type for m in late[:3]] == ["query.facts", "query.node", "train"]
+    assert record["sites"]["partitions"] == [0, 1, 2] and record["sites"]["left-out"] == {}
+    assert record["outcome"]["nodes"] == 3 and record["outcome"]["vacant"] == []
+    assert "site2_test_accuracy" in rows[-1]
 
 
 def test_a_late_site_is_vetted_by_the_agreement_and_trains(tmp_path, penguins):

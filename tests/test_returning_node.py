@@ -39,7 +39,7 @@ from server_app.app import run
 from server_app.checkpoint import read_checkpoint
 from server_app.metered_grid import MeteredGrid
 from server_app.results import CLOCKS
-from strategies.roster import Roster
+from strategies.roster import Changes, Roster
 from tasks.federation import local_data
 from testing.inprocess_grid import (
     LocalGrid,
@@ -329,25 +329,26 @@ def test_the_roster_takes_returning_nodes_in_once_and_leaves_out_every_other_cla
         2: "num-partitions=1000001 is above 1,000,000"
     }
     grid.asked.clear()
-    assert roster.refresh(grid, "test", 2) == ([], 0) and grid.asked == []  # no change: no message
+    assert (
+        roster.refresh(grid, "test", 2) == (Changes(), 0) and grid.asked == []
+    )  # no change: no message
 
     grid.connected -= {20, 30}  # their SuperNodes restart: 40 and 50 take partitions 1 and 2
     grid.answers |= {
         50: facts(2),
-        60: facts(3),  # partition 3: no node of the run had it
+        60: facts(3),  # partition 3: no node of the run had it: 60 joins
         70: facts(0),  # partition 0: its node is still connected
         75: facts(2, constraint="l2"),  # other facts than partition 2's node
         80: None,  # an unusable answer: one failure
         90: facts(2),
     }  # partition 2 again: 50, the lowest id, took it first
     grid.connected |= {50, 60, 70, 75, 80, 90}
-    assert roster.refresh(grid, "test", 3) == ([(20, 40), (30, 50)], 1)
+    assert roster.refresh(grid, "test", 3) == (Changes([(20, 40), (30, 50)], [60]), 1)
     assert grid.asked == [50, 60, 70, 75, 80, 90]  # 40 was asked in round 1 already
-    assert roster.node_ids == [10, 40, 50] and list(roster.facts) == [10, 40, 50]
-    assert roster.facts[50] == facts(2) and sorted(roster.claimants) == [60, 70, 75, 80, 90]
+    assert roster.node_ids == [10, 40, 50, 60] and list(roster.facts) == [10, 40, 50, 60]
+    assert roster.facts[50] == facts(2) and sorted(roster.claimants) == [70, 75, 80, 90]
     # why each is out, for the health line; 40 took its place and is out no more
-    assert sorted(roster.left_out) == [60, 70, 75, 80, 90]
-    assert roster.left_out[60] == "no node of the run had partition 3"
+    assert sorted(roster.left_out) == [70, 75, 80, 90] and roster.vacant() == []
     assert roster.left_out[70] == "partition 0 is served by node 10"
     assert roster.left_out[75] == "partition 2 is served by node 50"  # 50 took it first
     assert "expected records" in roster.left_out[80]  # the decoder's sentence
@@ -357,8 +358,8 @@ def test_the_roster_takes_returning_nodes_in_once_and_leaves_out_every_other_cla
     assert restored == roster and list(restored.claimants) == list(roster.claimants)
     grid.asked.clear()
     grid.connected -= {90}  # a claimant that leaves is forgotten; nobody is asked again
-    assert restored.refresh(grid, "test", 4) == ([], 0) and grid.asked == []
-    assert sorted(restored.claimants) == [60, 70, 75, 80]
+    assert restored.refresh(grid, "test", 4) == (Changes(), 0) and grid.asked == []
+    assert sorted(restored.claimants) == [70, 75, 80]
 
 
 def test_the_superlinks_node_unavailable_reply_names_the_lost_node():

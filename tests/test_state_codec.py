@@ -335,9 +335,14 @@ def test_positions_must_be_the_rosters():
         "by_position",
         "'2/w'",
     )
-    refused(
-        arrays_with(records_of(), "by-position", **{"1/w": None, "1/b": None}), "by_position[1]"
-    )
+    refused(arrays_with(records_of(), "by-position", **{"1/b": None}), "by_position[1]")
+
+
+def test_a_position_without_arrays_is_a_released_one():
+    """A node that left for good keeps its place in the order but no vector (``Roster``)."""
+    records = arrays_with(records_of(), "by-position", **{"1/w": None, "1/b": None})
+    decoded = decode_state(State, records, CONTEXT)
+    assert list(decoded.by_position) == [0]
 
 
 def test_none_markers_must_be_bools_and_none_means_no_value():

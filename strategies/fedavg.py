@@ -1,7 +1,8 @@
 """FedAvg, FedProx and projected FedAvg: Flower's FedAvg, screened replies, a fixed node order.
 
-Flower's ``FedAvg`` builds the messages and averages the models (``aggregate_arrayrecords``); on
-top of it every reply is checked before Flower sees it (a bad one is a counted failure, never an
+Flower's ``FedAvg``, held as a part (``flower``, as Flower's DP wrappers hold the strategy they
+wrap), averages the models (its public ``aggregate_train``) and logs its settings; around it
+every reply is checked before Flower sees it (a bad one is a counted failure, never an
 exception), nodes are sampled with the run's seed in partition order (``strategies.sampling``) so
 the same seed picks the same partitions on every engine, and every round ends with a federated
 evaluation of the global model on all nodes (``train_loss`` = F(x), as for every algorithm),
@@ -56,6 +57,7 @@ from run_config.common import NodeDP, RunSettings
 from run_config.fedavg import PROJECTED
 from run_config.fedfw import ConstraintSet, constraint_set
 from strategies.evaluation import checked_count, checked_metrics, example_limit
+from strategies.node_book import messages_to
 from strategies.privacy_budget import PrivacyBudget, Releases
 from strategies.sampling import Sampler
 from strategies.screening import exact_records
@@ -76,11 +78,11 @@ class CheckedModel:
     weight: float
 
 
-class CheckedFedAvg(TorchModelStrategy, FedAvg):
+class CheckedFedAvg(TorchModelStrategy):
     """McMahan et al.'s FedAvg: sample-weighted average of locally trained models.
 
-    The base's round lifecycle comes first in the method order (admission, the seeded sampler,
-    failures); Flower's FedAvg gives the messages' shape, the averaging and the summary."""
+    The base's round lifecycle (admission, the seeded sampler, failures); Flower's FedAvg
+    (``flower``) gives the averaging and the summary."""
 
     label = "FedAvg"
 
@@ -96,8 +98,7 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
     ) -> None:
         """``secure_bound``: with secure aggregation, the largest |weight| a node may send
         (None: plain replies); ``dp``: client-level differential privacy (None: none)."""
-        FedAvg.__init__(
-            self,
+        self.flower = FedAvg(
             fraction_train=fraction_train,
             fraction_evaluate=1.0,
             min_train_nodes=1,
@@ -156,7 +157,7 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
         )
         record = RecordDict({ARRAYS: arrays, CONFIG: self._train_config(config, server_round)})
         self._noise_shares(record[CONFIG], len(nodes))
-        messages = self._construct_messages(record, nodes, MessageType.TRAIN)
+        messages = messages_to(record, nodes, MessageType.TRAIN)
         if self.secure_training is None:
             return messages
         self.secure_training.run(
@@ -231,7 +232,7 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
         self, good: list[CheckedModel], server_round: int
     ) -> tuple[ArrayRecord, MetricRecord]:
         """Flower's FedAvg aggregation over the checked replies, in node order."""
-        return FedAvg.aggregate_train(self, server_round, [c.reply for c in good])
+        return self.flower.aggregate_train(server_round, [c.reply for c in good])
 
     def _secure_aggregate(self, server_round: int) -> tuple[ArrayRecord | None, dict[str, float]]:
         """The sample-weighted mean model and training loss from the round's secure sum;
@@ -282,7 +283,10 @@ class CheckedFedAvg(TorchModelStrategy, FedAvg):
             return []
         config = ConfigRecord({**config, SERVER_ROUND: server_round})
         record = RecordDict({ARRAYS: arrays, CONFIG: config})
-        return self._construct_messages(record, self.book.node_ids, MessageType.EVALUATE)
+        return messages_to(record, self.book.node_ids, MessageType.EVALUATE)
+
+    def summary(self) -> None:
+        self.flower.summary()
 
 
 class CheckedFedProx(CheckedFedAvg):
@@ -333,7 +337,10 @@ class ProjectedFedAvg(CheckedFedAvg):
             self.domain.constraint,
             self.domain.scope,
         )
-        metrics = self.train_metrics_aggr_fn([c.reply.content for c in good], self.weighted_by_key)
+        flower = self.flower
+        metrics = flower.train_metrics_aggr_fn(
+            [c.reply.content for c in good], flower.weighted_by_key
+        )
         return params_to_record(self.layout, average), metrics
 
     def _server_step(self, mean: Params) -> Params:

@@ -1,12 +1,13 @@
 """Server half of ``fedxgb-bagging`` and ``fedxgb-cyclic``: Flower's ``FedXgbBagging`` and
 ``FedXgbCyclic`` with the global booster held as checked trees and every reply checked.
 
-From Flower: the messages (the booster's JSON bytes as one uint8 array at ``arrays["0"]``, and
-``server-round`` in ``config``, built by Flower's ``_construct_messages``), the settings summary
-and the two rules. Bagging: the sampled nodes each boost ``fedxgb.local-rounds`` iterations on
-the global booster and send only those; the server appends every node's trees. Cyclic: one
-node a round, in turn (partition order), boosts on the global booster and sends the whole
-model, which replaces it. Nodes keep nothing, so every message carries the whole booster.
+From Flower: the messages' shape (the booster's JSON bytes as one uint8 array at
+``arrays["0"]``, and ``server-round`` in ``config``), the settings summary (Flower's strategy,
+held as a part: ``flower``) and the two rules. Bagging: the sampled nodes each boost
+``fedxgb.local-rounds`` iterations on the global booster and send only those; the server
+appends every node's trees. Cyclic: one node a round, in turn (partition order), boosts on
+the global booster and sends the whole model, which replaces it. Nodes keep nothing, so every
+message carries the whole booster.
 
 Ours: the server never keeps or forwards a node's bytes. It holds the trees
 (``functions.boosters``) and sends their canonical JSON; a reply counts only if it is bounded
@@ -57,6 +58,7 @@ from strategies.evaluation import (
     evaluation_sums_of,
     federated_figures,
 )
+from strategies.node_book import messages_to
 from strategies.sampling import Sampler
 from strategies.screening import exact_records
 from tasks.datasets import TaskData
@@ -90,9 +92,10 @@ class FedXgbState:
 
 class XgbStrategy(FederatedStrategy):
     """What both rules share: the global booster, its messages, evaluation and state. A
-    concrete strategy also derives from Flower's (``_construct_messages``, ``summary``)."""
+    concrete rule holds Flower's strategy of that rule (``flower``: its summary)."""
 
     State = FedXgbState
+    flower: FedXgbBagging | FedXgbCyclic | None = None
 
     def __init__(self, fedxgb: FedXgbSettings, task: TaskData, central_evaluation: bool) -> None:
         self.fedxgb, self.task = fedxgb, task
@@ -119,7 +122,8 @@ class XgbStrategy(FederatedStrategy):
             " / num-partitions" if f.scaled_eta and f.bagging else "",
             f.max_booster_bytes,
         )
-        super().summary()  # Flower's
+        if self.flower is not None:
+            self.flower.summary()
 
     def exports(self) -> dict[str, bytes]:
         """The booster as XGBoost's JSON: ``xgboost.Booster().load_model("model.json")``."""
@@ -139,7 +143,7 @@ class XgbStrategy(FederatedStrategy):
         if kind == TRAIN and self.evaluation_due is not None:
             config[EVALUATE_FIRST] = True
         content = RecordDict({ARRAYS: self.record, CONFIG: config})
-        return self._construct_messages(content, nodes, kind)
+        return messages_to(content, nodes, kind)
 
     def _reply_booster(self, reply: Message) -> Booster:
         """The reply's booster: its only record, bounded, parsed and checked against the spec."""
@@ -193,7 +197,7 @@ class XgbStrategy(FederatedStrategy):
         self._hold(state.booster.booster)
 
 
-class CheckedFedXgbBagging(XgbStrategy, FedXgbBagging):
+class CheckedFedXgbBagging(XgbStrategy):
     """Flower's FedXgbBagging: every sampled node's new trees are appended to the booster."""
 
     label = "FedXgbBagging"
@@ -207,8 +211,7 @@ class CheckedFedXgbBagging(XgbStrategy, FedXgbBagging):
         seed: int,
     ) -> None:
         XgbStrategy.__init__(self, fedxgb, task, central_evaluation)
-        FedXgbBagging.__init__(
-            self,
+        self.flower = FedXgbBagging(
             fraction_train=fraction_train,
             fraction_evaluate=1.0,
             min_train_nodes=1,
@@ -276,7 +279,7 @@ class CheckedFedXgbBagging(XgbStrategy, FedXgbBagging):
         return None, {"participants": len(good), **self._metrics()}
 
 
-class CheckedFedXgbCyclic(XgbStrategy, FedXgbCyclic):
+class CheckedFedXgbCyclic(XgbStrategy):
     """Flower's FedXgbCyclic: one node a round, in partition order; its booster replaces the
     global one."""
 
@@ -284,8 +287,7 @@ class CheckedFedXgbCyclic(XgbStrategy, FedXgbCyclic):
 
     def __init__(self, fedxgb: FedXgbSettings, task: TaskData, central_evaluation: bool) -> None:
         XgbStrategy.__init__(self, fedxgb, task, central_evaluation)
-        FedXgbCyclic.__init__(
-            self,
+        self.flower = FedXgbCyclic(
             fraction_train=1.0,
             fraction_evaluate=1.0,
             min_available_nodes=1,

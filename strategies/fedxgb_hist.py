@@ -183,13 +183,6 @@ class FedXgbHist(XgbStrategy):
         if self.secure is not None:
             self.secure.forget(node)
 
-    def _construct_messages(
-        self, record: RecordDict, node_ids: list[int], message_type: str
-    ) -> list[Message]:
-        """The baselines' evaluate messages (``XgbStrategy._messages``), built as Flower's
-        xgboost strategies build theirs: this one derives from none of them."""
-        return [Message(record, node, message_type) for node in node_ids]
-
     # -- the edges, once ------------------------------------------------------------------------
     def on_roster(self, grid: Grid, server_round: int) -> None:
         self.rows = np.full(self.book.positions, -1, np.int64)

@@ -213,6 +213,12 @@ class NodeBook(Generic[S]):
         return book
 
 
+def messages_to(content: RecordDict, nodes: Iterable[int], message_type: str) -> list[Message]:
+    """One message of ``message_type`` with the same ``content`` to each of ``nodes`` (as
+    Flower's strategies build theirs, from its public ``Message``)."""
+    return [Message(content, node, message_type) for node in nodes]
+
+
 def dense_restart(
     layout: ParamLayout, xbar: Params, point: Params, key: str
 ) -> tuple[str, dict[str, ArrayRecord]]:

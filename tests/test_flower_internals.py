@@ -6,11 +6,14 @@ tests on the other."""
 
 from __future__ import annotations
 
+import abc
 import ast
 import importlib
+import inspect
 from pathlib import Path
 
 import flwr
+import flwr.serverapp.strategy as flwr_strategies
 import pytest
 
 from deploy.supernode import SUPPORTED
@@ -130,3 +133,36 @@ def test_each_internal_is_in_the_installed_flower(module):
 
 def test_the_installed_flower_is_a_supported_release():
     assert flwr.__version__.startswith(SUPPORTED), (flwr.__version__, SUPPORTED)
+
+
+def flower_private_methods() -> set[str]:
+    """Every ``_name`` (not dunder) that Flower's public strategies or their bases define."""
+    names: set[str] = set()
+    for value in vars(flwr_strategies).values():
+        if inspect.isclass(value):
+            for base in value.__mro__:
+                if base.__module__.startswith("flwr") and base is not abc.ABC:
+                    names |= {n for n in vars(base) if n.startswith("_") and n[1] != "_"}
+    return names - {"_abc_impl"}
+
+
+def test_no_private_method_of_flowers_strategies_is_called_or_overridden():
+    """A family uses Flower's strategies through their public API only (``flower`` parts,
+    ``aggregate_train``, ``summary``): none of their private methods, by any name."""
+    private = flower_private_methods()
+    assert "_construct_messages" in private  # what the families once called
+    found = [
+        f"{path.relative_to(ROOT)}:{node.lineno}: {name}"
+        for folder in SOURCES
+        for path in (ROOT / folder).rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        for name in [
+            node.attr
+            if isinstance(node, ast.Attribute)
+            else node.name
+            if isinstance(node, ast.FunctionDef)
+            else None
+        ]
+        if name in private
+    ]
+    assert found == []

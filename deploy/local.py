@@ -21,8 +21,8 @@ submitted from a copy of the project's app files in the work directory (``app_fi
 its own network namespace with ``star``, with ``--isolation process`` and
 ``deploy.warm_superexec``, which forks every ServerApp and ClientApp process from a parent that
 has imported torch and the app's libraries once, instead of starting a fresh interpreter per run
-and per message (about 4 s of CPU each). ``perimeter=True`` (``--perimeter``, needs TLS) keeps
-the SuperLink on its loopback port and puts nginx (``deploy.perimeter``) on another port in
+and per message (seconds of CPU each: benchmarks.latency). ``perimeter=True``
+(``--perimeter``, needs TLS) keeps the SuperLink on its loopback port and puts nginx (``deploy.perimeter``) on another port in
 front of it for the SuperNodes: only their Fleet API calls pass, the Control API (the ``flwr``
 CLI) stays on the SuperLink's own port.
 """
@@ -610,8 +610,8 @@ class Deployment:
         """Wait until every run in ``run_ids`` has finished; their final statuses.
 
         Each run's log is streamed (``flwr log <id> --stream``, which ends when the run does) into
-        ``logs/<id>.log`` of the work directory, so no ``flwr`` command polls meanwhile (one
-        costs about 1 s of CPU); then Flower's run list is polled until all are finished.
+        ``logs/<id>.log`` of the work directory, so no ``flwr`` command polls meanwhile (each
+        starts an interpreter); then Flower's run list is polled until all are finished.
         ``ProcessExited`` as soon as a process of the deployment exits unasked (``check_alive``:
         a SuperNode that could not start would otherwise leave its runs waiting for it)."""
         deadline = time.monotonic() + timeout

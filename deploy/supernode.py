@@ -11,9 +11,9 @@ together they cost most of a deployment round (benchmarks/README.md, round laten
   and grows by ``FL_SUPERNODE_POLL_GROWTH`` (default 1.5) while none comes, up to Flower's 3 s:
   an idle SuperNode asks the SuperLink as rarely as Flower's does, and one in a busy run waits
   at most half as long again as it has already waited (plus the first step). Growth 1.5 made
-  the default job's deployed round 0.10 s shorter than doubling (benchmarks/README.md, section
-  18) for about 1.4 times as many asks in a long wait (9 instead of 6 in the first 3 s);
-  closer to 1 asks more often and gained nothing on 2 cores;
+  the default job's deployed round shorter than doubling (benchmarks/README.md, section 18)
+  for a few more asks in a long wait; closer to 1 asks more often and gained nothing on 2
+  cores;
 - the waits for its ClientApp's reply, a check of its own in-memory state, take
   ``FL_SUPERNODE_REPLY_POLL`` seconds (default 0.01);
 - a message's object that the SuperLink does not hold yet (the ServerApp pushes a message's

@@ -2,9 +2,9 @@
 
 Flower's SuperExec (``flower-superexec``, which ``flower-superlink`` and ``flower-supernode``
 start themselves in their default ``--isolation subprocess`` mode) starts a fresh interpreter,
-``flwr-serverapp`` per run or ``flwr-clientapp`` per message, and each spends about 4 s of CPU
-importing flwr, torch, scikit-learn and the app before it does anything (measured on this
-project: most of a deployment round on 2 cores). This SuperExec, for ``--isolation process``,
+``flwr-serverapp`` per run or ``flwr-clientapp`` per message, and each spends seconds of CPU
+importing flwr, torch, scikit-learn and the app before it does anything (most of a deployment
+round on 2 cores: benchmarks.latency measures both). This SuperExec, for ``--isolation process``,
 imports those libraries once and then runs Flower's own loop (``run_superexec``: ask the Runtime
 API for a task token, launch it) with an executor that forks instead. The child runs the console
 script's own entry point (``flwr-clientapp``, ``flwr-serverapp``) with the arguments Flower's
@@ -13,8 +13,8 @@ FAB* and pushes its result exactly as a fresh process does; only the interpreter
 third-party imports are shared. The project's own modules are dropped from ``sys.modules`` after
 the warm-up, so a child imports the app from the run's FAB (as Flower does), never from this
 checkout; once a child has installed a FAB, the parent imports the app from that FAB's folder
-itself (``WarmApp``), so the children of later tasks of the same FAB find it imported (0.2 s a
-round of the default job on 2 cores), and forgets it before a task of another FAB.
+itself (``WarmApp``), so the children of later tasks of the same FAB find it imported, and
+forgets it before a task of another FAB.
 
     flower-supernode ... --isolation process --port P
     python -m deploy.warm_superexec --runtime-api-address 127.0.0.1:P --insecure \\
@@ -25,8 +25,8 @@ Children retry an object of their task that the SuperNode does not hold yet afte
 Flower's 1 s (``PULL_INITIAL_BACKOFF``, flwr/supercore/constant.py line 48): a flwr 1.41
 SuperNode creates a ClientApp's task before it has pulled the message's objects from the
 SuperLink (flwr/supernode/start_client_internal.py lines 386-416), so a ClientApp that starts
-at once finds them missing, and Flower's backoff then costs it 1 s, often 1 + 2 s (measured in
-benchmarks.latency: 3.2 s of a 4.8 s ClientApp).
+at once finds them missing, and Flower's backoff then costs it 1 s, often 1 + 2 s (most of a
+ClientApp's time in benchmarks.latency's measurement).
 
 A supported alternative to Flower's SuperExec wherever one runs with ``--isolation process``:
 ``deploy.local --warm``, the separate-machines runbook (docs/deployment.md), and the docker

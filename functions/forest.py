@@ -223,7 +223,7 @@ def add_weighted(
             goes_right = inputs[column[node] + samples] > packed.threshold[node]
             node = child[2 * node + goes_right]
         for leaves in node:
-            out += np.take(weighted, leaves, axis=0)  # 1.8x faster than fancy indexing
+            out += np.take(weighted, leaves, axis=0)  # faster than fancy indexing
 
 
 def _smallest_unsigned(largest: int) -> type:

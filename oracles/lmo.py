@@ -27,9 +27,8 @@ from tasks.errors import ConfigError
 CONSTRAINT_NAMES = ("l1", "l2", "box", "nuclear", "simplex")
 SCOPES = ("per-tensor", "global")
 
-# A full SVD is cheaper than ARPACK for thin or small matrices (benchmarks/fedfw_wire.py, one BLAS
-# thread: 60x100 1.2 ms vs 2.8 ms, 100x100 2.5 vs 2.6, but 100x784 9.9 vs 5.2, 1000x1000 575 vs 88);
-# ARPACK also needs min(shape) > 1 for k=1.
+# A full SVD is cheaper than ARPACK for thin or small matrices, ARPACK for large ones
+# (benchmarks/fedfw_wire.py times both); ARPACK also needs min(shape) > 1 for k=1.
 _FULL_SVD_MAX_MIN_DIM = 32
 _FULL_SVD_MAX_SIZE = 30_000
 

@@ -40,10 +40,8 @@ LEARNERS = ("mlp", "cnn", "tree")
 # eta0 = 0: the authors' MNIST value; FFGB.L's g <- (1 - eta) g + eta h extrapolates past eta = 1
 DEFAULT_ETA0 = {"ffgb": 10.0, "ffgb-c": 10.0, "ffgb-l": 1.0}
 # ... and on a regression task a step for the square loss (the paper's experiments are all
-# classification). 20 rounds: 10 overshoots (diabetes, 10 nodes, test RMSE 146.8 against the
-# mean's 79.0); 1, a first step onto the fitted residual, gives diabetes 51.1 but overfits the
-# three small cars sites (5.44 mpg, the mean 7.11); 0.5 gives 51.2 and 3.79 (FedAvg 50.8, 2.43;
-# lipschitz 0.181 against 0.100 with 1): benchmarks/README.md section 22
+# classification): 10 overshoots, 1 overfits small sites, 0.5 does neither (benchmarks/README.md
+# section 22 measures the three)
 SQUARE_LOSS_ETA0 = 0.5
 # Ours, measured (benchmarks/README.md, FFGB ablations): FFGB with trees boosts best as XGBoost
 # does, with Newton leaves and a constant shrinkage

@@ -60,8 +60,8 @@ CLIENT_EXCEPTION_CODE = 1  # what Flower's runtime reports for a ClientApp excep
 
 def run_config(**overrides: Any) -> dict[str, Any]:
     """Defaults with overrides (keys as in --run-config; an unknown key is a ConfigError), but
-    ``plots`` off: drawing them cost about 0.7 s of CPU a run on 2 cores, a quarter of the fast
-    test stage's CPU. Tests and benchmarks that look at a run's plots ask for them."""
+    ``plots`` off: drawing them is a large share of a small run's CPU. Tests and benchmarks
+    that look at a run's plots ask for them."""
     return with_overrides({"plots": False, **overrides})
 
 

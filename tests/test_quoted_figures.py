@@ -1,5 +1,5 @@
-"""Figures with a source: every figure the README, a page of docs/ or docker/README.md marks
-as quoted from a results file equals that file's value.
+"""Figures with a source: every figure the README, a page of docs/, docker/README.md or
+benchmarks/README.md marks as quoted from a results file equals that file's value.
 
 ``<figure><!-- figure: <name> <path> --></figure>`` (``... <path> /1000 -->`` for a value quoted in
 thousands) quotes ``benchmarks/results/<name>.json``: the path walks its dicts by key and its
@@ -20,7 +20,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "docker" / "README.md"]
+PAGES = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    ROOT / "docker" / "README.md",
+    ROOT / "benchmarks" / "README.md",
+]
 # a minus after a digit or a marker is a range's dash (2.13-7.84), not a sign
 NUMBER = r"((?:(?<![\d>])-)?[\d,]*\.?\d+)(%?)"
 MARK = re.compile(NUMBER + r"<!-- figure: ([\w.-]+)(?: ([\w.\[\]-]+))?(?: /(\d+))? -->")

@@ -22,9 +22,9 @@ its own network namespace with ``star``, with ``--isolation process`` and
 ``deploy.warm_superexec``, which forks every ServerApp and ClientApp process from a parent that
 has imported torch and the app's libraries once, instead of starting a fresh interpreter per run
 and per message (seconds of CPU each: benchmarks.latency). ``perimeter=True``
-(``--perimeter``, needs TLS) keeps the SuperLink on its loopback port and puts nginx (``deploy.perimeter``) on another port in
-front of it for the SuperNodes: only their Fleet API calls pass, the Control API (the ``flwr``
-CLI) stays on the SuperLink's own port.
+(``--perimeter``, needs TLS) keeps the SuperLink on its loopback port and puts nginx
+(``deploy.perimeter``) on another port in front of it for the SuperNodes: only their Fleet API
+calls pass, the Control API (the ``flwr`` CLI) stays on the SuperLink's own port.
 """
 
 from __future__ import annotations

@@ -87,7 +87,7 @@ class FederatedStrategy(Strategy):
     book: NodeBook | None = None  # one slot per node of the roster, in its order
     admission: Admission = Admission()  # pins, nodes left out, the query.node content
     per_site: bool = False  # evaluation also reports each site's own metrics (sites' own data)
-    num_rounds: int = 0  # the run's rounds (``strategy_for`` sets them; fuses_evaluation)
+    num_rounds: int = 0  # the run's rounds (when an evaluation may ride: fuses_evaluation)
     evaluation_due: int | None = None  # the round whose evaluation rides on this round's training
     late_evaluation: tuple[int, MetricRecord] | None = None  # (round, its evaluation), once done
     secure_training: SecureTraining | None = None  # set: the training rounds are secure sums
@@ -97,6 +97,11 @@ class FederatedStrategy(Strategy):
     _accepted: frozenset[int] = frozenset()  # nodes whose replies the round's screens took
     _asked_to_evaluate: frozenset[int] = frozenset()  # nodes asked, with their train message,
     # for the last round's evaluation (``evaluate-first``)
+
+    def __init__(self, num_rounds: int = 0) -> None:
+        """``num_rounds``: the run's last round (an evaluation rides on the next round's
+        training only before it; 0: none rides)."""
+        self.num_rounds = num_rounds
 
     def pin_partitions(
         self, pinned: dict[int, int], join_timeout: float = 0.0, leave_after: int = 0

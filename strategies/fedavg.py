@@ -95,9 +95,11 @@ class CheckedFedAvg(TorchModelStrategy):
         eval_with_train: bool,
         secure_bound: float | None = None,
         dp: NodeDP | None = None,
+        num_rounds: int = 0,
     ) -> None:
         """``secure_bound``: with secure aggregation, the largest |weight| a node may send
         (None: plain replies); ``dp``: client-level differential privacy (None: none)."""
+        super().__init__(num_rounds)
         self.flower = FedAvg(
             fraction_train=fraction_train,
             fraction_evaluate=1.0,
@@ -357,6 +359,7 @@ def _fedavg_options(settings: RunSettings, model: TorchGlobal, start: ArrayRecor
         "eval_with_train": settings.eval_with_train,
         "secure_bound": settings.secure_bound if settings.secure_aggregation else None,
         "dp": settings.node_dp,
+        "num_rounds": settings.num_rounds,
     }
 
 

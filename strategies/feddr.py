@@ -72,9 +72,11 @@ class FedDRStrategy(HeldVectorStrategy):
         x0: Params,
         seed: int,
         secure_bound: float | None = None,
+        num_rounds: int = 0,
     ) -> None:
         """``secure_bound``: with secure aggregation, the largest change of an element of
         x_hat_i in a round (None: plain replies)."""
+        super().__init__(num_rounds)
         self.dr, self.model, self.x0 = dr, model, x0
         self.xbar = x0
         self.sampler = Sampler(dr.participation, seed)
@@ -226,4 +228,4 @@ def build_feddr(settings: RunSettings, task: TaskData) -> FedDRStrategy:
     model = TorchGlobal(settings, task)
     x0 = model.projected_start(dr.domain)
     bound = settings.secure_bound if settings.secure_aggregation else None
-    return FedDRStrategy(dr, model, x0, settings.seed, bound)
+    return FedDRStrategy(dr, model, x0, settings.seed, bound, settings.num_rounds)

@@ -95,9 +95,15 @@ class FedFunStrategy(FederatedStrategy):
     State = FedFunState
 
     def __init__(
-        self, fedfun: FedFunSettings, task: TaskData, seed: int, encrypted: bool = False
+        self,
+        fedfun: FedFunSettings,
+        task: TaskData,
+        seed: int,
+        encrypted: bool = False,
+        num_rounds: int = 0,
     ) -> None:
         """``encrypted``: the nodes seal their models to each other (``relay-encryption``)."""
+        super().__init__(num_rounds)
         self.fedfun, self.task, self.seed = fedfun, task, seed
         self.limits = model_limits(fedfun, task)
         self.relay: RelayBook | None = None
@@ -442,4 +448,6 @@ def build_fedfun(settings: RunSettings, task: TaskData) -> FedFunStrategy:
         raise ConfigError(
             "fedfun.delta must be > 0 with fedfun.learner='tree' (the KDDT's kernel needs a radius)"
         )
-    return FedFunStrategy(fedfun, task, settings.seed, settings.relay_encryption)
+    return FedFunStrategy(
+        fedfun, task, settings.seed, settings.relay_encryption, settings.num_rounds
+    )

@@ -198,10 +198,12 @@ class FedFWStrategy(HeldVectorStrategy):
         seed: int,
         dp: NodeDP | None = None,
         secure: bool = False,
+        num_rounds: int = 0,
     ) -> None:
         """``x0``: x^1 of every client, already in D and float32-exact (``projected_start``);
         ``dp``: the nodes' noisy gradients (None: exact), whose releases the server counts;
         ``secure``: the rounds are secure sums of the nodes' changes of x_i."""
+        super().__init__(num_rounds)
         self.fw, self.model, self.x0 = fw, model, x0
         self.dp = dp
         self.budget = None if dp is None else PrivacyBudget(dp.delta, "a row")
@@ -689,5 +691,11 @@ def build_fedfw(settings: RunSettings, task: TaskData) -> FedFWStrategy:
     model = TorchGlobal(settings, task)
     x0 = model.projected_start(ConstraintSet(fw.constraint, fw.scope))
     return FedFWStrategy(
-        fw, model, x0, settings.seed, settings.node_dp, settings.secure_aggregation
+        fw,
+        model,
+        x0,
+        settings.seed,
+        settings.node_dp,
+        settings.secure_aggregation,
+        settings.num_rounds,
     )

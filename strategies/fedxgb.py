@@ -97,7 +97,10 @@ class XgbStrategy(FederatedStrategy):
     State = FedXgbState
     flower: FedXgbBagging | FedXgbCyclic | None = None
 
-    def __init__(self, fedxgb: FedXgbSettings, task: TaskData, central_evaluation: bool) -> None:
+    def __init__(
+        self, fedxgb: FedXgbSettings, task: TaskData, central_evaluation: bool, num_rounds: int = 0
+    ) -> None:
+        super().__init__(num_rounds)
         self.fedxgb, self.task = fedxgb, task
         self.spec, self.loss = fedxgb.spec(task), fedxgb.loss(task)
         self.x_test = task.x_test.reshape(len(task.x_test), -1) if central_evaluation else None
@@ -209,8 +212,9 @@ class CheckedFedXgbBagging(XgbStrategy):
         central_evaluation: bool,
         fraction_train: float,
         seed: int,
+        num_rounds: int = 0,
     ) -> None:
-        XgbStrategy.__init__(self, fedxgb, task, central_evaluation)
+        super().__init__(fedxgb, task, central_evaluation, num_rounds)
         self.flower = FedXgbBagging(
             fraction_train=fraction_train,
             fraction_evaluate=1.0,
@@ -285,8 +289,10 @@ class CheckedFedXgbCyclic(XgbStrategy):
 
     label = "FedXgbCyclic"
 
-    def __init__(self, fedxgb: FedXgbSettings, task: TaskData, central_evaluation: bool) -> None:
-        XgbStrategy.__init__(self, fedxgb, task, central_evaluation)
+    def __init__(
+        self, fedxgb: FedXgbSettings, task: TaskData, central_evaluation: bool, num_rounds: int = 0
+    ) -> None:
+        super().__init__(fedxgb, task, central_evaluation, num_rounds)
         self.flower = FedXgbCyclic(
             fraction_train=1.0,
             fraction_evaluate=1.0,
@@ -340,6 +346,11 @@ def build_fedxgb(settings: RunSettings, task: TaskData) -> XgbStrategy:
     check_task(task)
     if fedxgb.bagging:
         return CheckedFedXgbBagging(
-            fedxgb, task, settings.central_evaluation, settings.fraction_train, settings.seed
+            fedxgb,
+            task,
+            settings.central_evaluation,
+            settings.fraction_train,
+            settings.seed,
+            settings.num_rounds,
         )
-    return CheckedFedXgbCyclic(fedxgb, task, settings.central_evaluation)
+    return CheckedFedXgbCyclic(fedxgb, task, settings.central_evaluation, settings.num_rounds)

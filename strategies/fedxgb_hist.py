@@ -118,9 +118,14 @@ class FedXgbHist(XgbStrategy):
     State = FedXgbHistState
 
     def __init__(
-        self, hist: FedXgbHistSettings, task: TaskData, central_evaluation: bool, seed: int = 0
+        self,
+        hist: FedXgbHistSettings,
+        task: TaskData,
+        central_evaluation: bool,
+        seed: int = 0,
+        num_rounds: int = 0,
     ) -> None:
-        super().__init__(hist, task, central_evaluation)
+        super().__init__(hist, task, central_evaluation, num_rounds)
         self.hist, self.params = hist, hist.tree_params()
         self.objective = hist.objective(task)
         self.secure = SecureAggregator(self.label, seed) if hist.secure_aggregation else None
@@ -631,4 +636,4 @@ def build_fedxgb_hist(settings: RunSettings, task: TaskData) -> FedXgbHist:
             "dp.noise-multiplier with algorithm='fedxgb-hist' needs a classification task: a "
             "squared error's gradients have no bound, and so no sensitivity"
         )
-    return FedXgbHist(hist, task, settings.central_evaluation, settings.seed)
+    return FedXgbHist(hist, task, settings.central_evaluation, settings.seed, settings.num_rounds)

@@ -143,6 +143,7 @@ class FFGBStrategy(FederatedStrategy):
         seed: int,
         num_rounds: int,
     ) -> None:
+        super().__init__(num_rounds)
         self.ffgb, self.task = ffgb, task
         self.replies = FFGBReplies(ffgb, task)
         self.loss, self.bound = self.replies.model.loss, self.replies.model.final_bound

@@ -55,6 +55,4 @@ def strategy_for(settings: RunSettings, task: TaskData | None = None) -> Federat
         raise ConfigError(
             f"algorithm={settings.algorithm!r}: family {family.name!r} has no server half"
         )
-    strategy = build(settings, task_for(settings.data) if task is None else task)
-    strategy.num_rounds = settings.num_rounds  # when an evaluation may ride on training
-    return strategy
+    return build(settings, task_for(settings.data) if task is None else task)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from flwr.app import Context
+from flwr.app import ArrayRecord, Context
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
@@ -135,6 +135,37 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
     """Run the job of ``context.run_config``; with ``resume_from`` (or the run-config key
     ``resume-from``), continue the run whose checkpoint that is (same run config but for
     ``server_app.resume.MAY_CHANGE``) after its last completed round."""
+    job = start_job(grid, context, resume_from)
+    writer = open_results(job, grid, context)
+    stopped, cause = run_rounds(job, writer, context)
+    finish(job, writer, stopped, cause)
+
+
+@dataclass
+class Job:
+    """A validated job about to run: its plan, the metered grid, its nodes, where its results
+    go and what it continues from (round ``done``'s global arrays and rows)."""
+
+    plan: RunPlan
+    metered: MeteredGrid
+    num_nodes: int
+    out_dir: Path
+    done: int
+    arrays: ArrayRecord
+    rows: list[dict]
+
+    @property
+    def settings(self) -> RunSettings:
+        return self.plan.settings
+
+    @property
+    def strategy(self) -> FederatedStrategy:
+        return self.plan.strategy
+
+
+def start_job(grid: Grid, context: Context, resume_from: Path | None) -> Job:
+    """The checked settings, the checkpoint it resumes, the plan after the nodes are there;
+    ``InvalidRunConfig`` in one sentence before the first round."""
     try:
         settings = check_settings(context.run_config)
         if resume_from is None and settings.resume_from:
@@ -153,38 +184,47 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
     except (ConfigError, DecodeError, SiteDataError, OSError) as err:
         log(ERROR, "Invalid run config: %s", err)
         raise InvalidRunConfig(str(err)) from None
-    settings, strategy = plan.settings, plan.strategy
-    out_dir = results_directory(settings)
-    done, arrays, rows = 0, strategy.initial_arrays(), []
-    if checkpoint is not None:
-        done, arrays, rows = checkpoint.server_round, checkpoint.arrays, checkpoint.rows
-        log(INFO, "Resuming after round %d of %d", done, settings.num_rounds)
+    out_dir = results_directory(plan.settings)
+    if checkpoint is None:
+        return Job(plan, metered, num_nodes, out_dir, 0, plan.strategy.initial_arrays(), [])
+    log(INFO, "Resuming after round %d of %d", checkpoint.server_round, settings.num_rounds)
+    done, arrays, rows = checkpoint.server_round, checkpoint.arrays, checkpoint.rows
+    return Job(plan, metered, num_nodes, out_dir, done, arrays, rows)
+
+
+def open_results(job: Job, grid: Grid, context: Context) -> ResultsWriter:
+    """The results folder's writer, its config.json written (TensorBoard's events with it)."""
+    settings, plan = job.settings, job.plan
     config = run_config_record(
         settings,
-        num_nodes,
-        strategy.description(),
+        job.num_nodes,
+        job.strategy.description(),
         None if plan.sites is None else plan.sites.record(),
         context.run_id,
         flower_app(grid),
     )
-    events = EventLog(out_dir, settings.raw, rows) if settings.tensorboard else None
-    writer = ResultsWriter(
-        out_dir, config, rows, plot_title(settings, num_nodes), events, settings.plots
-    )
+    events = EventLog(job.out_dir, settings.raw, job.rows) if settings.tensorboard else None
     log(
         INFO,
         "Running %s (%s) on task %s with %d nodes; results -> %s",
         plan.algorithm.name,
         plan.algorithm.summary,
         settings.task,
-        num_nodes,
-        out_dir,
+        job.num_nodes,
+        job.out_dir,
     )
+    title = plot_title(settings, job.num_nodes)
+    return ResultsWriter(job.out_dir, config, job.rows, title, events, settings.plots)
 
-    recorded = RecordedStrategy(strategy, done, settings.min_replies)
+
+def run_rounds(job: Job, writer: ResultsWriter, context: Context) -> tuple[Exception | None, str]:
+    """Flower's round loop over the rounds left, every round recorded as it ends; why the run
+    stopped early (None) and the cause in one sentence ("" when it completed)."""
+    settings, plan = job.settings, job.plan
+    recorded = RecordedStrategy(job.strategy, job.done, settings.min_replies)
     recorder = RoundRecorder(
         recorded,
-        metered,
+        job.metered,
         writer,
         settings.num_rounds,
         plan.algorithm.name,
@@ -192,39 +232,44 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
         "" if plan.sites is None else plan.sites.schema.to_json(),
         plan.label_scale,
     )
-    stopped: Exception | None = None
-    cause = ""
-    if settings.num_rounds > done:
-        try:
-            recorded.start(
-                grid=metered,
-                initial_arrays=arrays,
-                num_rounds=settings.num_rounds - done,
-                timeout=settings.reply_timeout,
-                evaluate_fn=recorder,
-            )
-        except BelowQuorum as err:
-            stopped, cause = err, f"quorum lost at {err}"
-            log(
-                ERROR,
-                "The run stops: %s. Completed rounds are saved; continue with "
-                "resume-from='%s' once enough nodes are back",
-                err,
-                out_dir,
-            )
-        except Diverged as err:  # said once, by the health line below
-            stopped = RunDiverged(f"{err} ({tried(settings)})")
-            cause = str(stopped)
-        except ConfigError as err:  # what only the nodes' answers show (fedxgb-hist's bins)
-            log(ERROR, "Invalid run config: %s", err)
-            stopped, cause = InvalidRunConfig(str(err)), f"refused once the nodes answered: {err}"
+    if settings.num_rounds <= job.done:
+        return None, ""
+    try:
+        recorded.start(
+            grid=job.metered,
+            initial_arrays=job.arrays,
+            num_rounds=settings.num_rounds - job.done,
+            timeout=settings.reply_timeout,
+            evaluate_fn=recorder,
+        )
+    except BelowQuorum as err:
+        log(
+            ERROR,
+            "The run stops: %s. Completed rounds are saved; continue with "
+            "resume-from='%s' once enough nodes are back",
+            err,
+            job.out_dir,
+        )
+        return err, f"quorum lost at {err}"
+    except Diverged as err:  # said once, by the health line
+        stopped = RunDiverged(f"{err} ({tried(settings)})")
+        return stopped, str(stopped)
+    except ConfigError as err:  # what only the nodes' answers show (fedxgb-hist's bins)
+        log(ERROR, "Invalid run config: %s", err)
+        return InvalidRunConfig(str(err)), f"refused once the nodes answered: {err}"
+    return None, ""
 
+
+def finish(job: Job, writer: ResultsWriter, stopped: Exception | None, cause: str) -> None:
+    """The summary, the outcome and the health line, the plots and exports; ``stopped``
+    raised last, so Flower records the run as failed with its reason."""
+    settings, strategy, plan = job.settings, job.strategy, job.plan
     summary = summarise(writer.rounds)
     sites = None if plan.sites is None else plan.sites.record()  # with the late sites
     ended = outcome(
         writer.rounds,
         settings.num_rounds,
-        num_nodes if strategy.roster is None else len(strategy.roster.active),
+        job.num_nodes if strategy.roster is None else len(strategy.roster.active),
         cause,
         isinstance(stopped, RunDiverged),
         sites,
@@ -237,6 +282,7 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
         "nodes": strategy.node_devices(),
     }
     plots = writer.finish(summary, ended.record(), devices, sites, ended.nodes)
+    out_dir = job.out_dir
     exported = [write_atomic(out_dir / name, raw) for name, raw in strategy.exports().items()]
     log(INFO, "Final: %s", ", ".join(f"{k}={v}" for k, v in summary.items()))
     log(
@@ -247,12 +293,12 @@ def run(grid: Grid, context: Context, resume_from: Path | None = None) -> None:
             ["config.json", "metrics.json", "metrics.csv", "checkpoint.pb"]
             + [p.name for p in plots]
             + [p.name for p in exported]
-            + (["tensorboard/"] if events else [])
+            + (["tensorboard/"] if settings.tensorboard else [])
         ),
     )
     log(ERROR if stopped else INFO, "%s", ended.line())
     if stopped is not None:
-        raise stopped  # Flower records the run as failed, with the reason
+        raise stopped
 
 
 class RunDiverged(RuntimeError):

@@ -33,7 +33,6 @@ from functools import partial
 
 import numpy as np
 import torch
-from flwr.app import ConfigRecord, RecordDict
 
 from functions import convnets, networks
 from functions.batched import CPU, weighted_sum
@@ -44,8 +43,6 @@ from functions.forest import join_packed_trees, pack_trees, unpack_trees
 from functions.learners import Learner, learner_spec, same_spec_runs
 from functions.limits import Limits
 from functions.networks import NetworkSpec, pack_modules, unpack_modules
-from functions.params import arrays_to_record
-from functions.records import payload_bytes
 from functions.sealed_learners import (
     SEALED_KIND,
     SealedSpec,
@@ -334,11 +331,6 @@ def read_lone_learner(delta: Delta) -> Learner:
     return delta.learners[0]
 
 
-def encode_delta(ensemble: Ensemble, since: int | None) -> tuple[Config, dict[str, np.ndarray]]:
-    """The wire form of what a node at version ``since`` lacks (None: it holds nothing)."""
-    return pack_delta(ensemble.snapshot() if since is None else ensemble.delta(since))
-
-
 class PackCache:
     """Each learner's wire arrays, packed once and reused by every delta that carries it.
 
@@ -512,28 +504,6 @@ def unpack_delta(
         h.own_count,
         h.own_factor,
     )
-
-
-def apply_delta(
-    ensemble: Ensemble | None,
-    config: Mapping[str, object],
-    arrays: Mapping[str, np.ndarray],
-    limits: Limits = Limits(),
-) -> Ensemble:
-    """Decode a delta and apply it to ``ensemble`` (None: a node with nothing yet, full delta)."""
-    delta = unpack_delta(config, arrays, limits)
-    if ensemble is None:
-        ensemble = Ensemble(np.zeros(delta.n_outputs), delta.n_features)
-    return ensemble.apply(delta)
-
-
-def payload_nbytes(config: Mapping[str, object], arrays: Mapping[str, np.ndarray]) -> int:
-    """Payload bytes of an encoding as functions.records counts them in a message.
-
-    Array data plus config values (8 per int or float, length of str/bytes); keys not counted.
-    """
-    content = RecordDict({"config": ConfigRecord(dict(config)), "arrays": arrays_to_record(arrays)})
-    return payload_bytes(content)
 
 
 def _decode_group(

@@ -212,16 +212,6 @@ def _packed_dtype(key: str, largest: int) -> np.dtype:
     return {"bits": np.dtype(np.uint8)}.get(key, np.dtype(np.float32))
 
 
-def dense_nbytes(shapes: Sequence[tuple[int, ...]], dtype: np.dtype = np.float32) -> int:
-    """Bytes of the same tensors sent densely, the baseline for compression ratios."""
-    return sum(int(np.prod(shape, dtype=np.int64)) for shape in shapes) * np.dtype(dtype).itemsize
-
-
-def encoded_nbytes(arrays: Mapping[str, np.ndarray]) -> int:
-    """Payload bytes of an encoding (array data only, no container overhead)."""
-    return sum(arr.nbytes for arr in arrays.values())
-
-
 def _index_dtype(n: int) -> np.dtype:
     """The smallest unsigned integer dtype holding every index below ``n``."""
     return np.min_scalar_type(max(n - 1, 0))

@@ -27,7 +27,7 @@ from functools import cached_property
 import numpy as np
 
 from functions.errors import DecodeError
-from functions.trees import FIELDS, LEAF, LEAF_FEATURE, TreeArrays, decode_tree, encode_tree
+from functions.trees import FIELDS, LEAF, TreeArrays, decode_tree, encode_tree
 
 BOX_FIELDS = ("lower", "upper")
 _CHUNK = 1 << 12  # rows per block when a per-pair computation spans all p features
@@ -125,21 +125,6 @@ class KDDT:
     def predict(self, x: np.ndarray) -> np.ndarray:
         """Values (n, q) of the leaves the rows of ``x`` reach (the unsmoothed tree)."""
         return self.tree.value[self.apply(x)]
-
-
-def tree_from_constant(lower: np.ndarray, upper: np.ndarray, value: np.ndarray) -> KDDT:
-    """The single-leaf KDDT equal to ``value`` (q,) on the box [lower, upper]."""
-    value = np.asarray(value, dtype=np.float64).reshape(1, -1)
-    lower = np.asarray(lower, dtype=np.float64)
-    tree = TreeArrays(
-        children_left=np.full(1, LEAF, dtype=np.int32),
-        children_right=np.full(1, LEAF, dtype=np.int32),
-        feature=np.full(1, LEAF_FEATURE, dtype=np.int32),
-        threshold=np.full(1, float(LEAF_FEATURE)),
-        value=value,
-        n_features=len(lower),
-    )
-    return KDDT(tree, lower, np.asarray(upper, dtype=np.float64))
 
 
 def overlap_measure(

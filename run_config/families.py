@@ -128,8 +128,3 @@ def inert_keys(settings: RunSettings) -> dict[str, str]:
                 f"{key.when.on}={common[key.when.on]!r}"
             )
     return found
-
-
-def all_keys() -> tuple[Key, ...]:
-    """Every declared key, in ``tables()`` order."""
-    return tuple(key for table in tables() for key in table.keys)

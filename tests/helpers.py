@@ -11,11 +11,36 @@ from flwr.app import RecordDict
 
 from client_app.app import app as client_app
 from functions.ensembles import Ensemble
+from functions.kddt import KDDT
+from functions.trees import LEAF, LEAF_FEATURE, TreeArrays
+from run_config.families import tables
+from run_config.keys import Key
 from server_app.app import main as server_main
 from server_app.checkpoint import read_checkpoint
 from strategies.ensemble_sync import StoredEnsemble
 from strategies.state_codec import SEGMENTS
 from testing.inprocess_grid import LocalGrid, run_config, server_context
+
+
+def tree_from_constant(lower: np.ndarray, upper: np.ndarray, value: np.ndarray) -> KDDT:
+    """The single-leaf KDDT equal to ``value`` (q,) on the box [lower, upper]."""
+    value = np.asarray(value, dtype=np.float64).reshape(1, -1)
+    lower = np.asarray(lower, dtype=np.float64)
+    tree = TreeArrays(
+        children_left=np.full(1, LEAF, dtype=np.int32),
+        children_right=np.full(1, LEAF, dtype=np.int32),
+        feature=np.full(1, LEAF_FEATURE, dtype=np.int32),
+        threshold=np.full(1, float(LEAF_FEATURE)),
+        value=value,
+        n_features=len(lower),
+    )
+    return KDDT(tree, lower, np.asarray(upper, dtype=np.float64))
+
+
+def all_keys() -> tuple[Key, ...]:
+    """Every declared key, in ``tables()`` order."""
+    return tuple(key for table in tables() for key in table.keys)
+
 
 RUN_NAME = "job"
 

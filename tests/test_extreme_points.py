@@ -1,5 +1,7 @@
 """Extreme-point encodings round-trip, are as small as promised, and decoders refuse bad input."""
 
+from collections.abc import Mapping, Sequence
+
 import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord
@@ -8,12 +10,21 @@ from functions.errors import DecodeError
 from functions.extreme_points import (
     decode_extreme_point,
     decode_point_list,
-    dense_nbytes,
     encode_extreme_point,
     encode_point_list,
-    encoded_nbytes,
 )
 from oracles.lmo import CONSTRAINT_NAMES, Constraint, lmo_per_tensor
+
+
+def dense_nbytes(shapes: Sequence[tuple[int, ...]], dtype: np.dtype = np.float32) -> int:
+    """Bytes of the same tensors sent densely, the baseline for compression ratios."""
+    return sum(int(np.prod(shape, dtype=np.int64)) for shape in shapes) * np.dtype(dtype).itemsize
+
+
+def encoded_nbytes(arrays: Mapping[str, np.ndarray]) -> int:
+    """Payload bytes of an encoding (array data only, no container overhead)."""
+    return sum(arr.nbytes for arr in arrays.values())
+
 
 R = 10.0
 MCLR = [(10, 60), (10,)]

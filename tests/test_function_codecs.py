@@ -1,6 +1,7 @@
 """Codecs of trees, networks and ensemble deltas, through Flower's own records and serialisation."""
 
 import math
+from collections.abc import Mapping
 
 import numpy as np
 import pytest
@@ -13,14 +14,12 @@ from sklearn.tree import DecisionTreeClassifier, DecisionTreeRegressor
 from functions.convnets import ConvNetSpec
 from functions.convnets import build as build_cnn
 from functions.ensembles import (
+    Config,
     Ensemble,
     Limits,
     PredictionCache,
-    apply_delta,
     average,
-    encode_delta,
     pack_delta,
-    payload_nbytes,
     unpack_delta,
 )
 from functions.errors import DecodeError
@@ -29,6 +28,34 @@ from functions.networks import NetworkSpec, build, decode_network, encode_networ
 from functions.params import arrays_to_record, record_to_arrays
 from functions.records import payload_bytes, wire_bytes
 from functions.trees import TreeArrays, check_tree, decode_tree, encode_tree, from_sklearn
+
+
+def encode_delta(ensemble: Ensemble, since: int | None) -> tuple[Config, dict[str, np.ndarray]]:
+    """The wire form of what a node at version ``since`` lacks (None: it holds nothing)."""
+    return pack_delta(ensemble.snapshot() if since is None else ensemble.delta(since))
+
+
+def apply_delta(
+    ensemble: Ensemble | None,
+    config: Mapping[str, object],
+    arrays: Mapping[str, np.ndarray],
+    limits: Limits = Limits(),
+) -> Ensemble:
+    """Decode a delta and apply it to ``ensemble`` (None: a node with nothing yet, full delta)."""
+    delta = unpack_delta(config, arrays, limits)
+    if ensemble is None:
+        ensemble = Ensemble(np.zeros(delta.n_outputs), delta.n_features)
+    return ensemble.apply(delta)
+
+
+def payload_nbytes(config: Mapping[str, object], arrays: Mapping[str, np.ndarray]) -> int:
+    """Payload bytes of an encoding as functions.records counts them in a message.
+
+    Array data plus config values (8 per int or float, length of str/bytes); keys not counted.
+    """
+    content = RecordDict({"config": ConfigRecord(dict(config)), "arrays": arrays_to_record(arrays)})
+    return payload_bytes(content)
+
 
 RNG = np.random.default_rng(0)
 X_TRAIN, X_TEST = RNG.normal(size=(300, 6)), RNG.normal(size=(200, 6)) * 1.5

@@ -14,10 +14,10 @@ from functions.kddt import (
     inner_product,
     norm_squared,
     squared_distance,
-    tree_from_constant,
 )
 from functions.trees import TreeArrays
 from oracles.kddt import Boxes, data_boxes, fit_kddt, smoothed_error, tree_boxes
+from tests.helpers import tree_from_constant
 
 UNIT2 = (np.zeros(2), np.ones(2))
 

@@ -14,10 +14,11 @@ from flwr.common.config import get_fused_config_from_dir
 
 from run_config.common import COMMON_KEYS, RunSettings
 from run_config.declared import PYPROJECT, declared_defaults
-from run_config.families import all_keys, tables
+from run_config.families import tables
 from run_config.keys import Key, at_least, build
 from run_config.reference import END, REFERENCE, RESULTS, config_table, key_reference, main, targets
 from tasks.errors import ConfigError
+from tests.helpers import all_keys
 
 ROOT = PYPROJECT.parent
 

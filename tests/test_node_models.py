@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from functions.errors import DecodeError
-from functions.kddt import tree_from_constant
 from functions.networks import NetworkSpec, build
 from functions.node_models import (
     ModelLimits,
@@ -16,6 +15,7 @@ from functions.node_models import (
     encode_node_model,
     reprefixed,
 )
+from tests.helpers import tree_from_constant
 
 SPEC = NetworkSpec((4, 6, 3))
 LIMITS = ModelLimits(4, 3)

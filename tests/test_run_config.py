@@ -4,19 +4,12 @@ import pytest
 
 from run_config.common import RunSettings
 from run_config.declared import declared_defaults, parse_overrides, with_overrides
-from run_config.families import (
-    COMMON,
-    algorithm_names,
-    all_keys,
-    family_of,
-    family_settings,
-    validate_tables,
-)
+from run_config.families import COMMON, algorithm_names, family_of, family_settings, validate_tables
 from server_app.app import InvalidRunConfig
 from server_app.preflight import check, main
 from tasks.errors import ConfigError
 from testing.inprocess_grid import run_config
-from tests.helpers import run_app
+from tests.helpers import all_keys, run_app
 
 
 def test_defaults_parse_and_match_the_dataclass():

@@ -1,6 +1,7 @@
-"""Every benchmark with a ``--quick`` smoke version still runs and writes its report (one of them
-once failed for months on a grid hook that had gone: ``tests/test_benchmark_wire.py``). Each in
-a subprocess, as a user runs it, its reports in a temporary folder."""
+"""Every benchmark declared with a ``--quick`` smoke version (``benchmarks.cases``) still runs
+and writes its report (one of them once failed for months on a grid hook that had gone:
+``tests/test_benchmark_wire.py``). Each through the runner, as a user runs it, its reports in a
+temporary folder."""
 
 from __future__ import annotations
 
@@ -11,45 +12,27 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.__main__ import main as runner
+from benchmarks.cases import CASES, NOT_YET, ONE_WORKER, PAPERS
+
 ROOT = Path(__file__).resolve().parents[1]
-# the benchmarks that run their jobs through ``benchmarks.common.run_jobs`` run them in their
-# own process (``--workers 1``: a worker process would spend about 7 s of CPU starting up), but
-# for one that keeps its default pool of 2 worker processes
-ONE_WORKER = ["--workers", "1"]
-POOLED = "fedfw_table3"
-QUICK = [
-    ("ensemble_eval", []),
-    ("fab_build", []),
-    ("fedfun_tables", ONE_WORKER),
-    ("fedfw_downlink", ONE_WORKER),
-    ("fedfw_l1_optimum", []),
-    ("fedfw_participation", ONE_WORKER),
-    ("fedfw_seeds", ONE_WORKER),
-    ("fedfw_table1", ONE_WORKER),
-    ("fedfw_table3", []),
-    ("fedfw_wire", ONE_WORKER),
-    ("hist_time", []),
-    ("learner_decode", []),
-    ("ffgb_distillation", ONE_WORKER),
-    ("ffgb_figure1", ONE_WORKER),
-    ("ffgb_heterogeneous", ONE_WORKER),
-    ("ffgb_mnist", ONE_WORKER),
-    ("oracle_speed", []),
-    ("dp_tradeoff", ONE_WORKER),
-    ("privacy", []),
-    ("privacy_dlg", []),
-    ("secure_cost", []),
-    ("tree_fit", []),
-    # two of its workloads (tests/test_benchmark_devices.py checks every one's run config)
-    ("devices", ["--devices", "cpu", "--only", "the default job|FedFW"]),
-]
+QUICK = [(c.name, list(c.quick)) for c in CASES if c.quick is not None]
+POOLED = "fedfw_table3"  # the one that keeps its default pool of 2 worker processes
 
 
-def test_the_list_names_every_benchmark_with_a_quick_version():
-    with_quick = {
-        path.stem for path in (ROOT / "benchmarks").glob("*.py") if "args.quick" in path.read_text()
+def test_every_runnable_benchmark_is_a_declared_case():
+    runnable = {
+        path.stem for path in (ROOT / "benchmarks").glob("*.py") if "__main__" in path.read_text()
     }
-    assert with_quick == {name for name, _ in QUICK}
+    assert runnable - {"__main__"} == {c.name for c in CASES}
+
+
+def test_the_papers_tables_and_figures_name_declared_cases():
+    names = {c.name for c in CASES}
+    for item, where in PAPERS.items():
+        assert where in names or where == NOT_YET or where.startswith("no experiment"), item
+    for declared in CASES:
+        assert all(PAPERS[item] == declared.name for item in declared.papers), declared.name
 
 
 def test_every_benchmark_with_jobs_runs_them_in_its_own_process_but_one_in_a_pool():
@@ -59,7 +42,14 @@ def test_every_benchmark_with_jobs_runs_them_in_its_own_process_but_one_in_a_poo
         if "run_jobs(" in path.read_text() and path.stem != "common"
     }
     assert POOLED in with_jobs
-    assert {name for name, args in QUICK if args == ONE_WORKER} == with_jobs - {POOLED}
+    assert {name for name, args in QUICK if tuple(args) == ONE_WORKER} == with_jobs - {POOLED}
+
+
+def test_the_runner_lists_every_case_and_the_papers(capsys):
+    assert runner(["list"]) == 0
+    listed = capsys.readouterr().out
+    assert all(f" {c.name} " in listed for c in CASES)
+    assert all(item in listed for item in PAPERS)
 
 
 @pytest.mark.e2e
@@ -67,7 +57,7 @@ def test_every_benchmark_with_jobs_runs_them_in_its_own_process_but_one_in_a_poo
 def test_a_quick_benchmark_runs_and_writes_its_report(name, args, tmp_path):
     env = {**os.environ, "FL_BENCH_QUICK_DIR": str(tmp_path)}
     done = subprocess.run(
-        [sys.executable, "-m", f"benchmarks.{name}", "--quick", *args],
+        [sys.executable, "-m", "benchmarks", "run", name, "--quick"],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -12,7 +12,12 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "docker" / "README.md")
+PAGES = (
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").glob("*.md")),
+    ROOT / "docker" / "README.md",
+    ROOT / "benchmarks" / "README.md",
+)
 LAYOUT = re.compile(r"^# How the code is organised.*?^```\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 

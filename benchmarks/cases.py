@@ -1,0 +1,111 @@
+"""Every benchmark, declared once: its module, its smoke version for CI (``quick``: the
+arguments after ``--quick``; None: it has none) and the tables and figures of the three papers
+it reproduces. The runner (``python -m benchmarks``) and the CI's quick stage
+(``tests/test_benchmarks_quick.py``) read these declarations; a benchmark's one-line summary is
+its module's docstring.
+
+``PAPERS`` lists every table and figure of the three papers (``../shared/papers/``) with the
+case that reproduces it, or why none does yet.
+"""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+# a benchmark whose jobs go through ``benchmarks.common.run_jobs`` runs them in its own process
+# in the quick stage (a worker process costs seconds of CPU to start)
+ONE_WORKER = ("--workers", "1")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One benchmark: ``python -m benchmarks.<name>``."""
+
+    name: str
+    quick: tuple[str, ...] | None = None  # the smoke version's arguments after --quick
+    papers: tuple[str, ...] = field(default=())  # the papers' tables and figures it reproduces
+
+    @property
+    def summary(self) -> str:
+        """The first sentence of the module's docstring."""
+        tree = ast.parse((BENCH_DIR / f"{self.name}.py").read_text())
+        paragraph = " ".join((ast.get_docstring(tree) or "").split("\n\n")[0].split())
+        return textwrap.shorten(paragraph.split(". ")[0].rstrip("."), 110, placeholder=" ...")
+
+
+CASES = (
+    Case("boosting"),
+    Case("boosting_ablation"),
+    Case("defaults"),
+    Case("deploy_examples"),
+    Case("devices", ("--devices", "cpu", "--only", "the default job|FedFW")),
+    Case("dp_tradeoff", ONE_WORKER),
+    Case("ensemble_eval", ()),
+    Case("fab_build", ()),
+    Case("fedfun_tables", ONE_WORKER, ("FedFun Table 2", "FedFun Table 4")),
+    Case("fedfw_downlink", ONE_WORKER),
+    Case("fedfw_l1_optimum", ()),
+    Case("fedfw_participation", ONE_WORKER, ("FedFW Figure 2",)),
+    Case("fedfw_seeds", ONE_WORKER),
+    Case("fedfw_table1", ONE_WORKER, ("FedFW Table 1",)),
+    Case("fedfw_table3", (), ("FedFW Table 3",)),  # its default pool of 2 workers
+    Case("fedfw_wire", ONE_WORKER),
+    Case("ffgb_distillation", ONE_WORKER),
+    Case("ffgb_downlink"),
+    Case("ffgb_figure1", ONE_WORKER, ("FFGB Figure 1", "FFGB Figure 4")),
+    Case("ffgb_heterogeneous", ONE_WORKER),
+    Case("ffgb_mnist", ONE_WORKER, ("FFGB Figure 2", "FFGB Figure 3")),
+    Case("hist_privacy"),
+    Case("hist_time", ()),
+    Case("kddt_fit"),
+    Case("latency"),
+    Case("learner_decode", ()),
+    Case("oracle_speed", ()),
+    Case("perimeter_memory"),
+    Case("privacy", ()),
+    Case("privacy_dlg", (), ("FedFW Figure 1",)),
+    Case("readme_figures"),
+    Case("same_rows"),
+    Case("scale"),
+    Case("scale_engines"),
+    Case("secure_cost", ()),
+    Case("sites"),
+    Case("tree_fit", ()),
+)
+
+NOT_YET = "not reproduced yet (issue 59)"
+PAPERS: dict[str, str] = {  # every table and figure of the papers -> its case, or why none
+    "FedFW Figure 1": "privacy_dlg",
+    "FedFW Table 1": "fedfw_table1",
+    "FedFW Table 2": NOT_YET,
+    "FedFW Table 3": "fedfw_table3",
+    "FedFW Figure 2": "fedfw_participation",
+    "FedFW Figure 3": NOT_YET,
+    "FedFW Figure 4": NOT_YET,
+    "FFGB Figure 1": "ffgb_figure1",
+    "FFGB Figure 2": "ffgb_mnist",
+    "FFGB Figure 3": "ffgb_mnist",
+    "FFGB Figure 4": "ffgb_figure1",
+    "FedFun Table 1": NOT_YET,
+    "FedFun Table 2": "fedfun_tables",
+    "FedFun Table 3": NOT_YET,
+    "FedFun Table 4": "fedfun_tables",
+    "FedFun Table 5": "no experiment: the data sets' sizes",
+    "FedFun Figure 1": "no experiment: how the clusters split the data",
+    "FedFun Figure 2": "no experiment: how the classes split the data",
+    "FedFun Figure 3": NOT_YET,
+    "FedFun Table 6": NOT_YET,
+    "FedFun Table 7": NOT_YET,
+}
+
+
+def case(name: str) -> Case:
+    """The declared case ``name``; KeyError naming the known ones otherwise."""
+    for declared in CASES:
+        if declared.name == name:
+            return declared
+    raise KeyError(f"no benchmark {name!r}; `python -m benchmarks list` lists them")

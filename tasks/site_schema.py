@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tasks.json_rules import Rule, checked, distinct_texts, finite, keys_exactly, mapping, whole
 from tasks.site_files import CATEGORICAL, NUMERIC, SiteDataError, SiteTable, numeric_column
 
 CLASSIFICATION, REGRESSION = "classification", "regression"
@@ -236,71 +237,66 @@ class Schema:
             raise SiteDataError(f"the agreed schema does not decode: {err}") from None
 
 
-def _schema_of(body: Any) -> Schema:
-    def need(ok: bool, what: str) -> None:
-        if not ok:
-            raise SiteDataError(f"the agreed schema is malformed: {what}")
-
-    need(
-        isinstance(body, dict)
-        and set(body) == {"kind", "label", "classes", "target", "fitted", "columns"},
-        "its keys",
-    )
-    need(body["kind"] in KINDS and isinstance(body["label"], str), "kind or label")
-    need(isinstance(body["fitted"], bool), "fitted")
-    classes, target, columns = body["classes"], body["target"], body["columns"]
-    need(
-        isinstance(classes, list)
-        and all(isinstance(c, str) for c in classes)
-        and len(set(classes)) == len(classes)
-        and len(classes) <= MAX_FACT_CATEGORIES,
-        "classes",
-    )
-    need(
-        isinstance(target, list) and len(target) == 2 and _finite(target) and target[1] > 0,
+SCHEMA_KEYS = {"kind", "label", "classes", "target", "fitted", "columns"}
+COLUMN_KEYS = {"name", "categories", "mean", "std", "mode"}
+SCHEMA_RULES = (
+    Rule("its keys", lambda b: keys_exactly(b, SCHEMA_KEYS)),
+    Rule("kind or label", lambda b: b["kind"] in KINDS and isinstance(b["label"], str)),
+    Rule("fitted", lambda b: isinstance(b["fitted"], bool)),
+    Rule("classes", lambda b: distinct_texts(b["classes"], MAX_FACT_CATEGORIES)),
+    Rule(
         "target",
+        lambda b: isinstance(t := b["target"], list) and len(t) == 2 and finite(t) and t[1] > 0,
+    ),
+    Rule(
+        "columns", lambda b: isinstance(b["columns"], list) and 0 < len(b["columns"]) <= MAX_COLUMNS
+    ),
+    Rule("a column's keys", lambda b: all(keys_exactly(c, COLUMN_KEYS) for c in b["columns"])),
+    Rule(
+        "a column's categories",
+        lambda b: all(
+            c["categories"] is None or distinct_texts(c["categories"], MAX_FACT_CATEGORIES)
+            for c in b["columns"]
+        ),
+    ),
+    Rule(
+        "a column's fields",
+        lambda b: all(
+            isinstance(c["name"], str)
+            and isinstance(c["mode"], str)
+            and finite([c["mean"], c["std"]])
+            and c["std"] > 0
+            for c in b["columns"]
+        ),
+    ),
+    Rule(
+        "column names",
+        lambda b: (
+            len({c["name"] for c in b["columns"]}) == len(b["columns"])
+            and b["label"] not in {c["name"] for c in b["columns"]}
+        ),
+    ),
+)
+
+
+def _schema_of(body: Any) -> Schema:
+    checked(body, SCHEMA_RULES, "the agreed schema is malformed")
+    columns = tuple(
+        Column(
+            item["name"],
+            None if item["categories"] is None else tuple(item["categories"]),
+            float(item["mean"]),
+            float(item["std"]),
+            item["mode"],
+        )
+        for item in body["columns"]
     )
-    need(isinstance(columns, list) and 0 < len(columns) <= MAX_COLUMNS, "columns")
-    parsed = []
-    for item in columns:
-        need(
-            isinstance(item, dict) and set(item) == {"name", "categories", "mean", "std", "mode"},
-            "a column's keys",
-        )
-        cats = item["categories"]
-        need(
-            cats is None
-            or (
-                isinstance(cats, list)
-                and all(isinstance(c, str) for c in cats)
-                and len(set(cats)) == len(cats)
-                and len(cats) <= MAX_FACT_CATEGORIES
-            ),
-            "a column's categories",
-        )
-        need(
-            isinstance(item["name"], str)
-            and isinstance(item["mode"], str)
-            and _finite([item["mean"], item["std"]])
-            and item["std"] > 0,
-            "a column's fields",
-        )
-        parsed.append(
-            Column(
-                item["name"],
-                None if cats is None else tuple(cats),
-                float(item["mean"]),
-                float(item["std"]),
-                item["mode"],
-            )
-        )
-    names = [c.name for c in parsed]
-    need(len(set(names)) == len(names) and body["label"] not in names, "column names")
+    target = body["target"]
     return Schema(
         body["kind"],
         body["label"],
-        tuple(parsed),
-        tuple(classes),
+        columns,
+        tuple(body["classes"]),
         (float(target[0]), float(target[1])),
         body["fitted"],
     )
@@ -312,97 +308,87 @@ def _scale_fits(scale: Any, bounds: list | None) -> bool:
         return bounds is None and scale is None
     low, high = bounds
     smallest = 0.0 if low <= 0.0 <= high else min(abs(low), abs(high))
-    return _finite([scale]) and smallest * (1 - 1e-12) <= scale <= max(-low, high) * (1 + 1e-12)
+    return finite([scale]) and smallest * (1 - 1e-12) <= scale <= max(-low, high) * (1 + 1e-12)
 
 
-def _finite(values: list) -> bool:
-    return all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values
+FACT_KEYS = {"rows", "columns", "ranges", "scales", "missing", "categories"}
+
+
+def _numeric(facts: Mapping[str, Any]) -> set[str]:
+    return {n for n, k in facts["columns"].items() if k == NUMERIC}
+
+
+def _range_fits(bounds: Any) -> bool:
+    """None (no values), or [low, high]: finite, ordered, within the magnitude bound."""
+    return bounds is None or (
+        isinstance(bounds, list)
+        and len(bounds) == 2
+        and finite(bounds)
+        and -MAX_VALUE <= bounds[0] <= bounds[1] <= MAX_VALUE
     )
+
+
+FACT_RULES = (
+    Rule(
+        "unexpected keys", lambda p, spec: keys_exactly(p, FACT_KEYS, {"label-counts", "test-rows"})
+    ),
+    Rule(
+        lambda p, spec: f"rows={p['rows']!r} not in [1, {MAX_ROWS}]",
+        lambda p, spec: whole(p["rows"], 1, MAX_ROWS),
+    ),
+    Rule(
+        "columns must map names to 'numeric' or 'categorical'",
+        lambda p, spec: (
+            mapping(p["columns"], None, lambda k: k in (NUMERIC, CATEGORICAL), MAX_COLUMNS)
+            and len(p["columns"]) > 0
+        ),
+    ),
+    Rule(
+        lambda p, spec: f"no label column {spec.label!r}",
+        lambda p, spec: spec.label in p["columns"],
+    ),
+    Rule(
+        "missing counts",
+        lambda p, spec: mapping(p["missing"], p["columns"], lambda v: whole(v, 0, p["rows"])),
+    ),
+    Rule(
+        f"ranges (finite, low <= high, within ±{MAX_VALUE:g})",
+        lambda p, spec: mapping(p["ranges"], _numeric(p), _range_fits),
+    ),
+    Rule(
+        "scales (each column's median |value|, inside its range's magnitudes)",
+        lambda p, spec: (
+            mapping(p["scales"], _numeric(p), lambda v: True)
+            and all(_scale_fits(p["scales"][n], p["ranges"][n]) for n in _numeric(p))
+        ),
+    ),
+    Rule(
+        "categories",
+        lambda p, spec: mapping(
+            p["categories"],
+            set(p["columns"]) - _numeric(p),
+            lambda v: distinct_texts(v, MAX_FACT_CATEGORIES),
+        ),
+    ),
+    Rule("test-rows", lambda p, spec: whole(p.get("test-rows", 1), 1, MAX_ROWS)),
+    Rule(
+        "label counts",
+        lambda p, spec: (
+            p.get("label-counts") is None
+            or mapping(
+                p["label-counts"], None, lambda v: whole(v, 1, p["rows"]), MAX_FACT_CATEGORIES
+            )
+        ),
+    ),
+)
 
 
 def check_facts(payload: Any, spec: SiteSpec) -> dict[str, Any]:
-    """A node's facts as decoded JSON (from the network), checked: the fields ``site_facts``
-    writes and no others, every column named once with its kind, counts whole and within the
-    row count (at most ``MAX_ROWS``), ranges finite, at most ``MAX_COLUMNS`` columns and
-    ``MAX_FACT_CATEGORIES``
-    values a column; ``SiteDataError`` names the fault."""
-
-    def need(ok: bool, what: str) -> None:
-        if not ok:
-            raise SiteDataError(f"facts: {what}")
-
-    keys = {"rows", "columns", "ranges", "scales", "missing", "categories"}
-    need(
-        isinstance(payload, dict) and set(payload) - {"label-counts", "test-rows"} == keys,
-        "unexpected keys",
-    )
-    rows, columns = payload["rows"], payload["columns"]
-    need(type(rows) is int and 0 < rows <= MAX_ROWS, f"rows={rows!r} not in [1, {MAX_ROWS}]")
-    need(
-        isinstance(columns, dict)
-        and 0 < len(columns) <= MAX_COLUMNS
-        and all(isinstance(n, str) and k in (NUMERIC, CATEGORICAL) for n, k in columns.items()),
-        "columns must map names to 'numeric' or 'categorical'",
-    )
-    need(spec.label in columns, f"no label column {spec.label!r}")
-    numeric = {n for n, k in columns.items() if k == NUMERIC}
-    missing, ranges, categories = payload["missing"], payload["ranges"], payload["categories"]
-    need(
-        isinstance(missing, dict)
-        and set(missing) == set(columns)
-        and all(type(v) is int and 0 <= v <= rows for v in missing.values()),
-        "missing counts",
-    )
-    need(
-        isinstance(ranges, dict)
-        and set(ranges) == numeric
-        and all(
-            r is None
-            or (
-                isinstance(r, list)
-                and len(r) == 2
-                and _finite(r)
-                and -MAX_VALUE <= r[0] <= r[1] <= MAX_VALUE
-            )
-            for r in ranges.values()
-        ),
-        f"ranges (finite, low <= high, within ±{MAX_VALUE:g})",
-    )
-    scales = payload["scales"]
-    need(
-        isinstance(scales, dict)
-        and set(scales) == numeric
-        and all(_scale_fits(scales[n], ranges[n]) for n in numeric),
-        "scales (each column's median |value|, inside its range's magnitudes)",
-    )
-    need(
-        isinstance(categories, dict)
-        and set(categories) == set(columns) - numeric
-        and all(
-            isinstance(v, list)
-            and len(v) <= MAX_FACT_CATEGORIES
-            and all(isinstance(c, str) for c in v)
-            and len(set(v)) == len(v)
-            for v in categories.values()
-        ),
-        "categories",
-    )
-    test_rows = payload.get("test-rows", 1)
-    need(type(test_rows) is int and 0 < test_rows <= MAX_ROWS, "test-rows")
-    counts = payload.get("label-counts")
-    need(
-        counts is None
-        or (
-            isinstance(counts, dict)
-            and len(counts) <= MAX_FACT_CATEGORIES
-            and all(
-                isinstance(k, str) and type(v) is int and 0 < v <= rows for k, v in counts.items()
-            )
-        ),
-        "label counts",
-    )
-    return payload
+    """A node's facts as decoded JSON (from the network), checked (``FACT_RULES``): the fields
+    ``site_facts`` writes and no others, every column named once with its kind, counts whole
+    and within the row count (at most ``MAX_ROWS``), ranges finite, at most ``MAX_COLUMNS``
+    columns and ``MAX_FACT_CATEGORIES`` values a column; ``SiteDataError`` names the fault."""
+    return checked(payload, FACT_RULES, "facts", spec)
 
 
 # -- agreement ----------------------------------------------------------------------------------
@@ -745,6 +731,95 @@ def _mean_std(total: np.ndarray) -> tuple[float, float]:
     return mean, (std if std > MIN_STD else 1.0)
 
 
+def _moment_keys(schema: Schema) -> set[str]:
+    return {"rows", "numeric", "categories"} | ({"target"} if schema.kind == REGRESSION else set())
+
+
+def _present(facts: Mapping[str, Any], name: str) -> int:
+    """The values of column ``name`` the node reported present."""
+    return facts["rows"] - facts["missing"][name]
+
+
+def _counts_fit(counts: Any, column: Column, facts: Mapping[str, Any]) -> bool:
+    return (
+        isinstance(counts, list)
+        and len(counts) == len(column.categories)
+        and all(type(c) is int and c >= 0 for c in counts)
+        and sum(counts) <= _present(facts, column.name)
+    )
+
+
+def _unseen(counts: list[int], column: Column, facts: Mapping[str, Any]) -> list[str]:
+    """The categories with rows that the node did not report having."""
+    reported = set(facts["categories"][column.name])
+    return [c for c, k in zip(column.categories, counts) if k and c not in reported]
+
+
+def _categorical(schema: Schema) -> list[Column]:
+    return [c for c in schema.columns if c.categories is not None]
+
+
+def _miscounted(p: dict, schema: Schema, facts: Mapping[str, Any]) -> Column | None:
+    """The first categorical column whose counts do not fit its present values."""
+    bad = (c for c in _categorical(schema) if not _counts_fit(p["categories"][c.name], c, facts))
+    return next(bad, None)
+
+
+def _miscounted_fault(p: dict, schema: Schema, facts: Mapping[str, Any]) -> str:
+    column = _miscounted(p, schema, facts)
+    present = _present(facts, column.name)
+    return f"category counts of {column.name!r} (at most its {present} present values)"
+
+
+def _unreported(p: dict, schema: Schema, facts: Mapping[str, Any]) -> tuple[str, list[str]]:
+    """The first categorical column with rows of categories the node did not report, and
+    those categories (("", []) when none)."""
+    for column in _categorical(schema):
+        if unseen := _unseen(p["categories"][column.name], column, facts):
+            return column.name, unseen
+    return "", []
+
+
+def _unreported_fault(p: dict, schema: Schema, facts: Mapping[str, Any]) -> str:
+    name, unseen = _unreported(p, schema, facts)
+    return f"of {name!r}: rows of {unseen[:1]}, a category it did not report"
+
+
+MOMENT_RULES = (
+    Rule("unexpected keys", lambda p, schema, facts: keys_exactly(p, _moment_keys(schema))),
+    Rule(
+        lambda p, schema, facts: (
+            f"rows={p['rows']!r} not in [1, {facts['rows']}] (the rows it reported)"
+        ),
+        lambda p, schema, facts: whole(p["rows"], 1, facts["rows"]),
+    ),
+    Rule(
+        "numeric columns differ from the schema's",
+        lambda p, schema, facts: (
+            isinstance(p["numeric"], dict)
+            and set(p["numeric"]) == {c.name for c in schema.columns if c.categories is None}
+        ),
+    ),
+    Rule(
+        "categorical columns differ from the schema's",
+        lambda p, schema, facts: (
+            isinstance(p["categories"], dict)
+            and set(p["categories"]) == {c.name for c in _categorical(schema)}
+        ),
+    ),
+)
+SUMMED_RULES = (  # once each column's sums fit (``_check_sums``)
+    Rule(
+        lambda p, schema, facts: (
+            f"of the label {schema.label!r}: a count other than its rows ({p['rows']})"
+        ),
+        lambda p, schema, facts: schema.kind != REGRESSION or p["target"][0] == p["rows"],
+    ),
+    Rule(_miscounted_fault, lambda p, schema, facts: _miscounted(p, schema, facts) is None),
+    Rule(_unreported_fault, lambda p, schema, facts: not _unreported(p, schema, facts)[1]),
+)
+
+
 def check_moments(payload: Any, schema: Schema, facts: Mapping[str, Any]) -> dict[str, Any]:
     """A node's moments as decoded JSON, checked against the schema and against the node's own
     ``facts`` (checked by ``check_facts``): every column once, at most the rows it reported,
@@ -753,66 +828,20 @@ def check_moments(payload: Any, schema: Schema, facts: Mapping[str, Any]) -> dic
     else can come from values in that range; with the range's bound on magnitudes, no sum
     overflows), no sums without values; categorical counts within the column's present values,
     none of a category it did not report. ``SiteDataError`` names the column and the fault."""
-
-    def need(ok: bool, what: str) -> None:
-        if not ok:
-            raise SiteDataError(f"moments: {what}")
-
-    expected = {"rows", "numeric", "categories"} | (
-        {"target"} if schema.kind == REGRESSION else set()
-    )
-    need(isinstance(payload, dict) and set(payload) == expected, "unexpected keys")
-    rows = payload["rows"]
-    need(
-        type(rows) is int and 0 < rows <= facts["rows"],
-        f"rows={rows!r} not in [1, {facts['rows']}] (the rows it reported)",
-    )
-    numeric = {c.name for c in schema.columns if c.categories is None}
-    need(
-        isinstance(payload["numeric"], dict) and set(payload["numeric"]) == numeric,
-        "numeric columns differ from the schema's",
-    )
-    need(
-        isinstance(payload["categories"], dict)
-        and set(payload["categories"]) == {c.name for c in schema.columns} - numeric,
-        "categorical columns differ from the schema's",
-    )
+    checked(payload, MOMENT_RULES, "moments", schema, facts)
     sums = dict(payload["numeric"])
     if schema.kind == REGRESSION:
         sums[schema.label] = payload["target"]
     for name, triple in sums.items():
-        present = facts["rows"] - facts["missing"][name]
-        _check_sums(name, triple, facts["ranges"][name], present)
-    if schema.kind == REGRESSION:
-        need(
-            sums[schema.label][0] == rows,
-            f"of the label {schema.label!r}: a count other than its rows ({rows})",
-        )
-    for column in schema.columns:
-        if column.categories is not None:
-            counts = payload["categories"][column.name]
-            present = facts["rows"] - facts["missing"][column.name]
-            need(
-                isinstance(counts, list)
-                and len(counts) == len(column.categories)
-                and all(type(c) is int and c >= 0 for c in counts)
-                and sum(counts) <= present,
-                f"category counts of {column.name!r} (at most its {present} present values)",
-            )
-            reported = set(facts["categories"][column.name])
-            unseen = [c for c, k in zip(column.categories, counts) if k and c not in reported]
-            need(
-                not unseen,
-                f"of {column.name!r}: rows of {unseen[:1]}, a category it did not report",
-            )
-    return payload
+        _check_sums(name, triple, facts["ranges"][name], _present(facts, name))
+    return checked(payload, SUMMED_RULES, "moments", schema, facts)
 
 
 def _check_sums(name: str, triple: Any, bounds: list | None, present: int) -> None:
     """A [count, sum, sum of squares] that values inside ``bounds`` (the range the node
     reported) can give, with at most ``present`` values; ``SiteDataError`` says what not."""
     where = f"moments of {name!r}"
-    if not (isinstance(triple, list) and len(triple) == 3 and _finite(triple)):
+    if not (isinstance(triple, list) and len(triple) == 3 and finite(triple)):
         raise SiteDataError(f"{where}: not three finite numbers [count, sum, sum of squares]")
     count, first, second = (float(v) for v in triple)
     if not (count.is_integer() and 0 <= count <= present):

@@ -62,6 +62,30 @@ if TYPE_CHECKING:
     from strategies.secure_training import SecureTraining
 
 T = TypeVar("T")
+# What a family implements, by group (docs/architecture.md lists them): the round's are needed
+# by every family, the others where it has something of that kind. Everything else here is the
+# lifecycle's, which no family overrides (tests/test_lifecycle_hooks.py).
+FAMILY_HOOKS: dict[str, tuple[str, ...]] = {
+    "round": ("summary", "train_messages", "aggregate", "own_exchange"),
+    "nodes": ("on_roster", "on_join", "on_leave", "on_rebind", "check_federation"),
+    "evaluation": (
+        "configure_evaluate",
+        "check_evaluation",
+        "evaluation_metrics",
+        "site_metrics",
+        "on_evaluation_screened",
+        "evaluation_rides",
+        "check_late_evaluation",
+    ),
+    "global function": ("initial_arrays", "evaluate_global", "exports", "description", "privacy"),
+    "state": (
+        "family_state",
+        "load_family_state",
+        "state_context",
+        "segment_names",
+        "segment_record",
+    ),
+}
 _RNG, _ROSTER, _BOOK = "rng", "roster", "book"
 _COMMON = (_RNG, _ROSTER, _BOOK)
 

@@ -1,7 +1,7 @@
 """The kinds of claim the docs made that drifted from the code, checked against it: the folders
 docs/architecture.md lays out are the project's and the modules it names in each exist; every
 ``make`` target the README and docs/ name is one of the Makefile's; every ``python -m`` module
-they name can be imported.
+they name can be imported; tests/README.md maps every test file.
 """
 
 from __future__ import annotations
@@ -83,3 +83,9 @@ def test_every_python_module_the_docs_run_exists():
     }
     missing = {(page, m) for page, m in named if importlib.util.find_spec(m) is None}
     assert named and missing == set()
+
+
+def test_the_tests_map_lists_every_test_file_once():
+    listed = re.findall(r"`(test_\w+\.py)`", (ROOT / "tests" / "README.md").read_text())
+    files = sorted(path.name for path in (ROOT / "tests").glob("test_*.py"))
+    assert sorted(listed) == files

@@ -178,9 +178,11 @@ class FedXgbHist(XgbStrategy):
 
     def on_join(self, node: int, grid: Grid, server_round: int) -> None:
         """Its rows are not known yet (its first round asks them, as of a node the agreement
-        missed); its first message brings the whole booster, so it takes part from this
-        round's trees on."""
-        self.rows = np.append(self.rows, np.int64(-1))
+        missed; with secure aggregation the server knows only their bound, as of every node);
+        its first message brings the whole booster, so it takes part from this round's trees
+        on."""
+        rows = example_limit(self.task) if self.secure is not None else -1
+        self.rows = np.append(self.rows, np.int64(rows))
 
     def on_leave(self, node: int, position: int) -> None:
         """The next trees are grown from the other nodes' histograms."""

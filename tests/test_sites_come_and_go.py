@@ -53,6 +53,11 @@ FAMILIES = {  # every node trains every round, so participants count the run's n
     "fedxgb-hist": {"fedxgb-hist.max-depth": 3},
 }
 VARIANTS = {  # the families' other server states: secure sums, sealed relays, a baseline
+    "fedavg-secure": ("fedavg", {"secure-aggregation": True}),
+    "fedxgb-hist-secure": (
+        "fedxgb-hist",
+        {"secure-aggregation": True, "fedxgb-hist.bins": "grid", "fedxgb-hist.max-depth": 3},
+    ),
     "fedfw-secure": ("fedfw", {"secure-aggregation": True}),
     "feddr-secure": ("feddr", {"secure-aggregation": True}),
     "ffgb-sealed": ("ffgb", {"relay-encryption": True, "central-evaluation": False}),

@@ -44,12 +44,17 @@ QUICK = [
     ("devices", ["--devices", "cpu", "--only", "the default job|FedFW"]),
 ]
 
+# quick versions that are a serial e2e test's run already (live deployments on timers, which
+# this module's parallel e2e tests must not start beside others)
+RUN_ELSEWHERE = {"soak": "tests/test_soak.py"}
+
 
 def test_the_list_names_every_benchmark_with_a_quick_version():
     with_quick = {
         path.stem for path in (ROOT / "benchmarks").glob("*.py") if "args.quick" in path.read_text()
     }
-    assert with_quick == {name for name, _ in QUICK}
+    assert with_quick == {name for name, _ in QUICK} | set(RUN_ELSEWHERE)
+    assert all((ROOT / test).is_file() for test in RUN_ELSEWHERE.values())
 
 
 def test_every_benchmark_with_jobs_runs_them_in_its_own_process_but_one_in_a_pool():

@@ -28,6 +28,7 @@ class Case:
     name: str
     quick: tuple[str, ...] | None = None  # the smoke version's arguments after --quick
     papers: tuple[str, ...] = field(default=())  # the papers' tables and figures it reproduces
+    quick_in: str = ""  # the serial e2e test that runs its smoke version ("": the quick stage)
 
     @property
     def summary(self) -> str:
@@ -73,6 +74,7 @@ CASES = (
     Case("scale"),
     Case("scale_engines"),
     Case("secure_cost", ()),
+    Case("soak", (), quick_in="tests/test_soak.py"),  # a live deployment on timers
     Case("sites"),
     Case("tree_fit", ()),
 )

@@ -30,6 +30,7 @@ calls pass, the Control API (the ``flwr`` CLI) stays on the SuperLink's own port
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import json
 import os
@@ -255,6 +256,11 @@ class Deployment:
     # the SuperLink listens on loopback, where the flwr CLI (Control API) reaches it
     perimeter: bool = False
     max_object_bytes: int = MAX_OBJECT_BYTES  # the largest push-object body the perimeter forwards
+    # a SuperNode's reconnection attempts and seconds before it gives up on an unreachable
+    # SuperLink (``--max-retries``, ``--max-wait-time``); None: Flower's default, no limit (a
+    # SuperNode that rides out a restart of the SuperLink)
+    max_retries: int | None = 3
+    max_wait_time: float | None = 20.0
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     killed: set[str] = field(default_factory=set)  # processes stopped on purpose (``kill``)
     may_exit: set[str] = field(default_factory=set)  # processes meant to exit (refused nodes)
@@ -334,7 +340,8 @@ class Deployment:
 
     def _start(self, name: str, args: list[str]) -> subprocess.Popen:
         self.killed.discard(name)  # a node started again under its name is watched again
-        log = open(self.workdir / f"{name}.log", "w")  # closed with the process
+        # closed with the process; appended to, so a restart under the same name keeps the log
+        log = open(self.workdir / f"{name}.log", "a")
         process = subprocess.Popen(
             args,
             stdout=log,
@@ -377,6 +384,19 @@ class Deployment:
         if self.tls:
             make_certificates(self.certs, self.hosts)
         self._write_connection()
+        self._launch_superlink()
+        if self.perimeter:
+            self.start_perimeter()
+
+    def restart_superlink(self, how: signal.Signals = signal.SIGTERM) -> None:
+        """Stop the SuperLink's process group with ``how`` (its SuperExec and the ServerApps
+        forked from it go with it, as on a restarted host) and start it again on the same port
+        and certificates: what an operator's restart does. With ``database`` it reopens the same
+        SQLite file; without, it starts empty. The perimeter, a separate service, stays up."""
+        self.kill("superlink", how)
+        self._launch_superlink()
+
+    def _launch_superlink(self) -> None:
         p = self.base_port
         # in its own namespace the SuperLink listens on its links too, unless behind a perimeter
         host = "127.0.0.1" if self.star is None or self.perimeter else "0.0.0.0"
@@ -400,8 +420,6 @@ class Deployment:
             args = self._in(link, args)
         self._start("superlink", args)
         self.wait_for_port(p)
-        if self.perimeter:
-            self.start_perimeter()
 
     def start_perimeter(self) -> None:
         """nginx on the SuperNodes' side (``proxy_port``; on every address of the SuperLink's
@@ -471,10 +489,8 @@ class Deployment:
             f"127.0.0.1:{port + 1}",
             "--node-config",
             f"partition-id={index} num-partitions={num_partitions} {node_config}".strip(),
-            "--max-retries",
-            "3",
-            "--max-wait-time",
-            "20",
+            *([] if self.max_retries is None else ["--max-retries", str(self.max_retries)]),
+            *([] if self.max_wait_time is None else ["--max-wait-time", str(self.max_wait_time)]),
         ]
         if self.auth:
             key = self.register(name) if registered else make_node_key(self.keys, name)
@@ -685,12 +701,19 @@ class Deployment:
             stream.wait()
         return self.wait_for_runs([run_id], timeout)[run_id]
 
-    def kill(self, name: str) -> None:
-        """SIGKILL one process and its group (a node that dies)."""
+    def kill(self, name: str, how: signal.Signals = signal.SIGKILL) -> None:
+        """Signal one process and its group with ``how`` and wait for it: SIGKILL (the
+        default) is a node that dies, SIGTERM one that is stopped (a SuperNode then tells the
+        SuperLink it leaves); SIGKILL after 10 s if it has not exited."""
         self.killed.add(name)
         process = self.processes[name]
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+        with contextlib.suppress(ProcessLookupError):  # its whole group has exited already
+            os.killpg(process.pid, how)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
     def stop(self) -> None:
         """SIGTERM then SIGKILL every process this object started (their process groups), and

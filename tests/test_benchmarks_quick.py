@@ -16,7 +16,7 @@ from benchmarks.__main__ import main as runner
 from benchmarks.cases import CASES, NOT_YET, ONE_WORKER, PAPERS
 
 ROOT = Path(__file__).resolve().parents[1]
-QUICK = [(c.name, list(c.quick)) for c in CASES if c.quick is not None]
+QUICK = [(c.name, list(c.quick)) for c in CASES if c.quick is not None and not c.quick_in]
 POOLED = "fedfw_table3"  # the one that keeps its default pool of 2 worker processes
 
 
@@ -25,6 +25,7 @@ def test_every_runnable_benchmark_is_a_declared_case():
         path.stem for path in (ROOT / "benchmarks").glob("*.py") if "__main__" in path.read_text()
     }
     assert runnable - {"__main__"} == {c.name for c in CASES}
+    assert all((ROOT / c.quick_in).is_file() for c in CASES if c.quick_in)
 
 
 def test_the_papers_tables_and_figures_name_declared_cases():

@@ -39,6 +39,7 @@ from deploy.local import Deployment, free_port_block
 from run_config.declared import parse_overrides
 from server_app.checkpoint import FILE_NAME, read_checkpoint
 from server_app.results import CLOCKS
+from testing.processes import new_server_app, server_apps
 from tests.helpers import run_app
 from tests.test_checkpoints import is_traffic
 
@@ -58,47 +59,6 @@ FFGB_REL = 1e-6  # FFGB after the checkpoint: the ensemble summed in another ord
 
 def config(name: str) -> str:
     return f"{JOBS[name]} {COMMON}"
-
-
-def children(pid: int) -> set[int]:
-    """Live (not zombie) child processes of ``pid``, from /proc."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rpartition(")")[2].split()  # state, ppid, ...
-        except OSError:
-            continue
-        if fields[0] != "Z" and int(fields[1]) == pid:
-            found.add(int(entry.name))
-    return found
-
-
-def cmdline(pid: int) -> str:
-    try:
-        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
-
-
-def server_apps(deployment: Deployment) -> set[int]:
-    """The ServerApp processes: forked by the warm SuperExec, a child of the SuperLink."""
-    link = deployment.processes["superlink"].pid
-    superexecs = [p for p in children(link) if "deploy.warm_superexec" in cmdline(p)]
-    assert len(superexecs) == 1, {p: cmdline(p) for p in children(link)}
-    return children(superexecs[0])
-
-
-def new_server_app(deployment: Deployment, before: set[int], timeout: float = 120) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        new = server_apps(deployment) - before
-        if new:
-            (pid,) = new
-            return pid
-        time.sleep(0.1)
-    raise TimeoutError(f"no new ServerApp process after {timeout} s")
 
 
 def saved_round(folder: Path) -> int:

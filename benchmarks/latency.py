@@ -9,7 +9,7 @@ Seven ways to run each job, one after another (never two runs at once); ``compos
   the nodes one after the other;
 - ``simulation``: ``flwr run`` on Flower's simulation engine (a local SuperLink with Ray,
   ``testing.simulation_link``), 2 SuperNodes of one CPU each, training side by side;
-- ``flower``: ``deploy.local.Deployment`` with Flower's own parts: ``flower-supernode``, its
+- ``flower``: ``deploy.deployment.Deployment`` with Flower's own parts: ``flower-supernode``, its
   ``--isolation subprocess`` (a fresh ``flwr-clientapp`` interpreter per message), its
   SuperExec task poll (1 s), the ServerApp pulling replies every 3 s (what Flower's deployment
   grid does) and the SuperLink's state in a SQLite file (``--database``);
@@ -125,8 +125,9 @@ def in_process(config: str, rounds: int) -> list[float]:
 def deployed(way: str, jobs: dict[str, str], rounds: int, workdir: Path) -> dict[str, Any]:
     """Each job on one TLS + authentication deployment set up ``way``; seconds per round."""
     from deploy.app_files import app_copy
-    from deploy.local import Deployment, free_port_block
+    from deploy.deployment import Deployment
     from deploy.netns import Star
+    from deploy.ports import free_port_block
 
     way_options = DEPLOYMENTS[way]
     options = dict(way_options["options"])
@@ -337,7 +338,8 @@ def deploy_local_run(config: dict[str, Any], nodes: int, workdir: Path) -> str |
     (its defaults: TLS, SuperNode authentication, warm apps, ``nodes`` SuperNodes on loopback,
     node i serving partition i); None when the run completed, else its status."""
     from deploy.app_files import app_copy
-    from deploy.local import Deployment, free_port_block
+    from deploy.deployment import Deployment
+    from deploy.ports import free_port_block
 
     app = app_copy(workdir / "app")
     deployment = Deployment(workdir, tls=True, auth=True, base_port=free_port_block())

@@ -3,10 +3,10 @@ with the perimeter's body bound at Flower's message limit (2 GiB - 1 byte, what 
 before) and at its default ``max_object_bytes`` (16 MiB), side by side in one run.
 
 Each way: a SuperLink with TLS and SuperNode authentication behind ``deploy.perimeter``
-(``deploy.local.Deployment(perimeter=True)``, no SuperNode), its resident memory once idle, then
-``--bodies`` POSTs of ``--mib`` MiB of zeros to ``/v1/fleet/push-object`` through the perimeter,
-with none of Flower's signed headers (what anyone who reaches the port can send), and the
-SuperLink's peak resident memory (``VmHWM``) after them.
+(``deploy.deployment.Deployment(perimeter=True)``, no SuperNode), its resident memory once idle,
+then ``--bodies`` POSTs of ``--mib`` MiB of zeros to ``/v1/fleet/push-object`` through the
+perimeter, with none of Flower's signed headers (what anyone who reaches the port can send), and
+the SuperLink's peak resident memory (``VmHWM``) after them.
 
     python -m benchmarks.perimeter_memory      # about 1 min
 
@@ -57,7 +57,8 @@ def post(port: int, ca: Path, size: int) -> int:
 
 
 def measure(bound: int, mib: int, bodies: int, workdir: Path) -> dict:
-    from deploy.local import Deployment, free_port_block
+    from deploy.deployment import Deployment
+    from deploy.ports import free_port_block
 
     d = Deployment(
         workdir,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from deploy.local import Deployment
+from deploy.deployment import Deployment
 
 
 def children(pid: int) -> set[int]:

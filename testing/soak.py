@@ -2,7 +2,7 @@
 the checks that nothing was lost.
 
 The deployment is the separate-machines runbook's (docs/deployment.md) on one machine:
-``deploy.local.Deployment`` with TLS, SuperNode authentication, the nginx perimeter and the
+``deploy.deployment.Deployment`` with TLS, SuperNode authentication, the nginx perimeter and the
 SuperLink's state in a SQLite file (``--database``); with root and ``ip``, the SuperLink and
 each SuperNode in a network namespace of its own (``deploy.netns.Star``), one node's link slow
 and lossy (``Star.impair``); else everything on loopback, unimpaired (``Soak.network`` says
@@ -40,8 +40,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deploy.local import Deployment, free_port_block
+from deploy.deployment import Deployment
 from deploy.netns import NETEM, Star
+from deploy.ports import free_port_block
 from server_app.checkpoint import read_checkpoint
 from server_app.results import CLOCKS
 from testing.processes import server_apps

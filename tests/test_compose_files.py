@@ -476,7 +476,7 @@ def test_perimeter_overlay(parsers):
 
 def test_perimeter_config_passes_nginx_t(tmp_path):
     """docker/nginx/perimeter.conf, with its paths moved under tmp_path, passes `nginx -t`."""
-    from deploy.local import make_certificates
+    from deploy.certificates import make_certificates
     from deploy.perimeter import nginx_binary
 
     nginx = nginx_binary()

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from deploy.local import Deployment, ProcessExited, _next_line, free_port_block
+from deploy.deployment import Deployment
+from deploy.ports import free_port_block
+from deploy.processes import ProcessExited, next_line
 from testing.inprocess_grid import PROJECT_ROOT
 
 pytestmark = pytest.mark.serial  # live processes on timers: one at a time in stage 2
@@ -152,9 +154,9 @@ def test_the_wait_for_the_next_line_checks_the_processes_meanwhile():
         if len(checks) == 2:
             lines.put("round 1\n")
 
-    assert _next_line(lines, check) == "round 1\n" and len(checks) == 2
+    assert next_line(lines, check) == "round 1\n" and len(checks) == 2
     lines.put(None)
-    assert _next_line(lines, check) is None
+    assert next_line(lines, check) is None
 
 
 @pytest.mark.e2e

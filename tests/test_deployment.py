@@ -4,7 +4,7 @@ run for two rounds through ``flwr run`` (the third SuperNode started once the jo
 way: round 1 waits for it and it trains from round 1), and a run that loses a SuperNode mid-way
 and completes.
 
-Every process is started and stopped by PID (``deploy.local.Deployment``); ports are loopback
+Every process is started and stopped by PID (``deploy.deployment.Deployment``); ports are loopback
 only; the work directories are pytest's temporary ones.
 
 Two deployments run side by side, so the run that loses a node (which waits out a
@@ -30,7 +30,8 @@ from pathlib import Path
 import pytest
 
 from deploy.app_files import app_copy
-from deploy.local import Deployment, free_port_block
+from deploy.deployment import Deployment
+from deploy.ports import free_port_block
 from run_config.declared import parse_overrides
 from tests.helpers import run_app
 

@@ -5,8 +5,8 @@ at the start. The third partition's SuperNode starts once round 2 is written: it
 the SuperLink has it offline (its heartbeat overdue) and ``leave-after`` rounds have passed, it
 leaves the run for good (``leaves the run for good``), and the rounds after count no failure.
 
-Every process is started and stopped by PID (``deploy.local.Deployment``); the work directory is
-pytest's temporary one.
+Every process is started and stopped by PID (``deploy.deployment.Deployment``); the work
+directory is pytest's temporary one.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from deploy.app_files import app_copy
-from deploy.local import Deployment, free_port_block
+from deploy.deployment import Deployment
+from deploy.ports import free_port_block
 
 pytestmark = [pytest.mark.e2e, pytest.mark.serial]
 

@@ -41,7 +41,8 @@ import pytest
 
 from client_app.app import app as client_app
 from deploy.app_files import app_copy
-from deploy.local import Deployment, free_port_block
+from deploy.deployment import Deployment
+from deploy.ports import free_port_block
 from run_config.declared import parse_overrides
 from server_app.results import CLOCKS
 from testing.hostile_clientapp import HUGE_ARRAY_BYTES, HUGE_CONFIG_BYTES

@@ -35,7 +35,8 @@ from pathlib import Path
 import pytest
 
 from deploy.app_files import app_copy
-from deploy.local import Deployment, free_port_block
+from deploy.deployment import Deployment
+from deploy.ports import free_port_block
 from run_config.declared import parse_overrides
 from server_app.checkpoint import FILE_NAME, read_checkpoint
 from server_app.results import CLOCKS

@@ -5,7 +5,7 @@ FFGB with trees, FedFW, and fedxgb-hist, FedAvg and FedFW+ with secure aggregati
 through ``flwr run``; the per-site metrics are in the results and equal, round by round, those
 of the in-process engine on the same files and seed.
 
-Every process is started and stopped by PID (``deploy.local.Deployment``); the files and work
+Every process is started and stopped by PID (``deploy.deployment.Deployment``); the files and work
 directories are pytest's temporary ones.
 """
 
@@ -18,7 +18,8 @@ import pandas as pd
 import pytest
 
 from deploy.app_files import app_copy
-from deploy.local import Deployment, free_port_block
+from deploy.deployment import Deployment
+from deploy.ports import free_port_block
 from run_config.declared import parse_overrides
 from tasks.sites import write_sites
 from tests.helpers import run_app

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from deploy import local
-from deploy.local import make_certificates, make_node_key, new_workdir
+from deploy import certificates, ports
+from deploy.certificates import make_certificates, make_node_key
+from deploy.local import new_workdir
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCKER = ROOT / "docker"
@@ -87,7 +88,7 @@ def test_a_key_whose_write_fails_leaves_no_file(tmp_path, monkeypatch):
     def fail(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(local.os, "fdopen", fail)
+    monkeypatch.setattr(certificates.os, "fdopen", fail)
     with pytest.raises(OSError, match="disk full"):
         make_node_key(tmp_path, "node")
     assert list(tmp_path.iterdir()) == []
@@ -210,9 +211,9 @@ def test_no_world_writable_folder_and_no_fixed_temporary_paths():
 def test_a_port_block_stays_below_the_ephemeral_range():
     """Outgoing connections take ephemeral ports: a block reaching into that range once lost a
     SuperNode its port (the sites deployment waited 900 s for a node that never started)."""
-    start = local.ephemeral_low()
+    start = ports.ephemeral_low()
     for _ in range(20):
-        base = local.free_port_block(low=start - 100, high=start + 5000)
+        base = ports.free_port_block(low=start - 100, high=start + 5000)
         assert start - 100 <= base and base + 40 <= start
     with pytest.raises(RuntimeError, match="below the ephemeral range"):
-        local.free_port_block(low=start, high=start + 5000)
+        ports.free_port_block(low=start, high=start + 5000)

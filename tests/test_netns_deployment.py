@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from deploy.local import Deployment, free_port_block
+from deploy.deployment import Deployment
 from deploy.netns import Star
+from deploy.ports import free_port_block
 
 pytestmark = [
     pytest.mark.e2e,  # stage 2: `make test-e2e`

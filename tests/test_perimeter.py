@@ -26,7 +26,8 @@ from pathlib import Path
 import pytest
 
 from deploy.app_files import app_copy
-from deploy.local import BIN, PROJECT, Deployment, free_port_block, make_certificates, make_node_key
+from deploy.certificates import make_certificates, make_node_key
+from deploy.deployment import BIN, PROJECT, Deployment
 from deploy.perimeter import (
     FLEET_PATHS,
     MAX_CALL_BYTES,
@@ -36,6 +37,7 @@ from deploy.perimeter import (
     nginx_binary,
     render,
 )
+from deploy.ports import free_port_block
 
 pytestmark = pytest.mark.serial  # live processes on timers: one at a time in stage 2
 NODES = 2

@@ -23,26 +23,14 @@ from server_app.checkpoint import read_checkpoint
 from server_app.results import CLOCKS
 from strategies.roster import Admission, Changes, Roster, tombstone
 from testing.inprocess_grid import LocalGrid, counting, round_of, run_config, server_context
+from tests import test_returning_node as returning
 from tests.helpers import RUN_NAME, train_messages
 from tests.test_checkpoints import CrashingGrid, ServerCrash, assert_resumed_equals
 from tests.test_late_nodes import LateGrid
 from tests.test_returning_node import AnsweringGrid, facts
 
 NODES, ROUNDS, LATE, GONE = 4, 5, 3, 1
-SMALL = {
-    "task": "synthetic",
-    "num-server-rounds": ROUNDS,
-    "join-timeout": 0.0,
-    "local-epochs": 0,
-    "local-steps": 3,
-    "learning-rate": 0.05,
-    "ffgb.local-steps": 2,
-    "ffgb.oracle-steps": 10,
-    "fedfun.initial-steps": 5,
-    "fedfun.local-steps": 3,
-    "fedfun.penalty-samples": 20,
-    "fedfun.hidden": "8",
-}
+SMALL = {**returning.SMALL, "num-server-rounds": ROUNDS, "join-timeout": 0.0}  # small jobs
 FAMILIES = {  # every node trains every round, so participants count the run's nodes
     "fedavg": {},
     "fedfw": {"fedfw.downlink": "compact"},

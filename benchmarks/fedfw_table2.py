@@ -161,10 +161,16 @@ def main_jobs(
     ]
 
 
-def cell(rows: list[dict], paper: float | None) -> str:
+def diverged(result: dict) -> str:
+    """`` diverged at round N`` (the run's own words) for a run that blew up, else empty."""
+    return " " + result["diverged"].split(":")[0] if "diverged" in result else ""
+
+
+def cell(result: dict, paper: float) -> str:
     """``final / best (paper)`` test accuracy in %."""
+    rows = result["rows"]
     text = f"{pct(final(rows, 'test_accuracy'))} / {pct(best(rows, 'test_accuracy'))}"
-    return text + (f" ({paper:.2f})" if paper is not None else "")
+    return text + f" ({paper:.2f}){diverged(result)}"
 
 
 def report(
@@ -181,14 +187,14 @@ def report(
                 r = results[f"{a}-{t}-{p}-{c}"]
                 rows, last = r["rows"], r["rows"][-1]
                 paper = PAPER[c][a][(p, t)]
-                cells.append(cell(rows, paper))
+                cells.append(cell(r, paper))
                 long.append(
                     [
                         c,
                         t1.NAMES[a],
                         t1.PARTS[p],
                         f"{t} ({MODELS[t]})",
-                        str(last["round"]),
+                        f"{last['round']}{diverged(r)}",
                         pct(final(rows, "test_accuracy")),
                         pct(best(rows, "test_accuracy")),
                         f"{paper:.2f}",
@@ -240,15 +246,16 @@ def main() -> None:
 
     print(f"grid search on the DNN, {GRID_SETTING} ({dnn_rounds} rounds)")
     jobs = grid_jobs(dnn_rounds, args.quick)
-    grid = run_jobs(jobs, runs, args.workers, args.reuse)
+    grid = run_jobs(jobs, runs, args.workers, args.reuse, diverged_ok=True)
     for job in jobs:
         grid[job.name]["spec"] = job.overrides
     chosen, grid_md = t1.choose(grid, ["feddr"])
+    blew_up = [f"`{name}`{diverged(r)}" for name, r in grid.items() if "diverged" in r]
     print("chosen:", chosen)
 
     jobs = main_jobs(rounds, algorithms, chosen, parts)
     print(f"main runs: {len(jobs)} jobs")
-    results = run_jobs(jobs, runs, args.workers, args.reuse)
+    results = run_jobs(jobs, runs, args.workers, args.reuse, diverged_ok=True)
     side_md, long_md = report(results, algorithms, list(rounds), parts)
     wall = time.perf_counter() - start
     lengths = ", ".join(f"{t} ({MODELS[t]}): {n} rounds" for t, n in rounds.items())
@@ -267,6 +274,14 @@ cells run without the FW gap (n/a below).
 Chosen: {", ".join(f"`{k}={v:g}`" for k, v in chosen.items())}.
 
 {grid_md}
+
+{
+        "Diverged (NaN or inf in every reply; the run stops, its train loss is n/a and it loses): "
+        + ", ".join(blew_up)
+        + "."
+        if blew_up
+        else "No grid point diverged."
+    }
 
 ## Test accuracy %: final / best over rounds (paper's Table 2 in brackets)
 

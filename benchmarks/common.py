@@ -72,16 +72,19 @@ def _wire_grid_class():
     return WireGrid
 
 
-def _run_in_this_process(job: dict, out_dir: str) -> dict:
+def _run_in_this_process(job: dict, out_dir: str, diverged_ok: bool = False) -> dict:
     """Run one job (in a worker process) and return its rows and wall time.
 
     With ``job["wire"]`` true the result also has ``wire``: for every delivered message the
     bytes of its content (Flower's RecordDict protobuf) and of the whole Message protobuf.
+    With ``diverged_ok`` a run that diverges returns its rows up to then and ``diverged`` (the
+    run's sentence) instead of raising ``RunDiverged``: a grid point that blows up loses.
     """
     import logging
 
     logging.disable(logging.WARNING)  # Flower logs every round at INFO; keep WARNING+ quiet too
     from client_app.app import app as client_app
+    from server_app.app import RunDiverged
     from server_app.app import main as server_main
     from testing.inprocess_grid import LocalGrid, counting, run_config, server_context
 
@@ -93,15 +96,24 @@ def _run_in_this_process(job: dict, out_dir: str) -> dict:
     grid = (_wire_grid_class() if job.get("wire") else LocalGrid)(
         client_app, config, job["num_nodes"], keep_messages=False
     )
-    server_main(grid, server_context(config))
+    diverged = None
+    try:
+        server_main(grid, server_context(config))
+    except RunDiverged as err:
+        if not diverged_ok:
+            raise
+        diverged = str(err)
     wall = time.perf_counter() - start
     run_dir = Path(out_dir) / job["name"]
     rows = json.loads((run_dir / "metrics.json").read_text())["rounds"]
     result = {"name": job["name"], "rows": rows, "wall_s": wall}
+    if diverged:
+        result["diverged"] = diverged
     if job.get("wire"):
         result["wire"] = grid.wire
         (run_dir / "wire.json").write_text(json.dumps(grid.wire))
-    (run_dir / "job.json").write_text(json.dumps({**job, "wall_s": wall}, indent=1))
+    saved = {**job, "wall_s": wall, **({"diverged": diverged} if diverged else {})}
+    (run_dir / "job.json").write_text(json.dumps(saved, indent=1))
     return result
 
 
@@ -115,6 +127,8 @@ def _cached(job: dict, out_dir: Path) -> dict | None:
     if {k: saved.get(k, False if k == "wire" else None) for k in job} != job:
         return None
     hit = {"name": job["name"], "rows": rows, "wall_s": saved["wall_s"], "cached": True}
+    if "diverged" in saved:
+        hit["diverged"] = saved["diverged"]
     if job.get("wire"):
         try:
             hit["wire"] = json.loads((run_dir / "wire.json").read_text())
@@ -124,13 +138,19 @@ def _cached(job: dict, out_dir: Path) -> dict | None:
 
 
 def run_jobs(
-    jobs: list[Job], out_dir: Path, workers: int = 2, reuse: bool = False
+    jobs: list[Job],
+    out_dir: Path,
+    workers: int = 2,
+    reuse: bool = False,
+    diverged_ok: bool = False,
 ) -> dict[str, dict]:
     """Run ``jobs`` on up to ``workers`` processes; {name: {"rows", "wall_s"}}. With one
     worker they run one after another in this process: no worker process spends its start-up
     (about 7 s of CPU importing flwr, torch and the app on 2 cores) on a smoke run's few jobs.
 
     ``reuse`` takes a job's earlier result from ``out_dir`` when it ran with the same spec.
+    ``diverged_ok``: a run that diverges gives its rows up to then and ``diverged``, rather
+    than stopping every job.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     names = [j.name for j in jobs]
@@ -145,26 +165,31 @@ def run_jobs(
             results[job.name] = hit
         else:
             todo.append(spec)
-    for result in _results(todo, str(out_dir), workers):
+    for result in _results(todo, str(out_dir), workers, diverged_ok):
         results[result["name"]] = result
         last = result["rows"][-1]
         # FedFun's rows give the mean of the node models' accuracies
         accuracy = last.get("test_accuracy", last.get("test_accuracy_mean", float("nan")))
         print(
             f"  {result['name']:<48} {result['wall_s']:6.1f} s  acc={accuracy:.4f}  "
-            f"train_loss={last.get('train_loss', float('nan')):.4f}",
+            f"train_loss={last.get('train_loss', float('nan')):.4f}"
+            + ("  diverged" if "diverged" in result else ""),
             flush=True,
         )
     return {name: results[name] for name in names}
 
 
-def _results(specs: list[dict], out_dir: str, workers: int) -> Iterator[dict]:
+def _results(
+    specs: list[dict], out_dir: str, workers: int, diverged_ok: bool = False
+) -> Iterator[dict]:
     """Each spec's result as it finishes: in this process with one worker, else in a pool."""
     if workers <= 1:
-        yield from (_run_in_this_process(spec, out_dir) for spec in specs)
+        yield from (_run_in_this_process(spec, out_dir, diverged_ok) for spec in specs)
     elif specs:
         with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
-            futures = [pool.submit(_run_in_this_process, spec, out_dir) for spec in specs]
+            futures = [
+                pool.submit(_run_in_this_process, spec, out_dir, diverged_ok) for spec in specs
+            ]
             yield from (future.result() for future in as_completed(futures))
 
 
@@ -182,7 +207,9 @@ def train_rows(rows: list[dict]) -> list[dict]:
 
 
 def final(rows: list[dict], key: str) -> float:
-    return float(rows[-1].get(key, float("nan")))
+    """The last row's ``key``; NaN when it has none (a diverged run's last row holds nulls)."""
+    value = rows[-1].get(key)
+    return float("nan") if value is None else float(value)
 
 
 def best(rows: list[dict], key: str, lowest: bool = False) -> float:

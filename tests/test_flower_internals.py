@@ -146,6 +146,13 @@ def flower_private_methods() -> set[str]:
     return names - {"_abc_impl"}
 
 
+def _named(node: ast.AST) -> str | None:
+    """The attribute an expression reads, or the function a definition names."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.name if isinstance(node, ast.FunctionDef) else None
+
+
 def test_no_private_method_of_flowers_strategies_is_called_or_overridden():
     """A family uses Flower's strategies through their public API only (``flower`` parts,
     ``aggregate_train``, ``summary``): none of their private methods, by any name."""
@@ -156,13 +163,6 @@ def test_no_private_method_of_flowers_strategies_is_called_or_overridden():
         for folder in SOURCES
         for path in (ROOT / folder).rglob("*.py")
         for node in ast.walk(ast.parse(path.read_text()))
-        for name in [
-            node.attr
-            if isinstance(node, ast.Attribute)
-            else node.name
-            if isinstance(node, ast.FunctionDef)
-            else None
-        ]
-        if name in private
+        if (name := _named(node)) in private
     ]
     assert found == []

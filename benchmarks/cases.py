@@ -29,6 +29,13 @@ class Case:
     quick: tuple[str, ...] | None = None  # the smoke version's arguments after --quick
     papers: tuple[str, ...] = field(default=())  # the papers' tables and figures it reproduces
     quick_in: str = ""  # the serial e2e test that runs its smoke version ("": the quick stage)
+    reports: tuple[str, ...] | None = None  # its files in results/ (None: just <name>.md)
+    tables: int = 1  # how many leading tables of each Markdown report README.md shows
+
+    @property
+    def results(self) -> tuple[str, ...]:
+        """Its result files in ``benchmarks/results/``, the first one its main report."""
+        return (f"{self.name}.md",) if self.reports is None else self.reports
 
     @property
     def summary(self) -> str:
@@ -39,45 +46,132 @@ class Case:
 
 
 CASES = (
-    Case("boosting"),
-    Case("boosting_ablation"),
-    Case("defaults"),
-    Case("deploy_examples"),
-    Case("devices", ("--devices", "cpu", "--only", "the default job|FedFW")),
-    Case("dp_tradeoff", ONE_WORKER),
-    Case("ensemble_eval", ()),
+    Case(
+        "boosting",
+        reports=(
+            "boosting.md",
+            "boosting.json",
+            "boosting-synth50k.md",
+            "boosting-synth50k.json",
+            "boosting-sklearn.md",
+            "boosting-sklearn.json",
+            "boosting-synth1m.md",
+            "boosting-synth1m.json",
+        ),
+    ),
+    Case("boosting_ablation", reports=("boosting_ablation.md", "boosting_ablation.json")),
+    Case("defaults", reports=("defaults.md", "defaults.json")),
+    Case("deploy_examples", reports=("deploy_examples.md", "docker-runs.md")),
+    Case(
+        "devices",
+        ("--devices", "cpu", "--only", "the default job|FedFW"),
+        reports=(
+            "devices-h200.md",
+            "devices-h200.json",
+            "devices-h200-b.md",
+            "devices-h200-b.json",
+            "devices-h100-a.md",
+            "devices-h100-a.json",
+            "devices-h100-c.md",
+            "devices-h100-c.json",
+            "devices-h100-first.md",
+            "devices-cpu-together.md",
+            "devices-cpu-together.json",
+        ),
+    ),
+    Case("dp_tradeoff", ONE_WORKER, reports=("dp_tradeoff.md", "dp_tradeoff.json")),
+    Case("ensemble_eval", (), reports=("ensemble_eval.md", "ensemble_eval.json")),
     Case("fab_build", ()),
     Case("fedfun_tables", ONE_WORKER, ("FedFun Table 2", "FedFun Table 4")),
     Case("fedfw_downlink", ONE_WORKER),
-    Case("fedfw_figures34", ONE_WORKER, ("FedFW Figure 3", "FedFW Figure 4")),
+    Case(
+        "fedfw_figures34",
+        ONE_WORKER,
+        ("FedFW Figure 3", "FedFW Figure 4"),
+        reports=("fedfw_figure3.md", "fedfw_figure3.png", "fedfw_figure4.md", "fedfw_figure4.png"),
+    ),
     Case("fedfw_l1_optimum", ()),
-    Case("fedfw_participation", ONE_WORKER, ("FedFW Figure 2",)),
+    Case(
+        "fedfw_participation",
+        ONE_WORKER,
+        ("FedFW Figure 2",),
+        reports=("fedfw_participation.md", "fedfw_participation.png"),
+    ),
     Case("fedfw_seeds", ONE_WORKER),
-    Case("fedfw_table1", ONE_WORKER, ("FedFW Table 1",)),
+    Case(
+        "fedfw_table1", ONE_WORKER, ("FedFW Table 1",), reports=("fedfw_table1.md", "hparams.json")
+    ),
     Case("fedfw_table2", ONE_WORKER, ("FedFW Table 2",)),
-    Case("fedfw_table3", (), ("FedFW Table 3",)),  # its default pool of 2 workers
+    Case(  # its default pool of 2 workers
+        "fedfw_table3",
+        (),
+        ("FedFW Table 3",),
+        reports=("fedfw_table3.md", "fedfw_table3_samples6000.md"),
+    ),
     Case("fedfw_wire", ONE_WORKER),
-    Case("ffgb_distillation", ONE_WORKER),
+    Case(
+        "ffgb_distillation", ONE_WORKER, reports=("ffgb_distillation.md", "ffgb_distillation.png")
+    ),
     Case("ffgb_downlink"),
-    Case("ffgb_figure1", ONE_WORKER, ("FFGB Figure 1", "FFGB Figure 4")),
-    Case("ffgb_heterogeneous", ONE_WORKER),
-    Case("ffgb_mnist", ONE_WORKER, ("FFGB Figure 2", "FFGB Figure 3")),
-    Case("hist_privacy"),
+    Case(
+        "ffgb_figure1",
+        ONE_WORKER,
+        ("FFGB Figure 1", "FFGB Figure 4"),
+        reports=("ffgb_figure1.md", "ffgb_figure1.png"),
+    ),
+    Case(
+        "ffgb_heterogeneous",
+        ONE_WORKER,
+        reports=("ffgb_heterogeneous.md", "ffgb_heterogeneous.png"),
+    ),
+    Case(
+        "ffgb_mnist",
+        ONE_WORKER,
+        ("FFGB Figure 2", "FFGB Figure 3"),
+        reports=("ffgb_mnist.md", "ffgb_mnist.png"),
+    ),
+    Case("hist_privacy", reports=("hist_privacy.md", "hist_privacy.json")),
     Case("hist_time", ()),
     Case("kddt_fit"),
-    Case("latency"),
+    Case(
+        "latency",
+        reports=(
+            "latency.md",
+            "latency.json",
+            "latency-hist-fused.md",
+            "latency-hist-fused.json",
+            "latency-namespaces.md",
+            "latency-namespaces.json",
+            "compose-latency.md",
+        ),
+    ),
     Case("learner_decode", ()),
     Case("oracle_speed", ()),
-    Case("perimeter_memory"),
-    Case("privacy", ()),
-    Case("privacy_dlg", (), ("FedFW Figure 1",)),
-    Case("readme_figures"),
-    Case("same_rows"),
-    Case("scale"),
-    Case("scale_engines"),
-    Case("secure_cost", ()),
-    Case("soak", (), quick_in="tests/test_soak.py"),  # a live deployment on timers
-    Case("sites"),
+    Case("perimeter_memory", reports=("perimeter_memory.md", "perimeter_memory.json")),
+    Case("privacy", (), reports=("privacy.md", "privacy.json")),
+    Case(
+        "privacy_dlg",
+        (),
+        ("FedFW Figure 1",),
+        reports=("privacy_dlg.md", "privacy_dlg.json", "privacy_dlg.png"),
+    ),
+    Case("readme_figures", reports=("readme.json",)),
+    Case("same_rows", reports=("same_rows.json",)),
+    Case("scale", reports=("scale.md", "scale.json")),
+    Case(
+        "scale_engines",
+        reports=(
+            "scale-engines.md",
+            "scale-engines.json",
+            "scale-engines-cluster.md",
+            "scale-engines-cluster.json",
+        ),
+    ),
+    Case("secure_cost", (), reports=("secure_cost.md", "secure_cost.json")),
+    Case(  # a live deployment on timers
+        "soak", (), quick_in="tests/test_soak.py", reports=("soak.md", "soak.json")
+    ),
+    Case("sites", reports=("sites.json",)),
     Case("tree_fit", ()),
 )
 

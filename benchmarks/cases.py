@@ -82,7 +82,14 @@ CASES = (
     Case("dp_tradeoff", ONE_WORKER, reports=("dp_tradeoff.md", "dp_tradeoff.json")),
     Case("ensemble_eval", (), reports=("ensemble_eval.md", "ensemble_eval.json")),
     Case("fab_build", ()),
+    Case("fedfun_sensitivity", ONE_WORKER, ("FedFun Table 6", "FedFun Table 7")),
     Case("fedfun_tables", ONE_WORKER, ("FedFun Table 2", "FedFun Table 4")),
+    Case(
+        "fedfun_widths",
+        ONE_WORKER,
+        ("FedFun Figure 3",),
+        reports=("fedfun_widths.md", "fedfun_widths.png"),
+    ),
     Case("fedfw_downlink", ONE_WORKER),
     Case(
         "fedfw_figures34",
@@ -195,9 +202,9 @@ PAPERS: dict[str, str] = {  # every table and figure of the papers -> its case, 
     "FedFun Table 5": "no experiment: the data sets' sizes",
     "FedFun Figure 1": "no experiment: how the clusters split the data",
     "FedFun Figure 2": "no experiment: how the classes split the data",
-    "FedFun Figure 3": NOT_YET,
-    "FedFun Table 6": NOT_YET,
-    "FedFun Table 7": NOT_YET,
+    "FedFun Figure 3": "fedfun_widths",
+    "FedFun Table 6": "fedfun_sensitivity",
+    "FedFun Table 7": "fedfun_sensitivity",
 }
 
 

@@ -152,11 +152,15 @@ def main() -> None:
     seeds = [0] if quick else tables.SEEDS
     jobs, cells = tables.all_jobs(quick)
     results = run_jobs(jobs, runs_dir(quick, "fedfun_tables"), args.workers, reuse=True)
+    fresh = sum(1 for r in results.values() if not r.get("cached"))
+    timing = tables.record_timing(quick, time.perf_counter() - start, fresh, len(jobs))
+    ran = f"The {len(jobs)} runs ran at commit `{timing.get('commit', '?')}` (finished "
+    ran += f"{timing.get('finished', '?')}; `fedfun_tables` gives their wall time).\n\n"
     write_report(
         results_dir(quick) / "fedfun_sensitivity.md",
         "FedFun Tables 6 and 7 analogues: hyper-parameter sensitivity",
         time.perf_counter() - start,
-        report_body(results, cells, tasks, splits, seeds),
+        ran + report_body(results, cells, tasks, splits, seeds),
     )
 
 

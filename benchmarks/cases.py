@@ -178,7 +178,7 @@ CASES = (
     Case(  # a live deployment on timers
         "soak", (), quick_in="tests/test_soak.py", reports=("soak.md", "soak.json")
     ),
-    Case("sites", reports=("sites.json",)),
+    Case("sites", reports=("sites.md", "sites.json"), tables=2),
     Case("tree_fit", ()),
 )
 

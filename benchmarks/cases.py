@@ -84,7 +84,7 @@ CASES = (
     Case("fab_build", ()),
     Case("fedfun_long", ONE_WORKER, ("FedFun Table 1", "FedFun Table 3"), tables=2),
     Case("fedfun_sensitivity", ONE_WORKER, ("FedFun Table 6", "FedFun Table 7")),
-    Case("fedfun_tables", ONE_WORKER, ("FedFun Table 2", "FedFun Table 4")),
+    Case("fedfun_tables", ONE_WORKER, ("FedFun Table 2", "FedFun Table 4"), tables=3),
     Case(
         "fedfun_widths",
         ONE_WORKER,
@@ -105,11 +105,11 @@ CASES = (
         ("FedFW Figure 2",),
         reports=("fedfw_participation.md", "fedfw_participation.png"),
     ),
-    Case("fedfw_seeds", ONE_WORKER),
+    Case("fedfw_seeds", ONE_WORKER, tables=3),
     Case(
         "fedfw_table1", ONE_WORKER, ("FedFW Table 1",), reports=("fedfw_table1.md", "hparams.json")
     ),
-    Case("fedfw_table2", ONE_WORKER, ("FedFW Table 2",)),
+    Case("fedfw_table2", ONE_WORKER, ("FedFW Table 2",), tables=2),
     Case(  # its default pool of 2 workers
         "fedfw_table3",
         (),
@@ -131,6 +131,7 @@ CASES = (
         "ffgb_heterogeneous",
         ONE_WORKER,
         reports=("ffgb_heterogeneous.md", "ffgb_heterogeneous.png"),
+        tables=3,
     ),
     Case(
         "ffgb_mnist",

@@ -78,6 +78,7 @@ CASES = (
             "devices-cpu-together.md",
             "devices-cpu-together.json",
         ),
+        tables=2,
     ),
     Case("dp_tradeoff", ONE_WORKER, reports=("dp_tradeoff.md", "dp_tradeoff.json")),
     Case("ensemble_eval", (), reports=("ensemble_eval.md", "ensemble_eval.json")),
@@ -140,7 +141,7 @@ CASES = (
         reports=("ffgb_mnist.md", "ffgb_mnist.png"),
     ),
     Case("hist_privacy", reports=("hist_privacy.md", "hist_privacy.json")),
-    Case("hist_time", ()),
+    Case("hist_time", (), tables=3),
     Case("kddt_fit"),
     Case(
         "latency",

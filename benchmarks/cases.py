@@ -84,7 +84,7 @@ CASES = (
     Case("ensemble_eval", (), reports=("ensemble_eval.md", "ensemble_eval.json")),
     Case("fab_build", ()),
     Case("fedfun_long", ONE_WORKER, ("FedFun Table 1", "FedFun Table 3"), tables=2),
-    Case("fedfun_sensitivity", ONE_WORKER, ("FedFun Table 6", "FedFun Table 7")),
+    Case("fedfun_sensitivity", ONE_WORKER, ("FedFun Table 6", "FedFun Table 7"), tables=6),
     Case("fedfun_tables", ONE_WORKER, ("FedFun Table 2", "FedFun Table 4"), tables=3),
     Case(
         "fedfun_widths",
@@ -117,7 +117,7 @@ CASES = (
         ("FedFW Table 3",),
         reports=("fedfw_table3.md", "fedfw_table3_samples6000.md"),
     ),
-    Case("fedfw_wire", ONE_WORKER),
+    Case("fedfw_wire", ONE_WORKER, tables=2),
     Case(
         "ffgb_distillation", ONE_WORKER, reports=("ffgb_distillation.md", "ffgb_distillation.png")
     ),

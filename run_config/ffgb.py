@@ -41,7 +41,7 @@ LEARNERS = ("mlp", "cnn", "tree")
 DEFAULT_ETA0 = {"ffgb": 10.0, "ffgb-c": 10.0, "ffgb-l": 1.0}
 # ... and on a regression task a step for the square loss (the paper's experiments are all
 # classification): 10 overshoots, 1 overfits small sites, 0.5 does neither (benchmarks/README.md
-# section 22 measures the three)
+# case `defaults` measures the three)
 SQUARE_LOSS_ETA0 = 0.5
 # Ours, measured (benchmarks/README.md, FFGB ablations): FFGB with trees boosts best as XGBoost
 # does, with Newton leaves and a constant shrinkage

@@ -5,6 +5,7 @@ what the settings make of a task (the learner, the loss, the limits) is
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from oracles.boosting import CONSTANT, EXPERIMENT, SCHEDULES, THEOREM, StepSizes
 from oracles.boosting_model import BoostingModel, boosting_model
@@ -348,37 +349,8 @@ def ffgb_settings(settings: RunSettings) -> FFGBSettings:
     v = read_keys(settings.raw, FFGB_KEYS)
     learner, distill = v["ffgb.learner"], v["ffgb.distill"]
     leaves = auto_tree_leaves(variant, learner, v["ffgb.tree-leaves"])
-    kind = v["ffgb.schedule"]
-    if kind == AUTO:
-        kind = CONSTANT if leaves == NEWTON else EXPERIMENT
-    local_steps, mu = v["ffgb.local-steps"], v["ffgb.mu"]
-    eta0 = v["ffgb.eta0"] or (
-        NEWTON_ETA0
-        if kind == CONSTANT
-        else SQUARE_LOSS_ETA0
-        if settings.regression and variant != "ffgb-l"
-        else DEFAULT_ETA0[variant]
-    )
-    modulus = 1.0 if variant == "ffgb-l" else mu  # the square loss is 1-strongly convex
-    require(
-        kind != THEOREM or modulus > 0,
-        "ffgb.mu",
-        mu,
-        "> 0 with ffgb.schedule='theorem' (eta = c / (mu (K t + k + 1)))",
-    )
-    steps = StepSizes(kind, local_steps, eta0, modulus, THEOREM_CONSTANT[variant])
-    require(
-        not (variant == "ffgb-l" and learner == "tree"),
-        "ffgb.learner",
-        learner,
-        "a network with ffgb-l (its oracle fits input gradients, which a tree has not)",
-    )
-    require(
-        leaves != NEWTON or learner == "tree",
-        "ffgb.tree-leaves",
-        leaves,
-        "'mean' or 'auto' unless ffgb.learner='tree'",
-    )
+    steps = _step_sizes(settings, variant, v, leaves)
+    _check_learner(variant, learner, leaves)
     oracle = OracleSettings(
         steps=v["ffgb.oracle-steps"],
         lr=v["ffgb.oracle-lr"],
@@ -402,31 +374,82 @@ def ffgb_settings(settings: RunSettings) -> FFGBSettings:
         oracle=oracle,
         tree_leaves=leaves,
         extension=auto_extension(v["ffgb.extension"], v["ffgb.lipschitz"]),
-        mu=0.0 if variant == "ffgb-l" else mu,
+        mu=0.0 if variant == "ffgb-l" else v["ffgb.mu"],
         distill_steps=v["ffgb.distill-steps"] or oracle.steps,
         eval_with_train=settings.eval_with_train,
         relay_encryption=settings.relay_encryption,
     )
+    _check_rounds(out, settings)
+    return out
+
+
+def _step_sizes(settings: RunSettings, variant: str, v: dict[str, Any], leaves: str) -> StepSizes:
+    """The step sizes of ``ffgb.schedule`` (`auto` resolved by the tree leaves), with η0's
+    default for the variant and task when ``ffgb.eta0`` is 0; the `theorem` schedule needs a
+    strongly convex objective (μ > 0, or FFGB.L's square loss)."""
+    kind = v["ffgb.schedule"]
+    if kind == AUTO:
+        kind = CONSTANT if leaves == NEWTON else EXPERIMENT
+    local_steps, mu = v["ffgb.local-steps"], v["ffgb.mu"]
+    eta0 = v["ffgb.eta0"] or (
+        NEWTON_ETA0
+        if kind == CONSTANT
+        else SQUARE_LOSS_ETA0
+        if settings.regression and variant != "ffgb-l"
+        else DEFAULT_ETA0[variant]
+    )
+    modulus = 1.0 if variant == "ffgb-l" else mu  # the square loss is 1-strongly convex
     require(
-        not (out.one_shot and (variant != "ffgb-l" or out.distill != NONE or out.distill_every)),
+        kind != THEOREM or modulus > 0,
+        "ffgb.mu",
+        mu,
+        "> 0 with ffgb.schedule='theorem' (eta = c / (mu (K t + k + 1)))",
+    )
+    return StepSizes(kind, local_steps, eta0, modulus, THEOREM_CONSTANT[variant])
+
+
+def _check_learner(variant: str, learner: str, leaves: str) -> None:
+    """FFGB.L needs a network (its oracle fits input gradients); Newton leaves need trees."""
+    require(
+        not (variant == "ffgb-l" and learner == "tree"),
+        "ffgb.learner",
+        learner,
+        "a network with ffgb-l (its oracle fits input gradients, which a tree has not)",
+    )
+    require(
+        leaves != NEWTON or learner == "tree",
+        "ffgb.tree-leaves",
+        leaves,
+        "'mean' or 'auto' unless ffgb.learner='tree'",
+    )
+
+
+def _check_rounds(ffgb: FFGBSettings, settings: RunSettings) -> None:
+    """The checks of how the rounds run: FFGB.L's one shot alone, evaluation riding on
+    training only where it can, sealed learners (``_check_relay_encryption``), and global
+    distillation into a network only."""
+    require(
+        not (
+            ffgb.one_shot
+            and (ffgb.variant != "ffgb-l" or ffgb.distill != NONE or ffgb.distill_every)
+        ),
         "ffgb.one-shot",
-        out.one_shot,
+        ffgb.one_shot,
         "false unless algorithm='ffgb-l' without distillation (Remark 3.1 is FFGB.L's)",
     )
     require_fusable(
-        out.eval_with_train,
-        out.federated_eval and not out.one_shot and settings.fraction_train >= 1,
+        ffgb.eval_with_train,
+        ffgb.federated_eval and not ffgb.one_shot and settings.fraction_train >= 1,
         "ffgb.federated-eval is true, fraction-train is 1 and ffgb.one-shot is false",
     )
-    if out.relay_encryption:
-        _check_relay_encryption(out, settings)
+    if ffgb.relay_encryption:
+        _check_relay_encryption(ffgb, settings)
     require(
-        not (out.distill_every and learner == "tree"),
+        not (ffgb.distill_every and ffgb.learner == "tree"),
         "ffgb.distill-every",
-        out.distill_every,
+        ffgb.distill_every,
         "0 with tree learners (FedAvg distils into a network)",
     )
-    return out
 
 
 def _check_relay_encryption(ffgb: FFGBSettings, settings: RunSettings) -> None:

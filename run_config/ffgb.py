@@ -44,8 +44,8 @@ DEFAULT_ETA0 = {"ffgb": 10.0, "ffgb-c": 10.0, "ffgb-l": 1.0}
 # classification): 10 overshoots, 1 overfits small sites, 0.5 does neither (benchmarks/README.md
 # case `defaults` measures the three)
 SQUARE_LOSS_ETA0 = 0.5
-# Ours, measured (benchmarks/README.md, FFGB ablations): FFGB with trees boosts best as XGBoost
-# does, with Newton leaves and a constant shrinkage
+# Ours, measured (benchmarks/README.md, case `boosting_ablation`): FFGB with trees boosts best
+# as XGBoost does, with Newton leaves and a constant shrinkage
 NEWTON_ETA0 = 0.3
 THEOREM_CONSTANT = {"ffgb": 2.0, "ffgb-c": 4.0, "ffgb-l": 4.0}  # Theorems 3.1, 3.2, 3.3
 BOOST, DISTILL = "boost", "distill"  # the two kinds of round
@@ -123,7 +123,7 @@ FFGB_KEYS = (
         "exact CART), `hist` (XGBoost's histogram method: the node's points binned once a "
         "round into at most 256 quantile bins per feature, leaf values the exact means; needs "
         f"the `xgboost` extra), `auto` (`hist` on nodes with at least {HIST_FROM_ROWS:,} points "
-        "when xgboost is installed, else `cart`); see benchmarks/README.md, tree fit",
+        "when xgboost is installed, else `cart`); see benchmarks/README.md, case `tree_fit`",
         OneOf(TREE_FITTERS),
     ),
     Key(
@@ -135,7 +135,7 @@ FFGB_KEYS = (
         "XGBoost's second-order leaf values sum(target) / (sum(hessian) + 1); the residual stays "
         "the least-squares error) or `auto`: `newton` with tree learners and algorithm `ffgb`, "
         "else `mean` (FFGB.C keeps the paper's oracle, whose outputs its bounds assume); see "
-        "benchmarks/README.md, FFGB ablations",
+        "benchmarks/README.md, case `boosting_ablation`",
         OneOf((AUTO, *TREE_LEAVES)),
     ),
     Key(
@@ -219,7 +219,8 @@ FFGB_KEYS = (
         "packed per node; `shared` = one delta for all nodes at the same version, own learners "
         "included (N K: 1/N more bytes), built once and sent as the same records (Flower's "
         "content-addressed objects upload it once); `auto`: `shared` from "
-        f"{SHARED_FROM} recipients in a round, else `per-node`; see benchmarks/README.md, scale",
+        f"{SHARED_FROM} recipients in a round, else `per-node`; see benchmarks/README.md, "
+        "case `scale`",
         OneOf(DOWNLINKS),
     ),
     Key(
@@ -477,7 +478,7 @@ def auto_extension(extension: str, lipschitz: float) -> str:
 
 def auto_tree_leaves(variant: str, learner: str, leaves: str) -> str:
     """``ffgb.tree-leaves`` resolved: `auto` is Newton leaves for FFGB with trees (measured:
-    benchmarks/README.md, FFGB ablations), the paper's least-squares leaves otherwise."""
+    benchmarks/README.md, case `boosting_ablation`), the paper's least-squares leaves otherwise."""
     if leaves != AUTO:
         return leaves
     return NEWTON if learner == "tree" and variant == "ffgb" else MEAN

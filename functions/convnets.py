@@ -37,6 +37,7 @@ from functions.networks import (
     bounded_spec,
     check_activation_and_bound,
     positive_ints,
+    prefixed_config,
     spec_keys,
 )
 
@@ -172,17 +173,15 @@ def loaded(spec: ConvNetSpec, arrays: Sequence[np.ndarray]) -> ConvNet:
 
 def spec_config(spec: ConvNetSpec, prefix: str = "") -> Config:
     """The spec as config values, without ``n_outputs`` (see the module docstring)."""
-    config: Config = {
-        prefix + "kind": spec.kind,
-        prefix + "input_shape": list(spec.input_shape),
-        prefix + "channels": list(spec.channels),
-        prefix + "kernel": spec.kernel,
-        prefix + "hidden": list(spec.hidden),
-        prefix + "activation": spec.activation,
+    values: Config = {
+        "kind": spec.kind,
+        "input_shape": list(spec.input_shape),
+        "channels": list(spec.channels),
+        "kernel": spec.kernel,
+        "hidden": list(spec.hidden),
+        "activation": spec.activation,
     }
-    if spec.output_bound is not None:
-        config[prefix + "output_bound"] = spec.output_bound
-    return config
+    return prefixed_config(prefix, values, spec.output_bound)
 
 
 def decode_spec(

@@ -144,16 +144,19 @@ def build(spec: NetworkSpec) -> Network:
     return Network(spec)
 
 
+def prefixed_config(prefix: str, values: Config, output_bound: float | None) -> Config:
+    """A spec's config ``values`` under ``prefix``, in their order, then ``output_bound`` where
+    the output is clipped (``spec_keys`` reads them back)."""
+    config: Config = {prefix + key: value for key, value in values.items()}
+    if output_bound is not None:
+        config[prefix + "output_bound"] = output_bound
+    return config
+
+
 def spec_config(spec: NetworkSpec, prefix: str = "") -> Config:
     """The spec as config values (see the module docstring)."""
-    config: Config = {
-        prefix + "kind": spec.kind,
-        prefix + "sizes": list(spec.sizes),
-        prefix + "activation": spec.activation,
-    }
-    if spec.output_bound is not None:
-        config[prefix + "output_bound"] = spec.output_bound
-    return config
+    values: Config = {"kind": spec.kind, "sizes": list(spec.sizes), "activation": spec.activation}
+    return prefixed_config(prefix, values, spec.output_bound)
 
 
 def module_arrays(module: nn.Module, shapes: Shapes) -> list[np.ndarray]:

@@ -493,12 +493,8 @@ def check_task(ffgb: FFGBSettings, task: TaskData) -> None:
             0.0,
             "> 0 with ffgb-c on a regression task (the square loss has no a-priori gradient bound)",
         )
-    if task.kind == "classification" and ffgb.variant != "ffgb-l" and task.num_classes < 2:
-        raise ConfigError(
-            f"{ffgb.variant} needs at least 2 classes; the task has "
-            f"{task.num_classes} (with task='site': every site holds the same "
-            "single label)"
-        )
+    if ffgb.variant != "ffgb-l":
+        task.require_classes(f"{ffgb.variant} needs")
     ffgb.model(task)
 
 

@@ -116,6 +116,12 @@ def _facts(reply: Message) -> Facts:
     return facts
 
 
+def _warn_left_out(label: str, server_round: int, node: int, reason: str) -> None:
+    """The warning that ``node`` is left out of the run, and why (as both paths that leave
+    a node out say it)."""
+    log(WARNING, "%s round %d: node %s is left out: %s", label, server_round, node, reason)
+
+
 def _ask(
     grid: Grid, label: str, server_round: int, node_ids: list[int], admission: Admission
 ) -> tuple[dict[int, Facts], int, dict[int, str]]:
@@ -125,14 +131,7 @@ def _ask(
     no usable answer."""
     for node in node_ids:
         if node in admission.left_out:
-            log(
-                WARNING,
-                "%s round %d: node %s is left out: %s",
-                label,
-                server_round,
-                node,
-                admission.left_out[node],
-            )
+            _warn_left_out(label, server_round, node, admission.left_out[node])
     vetted, rejected = admission.vet(
         grid, [n for n in node_ids if n not in admission.left_out], server_round
     )
@@ -411,14 +410,7 @@ class Roster:
             if reason is not None:
                 self.left_out[node] = reason
                 if node in new:
-                    log(
-                        WARNING,
-                        "%s round %d: node %s is left out: %s",
-                        label,
-                        server_round,
-                        node,
-                        reason,
-                    )
+                    _warn_left_out(label, server_round, node, reason)
                 continue
             self._take_place(node, old, pid, label, server_round)
             owner[pid] = node

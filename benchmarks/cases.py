@@ -164,6 +164,7 @@ CASES = (
         (),
         ("FedFW Figure 1",),
         reports=("privacy_dlg.md", "privacy_dlg.json", "privacy_dlg.png"),
+        tables=3,
     ),
     Case("readme_figures", reports=("readme.json",)),
     Case("same_rows", reports=("same_rows.json",)),

@@ -78,13 +78,14 @@ CASES = (
             "devices-cpu-together.md",
             "devices-cpu-together.json",
         ),
+        tables=2,
     ),
     Case("dp_tradeoff", ONE_WORKER, reports=("dp_tradeoff.md", "dp_tradeoff.json")),
     Case("ensemble_eval", (), reports=("ensemble_eval.md", "ensemble_eval.json")),
     Case("fab_build", ()),
     Case("fedfun_long", ONE_WORKER, ("FedFun Table 1", "FedFun Table 3"), tables=2),
-    Case("fedfun_sensitivity", ONE_WORKER, ("FedFun Table 6", "FedFun Table 7")),
-    Case("fedfun_tables", ONE_WORKER, ("FedFun Table 2", "FedFun Table 4")),
+    Case("fedfun_sensitivity", ONE_WORKER, ("FedFun Table 6", "FedFun Table 7"), tables=6),
+    Case("fedfun_tables", ONE_WORKER, ("FedFun Table 2", "FedFun Table 4"), tables=3),
     Case(
         "fedfun_widths",
         ONE_WORKER,
@@ -105,18 +106,18 @@ CASES = (
         ("FedFW Figure 2",),
         reports=("fedfw_participation.md", "fedfw_participation.png"),
     ),
-    Case("fedfw_seeds", ONE_WORKER),
+    Case("fedfw_seeds", ONE_WORKER, tables=3),
     Case(
         "fedfw_table1", ONE_WORKER, ("FedFW Table 1",), reports=("fedfw_table1.md", "hparams.json")
     ),
-    Case("fedfw_table2", ONE_WORKER, ("FedFW Table 2",)),
+    Case("fedfw_table2", ONE_WORKER, ("FedFW Table 2",), tables=2),
     Case(  # its default pool of 2 workers
         "fedfw_table3",
         (),
         ("FedFW Table 3",),
         reports=("fedfw_table3.md", "fedfw_table3_samples6000.md"),
     ),
-    Case("fedfw_wire", ONE_WORKER),
+    Case("fedfw_wire", ONE_WORKER, tables=2),
     Case(
         "ffgb_distillation", ONE_WORKER, reports=("ffgb_distillation.md", "ffgb_distillation.png")
     ),
@@ -131,6 +132,7 @@ CASES = (
         "ffgb_heterogeneous",
         ONE_WORKER,
         reports=("ffgb_heterogeneous.md", "ffgb_heterogeneous.png"),
+        tables=3,
     ),
     Case(
         "ffgb_mnist",
@@ -139,7 +141,7 @@ CASES = (
         reports=("ffgb_mnist.md", "ffgb_mnist.png"),
     ),
     Case("hist_privacy", reports=("hist_privacy.md", "hist_privacy.json")),
-    Case("hist_time", ()),
+    Case("hist_time", (), tables=3),
     Case("kddt_fit"),
     Case(
         "latency",
@@ -162,6 +164,7 @@ CASES = (
         (),
         ("FedFW Figure 1",),
         reports=("privacy_dlg.md", "privacy_dlg.json", "privacy_dlg.png"),
+        tables=3,
     ),
     Case("readme_figures", reports=("readme.json",)),
     Case("same_rows", reports=("same_rows.json",)),

@@ -85,10 +85,11 @@ def long_jobs(tasks: list[str], splits: list[str], quick: bool) -> dict[tuple, l
     return cells
 
 
-def short_scores(quick: bool, workers: int) -> dict[tuple, dict]:
-    """``fedfun_tables``' 20-round picks (seed 0) per (task, split, method), its runs reused."""
+def short_scores(quick: bool, workers: int, tasks: list[str]) -> dict[tuple, dict]:
+    """``fedfun_tables``' 20-round picks (seed 0) per (task, split, method) of ``tasks``, its
+    runs reused."""
     jobs, cells = tables.all_jobs(quick)
-    wanted = {key for key in cells if key[2] in BASELINES and key[3] == SEED}
+    wanted = {k for k in cells if k[0] in tasks and k[2] in BASELINES and k[3] == SEED}
     needed = {name for key in wanted for name, _ in cells[key]}
     results = run_jobs(
         [j for j in jobs if j.name in needed], runs_dir(quick, "fedfun_tables"), workers, True
@@ -154,7 +155,7 @@ def main() -> None:
         key: tables.select(results, [(job.name, job.overrides) for job in grid])
         for key, grid in cells.items()
     }
-    short_picks = short_scores(args.quick, args.workers)
+    short_picks = short_scores(args.quick, args.workers, tasks)
     rounds = 4 if args.quick else ROUNDS
     short = (tables.QUICK_BASE if args.quick else tables.BASE)["num-server-rounds"]
     write_report(

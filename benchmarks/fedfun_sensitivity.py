@@ -110,7 +110,7 @@ def method_table(results, cells, split: str, method: str, tasks, seeds) -> str:
             [tables.pretty(method, over)]
             + ["-" if v is None else f"{v:.2f}" for v in values]
             + [
-                f"{statistics.fmean(known):.2f} ({len(known)})",
+                f"{statistics.fmean(known):.2f} ({len(known)})" if known else "-",
                 "-" if paper is None else f"{paper:.2f}",
             ]
         )

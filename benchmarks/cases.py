@@ -108,7 +108,11 @@ CASES = (
     ),
     Case("fedfw_seeds", ONE_WORKER, tables=3),
     Case(
-        "fedfw_table1", ONE_WORKER, ("FedFW Table 1",), reports=("fedfw_table1.md", "hparams.json")
+        "fedfw_table1",
+        ONE_WORKER,
+        ("FedFW Table 1",),
+        reports=("fedfw_table1.md", "hparams.json"),
+        tables=2,
     ),
     Case("fedfw_table2", ONE_WORKER, ("FedFW Table 2",), tables=2),
     Case(  # its default pool of 2 workers

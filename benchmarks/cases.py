@@ -143,6 +143,7 @@ CASES = (
         ONE_WORKER,
         ("FFGB Figure 2", "FFGB Figure 3"),
         reports=("ffgb_mnist.md", "ffgb_mnist.png"),
+        tables=2,
     ),
     Case("hist_privacy", reports=("hist_privacy.md", "hist_privacy.json")),
     Case("hist_time", (), tables=3),

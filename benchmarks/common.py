@@ -38,6 +38,7 @@ class Job:
     num_nodes: int
     overrides: dict[str, Any] = field(default_factory=dict)
     wire: bool = False  # also measure Flower's serialised message sizes
+    node_configs: tuple[dict[str, Any], ...] = ()  # per node (partition order): node config
 
 
 # -- running --------------------------------------------------------------------------------
@@ -94,7 +95,11 @@ def _run_in_this_process(job: dict, out_dir: str, diverged_ok: bool = False) -> 
     )
     start = time.perf_counter()
     grid = (_wire_grid_class() if job.get("wire") else LocalGrid)(
-        client_app, config, job["num_nodes"], keep_messages=False
+        client_app,
+        config,
+        job["num_nodes"],
+        keep_messages=False,
+        node_configs=list(job.get("node_configs") or []) or None,
     )
     diverged = None
     try:
@@ -117,6 +122,10 @@ def _run_in_this_process(job: dict, out_dir: str, diverged_ok: bool = False) -> 
     return result
 
 
+# what a job saved before a field existed had: its default
+JOB_DEFAULTS: dict[str, Any] = {"wire": False, "node_configs": []}
+
+
 def _cached(job: dict, out_dir: Path) -> dict | None:
     run_dir = out_dir / job["name"]
     try:
@@ -124,7 +133,7 @@ def _cached(job: dict, out_dir: Path) -> dict | None:
         rows = json.loads((run_dir / "metrics.json").read_text())["rounds"]
     except (OSError, ValueError, KeyError):
         return None
-    if {k: saved.get(k, False if k == "wire" else None) for k in job} != job:
+    if {k: saved.get(k, JOB_DEFAULTS.get(k)) for k in job} != job:
         return None
     hit = {"name": job["name"], "rows": rows, "wall_s": saved["wall_s"], "cached": True}
     if "diverged" in saved:

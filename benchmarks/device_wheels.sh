@@ -1,5 +1,5 @@
 #!/bin/bash
-# The wheels a lent GPU machine needs beside its own torch (benchmarks/README.md, section 9):
+# The wheels a lent GPU machine needs beside its own torch (benchmarks/README.md, case `devices`):
 # flwr and what it and the apps import, at the versions of .venv, for the device's Python 3.12
 # on x86_64, into .whl/ (git-ignored: run this in each fresh checkout before the device call
 #   run(command="bash benchmarks/device_check.sh", carry=[".whl"], timeout_s=540)

@@ -145,7 +145,7 @@ QUICK_BASE = {
 }
 
 
-def _fsr(lam: float, delta: float, gamma_auto: bool) -> dict[str, Any]:
+def fsr_point(lam: float, delta: float, gamma_auto: bool) -> dict[str, Any]:
     # gamma = 0 -> the default 1 / (2 lambda ||L||); 4 / lambda -> w_own = 1 / gamma = lambda / 4
     return {
         "fedfun.lambda": lam,
@@ -178,13 +178,13 @@ def grids(task: str, split: str, quick: bool) -> dict[str, list[dict[str, Any]]]
         psr_lams, avgm_steps = (1.0,), (10,)
     return {
         "fsr-nn": [
-            {"fedfun.learner": "mlp", **_fsr(lam, d, g)}
+            {"fedfun.learner": "mlp", **fsr_point(lam, d, g)}
             for lam in lams
             for d in nn_deltas
             for g in gammas
         ],
         "fsr-kddt": [
-            {"fedfun.learner": "tree", **tree_extra, **_fsr(lam, d, g)}
+            {"fedfun.learner": "tree", **tree_extra, **fsr_point(lam, d, g)}
             for lam in tree_lams
             for d in tree_deltas
             for g in tree_gammas

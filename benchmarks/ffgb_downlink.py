@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from flwr.app import ConfigRecord
 
+from benchmarks.common import write_report
 from functions.ensembles import Delta, Ensemble, pack_delta
 from functions.networks import NetworkSpec
 from functions.params import arrays_to_record
@@ -86,6 +87,7 @@ def build(sync: EnsembleSync, slots: list[SyncSlot], cached: bool) -> float:
 
 
 def main() -> None:
+    start = time.perf_counter()
     torch.set_num_threads(1)
     rows = [
         "| learners | N | per recipient (s) | packed once (s) | ratio |",
@@ -101,8 +103,8 @@ def main() -> None:
             old, new = min(times[False]), min(times[True])
             rows.append(f"| {kind} | {n} | {old:.3f} | {new:.3f} | {old / new:.1f} |")
             print(rows[-1], flush=True)
-    OUT.parent.mkdir(exist_ok=True)
-    OUT.write_text("\n".join(["# FFGB downlink build time (one round, K = 5)", "", *rows, ""]))
+    title = "FFGB downlink build time (one round, K = 5)"
+    write_report(OUT, title, time.perf_counter() - start, "\n".join(rows))
 
 
 if __name__ == "__main__":

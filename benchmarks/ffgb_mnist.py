@@ -179,8 +179,8 @@ thread, {args.workers} runs at a time); "s/round" is that single-core figure.
 
 Models exchanged per client as the paper counts them (section 4.1): FFGB N K = 30 a round,
 FedAvg 2 a round, so FedAvg ran {per_round} rounds per FFGB round. "MB up+down" is the payload
-of all messages of the run, all clients (FedAvg also sends the model to every client for
-evaluation each round; FFGB sends each client only the learners it lacks).
+of all messages of the run, all clients (FedAvg's evaluation rides on its train messages,
+`eval-with-train`; FFGB sends each client only the learners it lacks).
 
 {md_table(headers, table)}
 

@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from benchmarks.common import command_line, machine_info, md_table
+from benchmarks.common import RESULTS, md_table, write_report
 from functions.kddt import KDDT, squared_distance
 from oracles.kddt import Boxes, data_boxes, fit_kddt, tree_boxes
 from tasks.datasets import load_task
@@ -43,6 +43,7 @@ def timed_fit(
 
 
 def main() -> None:
+    start = time.perf_counter()
     task = load_task("digits", seed=0, test_fraction=0.5)
     scale = 1 + 2 * DELTA
     x, x_test = (task.x_train + DELTA) / scale, (task.x_test + DELTA) / scale
@@ -103,17 +104,10 @@ def main() -> None:
         ]
     )
 
-    info = machine_info()
-    print(f"# KDDT fit time, digits ({n} training points, {p} features)\n")
-    print(f"- command: `{command_line()}`")
-    for key in ("cpu", "os", "python", "versions", "commit", "date"):
-        print(f"- {key}: {info[key]}")
-    print(
-        f"- delta {DELTA}, kernel radius {radius:.4f}, max_leaves {max_leaves}, "
-        f"fit time = mean of {REPEATS} fits\n"
-    )
-    print(
-        md_table(
+    body = (
+        f"Digits: {n} training points, {p} features; delta {DELTA}, kernel radius {radius:.4f}, "
+        f"max_leaves {max_leaves}, fit time = mean of {REPEATS} fits.\n\n"
+        + md_table(
             [
                 "tree",
                 "items",
@@ -126,6 +120,9 @@ def main() -> None:
             ],
             rows,
         )
+    )
+    write_report(
+        RESULTS / "kddt_fit.md", "KDDT fit time on digits", time.perf_counter() - start, body
     )
 
 

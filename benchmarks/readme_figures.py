@@ -3,10 +3,10 @@ benchmarks/results/readme.json (command, machine and commit beside them).
 
 Each job is the README's command on the in-process engine (the real ServerApp and ClientApp on
 ``testing.inprocess_grid.LocalGrid``), which gives Flower's simulation engine's numbers to the
-bit (benchmarks/README.md section 16c); the wall times are the rounds' own (``wall_time_s`` of
-the last row), not a command's start-up. The README marks every figure it takes from here with
-``<!-- figure: readme <path> -->`` (so do pages of docs/) and ``tests/test_quoted_figures.py``
-fails when one no longer matches.
+bit (benchmarks/README.md, case `scale_engines`); the wall times are the rounds' own
+(``wall_time_s`` of the last row), not a command's start-up. The README marks every figure it
+takes from here with ``<!-- figure: readme <path> -->`` (so do pages of docs/) and
+``tests/test_quoted_figures.py`` fails when one no longer matches.
 
     python -m benchmarks.readme_figures            # about 5 min on 2 cores
     python -m benchmarks.readme_figures --only penguins

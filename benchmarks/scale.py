@@ -42,7 +42,8 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parent / "results"
+from benchmarks.common import RESULTS, machine_info, write_report
+
 COMMON = {
     "task": "synthetic",
     "synthetic.samples": 60000,
@@ -164,12 +165,12 @@ def growth(rows: list[dict[str, Any]], key: str) -> float | None:
     return math.log(b[key] / a[key]) / math.log(b["nodes"] / a["nodes"])
 
 
-def report(results: list[dict[str, Any]], command: str) -> str:
+def report(results: list[dict[str, Any]]) -> str:
     header = (
         "| family | N | server s | node s | up kB | down kB | down/node kB | peak MiB | "
         "ckpt kB | run s | test accuracy |"
     )
-    lines = [f"`{command}`", "", header, "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [header, "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         if "error" in r:
             lines.append(f"| {r['family']} | {r['nodes']} | {r['error']} |||||||||")
@@ -209,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.one:
         print(json.dumps(measure(args.one[0], int(args.one[1]))))
         return 0
+    start = time.perf_counter()
     results = []
     for family in args.families:
         for nodes in args.sizes:
@@ -218,9 +220,15 @@ def main(argv: list[str] | None = None) -> int:
                 break  # larger N would not finish either
     RESULTS.mkdir(exist_ok=True)
     command = "python -m benchmarks.scale " + " ".join(sys.argv[1:] if argv is None else argv)
-    (RESULTS / f"{args.name}.json").write_text(json.dumps(results, indent=1) + "\n")
-    (RESULTS / f"{args.name}.md").write_text(report(results, command.strip()))
-    print(report(results, command.strip()))
+    wall_s = time.perf_counter() - start
+    document = {"command": command.strip(), "machine": machine_info(), "wall_s": wall_s}
+    (RESULTS / f"{args.name}.json").write_text(
+        json.dumps({**document, "results": results}, indent=1) + "\n"
+    )
+    title = f"Scale: {', '.join(args.families)} at N = {', '.join(map(str, args.sizes))}"
+    body = report(results)
+    write_report(RESULTS / f"{args.name}.md", title, wall_s, body, command=command.strip())
+    print(body)
     return 0
 
 

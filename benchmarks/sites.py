@@ -57,6 +57,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from benchmarks.common import RESULTS, machine_info, write_report
+
 ROOT = Path(__file__).resolve().parents[1]
 TEST_SHARE = 0.25
 COMMON = {"task": "site", "tensorboard": False}
@@ -569,11 +571,15 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="keep the split files and run folders here (default: a temporary folder, removed)",
     )
-    parser.add_argument("--out", type=Path, required=True, help="results JSON")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=RESULTS / "sites.json",
+        help="results JSON; its report goes beside it as .md (default: results/sites.json)",
+    )
     args = parser.parse_args(argv)
 
     logging.disable(logging.WARNING)  # Flower logs every round at INFO
-    from benchmarks.common import machine_info
     from tasks.sites import write_sites
 
     started = time.perf_counter()
@@ -646,6 +652,14 @@ def main(argv: list[str] | None = None) -> int:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(plain(report), indent=1, default=str) + "\n")
+    write_report(
+        args.out.with_suffix(".md"),
+        "Sites' own data: every family against each site alone and all sites pooled",
+        wall,
+        markdown,
+        command=report["command"],
+        info=report["machine"],
+    )
     print(markdown)
     print(f"wall time {wall:.0f} s; wrote {args.out}")
     return 0

@@ -29,23 +29,33 @@ from tasks.evaluation import CLASSIFICATION, evaluate_model
 from tasks.federation import LocalData
 
 
+def sums_record(
+    data: LocalData, test_loss: float, train_loss: float, correct: float | None
+) -> MetricRecord:
+    """What every family's node reports of a function on its data: the loss sums on its test
+    shard and training partition, their sizes, and (classification; None: regression) the
+    correct predictions on the test shard."""
+    record = MetricRecord(
+        {
+            NUM_EXAMPLES: len(data.y_test),
+            TEST_LOSS_SUM: test_loss,
+            TRAIN_LOSS_SUM: train_loss,
+            TRAIN_EXAMPLES: len(data.y_train),
+        }
+    )
+    if correct is not None:
+        record[TEST_CORRECT_SUM] = correct
+    return record
+
+
 def evaluation_sums(model: nn.Module, data: LocalData) -> MetricRecord:
     """Loss sums and counts of ``model`` on a node's test shard and training partition."""
     kind = data.task.kind
     test = evaluate_model(model, data.x_test, data.y_test, kind)
     train = evaluate_model(model, data.x_train, data.y_train, kind)
     n_test, n_train = len(data.y_test), len(data.y_train)
-    record = MetricRecord(
-        {
-            NUM_EXAMPLES: n_test,
-            TEST_LOSS_SUM: test["loss"] * n_test,
-            TRAIN_LOSS_SUM: train["loss"] * n_train,
-            TRAIN_EXAMPLES: n_train,
-        }
-    )
-    if kind == CLASSIFICATION:
-        record[TEST_CORRECT_SUM] = test["accuracy"] * n_test
-    return record
+    correct = test["accuracy"] * n_test if kind == CLASSIFICATION else None
+    return sums_record(data, test["loss"] * n_test, train["loss"] * n_train, correct)
 
 
 def sums_at(model: nn.Module, params: Params, data: LocalData) -> MetricRecord:

@@ -9,8 +9,9 @@ the server (``functions.boosters``) before XGBoost loads it. Training boosts
 from __future__ import annotations
 
 import numpy as np
-from flwr.app import MetricRecord, RecordDict
+from flwr.app import RecordDict
 
+from client_app.evaluation import sums_record
 from client_app.job import ClientJob
 from client_app.node_info import describe_node
 from functions.boosters import BoosterSpec, class_margins, raw_record, read_booster
@@ -21,13 +22,8 @@ from functions.protocol import (
     EVALUATE_FIRST,
     EVALUATION,
     METRICS,
-    NUM_EXAMPLES,
     QUERY_NODE,
-    TEST_CORRECT_SUM,
-    TEST_LOSS_SUM,
     TRAIN,
-    TRAIN_EXAMPLES,
-    TRAIN_LOSS_SUM,
 )
 from oracles.functional_losses import PointwiseLoss
 from oracles.xgboost_local import boost, last_iterations, outputs, whole
@@ -105,17 +101,7 @@ def booster_evaluation(
 
     test_loss, correct = scored(data.x_test, data.y_test, test_outputs)
     train_loss, _ = scored(data.x_train, data.y_train, train_outputs)
-    record = MetricRecord(
-        {
-            NUM_EXAMPLES: len(data.y_test),
-            TEST_LOSS_SUM: test_loss,
-            TRAIN_LOSS_SUM: train_loss,
-            TRAIN_EXAMPLES: len(data.y_train),
-        }
-    )
-    if correct is not None:
-        record[TEST_CORRECT_SUM] = correct
-    return RecordDict({METRICS: record})
+    return RecordDict({METRICS: sums_record(data, test_loss, train_loss, correct)})
 
 
 HANDLERS = {TRAIN: train, EVALUATE: evaluate, QUERY_NODE: describe_node}

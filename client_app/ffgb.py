@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 from flwr.app import ConfigRecord, MetricRecord, RecordDict
 
+from client_app.evaluation import sums_record
 from client_app.ffgb_l_fits import fits_key, kept_fits
 from client_app.group_key import message_key
 from client_app.job import ClientJob
@@ -43,17 +44,13 @@ from functions.protocol import (
     EVALUATE_FIRST,
     EVALUATION,
     METRICS,
-    NUM_EXAMPLES,
     ORACLE_ERROR,
     QUERY_NODE,
     SERVER_ROUND,
     STUDENT,
     STUDENT_ARRAYS,
-    TEST_CORRECT_SUM,
-    TEST_LOSS_SUM,
     TRAIN,
     TRAIN_EXAMPLES,
-    TRAIN_LOSS_SUM,
 )
 from oracles.boosting import Fitted, Increment, LipschitzFit, ffgb_increment, ffgb_l_increment
 from oracles.boosting_model import BoostingModel
@@ -326,17 +323,7 @@ def evaluation_sums(
         values = {k: np.clip(v, -bound, bound) for k, v in values.items()}
     test_loss, correct = loss.sums(values["test"], data.y_test)
     train_loss, _ = loss.sums(values["train"], data.y_train)
-    record = MetricRecord(
-        {
-            NUM_EXAMPLES: len(data.y_test),
-            TEST_LOSS_SUM: test_loss,
-            TRAIN_LOSS_SUM: train_loss,
-            TRAIN_EXAMPLES: len(data.y_train),
-        }
-    )
-    if correct is not None:
-        record[TEST_CORRECT_SUM] = correct
-    return record
+    return sums_record(data, test_loss, train_loss, correct)
 
 
 def evaluate(job: Job) -> RecordDict:

@@ -47,8 +47,18 @@ def new_workdir(path: Path | None) -> Path:
     return path
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line: where the deployment lives and listens, how its processes run, and
+    the job's run config."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    _add_place_options(parser)
+    _add_process_options(parser)
+    parser.add_argument("run_config", help="the job's --run-config text")
+    return parser.parse_args(argv)
+
+
+def _add_place_options(parser: argparse.ArgumentParser) -> None:
+    """The options of the deployment's size, security, work folder, ports and state."""
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--tls", action="store_true")
     parser.add_argument(
@@ -76,6 +86,11 @@ def main(argv: list[str] | None = None) -> int:
         help="the SuperLink's state in this SQLite file, which outlives it (default: in memory; "
         "each message's objects then cost a write, about 0.8 s a round for the default job)",
     )
+
+
+def _add_process_options(parser: argparse.ArgumentParser) -> None:
+    """The options of how the processes run: SuperExecs, SuperNodes, network namespaces, the
+    perimeter, and the sites' own files."""
     parser.add_argument(
         "--cold",
         action="store_true",
@@ -110,8 +125,12 @@ def main(argv: list[str] | None = None) -> int:
         "tasks.sites): SuperNode i gets node config dataset-path of its own "
         "file only (for task='site' runs)",
     )
-    parser.add_argument("run_config", help="the job's --run-config text")
-    args = parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Check the run config, start the deployment, run the job, report it and stop every
+    process started here: the run's exit status (0: completed, 1: not, 2: an invalid config)."""
+    args = parse_args(argv)
     try:  # in seconds, before any process starts: what the ServerApp would refuse
         print(check(args.run_config, args.nodes), flush=True)
     except ConfigError as err:
@@ -119,7 +138,30 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INVALID
     args.workdir = new_workdir(args.workdir)
     star = Star(f"fl{os.getpid() % 10000}", args.nodes) if args.netns else None
-    deployment = Deployment(
+    deployment = _new_deployment(args, star)
+    started = time.monotonic()
+    # a SIGTERM (``timeout``, a service manager) ends the run as Ctrl-C does: through ``finally``,
+    # which stops every process started here
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    try:
+        if star is not None:
+            star.create()
+        _start_processes(deployment, args)
+        return _run_job(deployment, args, started)
+    except ProcessExited as err:  # the SuperLink or a SuperNode died: no run can finish
+        print(f"Run failed: {err}", file=sys.stderr)
+        return 1
+    finally:
+        deployment.stop()
+        if star is not None:
+            star.delete()
+        if not args.keep:
+            shutil.rmtree(deployment.home, ignore_errors=True)
+
+
+def _new_deployment(args: argparse.Namespace, star: Star | None) -> Deployment:
+    """The deployment the command line asks for, in ``args.workdir`` (nothing started yet)."""
+    return Deployment(
         args.workdir,
         tls=args.tls,
         auth=args.auth,
@@ -133,45 +175,36 @@ def main(argv: list[str] | None = None) -> int:
             {"supernode_command": (str(BIN / "flower-supernode"),)} if args.flower_supernode else {}
         ),
     )
-    started = time.monotonic()
-    # a SIGTERM (``timeout``, a service manager) ends the run as Ctrl-C does: through ``finally``,
-    # which stops every process started here
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-    try:
-        if star is not None:
-            star.create()
-        deployment.start_superlink()
-        for i in range(args.nodes):
-            own = (
-                ""
-                if args.site_files is None
-                else f"dataset-path='{args.site_files.absolute() / f'{i}.csv'}'"
-            )
-            deployment.start_supernode(i, args.nodes, node_config=own)
-        results = args.workdir / "results" / "job"
-        run_id = deployment.submit(
-            f"{args.run_config} output-dir='{results.parent}' run-name='job'"
+
+
+def _start_processes(deployment: Deployment, args: argparse.Namespace) -> None:
+    """The SuperLink, then ``args.nodes`` SuperNodes, each given its own site file if any."""
+    deployment.start_superlink()
+    for i in range(args.nodes):
+        own = (
+            ""
+            if args.site_files is None
+            else f"dataset-path='{args.site_files.absolute() / f'{i}.csv'}'"
         )
-        print(
-            f"run {run_id} submitted; its log: {args.workdir / 'logs' / f'{run_id}.log'}",
-            flush=True,
-        )
-        status = deployment.follow(run_id, PROGRESS)
-        print(f"run {run_id}: {status}; {time.monotonic() - started:.0f} s")
-        config = None
-        if (results / "config.json").is_file():
-            config = json.loads((results / "config.json").read_text())
-        print("\n".join(report(results, config)))
-        return 0 if status == COMPLETED else 1
-    except ProcessExited as err:  # the SuperLink or a SuperNode died: no run can finish
-        print(f"Run failed: {err}", file=sys.stderr)
-        return 1
-    finally:
-        deployment.stop()
-        if star is not None:
-            star.delete()
-        if not args.keep:
-            shutil.rmtree(deployment.home, ignore_errors=True)
+        deployment.start_supernode(i, args.nodes, node_config=own)
+
+
+def _run_job(deployment: Deployment, args: argparse.Namespace, started: float) -> int:
+    """Submit the job, print its progress until it ends, then its status, time since
+    ``started`` and health line: 0 when it completed, else 1."""
+    results = args.workdir / "results" / "job"
+    run_id = deployment.submit(f"{args.run_config} output-dir='{results.parent}' run-name='job'")
+    print(
+        f"run {run_id} submitted; its log: {args.workdir / 'logs' / f'{run_id}.log'}",
+        flush=True,
+    )
+    status = deployment.follow(run_id, PROGRESS)
+    print(f"run {run_id}: {status}; {time.monotonic() - started:.0f} s")
+    config = None
+    if (results / "config.json").is_file():
+        config = json.loads((results / "config.json").read_text())
+    print("\n".join(report(results, config)))
+    return 0 if status == COMPLETED else 1
 
 
 if __name__ == "__main__":

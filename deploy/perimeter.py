@@ -340,6 +340,28 @@ def main(argv: list[str] | None = None) -> int:
     """``--docker``: rewrite docker/nginx/perimeter.conf. Otherwise write the configuration for
     ``--listen`` / ``--upstream`` / ``--certs`` into ``--workdir``, check it (``nginx -t``) and
     become nginx in the foreground (exec: the PID stays), for a service manager or a terminal."""
+    args = parse_args(argv)
+    if args.docker:
+        DOCKER_CONF.parent.mkdir(parents=True, exist_ok=True)
+        DOCKER_CONF.write_text(docker_config())
+        return 0
+    perimeter = _perimeter_of(args)
+    perimeter.check()
+    print(
+        f"[perimeter] {perimeter.conf} checked; nginx on {args.listen} -> https://"
+        f"{args.upstream} (Fleet API only); logs in {perimeter.workdir}",
+        flush=True,
+    )
+    if args.check:
+        return 0
+    command = perimeter._command("-g", "daemon off;")
+    os.execv(command[0], command)
+    return 0  # not reached
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line of ``main``: what to write (``--docker``, or the addresses,
+    certificates, work folder and bounds of one perimeter) and whether to run it."""
     parser = argparse.ArgumentParser(
         description="nginx in front of a Flower 1.41 SuperLink: "
         "only the SuperNodes' Fleet API passes."
@@ -390,13 +412,14 @@ def main(argv: list[str] | None = None) -> int:
         f"array (default {MAX_OBJECT_BYTES:,}; larger gets 413 before the SuperLink reads it)",
     )
     parser.add_argument("--check", action="store_true", help="write and check, do not run")
-    args = parser.parse_args(argv)
-    if args.docker:
-        DOCKER_CONF.parent.mkdir(parents=True, exist_ok=True)
-        DOCKER_CONF.write_text(docker_config())
-        return 0
+    return parser.parse_args(argv)
+
+
+def _perimeter_of(args: argparse.Namespace) -> Perimeter:
+    """The perimeter the command line describes: the SuperLink's certificate and key from
+    ``--certs``, its paths resolved (nginx runs with its own prefix folder)."""
     certs = args.certs.resolve()
-    perimeter = Perimeter(
+    return Perimeter(
         listen=args.listen,
         upstream=args.upstream,
         cert=certs / "server.pem",
@@ -407,17 +430,6 @@ def main(argv: list[str] | None = None) -> int:
         workdir=None if args.workdir is None else args.workdir.resolve(),
         max_object_bytes=args.max_object_bytes,
     )
-    perimeter.check()
-    print(
-        f"[perimeter] {perimeter.conf} checked; nginx on {args.listen} -> https://"
-        f"{args.upstream} (Fleet API only); logs in {perimeter.workdir}",
-        flush=True,
-    )
-    if args.check:
-        return 0
-    command = perimeter._command("-g", "daemon off;")
-    os.execv(command[0], command)
-    return 0  # not reached
 
 
 def docker_config() -> str:

@@ -5,13 +5,13 @@ SuperNode, started through its own entry point, with the ``time.sleep`` calls of
 flwr 1.41's SuperNode waits a fixed 3 s whenever it asks the SuperLink for a message and there
 is none (``start_client_internal``: ``time.sleep(3)``), and 0.5 s between its checks for its
 ClientApp's reply (``_push_messages``: ``time.sleep(0.5)``, twice); neither is settable, and
-together they cost most of a deployment round (benchmarks/README.md, round latency). Here:
+together they cost most of a deployment round (benchmarks/README.md, case `latency`). Here:
 
 - the wait for a message starts at ``FL_SUPERNODE_POLL`` seconds (default 0.05) after a message
   and grows by ``FL_SUPERNODE_POLL_GROWTH`` (default 1.5) while none comes, up to Flower's 3 s:
   an idle SuperNode asks the SuperLink as rarely as Flower's does, and one in a busy run waits
   at most half as long again as it has already waited (plus the first step). Growth 1.5 made
-  the default job's deployed round shorter than doubling (benchmarks/README.md, section 18)
+  the default job's deployed round shorter than doubling (benchmarks/README.md, case `latency`)
   for a few more asks in a long wait; closer to 1 asks more often and gained nothing on 2
   cores;
 - the waits for its ClientApp's reply, a check of its own in-memory state, take

@@ -175,10 +175,10 @@ class WarmApp:
     """The app's own modules, imported in the parent from one installed FAB, so that a child
     running a task of that FAB finds them in ``sys.modules``: Flower's ``load_app`` imports a
     module only when it is not there (flwr/supercore/object_ref.py, ``load_app``), and each
-    child would otherwise import the app again (0.1 s a message, benchmarks/README.md section
-    18). Keyed by the task's FAB hash (``ExecutionSpec.fab_hash``): a task of another FAB makes
-    the parent forget these modules first, so a child never runs another FAB's code; until a
-    child has installed a FAB, its children import it themselves, as before."""
+    child would otherwise import the app again (0.1 s a message, benchmarks/README.md, case
+    `latency`). Keyed by the task's FAB hash (``ExecutionSpec.fab_hash``): a task of another
+    FAB makes the parent forget these modules first, so a child never runs another FAB's code;
+    until a child has installed a FAB, its children import it themselves, as before."""
 
     def __init__(self, modules: list[str]) -> None:
         self.modules = modules  # the --preload list: the app's entry modules

@@ -34,8 +34,11 @@ from functions.networks import (
     Config,
     Shapes,
     allocated,
+    bounded_spec,
     check_activation_and_bound,
     positive_ints,
+    prefixed_config,
+    spec_keys,
 )
 
 PREDICT_ROWS = 4096  # inputs per forward pass in ``predict`` (bounds its memory)
@@ -170,17 +173,15 @@ def loaded(spec: ConvNetSpec, arrays: Sequence[np.ndarray]) -> ConvNet:
 
 def spec_config(spec: ConvNetSpec, prefix: str = "") -> Config:
     """The spec as config values, without ``n_outputs`` (see the module docstring)."""
-    config: Config = {
-        prefix + "kind": spec.kind,
-        prefix + "input_shape": list(spec.input_shape),
-        prefix + "channels": list(spec.channels),
-        prefix + "kernel": spec.kernel,
-        prefix + "hidden": list(spec.hidden),
-        prefix + "activation": spec.activation,
+    values: Config = {
+        "kind": spec.kind,
+        "input_shape": list(spec.input_shape),
+        "channels": list(spec.channels),
+        "kernel": spec.kernel,
+        "hidden": list(spec.hidden),
+        "activation": spec.activation,
     }
-    if spec.output_bound is not None:
-        config[prefix + "output_bound"] = spec.output_bound
-    return config
+    return prefixed_config(prefix, values, spec.output_bound)
 
 
 def decode_spec(
@@ -191,12 +192,7 @@ def decode_spec(
     Checks the key set, list lengths (at most ``MAX_LAYERS``), sizes in [1, max_params], what
     ``ConvNetSpec`` checks and the parameter count; ``DecodeError`` on any fault.
     """
-    keys = {k[len(prefix) :] for k in config if isinstance(k, str) and k.startswith(prefix)}
-    expected = set(SPEC_KEYS) | ({"output_bound"} & keys)
-    if keys != expected:
-        raise DecodeError(
-            f"{prefix}cnn: expected config keys {sorted(expected)}, got {sorted(keys)}"
-        )
+    keys = spec_keys(config, prefix, SPEC_KEYS, "cnn")
     fields = {key: config[prefix + key] for key in keys}
     for key in ("input_shape", "channels", "hidden"):
         value = fields[key]
@@ -213,8 +209,8 @@ def decode_spec(
         raise DecodeError(f"{prefix}kind: expected 'cnn', got {fields['kind']!r}")
     if type(fields["kernel"]) is not int or not 1 <= fields["kernel"] <= max_params:
         raise DecodeError(f"{prefix}kernel: expected an int in [1, {max_params}]")
-    try:
-        spec = ConvNetSpec(
+    return bounded_spec(
+        lambda: ConvNetSpec(
             tuple(fields["input_shape"]),
             n_outputs,
             tuple(fields["channels"]),
@@ -222,12 +218,11 @@ def decode_spec(
             tuple(fields["hidden"]),
             fields["activation"],
             fields.get("output_bound"),
-        )
-    except ValueError as err:
-        raise DecodeError(f"{prefix}cnn: {err}") from None
-    if spec.n_params > max_params:
-        raise DecodeError(f"{prefix}cnn: {spec.n_params} parameters is more than {max_params}")
-    return spec
+        ),
+        max_params,
+        f"{prefix}cnn",
+        f"{prefix}cnn: ",
+    )
 
 
 def stacked_forward(

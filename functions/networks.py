@@ -16,8 +16,9 @@ matrix product per layer instead of one per network.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeVar
 
 import numpy as np
 import torch
@@ -143,16 +144,19 @@ def build(spec: NetworkSpec) -> Network:
     return Network(spec)
 
 
+def prefixed_config(prefix: str, values: Config, output_bound: float | None) -> Config:
+    """A spec's config ``values`` under ``prefix``, in their order, then ``output_bound`` where
+    the output is clipped (``spec_keys`` reads them back)."""
+    config: Config = {prefix + key: value for key, value in values.items()}
+    if output_bound is not None:
+        config[prefix + "output_bound"] = output_bound
+    return config
+
+
 def spec_config(spec: NetworkSpec, prefix: str = "") -> Config:
     """The spec as config values (see the module docstring)."""
-    config: Config = {
-        prefix + "kind": spec.kind,
-        prefix + "sizes": list(spec.sizes),
-        prefix + "activation": spec.activation,
-    }
-    if spec.output_bound is not None:
-        config[prefix + "output_bound"] = spec.output_bound
-    return config
+    values: Config = {"kind": spec.kind, "sizes": list(spec.sizes), "activation": spec.activation}
+    return prefixed_config(prefix, values, spec.output_bound)
 
 
 def module_arrays(module: nn.Module, shapes: Shapes) -> list[np.ndarray]:
@@ -182,16 +186,46 @@ def encode_network(
     return spec_config(spec, prefix), arrays
 
 
+class _Sized(Protocol):
+    @property
+    def n_params(self) -> int: ...
+
+
+SpecT = TypeVar("SpecT", bound=_Sized)
+
+
+def spec_keys(
+    config: Mapping[str, object], prefix: str, required: Iterable[str], what: str
+) -> set[str]:
+    """The keys of a spec's ``config`` under ``prefix`` (without it): exactly ``required``, and
+    ``output_bound`` where the output is clipped; ``DecodeError`` naming ``what`` otherwise."""
+    keys = {k[len(prefix) :] for k in config if isinstance(k, str) and k.startswith(prefix)}
+    expected = set(required) | ({"output_bound"} & keys)
+    if keys != expected:
+        raise DecodeError(
+            f"{prefix}{what}: expected config keys {sorted(expected)}, got {sorted(keys)}"
+        )
+    return keys
+
+
+def bounded_spec(make: Callable[[], SpecT], max_params: int, what: str, invalid: str) -> SpecT:
+    """The spec ``make()`` builds from checked config values; ``DecodeError`` when it refuses
+    them (``invalid`` then its reason) or has more than ``max_params`` parameters (naming
+    ``what``), so that no spec from the wire allocates more than the caller allows."""
+    try:
+        spec = make()
+    except ValueError as err:
+        raise DecodeError(f"{invalid}{err}") from None
+    if spec.n_params > max_params:
+        raise DecodeError(f"{what}: {spec.n_params} parameters is more than {max_params}")
+    return spec
+
+
 def decode_spec(config: Mapping[str, object], prefix: str, max_params: int) -> NetworkSpec:
     """Read and bound a network's spec from config values; ``DecodeError`` on any fault."""
     if not isinstance(config, Mapping):
         raise DecodeError(f"{prefix}network: expected a mapping, got {type(config).__name__}")
-    keys = {k[len(prefix) :] for k in config if isinstance(k, str) and k.startswith(prefix)}
-    expected = {"kind", "sizes", "activation"} | ({"output_bound"} & keys)
-    if keys != expected:
-        raise DecodeError(
-            f"{prefix}network: expected config keys {sorted(expected)}, got {sorted(keys)}"
-        )
+    spec_keys(config, prefix, ("kind", "sizes", "activation"), "network")
     sizes = config[prefix + "sizes"]
     if not (
         isinstance(sizes, list)
@@ -199,18 +233,17 @@ def decode_spec(config: Mapping[str, object], prefix: str, max_params: int) -> N
         and all(type(s) is int and 1 <= s <= max_params for s in sizes)
     ):
         raise DecodeError(f"{prefix}sizes: expected 2 to {MAX_LAYERS} ints in [1, {max_params}]")
-    try:
-        spec = NetworkSpec(
+    return bounded_spec(
+        lambda: NetworkSpec(
             tuple(sizes),
             config[prefix + "activation"],
             config.get(prefix + "output_bound"),
             config[prefix + "kind"],
-        )
-    except ValueError as err:
-        raise DecodeError(f"{prefix}{err}") from None
-    if spec.n_params > max_params:
-        raise DecodeError(f"{prefix}network: {spec.n_params} parameters is more than {max_params}")
-    return spec
+        ),
+        max_params,
+        f"{prefix}network",
+        prefix,
+    )
 
 
 def decode_network(

@@ -5,7 +5,7 @@ Flower 1.41 moves a message as content-addressed objects, one Fleet or Runtime c
 the message, its RecordDict, each record, each ``Array`` and each array's chunk(s). A record of n
 arrays is 2n + 1 objects, and every hop of a deployed exchange (ServerApp -> SuperLink ->
 SuperNode -> ClientApp and back) pulls or pushes them one call at a time (two threads), which
-cost a deployed round more than the training did (benchmarks/README.md, section 18). Here an
+cost a deployed round more than the training did (benchmarks/README.md, case `latency`). Here an
 ``ArrayRecord`` of two or more arrays is sent as a record of one array whose bytes are a
 manifest and the arrays' own bytes, so that record is 3 objects whatever its size. Each array
 comes back exactly as it was sent (its dtype, shape, stype and bytes): the decoders and the reply

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -104,44 +104,77 @@ def fsr_train(
         raise ValueError(f"radius must be >= 0 and finite, got {radius!r}")
     if anchors and (type(penalty_samples) is not int or penalty_samples < 1):
         raise ValueError(f"penalty_samples must be a positive int, got {penalty_samples!r}")
-    (n, p), q = x.shape, y.shape[1]
-    penalty_scale = DOMAIN_MEASURE / (n * penalty_samples * q)
-
-    def draw() -> tuple[torch.Tensor, ...]:
-        rows = sample_rows(n, batch_size, generator)
-        noise = uniform((len(rows), p), generator) if radius > 0 else rows[:0]
-        return rows, noise, uniform((penalty_samples, p), generator) if anchors else rows[:0]
-
-    def data_term(rows: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-        inputs = x[rows]
-        if radius > 0:
-            inputs = inputs + radius * (2.0 * noise - 1.0)
-        return ((model(inputs) - y[rows]) ** 2).sum() / (len(rows) * q)
-
-    def anchor_values(z: torch.Tensor, anchor: Anchor) -> torch.Tensor:
-        with torch.no_grad():
-            target = anchor.predict(z)
-        if target.shape != (*z.shape[:-1], q):
-            raise ValueError(
-                f"an anchor returned shape {tuple(target.shape)}, expected {(*z.shape[:-1], q)}"
-            )
-        return target
-
-    def loss(rows: torch.Tensor, noise: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        value = data_term(rows, noise)
-        if not anchors:
-            return value
-        out = model(z)
-        for anchor in anchors:
-            target = anchor_values(z, anchor)
-            value = value + penalty_scale * anchor.weight * ((out - target) ** 2).sum()
-        return value
-
+    objective = _FSRObjective(model, x, y, anchors, radius, batch_size, penalty_samples, generator)
     model.train()
     replayable = all(anchor.replayable for anchor in anchors)
     optimizer = adam_for(model.parameters(), lr)
-    tabled = Tabled(*_pooled_anchors(anchors, anchor_values, data_term, model, penalty_scale))
-    return optimise(optimizer, steps, draw, loss, x.device, replayable, tabled)
+    tabled = Tabled(
+        *_pooled_anchors(
+            anchors, objective.anchor_values, objective.data_term, model, objective.penalty_scale
+        )
+    )
+    return optimise(optimizer, steps, objective.draw, objective.loss, x.device, replayable, tabled)
+
+
+@dataclass
+class _FSRObjective:
+    """``fsr_train``'s loss (eq. 14) on checked data (``x`` and one-hot ``y`` on the model's
+    device): a step's draws (``draw``: rows, their noise, the penalty's points) and the loss at
+    them (``loss``); its data term and the anchors' values also serve ``_pooled_anchors``."""
+
+    model: nn.Module
+    x: torch.Tensor
+    y: torch.Tensor
+    anchors: Sequence[Anchor]
+    radius: float
+    batch_size: int
+    penalty_samples: int
+    generator: torch.Generator | None
+    n: int = field(init=False)  # points
+    p: int = field(init=False)  # features
+    q: int = field(init=False)  # outputs
+    penalty_scale: float = field(init=False)  # m(X) / (N b' q)
+
+    def __post_init__(self) -> None:
+        (self.n, self.p), self.q = self.x.shape, self.y.shape[1]
+        self.penalty_scale = DOMAIN_MEASURE / (self.n * self.penalty_samples * self.q)
+
+    def draw(self) -> tuple[torch.Tensor, ...]:
+        """A step's rows, the uniform draws of their noise and the penalty's points (empty
+        where unused: no smoothing, no anchors)."""
+        rows = sample_rows(self.n, self.batch_size, self.generator)
+        noise = uniform((len(rows), self.p), self.generator) if self.radius > 0 else rows[:0]
+        if not self.anchors:
+            return rows, noise, rows[:0]
+        return rows, noise, uniform((self.penalty_samples, self.p), self.generator)
+
+    def data_term(self, rows: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """The smoothed squared error of the drawn rows, per row and output."""
+        inputs = self.x[rows]
+        if self.radius > 0:
+            inputs = inputs + self.radius * (2.0 * noise - 1.0)
+        return ((self.model(inputs) - self.y[rows]) ** 2).sum() / (len(rows) * self.q)
+
+    def anchor_values(self, z: torch.Tensor, anchor: Anchor) -> torch.Tensor:
+        """``anchor`` at the points ``z``, without gradients; ``ValueError`` for a shape that
+        is not one output row per point."""
+        with torch.no_grad():
+            target = anchor.predict(z)
+        expected = (*z.shape[:-1], self.q)
+        if target.shape != expected:
+            raise ValueError(f"an anchor returned shape {tuple(target.shape)}, expected {expected}")
+        return target
+
+    def loss(self, rows: torch.Tensor, noise: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """eq. 14's loss at a step's draws: the data term plus each anchor's penalty."""
+        value = self.data_term(rows, noise)
+        if not self.anchors:
+            return value
+        out = self.model(z)
+        for anchor in self.anchors:
+            target = self.anchor_values(z, anchor)
+            value = value + self.penalty_scale * anchor.weight * ((out - target) ** 2).sum()
+        return value
 
 
 def _pooled_anchors(

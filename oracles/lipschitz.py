@@ -9,7 +9,8 @@ point x_j* (defined wherever x is not a data point).
 
 Eq. 17 is the largest L-Lipschitz interpolant (McShane's): away from the node's points it grows
 like L times the distance, so the average of the nodes' extensions, which FFGB.L converges to,
-is biased upwards wherever a node has no data (measured in benchmarks/README.md, section 7).
+is biased upwards wherever a node has no data (measured in benchmarks/README.md, case
+`ffgb_heterogeneous`).
 ``kind='midpoint'`` takes the mean of the largest and the smallest (Whitney's,
 max_j (y_j - L ||x - x_j||)) L-Lipschitz interpolants instead: also L-Lipschitz and
 interpolating, so Algorithm 4 and Theorem 3.3 apply unchanged; it is an option, not the paper's.

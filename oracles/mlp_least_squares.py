@@ -258,13 +258,7 @@ def _fit_stacked(fits: list[MlpFit]) -> None:
     active = torch.nonzero(
         torch.stack([fit.x.abs().amax(dim=0) for fit in fits]).amax(dim=0) > 0
     ).squeeze(1)
-    rows_each = max(len(fit.x) for fit in fits)
-    x = fits[0].x.new_zeros((count, rows_each, len(active)))
-    target = fits[0].target.new_zeros((count, rows_each, fits[0].target.shape[1]))
-    for i, fit in enumerate(fits):
-        x[i, : len(fit.x)] = fit.x.index_select(1, active)
-        target[i, : len(fit.target)] = fit.target
-    x, target = x.view(count * rows_each, -1), target.view(count * rows_each, -1)
+    x, target, rows_each = _padded_points(fits, active)
     initial = [[p.detach() for layer in net for p in (layer.weight, layer.bias)] for net in layers]
     for one in initial:
         one[0] = one[0].index_select(1, active)
@@ -275,11 +269,7 @@ def _fit_stacked(fits: list[MlpFit]) -> None:
     params, grads = _flat_views(flat, shapes), _flat_views(grad, shapes)
     weights, biases = params[0::2], params[1::2]
     weight_grads, bias_grads = grads[0::2], grads[1::2]
-    offsets = np.arange(count)[:, None] * rows_each
-    batches = [
-        (np.stack(step) + offsets).reshape(-1)
-        for step in zip(*(fit.batches for fit in fits), strict=True)
-    ]
+    batches = _stacked_batches(fits, rows_each)
     output_gradient = fits[0].output_gradient
 
     def gradient(rows: torch.Tensor) -> None:
@@ -307,6 +297,32 @@ def _fit_stacked(fits: list[MlpFit]) -> None:
     _train(gradient, flat, grad, batches, fits[0].lr)
     for i, net in enumerate(layers):
         _write_back(net, active, [w[i] for w in weights], [b[i] for b in biases])
+
+
+def _padded_points(
+    fits: list[MlpFit], active: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Every fit's points (their ``active`` columns) and targets, each fit's block padded with
+    zero rows to the largest fit's count and the blocks one after another: (x, target, the
+    rows of a block)."""
+    count = len(fits)
+    rows_each = max(len(fit.x) for fit in fits)
+    x = fits[0].x.new_zeros((count, rows_each, len(active)))
+    target = fits[0].target.new_zeros((count, rows_each, fits[0].target.shape[1]))
+    for i, fit in enumerate(fits):
+        x[i, : len(fit.x)] = fit.x.index_select(1, active)
+        target[i, : len(fit.target)] = fit.target
+    return x.view(count * rows_each, -1), target.view(count * rows_each, -1), rows_each
+
+
+def _stacked_batches(fits: list[MlpFit], rows_each: int) -> list[np.ndarray]:
+    """Each step's batches of every fit as one batch of the padded points: fit i's rows
+    shifted by i blocks of ``rows_each``, the fits' batches one after another."""
+    offsets = np.arange(len(fits))[:, None] * rows_each
+    return [
+        (np.stack(step) + offsets).reshape(-1)
+        for step in zip(*(fit.batches for fit in fits), strict=True)
+    ]
 
 
 def _write_back(

@@ -251,17 +251,25 @@ def fedfw_settings(settings: RunSettings) -> FedFWSettings:
         out.federated_eval and not out.gap and out.participation >= 1,
         "fedfw.federated-eval is true, fedfw.gap is false and fedfw.participation is 1",
     )
+    _check_privacy(out, settings, downlink)
+    return out
+
+
+def _check_privacy(fw: FedFWSettings, settings: RunSettings, downlink: str) -> None:
+    """What differential privacy and secure aggregation refuse: the FW gap (every node's
+    gradient in plain) and, with a secure sum, the compact ``downlink`` asked for (it relays
+    every node's points)."""
     require(
-        not (out.gap and settings.node_dp is not None),
+        not (fw.gap and settings.node_dp is not None),
         "fedfw.gap",
-        out.gap,
+        fw.gap,
         "false with dp.noise-multiplier (the FW gap sends every node's gradient in plain)",
     )
     if settings.secure_aggregation:
         require(
-            not out.gap,
+            not fw.gap,
             "fedfw.gap",
-            out.gap,
+            fw.gap,
             "false with secure-aggregation (the FW gap sends every node's gradient in plain)",
         )
         require(
@@ -271,7 +279,6 @@ def fedfw_settings(settings: RunSettings) -> FedFWSettings:
             "'dense' or 'auto' with secure-aggregation (the compact downlink relays every "
             "node's points)",
         )
-    return out
 
 
 def node_constraint(

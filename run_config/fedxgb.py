@@ -13,7 +13,6 @@ from run_config.common import RunSettings
 from run_config.family import FUSED_EVALUATION, SAMPLED, Algorithm, Family, Table, require_fusable
 from run_config.keys import Key, build, read_keys, within
 from tasks.datasets import TaskData
-from tasks.errors import ConfigError
 
 BAGGING, CYCLIC = "fedxgb-bagging", "fedxgb-cyclic"
 ALGORITHMS = (BAGGING, CYCLIC)
@@ -125,12 +124,7 @@ def fedxgb_settings(settings: RunSettings) -> FedXgbSettings:
 
 def check_task(task: TaskData) -> None:
     """Softmax needs two classes; ConfigError otherwise."""
-    if task.kind == "classification" and task.num_classes < 2:
-        raise ConfigError(
-            f"the XGBoost baselines need at least 2 classes; the task has "
-            f"{task.num_classes} (with task='site': every site holds the same "
-            "single label)"
-        )
+    task.require_classes("the XGBoost baselines need")
 
 
 FEDXGB_TABLE = Table(

@@ -24,7 +24,6 @@ from run_config.family import (
 )
 from run_config.keys import Key, OneOf, at_least, build, read_keys, require, within
 from tasks.datasets import TaskData
-from tasks.errors import ConfigError
 
 HIST = "fedxgb-hist"
 
@@ -207,10 +206,7 @@ def fedxgb_hist_settings(settings: RunSettings) -> FedXgbHistSettings:
 
 def check_task(task: TaskData) -> None:
     """Trees need two classes at least; ConfigError otherwise."""
-    if task.kind == "classification" and task.num_classes < 2:
-        raise ConfigError(
-            f"algorithm='{HIST}' needs at least 2 classes; the task has {task.num_classes}"
-        )
+    task.require_classes(f"algorithm='{HIST}' needs", site_note=False)
 
 
 FEDXGB_HIST_TABLE = Table(

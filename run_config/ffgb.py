@@ -5,6 +5,7 @@ what the settings make of a task (the learner, the loss, the limits) is
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from oracles.boosting import CONSTANT, EXPERIMENT, SCHEDULES, THEOREM, StepSizes
 from oracles.boosting_model import BoostingModel, boosting_model
@@ -41,10 +42,10 @@ LEARNERS = ("mlp", "cnn", "tree")
 DEFAULT_ETA0 = {"ffgb": 10.0, "ffgb-c": 10.0, "ffgb-l": 1.0}
 # ... and on a regression task a step for the square loss (the paper's experiments are all
 # classification): 10 overshoots, 1 overfits small sites, 0.5 does neither (benchmarks/README.md
-# section 22 measures the three)
+# case `defaults` measures the three)
 SQUARE_LOSS_ETA0 = 0.5
-# Ours, measured (benchmarks/README.md, FFGB ablations): FFGB with trees boosts best as XGBoost
-# does, with Newton leaves and a constant shrinkage
+# Ours, measured (benchmarks/README.md, case `boosting_ablation`): FFGB with trees boosts best
+# as XGBoost does, with Newton leaves and a constant shrinkage
 NEWTON_ETA0 = 0.3
 THEOREM_CONSTANT = {"ffgb": 2.0, "ffgb-c": 4.0, "ffgb-l": 4.0}  # Theorems 3.1, 3.2, 3.3
 BOOST, DISTILL = "boost", "distill"  # the two kinds of round
@@ -122,7 +123,7 @@ FFGB_KEYS = (
         "exact CART), `hist` (XGBoost's histogram method: the node's points binned once a "
         "round into at most 256 quantile bins per feature, leaf values the exact means; needs "
         f"the `xgboost` extra), `auto` (`hist` on nodes with at least {HIST_FROM_ROWS:,} points "
-        "when xgboost is installed, else `cart`); see benchmarks/README.md, tree fit",
+        "when xgboost is installed, else `cart`); see benchmarks/README.md, case `tree_fit`",
         OneOf(TREE_FITTERS),
     ),
     Key(
@@ -134,7 +135,7 @@ FFGB_KEYS = (
         "XGBoost's second-order leaf values sum(target) / (sum(hessian) + 1); the residual stays "
         "the least-squares error) or `auto`: `newton` with tree learners and algorithm `ffgb`, "
         "else `mean` (FFGB.C keeps the paper's oracle, whose outputs its bounds assume); see "
-        "benchmarks/README.md, FFGB ablations",
+        "benchmarks/README.md, case `boosting_ablation`",
         OneOf((AUTO, *TREE_LEAVES)),
     ),
     Key(
@@ -218,7 +219,8 @@ FFGB_KEYS = (
         "packed per node; `shared` = one delta for all nodes at the same version, own learners "
         "included (N K: 1/N more bytes), built once and sent as the same records (Flower's "
         "content-addressed objects upload it once); `auto`: `shared` from "
-        f"{SHARED_FROM} recipients in a round, else `per-node`; see benchmarks/README.md, scale",
+        f"{SHARED_FROM} recipients in a round, else `per-node`; see benchmarks/README.md, "
+        "case `scale`",
         OneOf(DOWNLINKS),
     ),
     Key(
@@ -348,37 +350,8 @@ def ffgb_settings(settings: RunSettings) -> FFGBSettings:
     v = read_keys(settings.raw, FFGB_KEYS)
     learner, distill = v["ffgb.learner"], v["ffgb.distill"]
     leaves = auto_tree_leaves(variant, learner, v["ffgb.tree-leaves"])
-    kind = v["ffgb.schedule"]
-    if kind == AUTO:
-        kind = CONSTANT if leaves == NEWTON else EXPERIMENT
-    local_steps, mu = v["ffgb.local-steps"], v["ffgb.mu"]
-    eta0 = v["ffgb.eta0"] or (
-        NEWTON_ETA0
-        if kind == CONSTANT
-        else SQUARE_LOSS_ETA0
-        if settings.regression and variant != "ffgb-l"
-        else DEFAULT_ETA0[variant]
-    )
-    modulus = 1.0 if variant == "ffgb-l" else mu  # the square loss is 1-strongly convex
-    require(
-        kind != THEOREM or modulus > 0,
-        "ffgb.mu",
-        mu,
-        "> 0 with ffgb.schedule='theorem' (eta = c / (mu (K t + k + 1)))",
-    )
-    steps = StepSizes(kind, local_steps, eta0, modulus, THEOREM_CONSTANT[variant])
-    require(
-        not (variant == "ffgb-l" and learner == "tree"),
-        "ffgb.learner",
-        learner,
-        "a network with ffgb-l (its oracle fits input gradients, which a tree has not)",
-    )
-    require(
-        leaves != NEWTON or learner == "tree",
-        "ffgb.tree-leaves",
-        leaves,
-        "'mean' or 'auto' unless ffgb.learner='tree'",
-    )
+    steps = _step_sizes(settings, variant, v, leaves)
+    _check_learner(variant, learner, leaves)
     oracle = OracleSettings(
         steps=v["ffgb.oracle-steps"],
         lr=v["ffgb.oracle-lr"],
@@ -402,31 +375,82 @@ def ffgb_settings(settings: RunSettings) -> FFGBSettings:
         oracle=oracle,
         tree_leaves=leaves,
         extension=auto_extension(v["ffgb.extension"], v["ffgb.lipschitz"]),
-        mu=0.0 if variant == "ffgb-l" else mu,
+        mu=0.0 if variant == "ffgb-l" else v["ffgb.mu"],
         distill_steps=v["ffgb.distill-steps"] or oracle.steps,
         eval_with_train=settings.eval_with_train,
         relay_encryption=settings.relay_encryption,
     )
+    _check_rounds(out, settings)
+    return out
+
+
+def _step_sizes(settings: RunSettings, variant: str, v: dict[str, Any], leaves: str) -> StepSizes:
+    """The step sizes of ``ffgb.schedule`` (`auto` resolved by the tree leaves), with η0's
+    default for the variant and task when ``ffgb.eta0`` is 0; the `theorem` schedule needs a
+    strongly convex objective (μ > 0, or FFGB.L's square loss)."""
+    kind = v["ffgb.schedule"]
+    if kind == AUTO:
+        kind = CONSTANT if leaves == NEWTON else EXPERIMENT
+    local_steps, mu = v["ffgb.local-steps"], v["ffgb.mu"]
+    eta0 = v["ffgb.eta0"] or (
+        NEWTON_ETA0
+        if kind == CONSTANT
+        else SQUARE_LOSS_ETA0
+        if settings.regression and variant != "ffgb-l"
+        else DEFAULT_ETA0[variant]
+    )
+    modulus = 1.0 if variant == "ffgb-l" else mu  # the square loss is 1-strongly convex
     require(
-        not (out.one_shot and (variant != "ffgb-l" or out.distill != NONE or out.distill_every)),
+        kind != THEOREM or modulus > 0,
+        "ffgb.mu",
+        mu,
+        "> 0 with ffgb.schedule='theorem' (eta = c / (mu (K t + k + 1)))",
+    )
+    return StepSizes(kind, local_steps, eta0, modulus, THEOREM_CONSTANT[variant])
+
+
+def _check_learner(variant: str, learner: str, leaves: str) -> None:
+    """FFGB.L needs a network (its oracle fits input gradients); Newton leaves need trees."""
+    require(
+        not (variant == "ffgb-l" and learner == "tree"),
+        "ffgb.learner",
+        learner,
+        "a network with ffgb-l (its oracle fits input gradients, which a tree has not)",
+    )
+    require(
+        leaves != NEWTON or learner == "tree",
+        "ffgb.tree-leaves",
+        leaves,
+        "'mean' or 'auto' unless ffgb.learner='tree'",
+    )
+
+
+def _check_rounds(ffgb: FFGBSettings, settings: RunSettings) -> None:
+    """The checks of how the rounds run: FFGB.L's one shot alone, evaluation riding on
+    training only where it can, sealed learners (``_check_relay_encryption``), and global
+    distillation into a network only."""
+    require(
+        not (
+            ffgb.one_shot
+            and (ffgb.variant != "ffgb-l" or ffgb.distill != NONE or ffgb.distill_every)
+        ),
         "ffgb.one-shot",
-        out.one_shot,
+        ffgb.one_shot,
         "false unless algorithm='ffgb-l' without distillation (Remark 3.1 is FFGB.L's)",
     )
     require_fusable(
-        out.eval_with_train,
-        out.federated_eval and not out.one_shot and settings.fraction_train >= 1,
+        ffgb.eval_with_train,
+        ffgb.federated_eval and not ffgb.one_shot and settings.fraction_train >= 1,
         "ffgb.federated-eval is true, fraction-train is 1 and ffgb.one-shot is false",
     )
-    if out.relay_encryption:
-        _check_relay_encryption(out, settings)
+    if ffgb.relay_encryption:
+        _check_relay_encryption(ffgb, settings)
     require(
-        not (out.distill_every and learner == "tree"),
+        not (ffgb.distill_every and ffgb.learner == "tree"),
         "ffgb.distill-every",
-        out.distill_every,
+        ffgb.distill_every,
         "0 with tree learners (FedAvg distils into a network)",
     )
-    return out
 
 
 def _check_relay_encryption(ffgb: FFGBSettings, settings: RunSettings) -> None:
@@ -454,7 +478,7 @@ def auto_extension(extension: str, lipschitz: float) -> str:
 
 def auto_tree_leaves(variant: str, learner: str, leaves: str) -> str:
     """``ffgb.tree-leaves`` resolved: `auto` is Newton leaves for FFGB with trees (measured:
-    benchmarks/README.md, FFGB ablations), the paper's least-squares leaves otherwise."""
+    benchmarks/README.md, case `boosting_ablation`), the paper's least-squares leaves otherwise."""
     if leaves != AUTO:
         return leaves
     return NEWTON if learner == "tree" and variant == "ffgb" else MEAN
@@ -469,12 +493,8 @@ def check_task(ffgb: FFGBSettings, task: TaskData) -> None:
             0.0,
             "> 0 with ffgb-c on a regression task (the square loss has no a-priori gradient bound)",
         )
-    if task.kind == "classification" and ffgb.variant != "ffgb-l" and task.num_classes < 2:
-        raise ConfigError(
-            f"{ffgb.variant} needs at least 2 classes; the task has "
-            f"{task.num_classes} (with task='site': every site holds the same "
-            "single label)"
-        )
+    if ffgb.variant != "ffgb-l":
+        task.require_classes(f"{ffgb.variant} needs")
     ffgb.model(task)
 
 

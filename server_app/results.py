@@ -14,7 +14,7 @@ import math
 import os
 import re
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -224,51 +224,70 @@ def write_plots(directory: Path, rounds: list[dict[str, Any]], title: str = "") 
         plt.close(fig)
         paths.append(path)
 
-    metric = next((k for k in METRIC_KEYS if any(r.get(k) is not None for r in rounds)), None)
-    if metric is not None:
-        rows = [r for r in rounds if r.get(metric) is not None]
-        y = [r[metric] for r in rows]
-        shown = [math.isfinite(v) for v in y]  # a diverged round has no point
-        y = [v for v, ok in zip(y, shown) if ok]
-        for name, xs, label in (
-            (f"{metric}_vs_round.png", [r["round"] for r in rows], "round"),
-            (f"{metric}_vs_bytes.png", cumulative_traffic(rounds, metric), BYTES_AXIS),
-        ):
-            xs = [x for x, ok in zip(xs, shown) if ok]
-            fig, ax = plt.subplots(figsize=(5, 3.8))
-            ax.plot(xs, y, marker="o", markersize=3)
-            ax.set_xlabel(label)
-            ax.set_ylabel(metric.replace("_", " "))
-            if label == "round":
-                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.grid(alpha=0.3)
-            save(fig, name)
+    for name, fig in _metric_figures(rounds, plt, MaxNLocator):
+        save(fig, name)
     site_plot = _per_site_figure(rounds, plt, MaxNLocator)
     if site_plot is not None:
         save(site_plot, "sites_vs_round.png")
-    trained = [r for r in rounds if r.get("round", 0) > 0]
-    if trained:
-        fig, ax = plt.subplots(figsize=(5, 3.8))
-        x = [r["round"] for r in trained]
-        for key, label, style in (
-            ("bytes_up_train", "train, up", "-o"),
-            ("bytes_down_train", "train, down", "-s"),
-            ("bytes_up", "evaluation & queries, up", "--o"),
-            ("bytes_down", "evaluation & queries, down", "--s"),
-        ):
-            values = [r.get(key, 0) for r in trained]
-            if key in ("bytes_up", "bytes_down"):  # the rest of the round's traffic
-                values = [v - r.get(key + "_train", 0) for v, r in zip(values, trained)]
-            if any(values):
-                ax.plot(x, [max(v, 0.5) for v in values], style, markersize=3, label=label)
-        ax.set_yscale("log")
-        ax.set_xlabel("round")
-        ax.set_ylabel("payload bytes per round, all nodes")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7)
-        save(fig, "bytes_vs_round.png")
+    bytes_plot = _bytes_figure(rounds, plt, MaxNLocator)
+    if bytes_plot is not None:
+        save(bytes_plot, "bytes_vs_round.png")
     return paths
+
+
+def _metric_figures(rounds: list[dict[str, Any]], plt, locator) -> Iterator[tuple[str, Any]]:
+    """The headline metric (the first of ``METRIC_KEYS`` the rows have) vs round and vs
+    cumulative bytes: (file name, Figure), each made when the one before is saved; none
+    without such a metric. A diverged round (a non-finite value) has no point."""
+    metric = next((k for k in METRIC_KEYS if any(r.get(k) is not None for r in rounds)), None)
+    if metric is None:
+        return
+    rows = [r for r in rounds if r.get(metric) is not None]
+    y = [r[metric] for r in rows]
+    shown = [math.isfinite(v) for v in y]  # a diverged round has no point
+    y = [v for v, ok in zip(y, shown) if ok]
+    for name, xs, label in (
+        (f"{metric}_vs_round.png", [r["round"] for r in rows], "round"),
+        (f"{metric}_vs_bytes.png", cumulative_traffic(rounds, metric), BYTES_AXIS),
+    ):
+        xs = [x for x, ok in zip(xs, shown) if ok]
+        fig, ax = plt.subplots(figsize=(5, 3.8))
+        ax.plot(xs, y, marker="o", markersize=3)
+        ax.set_xlabel(label)
+        ax.set_ylabel(metric.replace("_", " "))
+        if label == "round":
+            ax.xaxis.set_major_locator(locator(integer=True))
+        ax.grid(alpha=0.3)
+        yield name, fig
+
+
+def _bytes_figure(rounds: list[dict[str, Any]], plt, locator) -> Any:  # a Figure, or None
+    """The payload bytes of each round after round 0 on a log scale, training traffic up and
+    down apart from the rest (evaluation and what it carries, queries); None without such
+    rounds."""
+    trained = [r for r in rounds if r.get("round", 0) > 0]
+    if not trained:
+        return None
+    fig, ax = plt.subplots(figsize=(5, 3.8))
+    x = [r["round"] for r in trained]
+    for key, label, style in (
+        ("bytes_up_train", "train, up", "-o"),
+        ("bytes_down_train", "train, down", "-s"),
+        ("bytes_up", "evaluation & queries, up", "--o"),
+        ("bytes_down", "evaluation & queries, down", "--s"),
+    ):
+        values = [r.get(key, 0) for r in trained]
+        if key in ("bytes_up", "bytes_down"):  # the rest of the round's traffic
+            values = [v - r.get(key + "_train", 0) for v, r in zip(values, trained)]
+        if any(values):
+            ax.plot(x, [max(v, 0.5) for v in values], style, markersize=3, label=label)
+    ax.set_yscale("log")
+    ax.set_xlabel("round")
+    ax.set_ylabel("payload bytes per round, all nodes")
+    ax.xaxis.set_major_locator(locator(integer=True))
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7)
+    return fig
 
 
 SITE_COLUMN = re.compile(r"^site(\d+)_(test_accuracy|test_mse|test_loss)$")

@@ -41,7 +41,14 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from functions.errors import DecodeError
-from functions.protocol import CONFIG, EVALUATE_FIRST, EVALUATION, PARTITION_ID
+from functions.protocol import (
+    ARRAYS,
+    CONFIG,
+    EVALUATE_FIRST,
+    EVALUATION,
+    NUM_EXAMPLES,
+    PARTITION_ID,
+)
 from strategies.evaluation import EvaluationSums, combine_evaluation_sums
 from strategies.node_book import NodeBook, NodeSlot
 from strategies.roster import Admission, Roster, Vet, devices
@@ -88,6 +95,20 @@ FAMILY_HOOKS: dict[str, tuple[str, ...]] = {
 }
 _RNG, _ROSTER, _BOOK = "rng", "roster", "book"
 _COMMON = (_RNG, _ROSTER, _BOOK)
+
+
+def flower_options(fraction_train: float) -> dict[str, Any]:
+    """The arguments of a Flower strategy that a family wraps (FedAvg, FedXgbBagging,
+    FedXgbCyclic): this project's record keys, every node evaluated, one node enough to go on
+    (the family's own checks decide what a round needs)."""
+    return {
+        "fraction_train": fraction_train,
+        "fraction_evaluate": 1.0,
+        "min_available_nodes": 1,
+        "weighted_by_key": NUM_EXAMPLES,
+        "arrayrecord_key": ARRAYS,
+        "configrecord_key": CONFIG,
+    }
 
 
 class Diverged(RuntimeError):

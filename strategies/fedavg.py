@@ -56,6 +56,7 @@ from oracles.douglas_rachford import project_params, projected_average
 from run_config.common import NodeDP, RunSettings
 from run_config.fedavg import PROJECTED
 from run_config.fedfw import ConstraintSet, constraint_set
+from strategies.base import flower_options
 from strategies.evaluation import checked_count, checked_metrics, example_limit
 from strategies.node_book import messages_to
 from strategies.privacy_budget import PrivacyBudget, Releases
@@ -101,14 +102,7 @@ class CheckedFedAvg(TorchModelStrategy):
         (None: plain replies); ``dp``: client-level differential privacy (None: none)."""
         super().__init__(num_rounds)
         self.flower = FedAvg(
-            fraction_train=fraction_train,
-            fraction_evaluate=1.0,
-            min_train_nodes=1,
-            min_evaluate_nodes=1,
-            min_available_nodes=1,
-            weighted_by_key=NUM_EXAMPLES,
-            arrayrecord_key=ARRAYS,
-            configrecord_key=CONFIG,
+            **flower_options(fraction_train), min_train_nodes=1, min_evaluate_nodes=1
         )
         self.model, self.start = model, start
         self.sampler = Sampler(fraction_train, seed)

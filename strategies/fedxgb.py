@@ -39,19 +39,11 @@ from functions.boosters import (
     read_booster,
 )
 from functions.errors import DecodeError
-from functions.protocol import (
-    ARRAYS,
-    CONFIG,
-    EVALUATE,
-    EVALUATE_FIRST,
-    NUM_EXAMPLES,
-    SERVER_ROUND,
-    TRAIN,
-)
+from functions.protocol import ARRAYS, CONFIG, EVALUATE, EVALUATE_FIRST, SERVER_ROUND, TRAIN
 from oracles.xgboost_local import INSTALL, available, outputs
 from run_config.common import RunSettings
 from run_config.fedxgb import FedXgbSettings, check_task, fedxgb_settings
-from strategies.base import FederatedStrategy
+from strategies.base import FederatedStrategy, flower_options
 from strategies.evaluation import (
     EvaluationSums,
     decode_evaluation_sums,
@@ -216,14 +208,7 @@ class CheckedFedXgbBagging(XgbStrategy):
     ) -> None:
         super().__init__(fedxgb, task, central_evaluation, num_rounds)
         self.flower = FedXgbBagging(
-            fraction_train=fraction_train,
-            fraction_evaluate=1.0,
-            min_train_nodes=1,
-            min_evaluate_nodes=1,
-            min_available_nodes=1,
-            weighted_by_key=NUM_EXAMPLES,
-            arrayrecord_key=ARRAYS,
-            configrecord_key=CONFIG,
+            **flower_options(fraction_train), min_train_nodes=1, min_evaluate_nodes=1
         )
         self.sampler = Sampler(fraction_train, seed)
 
@@ -293,14 +278,7 @@ class CheckedFedXgbCyclic(XgbStrategy):
         self, fedxgb: FedXgbSettings, task: TaskData, central_evaluation: bool, num_rounds: int = 0
     ) -> None:
         super().__init__(fedxgb, task, central_evaluation, num_rounds)
-        self.flower = FedXgbCyclic(
-            fraction_train=1.0,
-            fraction_evaluate=1.0,
-            min_available_nodes=1,
-            weighted_by_key=NUM_EXAMPLES,
-            arrayrecord_key=ARRAYS,
-            configrecord_key=CONFIG,
-        )
+        self.flower = FedXgbCyclic(**flower_options(1.0))
 
     def train_messages(
         self,

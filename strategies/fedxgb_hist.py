@@ -72,7 +72,7 @@ from functions.protocol import (
 )
 from functions.secure_sum import SumField
 from functions.xgboost_trees import trees_digest
-from oracles.hist_xgboost import SQUARED, grid_edges, grow_iteration, merge_sketches
+from oracles.hist_xgboost import SQUARED, Exchange, grid_edges, grow_iteration, merge_sketches
 from oracles.xgboost_local import INSTALL, available
 from run_config.common import RunSettings
 from run_config.fedxgb_hist import FedXgbHistSettings, check_task, fedxgb_hist_settings
@@ -316,33 +316,14 @@ class FedXgbHist(XgbStrategy):
         template to send."""
         self.levels, self.participants, self.dropped_reason = 0, 0, ""
         self.asked, self.answered = len(nodes), 0
-        unknown = [n for n in nodes if self.rows[self.book.position(n)] < 0]
-        if unknown and self.hist.bins == "grid":  # a node the agreement missed: its rows
-            self._grid(grid, server_round, unknown)
-        elif unknown:  # a resumed run, or a node that came back under a new id
-            self._sketches(grid, server_round, unknown)
+        self._learn_rows(grid, server_round, nodes)
         members: list[int] = []
-
-        def exchange(trees: list[GrowingTree], leaves: list[tuple[int, int]]):
-            sums = self._level(grid, server_round, members or nodes, trees, leaves)
-            if not members:
-                members.extend(sums[3])
-                self.answered = len(members)
-                self._held_after_root(nodes, members)
-            elif sums[3] != members:
-                missing = sorted(set(members) - set(sums[3]))
-                self._held_after_root(missing, [])
-                raise IterationDropped(
-                    f"node(s) {missing} answered the root but not level {self.levels - 1}"
-                )
-            return sums[:3]
-
         try:
             trees = grow_iteration(
                 self.layout,
                 self.params,
                 self.spec.outputs,
-                exchange,
+                self._level_exchange(grid, server_round, nodes, members),
                 exact=self.hist.min_bin_count <= 1,
             )
         except IterationDropped as err:
@@ -367,6 +348,39 @@ class FedXgbHist(XgbStrategy):
             self.levels,
         )
         return []
+
+    def _learn_rows(self, grid: Grid, server_round: int, nodes: list[int]) -> None:
+        """The row counts of the ``nodes`` whose count is not known yet: from their grid counts
+        (a node the agreement missed) or their sketches (a resumed run, or a node that came
+        back under a new id)."""
+        unknown = [n for n in nodes if self.rows[self.book.position(n)] < 0]
+        if unknown and self.hist.bins == "grid":  # a node the agreement missed: its rows
+            self._grid(grid, server_round, unknown)
+        elif unknown:  # a resumed run, or a node that came back under a new id
+            self._sketches(grid, server_round, unknown)
+
+    def _level_exchange(
+        self, grid: Grid, server_round: int, nodes: list[int], members: list[int]
+    ) -> Exchange:
+        """``grow_iteration``'s exchange: one level through ``_level``. The nodes whose root
+        histograms are summed become ``members`` (filled in here), and every later level must
+        be theirs: ``IterationDropped`` names the members missing from one."""
+
+        def exchange(trees: list[GrowingTree], leaves: list[tuple[int, int]]):
+            sums = self._level(grid, server_round, members or nodes, trees, leaves)
+            if not members:
+                members.extend(sums[3])
+                self.answered = len(members)
+                self._held_after_root(nodes, members)
+            elif sums[3] != members:
+                missing = sorted(set(members) - set(sums[3]))
+                self._held_after_root(missing, [])
+                raise IterationDropped(
+                    f"node(s) {missing} answered the root but not level {self.levels - 1}"
+                )
+            return sums[:3]
+
+        return exchange
 
     def _level(
         self,

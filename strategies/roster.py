@@ -116,6 +116,12 @@ def _facts(reply: Message) -> Facts:
     return facts
 
 
+def _warn_left_out(label: str, server_round: int, node: int, reason: str) -> None:
+    """The warning that ``node`` is left out of the run, and why (as both paths that leave
+    a node out say it)."""
+    log(WARNING, "%s round %d: node %s is left out: %s", label, server_round, node, reason)
+
+
 def _ask(
     grid: Grid, label: str, server_round: int, node_ids: list[int], admission: Admission
 ) -> tuple[dict[int, Facts], int, dict[int, str]]:
@@ -125,14 +131,7 @@ def _ask(
     no usable answer."""
     for node in node_ids:
         if node in admission.left_out:
-            log(
-                WARNING,
-                "%s round %d: node %s is left out: %s",
-                label,
-                server_round,
-                node,
-                admission.left_out[node],
-            )
+            _warn_left_out(label, server_round, node, admission.left_out[node])
     vetted, rejected = admission.vet(
         grid, [n for n in node_ids if n not in admission.left_out], server_round
     )
@@ -389,13 +388,7 @@ class Roster:
         (``admission``, as in ``query``). Only node ids never seen before are asked."""
         connected = set(grid.get_node_ids())
         left = self._release_absent(connected, admission.leave_after, label, server_round)
-        self.claimants = {n: f for n, f in self.claimants.items() if n in connected}
-        new = sorted(connected.difference(self.node_ids, self.claimants))
-        rejected, unanswered = 0, {}
-        if new:
-            answers, rejected, unanswered = _ask(grid, label, server_round, new, admission)
-            self.claimants.update({n: answers.get(n) for n in new})
-            self.left_out.update(unanswered)
+        new, rejected = self._ask_new(grid, label, server_round, connected, admission)
         owner = {self.facts[n][PARTITION_ID]: n for n in self.active}
         size = self.size()
         rebinds, joined = [], []
@@ -417,35 +410,54 @@ class Roster:
             if reason is not None:
                 self.left_out[node] = reason
                 if node in new:
-                    log(
-                        WARNING,
-                        "%s round %d: node %s is left out: %s",
-                        label,
-                        server_round,
-                        node,
-                        reason,
-                    )
+                    _warn_left_out(label, server_round, node, reason)
                 continue
-            del self.claimants[node]
-            self.left_out.pop(node, None)
-            self.node_ids[self.node_ids.index(old)] = node
-            self.facts = rekeyed(self.facts, old, node)
-            self.absent.pop(old, None)
+            self._take_place(node, old, pid, label, server_round)
             owner[pid] = node
             rebinds.append((old, node))
-            log(
-                INFO,
-                "%s round %d: node %s takes the place of node %s (partition %d), which is "
-                "no longer connected; it is brought up to date",
-                label,
-                server_round,
-                node,
-                old,
-                pid,
-            )
         position = {n: i for i, n in enumerate(self.node_ids)}
         rebinds.sort(key=lambda pair: position[pair[1]])
         return Changes(rebinds, joined, left), rejected
+
+    def _ask_new(
+        self,
+        grid: Grid,
+        label: str,
+        server_round: int,
+        connected: set[int],
+        admission: Admission,
+    ) -> tuple[list[int], int]:
+        """Forget the claimants no longer connected and ask each node id never seen before its
+        ``query.node`` (once): it becomes a claimant (None: its answer was unusable) or is left
+        out. The new ids, and how many answers were unusable or refused."""
+        self.claimants = {n: f for n, f in self.claimants.items() if n in connected}
+        new = sorted(connected.difference(self.node_ids, self.claimants))
+        rejected = 0
+        if new:
+            answers, rejected, unanswered = _ask(grid, label, server_round, new, admission)
+            self.claimants.update({n: answers.get(n) for n in new})
+            self.left_out.update(unanswered)
+        return new, rejected
+
+    def _take_place(self, node: int, old: int, pid: int, label: str, server_round: int) -> None:
+        """The claimant ``node`` takes the place of ``old``, partition ``pid``'s node, which is
+        no longer connected: its position and facts pass to the new id (the old id's count of
+        absent rounds is dropped)."""
+        del self.claimants[node]
+        self.left_out.pop(node, None)
+        self.node_ids[self.node_ids.index(old)] = node
+        self.facts = rekeyed(self.facts, old, node)
+        self.absent.pop(old, None)
+        log(
+            INFO,
+            "%s round %d: node %s takes the place of node %s (partition %d), which is "
+            "no longer connected; it is brought up to date",
+            label,
+            server_round,
+            node,
+            old,
+            pid,
+        )
 
     def _release_absent(
         self, connected: set[int], leave_after: int, label: str, server_round: int

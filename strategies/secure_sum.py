@@ -406,7 +406,7 @@ class _Sum:
         dealer's commitment, and for the next sum's keys. The verified shares by owner
         position: (seeds, masking keys)."""
         keying = self.keying
-        position, keyed = keying.position, keying.keyed
+        position = keying.position
         alive = {position[n] for n in vectors}
         gone = {position[n] for n in dropped}
         following = self.owner.keying(list(vectors))
@@ -421,6 +421,28 @@ class _Sum:
             )
             for node in vectors
         }
+        contents = {n: RecordDict({SECAGG: r, NEXT: asks[n]}) for n, r in requests.items()}
+        answers = self._ask(UNMASK, contents, self._shares_decoder(requests, following))
+        self.owner.prepared = following if len(following.keyed) >= 2 else None
+        seeds: dict[int, list[bytes]] = {p: [] for p in alive}
+        keys: dict[int, list[bytes]] = {p: [] for p in gone}
+        for node, (seed_owners, shares) in answers.items():
+            for i, share in enumerate(shares):
+                if i < len(seed_owners):
+                    seeds[seed_owners[i]].append(share)
+                else:
+                    keys[requests[node][DROPPED][i - len(seed_owners)]].append(share)
+        return seeds, keys
+
+    def _shares_decoder(
+        self, requests: dict[int, ConfigRecord], following: Keying
+    ) -> Callable[[Message], tuple[list[int], list[bytes]]]:
+        """The decoder of the ``unmask`` replies to ``requests``: a node's seed owners (the
+        positions of its alive neighbours and its own) and its shares (of those seeds, then of
+        its dropped neighbours' masking keys), each checked against its dealer's commitment;
+        the next sum's keys a reply carries are kept in ``following``."""
+        keying = self.keying
+        position = keying.position
 
         def decode(reply: Message) -> tuple[list[int], list[bytes]]:
             node = reply.metadata.src_node_id
@@ -437,19 +459,7 @@ class _Sum:
                     f"secagg: shares of positions {record.get(OWNERS)!r}, not {expected}"
                 )
             values = byte_strings(record, SHARES, len(expected))
-            for i, (owner, share) in enumerate(zip(expected, values)):
-                seed = i < len(seeds_of)
-                size = share_bytes(SEED_BYTES if seed else KEY_BYTES)
-                dealer = keyed[keying.members[owner]]
-                commitments = (
-                    dealer.seed_share_commitments if seed else dealer.key_share_commitments
-                )
-                if len(share) != size or digest(share) != commitments[self._holder(owner, p)]:
-                    kind = "self-mask seed" if seed else "masking key"
-                    raise DecodeError(
-                        f"secagg: a share of position {owner}'s {kind} that does not match "
-                        "its commitment"
-                    )
+            self._check_shares(expected, len(seeds_of), values, p)
             if NEXT in content:
                 try:
                     following.keyed[node] = following.read_keys(content[NEXT], node)
@@ -458,18 +468,26 @@ class _Sum:
                     log(WARNING, "%s: node %s's next keys dropped: %s", self.owner.label, node, err)
             return seeds_of, values
 
-        contents = {n: RecordDict({SECAGG: r, NEXT: asks[n]}) for n, r in requests.items()}
-        answers = self._ask(UNMASK, contents, decode)
-        self.owner.prepared = following if len(following.keyed) >= 2 else None
-        seeds: dict[int, list[bytes]] = {p: [] for p in alive}
-        keys: dict[int, list[bytes]] = {p: [] for p in gone}
-        for node, (seed_owners, shares) in answers.items():
-            for i, share in enumerate(shares):
-                if i < len(seed_owners):
-                    seeds[seed_owners[i]].append(share)
-                else:
-                    keys[requests[node][DROPPED][i - len(seed_owners)]].append(share)
-        return seeds, keys
+        return decode
+
+    def _check_shares(
+        self, owners: list[int], seeds: int, shares: list[bytes], holder: int
+    ) -> None:
+        """``DecodeError`` unless each of ``holder``'s ``shares`` (of ``owners``' secrets: the
+        first ``seeds`` self-mask seeds, then masking keys) has its size and matches the
+        commitment its dealer made to it."""
+        keyed, members = self.keying.keyed, self.keying.members
+        for i, (owner, share) in enumerate(zip(owners, shares)):
+            seed = i < seeds
+            size = share_bytes(SEED_BYTES if seed else KEY_BYTES)
+            dealer = keyed[members[owner]]
+            commitments = dealer.seed_share_commitments if seed else dealer.key_share_commitments
+            if len(share) != size or digest(share) != commitments[self._holder(owner, holder)]:
+                kind = "self-mask seed" if seed else "masking key"
+                raise DecodeError(
+                    f"secagg: a share of position {owner}'s {kind} that does not match "
+                    "its commitment"
+                )
 
     def _secret(self, shares: list[bytes], owner: int, size: int) -> bytes:
         threshold = self.keying.threshold

@@ -305,77 +305,23 @@ def _secure_moments(
 def agree_sites(grid: Grid, settings: RunSettings, kept: Schema | None = None) -> SiteAgreement:
     """Run both exchanges with every connected node (with ``kept``, the schema of the run being
     resumed, under it); ``SiteDataError`` when no node agrees."""
-    spec: SiteSpec = settings.site
     nodes = sorted(grid.get_node_ids())
-    answers, left_out, _ = _exchange(
-        grid, settings, QUERY_FACTS, {n: RecordDict() for n in nodes}, _facts_decoder(spec)
-    )
-    left_out.update(_contested(answers, settings.pinned_partitions))
-    answers = {n: a for n, a in answers.items() if n not in left_out}
+    answers, left_out = _described(grid, settings, nodes)
     order = sorted(answers, key=lambda n: (answers[n][0], n))
-    if not answers:
-        raise _no_site("no site's data could be described", left_out)
-    if kept is None:
-        try:
-            agreement = agree(spec, {n: answers[n][1] for n in order})
-        except SiteDataError as err:  # every describing node refused: its reasons and ours
-            raise _no_site(str(err), left_out) from None
-    else:  # the kept schema, and what is implausible about the sites that fit it
-        agreement = _under_kept(spec, kept, {n: answers[n][1] for n in order})
-    for node, reason in agreement.refused.items():
-        log(
-            WARNING,
-            "%s: node %s (partition %d) is refused: %s",
-            LABEL,
-            node,
-            answers[node][0],
-            reason,
-        )
+    agreement = _judged(settings.site, answers, order, kept, left_out)
     left_out.update(agreement.refused)
-    schema = agreement.schema
-    contents = {
-        n: RecordDict(
-            {
-                SITE: ConfigRecord(
-                    {SITE_REFUSED: agreement.refused[n]}
-                    if n in agreement.refused
-                    else {SITE_SCHEMA: schema.to_json()}
-                )
-            }
-        )
-        for n in order
-    }
-    rows = {n: answers[n][1]["rows"] for n in order}
-    warnings = {
-        n: [f"node {n} (partition {answers[n][0]}): {doubt}" for doubt in doubts]
-        for n, doubts in agreement.warnings.items()
-    }
-    for lines in warnings.values():
-        for line in lines:
-            log(WARNING, "%s: %s", LABEL, line)
-
-    def moments_of(reply: Message) -> dict | None:
-        node = reply.metadata.src_node_id
-        if node in agreement.refused or kept is not None:
-            return None  # a refused node, or any in a resumed run, only acknowledges
-        try:
-            return check_moments(_json_field(reply, SITE_MOMENTS)[1], schema, answers[node][1])
-        except SiteDataError as err:
-            raise DecodeError(str(err)) from None
-
+    contents = _moment_questions(agreement, order)
+    warnings = _warning_lines(agreement, answers)
     secure = settings.secure_aggregation and kept is None
-    asked = {n: c for n, c in contents.items() if not secure or n in agreement.refused}
-    sums, failed, _ = _exchange(grid, settings, QUERY_MOMENTS, asked, moments_of)
-    if secure:
-        agreeing = {n: c for n, c in contents.items() if n not in agreement.refused}
-        summed, missed = _secure_moments(grid, settings, schema, agreeing, answers)
-        sums, failed = {**sums, 0: summed}, {**failed, **missed}
+    sums, failed = _moments(grid, settings, agreement, contents, answers, kept, secure)
     left_out.update({n: r for n, r in failed.items() if n not in left_out})
     agreed = [n for n in order if n not in left_out]
     if not agreed:
         raise _no_site("no site agreed the schema", left_out)
-    fitted = kept or with_moments(schema, {0: sums[0]} if secure else {n: sums[n] for n in agreed})
-    largest = max(rows[n] + answers[n][1].get("test-rows", 0) for n in agreed)
+    fitted = kept or with_moments(
+        agreement.schema, {0: sums[0]} if secure else {n: sums[n] for n in agreed}
+    )
+    largest = max(answers[n][1]["rows"] + answers[n][1].get("test-rows", 0) for n in agreed)
     task = server_task(fitted, largest, settings.server_test_path)
     log(
         INFO,
@@ -397,3 +343,112 @@ def agree_sites(grid: Grid, settings: RunSettings, kept: Schema | None = None) -
         left_out,
         [line for n in agreed for line in warnings.get(n, [])],
     )
+
+
+def _described(
+    grid: Grid, settings: RunSettings, nodes: list[int]
+) -> tuple[dict[int, tuple[int, dict]], dict[int, str]]:
+    """Step 1: each node's partition id and facts, less the nodes whose claim the roster would
+    refuse; and every node left out, with the reason. ``SiteDataError`` when no node's facts
+    are left."""
+    answers, left_out, _ = _exchange(
+        grid, settings, QUERY_FACTS, {n: RecordDict() for n in nodes}, _facts_decoder(settings.site)
+    )
+    left_out.update(_contested(answers, settings.pinned_partitions))
+    answers = {n: a for n, a in answers.items() if n not in left_out}
+    if not answers:
+        raise _no_site("no site's data could be described", left_out)
+    return answers, left_out
+
+
+def _judged(
+    spec: SiteSpec,
+    answers: dict[int, tuple[int, dict]],
+    order: list[int],
+    kept: Schema | None,
+    left_out: dict[int, str],
+) -> Agreement:
+    """Step 2: the schema the nodes' facts agree (taken in ``order``), or ``kept`` for the nodes
+    it fits; each refused node logged with the reason. ``SiteDataError`` when a new agreement
+    refuses every node (with their reasons and those of the nodes already ``left_out``)."""
+    if kept is None:
+        try:
+            agreement = agree(spec, {n: answers[n][1] for n in order})
+        except SiteDataError as err:  # every describing node refused: its reasons and ours
+            raise _no_site(str(err), left_out) from None
+    else:  # the kept schema, and what is implausible about the sites that fit it
+        agreement = _under_kept(spec, kept, {n: answers[n][1] for n in order})
+    for node, reason in agreement.refused.items():
+        log(
+            WARNING,
+            "%s: node %s (partition %d) is refused: %s",
+            LABEL,
+            node,
+            answers[node][0],
+            reason,
+        )
+    return agreement
+
+
+def _moment_questions(agreement: Agreement, order: list[int]) -> dict[int, RecordDict]:
+    """Step 3's contents, in ``order``: the schema to each agreeing node, the reason to each
+    refused one."""
+    return {
+        n: RecordDict(
+            {
+                SITE: ConfigRecord(
+                    {SITE_REFUSED: agreement.refused[n]}
+                    if n in agreement.refused
+                    else {SITE_SCHEMA: agreement.schema.to_json()}
+                )
+            }
+        )
+        for n in order
+    }
+
+
+def _warning_lines(
+    agreement: Agreement, answers: dict[int, tuple[int, dict]]
+) -> dict[int, list[str]]:
+    """What looked implausible about each kept node, as the lines logged here and kept in
+    ``SiteAgreement.warnings`` (naming the node and its partition)."""
+    warnings = {
+        n: [f"node {n} (partition {answers[n][0]}): {doubt}" for doubt in doubts]
+        for n, doubts in agreement.warnings.items()
+    }
+    for lines in warnings.values():
+        for line in lines:
+            log(WARNING, "%s: %s", LABEL, line)
+    return warnings
+
+
+def _moments(
+    grid: Grid,
+    settings: RunSettings,
+    agreement: Agreement,
+    contents: dict[int, RecordDict],
+    answers: dict[int, tuple[int, dict]],
+    kept: Schema | None,
+    secure: bool,
+) -> tuple[dict[int, dict | None], dict[int, str]]:
+    """Step 3's exchange: the answers by node (``secure``: the agreeing nodes' moments as one
+    secure sum under key 0, beside the refused nodes' acknowledgements) and the nodes whose
+    answer failed, with the reason."""
+    schema = agreement.schema
+
+    def moments_of(reply: Message) -> dict | None:
+        node = reply.metadata.src_node_id
+        if node in agreement.refused or kept is not None:
+            return None  # a refused node, or any in a resumed run, only acknowledges
+        try:
+            return check_moments(_json_field(reply, SITE_MOMENTS)[1], schema, answers[node][1])
+        except SiteDataError as err:
+            raise DecodeError(str(err)) from None
+
+    asked = {n: c for n, c in contents.items() if not secure or n in agreement.refused}
+    sums, failed, _ = _exchange(grid, settings, QUERY_MOMENTS, asked, moments_of)
+    if secure:
+        agreeing = {n: c for n, c in contents.items() if n not in agreement.refused}
+        summed, missed = _secure_moments(grid, settings, schema, agreeing, answers)
+        sums, failed = {**sums, 0: summed}, {**failed, **missed}
+    return sums, failed

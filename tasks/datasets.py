@@ -89,6 +89,15 @@ class TaskData:
         """Width of a model's output: one logit per class, or 1 for regression."""
         return self.num_classes if self.kind == "classification" else 1
 
+    def require_classes(self, needs: str, site_note: bool = True) -> None:
+        """ConfigError unless a classification task has two classes at least, as softmax and
+        trees need; ``needs`` starts the message ("ffgb needs"), ``site_note`` adds what one
+        class means with sites' own data."""
+        if self.kind == "classification" and self.num_classes < 2:
+            note = " (with task='site': every site holds the same single label)"
+            note = note if site_note else ""
+            raise ConfigError(f"{needs} at least 2 classes; the task has {self.num_classes}{note}")
+
 
 def as_class_labels(labels: np.ndarray, num_bins: int = REGRESSION_BINS) -> np.ndarray:
     """Integer labels as they are; floating-point targets as quantile-bin ids 0..num_bins-1."""

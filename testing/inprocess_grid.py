@@ -37,7 +37,6 @@ from typing import Any
 from flwr.app import Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.server.superlink.linkstate.utils import create_message_error_unavailable_res_message
-from flwr.serverapp import Grid
 from flwr.supercore.inflatable.inflatable_object import (
     get_all_nested_objects,
     no_object_id_recompute,
@@ -50,6 +49,7 @@ from oracles.lockstep import Lockstep
 from run_config.common import RunSettings
 from run_config.declared import with_overrides
 from run_config.families import inert_keys
+from server_app.grid_wrapper import MessageMaker
 from server_app.packed_grid import unpacked
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]  # the checkout
@@ -117,7 +117,7 @@ def round_of(message: Message) -> int | None:
     return int(group) if group.isdigit() else None
 
 
-class LocalGrid(Grid):
+class LocalGrid(MessageMaker):
     """Runs ``client_app`` synchronously for ``num_nodes`` nodes with their own node config."""
 
     def __init__(
@@ -207,16 +207,6 @@ class LocalGrid(Grid):
     @property
     def run(self):
         raise NotImplementedError("LocalGrid has a fixed run")
-
-    def create_message(
-        self,
-        content: RecordDict,
-        message_type: str,
-        dst_node_id: int,
-        group_id: str,
-        ttl: float | None = None,
-    ) -> Message:
-        return Message(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
 
     def get_node_ids(self) -> Iterable[int]:
         self._advance(self.round + 1)

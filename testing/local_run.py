@@ -8,7 +8,7 @@ The real ServerApp and ClientApp exchange Flower messages through ``LocalGrid``
 results folder a ``flwr run`` writes (under the run config's ``output-dir``). By default the
 nodes of a round run in lockstep (``--together``, ``oracles.lockstep``): their MLP weak-learner
 fits are made as one batched fit, which on one GPU is what fills it (benchmarks/README.md,
-section 9); ``--together 1`` runs them one after another, as ``flwr run`` does on one core.
+case `devices`); ``--together 1`` runs them one after another, as ``flwr run`` does on one core.
 What a node computes does not depend on that, to float rounding.
 
 For a GPU workstation simulating many nodes; ``flwr run .`` remains the simulation of record

@@ -103,39 +103,11 @@ def simulation_superlink(
         f'[superlink]\ndefault = "{CONNECTION}"\n\n'
         f'[superlink.{CONNECTION}]\naddress = "127.0.0.1:{http}"\ninsecure = true\n'
     )
-    env = {
-        **os.environ,
-        "FLWR_HOME": str(home),
-        "FLWR_DISABLE_UPDATE_CHECK": "1",
-        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-        "RAY_TMPDIR": ray_tmp,
-        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-    }
-    if ray_address is not None:
-        env["RAY_ADDRESS"] = ray_address
+    env = _environment(home, ray_tmp, ray_address)
     log = open(log_path or home / "superlink.log", "w")  # closed below
     try:
         process = subprocess.Popen(
-            [
-                str(BIN / "flower-superlink"),
-                "--insecure",
-                "--simulation",
-                "--isolation",
-                "subprocess",
-                "--disable-runtime-dependency-installation",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(http),
-                "--fleet-api-address",
-                f"127.0.0.1:{fleet}",
-                "--control-api-address",
-                f"127.0.0.1:{control}",
-                "--health-server-address",
-                f"127.0.0.1:{health}",
-                "--database",
-                str(home / "state.db"),
-            ],
+            _superlink_command(home, http, fleet, control, health),
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -151,6 +123,48 @@ def simulation_superlink(
         log.close()
         shutil.rmtree(home, ignore_errors=True)
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def _environment(home: Path, ray_tmp: str, ray_address: str | None) -> dict[str, str]:
+    """The environment of the SuperLink and of ``flwr`` commands: FLWR_HOME ``home``, no
+    update check nor dependency installation, Ray's temporary folder ``ray_tmp`` (and the
+    cluster at ``ray_address``), this interpreter's scripts first on PATH."""
+    env = {
+        **os.environ,
+        "FLWR_HOME": str(home),
+        "FLWR_DISABLE_UPDATE_CHECK": "1",
+        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+        "RAY_TMPDIR": ray_tmp,
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    if ray_address is not None:
+        env["RAY_ADDRESS"] = ray_address
+    return env
+
+
+def _superlink_command(home: Path, http: int, fleet: int, control: int, health: int) -> list[str]:
+    """``flower-superlink`` in simulation, insecure, on loopback at the given ports, its state
+    in ``home``/state.db."""
+    return [
+        str(BIN / "flower-superlink"),
+        "--insecure",
+        "--simulation",
+        "--isolation",
+        "subprocess",
+        "--disable-runtime-dependency-installation",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(http),
+        "--fleet-api-address",
+        f"127.0.0.1:{fleet}",
+        "--control-api-address",
+        f"127.0.0.1:{control}",
+        "--health-server-address",
+        f"127.0.0.1:{health}",
+        "--database",
+        str(home / "state.db"),
+    ]
 
 
 def federation_config(nodes: int, cpus: float) -> str:

@@ -1,7 +1,9 @@
 """The kinds of claim the docs made that drifted from the code, checked against it: the folders
 docs/architecture.md lays out are the project's and the modules it names in each exist; every
 ``make`` target the README and docs/ name is one of the Makefile's; every ``python -m`` module
-they name can be imported; tests/README.md maps every test file.
+they name can be imported; tests/README.md maps every test file; nothing points into
+benchmarks/README.md by section number (it is generated, one numbered section per case, so the
+numbers shift when a case is added), and every case named there is declared.
 """
 
 from __future__ import annotations
@@ -10,6 +12,10 @@ import importlib.util
 import re
 import subprocess
 from pathlib import Path
+
+import pytest
+
+from benchmarks.cases import CASES
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = (
@@ -89,3 +95,97 @@ def test_the_tests_map_lists_every_test_file_once():
     listed = re.findall(r"`(test_\w+\.py)`", (ROOT / "tests" / "README.md").read_text())
     files = sorted(path.name for path in (ROOT / "tests").glob("test_*.py"))
     assert sorted(listed) == files
+
+
+# the folders whose modules and scripts may point into benchmarks/README.md
+TEXT_FOLDERS = (
+    "benchmarks", "client_app", "deploy", "functions", "oracles", "run_config", "server_app",
+    "strategies", "tasks", "testing",
+)  # fmt: skip
+BENCH_README = re.compile(r"benchmarks/README\.md`?(?:\]\([^)\s]*\))?")
+# "section 18", "sections 16-16d", "§ 9", or a bare "5b" right after the path; not a paper's
+# "section 4.2", "section 5 of the FFGB paper" or "the paper's section 3"
+BY_NUMBER = re.compile(
+    r"(?<!paper's )(?<!paper, )(?:\bsections?|§)\s*\d+[a-z]?\b(?!\.\d)(?!\s+of\b)"
+    r"|^[ \t]+\d+[a-z]?(?=[\s,;)|]|$)",
+    re.IGNORECASE,
+)
+# "case `latency`", "cases `a`, `b` and `c`", "the `latency` case"; not a docstring's ``name``
+CASE_LIST = re.compile(r"(?<!\bin )\bcases?\s+((?:`\w+`(?!`)(?:\s*,\s*|\s+and\s+|\s+or\s+)?)+)")
+THE_CASE = re.compile(r"\bthe\s+`([a-z]\w*)`\s+case\b")
+
+
+def text_files() -> list[Path]:
+    """The READMEs (benchmarks/README.md with its conclusions too), docs/, and the modules and
+    scripts of the packages, benchmarks/ and testing/."""
+    pages = [ROOT / "README.md", ROOT / "docker" / "README.md", ROOT / "tests" / "README.md"]
+    pages.append(ROOT / "benchmarks" / "README.md")
+    pages += sorted((ROOT / "docs").glob("*.md"))
+    for folder in TEXT_FOLDERS:
+        pages += sorted(
+            path
+            for suffix in ("*.py", "*.sh")
+            for path in (ROOT / folder).rglob(suffix)
+            if "results" not in path.relative_to(ROOT).parts
+        )
+    return pages
+
+
+def section_references(text: str) -> list[str]:
+    """Each place that names a section of benchmarks/README.md by number: a number in the rest of
+    the sentence (to its full stop or a blank line) after the path."""
+    found = []
+    for match in BENCH_README.finditer(text):
+        rest = re.split(r"\.(?=\s|$)|\n\s*\n", text[match.end() : match.end() + 300])[0]
+        if text[match.end() : match.end() + 1] == "#" and rest[1:2].isdigit():
+            found.append(match[0] + rest[:12])  # an anchor of a numbered heading
+        elif number := BY_NUMBER.search(rest):
+            found.append(" ".join((match[0] + rest[: number.end()]).split()))
+    return found
+
+
+def case_mentions(text: str) -> list[str]:
+    """Every benchmark case the text names as one: "case `x`", "cases `x` and `y`", "the `x`
+    case"."""
+    names = [name for group in CASE_LIST.findall(text) for name in re.findall(r"`(\w+)`", group)]
+    return names + THE_CASE.findall(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "references"),
+    [
+        ("Figures: benchmarks/README.md, section 18. In short", 1),
+        ("[benchmarks/README.md](../benchmarks/README.md) section 16c), every row", 1),
+        ("(0.1 s a message, benchmarks/README.md section\n    18). Keyed", 1),
+        ("| 3.90 s | benchmarks/README.md 5b |", 1),
+        ("[benchmarks/README.md](benchmarks/README.md): scale (sections 16-16d) and", 1),
+        ("(benchmarks/README.md#18-deployment-round-latency)", 1),
+        ("(benchmarks/README.md, case `latency`, gives a deployment's round latency)", 0),
+        ("(see benchmarks/README.md; the paper's section 4.2 schedule)", 0),
+        ("benchmarks/README.md, case `ffgb_distillation` (section 5 of the FFGB paper)", 0),
+        ("see benchmarks/README.md. Section 5 of the paper", 0),
+        ("benchmarks/README.md (Section 22)", 1),
+        ("benchmarks/README.md, 3 seeds, section 4.1 of the paper", 0),
+    ],
+)
+def test_the_section_number_check_tells_the_readme_from_the_papers(text, references):
+    assert len(section_references(text)) == references
+
+
+def test_nothing_points_into_the_benchmarks_readme_by_section_number():
+    found = {
+        (path.relative_to(ROOT).as_posix(), reference)
+        for path in text_files()
+        for reference in section_references(path.read_text(encoding="utf-8"))
+    }
+    assert found == set(), "name the case instead: benchmarks/README.md, case `NAME`"
+
+
+def test_every_benchmark_case_the_docs_and_modules_name_is_declared():
+    declared = {case.name for case in CASES}
+    named = {
+        (path.relative_to(ROOT).as_posix(), name)
+        for path in text_files()
+        for name in case_mentions(path.read_text(encoding="utf-8"))
+    }
+    assert named and {(path, name) for path, name in named if name not in declared} == set()

@@ -266,8 +266,8 @@ at a time). Test accuracy is the global model's on the whole test set.
 
 "@models": FedAvg's accuracy at its last round within FFGB's models exchanged per client (the
 paper's count: FFGB N K a round, FedAvg 2). "@FFGB's bytes": at its last round whose cumulative
-payload (bytes up + down, all messages, all clients; FedAvg also sends the model to every client
-for evaluation each round) does not exceed FFGB's whole run; "FedAvg round (models)" is that
+payload (bytes up + down, all messages, all clients; FedAvg's evaluation rides on its train
+messages, `eval-with-train`) does not exceed FFGB's whole run; "FedAvg round (models)" is that
 round and its models count. FFGB at least as accurate: {wins_models} of {len(cells)} cells at equal
 models exchanged, {wins_bytes} of {len(cells)} at equal bytes.
 

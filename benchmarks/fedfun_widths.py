@@ -33,14 +33,17 @@ GRID = tuple(
 SEED = 0
 
 
-def jobs_for(tasks: list[str], widths: tuple[int, ...], quick: bool) -> list[Job]:
+def jobs_for(
+    tasks: list[str], widths: tuple[int, ...], quick: bool
+) -> dict[tuple[str, int], list[Job]]:
+    """Per (task, width), its grid's jobs."""
     base = tables.QUICK_BASE if quick else tables.BASE
     grid = GRID[:1] if quick else GRID
-    jobs = []
+    cells: dict[tuple[str, int], list[Job]] = {}
     for task in tasks:
         for width in widths:
             for over in grid:
-                jobs.append(
+                cells.setdefault((task, width), []).append(
                     Job(
                         f"{task}-w{width}-{tables.label('fsr-nn', over)}",
                         2,
@@ -58,18 +61,16 @@ def jobs_for(tasks: list[str], widths: tuple[int, ...], quick: bool) -> list[Job
                         ),
                     )
                 )
-    return jobs
+    return cells
 
 
-def picks(results: dict[str, dict], jobs: list[Job]) -> dict[tuple[str, int], dict[str, Any]]:
+def picks(
+    results: dict[str, dict], cells: dict[tuple[str, int], list[Job]]
+) -> dict[tuple[str, int], dict[str, Any]]:
     """Per (task, width), the row the paper's rule picks over the grid."""
-    cells: dict[tuple[str, int], list[tuple[str, dict]]] = {}
-    for job in jobs:
-        task, width = job.overrides["task"], int(job.node_configs[1]["fedfun-hidden"].split(",")[0])
-        cells.setdefault((task, width), []).append((job.name, job.overrides))
     chosen = {}
-    for key, runs in cells.items():
-        pick = tables.select(results, runs)
+    for key, grid in cells.items():
+        pick = tables.select(results, [(job.name, job.overrides) for job in grid])
         row = next(r for r in pick["rows"] if r["round"] == pick["round"])
         chosen[key] = {
             "score": pick["score"],
@@ -145,10 +146,11 @@ def main() -> None:
     start = time.perf_counter()
     tasks = ["iris"] if args.quick else tables.TASKS
     widths = (5, 25) if args.quick else WIDTHS
-    jobs = jobs_for(tasks, widths, args.quick)
-    print(f"{len(jobs)} runs (cached ones are reused)", flush=True)
+    cells = jobs_for(tasks, widths, args.quick)
+    jobs = [job for grid in cells.values() for job in grid]
+    print(f"{len(jobs)} runs (cached ones are reused with --reuse)", flush=True)
     results = run_jobs(jobs, runs_dir(args.quick, "fedfun_widths"), args.workers, args.reuse)
-    chosen = picks(results, jobs)
+    chosen = picks(results, cells)
     out = results_dir(args.quick)
     plot(chosen, tasks, widths, out / "fedfun_widths.png")
     write_report(

@@ -120,17 +120,20 @@ def provenance(name: str) -> Provenance:
         fields = {"command": "not on record: run the case"}
     elif name.endswith(".json"):
         data = json.loads(path.read_text())
-        machine = data.get("machine", {}) if isinstance(data, dict) else {}
-        fields = {**machine, "command": data.get("command", "") if machine else ""}
-        wall_s = data.get("wall_s") if isinstance(data, dict) else None
-        fields["wall time"] = f"{wall_s / 60:.1f} min" if isinstance(wall_s, int | float) else ""
+        data = data if isinstance(data, dict) else {}
+        wall_s = data.get("wall_s")
+        fields = {
+            **data.get("machine", {}),
+            "command": data.get("command", ""),
+            "wall time": f"{wall_s / 60:.1f} min" if isinstance(wall_s, int | float) else "",
+        }
     elif name.endswith(".md"):
         fields = header_fields(path.read_text())
     else:
         fields = {}
-    command = fields.get("command", "").split("`")[1] if "`" in fields.get("command", "") else ""
+    command = fields.get("command", "")  # a report's is `quoted` with a remark after it
     return Provenance(
-        command=command or fields.get("command", ""),
+        command=command.split("`")[1] if "`" in command else command,
         commit=fields.get("commit", "").split()[0] if fields.get("commit") else "",
         date=fields.get("date", ""),
         machine=fields.get("cpu", ""),

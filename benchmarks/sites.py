@@ -32,7 +32,7 @@ Regression losses are in units of the label's variance under each run's schema (
 by the federated, site or pooled mean and std); the script converts every MSE back to
 (miles per gallon)^2 with the schema's std from ``config.json`` and reports RMSE in mpg.
 
-    python -m benchmarks.sites --out benchmarks/results/sites.json   # 3 seeds, 20 rounds: 6 min
+    python -m benchmarks.sites                   # results/sites.json and .md; 3 seeds, 20 rounds
     python -m benchmarks.sites --tables penguins --seeds 0 --rounds 5 --out /tmp/s.json
 
 Runs one after another in this process (the real ServerApp and ClientApp on

@@ -227,7 +227,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     title = f"Scale: {', '.join(args.families)} at N = {', '.join(map(str, args.sizes))}"
     body = report(results)
-    write_report(RESULTS / f"{args.name}.md", title, wall_s, body, command=command.strip())
+    write_report(
+        RESULTS / f"{args.name}.md",
+        title,
+        wall_s,
+        body,
+        command=command.strip(),
+        info=document["machine"],
+    )
     print(body)
     return 0
 

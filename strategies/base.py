@@ -71,7 +71,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 # What a family implements, by group (docs/architecture.md lists them): the round's are needed
 # by every family, the others where it has something of that kind. Everything else here is the
-# lifecycle's, which no family overrides (tests/test_lifecycle_hooks.py).
+# lifecycle's, which no family overrides (tests/lifecycle/test_lifecycle_hooks.py).
 FAMILY_HOOKS: dict[str, tuple[str, ...]] = {
     "round": ("summary", "train_messages", "aggregate", "own_exchange"),
     "nodes": ("on_roster", "on_join", "on_leave", "on_rebind", "check_federation"),

@@ -1,8 +1,8 @@
 """Every benchmark, declared once: its module, its smoke version for CI (``quick``: the
 arguments after ``--quick``; None: it has none) and the tables and figures of the three papers
 it reproduces. The runner (``python -m benchmarks``) and the CI's quick stage
-(``tests/test_benchmarks_quick.py``) read these declarations; a benchmark's one-line summary is
-its module's docstring.
+(``tests/benchmark_suite/test_benchmarks_quick.py``) read these declarations; a benchmark's
+one-line summary is its module's docstring.
 
 ``PAPERS`` lists every table and figure of the three papers (``../shared/papers/``) with the
 case that reproduces it, or why none does yet.
@@ -185,7 +185,7 @@ CASES = (
     ),
     Case("secure_cost", (), reports=("secure_cost.md", "secure_cost.json")),
     Case(  # a live deployment on timers
-        "soak", (), quick_in="tests/test_soak.py", reports=("soak.md", "soak.json")
+        "soak", (), quick_in="tests/deployment/test_soak.py", reports=("soak.md", "soak.json")
     ),
     Case("sites", reports=("sites.md", "sites.json"), tables=2),
     Case("tree_fit", ()),

@@ -22,7 +22,7 @@ export PYTHONUNBUFFERED=1
   | tee "$OUT/machine.txt"
 # the replayed WO-lip (FFGB.L) and the stacked MLP fits have their first GPU tests here
 # (benchmarks/README.md, case `devices`)
-timeout 90 python3 -m pytest -q -p no:cacheprovider tests/test_graphed_steps.py tests/test_devices.py \
-  tests/test_ensemble_batched.py tests/test_lockstep.py -k "cuda or gpu" 2>&1 | tee "$OUT/tests.log" | tail -3
+timeout 90 python3 -m pytest -q -p no:cacheprovider tests/ffgb/test_graphed_steps.py tests/run_config/test_devices.py \
+  tests/ffgb/test_ensemble_batched.py tests/ffgb/test_lockstep.py -k "cuda or gpu" 2>&1 | tee "$OUT/tests.log" | tail -3
 timeout "${BENCH_TIMEOUT:-400}" python3 -m benchmarks.devices --repeats 2 --modes "$MODES" --only "$ROWS" \
   --out "$OUT/devices.md" 2>&1 | tee "$OUT/bench.log" | tail -20

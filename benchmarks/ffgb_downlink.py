@@ -3,9 +3,10 @@
 After a boosting round with N nodes of K learners each, every node is sent the other nodes'
 (N - 1) K learners (``strategies.ensemble_sync.EnsembleSync.records_for``). Packed per recipient
 (what the server did before ``functions.ensembles.PackCache``), the round packs N (N - 1) K
-learners; with the cache, N K. The records are identical either way (tests/test_ensemble_sync.py).
-Learners: MLPs 64-32-32-10 with leaky ReLU (FFGB's default on digits) and depth-3 regression
-trees with float32 leaves, K = 5; best of 3 repetitions, one torch thread, interleaved.
+learners; with the cache, N K. The records are identical either way
+(tests/ffgb/test_ensemble_sync.py). Learners: MLPs 64-32-32-10 with leaky ReLU (FFGB's default on
+digits) and depth-3 regression trees with float32 leaves, K = 5; best of 3 repetitions, one torch
+thread, interleaved.
 
     python -m benchmarks.ffgb_downlink            # N = 10, 100, 300; about 2 min on 2 cores
 

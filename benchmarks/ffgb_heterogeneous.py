@@ -60,7 +60,14 @@ DIGITS_FFGB = {"task": "digits", "ffgb.local-steps": 3, "ffgb.oracle-steps": 200
 DIGITS_ETA_DEFAULT = 10.0
 # FFGB.L: K = 3, 200 steps per Sobolev fit, MLP d-32-32-1, L from each node's data (default);
 # eta0 = 1 (eta_{k,t} = 1/(Kt + k + 1) <= 1/2: g stays an average of f^t and the learners)
-FFGB_L = {"algorithm": "ffgb-l", "ffgb.local-steps": 3, "ffgb.oracle-steps": 200, "ffgb.eta0": 1.0}
+# the paper's eq. 17 extension named: ``auto`` takes the midpoint when L comes from the data
+FFGB_L = {
+    "algorithm": "ffgb-l",
+    "ffgb.local-steps": 3,
+    "ffgb.oracle-steps": 200,
+    "ffgb.eta0": 1.0,
+    "ffgb.extension": "upper",
+}
 ONE_SHOT_ETAS = (4.0, 10.0)  # 4 = the constant of Theorem 3.3 with the square loss's mu = 1
 FEDAVG = {"algorithm": "fedavg", "model": "mlp32", "learning-rate": 0.05}
 

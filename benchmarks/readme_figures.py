@@ -6,7 +6,7 @@ Each job is the README's command on the in-process engine (the real ServerApp an
 bit (benchmarks/README.md, case `scale_engines`); the wall times are the rounds' own
 (``wall_time_s`` of the last row), not a command's start-up. The README marks every figure it
 takes from here with ``<!-- figure: readme <path> -->`` (so do pages of docs/) and
-``tests/test_quoted_figures.py`` fails when one no longer matches.
+``tests/code_and_docs/test_quoted_figures.py`` fails when one no longer matches.
 
     python -m benchmarks.readme_figures            # about 5 min on 2 cores
     python -m benchmarks.readme_figures --only penguins

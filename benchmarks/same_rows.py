@@ -13,8 +13,9 @@ them per round, 4 rounds, and compares two such files (the clocks left out).
 exit 1 if any does. A file also records the environment that wrote it (``_environment``: Python,
 the numeric packages' versions, torch's threads): rows are bit for bit only within one, and
 ``compare`` says where two files' environments differ (a rebuilt venv moved 15 of the 22
-configurations in their last bits, 2026-11-28). ``benchmarks/results/same_rows.json`` holds
-the rows of the commit named in benchmarks/README.md.
+configurations in their last bits, 2026-11-28). A file records the command, commit and machine
+that wrote it too (``compare`` leaves them out); ``benchmarks/results/same_rows.json`` is the
+reference.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from benchmarks.common import command_line, machine_info
 
 SMALL = {
     "task": "synthetic",
@@ -61,6 +64,8 @@ EXTRA = {
 
 
 ENVIRONMENT = "_environment"  # the key of the writer's environment, beside the configurations
+# the provenance beside them (the command, the commit and machine), which ``compare`` leaves out
+PROVENANCE = ("command", "machine")
 # name -> the module whose __version__ it is (xgboost installs as xgboost-cpu or xgboost)
 PACKAGES = {
     "flwr": "flwr",
@@ -110,7 +115,11 @@ def rows_of(case: dict[str, Any]) -> list[dict[str, Any]]:
 
 def write(out: Path, names: list[str]) -> None:
     chosen = {name: case for name, case in cases().items() if not names or name in names}
-    found: dict[str, Any] = {ENVIRONMENT: environment()}
+    found: dict[str, Any] = {
+        "command": command_line(),
+        "machine": machine_info(),
+        ENVIRONMENT: environment(),
+    }
     for name, case in chosen.items():
         found[name] = rows_of(case)
         out.write_text(json.dumps(found, indent=1, sort_keys=True))  # after each, kept if cut
@@ -120,6 +129,8 @@ def write(out: Path, names: list[str]) -> None:
 def compare(a: Path, b: Path) -> int:
     """0 when every configuration in both files has the same rows, else 1."""
     first, second = json.loads(a.read_text()), json.loads(b.read_text())
+    for key in PROVENANCE:
+        first.pop(key, None), second.pop(key, None)
     envs = first.pop(ENVIRONMENT, None), second.pop(ENVIRONMENT, None)
     if None in envs:
         print(f"environment: not recorded in {a if envs[0] is None else b}")

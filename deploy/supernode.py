@@ -22,7 +22,8 @@ together they cost most of a deployment round (benchmarks/README.md, case `laten
   ``flwr/supercore/constant.py``), as the warm SuperExec's ClientApps do.
 
 Pinned to the flwr versions whose code it was written against (``SUPPORTED``): it refuses to
-start under another, and ``tests/test_supernode_waits.py`` fails the day Flower's waits move.
+start under another, and ``tests/deployment/test_supernode_waits.py`` fails the day Flower's waits
+move.
 
     python -m deploy.supernode <flower-supernode arguments>
 """

@@ -101,7 +101,7 @@ def install_fabs_once() -> None:
     (the same bytes) takes that folder without extracting again. Installs take a lock file
     beside the folders: two children of concurrent runs installing the same FAB would otherwise
     race in Flower's own code, the second loading the app from a folder the first is still
-    copying (``ModuleNotFoundError``, seen in tests/test_deployment_sites.py)."""
+    copying (``ModuleNotFoundError``, seen in tests/deployment/test_deployment_sites.py)."""
     import fcntl
     import hashlib
 

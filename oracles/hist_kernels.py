@@ -6,8 +6,8 @@ numba compiles them (numpy has no scatter-add that does not first build an index
 array of n x d entries, which cost more than the sums). Each is the plain loop over the rows in
 their order, so every float64 sum adds its terms in the same order as ``np.bincount`` over the
 row-major index did: the sums, and the trees grown from them, are bit for bit those of the
-vectorised numpy they replace (``tests/test_hist_kernels.py`` holds that reference). Compiled
-on first use in each process (about a second each), not cached on disk: an installed app's
+vectorised numpy they replace (``tests/fedavg_xgboost/test_hist_kernels.py`` holds that reference).
+Compiled on first use in each process (about a second each), not cached on disk: an installed app's
 folder may not be writable.
 """
 
@@ -188,8 +188,8 @@ def add_trees(margins: np.ndarray, x: np.ndarray, trees: Sequence[Tree], first: 
     """Add the leaf values of ``trees`` (XGBoost's, raw thresholds; tree ``first + i`` is of
     output ``(first + i) % K``) to ``margins`` ((n, K) float32), in place, in tree order: what
     XGBoost's prediction adds after the trees before them, bit for bit (its float32 sum runs
-    tree by tree from the base score; ``tests/test_hist_kernels.py``). A row goes left when its
-    value is below the condition, and where the tree says when it is missing (NaN)."""
+    tree by tree from the base score; ``tests/fedavg_xgboost/test_hist_kernels.py``). A row goes
+    left when its value is below the condition, and where the tree says when it is missing (NaN)."""
     outputs = margins.shape[1]
     for i, tree in enumerate(trees):
         _add_leaf_values(

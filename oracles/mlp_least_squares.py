@@ -6,13 +6,13 @@ hundreds of Adam steps on a few hundred points, K times per round on every node.
 autograd's bookkeeping and the per-tensor optimiser costs more than the arithmetic: this loop does
 the same forward pass, backward pass and Adam update (torch.optim.Adam's formulas, no weight
 decay) on one flat parameter buffer with preallocated gradients, about twice as fast
-(benchmarks/README.md). ``tests/test_ffgb_math.py`` checks it against autograd + torch's Adam.
+(benchmarks/README.md). ``tests/ffgb/test_ffgb_math.py`` checks it against autograd + torch's Adam.
 
 Inside a lockstep run of several nodes (``oracles.lockstep``, the in-process engine's
 ``together``) the fits the nodes ask for at one point are made as one stacked network
 (``_fit_stacked``: batched matrix products over the networks, one Adam over all their
 parameters), which ends where each fit alone would, to float32 rounding
-(``tests/test_lockstep.py``).
+(``tests/ffgb/test_lockstep.py``).
 """
 
 from __future__ import annotations

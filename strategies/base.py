@@ -46,6 +46,7 @@ from functions.protocol import (
     CONFIG,
     EVALUATE_FIRST,
     EVALUATION,
+    METRICS,
     NUM_EXAMPLES,
     PARTITION_ID,
 )
@@ -53,7 +54,7 @@ from strategies.evaluation import EvaluationSums, combine_evaluation_sums
 from strategies.node_book import NodeBook, NodeSlot
 from strategies.roster import Admission, Roster, Vet, devices
 from strategies.sampling import Sampler
-from strategies.screening import Screened, screen_replies
+from strategies.screening import Screened, exact_records, screen_replies
 from strategies.state_codec import (
     POSITIONS,
     SEGMENTS,
@@ -71,18 +72,18 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 # What a family implements, by group (docs/architecture.md lists them): the round's are needed
 # by every family, the others where it has something of that kind. Everything else here is the
-# lifecycle's, which no family overrides (tests/test_lifecycle_hooks.py).
+# lifecycle's, which no family overrides (tests/lifecycle/test_lifecycle_hooks.py).
 FAMILY_HOOKS: dict[str, tuple[str, ...]] = {
     "round": ("summary", "train_messages", "aggregate", "own_exchange"),
     "nodes": ("on_roster", "on_join", "on_leave", "on_rebind", "check_federation"),
     "evaluation": (
         "configure_evaluate",
         "check_evaluation",
+        "check_evaluation_record",
         "evaluation_metrics",
         "site_metrics",
         "on_evaluation_screened",
         "evaluation_rides",
-        "check_late_evaluation",
     ),
     "global function": ("initial_arrays", "evaluate_global", "exports", "description", "privacy"),
     "state": (
@@ -355,17 +356,18 @@ class FederatedStrategy(Strategy):
         self.evaluation_due = server_round
         return True
 
-    def check_late_evaluation(self, record: Any, node: int) -> Any:
-        """A train reply's ``evaluation`` record (``functions.protocol.EVALUATION``) from
-        ``node``, decoded and checked as ``check_evaluation`` checks an evaluate reply
-        (``DecodeError`` otherwise)."""
-        raise DecodeError(f"{self.label} sends no evaluation with its train messages")
+    def check_evaluation_record(self, record: Any, node: int) -> Any:
+        """A node's evaluation, decoded and checked (``DecodeError`` otherwise), wherever it
+        came: the ``metrics`` record of its evaluate reply (``check_evaluation``'s default) or
+        the ``evaluation`` record (``functions.protocol.EVALUATION``) riding on its train
+        reply."""
+        raise DecodeError(f"{self.label} sends no evaluation")
 
     def _split_evaluations(
         self, due: int, replies: list[Message]
     ) -> tuple[list[Message], dict[int, Any]]:
         """Each answer of a node asked for it (``_asked_to_evaluate``) has its ``evaluation``
-        record taken out and checked (``check_late_evaluation``): the replies left for the
+        record taken out and checked (``check_evaluation_record``): the replies left for the
         family's training, and the checked evaluations by node. A reply whose record is missing
         or bad is dropped whole and counted, as one with a bad training part is (it is one
         reply); ``Diverged`` when every answer's was NaN or inf. A node not asked keeps its
@@ -377,7 +379,7 @@ class FederatedStrategy(Strategy):
             try:
                 if record is None:
                     raise DecodeError(f"no {EVALUATION!r} record, which the message asked for")
-                return self.check_late_evaluation(record, reply.metadata.src_node_id)
+                return self.check_evaluation_record(record, reply.metadata.src_node_id)
             except Exception:
                 failed.add(id(reply))
                 raise
@@ -423,8 +425,11 @@ class FederatedStrategy(Strategy):
         return MetricRecord({**metrics, "failures": failures})
 
     def check_evaluation(self, reply: Message) -> Any:
-        """A node's evaluate reply, decoded and checked (``DecodeError`` otherwise)."""
-        raise DecodeError(f"{self.label} sends no evaluate messages")
+        """A node's evaluate reply, decoded and checked (``DecodeError`` otherwise): by default
+        a reply of exactly its ``metrics`` record, which ``check_evaluation_record`` judges (a
+        family whose evaluate replies carry more overrides this)."""
+        record = exact_records(reply.content, {METRICS: MetricRecord})[METRICS]
+        return self.check_evaluation_record(record, reply.metadata.src_node_id)
 
     def on_evaluation_screened(self, screened: Screened) -> None:
         """What the screen found (error replies, dropped ones, accepted ones): the family may

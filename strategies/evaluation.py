@@ -14,19 +14,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
-from flwr.app import ArrayRecord, Message, MetricRecord
+from flwr.app import ArrayRecord, MetricRecord
 from torch import nn
 
 from functions.errors import DecodeError, NonFiniteError
 from functions.protocol import (
-    METRICS,
     NUM_EXAMPLES,
     TEST_CORRECT_SUM,
     TEST_LOSS_SUM,
     TRAIN_EXAMPLES,
     TRAIN_LOSS_SUM,
 )
-from strategies.screening import exact_records
 from tasks.datasets import TaskData
 from tasks.evaluation import CLASSIFICATION, evaluate_model
 
@@ -89,13 +87,6 @@ def decode_evaluation_sums(record: object, task: TaskData) -> EvaluationSums:
     if correct is not None and correct > n_test * (1 + 1e-9):
         raise DecodeError(f"{TEST_CORRECT_SUM}={correct} exceeds {NUM_EXAMPLES}={n_test}")
     return EvaluationSums(n_test, values[TEST_LOSS_SUM], correct, n_train, values[TRAIN_LOSS_SUM])
-
-
-def evaluation_sums_of(reply: Message, task: TaskData) -> EvaluationSums:
-    """The checked sums of an evaluate reply that holds exactly its ``metrics`` record."""
-    return decode_evaluation_sums(
-        exact_records(reply.content, {METRICS: MetricRecord})[METRICS], task
-    )
 
 
 def combine_evaluation_sums(sums: Iterable[EvaluationSums], kind: str) -> dict[str, float]:

@@ -161,7 +161,7 @@ class CheckedFedAvg(TorchModelStrategy):
             server_round,
             messages,
             self._secure_fields(),
-            self.check_late_evaluation,
+            self.check_evaluation_record,
             "" if self.dp else WEIGHT,
         )
         return []

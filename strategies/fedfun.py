@@ -390,13 +390,8 @@ class FedFunStrategy(FederatedStrategy):
         """The site's own model on its own test rows."""
         return {"test_accuracy": value[TEST_ACCURACY]}
 
-    def check_evaluation(self, reply: Message) -> dict[str, float]:
+    def check_evaluation_record(self, record: Any, node: int) -> dict[str, float]:
         """A node's figures: accuracies in [0, 1], at most its degree of neighbours compared."""
-        record = exact_records(reply.content, {METRICS: MetricRecord})[METRICS]
-        return self.check_late_evaluation(record, reply.metadata.src_node_id)
-
-    def check_late_evaluation(self, record: Any, node: int) -> dict[str, float]:
-        """The same figures from a train reply's ``evaluation`` record."""
         metrics = checked_metrics(record, EVALUATION_KEYS)
         degree = self.relay.graph.degree(self.vertex(node))
         for key in (TEST_ACCURACY, TRAIN_ACCURACY, LOCAL_ACCURACY):

@@ -613,9 +613,9 @@ class FedFWStrategy(HeldVectorStrategy):
         grad = record_to_params(records[FW_GRAD], self.layout, np.float32) if self.fw.gap else None
         return sums, grad
 
-    def check_late_evaluation(self, record: Any, node: int) -> tuple[EvaluationSums, None]:
+    def check_evaluation_record(self, record: Any, node: int) -> tuple[EvaluationSums, None]:
         """The sums from a train reply's ``evaluation`` record (no gradient rides there)."""
-        return super().check_late_evaluation(record, node), None
+        return super().check_evaluation_record(record, node), None
 
     def on_evaluation_screened(self, screened: Screened) -> None:
         self._forget_replicas(screened.errors)

@@ -44,12 +44,7 @@ from oracles.xgboost_local import INSTALL, available, outputs
 from run_config.common import RunSettings
 from run_config.fedxgb import FedXgbSettings, check_task, fedxgb_settings
 from strategies.base import FederatedStrategy, flower_options
-from strategies.evaluation import (
-    EvaluationSums,
-    decode_evaluation_sums,
-    evaluation_sums_of,
-    federated_figures,
-)
+from strategies.evaluation import EvaluationSums, decode_evaluation_sums, federated_figures
 from strategies.node_book import messages_to
 from strategies.sampling import Sampler
 from strategies.screening import exact_records
@@ -158,11 +153,8 @@ class XgbStrategy(FederatedStrategy):
             return []
         return self._messages(server_round, self.book.node_ids, EVALUATE)
 
-    def check_evaluation(self, reply: Message) -> EvaluationSums:
-        return evaluation_sums_of(reply, self.task)
-
-    def check_late_evaluation(self, record: Any, node: int) -> EvaluationSums:
-        """The same sums from a train reply's ``evaluation`` record."""
+    def check_evaluation_record(self, record: Any, node: int) -> EvaluationSums:
+        """A node's loss sums and counts at the global booster."""
         return decode_evaluation_sums(record, self.task)
 
     def evaluation_metrics(self, accepted: dict[int, EvaluationSums]) -> dict[str, float]:

@@ -530,7 +530,7 @@ class FedXgbHist(XgbStrategy):
         kinds = {EVALUATION: MetricRecord} if asked else {}
         record = exact_records(reply.content, kinds).get(EVALUATION)
         if record is not None:
-            self.check_late_evaluation(record, reply.metadata.src_node_id)
+            self.check_evaluation_record(record, reply.metadata.src_node_id)
 
     def _secure_evaluations(self, outcome: SecureOutcome, nodes: list[int]) -> None:
         """Round ``evaluation_due``'s figures from the evaluations that rode on the root

@@ -48,12 +48,7 @@ from run_config.common import RunSettings
 from run_config.ffgb import DISTILL, FFGBSettings, check_task, ffgb_settings
 from strategies.base import FederatedStrategy
 from strategies.ensemble_sync import EnsembleSync, StoredEnsemble, SyncSlot
-from strategies.evaluation import (
-    EvaluationSums,
-    decode_evaluation_sums,
-    evaluation_sums_of,
-    federated_figures,
-)
+from strategies.evaluation import EvaluationSums, decode_evaluation_sums, federated_figures
 from strategies.ffgb_distillation import SPEC, GlobalDistillation, StoredStudent
 from strategies.ffgb_one_shot import OneShotBoosting
 from strategies.ffgb_replies import CheckedIncrement, FFGBReplies
@@ -370,10 +365,7 @@ class FFGBStrategy(FederatedStrategy):
         share = self.ffgb.shares_downlink(len(nodes))
         return [self._message(node, server_round, EVALUATE, share) for node in nodes]
 
-    def check_evaluation(self, reply: Message) -> EvaluationSums:
-        return evaluation_sums_of(reply, self.task)
-
-    def check_late_evaluation(self, record: Any, node: int) -> EvaluationSums:
+    def check_evaluation_record(self, record: Any, node: int) -> EvaluationSums:
         return decode_evaluation_sums(record, self.task)
 
     def on_evaluation_screened(self, screened: Screened) -> None:

@@ -50,7 +50,7 @@ class HeldVectorStrategy(TorchModelStrategy):
         if self.secure_training is None:
             return messages
         fields = change_fields(self.layout, bound)
-        self.secure_training.run(grid, server_round, messages, fields, self.check_late_evaluation)
+        self.secure_training.run(grid, server_round, messages, fields, self.check_evaluation_record)
         return []
 
     def add_secure_round(self, server_round: int) -> int:

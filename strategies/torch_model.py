@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, Message
+from flwr.app import ArrayRecord
 from torch import nn
 
 from functions.params import ParamLayout, Params
@@ -19,7 +19,6 @@ from strategies.evaluation import (
     EvaluationSums,
     combine_evaluation_sums,
     decode_evaluation_sums,
-    evaluation_sums_of,
 )
 from tasks.datasets import TaskData
 from tasks.devices import resolve_device
@@ -70,12 +69,8 @@ class TorchModelStrategy(FederatedStrategy):
         evaluator = self.model.evaluator
         return evaluator(arrays) if evaluator is not None else {}
 
-    def check_evaluation(self, reply: Message) -> EvaluationSums:
+    def check_evaluation_record(self, record: Any, node: int) -> EvaluationSums:
         """The node's loss sums and counts at the global model."""
-        return evaluation_sums_of(reply, self.model.task)
-
-    def check_late_evaluation(self, record: Any, node: int) -> EvaluationSums:
-        """The same sums from a train reply's ``evaluation`` record."""
         return decode_evaluation_sums(record, self.model.task)
 
     def evaluation_metrics(self, accepted: dict[int, EvaluationSums]) -> dict[str, float]:

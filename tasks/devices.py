@@ -7,8 +7,8 @@ device for as long as the array lives); on the CPU, tensors share the arrays' me
 
 float32 means float32 on a GPU too: cuDNN's default TF32 convolutions (10-bit mantissas on
 Ampere and later) put a CNN learner's values 7e-4 from the CPU's (seen on an H100 by
-tests/test_ensemble_batched.py), beyond the float tolerance the algorithms' numbers are held to,
-so importing this module turns TF32 off for convolutions as torch already has it for matmuls.
+tests/ffgb/test_ensemble_batched.py), beyond the float tolerance the algorithms' numbers are held
+to, so importing this module turns TF32 off for convolutions as torch already has it for matmuls.
 """
 
 from __future__ import annotations

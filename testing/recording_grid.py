@@ -1,6 +1,6 @@
 """A Grid wrapper that keeps every message the ServerApp sends and every reply it receives: the
 server's view of a run, for the privacy benchmark and the tests that check what a curious
-server could read (``benchmarks.privacy``, ``tests/test_secure_aggregation.py``).
+server could read (``benchmarks.privacy``, ``tests/privacy/test_secure_aggregation.py``).
 
 It sits directly around the engine's grid (``testing.inprocess_grid.LocalGrid``), inside the
 ServerApp's own wrappers, so a reply is recorded as the node built it (its arrays unpacked), as

@@ -84,8 +84,8 @@ def schedule(rounds: int, nodes: int) -> list[Fault]:
     return sorted(faults, key=lambda f: (f.after, f.kind))
 
 
-# the short version (tests/test_soak.py, ``benchmarks.soak --quick``): SuperNodes stopped with
-# SIGTERM, since a SIGKILLed one costs the minute Flower takes to miss its heartbeats
+# the short version (tests/deployment/test_soak.py, ``benchmarks.soak --quick``): SuperNodes
+# stopped with SIGTERM, since a SIGKILLed one costs the minute Flower takes to miss its heartbeats
 SHORT_ROUNDS, SHORT_NODES = 7, 2
 SHORT = [Fault("node-restart", 2, node=1), Fault("serverapp", 3), Fault("superlink", 5)]
 

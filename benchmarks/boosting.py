@@ -72,7 +72,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from benchmarks.common import md_table, write_report
+from benchmarks.common import RESULTS, md_table, write_report
 from benchmarks.sites import (
     FAMILIES,
     Family,
@@ -590,7 +590,10 @@ def main(argv: list[str] | None = None) -> int:
         help="keep the site files and run folders here (default: a temporary folder, removed)",
     )
     parser.add_argument(
-        "--out", type=Path, required=True, help="results JSON; the markdown goes beside it (.md)"
+        "--out",
+        type=Path,
+        default=RESULTS / "boosting.json",
+        help="results JSON; the markdown goes beside it (.md; default: results/boosting.json)",
     )
     parser.add_argument(
         "--render",

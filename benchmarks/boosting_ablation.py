@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.boosting import DATASETS, METHODS, REGRESSION, split_for
-from benchmarks.common import md_table, write_report
+from benchmarks.common import RESULTS, md_table, write_report
 from benchmarks.sites import Family, cell, federated
 
 BASE = METHODS[0]  # ffgb-trees
@@ -70,7 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument("--out", type=Path, required=True, help="JSON; the .md beside it")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=RESULTS / "boosting_ablation.json",
+        help="JSON; the .md beside it (default: results/boosting_ablation.json)",
+    )
     args = parser.parse_args(argv)
     start, records = time.time(), []
     with tempfile.TemporaryDirectory(prefix="boosting-ablation-") as work:

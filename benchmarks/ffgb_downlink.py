@@ -15,6 +15,7 @@ Writes ``results/ffgb_downlink.md`` and prints the table.
 
 from __future__ import annotations
 
+import argparse
 import time
 from pathlib import Path
 
@@ -88,6 +89,7 @@ def build(sync: EnsembleSync, slots: list[SyncSlot], cached: bool) -> float:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()  # --help
     start = time.perf_counter()
     torch.set_num_threads(1)
     rows = [

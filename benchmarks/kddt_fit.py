@@ -12,6 +12,7 @@ exact squared L2 distance to the neighbour's tree (mean time of 3 evaluations).
 
 from __future__ import annotations
 
+import argparse
 import time
 
 import numpy as np
@@ -43,6 +44,7 @@ def timed_fit(
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()  # --help
     start = time.perf_counter()
     task = load_task("digits", seed=0, test_fraction=0.5)
     scale = 1 + 2 * DELTA

@@ -5,7 +5,9 @@ reports in a temporary folder."""
 
 from __future__ import annotations
 
+import importlib
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -70,3 +72,29 @@ def test_a_quick_benchmark_runs_and_writes_its_report(name, args, tmp_path):
     reports = list(tmp_path.glob("*.md"))
     assert reports, f"benchmarks.{name} --quick wrote no report in {tmp_path}"
     assert all("- command: " in report.read_text() for report in reports)
+
+
+# the one case whose command needs a subcommand: it writes or compares rows files, and writing
+# the reference rows must be asked for by name
+NEEDS_ARGUMENTS = {"same_rows"}
+
+
+def required_arguments(usage: str) -> str:
+    """What a usage line asks for outside its optional ``[...]`` groups."""
+    text = " ".join(usage.split()).split(" ", 2)[-1]  # after "usage: prog"
+    while re.search(r"\[[^\[\]]*\]", text):
+        text = re.sub(r"\[[^\[\]]*\]", "", text)
+    return text.strip()
+
+
+@pytest.mark.parametrize("declared", CASES, ids=[c.name for c in CASES])
+def test_a_case_runs_as_declared_without_arguments(declared, capsys, monkeypatch):
+    """``python -m benchmarks run NAME`` passes a case nothing: an option it requires would fail
+    the run at once (``boosting_ablation``'s ``--out`` once did, in a batch of re-runs)."""
+    module = importlib.import_module(f"benchmarks.{declared.name}")
+    monkeypatch.setattr(sys, "argv", [f"{declared.name}.py", "--help"])
+    with pytest.raises(SystemExit):
+        module.main()
+    usage = capsys.readouterr().out.split("\n\n")[0]
+    assert usage.startswith("usage:")
+    assert bool(required_arguments(usage)) == (declared.name in NEEDS_ARGUMENTS), usage

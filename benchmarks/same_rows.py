@@ -129,8 +129,9 @@ def write(out: Path, names: list[str]) -> None:
 def compare(a: Path, b: Path) -> int:
     """0 when every configuration in both files has the same rows, else 1."""
     first, second = json.loads(a.read_text()), json.loads(b.read_text())
-    for key in PROVENANCE:
-        first.pop(key, None), second.pop(key, None)
+    for data in (first, second):
+        for key in PROVENANCE:
+            data.pop(key, None)
     envs = first.pop(ENVIRONMENT, None), second.pop(ENVIRONMENT, None)
     if None in envs:
         print(f"environment: not recorded in {a if envs[0] is None else b}")

@@ -112,7 +112,7 @@ CASES = (
         ONE_WORKER,
         ("FedFW Table 1",),
         reports=("fedfw_table1.md", "hparams.json"),
-        tables=2,
+        tables=3,
     ),
     Case("fedfw_table2", ONE_WORKER, ("FedFW Table 2",), tables=2),
     Case(  # its default pool of 2 workers

@@ -243,15 +243,17 @@ def pick(results: dict[str, float]) -> str:
     return min(finite, key=finite.get)
 
 
-def load_hparams() -> dict[str, Any]:
-    """Hyper-parameters chosen by fedfw_table1 (empty when it has not run)."""
+def load_hparams(constraint: str) -> dict[str, Any]:
+    """Hyper-parameters fedfw_table1 chose for the ``constraint`` ball (empty when it has not
+    run)."""
     try:
-        return json.loads(HPARAMS_FILE.read_text())
-    except (OSError, ValueError):
+        return json.loads(HPARAMS_FILE.read_text())[constraint]
+    except (OSError, ValueError, KeyError):
         return {}
 
 
-def save_hparams(values: dict[str, Any]) -> None:
+def save_hparams(values: dict[str, dict[str, Any]]) -> None:
+    """The values fedfw_table1 chose, one dict per constraint ball."""
     HPARAMS_FILE.parent.mkdir(parents=True, exist_ok=True)
     HPARAMS_FILE.write_text(json.dumps(values, indent=1, sort_keys=True) + "\n")
 

@@ -406,7 +406,23 @@ def render(data: dict[str, Any]) -> str:
             md_table(head, rows),
             "\n".join(f"{i}. {text}" for i, text in enumerate(notes.texts, 1)),
             "Cells whose defaults miss the target or fail:\n\n" + ("\n".join(misses) or "none"),
+            provenance(data["results"]),
         ]
+    )
+
+
+def provenance(results: list[dict[str, Any]]) -> str:
+    """Which commit the runs ran at, newest first as listed: ``--reuse`` keeps earlier runs."""
+    families: dict[str, set[str]] = {}
+    counts: dict[str, int] = {}
+    for run in results:
+        commit = run.get("commit", "not recorded")
+        families.setdefault(commit, set()).add(run["family"])
+        counts[commit] = counts.get(commit, 0) + 1
+    return "Runs by commit:\n\n" + "\n".join(
+        f"- `{commit}`: {counts[commit]} run{'s' * (counts[commit] != 1)} "
+        f"({', '.join(sorted(families[commit]))})"
+        for commit in sorted(counts, key=lambda c: c == "not recorded")
     )
 
 
@@ -460,6 +476,8 @@ def main(argv: list[str] | None = None) -> int:
     }
 
     def save(fresh: list[dict[str, Any]]) -> None:
+        for run in fresh:  # the commit each run ran at: --reuse assembles runs of several
+            run.setdefault("commit", data["machine"]["commit"])
         data.update(
             wall_s=time.perf_counter() - start + before, results=[*earlier.values(), *fresh]
         )

@@ -32,8 +32,9 @@ CHECKPOINTS = [25, 50, 100]
 
 
 def lambdas() -> list[float]:
-    """The lambda0 chosen by fedfw_table1 and ten times it (the paper shows two values)."""
-    chosen = float(load_hparams().get("fedfw.lambda0", 0.01))
+    """The lambda0 fedfw_table1 chose for the l1 ball and ten times it (the paper shows two
+    values)."""
+    chosen = float(load_hparams("l1").get("fedfw.lambda0", 0.01))
     return [chosen, 10 * chosen]
 
 

@@ -11,7 +11,8 @@ columns in the authors' setup as well as ours.
   minibatch-64 steps. 10 clients, 100 rounds, mnist-5k.
 - Table 3 (``fedfw_table3``'s setup: 100 clients, 300 rounds, minibatch 64), seeds 0-2.
 
-Hyper-parameters are ``fedfw_table1``'s (results/hparams.json); nothing is tuned here.
+Hyper-parameters are ``fedfw_table1``'s for each ball (results/hparams.json; Table 3 runs on
+the l2 ball); nothing is tuned here.
 
     python -m benchmarks.fedfw_seeds            # about 50 min on 2 cores
     python -m benchmarks.fedfw_seeds --quick    # a smoke run: 2 seeds, 3 rounds, the l2 ball
@@ -55,7 +56,7 @@ MATCH_POINTS = 1.0  # within this many points (or two standard deviations) count
 def table1_jobs(
     rounds: int,
     algorithms: list[str],
-    hp: dict,
+    hp: dict[str, dict],  # per ball
     tasks: list[str],
     seeds: tuple[int, ...],
     constraints: list[str],
@@ -73,7 +74,7 @@ def table1_jobs(
                 "partitioning": part,
                 "fedfw.constraint": c,
                 "seed": seed,
-                **t1.knobs(a, hp),
+                **t1.knobs(a, hp[c]),
             },
         )
         for seed in seeds
@@ -85,7 +86,11 @@ def table1_jobs(
 
 
 def authors_jobs(
-    rounds: int, algorithms: list[str], hp: dict, seeds: tuple[int, ...], constraints: list[str]
+    rounds: int,
+    algorithms: list[str],
+    hp: dict[str, dict],  # per ball
+    seeds: tuple[int, ...],
+    constraints: list[str],
 ) -> list[Job]:
     return [
         Job(
@@ -100,7 +105,7 @@ def authors_jobs(
                 "partitioning": part,
                 "fedfw.constraint": c,
                 "seed": seed,
-                **t1.knobs(a, hp),
+                **t1.knobs(a, hp[c]),
             },
         )
         for seed in seeds
@@ -306,7 +311,7 @@ def main() -> None:
     rounds1, rounds3, clients3 = (3, 3, 10) if args.quick else (100, 300, 100)
     tasks = ["mnist-5k"] if args.quick else t1.TASKS
     constraints = t1.CONSTRAINTS[:1] if args.quick else t1.CONSTRAINTS
-    hp = {**t3.DEFAULTS, **load_hparams()}
+    hp = {c: {**t3.DEFAULTS, **load_hparams(c)} for c in t1.CONSTRAINTS}
     present = available_algorithms()
     # the paper's algorithms (projected FedAvg, an extra baseline, is in fedfw_table1 only)
     algorithms = [a for a in ("fedfw", "fedfw-plus", "feddr") if a in present]
@@ -314,7 +319,7 @@ def main() -> None:
     jobs = (
         table1_jobs(rounds1, algorithms, hp, tasks, seeds, constraints)
         + authors_jobs(rounds1, algorithms, hp, seeds, constraints)
-        + table3_jobs(rounds3, clients3, sto, hp, seeds)
+        + table3_jobs(rounds3, clients3, sto, hp["l2"], seeds)
     )
     print(f"{len(jobs)} runs")
     results = run_jobs(jobs, runs_dir(args.quick, "fedfw_seeds"), args.workers, args.reuse)
@@ -327,8 +332,13 @@ authors' `results_utils.py` turns runs into the paper's mean ± std (so the pape
 best-round figures). "vs paper" compares the authors' rule with the paper: match when within
 {MATCH_POINTS:g} point or two standard deviations, else beat / trail by the difference. "minus
 FedDR": the row's final mean minus FedDR's in the same cell.
-Hyper-parameters from results/hparams.json (fedfw_table1's grid):
-{", ".join(f"`{k}={v:g}`" for k, v in sorted(hp.items()))}.
+Hyper-parameters from results/hparams.json (fedfw_table1's grid, one pick per ball; Table 3
+takes the l2 ball's): {
+        "; ".join(
+            f"{c}: " + ", ".join(f"`{k}={v:g}`" for k, v in sorted(values.items()))
+            for c, values in hp.items()
+        )
+    }.
 
 ## Table 1, our setup ({rounds1} rounds, 10 clients, one full-batch step a round)
 

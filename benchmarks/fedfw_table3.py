@@ -103,7 +103,7 @@ def main() -> None:
     args = p.parse_args()
     start = time.perf_counter()
     rounds, clients = (5, 20) if args.quick else (args.rounds, 100)
-    stored = load_hparams()
+    stored = load_hparams("l2")
     hp = {**DEFAULTS, **stored}
     algorithms = [a for a in ("fedfw-sto", "feddr") if a in available_algorithms()]
     jobs = jobs_for(rounds, clients, algorithms, hp, args.federated_eval, args.samples)

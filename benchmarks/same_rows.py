@@ -11,9 +11,11 @@ them per round, 4 rounds, and compares two such files (the clocks left out).
 
 ``compare`` prints each configuration as identical or not, and the first cells that differ;
 exit 1 if any does. A file also records the environment that wrote it (``_environment``: Python,
-the numeric packages' versions, torch's threads): rows are bit for bit only within one, and
-``compare`` says where two files' environments differ (a rebuilt venv moved 15 of the 22
-configurations in their last bits, 2026-11-28). A file records the command, commit and machine
+the numeric packages' versions, torch's threads, the CPU's vector extensions and torch's kernel
+choice): rows are bit for bit only within one, and ``compare`` says where two files'
+environments differ (a rebuilt venv moved 15 of the 22 configurations in their last bits,
+2026-11-28; another machine with the same packages moved 15 of them, 2026-11-29, before the
+CPU was recorded). A file records the command, commit and machine
 that wrote it too (``compare`` leaves them out); ``benchmarks/results/same_rows.json`` is the
 reference.
 """
@@ -77,12 +79,46 @@ PACKAGES = {
     "POT": "ot",
 }
 
+# the extensions numpy's and torch's dispatch tell apart, in /proc/cpuinfo's spelling
+VECTOR_FLAGS = (
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512_vnni",
+    "avx512_bf16",
+    "amx_tile",
+)
+
+
+def vector_flags() -> str:
+    """The CPU's vector extensions (Linux's /proc/cpuinfo) that numpy's and torch's kernels pick
+    their code paths by ("unknown" elsewhere)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown"
+    flags = next(
+        (line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")),
+        [],
+    )
+    return " ".join(f for f in VECTOR_FLAGS if f in flags) or "unknown"
+
 
 def environment() -> dict[str, str]:
-    """What a run's floats depend on besides the code: Python, packages, torch's threads."""
+    """What a run's floats depend on besides the code: Python, packages, torch's threads, the
+    CPU's vector extensions and the kernels torch picked for them."""
     import torch
 
-    found = {"python": platform.python_version(), "torch threads": str(torch.get_num_threads())}
+    found = {
+        "python": platform.python_version(),
+        "torch threads": str(torch.get_num_threads()),
+        "torch cpu capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu vector flags": vector_flags(),
+    }
     for name, module in PACKAGES.items():
         try:
             found[name] = str(importlib.import_module(module).__version__)

@@ -275,14 +275,19 @@ def _top_singular_pair(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _project_simplex(y: np.ndarray, r: float) -> np.ndarray:
     """Projection onto {s >= 0, sum s = r}, sort-based (Held et al. 1974; Duchi et al. 2008).
 
-    Hand-written because neither numpy nor scipy provides it; O(n log n).
+    Written in differences from the sorted entries mu_0 >= mu_1 >= ..., so that entries far
+    larger than r lose nothing to rounding (the textbook's theta = (sum_{j<=k} mu_j - r) / (k + 1)
+    cancels to nothing there and finds no k): with S_k = sum_{j<=k} (mu_j - mu_k), which grows
+    with k, rho is the last k with S_k < r (S_0 = 0, so one always is) and the answer is
+    max(y - mu_rho + (r - S_rho) / (rho + 1), 0). Hand-written because neither numpy nor scipy
+    provides it; O(n log n).
     """
     mu = np.sort(y)[::-1]
-    cumsum = np.cumsum(mu) - r
-    k = np.arange(1, y.size + 1)
-    rho = np.nonzero(mu - cumsum / k > 0)[0][-1]
-    theta = cumsum[rho] / (rho + 1)
-    return np.maximum(y - theta, 0.0)
+    steps = np.concatenate(([0.0], mu[:-1] - mu[1:]))
+    with np.errstate(over="ignore"):  # an S_k past the float range is past r all the same
+        below = np.cumsum(np.arange(mu.size) * steps)
+    rho = int(np.searchsorted(below, r, side="left")) - 1
+    return np.maximum((y - mu[rho]) + (r - below[rho]) / (rho + 1), 0.0)
 
 
 def _project_l1(y: np.ndarray, r: float) -> np.ndarray:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import torch
+
 from benchmarks import same_rows
 
 ROWS = {"fedavg": [{"round": 0, "test_loss": 1.5}, {"round": 1, "test_loss": 1.25}]}
@@ -19,6 +21,9 @@ def test_the_environment_names_python_torch_s_threads_and_the_packages():
     env = same_rows.environment()
     assert {"python", "torch threads", *same_rows.PACKAGES} <= set(env)
     assert env["torch"] != "absent" and int(env["torch threads"]) >= 1
+    # the CPU's vector extensions decide numpy's and torch's kernels, so their floats too
+    assert env["torch cpu capability"] == torch.backends.cpu.get_cpu_capability()
+    assert set(env["cpu vector flags"].split()) <= {*same_rows.VECTOR_FLAGS, "unknown"}
 
 
 def test_compare_names_a_moved_package_and_still_judges_the_rows_alone(tmp_path, capsys):

@@ -325,6 +325,47 @@ def test_l2_lmo_and_projection_keep_the_plain_formulas_bits(shape, seed):
         assert np.array_equal(c.project(inside), inside)
 
 
+# -- l1 ball and simplex: entries far larger than the radius ----------------------------------
+
+HUGE_POINTS = [
+    np.array([3e30, -1e30, 2.0, -5.0]),  # a diverging FedDR's average, in the l1 grid
+    np.array([1e300, 1e300 - 1e285, -4e299]),
+    np.array([[7e17, 7e17 + 256.0], [1.0, -7e17]]),  # two within float64's step of each other
+]
+
+
+@pytest.mark.parametrize("kind", ["l1", "simplex"])
+@pytest.mark.parametrize("x", HUGE_POINTS, ids=["1e30", "1e300", "7e17"])
+def test_l1_and_simplex_projections_of_huge_points_land_on_the_boundary(kind, x):
+    c = Constraint(kind, R)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        p = c.project(x)
+    assert p.shape == x.shape and np.all(np.isfinite(p))
+    assert np.abs(p).sum() == pytest.approx(R, rel=1e-12)
+    assert c.contains(p)
+    target = np.abs(x) if kind == "l1" else x
+    # all of the radius goes to the largest entries (float64 cannot tell them apart by R)
+    largest = target == target.max()
+    assert np.abs(p)[~largest].sum() == 0.0
+    if kind == "l1":
+        assert np.all(np.sign(p[p != 0]) == np.sign(x[p != 0]))
+
+
+@pytest.mark.parametrize("kind", ["l1", "simplex"])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_l1_and_simplex_projections_agree_with_the_textbook_formula(kind, seed):
+    rng = np.random.default_rng(seed)
+    x = 3 * R * rng.standard_normal(50)
+    y = np.abs(x) if kind == "l1" else x
+    mu = np.sort(y)[::-1]
+    cumsum = np.cumsum(mu) - R
+    rho = np.nonzero(mu - cumsum / np.arange(1, y.size + 1) > 0)[0][-1]
+    textbook = np.maximum(y - cumsum[rho] / (rho + 1), 0.0)
+    expected = np.sign(x) * textbook if kind == "l1" else textbook
+    np.testing.assert_allclose(Constraint(kind, R).project(x), expected, rtol=0, atol=1e-12 * R)
+
+
 # -- smallest_set: the one node set inside all the others -----------------------------------
 
 

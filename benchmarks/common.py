@@ -13,6 +13,7 @@ import json
 import math
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import time
@@ -336,8 +337,9 @@ def machine_info() -> dict[str, str]:
 
 
 def command_line() -> str:
+    """This process's command as a shell would take it again (arguments with spaces quoted)."""
     module = Path(sys.argv[0]).stem
-    return " ".join(["python -m", f"benchmarks.{module}", *sys.argv[1:]])
+    return f"python -m benchmarks.{module} {shlex.join(sys.argv[1:])}".rstrip()
 
 
 def write_report(

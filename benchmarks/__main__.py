@@ -4,8 +4,9 @@
     python -m benchmarks run NAME [--quick] [ARGS ...]
 
 ``run`` runs ``python -m benchmarks.NAME`` in a process of its own (each writes its reports
-under benchmarks/results/, or results/quick/ for ``--quick``), with the case's declared smoke
-arguments after ``--quick`` and then ``ARGS``; its exit status is the benchmark's.
+under benchmarks/results/, or results/quick/ for ``--quick``), with the case's declared
+arguments (``full``: those of the run that wrote its main report; with ``--quick``, its smoke
+version's after ``--quick``) and then ``ARGS``; its exit status is the benchmark's.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         chosen = case(args.name)
     except KeyError as err:
         parser.error(str(err.args[0]))
-    extra = []
+    extra = [*chosen.full]
     if args.quick:
         if chosen.quick is None:
             parser.error(f"{chosen.name} has no --quick smoke version")

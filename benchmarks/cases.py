@@ -31,6 +31,7 @@ class Case:
     quick_in: str = ""  # the serial e2e test that runs its smoke version ("": the quick stage)
     reports: tuple[str, ...] | None = None  # its files in results/ (None: just <name>.md)
     tables: int = 1  # how many leading tables of each Markdown report README.md shows
+    full: tuple[str, ...] = ()  # the arguments of the run that writes its main report
 
     @property
     def results(self) -> tuple[str, ...]:
@@ -48,6 +49,24 @@ class Case:
 CASES = (
     Case(
         "boosting",
+        full=(
+            "--datasets",
+            "penguins",
+            "cars",
+            "synth50k",
+            "breast-cancer-label-5",
+            "breast-cancer-dirichlet-5",
+            "breast-cancer-label-20",
+            "breast-cancer-dirichlet-20",
+            "diabetes-label-5",
+            "diabetes-dirichlet-5",
+            "diabetes-label-20",
+            "diabetes-dirichlet-20",
+            "--fewer-seeds",
+            "synth50k=0",
+            "--fewer-rounds",
+            "ffgb-mlp@synth50k=5",
+        ),
         reports=(
             "boosting.md",
             "boosting.json",
@@ -146,7 +165,7 @@ CASES = (
         tables=2,
     ),
     Case("hist_privacy", reports=("hist_privacy.md", "hist_privacy.json")),
-    Case("hist_time", (), tables=3),
+    Case("hist_time", (), full=("--large",), tables=3),
     Case("kddt_fit"),
     Case(
         "latency",
@@ -173,7 +192,11 @@ CASES = (
     ),
     Case("readme_figures", reports=("readme.json",)),
     Case("same_rows", reports=("same_rows.json",)),
-    Case("scale", reports=("scale.md", "scale.json")),
+    Case(
+        "scale",
+        full=("--sizes", "10", "100", "--timeout", "300"),
+        reports=("scale.md", "scale.json"),
+    ),
     Case(
         "scale_engines",
         reports=(

@@ -43,8 +43,10 @@ python -m benchmarks list
 ```
 
 `python -m benchmarks run NAME [--quick] [ARGS ...]` runs one case (repository root, venv
-active); it writes its reports under `benchmarks/results/` with the command, commit, machine and
-date it ran on, and `python -m benchmarks.readme` then regenerates this page from them. CI's quick
+active) with the arguments declared for it in `benchmarks/cases.py`, the same that wrote its main
+report (a test checks the report's recorded command); it writes its reports under
+`benchmarks/results/` with the command, commit, machine and date it ran on, and
+`python -m benchmarks.readme` then regenerates this page from them. CI's quick
 stage runs every case declared with a `--quick` smoke version, its reports in a temporary
 folder: a smoke run covers each code path at the smallest sizes and its figures say nothing about
 the method. Raw run folders go to `benchmarks/results/runs/` (git-ignored; `--reuse` reuses

@@ -89,8 +89,9 @@ def required_arguments(usage: str) -> str:
 
 @pytest.mark.parametrize("declared", CASES, ids=[c.name for c in CASES])
 def test_a_case_runs_as_declared_without_arguments(declared, capsys, monkeypatch):
-    """``python -m benchmarks run NAME`` passes a case nothing: an option it requires would fail
-    the run at once (``boosting_ablation``'s ``--out`` once did, in a batch of re-runs)."""
+    """``python -m benchmarks run NAME`` passes a case only its declared ``full`` arguments: an
+    option it requires would fail the run at once (``boosting_ablation``'s ``--out`` once did, in
+    a batch of re-runs)."""
     module = importlib.import_module(f"benchmarks.{declared.name}")
     monkeypatch.setattr(sys, "argv", [f"{declared.name}.py", "--help"])
     with pytest.raises(SystemExit):

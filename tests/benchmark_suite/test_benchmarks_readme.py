@@ -4,10 +4,14 @@ case, and every case has its conclusion."""
 
 from __future__ import annotations
 
+import shlex
 from collections import Counter
+
+import pytest
 
 from benchmarks import readme
 from benchmarks.cases import CASES
+from benchmarks.readme import provenance
 
 
 def test_the_benchmarks_readme_is_current():
@@ -46,3 +50,40 @@ def test_a_report_header_gives_its_provenance(tmp_path, monkeypatch):
         "| a | b |\n|--|--|\n| 1 | 2 |"
     ]
     assert readme.provenance("absent.md").commit == ""
+
+
+# cases whose main report is not one run of ``python -m benchmarks run NAME``, and why
+NOT_ONE_RUN = {
+    "defaults": "assembled with --reuse a few families at a time; its report lists runs by commit",
+    "devices": "several calls on lent GPU machines",
+    "same_rows": "a subcommand: `write` the reference, `compare` two files",
+}
+# options that change how a benchmark runs or where it writes, not what it measures
+HOW = {"--workers": 1, "--reuse": 0, "--fresh": 0, "--out": 1}
+
+
+def measured(command: str) -> list[str]:
+    """A recorded command's words without the HOW options."""
+    words, kept = shlex.split(command), []
+    while words:
+        word = words.pop(0)
+        if word in HOW:
+            del words[: HOW[word]]
+        else:
+            kept.append(word)
+    return kept
+
+
+@pytest.mark.parametrize("declared", CASES, ids=lambda c: c.name)
+def test_running_a_case_as_declared_is_the_run_that_wrote_its_main_report(declared):
+    """`python -m benchmarks run NAME` passes the case's declared ``full`` arguments, so it
+    must be the command the committed main report records (hist_time's --large was once left
+    out, and the runner's run would have dropped its 10,000,000-row table)."""
+    if declared.name in NOT_ONE_RUN:
+        return
+    recorded = provenance(declared.results[0]).command
+    expected = ["python", "-m", f"benchmarks.{declared.name}", *declared.full]
+    assert measured(recorded) == expected, (
+        f"{declared.results[0]} was written by `{recorded}`; declare its arguments in "
+        f"benchmarks/cases.py (full=...) or run the case again"
+    )

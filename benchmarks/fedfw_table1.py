@@ -145,10 +145,10 @@ def grid_jobs(rounds: int, baselines: list[str], quick: bool, constraint: str) -
     return jobs
 
 
-def choose(results: dict[str, dict], baselines: list[str], constraint: str) -> tuple[dict, str]:
-    """The values chosen for the ``constraint`` ball by final train loss, and its grid as a
-    markdown table."""
-    head = f"grid-{constraint}-"
+def choose(results: dict[str, dict], baselines: list[str], head: str = "grid-") -> tuple[dict, str]:
+    """The values chosen by final train loss among the runs named ``<head><algorithm>-...``
+    (here ``grid-<ball>-``; fedfw_table2's grid is ``grid-``), and that grid as a markdown
+    table."""
     loss = {
         name.removeprefix(head): final(r["rows"], "train_loss")
         for name, r in results.items()
@@ -312,7 +312,7 @@ def main() -> None:
     grid = run_jobs(jobs, runs, args.workers, args.reuse, diverged_ok=True)  # FedDR lr 1 diverges
     for job in jobs:
         grid[job.name]["spec"] = job.overrides
-    picks = {c: choose(grid, baselines, c) for c in CONSTRAINTS}
+    picks = {c: choose(grid, baselines, f"grid-{c}-") for c in CONSTRAINTS}
     chosen = {c: values for c, (values, _) in picks.items()}
     print("chosen:", chosen)
     if not args.quick:

@@ -149,12 +149,8 @@ def choose(results: dict[str, dict], baselines: list[str], head: str = "grid-") 
     """The values chosen by final train loss among the runs named ``<head><algorithm>-...``
     (here ``grid-<ball>-``; fedfw_table2's grid is ``grid-``), and that grid as a markdown
     table."""
-    loss = {
-        name.removeprefix(head): final(r["rows"], "train_loss")
-        for name, r in results.items()
-        if name.startswith(head)
-    }
-    results = {name.removeprefix(head): r for name, r in results.items()}
+    results = {name.removeprefix(head): r for name, r in results.items() if name.startswith(head)}
+    loss = {name: final(r["rows"], "train_loss") for name, r in results.items()}
     chosen, table = {}, []
     fw = {n: value for n, value in loss.items() if n.startswith("fedfw-")}
     best_fw = pick(fw)

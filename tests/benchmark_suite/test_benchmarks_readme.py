@@ -11,7 +11,6 @@ import pytest
 
 from benchmarks import readme
 from benchmarks.cases import CASES
-from benchmarks.readme import provenance
 
 
 def test_the_benchmarks_readme_is_current():
@@ -81,7 +80,7 @@ def test_running_a_case_as_declared_is_the_run_that_wrote_its_main_report(declar
     out, and the runner's run would have dropped its 10,000,000-row table)."""
     if declared.name in NOT_ONE_RUN:
         return
-    recorded = provenance(declared.results[0]).command
+    recorded = readme.provenance(declared.results[0]).command
     expected = ["python", "-m", f"benchmarks.{declared.name}", *declared.full]
     assert measured(recorded) == expected, (
         f"{declared.results[0]} was written by `{recorded}`; declare its arguments in "

@@ -70,10 +70,6 @@ CASES = (
         reports=(
             "boosting.md",
             "boosting.json",
-            "boosting-synth50k.md",
-            "boosting-synth50k.json",
-            "boosting-sklearn.md",
-            "boosting-sklearn.json",
             "boosting-synth1m.md",
             "boosting-synth1m.json",
         ),

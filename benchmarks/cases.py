@@ -168,8 +168,6 @@ CASES = (
         reports=(
             "latency.md",
             "latency.json",
-            "latency-hist-fused.md",
-            "latency-hist-fused.json",
             "latency-namespaces.md",
             "latency-namespaces.json",
             "compose-latency.md",

@@ -24,6 +24,18 @@ other path or method gets 403. The signed headers of SuperNode authentication
 (``flwr-package-name``, ...) have hyphens, not underscores, so nginx forwards them unchanged with
 its defaults. Bodies and replies are streamed (no buffering to disk).
 
+Connections to the SuperLink: nginx keeps them open between calls, but briefly. The SuperLink's
+HTTP server (uvicorn, whose keep-alive Flower leaves at its default of 5 s) starts its idle
+timer when the reply is written into its buffer, not when the reply has left; a reply that a
+slow SuperNode drains for longer than that (the FAB, to a SuperNode on a slow link) is closed
+under nginx while nginx still streams it, and the closing TLS connection, reused for the next
+call, answers nothing until asyncio's 30 s TLS shutdown timeout ends it (nginx: "upstream
+prematurely closed connection", 502; the SuperNode retries): a round stalled by that long
+(the soak's first round, benchmarks/README.md, case ``soak``). A connection is therefore reused
+only within 2 s of its last reply (``keepalive_timeout``) and 2 s of its opening
+(``keepalive_time``): the two together stay under the SuperLink's 5 s, and a reply that took
+longer than 2 s to drain ends its connection.
+
 What it forwards is bounded before the SuperLink reads it: the SuperLink parses a Fleet body
 before it checks its signature, so an unauthenticated 64 MiB body cost it its size in memory and
 more (243 MiB for two). A ``push-object`` body is one object of a message (one array, one
@@ -104,6 +116,12 @@ http {
     upstream superlink {
         server @UPSTREAM@;  # the SuperLink's own listener (loopback)
         keepalive 16;
+        # The SuperLink (uvicorn) closes a connection 5 s after it has written a reply, even
+        # while a slow SuperNode still drains it; reused after that, the connection takes the
+        # next call and never answers it (502 after about 30 s). So a connection is reused only
+        # within 2 s idle and 2 s of age (deploy/perimeter.py: "Connections to the SuperLink").
+        keepalive_timeout 2s;
+        keepalive_time 2s;
     }
 
     server {

@@ -82,6 +82,25 @@ def test_flower_limits_and_supernode_paths_are_the_ones_flwr_uses():
     assert "underscores_in_headers" not in conf  # Flower's headers have hyphens
 
 
+def test_nginx_reuses_a_superlink_connection_only_while_the_superlink_keeps_it():
+    """The SuperLink's uvicorn (Flower passes no keep-alive of its own) closes a connection
+    ``timeout_keep_alive`` s after writing a reply: nginx's idle bound plus its age bound stay
+    under that, so nginx never sends a call on a connection the SuperLink is closing."""
+    import importlib
+    import inspect
+
+    import uvicorn
+
+    superlink = importlib.import_module("flwr.superlink.cli.flower_superlink")  # the module
+    assert "timeout_keep_alive" not in Path(superlink.__file__).read_text()
+    closes_after = inspect.signature(uvicorn.Config).parameters["timeout_keep_alive"].default
+    conf = render(listen="1", upstream="u:2", cert="c", key="k", ca="a", workdir="/w")
+    upstream = conf.split("upstream superlink {")[1].split("}")[0]
+    idle = int(re.search(r"keepalive_timeout (\d+)s;", upstream)[1])
+    age = int(re.search(r"keepalive_time (\d+)s;", upstream)[1])
+    assert idle + age < closes_after
+
+
 def test_the_docker_config_is_rendered_from_the_same_template():
     from deploy.perimeter import DOCKER_CONF, docker_config
 

@@ -168,6 +168,8 @@ CASES = (
         reports=(
             "latency.md",
             "latency.json",
+            "latency-perimeter.md",
+            "latency-perimeter.json",
             "latency-namespaces.md",
             "latency-namespaces.json",
             "compose-latency.md",

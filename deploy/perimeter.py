@@ -116,10 +116,8 @@ http {
     upstream superlink {
         server @UPSTREAM@;  # the SuperLink's own listener (loopback)
         keepalive 16;
-        # The SuperLink (uvicorn) closes a connection 5 s after it has written a reply, even
-        # while a slow SuperNode still drains it; reused after that, the connection takes the
-        # next call and never answers it (502 after about 30 s). So a connection is reused only
-        # within 2 s idle and 2 s of age (deploy/perimeter.py: "Connections to the SuperLink").
+        # reused only within 2 s idle and 2 s of age, under the SuperLink's own 5 s keep-alive
+        # (deploy/perimeter.py, "Connections to the SuperLink", says why)
         keepalive_timeout 2s;
         keepalive_time 2s;
     }

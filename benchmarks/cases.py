@@ -165,15 +165,8 @@ CASES = (
     Case("kddt_fit"),
     Case(
         "latency",
-        reports=(
-            "latency.md",
-            "latency.json",
-            "latency-perimeter.md",
-            "latency-perimeter.json",
-            "latency-namespaces.md",
-            "latency-namespaces.json",
-            "compose-latency.md",
-        ),
+        full=("--ways", "simulation", "flower", "deployed", "runbook", "namespaces", "compose"),
+        reports=("latency.md", "latency.json", "compose-latency.md"),
     ),
     Case("learner_decode", ()),
     Case("oracle_speed", ()),

@@ -323,8 +323,18 @@ def _left_out(config: Path) -> str | None:
     return f"{len(left)} sites left out: {next(iter(left.values()))}" if left else None
 
 
-def engine_rows(name: str, nodes: int, iterations: int, args: argparse.Namespace) -> list[list]:
-    """The family's rows through each engine on the sites of ``name`` (their CSV files)."""
+def _warnings(config: Path) -> list[str]:
+    """The run's warnings as its outcome records them (a dropped iteration, with its reason)."""
+    if not config.exists():
+        return []
+    return list(json.loads(config.read_text()).get("outcome", {}).get("warnings", []))
+
+
+def engine_rows(
+    name: str, nodes: int, iterations: int, args: argparse.Namespace
+) -> tuple[list[list], list[str]]:
+    """The family's rows through each engine on the sites of ``name`` (their CSV files), and
+    the runs' warnings, each after its row's label."""
     engines: list[tuple[str, Engine, tuple[bool, ...], int, int]] = [
         ("in-process engine", in_process, (True, False), iterations, 1)
     ]
@@ -335,7 +345,7 @@ def engine_rows(name: str, nodes: int, iterations: int, args: argparse.Namespace
     if args.deployment and not args.quick and name not in LARGE:
         label = f"`deploy.local` (TLS, authentication, {nodes} SuperNodes)"
         engines.append((label, deployed, (True,), min(iterations, 3), parallel))
-    rows = []
+    rows, warnings = [], []
     with tempfile.TemporaryDirectory(prefix="hist-time-") as tmp:
         work = Path(tmp)
         write_raw(SIZES.get(name, name), work / "sites", seed=0)  # every engine reads these
@@ -351,11 +361,12 @@ def engine_rows(name: str, nodes: int, iterations: int, args: argparse.Namespace
                     del os.environ[work_log.ENV]
                 metrics = out / run / "metrics.json"
                 failed = failed or _left_out(out / run / "config.json")
+                warnings += [f"{label_}: {w}" for w in _warnings(out / run / "config.json")]
                 if failed or not metrics.exists():
                     rows.append([label_, "-", "-", "-", "-", "-", failed or "no metrics", *"---"])
                     continue
                 rows.append(round_split(metrics, log, at_once).row(label_))
-    return rows
+    return rows, warnings
 
 
 def size_section(name: str, iterations: int, args: argparse.Namespace) -> str:
@@ -368,14 +379,17 @@ def size_section(name: str, iterations: int, args: argparse.Namespace) -> str:
     rows.append(row)
     rows_count = sum(len(y) for _, y in nodes)
     del nodes  # the engines read the sites' files
+    warnings: list[str] = []
     if args.engine:
-        rows += engine_rows(name, DATASETS[data].nodes, iterations, args)
+        engines, warnings = engine_rows(name, DATASETS[data].nodes, iterations, args)
+        rows += engines
     return (
         f"### {rows_count:,} rows over {DATASETS[data].nodes} sites ({data})\n\n"
         + md_table(HEADERS, rows)
         + f"\n\nMean over {iterations} iterations ({d} features, 3 classes); the engines' "
         "figures over rounds 2 on (the median round, the split's means). The compiled loops' "
         f"first use, once a process before the protocol's timing: {compile_s:.2f} s.\n"
+        + "".join(f"\nWarning of a run: {w}\n" for w in warnings)
     )
 
 

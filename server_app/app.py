@@ -276,6 +276,7 @@ def finish(job: Job, writer: ResultsWriter, stopped: Exception | None, cause: st
         strategy.left_out(),
         strategy.vacant_partitions(),
         strategy.privacy(),
+        strategy.raised,
     )
     devices = {
         "server": device_facts(resolve_device(settings.central_device, "central-device")),

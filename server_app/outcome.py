@@ -10,6 +10,7 @@ best value of its headline metric (and the round of the best).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -133,11 +134,13 @@ def outcome(
     left_out: dict[str, str] | None = None,
     vacant: list[int] | None = None,
     privacy: dict[str, Any] | None = None,
+    raised: Sequence[str] = (),
 ) -> Outcome:
     """The outcome of a run whose results are ``rows`` (round 0 first), ``cause`` the one
     sentence of a failure (empty: completed); ``sites``: config.json's record of the sites'
     agreement; ``left_out`` (node id -> reason) and ``vacant``: the nodes the roster left out
-    and the partitions no node served; ``privacy``: the differential-privacy budget spent."""
+    and the partitions no node served; ``privacy``: the differential-privacy budget spent;
+    ``raised``: the strategy's own warnings (``FederatedStrategy.warn``)."""
     metric, final, best, best_round = headline(rows)
     completed = max((r["round"] for r in rows if not nonfinite(r)), default=0)
     return Outcome(
@@ -149,7 +152,7 @@ def outcome(
         diverged,
         None if sites is None else list(sites["partitions"]),
         {**(sites["left-out"] if sites else {}), **(left_out or {})},
-        list(sites["warnings"]) if sites else [],
+        [*(sites["warnings"] if sites else []), *raised],
         metric,
         final,
         best,

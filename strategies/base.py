@@ -34,9 +34,11 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
+from logging import WARNING
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
@@ -137,6 +139,7 @@ class FederatedStrategy(Strategy):
     evaluation_due: int | None = None  # the round whose evaluation rides on this round's training
     late_evaluation: tuple[int, MetricRecord] | None = None  # (round, its evaluation), once done
     secure_training: SecureTraining | None = None  # set: the training rounds are secure sums
+    raised: tuple[str, ...] = ()  # the run's warnings so far (``warn``), for its outcome
     _failures: int = 0  # found this round before the replies' screening
     _finite_drops: int = 0  # replies dropped this round before the family's screen, not for
     # NaN or inf (a bad evaluation riding on them): the round has not diverged if any was
@@ -476,6 +479,13 @@ class FederatedStrategy(Strategy):
         record: epsilon, delta, releases), for config.json and the health line; None without
         differential privacy."""
         return None
+
+    def warn(self, server_round: int, text: str) -> None:
+        """Log ``text`` as a warning of round ``server_round`` and keep it for the run's outcome
+        (config.json lists it, the health line counts it): for work a round lost that the run
+        goes on without, which a user reading only the results folder must still see."""
+        log(WARNING, "%s round %d: %s", self.label, server_round, text)
+        self.raised = (*self.raised, f"round {server_round}: {text}")
 
     def left_out(self) -> dict[str, str]:
         """Every node the roster left out, with the reason, for the run's health line (the

@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import partial
-from logging import INFO, WARNING
+from logging import INFO
 from typing import Any
 
 import numpy as np
@@ -328,13 +328,13 @@ class FedXgbHist(XgbStrategy):
             )
         except IterationDropped as err:
             self.dropped_reason = str(err)
-            log(WARNING, "%s round %d: iteration dropped: %s", self.label, server_round, err)
+            self.warn(server_round, f"iteration dropped: {err}")
             return []
         booster = Booster(self.spec, self.booster.trees + tuple(trees))
         raw = encode_booster(booster)
         if len(raw) > self.spec.max_bytes:
             self.dropped_reason = "the booster would outgrow fedxgb-hist.max-booster-bytes"
-            log(WARNING, "%s round %d: %s", self.label, server_round, self.dropped_reason)
+            self.warn(server_round, f"iteration dropped: {self.dropped_reason}")
             return []
         self._hold(booster, raw)
         self.participants = len(members)

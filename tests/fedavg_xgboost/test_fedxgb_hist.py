@@ -378,10 +378,20 @@ def test_a_hostile_root_histogram_is_dropped_and_the_tree_grows_on_the_others(tm
 
 
 def test_a_node_lost_below_the_root_drops_the_iteration(tmp_path, caplog):
-    rows = run_app(tmp_path, 3, client=hostile("negative", 1), **RUN, task="wine").rows
+    """The run goes on without the iteration, and its outcome says so: config.json lists the
+    warning with its round and reason, the health line counts it."""
+    run = run_app(tmp_path, 3, client=hostile("negative", 1), **RUN, task="wine")
+    rows = run.rows
     assert [r["iteration_dropped"] for r in rows[1:]] == [0, 1, 0]
     assert [r["ensemble_size"] for r in rows[1:]] == [3, 3, 6]
     assert any("answered the root but not level 1" in r.getMessage() for r in caplog.records)
+    ended = json.loads((run.out_dir / "config.json").read_text())["outcome"]
+    assert len(ended["warnings"]) == 1
+    assert re.fullmatch(
+        r"round 2: iteration dropped: node\(s\) \[\d+\] answered the root but not level 1",
+        ended["warnings"][0],
+    )
+    assert ended["status"] == "completed" and ", 1 warning," in ended["line"]
 
 
 def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path):

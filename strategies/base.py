@@ -259,6 +259,7 @@ class FederatedStrategy(Strategy):
             return outcome
         if outcome.nonfinite and len(outcome.nonfinite) == training.asked:
             raise Diverged(server_round, f"every node's reply held NaN or inf: {outcome.error}")
+        self.warn(server_round, f"no secure sum: {outcome.error}")
         return None
 
     def count_failures(self, count: int) -> None:

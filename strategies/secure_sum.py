@@ -255,9 +255,8 @@ class SecureAggregator:
         out = SecureOutcome()
         try:
             _Sum(self, grid, server_round, out, check).run(list(messages), fields, weight)
-        except SecureSumFailed as err:
+        except SecureSumFailed as err:  # each caller reports it (a warning, or its own error)
             out.error, out.sums, out.contributors = str(err), {}, []
-            log(WARNING, "%s round %d: no secure sum: %s", self.label, server_round, err)
         return out
 
 

@@ -162,3 +162,15 @@ def test_secure_fedfw_refuses_what_would_send_a_node_s_vector_in_plain():
         )
         with pytest.raises(ConfigError, match=words):
             fedfw_settings(settings)
+
+
+def test_a_round_without_a_secure_sum_is_a_warning_of_the_run(tmp_path):
+    """Two nodes, one of them gone in round 2: a sum of one node would be that node's own, so
+    the round has no secure sum; the run goes on, and its outcome says which round lost its
+    sum and why."""
+    config = config_for(tmp_path, "fedfw", **SECURE)
+    run(LocalGrid(missing(1, 2), config, 2), server_context(config))
+    ended = json.loads((tmp_path / RUN_NAME / "config.json").read_text())["outcome"]
+    assert [w.split(":")[0] for w in ended["warnings"]] == ["round 2"]
+    assert "no secure sum: only 1 node(s)" in ended["warnings"][0]
+    assert ended["status"] == "completed" and ", 1 warning," in ended["line"]

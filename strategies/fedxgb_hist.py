@@ -327,15 +327,13 @@ class FedXgbHist(XgbStrategy):
                 exact=self.hist.min_bin_count <= 1,
             )
         except IterationDropped as err:
-            self.dropped_reason = str(err)
-            self.warn(server_round, f"iteration dropped: {err}")
-            return []
+            return self._drop(server_round, str(err))
         booster = Booster(self.spec, self.booster.trees + tuple(trees))
         raw = encode_booster(booster)
         if len(raw) > self.spec.max_bytes:
-            self.dropped_reason = "the booster would outgrow fedxgb-hist.max-booster-bytes"
-            self.warn(server_round, f"iteration dropped: {self.dropped_reason}")
-            return []
+            return self._drop(
+                server_round, "the booster would outgrow fedxgb-hist.max-booster-bytes"
+            )
         self._hold(booster, raw)
         self.participants = len(members)
         log(
@@ -358,6 +356,13 @@ class FedXgbHist(XgbStrategy):
             self._grid(grid, server_round, unknown)
         elif unknown:  # a resumed run, or a node that came back under a new id
             self._sketches(grid, server_round, unknown)
+
+    def _drop(self, server_round: int, reason: str) -> list[Message]:
+        """The round's iteration is dropped (the booster stays as it was): its row says so and
+        the run's outcome keeps the reason; no message is left for the template to send."""
+        self.dropped_reason = reason
+        self.warn(server_round, f"iteration dropped: {reason}")
+        return []
 
     def _level_exchange(
         self, grid: Grid, server_round: int, nodes: list[int], members: list[int]

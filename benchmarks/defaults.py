@@ -40,24 +40,16 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.common import RESULTS, command_line, machine_info, md_table, write_report
+from tasks.datasets import ONLINE_TASKS, REGRESSION_TASKS, TASK_NAMES
 
 ROUNDS = 20
 NODES = 10
-TASKS = (
-    "digits",
-    "iris",
-    "wine",
-    "breast-cancer",
-    "diabetes",
-    "mnist-5k",
-    "synthetic",
-    "lipschitz",
-)
+TASKS = tuple(t for t in TASK_NAMES if t not in ONLINE_TASKS)  # every bundled task
 SITES = {
     "penguins": {"data.label": "species", "data.categorical": "sex"},
     "cars": {"data.label": "Miles_per_Gallon", "data.kind": "regression"},
 }
-REGRESSION = ("diabetes", "lipschitz", "cars")
+REGRESSION = (*REGRESSION_TASKS, "cars")
 FAMILIES: dict[str, dict[str, Any]] = {
     "fedavg": {"algorithm": "fedavg"},
     "ffgb (MLP)": {"algorithm": "ffgb"},

@@ -66,7 +66,7 @@ def restore(strategy: FederatedStrategy, checkpoint: Checkpoint) -> None:
         raise DecodeError(
             f"the checkpoint's strategy state does not load ({type(err).__name__}: {err})"
         ) from None
-    strategy.forget_node_states()
     done = checkpoint.server_round
+    strategy.forget_node_states(done + 1)
     if strategy.fuses_evaluation(done) and "train_loss" not in checkpoint.rows[-1]:
         strategy.evaluation_due = done  # it was to ride on the round that did not come

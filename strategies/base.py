@@ -210,9 +210,9 @@ class FederatedStrategy(Strategy):
         for node in changes.left:
             position = self.book.position(node)
             self.book.release(node)
-            self.on_leave(node, position)
+            self.on_leave(node, position, server_round)
         for old, new in changes.rebinds:
-            self.rebind(old, new)
+            self.rebind(old, new, server_round)
         for node in changes.joined:
             self.book.append(node)
             self.on_join(node, grid, server_round)
@@ -225,9 +225,9 @@ class FederatedStrategy(Strategy):
         slot new, to be brought up to date by its first message); nothing by default (the
         family keeps nothing per node beyond the slot)."""
 
-    def on_leave(self, node: int, position: int) -> None:
-        """The family goes on without ``node`` (at ``position``), which left for good; its slot
-        stays there under a tombstone id. Nothing by default."""
+    def on_leave(self, node: int, position: int, server_round: int) -> None:
+        """The family goes on without ``node`` (at ``position``), which left for good before
+        round ``server_round``; its slot stays there under a tombstone id. Nothing by default."""
 
     @abstractmethod
     def train_messages(
@@ -320,22 +320,23 @@ class FederatedStrategy(Strategy):
     ) -> tuple[ArrayRecord | None, dict[str, Any]]:
         """The new global arrays (None: unchanged or none) and the round's training metrics."""
 
-    def rebind(self, old: int, new: int) -> None:
+    def rebind(self, old: int, new: int, server_round: int) -> None:
         """Node ``new`` took the place of ``old`` (a restarted SuperNode of the same partition):
         its slot moves with it and is lost (``NodeSlot.lose``), so the next message brings it up
         to date; ``on_rebind`` moves whatever else the family keys by node id."""
         self.book.rebind(old, new)
-        self.on_rebind(old, new)
+        self.on_rebind(old, new, server_round)
 
-    def on_rebind(self, old: int, new: int) -> None:
+    def on_rebind(self, old: int, new: int, server_round: int) -> None:
         """The family's part of a rebind (nothing when it keys its state by roster position)."""
 
-    def forget_node_states(self) -> None:
+    def forget_node_states(self, server_round: int) -> None:
         """Every node of the roster holds nothing any more (a resumed run: Flower starts a new
         run, and a node's ``Context.state`` is per run): each is treated as a node that lost its
-        state, so its next message brings it up to date (``rebind`` of a node to itself)."""
+        state, so its next message brings it up to date (``rebind`` of a node to itself, in
+        ``server_round``: the first round the resumed run plays)."""
         for node in list(self.book.node_ids if self.book is not None else []):
-            self.rebind(node, node)
+            self.rebind(node, node, server_round)
 
     # -- evaluation -----------------------------------------------------------------------------
     @property

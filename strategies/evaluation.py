@@ -115,6 +115,14 @@ def federated_figures(sums: Iterable[EvaluationSums], kind: str, central: bool) 
     return {k if k == "train_loss" else f"federated_{k}": v for k, v in combined.items()}
 
 
+def central_figures(loss_sum: float, correct: float | None, n: int) -> dict[str, float]:
+    """The central test figures from the global function's loss summed over the ``n`` test
+    points and, for a classification, how many it got right (None for a regression)."""
+    if correct is None:
+        return {"test_mse": loss_sum / n, "test_loss": loss_sum / n}
+    return {"test_accuracy": correct / n, "test_loss": loss_sum / n}
+
+
 def spread_over_nodes(per_node: Mapping[int, Mapping[str, float]]) -> dict[str, float]:
     """``<metric>_mean``, ``_min`` and ``_max`` over nodes, for algorithms without a global
     function (each node evaluates its own model)."""

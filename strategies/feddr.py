@@ -121,13 +121,13 @@ class FedDRStrategy(HeldVectorStrategy):
             self.server.add(self.book.position(node), self.xbar)
         super().on_join(node, grid, server_round)
 
-    def on_leave(self, node: int, position: int) -> None:
+    def on_leave(self, node: int, position: int, server_round: int) -> None:
         """x-bar is the projected mean over the other nodes' x_hat_i from now on."""
         if self.server is not None:
             self.server.remove(position)
             domain = self.dr.domain
             self.xbar = self.server.aggregate({}, domain.constraint, domain.scope)
-        super().on_leave(node, position)
+        super().on_leave(node, position, server_round)
 
     # -- training ----------------------------------------------------------------
     def train_messages(

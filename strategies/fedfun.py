@@ -198,7 +198,7 @@ class FedFunStrategy(FederatedStrategy):
             len(self.book.node_ids),
         )
 
-    def on_rebind(self, old: int, new: int) -> None:
+    def on_rebind(self, old: int, new: int, server_round: int) -> None:
         """The returning node serves the same vertex and holds nothing: its next message
         carries the domain, its own last model and all its neighbours' models (with relay
         encryption: those sealed to its new keys; it is set up again)."""
@@ -213,7 +213,7 @@ class FedFunStrategy(FederatedStrategy):
         if self.keys is not None:
             self._rekeyed.add(self.vertex(node))
 
-    def on_leave(self, node: int, position: int) -> None:
+    def on_leave(self, node: int, position: int, server_round: int) -> None:
         """Its vertex's model is no longer relayed; its neighbours go on without it."""
         vertex = int(self.roster.facts[self.roster.node_ids[position]][PARTITION_ID])
         self.relay.drop(vertex)

@@ -29,7 +29,7 @@ round into a secure sum, and x-bar is the mean of the nodes' x_i from their runn
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
 from typing import Any, ClassVar
@@ -252,7 +252,7 @@ class FedFWStrategy(HeldVectorStrategy):
 
     def on_roster(self, grid: Grid, server_round: int) -> None:
         """Each node's D_i from its query.node answer; every x_i starts at x^1."""
-        self._fix_node_sets()
+        self._fix_node_sets(server_round, self.roster.node_ids)
         if self.secure_training is not None:
             self.held = self.hold(self.x0)
             self.xbar, self.compact = self.held.mean, False
@@ -285,16 +285,23 @@ class FedFWStrategy(HeldVectorStrategy):
             a.nbytes for a in encode_model_point(self.fw.constraint, point, self.fw.scope).values()
         )
 
-    def _fix_node_sets(self) -> None:
-        """Each node's D_i from the roster, and D = their intersection when it is one of them
-        (section 4.3; ``fw_gap`` is taken over it, and left out when there is none)."""
-        self.node_sets = [self._declared_set(n) for n in self.roster.node_ids]
+    def _fix_node_sets(self, server_round: int = 0, new: Collection[int] = ()) -> None:
+        """Each node's D_i and K from the roster, and D = the D_i's intersection when it is one
+        of them (section 4.3; ``fw_gap`` is taken over it, and left out when there is none). A
+        node of ``new`` (admitted in round ``server_round``) that declared either unusably is a
+        warning of the run."""
+        declared = [(self._declared_set(n), self._declared_steps(n)) for n in self.roster.node_ids]
+        for node, ((_, bad_set), (_, bad_steps)) in zip(self.roster.node_ids, declared):
+            for problem in (bad_set, bad_steps):
+                if problem is not None and node in new:
+                    self.warn(server_round, f"node {node}: {problem}")
+        self.node_sets = [d for (d, _), _ in declared]
+        self.local_steps = [k for _, (k, _) in declared]
         self.roster_sets = RosterSets.of(self.node_sets)
         self.replica_sets = (
             tuple(c.kind for c in self.node_sets),
             tuple(float(c.radius) for c in self.node_sets),
         )
-        self.local_steps = [self._declared_steps(n) for n in self.roster.node_ids]
         active = [self.node_sets[p] for p in self.book.active_positions]
         self.gap_domain = smallest_set(active, list(self.layout.shapes), self.fw.scope)
         sets = sorted({f"{c.kind}({c.radius:g})" for c in active})
@@ -316,20 +323,20 @@ class FedFWStrategy(HeldVectorStrategy):
 
     def on_join(self, node: int, grid: Grid, server_round: int) -> None:
         """The new node's D_i and K from its answer; its x_i starts at x-bar."""
-        self._fix_node_sets()
+        self._fix_node_sets(server_round, (node,))
         if self.mirror is not None:
             self.mirror.add(self.book.position(node), self.xbar)
             self._roster_changed()
         super().on_join(node, grid, server_round)
 
-    def on_leave(self, node: int, position: int) -> None:
+    def on_leave(self, node: int, position: int, server_round: int) -> None:
         """x-bar is the mean of the other nodes' x_i from now on."""
         self._fix_node_sets()
         if self.mirror is not None:
             self.mirror.remove(position)
             self.xbar = self.mirror.x_bar
             self._roster_changed()
-        super().on_leave(node, position)
+        super().on_leave(node, position, server_round)
 
     def _roster_changed(self) -> None:
         """The dense downlink and x-bar as the mirror's mean from now on (module docstring);
@@ -339,30 +346,27 @@ class FedFWStrategy(HeldVectorStrategy):
         self.compact = self.recursive = False
         self.history, self._round_updates, self._mean_resync = [], {}, None
 
-    def _declared_steps(self, node: int) -> int:
-        """The local pass's K a node declared (0, so its points are refused, when unusable)."""
+    def _declared_steps(self, node: int) -> tuple[int, str | None]:
+        """The local pass's K a node declared, and why it is unusable (None: it is usable;
+        else K is 0, so its points are refused)."""
         steps = self.roster.facts.get(node, {}).get(LOCAL_STEPS)
         if not self.fw.local_pass:
-            return 1
+            return 1, None
         if type(steps) is not int or not 1 <= steps <= MAX_LOCAL_STEPS:
-            log(
-                WARNING,
-                "node %s: local pass of %r steps is not in [1, %d]; its points are refused",
-                node,
-                steps,
-                MAX_LOCAL_STEPS,
+            return 0, (
+                f"local pass of {steps!r} steps is not in [1, {MAX_LOCAL_STEPS}]; "
+                "its points are refused"
             )
-            return 0
-        return steps
+        return steps, None
 
-    def _declared_set(self, node: int) -> Constraint:
-        """The D_i a node declared, or the run's D when it declared none usable."""
+    def _declared_set(self, node: int) -> tuple[Constraint, str | None]:
+        """The D_i a node declared, and why it is unusable (None: it is usable; else the D_i
+        is the run's D)."""
         facts = self.roster.facts.get(node, {})
         try:
-            return make_constraint(str(facts[CONSTRAINT]), float(facts[RADIUS]))
+            return make_constraint(str(facts[CONSTRAINT]), float(facts[RADIUS])), None
         except (KeyError, TypeError, ValueError) as err:
-            log(WARNING, "node %s: no usable D_i (%s); it uses the run's D", node, err)
-            return self.fw.constraint
+            return self.fw.constraint, f"no usable D_i ({err}); it uses the run's D"
 
     # -- training ----------------------------------------------------------------
     def train_messages(

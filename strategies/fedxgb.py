@@ -44,7 +44,12 @@ from oracles.xgboost_local import INSTALL, available, outputs
 from run_config.common import RunSettings
 from run_config.fedxgb import FedXgbSettings, check_task, fedxgb_settings
 from strategies.base import FederatedStrategy, flower_options
-from strategies.evaluation import EvaluationSums, decode_evaluation_sums, federated_figures
+from strategies.evaluation import (
+    EvaluationSums,
+    central_figures,
+    decode_evaluation_sums,
+    federated_figures,
+)
 from strategies.node_book import messages_to
 from strategies.sampling import Sampler
 from strategies.screening import exact_records
@@ -168,10 +173,7 @@ class XgbStrategy(FederatedStrategy):
             return {}
         margins = class_margins(self.spec, outputs(self.raw, self.x_test))
         loss, correct = self.loss.sums(margins, self.task.y_test)
-        n = len(self.task.y_test)
-        if correct is None:
-            return {"test_mse": loss / n, "test_loss": loss / n}
-        return {"test_accuracy": correct / n, "test_loss": loss / n}
+        return central_figures(loss, correct, len(self.task.y_test))
 
     # -- state ----------------------------------------------------------------------------------
     def state_context(self) -> dict[str, Any]:

@@ -168,7 +168,7 @@ class FedXgbHist(XgbStrategy):
         bins = None if self.layout is None else [len(e) + 1 for e in self.layout.edges]
         return {**super().description(), "objective": self.objective, "bins": bins}
 
-    def on_rebind(self, old: int, new: int) -> None:
+    def on_rebind(self, old: int, new: int, server_round: int) -> None:
         """A node that lost its state holds no trees and no secure-aggregation key: it is sent
         the whole booster and set up again."""
         self.trees_held.pop(self.book.position(new), None)
@@ -184,7 +184,7 @@ class FedXgbHist(XgbStrategy):
         rows = example_limit(self.task) if self.secure is not None else -1
         self.rows = np.append(self.rows, np.int64(rows))
 
-    def on_leave(self, node: int, position: int) -> None:
+    def on_leave(self, node: int, position: int, server_round: int) -> None:
         """The next trees are grown from the other nodes' histograms."""
         self.trees_held.pop(position, None)
         if self.secure is not None:

@@ -48,7 +48,12 @@ from run_config.common import RunSettings
 from run_config.ffgb import DISTILL, FFGBSettings, check_task, ffgb_settings
 from strategies.base import FederatedStrategy
 from strategies.ensemble_sync import EnsembleSync, StoredEnsemble, SyncSlot
-from strategies.evaluation import EvaluationSums, decode_evaluation_sums, federated_figures
+from strategies.evaluation import (
+    EvaluationSums,
+    central_figures,
+    decode_evaluation_sums,
+    federated_figures,
+)
 from strategies.ffgb_distillation import SPEC, GlobalDistillation, StoredStudent
 from strategies.ffgb_one_shot import OneShotBoosting
 from strategies.ffgb_replies import CheckedIncrement, FFGBReplies
@@ -273,7 +278,7 @@ class FFGBStrategy(FederatedStrategy):
         self.count_failures(failures)
         return ready
 
-    def on_rebind(self, old: int, new: int) -> None:
+    def on_rebind(self, old: int, new: int, server_round: int) -> None:
         """A node that comes back is asked its sealing key again (relay encryption)."""
         if self.group is not None:
             self.group.forget(old)
@@ -282,10 +287,10 @@ class FFGBStrategy(FederatedStrategy):
         """Its first message brings the whole ensemble (a new slot holds nothing)."""
         self.boosting.join(self.book.position(node))
 
-    def on_leave(self, node: int, position: int) -> None:
+    def on_leave(self, node: int, position: int, server_round: int) -> None:
         """Its learners stay in f; with relay encryption its sealing key is dropped (it still
         knows the group key: the key is not rotated)."""
-        self.on_rebind(node, node)
+        self.on_rebind(node, node, server_round)
 
     def aggregate(
         self, server_round: int, replies: Iterable[Message]
@@ -384,10 +389,7 @@ class FFGBStrategy(FederatedStrategy):
         if self.bound is not None:
             values = np.clip(values, -self.bound, self.bound)
         loss, correct = self.loss.sums(values, self.task.y_test)
-        n = len(self.task.y_test)
-        if correct is None:
-            return {"test_mse": loss / n, "test_loss": loss / n}
-        return {"test_accuracy": correct / n, "test_loss": loss / n}
+        return central_figures(loss, correct, len(self.task.y_test))
 
     # -- state ----------------------------------------------------------------------------------
     def state_context(self) -> dict[str, Any]:

@@ -9,10 +9,8 @@ it to put in a new node's).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from logging import WARNING
 
 from flwr.app import Message
-from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from functions.params import Params
@@ -27,7 +25,7 @@ class HeldVectorStrategy(TorchModelStrategy):
     running sum with secure aggregation (None without)."""
 
     held: HeldSum | None = None
-    held_name: str = "vector"  # what a node holds, for the log
+    held_name: str = "vector"  # what a node holds, for the warning of a restart
     xbar: Params
 
     def restart(
@@ -67,29 +65,30 @@ class HeldVectorStrategy(TorchModelStrategy):
         """With secure aggregation: the running sum of the run's nodes, all at ``point``."""
         return HeldSum(point, self.book.active_positions)
 
-    def on_rebind(self, old: int, new: int) -> None:
+    def on_rebind(self, old: int, new: int, server_round: int) -> None:
         """With secure aggregation a node that lost its vector cannot get it back (the server
         never held it): every node restarts at x-bar, and the node is set up again for the
         secure sums."""
         if self.held is not None:
             self.secure_training.forget(old)
-            self._restart_held(f"node {old} lost its {self.held_name}")
+            self._restart_held(server_round, f"node {old} lost its {self.held_name}")
 
-    def _restart_held(self, why: str) -> None:
-        """With secure aggregation, every node of the run restarts at x-bar (``why``)."""
+    def _restart_held(self, server_round: int, why: str) -> None:
+        """With secure aggregation, every node of the run restarts at x-bar (``why``): the
+        steps of their own each took since the last restart are lost, a warning of the run."""
         self.held = self.hold(self.xbar)
         self.book.lost(self.book.node_ids)
-        log(WARNING, "%s: %s; every node restarts at x-bar", self.label, why)
+        self.warn(server_round, f"{why}; every node restarts at x-bar")
 
     def on_join(self, node: int, grid: Grid, server_round: int) -> None:
         """With secure aggregation every node restarts at x-bar, the new one with them (the
         family keeps each node's vector itself otherwise, and adds the new one's there)."""
         if self.held is not None:
-            self._restart_held(f"node {node} joined")
+            self._restart_held(server_round, f"node {node} joined")
 
-    def on_leave(self, node: int, position: int) -> None:
+    def on_leave(self, node: int, position: int, server_round: int) -> None:
         """With secure aggregation every node restarts at x-bar (the sum cannot lose one
         node's vector); the family drops the node's vector itself otherwise."""
         if self.held is not None:
             self.secure_training.forget(node)
-            self._restart_held(f"node {node} left")
+            self._restart_held(server_round, f"node {node} left")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 
 import numpy as np
@@ -11,6 +12,7 @@ from flwr.app import ConfigRecord, MetricRecord, RecordDict
 from client_app.app import app as client_app
 from client_app.registry import handlers_for
 from functions.acceptance import last_accepted, sync_value
+from functions.protocol import CONSTRAINT, LOCAL_STEPS, NODE
 from server_app.app import InvalidRunConfig
 from tests.helpers import forgetting, last_xbar, run_app, state_params, train_messages
 
@@ -125,6 +127,36 @@ def test_a_point_outside_the_declared_set_is_dropped_and_the_node_resynced(
     committed = grid.contexts[grid.node_ids[0]].state["fedfw.x"]
     for kept, first in zip(committed.values(), x1):
         np.testing.assert_array_equal(kept.numpy(), first)
+
+
+def test_a_node_with_an_unusable_set_or_pass_is_a_warning_of_the_run(tmp_path, monkeypatch):
+    """Partition 0 declares a D_i that is no set and a local pass of 0 steps: the run goes on
+    with the run's D for it and its points refused, and its outcome names the node and both
+    reasons once (the node's facts are read again at every roster change)."""
+    handlers = handlers_for("fedfw")
+    describe = handlers["query.node"]
+
+    def declares_nonsense(job):
+        answer = describe(job)
+        if job.data.partition_id == 0:
+            answer[NODE][CONSTRAINT], answer[NODE][LOCAL_STEPS] = "l7", 0
+        return answer
+
+    monkeypatch.setitem(handlers, "query.node", declares_nonsense)
+    run = run_app(
+        tmp_path,
+        3,
+        **{"algorithm": "fedfw", **FAST, "num-server-rounds": 2, "fedfw.local-pass": True},
+    )
+    outcome = json.loads((run.out_dir / "config.json").read_text())["outcome"]
+    node = run.grid.partition_node(0)
+    assert outcome["warnings"] == [
+        f"round 1: node {node}: no usable D_i (fedfw.constraint='l7' is not valid; allowed "
+        "values: l1, l2, box, nuclear, simplex); it uses the run's D",
+        f"round 1: node {node}: local pass of 0 steps is not in [1, 10000]; its points are refused",
+    ]
+    assert outcome["status"] == "completed"
+    assert [r["participants"] for r in run.rows[1:]] == [2, 2]
 
 
 def test_per_client_l2_superset_runs_and_sends_dense_points(tmp_path):

@@ -56,6 +56,10 @@ def config_for(out: Path, case: str, **extra) -> dict:
     )
 
 
+def warnings_of(out: Path) -> list[str]:
+    return json.loads((out / RUN_NAME / "config.json").read_text())["outcome"]["warnings"]
+
+
 def rows_of(out: Path) -> list[dict]:
     return json.loads((out / RUN_NAME / "metrics.json").read_text())["rounds"]
 
@@ -135,6 +139,10 @@ def test_a_node_that_lost_its_state_restarts_every_node_at_x_bar(tmp_path, case)
         if message.metadata.message_type == TRAIN and round_of(message) >= 4:
             first.setdefault(node, sync_value(message.content["config"]))
     assert new in first and all(sync != SYNC_NONE for sync in first.values())
+    held = "x_i" if case.startswith("fedfw") else "x_hat_i"
+    assert warnings_of(tmp_path) == [
+        f"round 4: node {old} lost its {held}; every node restarts at x-bar"
+    ]
     xbar, mean = mean_held(grid, config, case)
     for a, b in zip(xbar, mean):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
@@ -147,6 +155,9 @@ def test_a_resumed_secure_run_restarts_at_x_bar_and_keeps_x_bar_the_nodes_mean(t
     assert len(rows_of(tmp_path)) == ROUNDS + 1
     restarts = [m for m in grid.down if m.metadata.message_type == TRAIN and round_of(m) == 3]
     assert restarts and all(sync_value(m.content["config"]) != SYNC_NONE for m in restarts)
+    assert warnings_of(tmp_path) == [
+        f"round 3: node {node} lost its x_i; every node restarts at x-bar" for node in grid.node_ids
+    ]
     xbar, mean = mean_held(grid, config, "fedfw-plus-pass")
     for a, b in zip(xbar, mean):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)

@@ -522,7 +522,7 @@ def _preorder(left: np.ndarray, right: np.ndarray) -> list[int] | None:
 # -- facts: the schema agreement's and FedFun's bounds ----------------------------------------
 def facts_values(facts: object) -> dict[str, list[float]]:
     """The values a site's ``query.facts`` reply states that could be a row's
-    (``tasks.site_schema.site_facts``), claimed as such: each numeric column's range ends, and
+    (``tasks.site_facts.site_facts``), claimed as such: each numeric column's range ends, and
     its magnitude when the column has an odd number of present values and one sign (an exact
     median |value| would be a row's); {} for anything else."""
     try:

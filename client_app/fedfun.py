@@ -82,7 +82,7 @@ from oracles.fedfun_local import (
 )
 from oracles.fsr_network import monte_carlo_distance, penalty_weights
 from run_config.fedfun import FedFunSettings, max_leaves, model_limits
-from tasks.site_schema import outside
+from tasks.site_facts import outside
 
 Job = ClientJob[FedFunSettings, tuple[str, tuple[int, ...]]]  # overrides: learner, widths
 
@@ -352,7 +352,7 @@ def _figures(
 
 def bounds(job: Job) -> RecordDict:
     """``query.bounds``: each feature's range over this node's training rows, widened to the
-    powers of two just outside it (``tasks.site_schema.outside``: no end is a row's value), and
+    powers of two just outside it (``tasks.site_facts.outside``: no end is a row's value), and
     its number of samples."""
     x = job.data.x_train.reshape(len(job.data.x_train), -1).astype(np.float64)
     ends = np.array(

@@ -1,7 +1,7 @@
 """The node's half of the sites' schema agreement (``task='site'``; the server's half is
 ``strategies.site_agreement``), for every family alike.
 
-- ``query.facts``: the facts of the node's own file (``tasks.site_schema.site_facts``: no rows),
+- ``query.facts``: the facts of the node's own file (``tasks.site_facts.site_facts``: no rows),
   with its partition id, and the row count of its test file if it has one.
 - ``query.moments``: under the schema the server sends, the sums of the node's training rows
   (and its test file, if it has one, checked against the schema), as arrays into a secure sum
@@ -40,8 +40,10 @@ from functions.protocol import (
     SITE_SECURE,
 )
 from tasks.site_data import read_own, read_test, training_rows
+from tasks.site_facts import site_facts
 from tasks.site_files import SiteDataError, SiteTable
-from tasks.site_schema import Schema, check_table, moment_arrays, site_facts, site_moments
+from tasks.site_moments import moment_arrays, site_moments
+from tasks.site_schema import Schema, check_table
 
 
 def _site_record(content: RecordDict) -> ConfigRecord:

@@ -14,8 +14,8 @@ QUERY_MOMENTS = "query.moments"  # ... then its sums under the agreed schema (or
 
 # -- sites' own data (strategies.site_agreement; client_app.site_data) ------------------------
 SITE = "site"  # ConfigRecord of the site exchanges, and of query.node with task='site'
-SITE_FACTS = "facts"  # JSON (tasks.site_schema.site_facts)
-SITE_MOMENTS = "moments"  # JSON (tasks.site_schema.site_moments)
+SITE_FACTS = "facts"  # JSON (tasks.site_facts.site_facts)
+SITE_MOMENTS = "moments"  # JSON (tasks.site_moments.site_moments)
 SITE_SCHEMA = "schema"  # JSON (tasks.site_schema.Schema)
 SITE_REFUSED = "refused"  # why the server leaves the node out
 SITE_SECURE = "secure"  # query.moments: the sums go into a secure sum, as arrays

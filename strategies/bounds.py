@@ -3,7 +3,7 @@
 FedFun measures disagreement over a box domain and scales it to the unit cube (appendix B). The
 paper computes the box from pooled data up front; here each node reports, in one
 ``query.bounds`` round, each feature's range widened to the signed powers of two (or 0) just
-outside it (``tasks.site_schema.outside``, as the sites' facts) and its sample count, and the
+outside it (``tasks.site_facts.outside``, as the sites' facts) and its sample count, and the
 server takes the union. What a node reveals is exactly that: per feature, a power-of-two
 interval that holds its values with neither end a row's value, and its size. The box holds
 every training row, and each of its ends is within a factor of two of the pooled data's (an end

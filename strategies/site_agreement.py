@@ -2,11 +2,11 @@
 sums, never rows.
 
 1. ``query.facts`` to every connected node: each answers its partition id and the facts of its
-   own file (``tasks.site_schema.site_facts``). A node whose file cannot be used answers an
+   own file (``tasks.site_facts.site_facts``). A node whose file cannot be used answers an
    error naming the file and the problem; it is logged and left out, as is a node whose claim
    the roster would refuse (against ``node-partitions``, or a partition another node serves),
    so that no sums are taken from a node that will not train.
-2. The server agrees one schema (``tasks.site_schema.agree``); a node whose facts conflict is
+2. The server agrees one schema (``tasks.schema_agreement.agree``); a node whose facts conflict is
    refused with the reason, which it is told in the next exchange.
 3. ``query.moments`` to every node that answered: the schema to the agreeing ones, which answer
    their training rows' sums, and the reason to the refused ones, which log it. The summed
@@ -62,23 +62,18 @@ from strategies.roster import refuse_unpinned
 from strategies.screening import exact_records, screen_replies
 from strategies.secure_sum import SecureAggregator
 from tasks.datasets import TaskData
+from tasks.schema_agreement import Agreement, agree, judged, misfit, plausibility
 from tasks.site_data import server_task
+from tasks.site_facts import check_facts
 from tasks.site_files import SiteDataError
-from tasks.site_schema import (
-    Agreement,
-    Schema,
-    SiteSpec,
-    agree,
-    check_facts,
+from tasks.site_moments import (
     check_moments,
-    judged,
-    misfit,
     moment_bounds,
     moments_of_arrays,
-    plausibility,
     pooled_facts,
     with_moments,
 )
+from tasks.site_schema import Schema, SiteSpec
 
 LABEL = "sites"
 ROUND = 0  # the exchanges come before round 1

@@ -34,7 +34,7 @@ from tasks.site_errors import SiteDataError
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
 FORMATS = ("PNG", "JPEG", "BMP")
 GREY_MODES = frozenset({"1", "L", "LA", "I", "I;16", "F"})
-MAX_VALUES = 9_999  # pixel values an image may hold: site_schema.MAX_COLUMNS less the label
+MAX_VALUES = 9_999  # pixel values an image may hold: tasks.site_schema.MAX_COLUMNS less the label
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 
 from tasks import site_files
+from tasks.site_facts import site_facts
 from tasks.site_files import CATEGORICAL, NUMERIC, SiteDataError, read_site_file
-from tasks.site_schema import CLASSIFICATION, REGRESSION, SiteSpec, site_facts
+from tasks.site_schema import CLASSIFICATION, REGRESSION, SiteSpec
 
 PENGUIN_SPEC = SiteSpec(CLASSIFICATION, "species", categorical=("sex",))
 

@@ -13,9 +13,11 @@ import pytest
 from PIL import Image
 
 from tasks import site_files
+from tasks.schema_agreement import agree
+from tasks.site_facts import site_facts
 from tasks.site_files import SiteDataError, read_site_file
 from tasks.site_images import MAX_VALUES
-from tasks.site_schema import CLASSIFICATION, SiteSpec, agree, site_facts
+from tasks.site_schema import CLASSIFICATION, SiteSpec
 from tasks.sites import write_image_sites
 from tests.helpers import run_app
 

@@ -21,19 +21,11 @@ from hypothesis import strategies as st
 from client_app.app import app as client_app
 from functions.protocol import PARTITION_ID, QUERY_MOMENTS, SITE, SITE_MOMENTS
 from tasks import site_files
+from tasks.schema_agreement import agree
+from tasks.site_facts import check_facts, site_facts
 from tasks.site_files import SiteDataError, read_site_file
-from tasks.site_schema import (
-    CLASSIFICATION,
-    REGRESSION,
-    Schema,
-    SiteSpec,
-    agree,
-    check_facts,
-    check_moments,
-    site_facts,
-    site_moments,
-    with_moments,
-)
+from tasks.site_moments import check_moments, site_moments, with_moments
+from tasks.site_schema import CLASSIFICATION, REGRESSION, Schema, SiteSpec
 from tasks.sites import write_sites
 from tests.helpers import run_app
 

@@ -19,8 +19,9 @@ from client_app.app import app as client_app
 from functions.protocol import PARTITION_ID, QUERY_FACTS, SITE, SITE_FACTS
 from run_config.common import RunSettings
 from strategies.site_agreement import agree_sites
+from tasks.schema_agreement import agree
+from tasks.site_facts import check_facts, site_facts
 from tasks.site_files import SiteDataError, read_site_file
-from tasks.site_schema import agree, check_facts, site_facts
 from tasks.sites import write_sites
 from testing.inprocess_grid import LocalGrid, run_config
 

@@ -11,22 +11,11 @@ import pandas as pd
 import pytest
 
 from tasks import site_files
+from tasks.schema_agreement import agree
+from tasks.site_facts import check_facts, site_facts
 from tasks.site_files import SiteDataError, read_site_file
-from tasks.site_schema import (
-    CLASSIFICATION,
-    REGRESSION,
-    Schema,
-    SiteSpec,
-    agree,
-    check_facts,
-    check_moments,
-    site_facts,
-    site_moments,
-    text,
-    texts,
-    transform,
-    with_moments,
-)
+from tasks.site_moments import check_moments, site_moments, with_moments
+from tasks.site_schema import CLASSIFICATION, REGRESSION, Schema, SiteSpec, text, texts, transform
 
 SPEC = SiteSpec(CLASSIFICATION, "species", categorical=("sex",))
 A = pd.DataFrame(

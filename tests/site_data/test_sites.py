@@ -6,8 +6,9 @@ import json
 
 import pytest
 
+from tasks.site_facts import site_facts
 from tasks.site_files import read_site_file
-from tasks.site_schema import CLASSIFICATION, REGRESSION, SiteSpec, site_facts
+from tasks.site_schema import CLASSIFICATION, REGRESSION, SiteSpec
 from tasks.sites import TABLES, write_sites
 
 

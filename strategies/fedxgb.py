@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from logging import INFO, WARNING
+from logging import INFO
 from typing import Any, ClassVar
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
@@ -243,19 +243,17 @@ class CheckedFedXgbBagging(XgbStrategy):
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, dict[str, float]]:
         """Every checked reply's trees appended, in partition order; a booster that would
-        outgrow ``max-booster-bytes`` is not taken (the round keeps the booster it had)."""
+        outgrow ``max-booster-bytes`` is not taken (the round keeps the booster it had: a
+        warning of the run)."""
         good = self.screen(server_round, replies, self._new_trees)
         if good:
             merged = self.booster.plus(good.values())
             raw = encode_booster(merged)
             if len(raw) > self.spec.max_bytes:
-                log(
-                    WARNING,
-                    "%s round %d: the booster would outgrow fedxgb.max-booster-bytes="
-                    "%d; it stays as it was",
-                    self.label,
+                self.warn(
                     server_round,
-                    self.spec.max_bytes,
+                    f"the booster would outgrow fedxgb.max-booster-bytes={self.spec.max_bytes}; "
+                    "the round's trees are dropped",
                 )
             else:
                 self._hold(merged, raw)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from logging import INFO, WARNING
+from logging import INFO
 from typing import Any
 
 import numpy as np
@@ -266,7 +266,8 @@ class FFGBStrategy(FederatedStrategy):
 
     def _keyed(self, grid: Grid, server_round: int, nodes: list[int]) -> list[int]:
         """With relay encryption, those of ``nodes`` that hold the group key (``GroupKey``; a
-        node that may have lost its state is asked its sealing key again); else ``nodes``."""
+        node that may have lost its state is asked its sealing key again); else ``nodes``. The
+        others sit the round out, a warning of the run."""
         if self.group is None:
             return nodes
         for node in nodes:
@@ -276,6 +277,12 @@ class FFGBStrategy(FederatedStrategy):
             grid, server_round, nodes, self.book.node_ids, self.ensemble.version == 0
         )
         self.count_failures(failures)
+        if len(ready) < len(nodes):
+            missing = len(nodes) - len(ready)
+            self.warn(
+                server_round,
+                f"{missing} of {len(nodes)} nodes hold no group key yet and sit this round out",
+            )
         return ready
 
     def on_rebind(self, old: int, new: int, server_round: int) -> None:
@@ -329,11 +336,7 @@ class FFGBStrategy(FederatedStrategy):
         metrics, student = self.distillation.combine(index, good)
         if index >= self.ffgb.distill_rounds:
             if student is None:
-                log(
-                    WARNING,
-                    "%s: no node trained the student; the ensemble stays as it is",
-                    self.label,
-                )
+                self.warn(server_round, "no node trained the student; the ensemble stays as it is")
             else:
                 before = self.sync.replace(student, list(self.book.slots.values()))
                 if self.test_cache is not None:

@@ -14,7 +14,7 @@ after a resumed simulation), the run stops in one sentence.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from logging import INFO, WARNING
+from logging import INFO
 
 from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.common.logger import log
@@ -96,15 +96,6 @@ class GroupKey:
                 "relay-encryption: no node holds the group key the ensemble's learners are "
                 "sealed under (every node has new keys, as after a resumed simulation); the "
                 "sealed ensemble cannot be opened: start the run afresh"
-            )
-        if len(ready) < len(nodes):
-            log(
-                WARNING,
-                "%s round %d: %d of %d nodes hold no group key yet and sit this round out",
-                self.label,
-                server_round,
-                len(nodes) - len(ready),
-                len(nodes),
             )
         return ready, self._failures
 

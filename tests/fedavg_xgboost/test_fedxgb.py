@@ -352,10 +352,17 @@ def test_the_checkpointed_booster_is_checked_as_a_reply(tmp_path):
         strategy_for(shallower).load_state_record(state)
 
 
-def test_bagging_keeps_its_booster_when_the_merge_would_outgrow_the_bound(tmp_path, caplog):
-    rows = run_app(
+def test_bagging_keeps_its_booster_when_the_merge_would_outgrow_the_bound(tmp_path):
+    """The rounds whose trees are dropped are warnings of the run, each naming the bound."""
+    run = run_app(
         tmp_path, 3, algorithm="fedxgb-bagging", **{**SMALL, "fedxgb.max-booster-bytes": 8000}
-    ).rows
+    )
+    rows = run.rows
     assert [r["ensemble_size"] for r in rows[1:]] == [9, 9, 9, 9]
     assert all(r["failures"] == 0 and r["booster_bytes"] <= 8000 for r in rows[1:])
-    assert "would outgrow fedxgb.max-booster-bytes=8000" in caplog.text
+    outcome = json.loads((run.out_dir / "config.json").read_text())["outcome"]
+    assert outcome["warnings"] == [
+        f"round {t}: the booster would outgrow fedxgb.max-booster-bytes=8000; the round's "
+        "trees are dropped"
+        for t in (2, 3, 4)
+    ]

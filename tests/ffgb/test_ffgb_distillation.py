@@ -3,6 +3,7 @@ client-side distillation and FedAvg distillation rounds end to end, with resume 
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -172,6 +173,33 @@ def test_fedavg_distillation_rounds_replace_the_ensemble_by_one_network(tmp_path
     _nodes_hold_the_server_function(run)
     students = [m for m in run.grid.down if STUDENT in m.content]
     assert len(students) == 2 * 4
+
+
+def test_a_distillation_no_node_answered_keeps_the_ensemble_and_is_a_warning(tmp_path):
+    """Every node fails both FedAvg rounds of the student (a round with replies would give the
+    student): the ensemble stays as it was, and the run's outcome says which round lost it."""
+
+    def fails_the_student_rounds(message, context):
+        if STUDENT in message.content and message.content["config"]["server-round"] in (3, 4):
+            raise RuntimeError("no student trained here")
+        return client_app(message, context)
+
+    run = run_ffgb(
+        tmp_path,
+        client=fails_the_student_rounds,
+        **{
+            "num-server-rounds": 5,
+            "ffgb.distill-every": 2,
+            "ffgb.distill-rounds": 2,
+            "ffgb.distill-steps": 100,
+            "eval-with-train": False,
+        },
+    )
+    assert [r["ensemble_size"] for r in run.rows[1:]] == [8, 16, 16, 16, 24]
+    outcome = json.loads((run.out_dir / "config.json").read_text())["outcome"]
+    assert outcome["warnings"] == [
+        "round 4: no node trained the student; the ensemble stays as it is"
+    ]
 
 
 @pytest.mark.e2e

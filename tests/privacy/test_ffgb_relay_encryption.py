@@ -12,6 +12,7 @@ server checks a plain one, and the server decodes a sealed group within its limi
 
 from __future__ import annotations
 
+import json
 import zlib
 from dataclasses import replace
 from pathlib import Path
@@ -38,6 +39,7 @@ from functions.secure_sum import (
     RECIPIENT_KEYS,
     SEALING_KEY,
     SECAGG,
+    SETUP,
     WRAP,
     WRAP_FROM,
     WRAPS,
@@ -127,6 +129,26 @@ def test_a_node_back_with_new_keys_is_given_the_group_key_and_trains(tmp_path):
     assert any(e.reply.metadata.src_node_id == new for e in trained)
     rows = rows_of(tmp_path)
     assert rows[-1]["participants"] == NODES and rows[-1]["failures"] == 0
+
+
+def test_a_node_that_never_takes_the_group_key_sits_out_and_the_run_says_so(tmp_path):
+    """Partition 2's node fails every setup exchange: the server never learns its sealing key,
+    so it never holds the group key and sits every round out; the others train, and each round
+    is a warning of the run's outcome."""
+
+    def refuses_the_key(message, context):
+        if message.metadata.message_type == SETUP and context.node_config["partition-id"] == 2:
+            raise RuntimeError("this node gives no sealing key")
+        return client_app(message, context)
+
+    config = config_for(tmp_path, **ENCRYPTED, **{"num-server-rounds": 2})
+    run(LocalGrid(refuses_the_key, config, NODES), server_context(config))
+    assert [r["participants"] for r in rows_of(tmp_path)[1:]] == [NODES - 1] * 2
+    outcome = json.loads((tmp_path / RUN_NAME / "config.json").read_text())["outcome"]
+    assert outcome["warnings"] == [
+        f"round {t}: 1 of {NODES} nodes hold no group key yet and sit this round out"
+        for t in (1, 2)
+    ]
 
 
 def test_with_partial_participation_a_node_sampled_later_gets_the_key_from_a_holder(tmp_path):

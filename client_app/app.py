@@ -10,6 +10,7 @@ warning line; any other exception is a fault of ours, and the node's log keeps i
 from __future__ import annotations
 
 import os
+from functools import partial
 from logging import ERROR, WARNING
 
 import torch
@@ -95,10 +96,14 @@ def _family_reply(message_type: str, content: RecordDict, context: Context) -> R
         raise ConfigError(
             f"algorithm {settings.algorithm!r} does not handle {message_type!r} messages"
         )
-    data = setup.site_data(agreed_schema(content, context.state)) if settings.sites else setup.data
+    read_data = (
+        partial(setup.site_data, agreed_schema(content, context.state))
+        if settings.sites
+        else lambda: setup.data
+    )
     setup.device  # resolved for every message: a device this machine lacks fails them all
     with work_log.work():
-        return procedure(ClientJob(content, context.state, data, setup))
+        return procedure(ClientJob(content, context.state, read_data, setup))
 
 
 def _register(message_type: str) -> None:

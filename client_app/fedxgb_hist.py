@@ -80,6 +80,8 @@ Job = ClientJob[FedXgbHistSettings, None]
 KEPT, EDGES, KEPT_ROUND = "fedxgb-hist.kept", "fedxgb-hist.edges", "fedxgb-hist.round"
 DIGEST = "edges-digest"  # in KEPT_ROUND: the edges the kept bins are of
 TREES = "trees"  # in KEPT_ROUND: how many trees the margins are of (their digest: TREES_DIGEST)
+SPEC_FROM_DATA = ("num_class", "num_feature", "binary")  # in KEPT_ROUND: the spec's part that
+# the node's data gives (the deeper levels read no rows)
 NODES, NODES_TREES = "fedxgb-hist.nodes", "fedxgb-hist.nodes-trees"  # each row's node, and the
 # trees of the level it was found at (a deeper level of the same trees walks on from there)
 
@@ -113,10 +115,8 @@ def train(job: Job) -> RecordDict:
     gradients: the occupied slots, or every slot when they go into a secure sum
     (``dense-histograms``). When a round's first level asks (``evaluate-first``), the booster
     it brings (the last round's) is evaluated too, as ``evaluate`` would."""
-    hist, data = job.family, job.data
-    spec = hist.spec(data.task)
-    x = _rows(data.x_train)
-    margins, layout, bins, (g, h), raw = _round_start(job, spec, x)
+    hist = job.family
+    spec, margins, layout, bins, (g, h), raw = _round_start(job)
     trees, leaves = read_growing(job.content[GROWING], layout, spec.outputs, hist.max_depth)
     nodes = row_nodes(layout, bins, trees, _kept_nodes(job, layout, trees, spec.outputs))
     job.state[NODES] = ArrayRecord({"nodes": Array(nodes)})
@@ -138,8 +138,8 @@ def train(job: Job) -> RecordDict:
         reply[EVALUATION] = booster_evaluation(
             raw,
             spec,
-            hist.loss(data.task),
-            data,
+            hist.loss(job.data.task),
+            job.data,
             margins["train"].astype(np.float64),
             margins["test"].astype(np.float64),
         )[METRICS]
@@ -167,62 +167,78 @@ def _noise_std(config: ConfigRecord) -> float:
     return std
 
 
-def _round_start(
-    job: Job, spec: BoosterSpec, x: np.ndarray
-) -> tuple[
-    dict[str, np.ndarray] | None, BinLayout, np.ndarray, tuple[np.ndarray, np.ndarray], bytes | None
-]:
-    """The booster's margins on the node's training rows and test shard (None at the deeper
-    levels), the bin edges, the rows' bins, their gradients and hessians and the checked
-    booster (None at the deeper levels): read and computed at a round's first level, which
-    carries the booster and the edges (the margins as XGBoost's prediction gives them, exact in
-    float32), and kept in the node's state for the deeper levels, which carry neither;
-    ``LostStateError`` when the node holds none of this round (it restarted mid-iteration: the
-    server drops the iteration and starts again)."""
+Level = tuple[
+    BoosterSpec,
+    dict[str, np.ndarray] | None,
+    BinLayout,
+    np.ndarray,
+    tuple[np.ndarray, np.ndarray],
+    bytes | None,
+]
+
+
+def _round_start(job: Job) -> Level:
+    """The run's booster spec, the booster's margins on the node's training rows and test shard
+    (None at the deeper levels), the bin edges, the rows' bins, their gradients and hessians
+    and the checked booster (None at the deeper levels): read and computed at a round's first
+    level, which carries the booster and the edges (``_first_level``), and kept in the node's
+    state for the deeper levels, which carry neither and so read none of the node's rows
+    (``job.data``: no file read where the app process is new); ``LostStateError`` when the
+    node holds none of this round (it restarted mid-iteration: the server drops the iteration
+    and starts again)."""
     server_round = int(job.content[CONFIG][SERVER_ROUND])
     if ARRAYS in job.content:
-        layout = read_layout(job.content[LAYOUT], spec.num_feature, job.family.max_bin)
-        digest = _edges_digest(layout)
-        kept = job.state.get(KEPT_ROUND)
-        if kept is not None and kept.get(DIGEST) == digest:  # the run's edges: binned already
-            bins = job.state[KEPT]["bins"].numpy()
-        else:
-            bins = layout.bins(x).astype(np.uint16)  # at most max-bin (<= 1024) + 1
-        margins, count, digest_of_trees, raw = _margins(
-            job,
-            spec,
-            {"train": x, "test": _rows(job.data.x_test)},
-            partial(_carried_leaves, job, layout, bins, x, spec.outputs),
-        )
-        g, h = gradients(job.family.objective(job.data.task), margins["train"], job.data.y_train)
-        job.state[KEPT] = ArrayRecord(
-            {
-                "grad": Array(g),
-                "hess": Array(h),
-                "bins": Array(bins),
-                **{f"margins-{name}": Array(m) for name, m in margins.items()},
-            }
-        )
-        for key in (NODES, NODES_TREES):  # a new iteration's trees start at their roots
-            if key in job.state:
-                del job.state[key]
-        job.state[EDGES] = job.content[LAYOUT]
-        job.state[KEPT_ROUND] = ConfigRecord(
-            {
-                SERVER_ROUND: server_round,
-                DIGEST: digest,
-                TREES: count,
-                TREES_DIGEST: digest_of_trees,
-            }
-        )
-        return margins, layout, bins, (g, h), raw
+        return _first_level(job, server_round)
     kept = job.state.get(KEPT_ROUND)
     if kept is None or int(kept[SERVER_ROUND]) != server_round:
         raise LostStateError(f"this node holds no gradients of round {server_round}")
+    spec = job.family.spec_of(*(kept[f"spec-{name}"] for name in SPEC_FROM_DATA))
     layout = read_layout(job.state[EDGES], spec.num_feature, job.family.max_bin)
     arrays = job.state[KEPT]
     gradients_ = (arrays["grad"].numpy(), arrays["hess"].numpy())
-    return None, layout, arrays["bins"].numpy(), gradients_, None
+    return spec, None, layout, arrays["bins"].numpy(), gradients_, None
+
+
+def _first_level(job: Job, server_round: int) -> Level:
+    """``_round_start`` at a round's first level: the margins as XGBoost's prediction gives
+    them (exact in float32), the rows binned once a run, all kept in the node's state."""
+    spec, x = job.family.spec(job.data.task), _rows(job.data.x_train)
+    layout = read_layout(job.content[LAYOUT], spec.num_feature, job.family.max_bin)
+    digest = _edges_digest(layout)
+    kept = job.state.get(KEPT_ROUND)
+    if kept is not None and kept.get(DIGEST) == digest:  # the run's edges: binned already
+        bins = job.state[KEPT]["bins"].numpy()
+    else:
+        bins = layout.bins(x).astype(np.uint16)  # at most max-bin (<= 1024) + 1
+    margins, count, digest_of_trees, raw = _margins(
+        job,
+        spec,
+        {"train": x, "test": _rows(job.data.x_test)},
+        partial(_carried_leaves, job, layout, bins, x, spec.outputs),
+    )
+    g, h = gradients(job.family.objective(job.data.task), margins["train"], job.data.y_train)
+    job.state[KEPT] = ArrayRecord(
+        {
+            "grad": Array(g),
+            "hess": Array(h),
+            "bins": Array(bins),
+            **{f"margins-{name}": Array(m) for name, m in margins.items()},
+        }
+    )
+    for key in (NODES, NODES_TREES):  # a new iteration's trees start at their roots
+        if key in job.state:
+            del job.state[key]
+    job.state[EDGES] = job.content[LAYOUT]
+    job.state[KEPT_ROUND] = ConfigRecord(
+        {
+            SERVER_ROUND: server_round,
+            DIGEST: digest,
+            TREES: count,
+            TREES_DIGEST: digest_of_trees,
+            **{f"spec-{name}": getattr(spec, name) for name in SPEC_FROM_DATA},
+        }
+    )
+    return spec, margins, layout, bins, (g, h), raw
 
 
 def _carried_leaves(

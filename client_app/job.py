@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import torch
 from flwr.app import RecordDict
 
+from client_app import work_log
 from run_config.common import RunSettings
 from tasks.federation import LocalData
 
@@ -31,8 +33,17 @@ class ClientJob(Generic[S, N]):
 
     content: RecordDict
     state: RecordDict
-    data: LocalData
+    read_data: Callable[[], LocalData]  # the node's data, from its setup (``data``)
     setup: NodeSetup[S, N]  # the node's setup for the run (``client_app.setup``)
+
+    @cached_property
+    def data(self) -> LocalData:
+        """The node's data, read on first use: a message that needs none of its rows
+        (fedxgb-hist's deeper levels) reads no file where the app process is new (a
+        deployment's ClientApp, one process a message). Reading it is not the family's work
+        (``client_app.work_log``)."""
+        with work_log.aside():
+            return self.read_data()
 
     @property
     def settings(self) -> RunSettings:

@@ -17,7 +17,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from flwr.app import Context, Message
@@ -64,17 +64,28 @@ def logged(message: Message, context: Context) -> Iterator[None]:
             os.close(fd)
 
 
-@contextmanager
-def work() -> Iterator[None]:
+def work() -> AbstractContextManager[None]:
     """Count the block as the family's own work of the message being logged, if any."""
+    return _counted(1.0)
+
+
+def aside() -> AbstractContextManager[None]:
+    """Leave the block out of the family's own work that encloses it (the node's data, read
+    on first use within the family's procedure, is the ClientApp's part)."""
+    return _counted(-1.0)
+
+
+@contextmanager
+def _counted(sign: float) -> Iterator[None]:
+    """Add the block's wall and CPU seconds, times ``sign``, to the message's work."""
     wall, cpu = _clocks()
     try:
         yield
     finally:
         if hasattr(_current, "work"):
             now_wall, now_cpu = _clocks()
-            _current.work += now_wall - wall
-            _current.work_cpu += now_cpu - cpu
+            _current.work += sign * (now_wall - wall)
+            _current.work_cpu += sign * (now_cpu - cpu)
 
 
 def read(path: str | os.PathLike[str]) -> list[dict[str, object]]:

@@ -7,13 +7,14 @@ array of n x d entries, which cost more than the sums). Each is the plain loop o
 their order, so every float64 sum adds its terms in the same order as ``np.bincount`` over the
 row-major index did: the sums, and the trees grown from them, are bit for bit those of the
 vectorised numpy they replace (``tests/fedavg_xgboost/test_hist_kernels.py`` holds that reference).
-Compiled on first use in each process (about a second each), not cached on disk: an installed app's
-folder may not be writable.
+Compiled on first use and cached on disk by numba (``_compiled``): a process that is new for each
+message (a deployment's ClientApp) loads the machine code instead of compiling it again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numba
 import numpy as np
@@ -21,8 +22,21 @@ import numpy as np
 from functions.bins import BinLayout, GrowingTree
 from functions.xgboost_trees import Tree
 
+F = TypeVar("F", bound=Callable[..., Any])
 
-@numba.njit(nogil=True)
+
+def _compiled(function: F) -> F:
+    """``function`` compiled by numba, with its machine code cached on disk where numba finds a
+    writable folder (``__pycache__`` beside this file, else the user's cache folder, or
+    ``NUMBA_CACHE_DIR``), keyed by this file's contents; compiled in each process, on first
+    use, where it finds none."""
+    try:
+        return numba.njit(nogil=True, cache=True)(function)
+    except RuntimeError:  # numba: "no locator available" (no writable folder)
+        return numba.njit(nogil=True)(function)
+
+
+@_compiled
 def _walk(bins, missing, feature, first_right, default_left, left, right, out):
     for r in range(bins.shape[0]):
         node = out[r]
@@ -49,7 +63,7 @@ def leaf_nodes(
     return out
 
 
-@numba.njit(nogil=True)
+@_compiled
 def _accumulate(bins, offsets, row_leaf, g, h, sums):
     d = bins.shape[1]
     for r in range(bins.shape[0]):
@@ -86,7 +100,7 @@ def add_rows(
     )
 
 
-@numba.njit(nogil=True)
+@_compiled
 def _gain(g, h, lam):
     """XGBoost's float32 ``CalcGainGivenWeight``: G^2 / (H + lambda), 0 where H <= 0."""
     if h <= 0:
@@ -94,7 +108,7 @@ def _gain(g, h, lam):
     return np.float32(g * g) / np.float32(h + lam)
 
 
-@numba.njit(nogil=True)
+@_compiled
 def _search(grad, hess, count, offsets, present, pg, ph, lam, mcw, out_int, out_f32, out_f64):
     for m in range(grad.shape[0]):
         root = _gain(pg[m], ph[m], lam)
@@ -170,7 +184,7 @@ def search_splits(
     return out_int, out_f32, out_f64
 
 
-@numba.njit(nogil=True)
+@_compiled
 def _add_leaf_values(x, left, right, feature, condition, default_left, margins, k):
     for r in range(x.shape[0]):
         node = 0

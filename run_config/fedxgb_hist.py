@@ -153,13 +153,13 @@ class FedXgbHistSettings:
     def spec(self, task: TaskData) -> BoosterSpec:
         """The run's booster: logistic for 2 classes, softmax for more, squared error."""
         classes = task.num_classes if task.kind == "classification" else 0
-        return BoosterSpec(
-            0 if classes == 2 else classes,
-            int(np.prod(task.input_shape)),
-            self.max_depth,
-            self.max_booster_bytes,
-            binary=classes == 2,
+        return self.spec_of(
+            0 if classes == 2 else classes, int(np.prod(task.input_shape)), classes == 2
         )
+
+    def spec_of(self, num_class: int, num_feature: int, binary: bool) -> BoosterSpec:
+        """The run's booster for what the task gives (``spec``'s, as a node keeps them)."""
+        return BoosterSpec(num_class, num_feature, self.max_depth, self.max_booster_bytes, binary)
 
     def objective(self, task: TaskData) -> str:
         spec = self.spec(task)

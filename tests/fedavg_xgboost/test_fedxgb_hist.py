@@ -18,7 +18,9 @@ import numpy as np
 import pytest
 
 import client_app.fedxgb_hist as fedxgb_hist_client
+import client_app.setup as client_setup
 from client_app.app import app as client_app
+from client_app.setup import clear_setups
 from functions.bins import BinLayout, GrowingTree
 from functions.boosters import Booster, BoosterSpec, encode_booster, record_raw
 from functions.errors import DecodeError
@@ -478,6 +480,34 @@ def test_a_node_holding_the_booster_is_sent_only_the_last_round_s_trees(tmp_path
     assert any(
         "does not hold the booster's first 3 trees" in r.getMessage() for r in caplog.records
     )
+
+
+def test_a_level_below_the_root_reads_none_of_the_node_s_rows(tmp_path, monkeypatch):
+    """As in a deployment, where each message may have a ClientApp process of its own: the
+    node's setup forgotten before every message, only the messages that need rows (a round's
+    root, with the booster; the sketch; the evaluation) read the node's data, and the run's
+    booster is the one a node that keeps its data in memory grows."""
+    reads = []
+    read = client_setup.local_data
+    monkeypatch.setattr(
+        client_setup,
+        "local_data",
+        lambda *a: reads.append(a[1]) or read(*a),  # partition
+    )
+    seen = []
+
+    def new_process_each_message(message, context):
+        clear_setups()
+        seen.append(message)
+        return client_app(message, context)
+
+    config = {**RUN, "task": "wine", "num-server-rounds": 2}
+    fresh = run_app(tmp_path / "fresh", 3, client=new_process_each_message, **config)
+    needs_rows = [m for m in seen if m.metadata.message_type != "train" or "arrays" in m.content]
+    assert len(seen) > len(needs_rows) + 3  # levels below the root, on every node
+    assert len(reads) == len(needs_rows)
+    kept = run_app(tmp_path / "kept", 3, **config)
+    assert (fresh.out_dir / "model.json").read_bytes() == (kept.out_dir / "model.json").read_bytes()
 
 
 def test_bins_too_many_for_the_histogram_bound_fail_the_run_in_one_sentence(tmp_path):

@@ -1,8 +1,14 @@
 """The compiled loops of ``fedxgb-hist`` (``oracles.hist_kernels``) give, bit for bit, what the
 vectorised numpy they replaced gave: each row's leaf, and the float64 sums per (open leaf,
-slot) of several trees' open leaves at once, missing values and rows in no open leaf included."""
+slot) of several trees' open leaves at once, missing values and rows in no open leaf included;
+and a new process loads them from numba's disk cache."""
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,6 +16,8 @@ import pytest
 from functions.bins import F32, BinLayout, GrowingTree
 from oracles.hist_kernels import leaf_nodes
 from oracles.hist_xgboost import Split, TreeBuilder, TreeParams, best_splits, histograms
+
+PROJECT = Path(__file__).resolve().parents[2]
 
 
 def reference_leaf_of(tree: GrowingTree, bins: np.ndarray, missing: np.ndarray) -> np.ndarray:
@@ -332,3 +340,36 @@ def test_leaves_carried_from_the_last_level_give_the_walk_s_margins_bit_for_bit(
     assert carried == 4
     assert carried_leaves(layout, bins, first, last["trees"], last["nodes"]) is None
     assert carried_leaves(layout, bins, finished, last["trees"], last["nodes"][:-1]) is None
+
+
+FIRST_USE = """
+from oracles import hist_kernels
+hist_kernels._gain(1.0, 2.0, 1.0)
+stats = hist_kernels._gain.stats
+print(stats.cache_path is not None, sum(stats.cache_hits.values()))
+"""
+
+
+def first_use(env: dict[str, str]) -> tuple[bool, int]:
+    """(whether it has a disk cache, its cache hits) at a kernel's first use in a new
+    interpreter."""
+    done = subprocess.run(
+        [sys.executable, "-c", FIRST_USE],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=PROJECT,
+    )
+    cached, hits = done.stdout.split()
+    return cached == "True", int(hits)
+
+
+def test_a_new_process_loads_the_kernels_from_numba_s_disk_cache(tmp_path):
+    """As a deployment's ClientApp, one process a message: the first process compiles a kernel
+    and writes numba's cache, the next loads it; where numba finds no writable folder for its
+    cache, the kernels still import and compile in each process."""
+    cache = {"NUMBA_CACHE_DIR": str(tmp_path)}
+    assert first_use(cache) == (True, 0)
+    assert first_use(cache) == (True, 1)
+    assert first_use({"NUMBA_CACHE_LOCATOR_CLASSES": "IPythonCacheLocator"}) == (False, 0)

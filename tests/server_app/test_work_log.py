@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import time
+
 from client_app import work_log
 from tests.helpers import run_app
 
@@ -39,3 +41,14 @@ def test_nothing_is_written_unless_asked(tmp_path, monkeypatch):
     monkeypatch.delenv(work_log.ENV, raising=False)
     run_app(tmp_path / "run", 2, **{**CASE, "num-server-rounds": 1})
     assert not any(p.suffix == ".jsonl" for p in tmp_path.rglob("*"))
+
+
+def test_what_is_set_aside_within_the_work_is_not_the_family_s():
+    """The node's data, read on first use inside the family's procedure, counts as the
+    ClientApp's part, as when it was read before the procedure."""
+    work_log._current.work = work_log._current.work_cpu = 0.0
+    with work_log.work():
+        time.sleep(0.02)
+        with work_log.aside():
+            time.sleep(0.2)
+    assert 0.015 < work_log._current.work < 0.1

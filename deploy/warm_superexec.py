@@ -43,11 +43,13 @@ import importlib.util
 import os
 import signal
 import sys
+import time
 import traceback
 from importlib.metadata import entry_points
 from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parents[1]
+CLIENTAPP = "flwr-clientapp"  # the console script of a ClientApp task
 ENTRY_POINTS: dict = {}  # console script -> its function, loaded before forking
 # what torch imports lazily, at first use, and each forked child would import again: at a
 # model's first ``to_empty`` (about 1 s) and at an optimiser's first ``step`` (torch._dynamo,
@@ -225,11 +227,22 @@ class ForkExecutor:
     """Flower's executor protocol (``flwr.supercore.superexec.executor.types.Executor``): each
     launch is a fork running the task's console script with the subprocess executor's
     arguments, from a parent holding the task's app already imported when it can
-    (``WarmApp``)."""
+    (``WarmApp``).
 
-    def __init__(self, warm: WarmApp | None = None) -> None:
+    A ClientApp child is forked only once the ClientApp children before it have exited (up to
+    ``context_wait`` seconds). Flower's ``flwr-clientapp`` pushes its reply first and the
+    node's ``Context`` after it, as it exits (flwr/supernode/runtime/run_clientapp.py,
+    ``push_message`` then ``push_task_output``); the SuperNode forwards the reply at once, so
+    the server's next message to the node (the next tree level of fedxgb-hist, the next stage
+    of a secure sum) can start a ClientApp that pulls the ``Context`` as it was before the
+    last reply: seen as fedxgb-hist's dropped iterations at 1,000,000 rows, a node "holding no
+    gradients" of the round it had just answered."""
+
+    def __init__(self, warm: WarmApp | None = None, context_wait: float = 60.0) -> None:
         self.children: set[int] = set()
+        self.clientapps: set[int] = set()  # the ClientApp children not known to have exited
         self.warm = warm
+        self.context_wait = context_wait
 
     def get_eligible_capacity(
         self, supported_task_types, *, insecure=False, root_certificates_path=None
@@ -262,13 +275,33 @@ class ForkExecutor:
             argv.append("--allow-runtime-dependency-installation")
         if self.warm is not None:
             self.warm.ready_for(getattr(spec, "fab_hash", None))
+        command = TASK_TYPE_TO_COMMAND[spec.task_type]
+        if command == CLIENTAPP:
+            self.await_clientapps()
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
-            _run_child(TASK_TYPE_TO_COMMAND[spec.task_type], argv)
+            _run_child(command, argv)
         self.children.add(pid)
+        if command == CLIENTAPP:
+            self.clientapps.add(pid)
         return LaunchResult.accepted()
+
+    def await_clientapps(self) -> None:
+        """Wait until the ClientApp children have exited, so each has pushed the node's
+        ``Context`` (see the class docstring), for ``context_wait`` seconds at the most."""
+        deadline = time.monotonic() + self.context_wait
+        while self.clientapps and time.monotonic() < deadline:
+            self.reconcile()
+            if self.clientapps:
+                time.sleep(0.005)
+        if self.clientapps:
+            print(
+                f"warm_superexec: ClientApp(s) {sorted(self.clientapps)} still running after "
+                f"{self.context_wait:g} s; the next starts beside them",
+                file=sys.stderr,
+            )
 
     def reconcile(self) -> None:
         """Reap the children that have exited."""
@@ -279,6 +312,7 @@ class ForkExecutor:
                 done = pid
             if done:
                 self.children.discard(pid)
+                self.clientapps.discard(pid)
 
     def close(self) -> None:
         self.reconcile()
@@ -314,7 +348,7 @@ def main(argv: list[str] | None = None) -> None:
     preload(args.preload)
     prompt_object_pulls(args.pull_backoff)
     install_fabs_once()
-    for command in ("flwr-clientapp", "flwr-serverapp"):
+    for command in (CLIENTAPP, "flwr-serverapp"):
         _entry_point(command)
     loop = importlib.import_module("flwr.supercore.superexec.run_superexec")
     executor = ForkExecutor(WarmApp(args.preload))

@@ -113,3 +113,63 @@ def test_the_parent_imports_what_torch_would_import_in_every_child() -> None:
     )
     assert done.stdout.strip() == "True"
     assert "torch._dynamo" in warm_superexec.TORCH_LAZY
+
+
+def _clientapp_spec(task_id: int):
+    from flwr.supercore.constant import TaskType
+    from flwr.supercore.superexec.executor.types import ExecutionSpec
+
+    return ExecutionSpec(
+        task_type=TaskType.CLIENT_APP,
+        runtime_api_address="127.0.0.1:1",
+        token="token",
+        insecure=True,
+        root_certificates_path=None,
+        runtime_dependency_install=False,
+        parent_pid=None,
+        suppress_output=False,
+        task_id=task_id,
+    )
+
+
+def _events_of_two_clientapps(tmp_path, monkeypatch, context_wait: float) -> list[str]:
+    """The starts and ends of two ClientApp children the executor forks one after the other,
+    each running for 0.3 s (a reply pushed, then the Context)."""
+    tmp_path.mkdir()
+    events = tmp_path / "events"
+
+    def clientapp():
+        with open(events, "a") as out:
+            out.write("start\n")
+        time.sleep(0.3)
+        with open(events, "a") as out:
+            out.write("end\n")
+
+    monkeypatch.setitem(warm_superexec.ENTRY_POINTS, warm_superexec.CLIENTAPP, clientapp)
+    executor = warm_superexec.ForkExecutor(context_wait=context_wait)
+    for task_id in (1, 2):
+        executor.launch(_clientapp_spec(task_id))
+    deadline = time.monotonic() + 10
+    while executor.children and time.monotonic() < deadline:
+        executor.reconcile()
+        time.sleep(0.01)
+    assert not executor.children
+    return events.read_text().split()
+
+
+def test_a_clientapp_is_forked_once_the_one_before_has_pushed_the_context(tmp_path, monkeypatch):
+    """Flower's ClientApp pushes the node's Context after its reply, as it exits: the next
+    ClientApp starts only then, so it never pulls the Context as it was before that reply
+    (the race that dropped fedxgb-hist's iterations); after ``context_wait`` it starts anyway."""
+    assert _events_of_two_clientapps(tmp_path / "a", monkeypatch, 60.0) == [
+        "start",
+        "end",
+        "start",
+        "end",
+    ]
+    assert _events_of_two_clientapps(tmp_path / "b", monkeypatch, 0.05) == [
+        "start",
+        "start",
+        "end",
+        "end",
+    ]

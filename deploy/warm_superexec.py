@@ -159,6 +159,19 @@ def _run_child(command: str, argv: list[str]) -> None:
         os._exit(code)
 
 
+def _mark_finishing(pipe: int) -> None:
+    """In a ClientApp child: write its pid into ``pipe`` just before Flower's ``flwr-clientapp``
+    pushes its reply (its module's ``push_message``), so the parent knows it is finishing."""
+    runtime = importlib.import_module(RUNTIMES[0])
+    push_message = runtime.push_message
+
+    def marked_push(*args, **kwargs):
+        os.write(pipe, os.getpid().to_bytes(8, "little"))
+        return push_message(*args, **kwargs)
+
+    runtime.push_message = marked_push
+
+
 def installed_folder(fab_hash: str, install_dir: Path | None = None) -> Path | None:
     """The folder this machine installed the FAB of SHA-256 ``fab_hash`` in (``install_once``'s
     mark says so) under ``install_dir`` (default: Flower's home), or None."""
@@ -229,20 +242,24 @@ class ForkExecutor:
     arguments, from a parent holding the task's app already imported when it can
     (``WarmApp``).
 
-    A ClientApp child is forked only once the ClientApp children before it have exited (up to
-    ``context_wait`` seconds). Flower's ``flwr-clientapp`` pushes its reply first and the
-    node's ``Context`` after it, as it exits (flwr/supernode/runtime/run_clientapp.py,
-    ``push_message`` then ``push_task_output``); the SuperNode forwards the reply at once, so
-    the server's next message to the node (the next tree level of fedxgb-hist, the next stage
-    of a secure sum) can start a ClientApp that pulls the ``Context`` as it was before the
-    last reply: seen as fedxgb-hist's dropped iterations at 1,000,000 rows, a node "holding no
-    gradients" of the round it had just answered."""
+    A ClientApp child is forked only once the ClientApp children that have begun to push their
+    reply have exited (up to ``context_wait`` seconds). Flower's ``flwr-clientapp`` pushes its
+    reply first and the node's ``Context`` after it, as it exits
+    (flwr/supernode/runtime/run_clientapp.py, ``push_message`` then ``push_task_output``); the
+    SuperNode forwards the reply at once, so the server's next message to the node (the next
+    tree level of fedxgb-hist, the next stage of a secure sum) can start a ClientApp that
+    pulls the ``Context`` as it was before the last reply: seen as fedxgb-hist's dropped
+    iterations at 1,000,000 rows, a node "holding no gradients" of the round it had just
+    answered. A child writes its pid into the executor's pipe before it pushes its reply
+    (``_mark_finishing``); one still working, or stuck before its reply, is not waited for."""
 
-    def __init__(self, warm: WarmApp | None = None, context_wait: float = 60.0) -> None:
+    def __init__(self, warm: WarmApp | None = None, context_wait: float = 10.0) -> None:
         self.children: set[int] = set()
-        self.clientapps: set[int] = set()  # the ClientApp children not known to have exited
         self.warm = warm
         self.context_wait = context_wait
+        self.marked: set[int] = set()  # children that began to push their reply
+        self._marks, self._mark = os.pipe()  # read end, write end (children write their pid)
+        os.set_blocking(self._marks, False)
 
     def get_eligible_capacity(
         self, supported_task_types, *, insecure=False, root_certificates_path=None
@@ -277,31 +294,44 @@ class ForkExecutor:
             self.warm.ready_for(getattr(spec, "fab_hash", None))
         command = TASK_TYPE_TO_COMMAND[spec.task_type]
         if command == CLIENTAPP:
-            self.await_clientapps()
+            self.await_finishing()
         sys.stdout.flush()
         sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
+            if command == CLIENTAPP:
+                _mark_finishing(self._mark)
             _run_child(command, argv)
+        self.marked.discard(pid)  # an exited child's, of the same pid
         self.children.add(pid)
-        if command == CLIENTAPP:
-            self.clientapps.add(pid)
         return LaunchResult.accepted()
 
-    def await_clientapps(self) -> None:
-        """Wait until the ClientApp children have exited, so each has pushed the node's
-        ``Context`` (see the class docstring), for ``context_wait`` seconds at the most."""
+    def await_finishing(self) -> None:
+        """Wait until the ClientApp children that began to push their reply have exited, so
+        each has pushed the node's ``Context`` (see the class docstring), for
+        ``context_wait`` seconds at the most."""
         deadline = time.monotonic() + self.context_wait
-        while self.clientapps and time.monotonic() < deadline:
-            self.reconcile()
-            if self.clientapps:
-                time.sleep(0.005)
-        if self.clientapps:
+        while (finishing := self.finishing()) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        if finishing:
             print(
-                f"warm_superexec: ClientApp(s) {sorted(self.clientapps)} still running after "
-                f"{self.context_wait:g} s; the next starts beside them",
+                f"warm_superexec: ClientApp(s) {sorted(finishing)} still pushing the node's "
+                f"Context after {self.context_wait:g} s; the next starts beside them",
                 file=sys.stderr,
             )
+
+    def finishing(self) -> list[int]:
+        """The children that began to push their reply and have not exited."""
+        self.reconcile()
+        try:
+            while records := os.read(self._marks, 8 * 512):  # whole 8-byte pids: atomic writes
+                self.marked.update(
+                    int.from_bytes(records[i : i + 8], "little") for i in range(0, len(records), 8)
+                )
+        except BlockingIOError:  # none left to read
+            pass
+        self.marked &= self.children
+        return sorted(self.marked)
 
     def reconcile(self) -> None:
         """Reap the children that have exited."""
@@ -312,7 +342,6 @@ class ForkExecutor:
                 done = pid
             if done:
                 self.children.discard(pid)
-                self.clientapps.discard(pid)
 
     def close(self) -> None:
         self.reconcile()

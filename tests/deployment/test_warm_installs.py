@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from types import SimpleNamespace
 
 from flwr.cli import install
 
@@ -115,19 +116,18 @@ def test_the_parent_imports_what_torch_would_import_in_every_child() -> None:
     assert "torch._dynamo" in warm_superexec.TORCH_LAZY
 
 
-def _clientapp_spec(task_id: int):
-    from flwr.supercore.constant import TaskType
-    from flwr.supercore.superexec.executor.types import ExecutionSpec
-
-    return ExecutionSpec(
-        task_type=TaskType.CLIENT_APP,
+def _clientapp_spec(task_id: int) -> SimpleNamespace:
+    """What the executor reads of Flower's ``ExecutionSpec`` for a ClientApp task (its task
+    type is a ``StrEnum``, equal to its console script's name)."""
+    return SimpleNamespace(
+        task_type=warm_superexec.CLIENTAPP,
         runtime_api_address="127.0.0.1:1",
         token="token",
         insecure=True,
         root_certificates_path=None,
         runtime_dependency_install=False,
         parent_pid=None,
-        suppress_output=False,
+        fab_hash=None,
         task_id=task_id,
     )
 

